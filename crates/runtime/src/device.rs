@@ -1,0 +1,442 @@
+//! Device (one adapter + device + queue), the Runtime (all selected devices), and Tensor.
+
+use std::sync::Arc;
+
+use crate::adapter::{AdapterDescription, Selection, enumerate, new_instance, useful_feature_list};
+use crate::allocator::{Allocator, AllocatorStats};
+use crate::exec::{ExecConfig, ExecStats, ExecutionContext, env_parse};
+use crate::kernel::{Attrs, DeviceRef, KernelContext, Operand, Registry, TensorDesc};
+use crate::kernel_manager::{CacheStats, KernelManager};
+use crate::{DType, Element, Error, HostTensor, Result};
+
+pub(crate) struct DeviceInner {
+    pub(crate) desc: AdapterDescription,
+    pub(crate) limits: wgpu::Limits,
+    pub(crate) features: wgpu::Features,
+    pub(crate) exec: Arc<ExecutionContext>,
+    pub(crate) alloc: Allocator,
+    pub(crate) kernels: KernelManager,
+}
+
+/// One opened adapter. Cheap to clone; thread-safe.
+#[derive(Clone)]
+pub struct Device {
+    inner: Arc<DeviceInner>,
+}
+
+/// Every device the selection rules chose, opened.
+pub struct Runtime {
+    pub devices: Vec<Device>,
+    /// Every adapter found, chosen or not.
+    pub adapters: Vec<AdapterDescription>,
+}
+
+impl Runtime {
+    /// Enumerates adapters and opens the ones `TFWGPU_VISIBLE_DEVICES` / `TFWGPU_ADAPTER`
+    /// select (by default the best one of each physical GPU).
+    pub fn new() -> Result<Runtime> {
+        let selection = Selection::from_env()?;
+        let instance = new_instance();
+        let adapters = enumerate(&instance);
+        let descs: Vec<_> = adapters
+            .iter()
+            .enumerate()
+            .map(|(i, a)| AdapterDescription::from_adapter(i, a))
+            .collect();
+        let chosen = selection.choose(&descs)?;
+        let mut devices = vec![];
+        for i in chosen {
+            devices.push(Device::open(&adapters[i], descs[i].clone())?);
+        }
+        Ok(Runtime {
+            devices,
+            adapters: descs,
+        })
+    }
+
+    /// The first (best) device.
+    pub fn device(&self) -> &Device {
+        &self.devices[0]
+    }
+}
+
+fn default_memory_limit(desc: &AdapterDescription) -> u64 {
+    if let Some(mb) = env_parse::<u64>("TFWGPU_MEMORY_LIMIT_MB") {
+        return mb << 20;
+    }
+    let system = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| {
+                    l.split_whitespace()
+                        .nth(1)
+                        .and_then(|k| k.parse::<u64>().ok())
+                })
+        })
+        .map(|kb| kb * 1024);
+    match desc.device_type.as_str() {
+        // Software and integrated adapters share system memory: take half of it.
+        "cpu" | "integrated" => system.map(|b| b / 2).unwrap_or(4 << 30),
+        // wgpu does not report a discrete adapter's memory size; assume 8 GiB unless told.
+        _ => 8 << 30,
+    }
+}
+
+impl Device {
+    /// Opens `adapter` with its own limits and every useful feature it has.
+    pub(crate) fn open(adapter: &wgpu::Adapter, desc: AdapterDescription) -> Result<Device> {
+        let mut features = wgpu::Features::empty();
+        for (f, _) in useful_feature_list() {
+            if desc.features.contains(f) {
+                features |= f;
+            }
+        }
+        let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: only the cooperative-matrix kernels use the experimental feature, and they
+            // are run only where the adapter reports it.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("tfwgpu"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: experimental,
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?;
+        let limit = default_memory_limit(&desc);
+        tracing::info!(
+            "opened {} ({}, {}, {}), memory limit {} MiB",
+            desc.name,
+            desc.backend,
+            desc.device_type,
+            desc.driver,
+            limit >> 20
+        );
+        let exec = ExecutionContext::new(device.clone(), queue, ExecConfig::from_env());
+        let inner = DeviceInner {
+            limits: device.limits(),
+            features: device.features(),
+            alloc: Allocator::new(device.clone(), limit),
+            kernels: KernelManager::new(device.clone()),
+            exec,
+            desc,
+        };
+        Ok(Device {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// The adapter's description (name, backend, driver, type, limits, features).
+    pub fn description(&self) -> &AdapterDescription {
+        &self.inner.desc
+    }
+
+    /// The features enabled on the device.
+    pub fn features(&self) -> wgpu::Features {
+        self.inner.features
+    }
+
+    /// The limits of the device.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.inner.limits
+    }
+
+    /// The execution context (batching, synchronization).
+    pub fn exec(&self) -> &ExecutionContext {
+        &self.inner.exec
+    }
+
+    /// The allocator.
+    pub fn allocator(&self) -> &Allocator {
+        &self.inner.alloc
+    }
+
+    /// Memory figures.
+    pub fn memory_stats(&self) -> AllocatorStats {
+        self.inner.alloc.stats()
+    }
+
+    /// Pipeline-cache figures.
+    pub fn cache_stats(&self) -> CacheStats {
+        self.inner.kernels.stats()
+    }
+
+    /// Execution counters.
+    pub fn exec_stats(&self) -> ExecStats {
+        self.inner.exec.stats()
+    }
+
+    // ---- address-level API (what the TensorFlow plugin uses) ----
+
+    /// Allocates `size` bytes of device memory; returns its address.
+    pub fn allocate(&self, size: u64) -> Result<u64> {
+        self.inner.alloc.allocate(size, &self.inner.exec)
+    }
+
+    /// Frees an allocation; its memory is reused only after work recorded so far completes.
+    pub fn deallocate(&self, addr: u64) -> Result<()> {
+        self.inner.alloc.free(addr, self.inner.exec.tag())
+    }
+
+    /// Records a host-to-device copy to `addr`; returns without waiting for the GPU.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let r = self.inner.alloc.resolve(addr)?;
+        if data.len() as u64 > r.remaining {
+            return Err(Error::InvalidArgument(format!(
+                "a write of {} bytes at {addr:#x} runs past its allocation",
+                data.len()
+            )));
+        }
+        if !r.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "host-to-device copy to {addr:#x}: the address must be 4-byte aligned"
+            )));
+        }
+        if data.len().is_multiple_of(4) {
+            return self.inner.exec.upload(&r.buffer, r.offset, data);
+        }
+        // Copies are made of 4-byte words. The allocation is granule-sized, so the padded tail
+        // lies inside it; keep the bytes already there by reading the last word back.
+        let full = data.len() / 4 * 4;
+        self.inner.exec.upload(&r.buffer, r.offset, &data[..full])?;
+        let mut last = self.inner.exec.read(&r.buffer, r.offset + full as u64, 4)?;
+        last[..data.len() - full].copy_from_slice(&data[full..]);
+        self.inner
+            .exec
+            .upload(&r.buffer, r.offset + full as u64, &last)
+    }
+
+    /// Copies `len` bytes at `addr` back to the host, waiting for the work that produces them.
+    pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(vec![]);
+        }
+        let r = self.inner.alloc.resolve(addr)?;
+        if len as u64 > r.remaining {
+            return Err(Error::InvalidArgument(format!(
+                "a read of {len} bytes at {addr:#x} runs past its allocation"
+            )));
+        }
+        if !r.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "device-to-host copy from {addr:#x}: the address must be 4-byte aligned"
+            )));
+        }
+        let mut bytes =
+            self.inner
+                .exec
+                .read(&r.buffer, r.offset, (len as u64).next_multiple_of(4))?;
+        bytes.truncate(len);
+        Ok(bytes)
+    }
+
+    /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).
+    pub fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        let s = self.inner.alloc.resolve(src)?;
+        let d = self.inner.alloc.resolve(dst)?;
+        let padded = len.next_multiple_of(4);
+        if padded > s.remaining || padded > d.remaining {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes from {src:#x} to {dst:#x} runs past an allocation"
+            )));
+        }
+        if !s.offset.is_multiple_of(4) || !d.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(
+                "device-to-device copies need 4-byte aligned addresses".into(),
+            ));
+        }
+        self.inner
+            .exec
+            .copy(&s.buffer, s.offset, &d.buffer, d.offset, padded)
+    }
+
+    /// Records a fill of `len` bytes at `addr` with a repeated 32-bit pattern.
+    pub fn fill_u32(&self, addr: u64, len: u64, pattern: u32) -> Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if pattern == 0 && len.is_multiple_of(4) {
+            let r = self.inner.alloc.resolve(addr)?;
+            if len > r.remaining {
+                return Err(Error::InvalidArgument(
+                    "fill runs past its allocation".into(),
+                ));
+            }
+            return self.inner.exec.clear(&r.buffer, r.offset, len);
+        }
+        crate::kernels::fill::fill_bytes(&KernelContext::new(&self.inner), addr, len, pattern)
+    }
+
+    /// Blocks until all work recorded so far has run.
+    pub fn synchronize(&self) -> Result<()> {
+        self.inner.exec.synchronize()
+    }
+
+    /// Builds the kernel for `op` from `attrs` (done once per TensorFlow node).
+    pub fn kernel(&self, op: &str, attrs: &Attrs) -> Result<Box<dyn crate::Kernel>> {
+        Registry::global().build_kernel(op, attrs)
+    }
+
+    /// Records a kernel on already-allocated outputs.
+    pub fn record(
+        &self,
+        kernel: &dyn crate::Kernel,
+        inputs: &[Operand],
+        outputs: &[DeviceRef],
+    ) -> Result<()> {
+        let ctx = KernelContext::new(&self.inner);
+        kernel.record(&ctx, inputs, outputs)
+    }
+
+    // ---- tensor-level API ----
+
+    /// Uploads typed host data as a new tensor.
+    pub fn upload<T: Element>(&self, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let host = HostTensor::new(data, shape)?;
+        self.upload_host(&host)
+    }
+
+    /// Uploads a host tensor.
+    pub fn upload_host(&self, host: &HostTensor) -> Result<Tensor> {
+        let t = self.empty(host.dtype, &host.shape)?;
+        self.write(t.addr(), &host.bytes)?;
+        Ok(t)
+    }
+
+    /// Allocates an uninitialized tensor.
+    pub fn empty(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        let desc = TensorDesc::new(dtype, shape);
+        let addr = self.allocate(desc.byte_size())?;
+        Ok(Tensor {
+            device: self.clone(),
+            r: DeviceRef { desc, addr },
+        })
+    }
+
+    /// Runs `op` on `args`: builds the kernel, allocates its outputs, records its work.
+    pub fn run(&self, op: &str, attrs: &Attrs, args: &[Arg]) -> Result<Vec<Tensor>> {
+        let kernel = self.kernel(op, attrs)?;
+        self.run_kernel(kernel.as_ref(), args)
+    }
+
+    /// Runs a kernel built earlier.
+    pub fn run_kernel(&self, kernel: &dyn crate::Kernel, args: &[Arg]) -> Result<Vec<Tensor>> {
+        let operands: Vec<Operand> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Tensor(t) => Operand::Device(&t.r),
+                Arg::Host(h) => Operand::Host(h),
+            })
+            .collect();
+        for t in args.iter().filter_map(|a| match a {
+            Arg::Tensor(t) => Some(t),
+            _ => None,
+        }) {
+            if !Arc::ptr_eq(&t.device.inner, &self.inner) {
+                return Err(Error::InvalidArgument(format!(
+                    "{}: an input lives on another device",
+                    kernel.op()
+                )));
+            }
+        }
+        let descs = kernel.outputs(&operands)?;
+        let outputs = descs
+            .iter()
+            .map(|d| self.empty(d.dtype, &d.shape))
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<DeviceRef> = outputs.iter().map(|t| t.r.clone()).collect();
+        self.record(kernel, &operands, &refs)?;
+        Ok(outputs)
+    }
+}
+
+/// An argument of `Device::run`.
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    Tensor(&'a Tensor),
+    Host(&'a HostTensor),
+}
+
+impl<'a> From<&'a Tensor> for Arg<'a> {
+    fn from(t: &'a Tensor) -> Self {
+        Arg::Tensor(t)
+    }
+}
+
+impl<'a> From<&'a HostTensor> for Arg<'a> {
+    fn from(h: &'a HostTensor) -> Self {
+        Arg::Host(h)
+    }
+}
+
+/// A tensor in device memory, freed when dropped.
+pub struct Tensor {
+    device: Device,
+    r: DeviceRef,
+}
+
+impl Tensor {
+    pub fn dtype(&self) -> DType {
+        self.r.desc.dtype
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        &self.r.desc.shape
+    }
+
+    pub fn desc(&self) -> &TensorDesc {
+        &self.r.desc
+    }
+
+    /// The device address.
+    pub fn addr(&self) -> u64 {
+        self.r.addr
+    }
+
+    /// The kernel-level view.
+    pub fn device_ref(&self) -> &DeviceRef {
+        &self.r
+    }
+
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Copies the data back to the host (blocks until it has been computed).
+    pub fn download_host(&self) -> Result<HostTensor> {
+        let bytes = self
+            .device
+            .read(self.r.addr, self.r.desc.byte_size() as usize)?;
+        Ok(HostTensor {
+            dtype: self.dtype(),
+            shape: self.shape().to_vec(),
+            bytes,
+        })
+    }
+
+    /// Copies the data back as a typed vector.
+    pub fn download<T: Element>(&self) -> Result<Vec<T>> {
+        self.download_host()?.to_vec()
+    }
+}
+
+impl Drop for Tensor {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.deallocate(self.r.addr) {
+            tracing::error!("freeing a tensor: {e}");
+        }
+    }
+}

@@ -1,0 +1,613 @@
+//! ExecutionContext: ordering and batching of GPU work on one queue.
+//!
+//! Dispatches and copies from every thread are recorded, in call order, into one command
+//! encoder (one open compute pass between copies). The batch is submitted when it holds
+//! `max_ops` commands, when it is older than `max_age` (a background thread checks), or when the
+//! host needs a result. Each batch gets an id; ids complete in order, and `completed()` is the
+//! highest finished id. Reading from the device is the only blocking call.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::{Error, Result};
+
+/// Submission thresholds.
+#[derive(Clone, Debug)]
+pub struct ExecConfig {
+    /// Submit when a batch holds this many commands (`TFWGPU_BATCH_OPS`).
+    pub max_ops: usize,
+    /// Submit a batch once it is this old (`TFWGPU_BATCH_US`, microseconds).
+    pub max_age: Duration,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            max_ops: 128,
+            max_age: Duration::from_micros(500),
+        }
+    }
+}
+
+impl ExecConfig {
+    /// Defaults overridden by `TFWGPU_BATCH_OPS` and `TFWGPU_BATCH_US`.
+    pub fn from_env() -> Self {
+        let mut c = ExecConfig::default();
+        if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
+            c.max_ops = n.max(1);
+        }
+        if let Some(us) = env_parse::<u64>("TFWGPU_BATCH_US") {
+            c.max_age = Duration::from_micros(us);
+        }
+        c
+    }
+}
+
+pub(crate) fn env_parse<T: std::str::FromStr>(name: &str) -> Option<T> {
+    let v = std::env::var(name).ok()?;
+    match v.trim().parse() {
+        Ok(x) => Some(x),
+        Err(_) => {
+            tracing::warn!("ignoring {name}={v:?}: not a number");
+            None
+        }
+    }
+}
+
+/// A storage-buffer binding: a range of a wgpu buffer.
+#[derive(Clone, Debug)]
+pub struct BufferRange {
+    pub buffer: wgpu::Buffer,
+    pub offset: u64,
+    pub size: u64,
+}
+
+/// A compiled compute pipeline and its bind group layout.
+#[derive(Debug)]
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// Counters, for tests and the benchmark.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecStats {
+    pub submits: u64,
+    pub dispatches: u64,
+    pub copies: u64,
+    pub uploads: u64,
+    pub reads: u64,
+}
+
+const ARENA_SIZE: u64 = 64 * 1024;
+
+struct Batch {
+    /// Id this batch will have when submitted.
+    id: u64,
+    encoder: Option<wgpu::CommandEncoder>,
+    pass: Option<wgpu::ComputePass<'static>>,
+    ops: usize,
+    started: Option<Instant>,
+    uniforms: Vec<u8>,
+    arena: Option<wgpu::Buffer>,
+}
+
+struct Shared {
+    completed: AtomicU64,
+    stop: AtomicBool,
+    wake: Condvar,
+    wake_lock: Mutex<bool>,
+    error: Mutex<Option<Error>>,
+    lost: Mutex<Option<String>>,
+    arenas: Mutex<Vec<wgpu::Buffer>>,
+}
+
+/// Orders and batches GPU work for one device. Thread-safe.
+pub struct ExecutionContext {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    cfg: ExecConfig,
+    uniform_align: u64,
+    batch: Mutex<Batch>,
+    /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
+    inflight: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
+    submitted: AtomicU64,
+    shared: Arc<Shared>,
+    stats: Mutex<ExecStats>,
+    poller: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl ExecutionContext {
+    pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, cfg: ExecConfig) -> Arc<Self> {
+        let shared = Arc::new(Shared {
+            completed: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            wake: Condvar::new(),
+            wake_lock: Mutex::new(false),
+            error: Mutex::new(None),
+            lost: Mutex::new(None),
+            arenas: Mutex::new(vec![]),
+        });
+        {
+            let s = Arc::downgrade(&shared);
+            device.set_device_lost_callback(move |reason, msg| {
+                if let Some(s) = s.upgrade() {
+                    *s.lost.lock() = Some(format!("{reason:?}: {msg}"));
+                }
+            });
+            let s = Arc::downgrade(&shared);
+            device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+                tracing::error!("uncaptured wgpu error: {e}");
+                if let Some(s) = s.upgrade() {
+                    let mut slot = s.error.lock();
+                    if slot.is_none() {
+                        *slot = Some(match e {
+                            wgpu::Error::OutOfMemory { .. } => {
+                                Error::OutOfMemory(format!("the GPU API reported: {e}"))
+                            }
+                            _ => Error::Gpu(e.to_string()),
+                        });
+                    }
+                }
+            }));
+        }
+        let uniform_align = device.limits().min_uniform_buffer_offset_alignment as u64;
+        let ctx = Arc::new(ExecutionContext {
+            device,
+            queue,
+            cfg,
+            uniform_align,
+            batch: Mutex::new(Batch {
+                id: 1,
+                encoder: None,
+                pass: None,
+                ops: 0,
+                started: None,
+                uniforms: vec![],
+                arena: None,
+            }),
+            inflight: Mutex::new(VecDeque::new()),
+            submitted: AtomicU64::new(0),
+            shared,
+            stats: Mutex::new(ExecStats::default()),
+            poller: Mutex::new(None),
+        });
+        let weak = Arc::downgrade(&ctx);
+        let shared = ctx.shared.clone();
+        let handle = std::thread::Builder::new()
+            .name("tfwgpu-poller".into())
+            .spawn(move || poller(weak, shared))
+            .expect("spawning the tfwgpu poller thread");
+        *ctx.poller.lock() = Some(handle);
+        ctx
+    }
+
+    /// Highest batch id whose GPU work has completed.
+    pub fn completed(&self) -> u64 {
+        self.shared.completed.load(Ordering::Acquire)
+    }
+
+    /// Highest batch id submitted to the queue.
+    pub fn submitted(&self) -> u64 {
+        self.submitted.load(Ordering::Acquire)
+    }
+
+    /// The id after whose completion all work recorded so far is done. Memory freed now may be
+    /// reused once `completed() >= tag`; an event recorded now is reached at this id.
+    pub fn tag(&self) -> u64 {
+        let b = self.batch.lock();
+        if b.ops > 0 { b.id } else { b.id - 1 }
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> ExecStats {
+        *self.stats.lock()
+    }
+
+    /// The sticky device-lost error, or the first uncaptured GPU error since the last check.
+    pub fn check(&self) -> Result<()> {
+        if let Some(msg) = self.shared.lost.lock().clone() {
+            return Err(Error::DeviceLost(msg));
+        }
+        if let Some(e) = self.shared.error.lock().take() {
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn begin(&self, b: &mut Batch) {
+        if b.encoder.is_none() {
+            b.encoder = Some(
+                self.device
+                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                        label: Some("tfwgpu batch"),
+                    }),
+            );
+        }
+        if b.started.is_none() {
+            b.started = Some(Instant::now());
+            let mut w = self.shared.wake_lock.lock();
+            *w = true;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
+        b.ops += 1;
+        if b.ops >= self.cfg.max_ops {
+            self.submit_locked(&mut b)?;
+        }
+        Ok(())
+    }
+
+    /// Records one compute dispatch. `params` go to binding 0 (uniform); `buffers` are bound
+    /// at bindings 1, 2, ... in order. Ranges must be aligned as the device requires.
+    pub fn dispatch(
+        &self,
+        pipeline: &Pipeline,
+        params: &[u8],
+        buffers: &[BufferRange],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        if groups.contains(&0) {
+            return Ok(());
+        }
+        let mut b = self.batch.lock();
+        let psize = (params.len() as u64).max(16).next_multiple_of(16);
+        let offset = (b.uniforms.len() as u64).next_multiple_of(self.uniform_align);
+        if offset + psize > ARENA_SIZE {
+            self.submit_locked(&mut b)?;
+            return self.dispatch_locked(b, pipeline, params, buffers, groups, 0, psize);
+        }
+        self.dispatch_locked(b, pipeline, params, buffers, groups, offset, psize)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dispatch_locked(
+        &self,
+        mut b: parking_lot::MutexGuard<'_, Batch>,
+        pipeline: &Pipeline,
+        params: &[u8],
+        buffers: &[BufferRange],
+        groups: [u32; 3],
+        offset: u64,
+        psize: u64,
+    ) -> Result<()> {
+        self.begin(&mut b);
+        if b.arena.is_none() {
+            let arena = self.shared.arenas.lock().pop().unwrap_or_else(|| {
+                self.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tfwgpu uniform arena"),
+                    size: ARENA_SIZE,
+                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            });
+            b.arena = Some(arena);
+        }
+        b.uniforms.resize(offset as usize, 0);
+        b.uniforms.extend_from_slice(params);
+        b.uniforms.resize((offset + psize) as usize, 0);
+        let arena = b.arena.clone().expect("arena set above");
+        let mut entries = Vec::with_capacity(buffers.len() + 1);
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &arena,
+                offset,
+                size: wgpu::BufferSize::new(psize),
+            }),
+        });
+        for (i, r) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &r.buffer,
+                    offset: r.offset,
+                    size: wgpu::BufferSize::new(r.size.max(4).next_multiple_of(4)),
+                }),
+            });
+        }
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        });
+        if b.pass.is_none() {
+            let enc = b.encoder.as_mut().expect("encoder begun");
+            let pass = enc
+                .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: None,
+                })
+                .forget_lifetime();
+            b.pass = Some(pass);
+        }
+        let pass = b.pass.as_mut().expect("pass begun");
+        pass.set_pipeline(&pipeline.pipeline);
+        pass.set_bind_group(0, &bind_group, &[]);
+        pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        self.stats.lock().dispatches += 1;
+        self.after_record(b)
+    }
+
+    /// Records a buffer-to-buffer copy (offsets and size multiples of 4).
+    pub fn copy(
+        &self,
+        src: &wgpu::Buffer,
+        src_off: u64,
+        dst: &wgpu::Buffer,
+        dst_off: u64,
+        size: u64,
+    ) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let mut b = self.batch.lock();
+        self.begin(&mut b);
+        b.pass = None;
+        b.encoder
+            .as_mut()
+            .expect("encoder begun")
+            .copy_buffer_to_buffer(src, src_off, dst, dst_off, size);
+        self.stats.lock().copies += 1;
+        self.after_record(b)
+    }
+
+    /// Records a fill of a range with zero bytes (offset and size multiples of 4).
+    pub fn clear(&self, dst: &wgpu::Buffer, offset: u64, size: u64) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let mut b = self.batch.lock();
+        self.begin(&mut b);
+        b.pass = None;
+        b.encoder
+            .as_mut()
+            .expect("encoder begun")
+            .clear_buffer(dst, offset, Some(size));
+        self.after_record(b)
+    }
+
+    /// Stages host bytes and records their copy into `dst`; does not wait for the GPU.
+    /// `offset` and `data.len()` must be multiples of 4.
+    pub fn upload(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        let size = data.len() as u64;
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tfwgpu upload"),
+            size,
+            usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        {
+            let mut view = staging
+                .slice(..)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("mapping an upload buffer: {e}")))?;
+            view.copy_from_slice(data);
+        }
+        staging.unmap();
+        self.stats.lock().uploads += 1;
+        // wgpu keeps the staging buffer alive until the copy has executed.
+        self.copy(&staging, 0, dst, offset, size)
+    }
+
+    /// Submits the current batch (if it holds anything); returns the id up to which all recorded
+    /// work has been submitted.
+    pub fn flush(&self) -> Result<u64> {
+        let mut b = self.batch.lock();
+        if b.ops > 0 {
+            self.submit_locked(&mut b)?;
+        }
+        Ok(b.id - 1)
+    }
+
+    fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+        b.pass = None;
+        let Some(encoder) = b.encoder.take() else {
+            return Ok(());
+        };
+        if let Some(arena) = b.arena.take() {
+            self.queue.write_buffer(&arena, 0, &b.uniforms);
+            let shared = self.shared.clone();
+            // The arena goes back to the pool once this batch's work has run.
+            let cb = encoder.finish();
+            let id = b.id;
+            let index = self.queue.submit([cb]);
+            self.queue.on_submitted_work_done(move || {
+                shared.completed.fetch_max(id, Ordering::AcqRel);
+                shared.arenas.lock().push(arena);
+            });
+            self.finish_submit(b, index);
+        } else {
+            let cb = encoder.finish();
+            let id = b.id;
+            let index = self.queue.submit([cb]);
+            let shared = self.shared.clone();
+            self.queue.on_submitted_work_done(move || {
+                shared.completed.fetch_max(id, Ordering::AcqRel);
+            });
+            self.finish_submit(b, index);
+        }
+        self.check()
+    }
+
+    fn finish_submit(&self, b: &mut Batch, index: wgpu::SubmissionIndex) {
+        self.inflight.lock().push_back((b.id, index));
+        self.submitted.store(b.id, Ordering::Release);
+        b.id += 1;
+        b.ops = 0;
+        b.started = None;
+        b.uniforms.clear();
+        self.stats.lock().submits += 1;
+    }
+
+    /// Blocks until batch `id` (and every one before it) has completed; submits first if needed.
+    pub fn wait(&self, id: u64) -> Result<()> {
+        if self.completed() >= id {
+            return self.check();
+        }
+        if self.submitted() < id {
+            self.flush()?;
+        }
+        let index = {
+            let mut q = self.inflight.lock();
+            let done = self.completed();
+            while q.front().is_some_and(|(i, _)| *i <= done) {
+                q.pop_front();
+            }
+            q.iter().find(|(i, _)| *i >= id).map(|(_, s)| s.clone())
+        };
+        if let Some(index) = index {
+            self.device
+                .poll(wgpu::PollType::Wait {
+                    submission_index: Some(index),
+                    timeout: None,
+                })
+                .map_err(|e| match e {
+                    wgpu::PollError::Timeout => Error::Gpu("timed out waiting for the GPU".into()),
+                    other => Error::DeviceLost(other.to_string()),
+                })?;
+        }
+        // Completion callbacks for the waited-for submission have run by now.
+        if self.completed() < id {
+            self.shared.completed.fetch_max(id, Ordering::AcqRel);
+        }
+        self.check()
+    }
+
+    /// Blocks until all work recorded so far has completed.
+    pub fn synchronize(&self) -> Result<()> {
+        let id = self.flush()?;
+        self.wait(id)
+    }
+
+    /// Copies `size` bytes at `offset` of `src` back to the host: the one blocking call.
+    /// `offset` and `size` must be multiples of 4.
+    pub fn read(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+        if size == 0 {
+            return Ok(vec![]);
+        }
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tfwgpu readback"),
+            size,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.copy(src, offset, &staging, 0, size)?;
+        let id = self.flush()?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.wait(id)?;
+        // The map callback fires in a poll after the copy completed.
+        let result = loop {
+            match rx.try_recv() {
+                Ok(r) => break r,
+                Err(_) => {
+                    self.device
+                        .poll(wgpu::PollType::wait_indefinitely())
+                        .map_err(|e| Error::DeviceLost(e.to_string()))?;
+                }
+            }
+        };
+        result.map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
+        let out = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e}")))?
+            .to_vec();
+        staging.unmap();
+        self.stats.lock().reads += 1;
+        Ok(out)
+    }
+
+    /// The wgpu device.
+    pub fn device(&self) -> &wgpu::Device {
+        &self.device
+    }
+
+    /// The wgpu queue.
+    pub fn queue(&self) -> &wgpu::Queue {
+        &self.queue
+    }
+
+    fn poll_once(&self) {
+        if self.submitted() > self.completed() {
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        }
+    }
+
+    fn flush_if_old(&self) {
+        let mut b = self.batch.lock();
+        if b.ops > 0
+            && b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
+            && let Err(e) = self.submit_locked(&mut b)
+        {
+            tracing::warn!("background submit: {e}");
+            // Keep the error for the next caller that checks.
+            let mut slot = self.shared.error.lock();
+            if slot.is_none() {
+                *slot = Some(e);
+            }
+        }
+    }
+
+    fn busy(&self) -> bool {
+        self.batch.lock().ops > 0 || self.submitted() > self.completed()
+    }
+}
+
+impl Drop for ExecutionContext {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            let mut w = self.shared.wake_lock.lock();
+            *w = true;
+            self.shared.wake.notify_all();
+        }
+        if let Some(h) = self.poller.lock().take()
+            && h.thread().id() != std::thread::current().id()
+        {
+            let _ = h.join();
+        }
+        let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+}
+
+/// Background thread: submits batches that grew old and polls the device so that completion
+/// callbacks run. Sleeps while there is nothing to do.
+fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
+    let mut nap = Duration::from_micros(50);
+    loop {
+        if shared.stop.load(Ordering::Acquire) {
+            return;
+        }
+        // Clear the wake flag before looking for work: work begun after this sets it again.
+        *shared.wake_lock.lock() = false;
+        let busy = {
+            let Some(ctx) = weak.upgrade() else { return };
+            ctx.flush_if_old();
+            ctx.poll_once();
+            ctx.busy()
+        };
+        if busy {
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_micros(400));
+        } else {
+            nap = Duration::from_micros(50);
+            let mut w = shared.wake_lock.lock();
+            if !*w && !shared.stop.load(Ordering::Acquire) {
+                shared.wake.wait_for(&mut w, Duration::from_millis(50));
+            }
+        }
+    }
+}

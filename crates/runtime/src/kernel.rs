@@ -1,0 +1,396 @@
+//! The Kernel trait, attributes, operands, the recording context, and the op registry.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, OnceLock};
+
+use crate::device::DeviceInner;
+use crate::exec::{BufferRange, Pipeline};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::{DType, Error, HostTensor, Result, num_elements};
+
+/// An attribute value, as TensorFlow's NodeDef attributes carry them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AttrValue {
+    Bool(bool),
+    Int(i64),
+    Float(f32),
+    Type(DType),
+    Str(String),
+    Ints(Vec<i64>),
+    Floats(Vec<f32>),
+    Types(Vec<DType>),
+    /// A shape; `None` for unknown rank, -1 for unknown dimensions.
+    Shape(Option<Vec<i64>>),
+}
+
+/// A node's attributes, read once when a kernel is built.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attrs(BTreeMap<String, AttrValue>);
+
+impl Attrs {
+    pub fn new() -> Self {
+        Attrs::default()
+    }
+
+    /// Builder-style insert.
+    pub fn with(mut self, name: &str, value: AttrValue) -> Self {
+        self.0.insert(name.to_string(), value);
+        self
+    }
+
+    pub fn set(&mut self, name: &str, value: AttrValue) {
+        self.0.insert(name.to_string(), value);
+    }
+
+    pub fn get(&self, name: &str) -> Option<&AttrValue> {
+        self.0.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &AttrValue)> {
+        self.0.iter()
+    }
+
+    /// A bool attribute, or `default` when absent.
+    pub fn bool_or(&self, name: &str, default: bool) -> Result<bool> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(AttrValue::Bool(b)) => Ok(*b),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "attribute {name} must be a bool, got {other:?}"
+            ))),
+        }
+    }
+
+    /// An int attribute, or `default` when absent.
+    pub fn int_or(&self, name: &str, default: i64) -> Result<i64> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(AttrValue::Int(i)) => Ok(*i),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "attribute {name} must be an int, got {other:?}"
+            ))),
+        }
+    }
+
+    /// A float attribute, or `default` when absent.
+    pub fn float_or(&self, name: &str, default: f32) -> Result<f32> {
+        match self.0.get(name) {
+            None => Ok(default),
+            Some(AttrValue::Float(f)) => Ok(*f),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "attribute {name} must be a float, got {other:?}"
+            ))),
+        }
+    }
+
+    /// A required type attribute.
+    pub fn dtype(&self, name: &str) -> Result<DType> {
+        match self.0.get(name) {
+            Some(AttrValue::Type(t)) => Ok(*t),
+            None => Err(Error::InvalidArgument(format!(
+                "missing type attribute {name}"
+            ))),
+            Some(other) => Err(Error::InvalidArgument(format!(
+                "attribute {name} must be a type, got {other:?}"
+            ))),
+        }
+    }
+
+    /// A type attribute, or `None` when absent.
+    pub fn dtype_opt(&self, name: &str) -> Result<Option<DType>> {
+        match self.0.get(name) {
+            None => Ok(None),
+            Some(_) => self.dtype(name).map(Some),
+        }
+    }
+}
+
+/// dtype and shape of a tensor.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorDesc {
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl TensorDesc {
+    pub fn new(dtype: DType, shape: &[usize]) -> Self {
+        TensorDesc {
+            dtype,
+            shape: shape.to_vec(),
+        }
+    }
+
+    pub fn num_elements(&self) -> usize {
+        num_elements(&self.shape)
+    }
+
+    /// Bytes of the tensor's data.
+    pub fn byte_size(&self) -> u64 {
+        (self.num_elements() * self.dtype.size()) as u64
+    }
+}
+
+/// A tensor in device memory, seen by a kernel: its description and its device address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceRef {
+    pub desc: TensorDesc,
+    pub addr: u64,
+}
+
+/// One input of a kernel: in device memory, or in host memory (shapes, axes).
+#[derive(Clone, Copy, Debug)]
+pub enum Operand<'a> {
+    Device(&'a DeviceRef),
+    Host(&'a HostTensor),
+}
+
+impl<'a> Operand<'a> {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Operand::Device(d) => d.desc.dtype,
+            Operand::Host(h) => h.dtype,
+        }
+    }
+
+    pub fn shape(&self) -> &'a [usize] {
+        match self {
+            Operand::Device(d) => &d.desc.shape,
+            Operand::Host(h) => &h.shape,
+        }
+    }
+
+    pub fn desc(&self) -> TensorDesc {
+        TensorDesc::new(self.dtype(), self.shape())
+    }
+
+    /// The device tensor, or an error naming the input when it is in host memory.
+    pub fn device(&self, op: &str, index: usize) -> Result<&'a DeviceRef> {
+        match self {
+            Operand::Device(d) => Ok(d),
+            Operand::Host(_) => Err(Error::InvalidArgument(format!(
+                "{op}: input {index} must be in device memory"
+            ))),
+        }
+    }
+
+    /// The host tensor, or an error naming the input when it is in device memory.
+    pub fn host(&self, op: &str, index: usize) -> Result<&'a HostTensor> {
+        match self {
+            Operand::Host(h) => Ok(h),
+            Operand::Device(_) => Err(Error::InvalidArgument(format!(
+                "{op}: input {index} must be in host memory"
+            ))),
+        }
+    }
+}
+
+/// One op implementation, built once per node from its attributes.
+pub trait Kernel: Send + Sync {
+    /// TensorFlow's op name.
+    fn op(&self) -> &'static str;
+    /// Validates the inputs and computes the outputs' dtypes and shapes.
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>>;
+    /// Records the GPU work that computes `outputs` (already allocated) from `inputs`.
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()>;
+}
+
+/// Builds a kernel from a node's attributes.
+pub type Factory = fn(&Attrs) -> Result<Box<dyn Kernel>>;
+
+/// One row of a registration table.
+#[derive(Clone, Copy)]
+pub struct OpDef {
+    /// TensorFlow's op name.
+    pub op: &'static str,
+    /// The attribute constrained to `dtypes` (usually "T"); empty when unconstrained.
+    pub type_attr: &'static str,
+    /// The dtypes registered for `type_attr`.
+    pub dtypes: &'static [DType],
+    /// Inputs that TensorFlow must deliver in host memory.
+    pub host_inputs: &'static [usize],
+    /// Builds the kernel.
+    pub factory: Factory,
+}
+
+/// Every op the runtime implements.
+pub struct Registry {
+    ops: HashMap<&'static str, OpDef>,
+}
+
+impl Registry {
+    fn build() -> Self {
+        let mut defs = Vec::new();
+        crate::kernels::register_all(&mut defs);
+        let mut ops = HashMap::new();
+        for d in defs {
+            let prev = ops.insert(d.op, d);
+            assert!(prev.is_none(), "op {} registered twice", d.op);
+        }
+        Registry { ops }
+    }
+
+    /// The process-wide registry.
+    pub fn global() -> &'static Registry {
+        static REG: OnceLock<Registry> = OnceLock::new();
+        REG.get_or_init(Registry::build)
+    }
+
+    pub fn get(&self, op: &str) -> Option<&OpDef> {
+        self.ops.get(op)
+    }
+
+    /// All registered ops, sorted by name.
+    pub fn ops(&self) -> Vec<&OpDef> {
+        let mut v: Vec<_> = self.ops.values().collect();
+        v.sort_by_key(|d| d.op);
+        v
+    }
+
+    /// Builds the kernel for `op`, checking the type constraint.
+    pub fn build_kernel(&self, op: &str, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        let def = self
+            .get(op)
+            .ok_or_else(|| Error::Unimplemented(format!("op {op} has no tfwgpu kernel")))?;
+        if !def.type_attr.is_empty()
+            && let Some(t) = attrs.dtype_opt(def.type_attr)?
+            && !def.dtypes.contains(&t)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{op} has no tfwgpu kernel for {}={t}",
+                def.type_attr
+            )));
+        }
+        (def.factory)(attrs)
+    }
+}
+
+/// The largest number of workgroups a 1-D dispatch puts on the x axis.
+pub const MAX_GROUPS_X: u32 = 65535;
+
+/// Splits `threads` invocations in workgroups of `wg` into a 2-D grid. Returns the grid and
+/// the number of invocations per grid row, for shaders computing
+/// `index = gid.y * row + gid.x`.
+pub fn grid_1d(threads: u64, wg: u32) -> ([u32; 3], u32) {
+    let groups = threads.div_ceil(wg as u64).max(1);
+    let x = groups.min(MAX_GROUPS_X as u64) as u32;
+    let y = groups.div_ceil(x as u64) as u32;
+    ([x, y, 1], x * wg)
+}
+
+/// What a kernel sees while it records: pipelines, bindings, dispatches, temporaries.
+pub struct KernelContext<'d> {
+    pub(crate) dev: &'d DeviceInner,
+    temps: parking_lot::Mutex<Vec<u64>>,
+}
+
+impl<'d> KernelContext<'d> {
+    pub(crate) fn new(dev: &'d DeviceInner) -> Self {
+        KernelContext {
+            dev,
+            temps: parking_lot::Mutex::new(vec![]),
+        }
+    }
+
+    /// The device's limits.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.dev.limits
+    }
+
+    /// The device's enabled features.
+    pub fn features(&self) -> wgpu::Features {
+        self.dev.features
+    }
+
+    /// A cached pipeline, compiled on first use.
+    pub fn pipeline(
+        &self,
+        key: PipelineKey,
+        source: impl FnOnce() -> ShaderSource,
+    ) -> Result<Arc<Pipeline>> {
+        self.dev.kernels.get(key, source)
+    }
+
+    /// A binding for a whole tensor. Storage bindings need an aligned offset; an input whose
+    /// address is not aligned (a slice TensorFlow forwarded) is first copied to an aligned
+    /// temporary.
+    pub fn bind(&self, t: &DeviceRef) -> Result<BufferRange> {
+        self.bind_bytes(t.addr, t.desc.byte_size())
+    }
+
+    /// A binding for `size` bytes at `addr`.
+    pub fn bind_bytes(&self, addr: u64, size: u64) -> Result<BufferRange> {
+        let r = self.dev.alloc.resolve(addr)?;
+        if size > r.remaining {
+            return Err(Error::InvalidArgument(format!(
+                "a tensor of {size} bytes at {addr:#x} runs past its allocation ({} bytes left)",
+                r.remaining
+            )));
+        }
+        let align = self.dev.limits.min_storage_buffer_offset_alignment as u64;
+        if r.offset.is_multiple_of(align) {
+            return Ok(r.range(size));
+        }
+        if !r.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "address {addr:#x} is not 4-byte aligned"
+            )));
+        }
+        // Allocations are granule-sized, so a 4-aligned address has a multiple of 4 bytes left.
+        let tmp = self.temp(size)?;
+        self.dev.exec.copy(
+            &r.buffer,
+            r.offset,
+            &tmp.buffer,
+            tmp.offset,
+            size.next_multiple_of(4),
+        )?;
+        Ok(tmp)
+    }
+
+    /// A temporary device buffer of `size` bytes, freed (after the GPU is done with it) when the
+    /// kernel finishes recording.
+    pub fn temp(&self, size: u64) -> Result<BufferRange> {
+        let addr = self.dev.alloc.allocate(size, &self.dev.exec)?;
+        self.temps.lock().push(addr);
+        let r = self.dev.alloc.resolve(addr)?;
+        Ok(r.range(size))
+    }
+
+    /// Records one dispatch: `params` at binding 0, `buffers` at 1, 2, ...
+    pub fn dispatch(
+        &self,
+        pipeline: &Pipeline,
+        params: &[u8],
+        buffers: &[BufferRange],
+        groups: [u32; 3],
+    ) -> Result<()> {
+        self.dev.exec.dispatch(pipeline, params, buffers, groups)
+    }
+
+    /// Records a copy between two bindings (`size` a multiple of 4).
+    pub fn copy(&self, src: &BufferRange, dst: &BufferRange, size: u64) -> Result<()> {
+        self.dev
+            .exec
+            .copy(&src.buffer, src.offset, &dst.buffer, dst.offset, size)
+    }
+
+    /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.
+    pub fn clear(&self, dst: &BufferRange, size: u64) -> Result<()> {
+        self.dev.exec.clear(&dst.buffer, dst.offset, size)
+    }
+}
+
+impl Drop for KernelContext<'_> {
+    fn drop(&mut self) {
+        let temps = std::mem::take(&mut *self.temps.lock());
+        if temps.is_empty() {
+            return;
+        }
+        let tag = self.dev.exec.tag();
+        for addr in temps {
+            if let Err(e) = self.dev.alloc.free(addr, tag) {
+                tracing::error!("freeing a kernel temporary: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! The kernel library, one module per op family. Each family has one registration table
+//! (`OPS`); adding an op is a table row plus a kernel, and a test.
+
+pub mod fill;
+pub mod wgsl;
+
+use crate::kernel::OpDef;
+
+/// Collects every family's registration table.
+pub fn register_all(defs: &mut Vec<OpDef>) {
+    defs.extend_from_slice(fill::OPS);
+}

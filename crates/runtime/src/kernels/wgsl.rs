@@ -1,0 +1,19 @@
+//! Pieces of WGSL shared by the kernel families, and packing of params.
+//!
+//! Binding convention: `@binding(0)` is the uniform params struct `p`; tensors follow at 1, 2...
+//! Every storage binding is declared `read_write`, inputs too: tensors are sub-allocated from
+//! shared heap buffers, so an input and an output are often ranges of one wgpu buffer, and wgpu
+//! rejects a buffer bound both read-only and read-write in one dispatch.
+
+/// Workgroup size of 1-D kernels.
+pub const WG: u32 = 256;
+
+/// Packs 32-bit params for a uniform buffer.
+pub fn params(words: &[u32]) -> Vec<u8> {
+    bytemuck::cast_slice(words).to_vec()
+}
+
+/// Shader fragment: the linear invocation index for a grid from `kernel::grid_1d`, with the
+/// row length in `p.row`.
+pub const LINEAR_INDEX: &str =
+    "fn linear_index(gid: vec3<u32>) -> u32 { return gid.y * p.row + gid.x; }\n";

@@ -1,0 +1,49 @@
+//! Shared helpers for the runtime's integration tests: one device per test binary, seeded
+//! random data, and comparison with tolerances.
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use tfwgpu_runtime::{Device, Runtime};
+
+/// The test device (the best adapter; lavapipe in CI).
+pub fn dev() -> &'static Device {
+    static RT: OnceLock<Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        let rt = Runtime::new().expect("tests need a GPU adapter (in CI: mesa-vulkan-drivers)");
+        eprintln!("test adapter: {}", rt.device().description().name);
+        rt
+    })
+    .device()
+}
+
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+pub fn rand_f32(rng: &mut StdRng, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+pub fn rand_i32(rng: &mut StdRng, n: usize, lo: i32, hi: i32) -> Vec<i32> {
+    (0..n).map(|_| rng.random_range(lo..hi)).collect()
+}
+
+/// Asserts `got` matches `want` elementwise within `atol + rtol * |want|`; NaN must match NaN
+/// and infinities must match exactly.
+pub fn assert_close(got: &[f32], want: &[f32], rtol: f32, atol: f32, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        if w.is_nan() {
+            assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
+        } else if w.is_infinite() {
+            assert_eq!(g, w, "{what}[{i}]");
+        } else {
+            assert!(
+                (g - w).abs() <= atol + rtol * w.abs(),
+                "{what}[{i}]: got {g}, want {w} (rtol {rtol}, atol {atol})"
+            );
+        }
+    }
+}
