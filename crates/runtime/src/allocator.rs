@@ -204,14 +204,16 @@ impl Allocator {
             if let Some(addr) = self.take(&mut st, rounded) {
                 return Ok(addr);
             }
-            // A new heap, if the limit allows.
-            let heap_bytes = if rounded > self.heap_size / 2 {
+            // A new heap, if the limit allows. Large allocations get a heap of their own;
+            // regular heaps shrink to the budget left under the limit.
+            let dedicated = rounded > self.heap_size / 2;
+            let budget = st.stats.bytes_limit.saturating_sub(st.stats.bytes_reserved);
+            let heap_bytes = if dedicated {
                 rounded
             } else {
-                self.heap_size
+                (self.heap_size.min(budget) / self.granule * self.granule).max(rounded)
             };
-            if st.stats.bytes_reserved + heap_bytes <= st.stats.bytes_limit {
-                let dedicated = heap_bytes != self.heap_size;
+            if heap_bytes <= budget {
                 let heap = self.new_heap(heap_bytes, dedicated)?;
                 let idx = match st.heaps.iter().position(Option::is_none) {
                     Some(i) => {

@@ -31,11 +31,43 @@ pub struct Runtime {
     pub adapters: Vec<AdapterDescription>,
 }
 
+/// Settings of a runtime; `Default` reads the `TFWGPU_*` environment variables.
+#[derive(Clone, Debug)]
+pub struct RuntimeOptions {
+    /// Which adapters to open.
+    pub selection: Selection,
+    /// Batching thresholds.
+    pub exec: ExecConfig,
+    /// Pipeline-cache capacity (`TFWGPU_KERNEL_CACHE_SIZE`).
+    pub kernel_cache_size: usize,
+    /// Device-memory limit in bytes (`TFWGPU_MEMORY_LIMIT_MB`); `None` picks one per adapter.
+    pub memory_limit: Option<u64>,
+}
+
+impl RuntimeOptions {
+    /// Options from the environment.
+    pub fn from_env() -> Result<Self> {
+        Ok(RuntimeOptions {
+            selection: Selection::from_env()?,
+            exec: ExecConfig::from_env(),
+            kernel_cache_size: env_parse::<usize>("TFWGPU_KERNEL_CACHE_SIZE")
+                .unwrap_or(512)
+                .max(1),
+            memory_limit: env_parse::<u64>("TFWGPU_MEMORY_LIMIT_MB").map(|mb| mb << 20),
+        })
+    }
+}
+
 impl Runtime {
     /// Enumerates adapters and opens the ones `TFWGPU_VISIBLE_DEVICES` / `TFWGPU_ADAPTER`
     /// select (by default the best one of each physical GPU).
     pub fn new() -> Result<Runtime> {
-        let selection = Selection::from_env()?;
+        Runtime::with_options(RuntimeOptions::from_env()?)
+    }
+
+    /// Like `new`, with explicit options.
+    pub fn with_options(opts: RuntimeOptions) -> Result<Runtime> {
+        let selection = opts.selection.clone();
         let instance = new_instance();
         let adapters = enumerate(&instance);
         let descs: Vec<_> = adapters
@@ -46,7 +78,7 @@ impl Runtime {
         let chosen = selection.choose(&descs)?;
         let mut devices = vec![];
         for i in chosen {
-            devices.push(Device::open(&adapters[i], descs[i].clone())?);
+            devices.push(Device::open(&adapters[i], descs[i].clone(), &opts)?);
         }
         Ok(Runtime {
             devices,
@@ -61,9 +93,6 @@ impl Runtime {
 }
 
 fn default_memory_limit(desc: &AdapterDescription) -> u64 {
-    if let Some(mb) = env_parse::<u64>("TFWGPU_MEMORY_LIMIT_MB") {
-        return mb << 20;
-    }
     let system = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|s| {
@@ -86,7 +115,11 @@ fn default_memory_limit(desc: &AdapterDescription) -> u64 {
 
 impl Device {
     /// Opens `adapter` with its own limits and every useful feature it has.
-    pub(crate) fn open(adapter: &wgpu::Adapter, desc: AdapterDescription) -> Result<Device> {
+    pub(crate) fn open(
+        adapter: &wgpu::Adapter,
+        desc: AdapterDescription,
+        opts: &RuntimeOptions,
+    ) -> Result<Device> {
         let mut features = wgpu::Features::empty();
         for (f, _) in useful_feature_list() {
             if desc.features.contains(f) {
@@ -110,7 +143,9 @@ impl Device {
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?;
-        let limit = default_memory_limit(&desc);
+        let limit = opts
+            .memory_limit
+            .unwrap_or_else(|| default_memory_limit(&desc));
         tracing::info!(
             "opened {} ({}, {}, {}), memory limit {} MiB",
             desc.name,
@@ -119,12 +154,12 @@ impl Device {
             desc.driver,
             limit >> 20
         );
-        let exec = ExecutionContext::new(device.clone(), queue, ExecConfig::from_env());
+        let exec = ExecutionContext::new(device.clone(), queue, opts.exec.clone());
         let inner = DeviceInner {
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), limit),
-            kernels: KernelManager::new(device.clone()),
+            kernels: KernelManager::with_capacity(device.clone(), opts.kernel_cache_size),
             exec,
             desc,
         };
@@ -258,9 +293,8 @@ impl Device {
                 "device-to-device copies need 4-byte aligned addresses".into(),
             ));
         }
-        self.inner
-            .exec
-            .copy(&s.buffer, s.offset, &d.buffer, d.offset, padded)
+        let ctx = KernelContext::new(&self.inner);
+        crate::kernels::copy::copy_range(&ctx, &s.range(padded), &d.range(padded), padded)
     }
 
     /// Records a fill of `len` bytes at `addr` with a repeated 32-bit pattern.

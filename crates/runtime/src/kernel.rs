@@ -337,13 +337,7 @@ impl<'d> KernelContext<'d> {
         }
         // Allocations are granule-sized, so a 4-aligned address has a multiple of 4 bytes left.
         let tmp = self.temp(size)?;
-        self.dev.exec.copy(
-            &r.buffer,
-            r.offset,
-            &tmp.buffer,
-            tmp.offset,
-            size.next_multiple_of(4),
-        )?;
+        crate::kernels::copy::copy_range(self, &r.range(size), &tmp, size.next_multiple_of(4))?;
         Ok(tmp)
     }
 
@@ -369,9 +363,7 @@ impl<'d> KernelContext<'d> {
 
     /// Records a copy between two bindings (`size` a multiple of 4).
     pub fn copy(&self, src: &BufferRange, dst: &BufferRange, size: u64) -> Result<()> {
-        self.dev
-            .exec
-            .copy(&src.buffer, src.offset, &dst.buffer, dst.offset, size)
+        crate::kernels::copy::copy_range(self, src, dst, size)
     }
 
     /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::exec::{Pipeline, env_parse};
+use crate::exec::Pipeline;
 use crate::{DType, Error, Result};
 
 /// Identifies one compiled pipeline.
@@ -91,16 +91,9 @@ impl ShaderSource {
         }
     }
 }
-
 impl KernelManager {
-    pub(crate) fn new(device: wgpu::Device) -> Self {
-        let capacity = env_parse::<usize>("TFWGPU_KERNEL_CACHE_SIZE")
-            .unwrap_or(512)
-            .max(1);
-        Self::with_capacity(device, capacity)
-    }
-
     pub(crate) fn with_capacity(device: wgpu::Device, capacity: usize) -> Self {
+        let capacity = capacity.max(1);
         KernelManager {
             device,
             capacity,

@@ -29,7 +29,7 @@ pub mod kernels;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
 pub use allocator::{Allocator, AllocatorStats};
-pub use device::{Arg, Device, Runtime, Tensor};
+pub use device::{Arg, Device, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, ExecStats, ExecutionContext};

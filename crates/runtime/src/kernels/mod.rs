@@ -1,7 +1,12 @@
 //! The kernel library, one module per op family. Each family has one registration table
 //! (`OPS`); adding an op is a table row plus a kernel, and a test.
 
+pub mod cast;
+pub mod copy;
+pub mod elementwise;
 pub mod fill;
+pub mod matmul;
+pub mod reduce;
 pub mod wgsl;
 
 use crate::kernel::OpDef;
@@ -9,4 +14,8 @@ use crate::kernel::OpDef;
 /// Collects every family's registration table.
 pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(fill::OPS);
+    defs.extend_from_slice(elementwise::OPS);
+    defs.extend_from_slice(cast::OPS);
+    defs.extend_from_slice(reduce::OPS);
+    defs.extend_from_slice(matmul::OPS);
 }

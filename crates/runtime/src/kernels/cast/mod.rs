@@ -1,0 +1,6 @@
+//! cast family (in progress).
+
+use crate::kernel::OpDef;
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[];

@@ -1,0 +1,274 @@
+//! Allocator, execution context, pipeline cache and adapter selection.
+mod common;
+use common::*;
+
+use std::time::Duration;
+
+use tfwgpu_runtime::{
+    AdapterDescription, Arg, Attrs, Error, ExecConfig, Runtime, RuntimeOptions, Selection,
+};
+
+fn runtime_with(f: impl FnOnce(&mut RuntimeOptions)) -> Runtime {
+    let mut opts = RuntimeOptions::from_env().unwrap();
+    f(&mut opts);
+    Runtime::with_options(opts).unwrap()
+}
+
+#[test]
+fn addresses_resolve_after_offset_arithmetic() {
+    let d = dev();
+    let addr = d.allocate(1000).unwrap();
+    assert_eq!(addr % 256, 0, "addresses are 256-byte aligned");
+    let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+    d.write(addr, &data).unwrap();
+    // Reads and writes through interior addresses, as TensorFlow's BFC allocator makes them.
+    assert_eq!(d.read(addr + 500, 300).unwrap(), data[500..800]);
+    d.write(addr + 256, &[9u8; 8]).unwrap();
+    let back = d.read(addr, 1000).unwrap();
+    assert_eq!(back[256..264], [9u8; 8]);
+    assert_eq!(back[..256], data[..256]);
+    assert_eq!(back[264..], data[264..]);
+    // Odd sizes keep the bytes after them.
+    d.write(addr + 4, &[1u8, 2, 3]).unwrap();
+    let back = d.read(addr, 8).unwrap();
+    assert_eq!(back, [data[0], data[1], data[2], data[3], 1, 2, 3, data[7]]);
+    // Device-to-device copy between interior addresses.
+    let other = d.allocate(512).unwrap();
+    d.copy(addr + 512, other + 4, 100).unwrap();
+    assert_eq!(d.read(other + 4, 100).unwrap(), data[512..612]);
+    // Out of range and unknown addresses are errors, not crashes.
+    assert!(d.read(addr + 900, 200).is_err());
+    assert!(d.read(0x1234, 4).is_err());
+    assert!(
+        d.deallocate(addr + 8).is_err(),
+        "only the start of an allocation can be freed"
+    );
+    d.deallocate(addr).unwrap();
+    d.deallocate(other).unwrap();
+    assert!(
+        d.read(addr, 4).is_err(),
+        "a freed allocation does not resolve"
+    );
+    assert!(d.deallocate(addr).is_err(), "double free is reported");
+}
+
+#[test]
+fn freed_memory_is_not_reused_before_the_gpu_is_done() {
+    // Batches are never submitted by time or count here: only a host wait submits them, so
+    // the GPU cannot have completed the work when the allocator is asked again.
+    let rt = runtime_with(|o| {
+        o.exec = ExecConfig {
+            max_ops: 1_000_000,
+            max_age: Duration::from_secs(3600),
+        }
+    });
+    let d = rt.device();
+    let a = d.upload(&[1.0f32; 64], &[64]).unwrap();
+    let z = d.run("ZerosLike", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+    let z_addr = z[0].addr();
+    let tag = d.exec().tag();
+    assert!(d.exec().completed() < tag);
+    drop(z);
+    assert_eq!(d.memory_stats().bytes_pending, 256);
+    let b = d.allocate(256).unwrap();
+    assert_ne!(
+        b, z_addr,
+        "a range still used by unsubmitted GPU work was handed out again"
+    );
+    d.synchronize().unwrap();
+    assert!(d.exec().completed() >= tag);
+    let c = d.allocate(256).unwrap();
+    assert_eq!(c, z_addr, "after completion the range is reused (best fit)");
+    assert_eq!(d.memory_stats().bytes_pending, 0);
+    d.deallocate(b).unwrap();
+    d.deallocate(c).unwrap();
+}
+
+#[test]
+fn memory_stays_flat_over_10000_cycles() {
+    let rt = runtime_with(|_| {});
+    let d = rt.device();
+    let warm = d.upload(&[0.5f32; 100], &[100]).unwrap();
+    let _ = d
+        .run("OnesLike", &Attrs::new(), &[Arg::from(&warm)])
+        .unwrap();
+    d.synchronize().unwrap();
+    let before = d.memory_stats();
+    for i in 0..10_000u32 {
+        let n = 1 + (i as usize % 300);
+        let t = d.upload(&vec![i as f32; n], &[n]).unwrap();
+        let o = d.run("OnesLike", &Attrs::new(), &[Arg::from(&t)]).unwrap();
+        if i % 1000 == 999 {
+            assert_eq!(o[0].download::<f32>().unwrap(), vec![1.0; n]);
+        }
+    }
+    d.synchronize().unwrap();
+    d.allocator().trim(d.exec().completed());
+    let after = d.memory_stats();
+    assert_eq!(after.bytes_in_use, before.bytes_in_use);
+    assert_eq!(after.num_allocs, before.num_allocs);
+    assert!(
+        after.bytes_reserved <= before.bytes_reserved,
+        "{before:?} -> {after:?}"
+    );
+    assert!(after.heaps <= before.heaps.max(1));
+    let s = d.exec_stats();
+    assert!(s.submits < 10_000, "work was batched: {s:?}");
+}
+
+#[test]
+fn many_threads_get_the_results_of_one() {
+    let d = dev();
+    let run = |seed: u64| -> Vec<Vec<u8>> {
+        let mut out = vec![];
+        for k in 0..30u64 {
+            let n = 1 + ((seed * 31 + k * 17) % 500) as usize;
+            let addr = d.allocate(n as u64 * 4).unwrap();
+            let pattern = (seed as u32) << 16 | k as u32;
+            d.fill_u32(addr, n as u64 * 4, pattern).unwrap();
+            let x = d.upload(&vec![seed as i32; n], &[n]).unwrap();
+            let y = d.run("ZerosLike", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+            let mut bytes = d.read(addr, n * 4).unwrap();
+            bytes.extend(y[0].download_host().unwrap().bytes);
+            bytes.extend(x.download_host().unwrap().bytes);
+            d.deallocate(addr).unwrap();
+            out.push(bytes);
+        }
+        out
+    };
+    let alone: Vec<_> = (0..16u64).map(run).collect();
+    let together: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16u64).map(|seed| s.spawn(move || run(seed))).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_eq!(alone, together);
+}
+
+#[test]
+fn pipeline_cache_hits_and_lru_bound() {
+    let rt = runtime_with(|o| o.kernel_cache_size = 2);
+    let d = rt.device();
+    let x = d.upload(&[1.0f32, 2.0], &[2]).unwrap();
+    let s0 = d.cache_stats();
+    let _ = d.run("ZerosLike", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+    let s1 = d.cache_stats();
+    assert_eq!(s1.misses, s0.misses + 1);
+    let _ = d.run("OnesLike", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+    let s2 = d.cache_stats();
+    assert_eq!(s2.hits, s1.hits + 1, "the same kernel again is a cache hit");
+    assert_eq!(s2.misses, s1.misses);
+    // Distinct pipelines beyond the capacity evict the least recently used one.
+    for op in ["AddV2", "Mul", "Sub", "Maximum"] {
+        if let Ok(out) = d.run(op, &Attrs::new(), &[Arg::from(&x), Arg::from(&x)]) {
+            drop(out);
+        }
+    }
+    let s3 = d.cache_stats();
+    assert!(s3.entries <= 2, "{s3:?}");
+    if s3.misses > s2.misses + 1 {
+        assert!(s3.evictions >= 1, "{s3:?}");
+    }
+    assert_eq!(s3.capacity, 2);
+}
+
+#[test]
+fn out_of_memory_is_an_error() {
+    let rt = runtime_with(|o| o.memory_limit = Some(1 << 20));
+    let d = rt.device();
+    let too_big = d.allocator().max_allocation() + 1;
+    match d.allocate(too_big) {
+        Err(Error::OutOfMemory(msg)) => assert!(msg.contains("bind"), "{msg}"),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    match d.allocate(2 << 20) {
+        Err(Error::OutOfMemory(msg)) => assert!(msg.contains("limit"), "{msg}"),
+        other => panic!("expected OutOfMemory, got {other:?}"),
+    }
+    // Within the limit it works, and the memory comes back when freed.
+    let a = d.allocate(512 << 10).unwrap();
+    d.deallocate(a).unwrap();
+    let b = d.allocate(900 << 10).unwrap();
+    d.deallocate(b).unwrap();
+}
+
+#[test]
+fn unknown_op_and_bad_arguments_are_errors() {
+    let d = dev();
+    let x = d.upload(&[1.0f32], &[1]).unwrap();
+    match d.run("NoSuchOp", &Attrs::new(), &[Arg::from(&x)]) {
+        Err(Error::Unimplemented(m)) => assert!(m.contains("NoSuchOp")),
+        other => panic!("{:?}", other.map(|_| ())),
+    }
+    assert!(d.upload(&[1.0f32, 2.0], &[3]).is_err());
+}
+
+fn fake(index: usize, name: &str, kind: &str, backend: &str) -> AdapterDescription {
+    AdapterDescription {
+        index,
+        name: name.into(),
+        backend: backend.into(),
+        driver: String::new(),
+        driver_info: String::new(),
+        device_type: kind.into(),
+        vendor: index as u32,
+        device: 0,
+        limits: Default::default(),
+        features: Default::default(),
+    }
+}
+
+#[test]
+fn adapter_selection_rules() {
+    let adapters = vec![
+        fake(0, "llvmpipe", "cpu", "Vulkan"),
+        fake(1, "Intel UHD", "integrated", "Vulkan"),
+        fake(2, "NVIDIA H200", "discrete", "Vulkan"),
+        fake(3, "NVIDIA H200", "discrete", "Gl"),
+    ];
+    let none = Selection::default();
+    // Best first; software adapters dropped when hardware exists; GL duplicate dropped.
+    let mut fakes = adapters.clone();
+    fakes[3].vendor = 2;
+    assert_eq!(none.choose(&fakes).unwrap(), vec![2, 1]);
+    let only_cpu = vec![fake(0, "llvmpipe", "cpu", "Vulkan")];
+    assert_eq!(none.choose(&only_cpu).unwrap(), vec![0]);
+    let by_name = Selection {
+        visible: None,
+        name: Some("llvm".into()),
+    };
+    assert_eq!(by_name.choose(&adapters).unwrap(), vec![0]);
+    let by_index = Selection {
+        visible: Some(vec![1, 0]),
+        name: None,
+    };
+    assert_eq!(by_index.choose(&adapters).unwrap(), vec![1, 0]);
+    let bad = Selection {
+        visible: Some(vec![9]),
+        name: None,
+    };
+    assert!(matches!(bad.choose(&adapters), Err(Error::NoAdapter(_))));
+    let nomatch = Selection {
+        visible: None,
+        name: Some("radeon".into()),
+    };
+    let e = nomatch.choose(&adapters).unwrap_err().to_string();
+    assert!(e.contains("radeon") && e.contains("H200"), "{e}");
+    let e = none.choose(&[]).unwrap_err().to_string();
+    assert!(e.contains("mesa-vulkan-drivers"), "{e}");
+}
+
+#[test]
+fn device_reports_adapter_limits_and_features() {
+    let d = dev();
+    let desc = d.description();
+    assert!(!desc.name.is_empty());
+    assert!(!desc.backend.is_empty());
+    // The device was opened with the adapter's own limits, not wgpu's defaults.
+    assert_eq!(
+        d.limits().max_storage_buffer_binding_size,
+        desc.limits.max_storage_buffer_binding_size
+    );
+    for f in desc.useful_features() {
+        assert!(!f.is_empty());
+    }
+}
