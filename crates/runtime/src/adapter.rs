@@ -14,6 +14,9 @@ pub struct AdapterDescription {
     pub device_type: String,
     pub vendor: u32,
     pub device: u32,
+    /// Smallest and largest subgroup size the adapter may use.
+    pub subgroup_min_size: u32,
+    pub subgroup_max_size: u32,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
 }
@@ -30,6 +33,8 @@ impl AdapterDescription {
             device_type: device_type_name(info.device_type).to_string(),
             vendor: info.vendor,
             device: info.device,
+            subgroup_min_size: info.subgroup_min_size,
+            subgroup_max_size: info.subgroup_max_size,
             limits: adapter.limits(),
             features: adapter.features(),
         }

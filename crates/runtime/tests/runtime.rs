@@ -212,6 +212,8 @@ fn fake(index: usize, name: &str, kind: &str, backend: &str) -> AdapterDescripti
         device_type: kind.into(),
         vendor: index as u32,
         device: 0,
+        subgroup_min_size: 0,
+        subgroup_max_size: 0,
         limits: Default::default(),
         features: Default::default(),
     }
