@@ -206,8 +206,9 @@ pub struct OpDef {
     pub type_attr: &'static str,
     /// The dtypes registered for `type_attr`.
     pub dtypes: &'static [DType],
-    /// Inputs that TensorFlow must deliver in host memory.
-    pub host_inputs: &'static [usize],
+    /// Inputs that TensorFlow must deliver in host memory: (index, argument name in the op's
+    /// TensorFlow definition).
+    pub host_inputs: &'static [(usize, &'static str)],
     /// Builds the kernel.
     pub factory: Factory,
 }
@@ -319,6 +320,10 @@ impl<'d> KernelContext<'d> {
 
     /// A binding for `size` bytes at `addr`.
     pub fn bind_bytes(&self, addr: u64, size: u64) -> Result<BufferRange> {
+        if size == 0 {
+            // An empty tensor may have no address at all; bind a scratch word instead.
+            return self.temp(4);
+        }
         let r = self.dev.alloc.resolve(addr)?;
         if size > r.remaining {
             return Err(Error::InvalidArgument(format!(

@@ -20,7 +20,7 @@ pub const OPS: &[OpDef] = &[
         op: "Fill",
         type_attr: "T",
         dtypes: ALL,
-        host_inputs: &[0],
+        host_inputs: &[(0, "dims")],
         factory: |_| Ok(Box::new(Fill)),
     },
     OpDef {

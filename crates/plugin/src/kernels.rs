@@ -1,0 +1,298 @@
+//! `TF_InitKernel` and the KernelWrapper: one TensorFlow kernel registration per (op, dtype) of
+//! the runtime's registry, all served by the same three C functions. Construction parses the
+//! node's NodeDef (op name and every attribute) and builds the runtime kernel once; compute
+//! fetches the inputs (device addresses, or host bytes for host-memory arguments), asks the
+//! kernel for its output shapes, allocates the outputs through TensorFlow, and records the
+//! kernel's GPU work. Every failure becomes a TF_Status naming the op; no panic crosses the C
+//! boundary.
+
+use std::ffi::{CString, c_void};
+use std::os::raw::c_int;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use tfwgpu_runtime::{
+    DType, DeviceRef, Error, HostTensor, Kernel, Operand, Registry, Result, TensorDesc,
+};
+use tfwgpu_sys as sys;
+
+use crate::nodedef::{dtype_from_tf, dtype_to_tf, parse};
+use crate::status::{Status, set, set_error};
+
+/// A TensorFlow kernel instance: the runtime kernel built from the node's attributes.
+struct Wrapped {
+    op: String,
+    node: String,
+    kernel: Box<dyn Kernel>,
+}
+
+unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_void {
+    let st = Status::new();
+    let built = catch_unwind(AssertUnwindSafe(|| -> Result<Box<Wrapped>> {
+        // SAFETY: valid construction context; the buffer is freed below.
+        let buf = unsafe { sys::TF_OpKernelConstruction_GetNodeDef(ctx, st.0) };
+        st.check("reading the NodeDef")?;
+        let parsed = {
+            // SAFETY: TF_Buffer holds `length` bytes at `data`.
+            let b = unsafe { &*buf };
+            let bytes = unsafe { std::slice::from_raw_parts(b.data as *const u8, b.length) };
+            parse(bytes)
+        };
+        // SAFETY: made by TF_OpKernelConstruction_GetNodeDef.
+        unsafe { sys::TF_DeleteBuffer(buf) };
+        let (op, attrs) = parsed?;
+        let kernel = Registry::global().build_kernel(&op, &attrs)?;
+        // SAFETY: TF_OpKernelConstruction_GetName returns a string view valid during the call.
+        let name = unsafe { sys::TF_OpKernelConstruction_GetName(ctx) };
+        let node = unsafe { std::slice::from_raw_parts(name.data as *const u8, name.len) };
+        Ok(Box::new(Wrapped {
+            op,
+            node: String::from_utf8_lossy(node).into_owned(),
+            kernel,
+        }))
+    }));
+    match built {
+        Ok(Ok(w)) => Box::into_raw(w) as *mut c_void,
+        Ok(Err(e)) => {
+            set_error(st.0, &e);
+            // SAFETY: valid construction context.
+            unsafe { sys::TF_OpKernelConstruction_Failure(ctx, st.0) };
+            std::ptr::null_mut()
+        }
+        Err(_) => {
+            set(
+                st.0,
+                sys::TSL_Code_TSL_INTERNAL,
+                "internal error in tfwgpu while building a kernel",
+            );
+            // SAFETY: valid construction context.
+            unsafe { sys::TF_OpKernelConstruction_Failure(ctx, st.0) };
+            std::ptr::null_mut()
+        }
+    }
+}
+
+unsafe extern "C" fn delete(k: *mut c_void) {
+    if !k.is_null() {
+        // SAFETY: made by Box::into_raw in create.
+        drop(unsafe { Box::from_raw(k as *mut Wrapped) });
+    }
+}
+
+/// TF_Tensor handles fetched during one compute call, deleted at its end.
+struct Handles(Vec<*mut sys::TF_Tensor>);
+
+impl Drop for Handles {
+    fn drop(&mut self) {
+        for &t in &self.0 {
+            // SAFETY: each came from TF_GetInput or TF_AllocateOutput.
+            unsafe { sys::TF_DeleteTensor(t) };
+        }
+    }
+}
+
+fn shape_of(t: *const sys::TF_Tensor) -> Vec<usize> {
+    // SAFETY: valid tensor.
+    let n = unsafe { sys::TF_NumDims(t) };
+    (0..n)
+        .map(|i| unsafe { sys::TF_Dim(t, i) }.max(0) as usize)
+        .collect()
+}
+
+enum Input {
+    Device(DeviceRef),
+    Host(HostTensor),
+}
+
+fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
+    let st = Status::new();
+    // SAFETY: valid kernel context for the duration of the call.
+    let ordinal = unsafe { sys::TF_GetDeviceId(ctx) };
+    let device = crate::device(ordinal)
+        .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))?;
+    let mut handles = Handles(vec![]);
+    let n = unsafe { sys::TF_NumInputs(ctx) };
+    let mut inputs = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let mut t: *mut sys::TF_Tensor = std::ptr::null_mut();
+        unsafe { sys::TF_GetInput(ctx, i, &mut t, st.0) };
+        st.check(&format!("input {i}"))?;
+        handles.0.push(t);
+        let tf_type = unsafe { sys::TF_TensorType(t) };
+        let dtype = dtype_from_tf(tf_type).ok_or_else(|| {
+            Error::Unimplemented(format!(
+                "input {i} has a dtype ({tf_type}) tfwgpu does not support"
+            ))
+        })?;
+        let shape = shape_of(t);
+        let host = unsafe { sys::TF_IsHostMemoryInput(ctx, i, st.0) };
+        st.check(&format!("input {i}"))?;
+        let data = unsafe { sys::TF_TensorData(t) };
+        if host {
+            let len = unsafe { sys::TF_TensorByteSize(t) };
+            let bytes = if len == 0 || data.is_null() {
+                vec![]
+            } else {
+                // SAFETY: a host tensor's buffer holds TF_TensorByteSize bytes.
+                unsafe { std::slice::from_raw_parts(data as *const u8, len) }.to_vec()
+            };
+            inputs.push(Input::Host(HostTensor {
+                dtype,
+                shape,
+                bytes,
+            }));
+        } else {
+            inputs.push(Input::Device(DeviceRef {
+                desc: TensorDesc { dtype, shape },
+                addr: data as u64,
+            }));
+        }
+    }
+    let operands: Vec<Operand> = inputs
+        .iter()
+        .map(|i| match i {
+            Input::Device(d) => Operand::Device(d),
+            Input::Host(h) => Operand::Host(h),
+        })
+        .collect();
+    let descs = w.kernel.outputs(&operands)?;
+    let n_out = unsafe { sys::TF_NumOutputs(ctx) };
+    if descs.len() != n_out as usize {
+        return Err(Error::Gpu(format!(
+            "the kernel produced {} outputs, TensorFlow expects {n_out}",
+            descs.len()
+        )));
+    }
+    let mut outputs = Vec::with_capacity(descs.len());
+    for (i, d) in descs.into_iter().enumerate() {
+        let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
+        let t = unsafe {
+            sys::TF_AllocateOutput(
+                ctx,
+                i as c_int,
+                dtype_to_tf(d.dtype),
+                dims.as_ptr(),
+                dims.len() as c_int,
+                d.byte_size() as usize,
+                st.0,
+            )
+        };
+        st.check(&format!(
+            "allocating output {i} ({} {:?})",
+            d.dtype, d.shape
+        ))?;
+        handles.0.push(t);
+        let addr = unsafe { sys::TF_TensorData(t) } as u64;
+        outputs.push(DeviceRef { desc: d, addr });
+    }
+    if outputs.iter().all(|o| o.desc.num_elements() == 0) {
+        return Ok(());
+    }
+    device.record(w.kernel.as_ref(), &operands, &outputs)
+}
+
+unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) {
+    // SAFETY: made by create.
+    let Some(w) = (unsafe { (k as *const Wrapped).as_ref() }) else {
+        return;
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx)));
+    let st = Status::new();
+    let failed = match result {
+        Ok(Ok(())) => return,
+        Ok(Err(e)) => {
+            // Say which op failed, unless the kernel already did.
+            let msg = e.to_string();
+            let msg = if msg.starts_with(&w.op) {
+                msg
+            } else {
+                format!("{}: {msg}", w.op)
+            };
+            set(
+                st.0,
+                crate::status::code_of(&e),
+                &format!("{msg} [node {}]", w.node),
+            );
+            true
+        }
+        Err(_) => {
+            set(
+                st.0,
+                sys::TSL_Code_TSL_INTERNAL,
+                &format!(
+                    "internal error in tfwgpu running {} [node {}]",
+                    w.op, w.node
+                ),
+            );
+            true
+        }
+    };
+    if failed {
+        // SAFETY: valid kernel context.
+        unsafe { sys::TF_OpKernelContext_Failure(ctx, st.0) };
+    }
+}
+
+fn leak(s: &str) -> *const std::os::raw::c_char {
+    // Registration strings live as long as the process, as TensorFlow's registry does.
+    CString::new(s).expect("no NUL").into_raw()
+}
+
+/// Registers every runtime kernel with TensorFlow. Returns how many registrations succeeded.
+pub fn register_all() -> usize {
+    let st = Status::new();
+    let mut ok = 0;
+    for def in Registry::global().ops() {
+        let dtypes: Vec<Option<DType>> = if def.type_attr.is_empty() {
+            vec![None]
+        } else {
+            def.dtypes.iter().copied().map(Some).collect()
+        };
+        for dt in dtypes {
+            // SAFETY: plain calls into TensorFlow's registration API with valid strings.
+            unsafe {
+                let b = sys::TF_NewKernelBuilder(
+                    leak(def.op),
+                    leak("GPU"),
+                    Some(create),
+                    Some(compute),
+                    Some(delete),
+                );
+                if let Some(dt) = dt {
+                    sys::TF_KernelBuilder_TypeConstraint(
+                        b,
+                        leak(def.type_attr),
+                        dtype_to_tf(dt),
+                        st.0,
+                    );
+                    if let Err(e) = st.check("type constraint") {
+                        tracing::warn!("not registering {} for {dt}: {e}", def.op);
+                        sys::TF_DeleteKernelBuilder(b);
+                        continue;
+                    }
+                }
+                for (_, name) in def.host_inputs {
+                    sys::TF_KernelBuilder_HostMemory(b, leak(name));
+                }
+                let kname = format!("tfwgpu_{}_{}", def.op, dt.map_or("any", |d| d.name()));
+                sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
+                match st.check("registration") {
+                    Ok(()) => ok += 1,
+                    Err(e) => tracing::warn!("not registering {kname}: {e}"),
+                }
+            }
+        }
+    }
+    ok
+}
+
+/// Entry point TensorFlow calls after SE_InitPlugin.
+#[unsafe(no_mangle)]
+pub extern "C" fn TF_InitKernel() {
+    crate::status::quiet((), || {
+        if crate::runtime().is_none() {
+            return;
+        }
+        let n = register_all();
+        tracing::info!("registered {n} tfwgpu kernels");
+    })
+}

@@ -1,0 +1,340 @@
+//! Reads a serialized `tensorflow.NodeDef`: the op name and every attribute, so that one
+//! generic kernel-construction function serves every op. Only the protobuf wire format is
+//! needed (varints and length-delimited fields); unknown fields are skipped.
+
+use tfwgpu_runtime::{AttrValue, Attrs, DType, Error, Result};
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+    Fixed32(u32),
+    Fixed64,
+}
+
+fn corrupt(what: &str) -> Error {
+    Error::InvalidArgument(format!("malformed NodeDef from TensorFlow: {what}"))
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn varint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self
+                .buf
+                .get(self.pos)
+                .ok_or_else(|| corrupt("truncated varint"))?;
+            self.pos += 1;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(corrupt("varint too long"))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(|| corrupt("truncated field"))?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn next(&mut self) -> Result<Option<(u32, Field<'a>)>> {
+        if self.pos >= self.buf.len() {
+            return Ok(None);
+        }
+        let key = self.varint()?;
+        let field = (key >> 3) as u32;
+        let f = match key & 7 {
+            0 => Field::Varint(self.varint()?),
+            1 => {
+                self.take(8)?;
+                Field::Fixed64
+            }
+            2 => {
+                let n = self.varint()? as usize;
+                Field::Bytes(self.take(n)?)
+            }
+            5 => Field::Fixed32(u32::from_le_bytes(
+                self.take(4)?.try_into().expect("4 bytes"),
+            )),
+            w => return Err(corrupt(&format!("wire type {w}"))),
+        };
+        Ok(Some((field, f)))
+    }
+}
+
+fn utf8(b: &[u8]) -> Result<String> {
+    String::from_utf8(b.to_vec()).map_err(|_| corrupt("non-UTF-8 string"))
+}
+
+/// TensorFlow's DataType enum value to a runtime dtype (`None` for types the runtime lacks).
+pub fn dtype_from_tf(v: u32) -> Option<DType> {
+    Some(match v {
+        1 => DType::F32,
+        3 => DType::I32,
+        4 => DType::U8,
+        9 => DType::I64,
+        10 => DType::Bool,
+        19 => DType::F16,
+        _ => return None,
+    })
+}
+
+/// A runtime dtype to TensorFlow's DataType enum value.
+pub fn dtype_to_tf(d: DType) -> u32 {
+    match d {
+        DType::F32 => 1,
+        DType::I32 => 3,
+        DType::U8 => 4,
+        DType::I64 => 9,
+        DType::Bool => 10,
+        DType::F16 => 19,
+    }
+}
+
+/// Packed or repeated varints (proto3 repeated scalars).
+fn varints(field: Field, out: &mut Vec<u64>) -> Result<()> {
+    match field {
+        Field::Varint(v) => out.push(v),
+        Field::Bytes(b) => {
+            let mut r = Reader::new(b);
+            while r.pos < b.len() {
+                out.push(r.varint()?);
+            }
+        }
+        _ => return Err(corrupt("expected varints")),
+    }
+    Ok(())
+}
+
+fn floats(field: Field, out: &mut Vec<f32>) -> Result<()> {
+    match field {
+        Field::Fixed32(v) => out.push(f32::from_bits(v)),
+        Field::Bytes(b) => {
+            for c in b.chunks_exact(4) {
+                out.push(f32::from_le_bytes(c.try_into().expect("4 bytes")));
+            }
+        }
+        _ => return Err(corrupt("expected floats")),
+    }
+    Ok(())
+}
+
+fn shape(b: &[u8]) -> Result<Option<Vec<i64>>> {
+    let mut r = Reader::new(b);
+    let mut dims = vec![];
+    let mut unknown_rank = false;
+    while let Some((f, v)) = r.next()? {
+        match (f, v) {
+            (2, Field::Bytes(dim)) => {
+                let mut d = Reader::new(dim);
+                let mut size = 0i64;
+                while let Some((f, v)) = d.next()? {
+                    if let (1, Field::Varint(s)) = (f, v) {
+                        size = s as i64;
+                    }
+                }
+                dims.push(size);
+            }
+            (3, Field::Varint(u)) => unknown_rank = u != 0,
+            _ => {}
+        }
+    }
+    Ok(if unknown_rank { None } else { Some(dims) })
+}
+
+fn type_value(v: u64) -> Result<AttrValue> {
+    dtype_from_tf(v as u32).map(AttrValue::Type).ok_or_else(|| {
+        Error::Unimplemented(format!("TensorFlow dtype {v} is not supported by tfwgpu"))
+    })
+}
+
+/// Decodes one `AttrValue`. Attributes the runtime has no use for (tensors, functions) are
+/// returned as `None`.
+fn attr_value(b: &[u8]) -> Result<Option<AttrValue>> {
+    let mut r = Reader::new(b);
+    let mut value = None;
+    while let Some((f, v)) = r.next()? {
+        value = match (f, v) {
+            (2, Field::Bytes(s)) => Some(AttrValue::Str(utf8(s)?)),
+            (3, Field::Varint(i)) => Some(AttrValue::Int(i as i64)),
+            (4, Field::Fixed32(x)) => Some(AttrValue::Float(f32::from_bits(x))),
+            (5, Field::Varint(x)) => Some(AttrValue::Bool(x != 0)),
+            // An unsupported dtype is kept as absent: the kernel's type check reports it.
+            (6, Field::Varint(t)) => type_value(t).ok(),
+            (7, Field::Bytes(s)) => Some(AttrValue::Shape(shape(s)?)),
+            (1, Field::Bytes(list)) => Some(list_value(list)?),
+            _ => value,
+        };
+    }
+    Ok(value)
+}
+
+fn list_value(b: &[u8]) -> Result<AttrValue> {
+    let mut r = Reader::new(b);
+    let (mut ints, mut fl, mut types, mut bools, mut strs) =
+        (vec![], vec![], vec![], vec![], vec![]);
+    while let Some((f, v)) = r.next()? {
+        match f {
+            2 => {
+                if let Field::Bytes(s) = v {
+                    strs.push(utf8(s)?);
+                }
+            }
+            3 => varints(v, &mut ints)?,
+            4 => floats(v, &mut fl)?,
+            5 => varints(v, &mut bools)?,
+            6 => varints(v, &mut types)?,
+            _ => {}
+        }
+    }
+    Ok(if !ints.is_empty() {
+        AttrValue::Ints(ints.into_iter().map(|i| i as i64).collect())
+    } else if !fl.is_empty() {
+        AttrValue::Floats(fl)
+    } else if !types.is_empty() {
+        AttrValue::Types(
+            types
+                .into_iter()
+                .filter_map(|t| dtype_from_tf(t as u32))
+                .collect(),
+        )
+    } else if !bools.is_empty() {
+        AttrValue::Ints(bools.into_iter().map(|b| b as i64).collect())
+    } else if !strs.is_empty() {
+        AttrValue::Str(strs.join(","))
+    } else {
+        AttrValue::Ints(vec![])
+    })
+}
+
+/// The op name and attributes of a serialized NodeDef.
+pub fn parse(buf: &[u8]) -> Result<(String, Attrs)> {
+    let mut r = Reader::new(buf);
+    let mut op = String::new();
+    let mut attrs = Attrs::new();
+    while let Some((f, v)) = r.next()? {
+        match (f, v) {
+            (2, Field::Bytes(s)) => op = utf8(s)?,
+            (5, Field::Bytes(entry)) => {
+                let mut e = Reader::new(entry);
+                let (mut key, mut val) = (String::new(), None);
+                while let Some((f, v)) = e.next()? {
+                    match (f, v) {
+                        (1, Field::Bytes(k)) => key = utf8(k)?,
+                        (2, Field::Bytes(a)) => val = attr_value(a)?,
+                        _ => {}
+                    }
+                }
+                if let Some(v) = val {
+                    attrs.set(&key, v);
+                }
+            }
+            _ => {}
+        }
+    }
+    if op.is_empty() {
+        return Err(corrupt("no op name"));
+    }
+    Ok((op, attrs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn varint(mut v: u64, out: &mut Vec<u8>) {
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                return;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    fn bytes_field(f: u32, b: &[u8], out: &mut Vec<u8>) {
+        varint(((f as u64) << 3) | 2, out);
+        varint(b.len() as u64, out);
+        out.extend_from_slice(b);
+    }
+    fn varint_field(f: u32, v: u64, out: &mut Vec<u8>) {
+        varint((f as u64) << 3, out);
+        varint(v, out);
+    }
+    fn attr(key: &str, value: &[u8], out: &mut Vec<u8>) {
+        let mut e = vec![];
+        bytes_field(1, key.as_bytes(), &mut e);
+        bytes_field(2, value, &mut e);
+        bytes_field(5, &e, out);
+    }
+
+    #[test]
+    fn parses_op_and_attrs() {
+        let mut nd = vec![];
+        bytes_field(1, b"model/dense/MatMul", &mut nd);
+        bytes_field(2, b"MatMul", &mut nd);
+        bytes_field(3, b"x", &mut nd);
+        let mut v = vec![];
+        varint_field(5, 1, &mut v);
+        attr("transpose_a", &v, &mut nd);
+        let mut v = vec![];
+        varint_field(6, 1, &mut v);
+        attr("T", &v, &mut nd);
+        let mut v = vec![];
+        varint_field(3, (-3i64) as u64, &mut v);
+        attr("axis", &v, &mut nd);
+        let mut v = vec![];
+        varint((4 << 3) | 5, &mut v);
+        v.extend_from_slice(&0.25f32.to_le_bytes());
+        attr("alpha", &v, &mut nd);
+        let mut list = vec![];
+        let mut packed = vec![];
+        for i in [1u64, 2, 2, 1] {
+            varint(i, &mut packed);
+        }
+        bytes_field(3, &packed, &mut list);
+        let mut v = vec![];
+        bytes_field(1, &list, &mut v);
+        attr("strides", &v, &mut nd);
+        let mut dim = vec![];
+        varint_field(1, 7, &mut dim);
+        let mut shp = vec![];
+        bytes_field(2, &dim, &mut shp);
+        let mut v = vec![];
+        bytes_field(7, &shp, &mut v);
+        attr("shape", &v, &mut nd);
+        let (op, attrs) = parse(&nd).unwrap();
+        assert_eq!(op, "MatMul");
+        assert_eq!(attrs.get("transpose_a"), Some(&AttrValue::Bool(true)));
+        assert_eq!(attrs.get("T"), Some(&AttrValue::Type(DType::F32)));
+        assert_eq!(attrs.get("axis"), Some(&AttrValue::Int(-3)));
+        assert_eq!(attrs.get("alpha"), Some(&AttrValue::Float(0.25)));
+        assert_eq!(
+            attrs.get("strides"),
+            Some(&AttrValue::Ints(vec![1, 2, 2, 1]))
+        );
+        assert_eq!(attrs.get("shape"), Some(&AttrValue::Shape(Some(vec![7]))));
+    }
+
+    #[test]
+    fn rejects_truncated_input() {
+        let mut nd = vec![];
+        bytes_field(2, b"MatMul", &mut nd);
+        nd.truncate(nd.len() - 2);
+        assert!(parse(&nd).is_err());
+        assert!(parse(&[]).is_err());
+    }
+}

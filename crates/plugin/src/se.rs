@@ -1,0 +1,643 @@
+//! `SE_InitPlugin`: the StreamExecutor side of the PluggableDevice (platform "WGPU", device
+//! type "GPU"). Every function maps onto the runtime: device memory is the Allocator's
+//! addresses, copies and fills go through the ExecutionContext, and streams and events are
+//! positions in its single ordered queue (batch ids), so waiting on an event waits for the
+//! batch that held the work recorded before it.
+
+use std::ffi::{CString, c_void};
+use std::os::raw::c_char;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+use tfwgpu_runtime::{Device, Error, Result};
+use tfwgpu_sys as sys;
+
+use crate::status::{guard, quiet, set_error};
+
+fn dev(device: *const sys::SP_Device) -> Result<&'static Device> {
+    // SAFETY: TensorFlow passes the SP_Device we filled in create_device.
+    let ordinal = unsafe { device.as_ref() }.map(|d| d.ordinal).unwrap_or(-1);
+    crate::device(ordinal).ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))
+}
+
+fn addr(mem: *const sys::SP_DeviceMemoryBase) -> Result<u64> {
+    // SAFETY: TensorFlow passes a valid SP_DeviceMemoryBase.
+    let m = unsafe { mem.as_ref() }
+        .ok_or_else(|| Error::InvalidArgument("null device memory".into()))?;
+    Ok(m.opaque as u64)
+}
+
+// ---- platform ----
+
+unsafe extern "C" fn get_device_count(
+    _: *const sys::SP_Platform,
+    count: *mut i32,
+    status: *mut sys::TF_Status,
+) {
+    let n = guard(status, 0, || {
+        Ok(crate::runtime().map_or(0, |rt| rt.devices.len() as i32))
+    });
+    // SAFETY: TensorFlow passes a valid out pointer.
+    unsafe { *count = n };
+}
+
+/// Strings handed to TensorFlow in SP_Device, freed in destroy_device.
+struct DeviceStrings {
+    name: CString,
+    vendor: CString,
+    bus: CString,
+}
+
+unsafe extern "C" fn create_device(
+    _: *const sys::SP_Platform,
+    params: *mut sys::SE_CreateDeviceParams,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes valid params with an SP_Device to fill.
+        let params = unsafe { &mut *params };
+        let d = unsafe { &mut *params.device };
+        let device = crate::device(params.ordinal)
+            .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {}", params.ordinal)))?;
+        let desc = device.description();
+        let strings = Box::new(DeviceStrings {
+            name: CString::new(format!("{} ({})", desc.name, desc.backend).replace('\0', ""))
+                .expect("no NUL"),
+            vendor: CString::new(format!("{:#06x}", desc.vendor)).expect("no NUL"),
+            bus: CString::new(format!("wgpu:{}", desc.index)).expect("no NUL"),
+        });
+        d.struct_size = sys::sizes::sp_device();
+        d.ordinal = params.ordinal;
+        d.hardware_name = strings.name.as_ptr();
+        d.device_vendor = strings.vendor.as_ptr();
+        d.pci_bus_id = strings.bus.as_ptr();
+        d.device_handle = Box::into_raw(strings) as *mut c_void;
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn destroy_device(_: *const sys::SP_Platform, device: *mut sys::SP_Device) {
+    quiet((), || {
+        // SAFETY: device_handle was made by Box::into_raw in create_device.
+        if let Some(d) = unsafe { device.as_mut() }
+            && !d.device_handle.is_null()
+        {
+            drop(unsafe { Box::from_raw(d.device_handle as *mut DeviceStrings) });
+            d.device_handle = std::ptr::null_mut();
+        }
+    })
+}
+
+unsafe extern "C" fn create_device_fns(
+    _: *const sys::SP_Platform,
+    params: *mut sys::SE_CreateDeviceFnsParams,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes valid params.
+        let fns = unsafe { &mut *(*params).device_fns };
+        fns.struct_size = sys::sizes::sp_device_fns();
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn destroy_device_fns(_: *const sys::SP_Platform, _: *mut sys::SP_DeviceFns) {}
+
+// ---- memory ----
+
+unsafe extern "C" fn allocate(
+    device: *const sys::SP_Device,
+    size: u64,
+    _space: i64,
+    mem: *mut sys::SP_DeviceMemoryBase,
+) {
+    quiet((), || {
+        // SAFETY: TensorFlow passes a valid SP_DeviceMemoryBase to fill.
+        let m = unsafe { &mut *mem };
+        m.struct_size = sys::sizes::sp_device_memory_base();
+        m.opaque = std::ptr::null_mut();
+        m.size = 0;
+        match dev(device).and_then(|d| d.allocate(size)) {
+            Ok(a) => {
+                m.opaque = a as *mut c_void;
+                m.size = size;
+            }
+            // A null pointer is how TensorFlow learns of out-of-memory.
+            Err(e) => tracing::warn!("allocation of {size} bytes failed: {e}"),
+        }
+    })
+}
+
+unsafe extern "C" fn deallocate(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
+    quiet((), || {
+        let Ok(a) = addr(mem) else { return };
+        if a == 0 {
+            return;
+        }
+        if let Err(e) = dev(device).and_then(|d| d.deallocate(a)) {
+            tracing::error!("deallocate {a:#x}: {e}");
+        }
+        // SAFETY: valid SP_DeviceMemoryBase.
+        unsafe {
+            (*mem).opaque = std::ptr::null_mut();
+            (*mem).size = 0;
+        }
+    })
+}
+
+const HOST_ALIGN: usize = 64;
+
+unsafe extern "C" fn host_memory_allocate(_: *const sys::SP_Device, size: u64) -> *mut c_void {
+    quiet(std::ptr::null_mut(), || {
+        // A 64-byte header in front of the block remembers its size for deallocation.
+        let Ok(layout) =
+            std::alloc::Layout::from_size_align(size as usize + HOST_ALIGN, HOST_ALIGN)
+        else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: non-zero size layout.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return p as *mut c_void;
+        }
+        // SAFETY: the block is at least HOST_ALIGN bytes.
+        unsafe {
+            (p as *mut u64).write(size);
+            p.add(HOST_ALIGN) as *mut c_void
+        }
+    })
+}
+
+unsafe extern "C" fn host_memory_deallocate(_: *const sys::SP_Device, mem: *mut c_void) {
+    quiet((), || {
+        if mem.is_null() {
+            return;
+        }
+        // SAFETY: mem came from host_memory_allocate, which put the size in front of it.
+        unsafe {
+            let p = (mem as *mut u8).sub(HOST_ALIGN);
+            let size = (p as *const u64).read() as usize;
+            std::alloc::dealloc(
+                p,
+                std::alloc::Layout::from_size_align_unchecked(size + HOST_ALIGN, HOST_ALIGN),
+            );
+        }
+    })
+}
+
+unsafe extern "C" fn get_allocator_stats(
+    device: *const sys::SP_Device,
+    stats: *mut sys::SP_AllocatorStats,
+) -> u8 {
+    quiet(0, || {
+        let Ok(d) = dev(device) else { return 0 };
+        let s = d.memory_stats();
+        // SAFETY: TensorFlow passes a valid stats struct.
+        let out = unsafe { &mut *stats };
+        out.struct_size = sys::sizes::sp_allocator_stats();
+        out.num_allocs = s.num_allocs as i64;
+        out.bytes_in_use = s.bytes_in_use as i64;
+        out.peak_bytes_in_use = s.peak_bytes_in_use as i64;
+        out.largest_alloc_size = s.largest_alloc as i64;
+        out.has_bytes_limit = 1;
+        out.bytes_limit = s.bytes_limit as i64;
+        out.bytes_reserved = s.bytes_reserved as i64;
+        out.peak_bytes_reserved = s.bytes_reserved as i64;
+        out.has_bytes_reservable_limit = 0;
+        out.largest_free_block_bytes = 0;
+        1
+    })
+}
+
+unsafe extern "C" fn device_memory_usage(
+    device: *const sys::SP_Device,
+    free: *mut i64,
+    total: *mut i64,
+) -> u8 {
+    quiet(0, || {
+        let Ok(d) = dev(device) else { return 0 };
+        let s = d.memory_stats();
+        // SAFETY: valid out pointers.
+        unsafe {
+            *total = s.bytes_limit as i64;
+            *free = s.bytes_limit.saturating_sub(s.bytes_reserved) as i64;
+        }
+        1
+    })
+}
+
+// ---- streams and events ----
+// The device has one in-order queue: every stream is a view of it, so dependencies between
+// streams hold by construction. An event is the batch id that covers the work recorded
+// before it.
+
+struct Stream;
+
+unsafe extern "C" fn create_stream(
+    _: *const sys::SP_Device,
+    stream: *mut sys::SP_Stream,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: valid out pointer.
+        unsafe { *stream = Box::into_raw(Box::new(Stream)) as sys::SP_Stream };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn destroy_stream(_: *const sys::SP_Device, stream: sys::SP_Stream) {
+    if !stream.is_null() {
+        // SAFETY: made by create_stream.
+        drop(unsafe { Box::from_raw(stream as *mut Stream) });
+    }
+}
+
+unsafe extern "C" fn create_stream_dependency(
+    _: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    _: sys::SP_Stream,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || Ok(()))
+}
+
+unsafe extern "C" fn get_stream_status(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || dev(device)?.exec().check())
+}
+
+struct Event(AtomicU64);
+
+fn event<'a>(e: sys::SP_Event) -> Result<&'a Event> {
+    // SAFETY: made by create_event.
+    unsafe { (e as *const Event).as_ref() }
+        .ok_or_else(|| Error::InvalidArgument("null event".into()))
+}
+
+unsafe extern "C" fn create_event(
+    _: *const sys::SP_Device,
+    ev: *mut sys::SP_Event,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: valid out pointer.
+        unsafe { *ev = Box::into_raw(Box::new(Event(AtomicU64::new(0)))) as sys::SP_Event };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn destroy_event(_: *const sys::SP_Device, ev: sys::SP_Event) {
+    if !ev.is_null() {
+        // SAFETY: made by create_event.
+        drop(unsafe { Box::from_raw(ev as *mut Event) });
+    }
+}
+
+unsafe extern "C" fn get_event_status(
+    device: *const sys::SP_Device,
+    ev: sys::SP_Event,
+) -> sys::SE_EventStatus {
+    quiet(sys::SE_EventStatus_SE_EVENT_ERROR, || {
+        let (Ok(d), Ok(e)) = (dev(device), event(ev)) else {
+            return sys::SE_EventStatus_SE_EVENT_ERROR;
+        };
+        if d.exec().check().is_err() {
+            return sys::SE_EventStatus_SE_EVENT_ERROR;
+        }
+        if d.exec().completed() >= e.0.load(Ordering::Acquire) {
+            sys::SE_EventStatus_SE_EVENT_COMPLETE
+        } else {
+            sys::SE_EventStatus_SE_EVENT_PENDING
+        }
+    })
+}
+
+unsafe extern "C" fn record_event(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    ev: sys::SP_Event,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        let d = dev(device)?;
+        event(ev)?.0.store(d.exec().tag(), Ordering::Release);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn wait_for_event(
+    _: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    _: sys::SP_Event,
+    status: *mut sys::TF_Status,
+) {
+    // One in-order queue: work enqueued after this point already runs after the event.
+    guard(status, (), || Ok(()))
+}
+
+unsafe extern "C" fn block_host_for_event(
+    device: *const sys::SP_Device,
+    ev: sys::SP_Event,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        dev(device)?
+            .exec()
+            .wait(event(ev)?.0.load(Ordering::Acquire))
+    })
+}
+
+unsafe extern "C" fn block_host_until_done(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || dev(device)?.synchronize())
+}
+
+unsafe extern "C" fn synchronize_all_activity(
+    device: *const sys::SP_Device,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || dev(device)?.synchronize())
+}
+
+// ---- copies and fills ----
+
+unsafe extern "C" fn memcpy_dtoh(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    dst: *mut c_void,
+    src: *const sys::SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    unsafe { sync_memcpy_dtoh(device, dst, src, size, status) }
+}
+
+unsafe extern "C" fn sync_memcpy_dtoh(
+    device: *const sys::SP_Device,
+    dst: *mut c_void,
+    src: *const sys::SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        if size == 0 {
+            return Ok(());
+        }
+        let bytes = dev(device)?.read(addr(src)?, size as usize)?;
+        // SAFETY: TensorFlow's host buffer holds `size` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn memcpy_htod(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    dst: *mut sys::SP_DeviceMemoryBase,
+    src: *const c_void,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    unsafe { sync_memcpy_htod(device, dst, src, size, status) }
+}
+
+unsafe extern "C" fn sync_memcpy_htod(
+    device: *const sys::SP_Device,
+    dst: *mut sys::SP_DeviceMemoryBase,
+    src: *const c_void,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        if size == 0 {
+            return Ok(());
+        }
+        // SAFETY: TensorFlow's host buffer holds `size` bytes; the runtime copies it into a
+        // staging buffer before returning.
+        let data = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
+        dev(device)?.write(addr(dst)?, data)
+    })
+}
+
+unsafe extern "C" fn memcpy_dtod(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    dst: *mut sys::SP_DeviceMemoryBase,
+    src: *const sys::SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    unsafe { sync_memcpy_dtod(device, dst, src, size, status) }
+}
+
+unsafe extern "C" fn sync_memcpy_dtod(
+    device: *const sys::SP_Device,
+    dst: *mut sys::SP_DeviceMemoryBase,
+    src: *const sys::SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        dev(device)?.copy(addr(src)?, addr(dst)?, size)
+    })
+}
+
+unsafe extern "C" fn mem_zero(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    loc: *mut sys::SP_DeviceMemoryBase,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || dev(device)?.fill_u32(addr(loc)?, size, 0))
+}
+
+unsafe extern "C" fn memset(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    loc: *mut sys::SP_DeviceMemoryBase,
+    pattern: u8,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        dev(device)?.fill_u32(addr(loc)?, size, u32::from_le_bytes([pattern; 4]))
+    })
+}
+
+unsafe extern "C" fn memset32(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    loc: *mut sys::SP_DeviceMemoryBase,
+    pattern: u32,
+    size: u64,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        dev(device)?.fill_u32(addr(loc)?, size, pattern)
+    })
+}
+
+// ---- host callbacks ----
+// Run on one thread, in order, each after the GPU work recorded before it completed.
+
+struct Callback {
+    ordinal: i32,
+    tag: u64,
+    f: unsafe extern "C" fn(*mut c_void, *mut sys::TF_Status),
+    arg: *mut c_void,
+}
+// SAFETY: TensorFlow's callbacks may run on any thread.
+unsafe impl Send for Callback {}
+
+fn callback_queue() -> &'static Mutex<mpsc::Sender<Callback>> {
+    static Q: OnceLock<Mutex<mpsc::Sender<Callback>>> = OnceLock::new();
+    Q.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Callback>();
+        std::thread::Builder::new()
+            .name("tfwgpu-callbacks".into())
+            .spawn(move || {
+                for cb in rx {
+                    quiet((), || {
+                        let st = crate::status::Status::new();
+                        let r = crate::device(cb.ordinal)
+                            .ok_or_else(|| Error::NoAdapter("device gone".into()))
+                            .and_then(|d| d.exec().wait(cb.tag));
+                        match r {
+                            Ok(()) => crate::status::set_ok(st.0),
+                            Err(e) => set_error(st.0, &e),
+                        }
+                        // SAFETY: TensorFlow's callback with its own argument.
+                        unsafe { (cb.f)(cb.arg, st.0) };
+                    })
+                }
+            })
+            .expect("spawning the tfwgpu callback thread");
+        Mutex::new(tx)
+    })
+}
+
+unsafe extern "C" fn host_callback(
+    device: *const sys::SP_Device,
+    _: sys::SP_Stream,
+    f: sys::SE_StatusCallbackFn,
+    arg: *mut c_void,
+) -> u8 {
+    quiet(0, || {
+        let (Ok(d), Some(f)) = (dev(device), f) else {
+            return 0;
+        };
+        // SAFETY: valid device.
+        let ordinal = unsafe { (*device).ordinal };
+        let cb = Callback {
+            ordinal,
+            tag: d.exec().tag(),
+            f,
+            arg,
+        };
+        let sent = callback_queue()
+            .lock()
+            .map(|q| q.send(cb).is_ok())
+            .unwrap_or(false);
+        sent as u8
+    })
+}
+
+// ---- stream executor and registration ----
+
+unsafe extern "C" fn create_stream_executor(
+    _: *const sys::SP_Platform,
+    params: *mut sys::SE_CreateStreamExecutorParams,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes valid params.
+        let se = unsafe { &mut *(*params).stream_executor };
+        se.struct_size = sys::sizes::sp_stream_executor();
+        se.allocate = Some(allocate);
+        se.deallocate = Some(deallocate);
+        se.host_memory_allocate = Some(host_memory_allocate);
+        se.host_memory_deallocate = Some(host_memory_deallocate);
+        se.get_allocator_stats = Some(get_allocator_stats);
+        se.device_memory_usage = Some(device_memory_usage);
+        se.create_stream = Some(create_stream);
+        se.destroy_stream = Some(destroy_stream);
+        se.create_stream_dependency = Some(create_stream_dependency);
+        se.get_stream_status = Some(get_stream_status);
+        se.create_event = Some(create_event);
+        se.destroy_event = Some(destroy_event);
+        se.get_event_status = Some(get_event_status);
+        se.record_event = Some(record_event);
+        se.wait_for_event = Some(wait_for_event);
+        se.memcpy_dtoh = Some(memcpy_dtoh);
+        se.memcpy_htod = Some(memcpy_htod);
+        se.memcpy_dtod = Some(memcpy_dtod);
+        se.sync_memcpy_dtoh = Some(sync_memcpy_dtoh);
+        se.sync_memcpy_htod = Some(sync_memcpy_htod);
+        se.sync_memcpy_dtod = Some(sync_memcpy_dtod);
+        se.block_host_for_event = Some(block_host_for_event);
+        se.block_host_until_done = Some(block_host_until_done);
+        se.synchronize_all_activity = Some(synchronize_all_activity);
+        se.host_callback = Some(host_callback);
+        se.mem_zero = Some(mem_zero);
+        se.memset = Some(memset);
+        se.memset32 = Some(memset32);
+        Ok(())
+    })
+}
+
+unsafe extern "C" fn destroy_stream_executor(
+    _: *const sys::SP_Platform,
+    _: *mut sys::SP_StreamExecutor,
+) {
+}
+unsafe extern "C" fn destroy_platform(_: *mut sys::SP_Platform) {}
+unsafe extern "C" fn destroy_platform_fns(_: *mut sys::SP_PlatformFns) {}
+
+static PLATFORM_NAME: &[u8] = b"WGPU\0";
+static PLATFORM_TYPE: &[u8] = b"GPU\0";
+
+/// Entry point TensorFlow calls when it loads the plugin.
+///
+/// # Safety
+/// Called by TensorFlow with valid registration params.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn SE_InitPlugin(
+    params: *mut sys::SE_PlatformRegistrationParams,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes valid params with platform structs to fill.
+        let p = unsafe { &mut *params };
+        p.major_version = sys::SE_MAJOR as i32;
+        p.minor_version = sys::SE_MINOR as i32;
+        p.patch_version = sys::SE_PATCH as i32;
+        let platform = unsafe { &mut *p.platform };
+        platform.struct_size = sys::sizes::sp_platform();
+        platform.name = PLATFORM_NAME.as_ptr() as *const c_char;
+        platform.type_ = PLATFORM_TYPE.as_ptr() as *const c_char;
+        platform.supports_unified_memory = 0;
+        platform.use_bfc_allocator = 1;
+        // BFC regions grow on demand: one region cannot exceed the adapter's binding limit.
+        platform.force_memory_growth = 1;
+        let fns = unsafe { &mut *p.platform_fns };
+        fns.struct_size = sys::sizes::sp_platform_fns();
+        fns.get_device_count = Some(get_device_count);
+        fns.create_device = Some(create_device);
+        fns.destroy_device = Some(destroy_device);
+        fns.create_device_fns = Some(create_device_fns);
+        fns.destroy_device_fns = Some(destroy_device_fns);
+        fns.create_stream_executor = Some(create_stream_executor);
+        fns.destroy_stream_executor = Some(destroy_stream_executor);
+        p.destroy_platform = Some(destroy_platform);
+        p.destroy_platform_fns = Some(destroy_platform_fns);
+        Ok(())
+    })
+}
