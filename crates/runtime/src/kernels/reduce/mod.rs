@@ -1,6 +1,519 @@
-//! reduce family (in progress).
+//! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32).
+//!
+//! The reduced axes (a host-memory int32/int64 scalar or vector, negative axes wrapping,
+//! duplicates allowed) are simplified first: dimensions of size 1 are dropped and adjacent
+//! dimensions that are all reduced or all kept are merged. What is left alternates kept and
+//! reduced blocks. Each reduced block is one pass of `reduce.wgsl` over an (outer, r, inner)
+//! view: a row reduction when the block is innermost (inner == 1), a column reduction
+//! otherwise. Non-adjacent reduced blocks take one pass each, through temporaries.
+//!
+//! Semantics follow TensorFlow's CPU kernels: the reduction of no elements is the identity
+//! (Sum 0, Prod 1, Max -inf / i32::MIN, Min +inf / i32::MAX, Mean NaN for float32 and 0 for
+//! int32); Max and Min propagate NaN; int32 arithmetic wraps; int32 Mean truncates.
 
-use crate::kernel::OpDef;
+use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::wgsl::params;
+use crate::{DType, Error, Result, bail_invalid};
+
+const DTYPES: &[DType] = &[DType::F32, DType::I32];
 
 /// Registration table.
-pub const OPS: &[OpDef] = &[];
+pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "Sum",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[1],
+        factory: |a| Reduce::build(ReduceOp::Sum, a),
+    },
+    OpDef {
+        op: "Max",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[1],
+        factory: |a| Reduce::build(ReduceOp::Max, a),
+    },
+    OpDef {
+        op: "Min",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[1],
+        factory: |a| Reduce::build(ReduceOp::Min, a),
+    },
+    OpDef {
+        op: "Mean",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[1],
+        factory: |a| Reduce::build(ReduceOp::Mean, a),
+    },
+    OpDef {
+        op: "Prod",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[1],
+        factory: |a| Reduce::build(ReduceOp::Prod, a),
+    },
+];
+
+const REDUCE_WGSL: &str = include_str!("reduce.wgsl");
+
+/// Invocations per workgroup of `reduce.wgsl`.
+const WG: u32 = 256;
+/// Elements each invocation should combine, at least, before a tree step pays off.
+const PER_THREAD: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+    Mean,
+    Prod,
+}
+
+impl ReduceOp {
+    fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "Sum",
+            ReduceOp::Max => "Max",
+            ReduceOp::Min => "Min",
+            ReduceOp::Mean => "Mean",
+            ReduceOp::Prod => "Prod",
+        }
+    }
+
+    /// The identity's bit pattern in `dtype` (f32 or i32).
+    fn identity_bits(self, dtype: DType) -> u32 {
+        let float = dtype == DType::F32;
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => 0,
+            ReduceOp::Prod if float => 1.0f32.to_bits(),
+            ReduceOp::Prod => 1,
+            ReduceOp::Max if float => f32::NEG_INFINITY.to_bits(),
+            ReduceOp::Max => i32::MIN as u32,
+            ReduceOp::Min if float => f32::INFINITY.to_bits(),
+            ReduceOp::Min => i32::MAX as u32,
+        }
+    }
+
+    /// The WGSL of `combine(a, b)`.
+    fn combine_body(self, dtype: DType) -> &'static str {
+        let float = dtype == DType::F32;
+        match self {
+            ReduceOp::Sum | ReduceOp::Mean => "return a + b;",
+            ReduceOp::Prod => "return a * b;",
+            ReduceOp::Max if float => {
+                "if is_nan(a) { return a; }\n    if is_nan(b) { return b; }\n    return max(a, b);"
+            }
+            ReduceOp::Max => "return max(a, b);",
+            ReduceOp::Min if float => {
+                "if is_nan(a) { return a; }\n    if is_nan(b) { return b; }\n    return min(a, b);"
+            }
+            ReduceOp::Min => "return min(a, b);",
+        }
+    }
+
+    /// The WGSL of `finalize(v)` (applied by the last pass).
+    fn finalize_body(self, dtype: DType) -> &'static str {
+        match (self, dtype) {
+            (ReduceOp::Mean, DType::F32) => {
+                "if p.count == 0u { return bitcast<f32>(0x7fc00000u); }\n    return v / f32(p.count);"
+            }
+            (ReduceOp::Mean, _) => "if p.count == 0u { return 0; }\n    return v / i32(p.count);",
+            _ => "return v;",
+        }
+    }
+
+    /// Whether float rounding makes the pairwise cascade worthwhile.
+    fn cascade(self, dtype: DType) -> bool {
+        dtype == DType::F32 && matches!(self, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::Prod)
+    }
+}
+
+/// One reduction kernel (one TensorFlow node).
+struct Reduce {
+    op: ReduceOp,
+    keep_dims: bool,
+}
+
+impl Reduce {
+    fn build(op: ReduceOp, attrs: &crate::Attrs) -> Result<Box<dyn Kernel>> {
+        let keep_dims = attrs.bool_or("keep_dims", false)?;
+        if let Some(t) = attrs.dtype_opt("T")?
+            && !DTYPES.contains(&t)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{} has no tfwgpu kernel for T={t}",
+                op.name()
+            )));
+        }
+        Ok(Box::new(Reduce { op, keep_dims }))
+    }
+
+    /// Validates the inputs; returns the reduced-axis mask.
+    fn check(&self, inputs: &[Operand]) -> Result<Vec<bool>> {
+        let op = self.op.name();
+        if inputs.len() != 2 {
+            bail_invalid!(
+                "{op} takes 2 inputs (input, reduction_indices), got {}",
+                inputs.len()
+            );
+        }
+        let dtype = inputs[0].dtype();
+        if !DTYPES.contains(&dtype) {
+            return Err(Error::Unimplemented(format!(
+                "{op} has no tfwgpu kernel for T={dtype}"
+            )));
+        }
+        let axes = inputs[1].host(op, 1)?;
+        if axes.shape.len() > 1 {
+            bail_invalid!(
+                "{op}: reduction_indices must be a scalar or a vector, got shape {:?}",
+                axes.shape
+            );
+        }
+        let axes = axes.to_i64_vec().map_err(|_| {
+            crate::invalid_arg!(
+                "{op}: reduction_indices must be int32 or int64, got {}",
+                axes.dtype
+            )
+        })?;
+        reduction_mask(op, inputs[0].shape(), &axes)
+    }
+}
+
+/// The reduced-dimension mask of `shape` for `axes` (negative axes wrap, duplicates allowed).
+fn reduction_mask(op: &str, shape: &[usize], axes: &[i64]) -> Result<Vec<bool>> {
+    let rank = shape.len() as i64;
+    let mut mask = vec![false; shape.len()];
+    for &a in axes {
+        if a < -rank || a >= rank {
+            bail_invalid!(
+                "{op}: Invalid reduction dimension ({a} for input with {rank} dimension(s)), \
+                 input shape {shape:?}"
+            );
+        }
+        mask[a.rem_euclid(rank.max(1)) as usize] = true;
+    }
+    Ok(mask)
+}
+
+/// The output shape of a reduction.
+fn output_shape(shape: &[usize], mask: &[bool], keep_dims: bool) -> Vec<usize> {
+    shape
+        .iter()
+        .zip(mask)
+        .filter_map(|(&d, &m)| match (m, keep_dims) {
+            (false, _) => Some(d),
+            (true, true) => Some(1),
+            (true, false) => None,
+        })
+        .collect()
+}
+
+/// One pass: reduce the middle axis of an (outer, r, inner) view.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Pass {
+    outer: usize,
+    r: usize,
+    inner: usize,
+}
+
+/// What a reduction records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Plan {
+    /// The output is empty.
+    Nothing,
+    /// Nothing is reduced (every reduced dimension has size 1): the output is the input.
+    Copy,
+    /// Passes in order; the last one writes the output.
+    Passes(Vec<Pass>),
+}
+
+fn plan(shape: &[usize], mask: &[bool]) -> Plan {
+    let out_elems: usize = shape
+        .iter()
+        .zip(mask)
+        .filter(|&(_, &m)| !m)
+        .map(|(&d, _)| d)
+        .product();
+    if out_elems == 0 {
+        return Plan::Nothing;
+    }
+    if shape.contains(&0) {
+        // A reduced dimension is empty: every output is the identity.
+        return Plan::Passes(vec![Pass {
+            outer: out_elems,
+            r: 0,
+            inner: 1,
+        }]);
+    }
+    // Drop size-1 dimensions, merge runs of equal status.
+    let mut blocks: Vec<(usize, bool)> = vec![];
+    for (&d, &m) in shape.iter().zip(mask) {
+        if d == 1 {
+            continue;
+        }
+        match blocks.last_mut() {
+            Some((size, red)) if *red == m => *size *= d,
+            _ => blocks.push((d, m)),
+        }
+    }
+    let mut passes = vec![];
+    // Reduce the largest reduced block first: it shrinks the data the most.
+    while let Some(j) = (0..blocks.len())
+        .filter(|&j| blocks[j].1)
+        .max_by_key(|&j| (blocks[j].0, j))
+    {
+        let outer: usize = blocks[..j].iter().map(|b| b.0).product();
+        let inner: usize = blocks[j + 1..].iter().map(|b| b.0).product();
+        passes.push(Pass {
+            outer,
+            r: blocks[j].0,
+            inner,
+        });
+        blocks.remove(j);
+        // The kept neighbours of the removed block are now adjacent.
+        if j > 0 && j < blocks.len() && !blocks[j - 1].1 && !blocks[j].1 {
+            let size = blocks[j].0;
+            blocks[j - 1].0 *= size;
+            blocks.remove(j);
+        }
+    }
+    if passes.is_empty() {
+        Plan::Copy
+    } else {
+        Plan::Passes(passes)
+    }
+}
+
+/// Invocations that cooperate on one output (a power of two, at most the workgroup size).
+fn threads_per_output(r: usize) -> u32 {
+    (r.div_ceil(PER_THREAD).max(1).next_power_of_two()).min(WG as usize) as u32
+}
+
+fn to_u32(op: &str, v: usize) -> Result<u32> {
+    u32::try_from(v).map_err(|_| {
+        Error::Unimplemented(format!(
+            "{op}: tensors of more than 2^32 elements are not supported"
+        ))
+    })
+}
+
+impl Kernel for Reduce {
+    fn op(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        let mask = self.check(inputs)?;
+        let shape = output_shape(inputs[0].shape(), &mask, self.keep_dims);
+        Ok(vec![TensorDesc::new(inputs[0].dtype(), &shape)])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let op = self.op.name();
+        let mask = self.check(inputs)?;
+        let input = inputs[0].device(op, 0)?;
+        let output = &outputs[0];
+        let dtype = input.desc.dtype;
+        let shape = &input.desc.shape;
+        to_u32(op, input.desc.num_elements())?;
+        let passes = match plan(shape, &mask) {
+            Plan::Nothing => return Ok(()),
+            Plan::Copy => {
+                let src = ctx.bind(input)?;
+                let dst = ctx.bind(output)?;
+                return ctx.copy(&src, &dst, output.desc.byte_size());
+            }
+            Plan::Passes(p) => p,
+        };
+        let count: usize = shape
+            .iter()
+            .zip(&mask)
+            .filter(|&(_, &m)| m)
+            .map(|(&d, _)| d)
+            .product();
+        let rop = self.op;
+        let pipeline = ctx.pipeline(
+            PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
+            || {
+                ShaderSource::new(
+                    REDUCE_WGSL
+                        .replace("ELEM", if dtype == DType::F32 { "f32" } else { "i32" })
+                        .replace("COMBINE_BODY", rop.combine_body(dtype))
+                        .replace("FINALIZE_BODY", rop.finalize_body(dtype))
+                        .replace("CASCADE_FLAG", &rop.cascade(dtype).to_string()),
+                )
+            },
+        )?;
+        let mut src = ctx.bind(input)?;
+        let steps = steps(&passes);
+        for (k, st) in steps.iter().enumerate() {
+            let last = k + 1 == steps.len();
+            let outs = st.outer * st.split * st.inner;
+            let dst = if last {
+                ctx.bind(output)?
+            } else {
+                ctx.temp((outs * dtype.size()) as u64)?
+            };
+            let t = threads_per_output(st.chunk);
+            let g = WG / t;
+            let groups = outs.div_ceil(g as usize);
+            let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
+            let gy = groups.div_ceil(gx);
+            if gy > crate::kernel::MAX_GROUPS_X as usize {
+                return Err(Error::Unimplemented(format!(
+                    "{op}: {outs} outputs are more than one dispatch can cover"
+                )));
+            }
+            let p = params(&[
+                to_u32(op, outs)?,
+                to_u32(op, st.r)?,
+                to_u32(op, st.inner)?,
+                g,
+                t,
+                (st.inner > 1) as u32,
+                gx as u32,
+                last as u32,
+                to_u32(op, count)?,
+                rop.identity_bits(dtype),
+                to_u32(op, st.split)?,
+                to_u32(op, st.chunk)?,
+            ]);
+            ctx.dispatch(
+                &pipeline,
+                &p,
+                &[src, dst.clone()],
+                [gx as u32, gy as u32, 1],
+            )?;
+            src = dst;
+        }
+        Ok(())
+    }
+}
+
+/// One dispatch of `reduce.wgsl`: reduce the `r` axis of an (outer, r, inner) view in `split`
+/// chunks of `chunk` rows, giving (outer, split, inner) results.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Step {
+    outer: usize,
+    r: usize,
+    inner: usize,
+    split: usize,
+    chunk: usize,
+}
+
+/// A pass with fewer outputs than this and at least `SPLIT_MIN_R` rows is split in chunks.
+const SPLIT_MAX_OUTPUTS: usize = 512;
+const SPLIT_MIN_R: usize = 16384;
+/// Rows per chunk of a split pass (at least), and the most chunks.
+const SPLIT_CHUNK: usize = 4096;
+const SPLIT_MAX: usize = 1024;
+
+/// The dispatches of a plan's passes: a long reduction with few outputs becomes two
+/// dispatches (chunks, then the chunks' results), so that it fills the GPU.
+fn steps(passes: &[Pass]) -> Vec<Step> {
+    let mut out = vec![];
+    for p in passes {
+        if p.outer * p.inner < SPLIT_MAX_OUTPUTS && p.r >= SPLIT_MIN_R {
+            let split = p.r.div_ceil(SPLIT_CHUNK).min(SPLIT_MAX);
+            let chunk = p.r.div_ceil(split);
+            out.push(Step {
+                outer: p.outer,
+                r: p.r,
+                inner: p.inner,
+                split,
+                chunk,
+            });
+            out.push(Step {
+                outer: p.outer,
+                r: split,
+                inner: p.inner,
+                split: 1,
+                chunk: split,
+            });
+        } else {
+            out.push(Step {
+                outer: p.outer,
+                r: p.r,
+                inner: p.inner,
+                split: 1,
+                chunk: p.r,
+            });
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn passes(shape: &[usize], axes: &[i64]) -> Plan {
+        plan(shape, &reduction_mask("Sum", shape, axes).unwrap())
+    }
+
+    #[test]
+    fn plans() {
+        let p = |outer, r, inner| Pass { outer, r, inner };
+        assert_eq!(passes(&[4, 5], &[1]), Plan::Passes(vec![p(4, 5, 1)]));
+        assert_eq!(passes(&[4, 5], &[0]), Plan::Passes(vec![p(1, 4, 5)]));
+        assert_eq!(passes(&[2, 3, 4], &[1, 2]), Plan::Passes(vec![p(2, 12, 1)]));
+        assert_eq!(
+            passes(&[2, 1, 3, 4], &[0, -1]),
+            Plan::Passes(vec![p(6, 4, 1), p(1, 2, 3)])
+        );
+        assert_eq!(
+            passes(&[2, 3, 4, 5, 6], &[0, 2, 4]),
+            Plan::Passes(vec![p(120, 6, 1), p(6, 4, 5), p(1, 2, 15)])
+        );
+        assert_eq!(passes(&[3, 1, 4], &[1]), Plan::Copy);
+        assert_eq!(passes(&[3, 4], &[]), Plan::Copy);
+        assert_eq!(passes(&[], &[]), Plan::Copy);
+        assert_eq!(passes(&[0, 4], &[0]), Plan::Passes(vec![p(4, 0, 1)]));
+        assert_eq!(passes(&[0, 4], &[1]), Plan::Nothing);
+        assert_eq!(passes(&[3, 3], &[1, 1, -1]), Plan::Passes(vec![p(3, 3, 1)]));
+    }
+
+    #[test]
+    fn masks_and_shapes() {
+        assert!(reduction_mask("Sum", &[2, 3], &[2]).is_err());
+        assert!(reduction_mask("Sum", &[2, 3], &[-3]).is_err());
+        assert!(reduction_mask("Sum", &[], &[0]).is_err());
+        let m = reduction_mask("Sum", &[2, 3, 4], &[-1, 0]).unwrap();
+        assert_eq!(m, vec![true, false, true]);
+        assert_eq!(output_shape(&[2, 3, 4], &m, false), vec![3]);
+        assert_eq!(output_shape(&[2, 3, 4], &m, true), vec![1, 3, 1]);
+    }
+
+    #[test]
+    fn long_reductions_split() {
+        let p = Pass {
+            outer: 1,
+            r: (1 << 20) + 3,
+            inner: 3,
+        };
+        let st = steps(&[p]);
+        assert_eq!(st.len(), 2);
+        assert_eq!((st[0].split, st[0].chunk), (257, 4081));
+        assert!(st[0].split * st[0].chunk >= p.r);
+        assert_eq!((st[1].r, st[1].split, st[1].inner), (257, 1, 3));
+        let short = Pass {
+            outer: 600,
+            r: 1 << 20,
+            inner: 1,
+        };
+        assert_eq!(steps(&[short]).len(), 1);
+    }
+
+    #[test]
+    fn threads() {
+        assert_eq!(threads_per_output(0), 1);
+        assert_eq!(threads_per_output(8), 1);
+        assert_eq!(threads_per_output(9), 2);
+        assert_eq!(threads_per_output(1 << 20), 256);
+    }
+}
