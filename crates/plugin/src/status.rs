@@ -19,7 +19,7 @@ pub fn code_of(e: &Error) -> sys::TF_Code {
 }
 
 /// Writes `code` and `msg` into `status` (when non-null).
-pub fn set(status: *mut sys::TF_Status, code: sys::TF_Code, msg: &str) {
+pub(crate) fn set(status: *mut sys::TF_Status, code: sys::TF_Code, msg: &str) {
     if status.is_null() {
         return;
     }
@@ -29,12 +29,12 @@ pub fn set(status: *mut sys::TF_Status, code: sys::TF_Code, msg: &str) {
 }
 
 /// Writes an error into `status`.
-pub fn set_error(status: *mut sys::TF_Status, e: &Error) {
+pub(crate) fn set_error(status: *mut sys::TF_Status, e: &Error) {
     set(status, code_of(e), &e.to_string());
 }
 
 /// Marks `status` OK.
-pub fn set_ok(status: *mut sys::TF_Status) {
+pub(crate) fn set_ok(status: *mut sys::TF_Status) {
     set(status, sys::TSL_Code_TSL_OK, "");
 }
 
@@ -49,7 +49,7 @@ fn panic_message(p: Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Runs `f`; a returned error or a panic is written into `status` and `fallback` is returned.
-pub fn guard<R>(
+pub(crate) fn guard<R>(
     status: *mut sys::TF_Status,
     fallback: R,
     f: impl FnOnce() -> Result<R, Error>,
@@ -112,6 +112,12 @@ impl Status {
             sys::TSL_Code_TSL_UNIMPLEMENTED => Error::Unimplemented(format!("{what}: {msg}")),
             _ => Error::InvalidArgument(format!("{what}: {msg}")),
         })
+    }
+}
+
+impl Default for Status {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
