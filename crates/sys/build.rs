@@ -1,6 +1,6 @@
-//! Links the plugin against TensorFlow's framework library. Its folder comes from
-//! `TFWGPU_TF_DIR`, else from the `tensorflow` package of `PYTHON` (or `python3`), found
-//! without importing TensorFlow.
+//! Links the plugin against TensorFlow's framework and C++ libraries. Its folder comes from
+//! `TFWGPU_TF_DIR`, else from the `tensorflow` package of `PYTHON` (else the workspace's
+//! `.venv`, else `python3`), found without importing TensorFlow.
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -12,7 +12,14 @@ fn main() {
         .ok()
         .map(PathBuf::from)
         .or_else(|| {
-            let py = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
+            let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.venv/bin/python");
+            let py = std::env::var("PYTHON").ok().unwrap_or_else(|| {
+                if venv.exists() {
+                    venv.to_string_lossy().into_owned()
+                } else {
+                    "python3".into()
+                }
+            });
             let out = Command::new(py)
                 .args([
                     "-c",
@@ -34,5 +41,7 @@ fn main() {
     };
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:rustc-link-lib=dylib:+verbatim=libtensorflow_framework.so.2");
+    // The kernels_experimental API (variable updates) lives in the C++ library.
+    println!("cargo:rustc-link-lib=dylib:+verbatim=libtensorflow_cc.so.2");
     println!("cargo:tf_dir={}", dir.display());
 }

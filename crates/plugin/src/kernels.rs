@@ -237,11 +237,22 @@ fn leak(s: &str) -> *const std::os::raw::c_char {
     CString::new(s).expect("no NUL").into_raw()
 }
 
+/// Ops for which TensorFlow's own DEVICE_DEFAULT kernel is used on our device instead of the
+/// runtime's: they forward the input buffer without touching its data.
+const TENSORFLOW_PROVIDES: &[&str] = &["Identity"];
+
+/// Priority of our registrations: above TensorFlow's DEVICE_DEFAULT kernels (priority 0) of the
+/// same op, which would otherwise be ambiguous matches.
+const PRIORITY: i32 = 1;
+
 /// Registers every runtime kernel with TensorFlow. Returns how many registrations succeeded.
 pub fn register_all() -> usize {
     let st = Status::new();
     let mut ok = 0;
     for def in Registry::global().ops() {
+        if TENSORFLOW_PROVIDES.contains(&def.op) {
+            continue;
+        }
         let dtypes: Vec<Option<DType>> = if def.type_attr.is_empty() {
             vec![None]
         } else {
@@ -270,6 +281,7 @@ pub fn register_all() -> usize {
                         continue;
                     }
                 }
+                sys::TF_KernelBuilder_Priority(b, PRIORITY);
                 for (_, name) in def.host_inputs {
                     sys::TF_KernelBuilder_HostMemory(b, leak(name));
                 }
@@ -292,7 +304,7 @@ pub extern "C" fn TF_InitKernel() {
         if crate::runtime().is_none() {
             return;
         }
-        let n = register_all();
+        let n = register_all() + crate::variables::register();
         tracing::info!("registered {n} tfwgpu kernels");
     })
 }

@@ -9,6 +9,8 @@ pub mod nodedef;
 mod preload;
 pub mod se;
 pub mod status;
+pub mod variables;
+pub mod version;
 
 use std::sync::OnceLock;
 
@@ -26,6 +28,10 @@ pub fn runtime() -> Option<&'static Runtime> {
             )
             .with_writer(std::io::stderr)
             .try_init();
+        if let Err(msg) = version::check() {
+            eprintln!("tfwgpu: {msg}");
+            return None;
+        }
         #[cfg(target_os = "linux")]
         preload::preload_mesa_drivers();
         match Runtime::new() {
@@ -42,4 +48,38 @@ pub fn runtime() -> Option<&'static Runtime> {
 /// The device of a TensorFlow ordinal.
 pub fn device(ordinal: i32) -> Option<&'static Device> {
     runtime()?.devices.get(usize::try_from(ordinal).ok()?)
+}
+
+/// Every adapter wgpu finds, as JSON (for the `tensorflow_wgpu` Python module). The string is
+/// owned by the plugin and lives until the process ends.
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_adapters_json() -> *const std::os::raw::c_char {
+    static JSON: OnceLock<std::ffi::CString> = OnceLock::new();
+    JSON.get_or_init(|| {
+        let opened: Vec<usize> = runtime()
+            .map(|rt| rt.devices.iter().map(|d| d.description().index).collect())
+            .unwrap_or_default();
+        let list: Vec<_> = tfwgpu_runtime::list_adapters()
+            .iter()
+            .map(|a| {
+                serde_json::json!({
+                    "index": a.index, "name": a.name, "backend": a.backend,
+                    "device_type": a.device_type, "driver": a.driver, "driver_info": a.driver_info,
+                    "features": a.useful_features(),
+                    "tensorflow_device": opened.iter().position(|&i| i == a.index)
+                        .map(|n| format!("/GPU:{n}")),
+                })
+            })
+            .collect();
+        std::ffi::CString::new(serde_json::Value::Array(list).to_string()).unwrap_or_default()
+    })
+    .as_ptr()
+}
+
+/// The TensorFlow version the plugin was built for.
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_tf_version() -> *const std::os::raw::c_char {
+    static V: OnceLock<std::ffi::CString> = OnceLock::new();
+    V.get_or_init(|| std::ffi::CString::new(tfwgpu_sys::TF_VERSION).unwrap_or_default())
+        .as_ptr()
 }

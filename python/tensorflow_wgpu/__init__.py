@@ -1,0 +1,51 @@
+"""tensorflow-wgpu: TensorFlow on any GPU through wgpu.
+
+Installing the package puts the plugin in site-packages/tensorflow-plugins/, where TensorFlow
+loads it at import; its adapters then appear as /GPU:N. This module needs no TensorFlow import:
+
+    >>> import tensorflow_wgpu
+    >>> tensorflow_wgpu.adapters()        # every adapter wgpu finds, and its TensorFlow device
+"""
+import ctypes
+import json
+import pathlib
+import sysconfig
+
+__version__ = "0.1.0"
+
+
+def plugin_path():
+    """Path of the installed plugin library."""
+    for key in ("platlib", "purelib"):
+        p = pathlib.Path(sysconfig.get_paths()[key]) / "tensorflow-plugins" / "libtfwgpu_plugin.so"
+        if p.exists():
+            return p
+    here = pathlib.Path(__file__).resolve().parent.parent / "tensorflow-plugins" / "libtfwgpu_plugin.so"
+    if here.exists():
+        return here
+    raise FileNotFoundError("libtfwgpu_plugin.so is not installed (pip install --no-build-isolation ./python)")
+
+
+_lib = None
+
+
+def _plugin():
+    global _lib
+    if _lib is None:
+        # RTLD_GLOBAL is not wanted: the plugin only needs to answer a few questions here.
+        lib = ctypes.CDLL(str(plugin_path()))
+        lib.tfwgpu_adapters_json.restype = ctypes.c_char_p
+        lib.tfwgpu_tf_version.restype = ctypes.c_char_p
+        _lib = lib
+    return _lib
+
+
+def adapters():
+    """Every adapter wgpu finds: name, backend, type, driver, features, and the TensorFlow
+    device (`/GPU:N`) it is, or None when it is not opened."""
+    return json.loads(_plugin().tfwgpu_adapters_json().decode())
+
+
+def tensorflow_version():
+    """The TensorFlow version the plugin was built for."""
+    return _plugin().tfwgpu_tf_version().decode()
