@@ -1,4 +1,4 @@
-//! Links the plugin against TensorFlow's framework and C++ libraries. Its folder comes from
+//! Links the plugin against TensorFlow's framework library. Its folder comes from
 //! `TFWGPU_TF_DIR`, else from the `tensorflow` package of `PYTHON` (else the workspace's
 //! `.venv`, else `python3`), found without importing TensorFlow.
 use std::path::PathBuf;
@@ -41,7 +41,5 @@ fn main() {
     };
     println!("cargo:rustc-link-search=native={}", dir.display());
     println!("cargo:rustc-link-lib=dylib:+verbatim=libtensorflow_framework.so.2");
-    // The kernels_experimental API (variable updates) lives in the C++ library.
-    println!("cargo:rustc-link-lib=dylib:+verbatim=libtensorflow_cc.so.2");
     println!("cargo:tf_dir={}", dir.display());
 }
