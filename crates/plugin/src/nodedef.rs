@@ -4,12 +4,12 @@
 
 use tfwgpu_runtime::{AttrValue, Attrs, DType, Error, Result};
 
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
-    pos: usize,
+    pub(crate) pos: usize,
 }
 
-enum Field<'a> {
+pub(crate) enum Field<'a> {
     Varint(u64),
     Bytes(&'a [u8]),
     Fixed32(u32),
@@ -21,7 +21,7 @@ fn corrupt(what: &str) -> Error {
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
 
@@ -49,7 +49,7 @@ impl<'a> Reader<'a> {
         Ok(s)
     }
 
-    fn next(&mut self) -> Result<Option<(u32, Field<'a>)>> {
+    pub(crate) fn next(&mut self) -> Result<Option<(u32, Field<'a>)>> {
         if self.pos >= self.buf.len() {
             return Ok(None);
         }

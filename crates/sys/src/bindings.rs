@@ -5,6 +5,9 @@ pub const SE_MAJOR: u32 = 0;
 pub const SE_MINOR: u32 = 0;
 pub const SE_PATCH: u32 = 1;
 pub const TF_TSTRING_LITTLE_ENDIAN: u32 = 1;
+pub const GO_MAJOR: u32 = 0;
+pub const GO_MINOR: u32 = 0;
+pub const GO_PATCH: u32 = 1;
 #[repr(C)]
 #[derive(Debug)]
 pub struct TSL_Status {
@@ -2708,4 +2711,186 @@ unsafe extern "C" {
 #[derive(Debug)]
 pub struct TF_CoordinationServiceAgent {
     _unused: [u8; 0],
+}
+pub const TF_TriState_TF_TriState_Default: TF_TriState = 0;
+pub const TF_TriState_TF_TriState_Off: TF_TriState = 1;
+pub const TF_TriState_TF_TriState_On: TF_TriState = 2;
+pub type TF_TriState = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_GrapplerItem {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct TP_OptimizerConfigs {
+    pub struct_size: usize,
+    pub ext: *mut ::std::os::raw::c_void,
+    pub disable_model_pruning: TF_TriState,
+    pub implementation_selector: TF_TriState,
+    pub function_optimization: TF_TriState,
+    pub common_subgraph_elimination: TF_TriState,
+    pub arithmetic_optimization: TF_TriState,
+    pub debug_stripper: TF_TriState,
+    pub constant_folding: TF_TriState,
+    pub shape_optimization: TF_TriState,
+    pub auto_mixed_precision: TF_TriState,
+    pub auto_mixed_precision_onednn_bfloat16: TF_TriState,
+    pub auto_mixed_precision_mkl: TF_TriState,
+    pub pin_to_host_optimization: TF_TriState,
+    pub layout_optimizer: TF_TriState,
+    pub remapping: TF_TriState,
+    pub loop_optimization: TF_TriState,
+    pub dependency_optimization: TF_TriState,
+    pub auto_parallel: TF_TriState,
+    pub memory_optimization: TF_TriState,
+    pub scoped_allocator_optimization: TF_TriState,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct TP_Optimizer {
+    pub struct_size: usize,
+    pub ext: *mut ::std::os::raw::c_void,
+    pub create_func: ::std::option::Option<unsafe extern "C" fn() -> *mut ::std::os::raw::c_void>,
+    pub optimize_func: ::std::option::Option<
+        unsafe extern "C" fn(
+            arg1: *mut ::std::os::raw::c_void,
+            arg2: *const TF_Buffer,
+            arg3: *const TF_GrapplerItem,
+            arg4: *mut TF_Buffer,
+            arg5: *mut TF_Status,
+        ),
+    >,
+    pub destroy_func:
+        ::std::option::Option<unsafe extern "C" fn(arg1: *mut ::std::os::raw::c_void)>,
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct TP_OptimizerRegistrationParams {
+    pub struct_size: usize,
+    pub ext: *mut ::std::os::raw::c_void,
+    pub major_version: i32,
+    pub minor_version: i32,
+    pub patch_version: i32,
+    pub device_type: *const ::std::os::raw::c_char,
+    pub optimizer_configs: *mut TP_OptimizerConfigs,
+    pub optimizer: *mut TP_Optimizer,
+}
+unsafe extern "C" {
+    pub fn TF_InitGraph(params: *mut TP_OptimizerRegistrationParams, status: *mut TF_Status);
+}
+unsafe extern "C" {
+    pub fn TF_GetNodesToPreserveListSize(
+        item: *const TF_GrapplerItem,
+        num_values: *mut ::std::os::raw::c_int,
+        storage_size: *mut usize,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetNodesToPreserveList(
+        item: *const TF_GrapplerItem,
+        values: *mut *mut ::std::os::raw::c_char,
+        lengths: *mut usize,
+        num_values: ::std::os::raw::c_int,
+        storage: *mut ::std::os::raw::c_void,
+        storage_size: usize,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetFetchNodesListSize(
+        item: *const TF_GrapplerItem,
+        num_values: *mut ::std::os::raw::c_int,
+        storage_size: *mut usize,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetFetchNodesList(
+        item: *const TF_GrapplerItem,
+        values: *mut *mut ::std::os::raw::c_char,
+        lengths: *mut usize,
+        num_values: ::std::os::raw::c_int,
+        storage: *mut ::std::os::raw::c_void,
+        storage_size: usize,
+        status: *mut TF_Status,
+    );
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_GraphProperties {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    pub fn TF_NewGraphProperties(item: *const TF_GrapplerItem) -> *mut TF_GraphProperties;
+}
+unsafe extern "C" {
+    pub fn TF_DeleteGraphProperties(graph_properties: *mut TF_GraphProperties);
+}
+unsafe extern "C" {
+    pub fn TF_InferStatically(
+        graph_properties: *mut TF_GraphProperties,
+        assume_valid_feeds: ::std::os::raw::c_uchar,
+        aggressive_shape_inference: ::std::os::raw::c_uchar,
+        include_input_tensor_values: ::std::os::raw::c_uchar,
+        include_output_tensor_values: ::std::os::raw::c_uchar,
+        s: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetInputPropertiesListSize(
+        graph_properties: *mut TF_GraphProperties,
+        name: *const ::std::os::raw::c_char,
+        num_values: *mut ::std::os::raw::c_int,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetOutputPropertiesListSize(
+        graph_properties: *mut TF_GraphProperties,
+        name: *const ::std::os::raw::c_char,
+        num_values: *mut ::std::os::raw::c_int,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetInputPropertiesList(
+        graph_properties: *mut TF_GraphProperties,
+        name: *const ::std::os::raw::c_char,
+        properties: *mut *mut TF_Buffer,
+        num_values: ::std::os::raw::c_int,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_GetOutputPropertiesList(
+        graph_properties: *mut TF_GraphProperties,
+        name: *const ::std::os::raw::c_char,
+        properties: *mut *mut TF_Buffer,
+        num_values: ::std::os::raw::c_int,
+        status: *mut TF_Status,
+    );
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_FunctionLibraryDefinition {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    pub fn TF_NewFunctionLibraryDefinition(
+        graph_buf: *const TF_Buffer,
+        status: *mut TF_Status,
+    ) -> *mut TF_FunctionLibraryDefinition;
+}
+unsafe extern "C" {
+    pub fn TF_DeleteFunctionLibraryDefinition(fn_lib: *mut TF_FunctionLibraryDefinition);
+}
+unsafe extern "C" {
+    pub fn TF_LookUpOpDef(
+        fn_lib: *mut TF_FunctionLibraryDefinition,
+        name: *const ::std::os::raw::c_char,
+        buf: *mut TF_Buffer,
+        s: *mut TF_Status,
+    );
 }

@@ -47,6 +47,15 @@ pub mod sizes {
     pub fn sp_device_memory_base() -> usize {
         offset_of_end!(SP_DeviceMemoryBase, payload)
     }
+    pub fn tp_optimizer_registration_params() -> usize {
+        offset_of_end!(TP_OptimizerRegistrationParams, optimizer)
+    }
+    pub fn tp_optimizer() -> usize {
+        offset_of_end!(TP_Optimizer, destroy_func)
+    }
+    pub fn tp_optimizer_configs() -> usize {
+        offset_of_end!(TP_OptimizerConfigs, scoped_allocator_optimization)
+    }
     pub fn sp_allocator_stats() -> usize {
         offset_of_end!(SP_AllocatorStats, largest_free_block_bytes)
     }

@@ -1,0 +1,320 @@
+//! `TF_InitGraph`: a graph rewrite for tfwgpu devices.
+//!
+//! AssignAddVariableOp / AssignSubVariableOp placed on a tfwgpu GPU become
+//! `ReadVariableOp -> AddV2/Sub -> AssignVariableOp` (the last keeps the original name, so
+//! control edges and fetches still find it; the read takes over its control inputs, so it still
+//! runs after the updates it was ordered after). TensorFlow 2.21's wheels do not export
+//! `TF_AssignUpdateVariable` to plugins, so this is how Keras optimizers update variables on
+//! the GPU inside `tf.function` (Keras `fit`). Everything else in the graph is copied byte for
+//! byte.
+
+use std::ffi::c_void;
+
+use tfwgpu_runtime::{Error, Result};
+use tfwgpu_sys as sys;
+
+use crate::nodedef::{Field, Reader};
+use crate::status::guard;
+
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    loop {
+        let b = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            out.push(b);
+            return;
+        }
+        out.push(b | 0x80);
+    }
+}
+
+fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
+    varint(((field as u64) << 3) | 2, out);
+    varint(b.len() as u64, out);
+    out.extend_from_slice(b);
+}
+
+/// The parts of a NodeDef the rewrite needs; `attrs` keeps each map entry's encoded value.
+#[derive(Default)]
+struct Node {
+    name: String,
+    op: String,
+    inputs: Vec<String>,
+    device: String,
+    attrs: Vec<(String, Vec<u8>)>,
+}
+
+impl Node {
+    fn parse(b: &[u8]) -> Result<Node> {
+        let mut r = Reader::new(b);
+        let mut n = Node::default();
+        let s = |b: &[u8]| {
+            String::from_utf8(b.to_vec())
+                .map_err(|_| Error::InvalidArgument("non-UTF-8 NodeDef".into()))
+        };
+        while let Some((f, v)) = r.next()? {
+            if let Field::Bytes(b) = v {
+                match f {
+                    1 => n.name = s(b)?,
+                    2 => n.op = s(b)?,
+                    3 => n.inputs.push(s(b)?),
+                    4 => n.device = s(b)?,
+                    5 => {
+                        let mut e = Reader::new(b);
+                        let (mut key, mut val) = (String::new(), vec![]);
+                        while let Some((f, v)) = e.next()? {
+                            match (f, v) {
+                                (1, Field::Bytes(k)) => key = s(k)?,
+                                (2, Field::Bytes(a)) => val = a.to_vec(),
+                                _ => {}
+                            }
+                        }
+                        n.attrs.push((key, val));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    fn encode(&self, out: &mut Vec<u8>) {
+        let mut b = vec![];
+        bytes_field(1, self.name.as_bytes(), &mut b);
+        bytes_field(2, self.op.as_bytes(), &mut b);
+        for i in &self.inputs {
+            bytes_field(3, i.as_bytes(), &mut b);
+        }
+        bytes_field(4, self.device.as_bytes(), &mut b);
+        for (k, v) in &self.attrs {
+            let mut e = vec![];
+            bytes_field(1, k.as_bytes(), &mut e);
+            bytes_field(2, v, &mut e);
+            bytes_field(5, &e, &mut b);
+        }
+        bytes_field(1, &b, out);
+    }
+
+    fn attr(&self, key: &str) -> Option<&[u8]> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+fn on_tfwgpu_gpu(device: &str) -> bool {
+    // Placed graphs name the device in full; the plugin's devices are of type GPU.
+    device.contains("GPU") || device.contains("gpu")
+}
+
+/// Rewrites a serialized GraphDef; returns `None` when nothing needed rewriting.
+pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut r = Reader::new(graph);
+    let mut out = Vec::with_capacity(graph.len() + 256);
+    let mut changed = false;
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        let (1, Field::Bytes(nb)) = (f, v) else {
+            out.extend_from_slice(raw);
+            continue;
+        };
+        let node = Node::parse(nb)?;
+        let update = match node.op.as_str() {
+            "AssignAddVariableOp" => "AddV2",
+            "AssignSubVariableOp" => "Sub",
+            _ => "",
+        };
+        if update.is_empty() || !on_tfwgpu_gpu(&node.device) || node.inputs.len() < 2 {
+            out.extend_from_slice(raw);
+            continue;
+        }
+        let Some(dtype) = node.attr("dtype").map(<[u8]>::to_vec) else {
+            out.extend_from_slice(raw);
+            continue;
+        };
+        let (data, control): (Vec<_>, Vec<_>) = node
+            .inputs
+            .iter()
+            .cloned()
+            .partition(|i| !i.starts_with('^'));
+        let read = Node {
+            name: format!("{}/tfwgpu_read", node.name),
+            op: "ReadVariableOp".into(),
+            inputs: std::iter::once(data[0].clone()).chain(control).collect(),
+            device: node.device.clone(),
+            attrs: vec![("dtype".into(), dtype.clone())],
+        };
+        let combine = Node {
+            name: format!("{}/tfwgpu_{}", node.name, update.to_lowercase()),
+            op: update.into(),
+            inputs: vec![read.name.clone(), data[1].clone()],
+            device: node.device.clone(),
+            attrs: vec![("T".into(), dtype.clone())],
+        };
+        let mut no_validate = vec![];
+        varint(5 << 3, &mut no_validate);
+        varint(0, &mut no_validate);
+        let assign = Node {
+            name: node.name.clone(),
+            op: "AssignVariableOp".into(),
+            inputs: vec![data[0].clone(), combine.name.clone()],
+            device: node.device.clone(),
+            attrs: vec![
+                ("dtype".into(), dtype),
+                ("validate_shape".into(), no_validate),
+            ],
+        };
+        read.encode(&mut out);
+        combine.encode(&mut out);
+        assign.encode(&mut out);
+        changed = true;
+    }
+    Ok(changed.then_some(out))
+}
+
+unsafe extern "C" fn free_buffer(data: *mut c_void, _len: usize) {
+    // SAFETY: allocated with malloc in optimize.
+    unsafe { libc::free(data) };
+}
+
+unsafe extern "C" fn optimize(
+    _: *mut c_void,
+    input: *const sys::TF_Buffer,
+    _: *const sys::TF_GrapplerItem,
+    output: *mut sys::TF_Buffer,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes the serialized input graph and an empty output buffer.
+        let inb = unsafe { &*input };
+        let graph = unsafe { std::slice::from_raw_parts(inb.data as *const u8, inb.length) };
+        let result = rewrite(graph)?;
+        let bytes: &[u8] = result.as_deref().unwrap_or(graph);
+        // SAFETY: a malloc'd copy owned by the output buffer, freed by its deallocator.
+        unsafe {
+            let p = libc::malloc(bytes.len().max(1)) as *mut u8;
+            if p.is_null() {
+                return Err(Error::OutOfMemory("graph rewrite".into()));
+            }
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, bytes.len());
+            let out = &mut *output;
+            out.data = p as *const c_void;
+            out.length = bytes.len();
+            out.data_deallocator = Some(free_buffer);
+        }
+        Ok(())
+    })
+}
+
+/// Entry point TensorFlow calls to register the plugin's graph optimizer.
+///
+/// # Safety
+/// Called by TensorFlow with valid registration params.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn TF_InitGraph(
+    params: *mut sys::TP_OptimizerRegistrationParams,
+    status: *mut sys::TF_Status,
+) {
+    guard(status, (), || {
+        // SAFETY: TensorFlow passes valid params with structs to fill.
+        let p = unsafe { &mut *params };
+        p.struct_size = sys::sizes::tp_optimizer_registration_params();
+        p.major_version = sys::GO_MAJOR as i32;
+        p.minor_version = sys::GO_MINOR as i32;
+        p.patch_version = sys::GO_PATCH as i32;
+        p.device_type = c"GPU".as_ptr();
+        let configs = unsafe { &mut *p.optimizer_configs };
+        configs.struct_size = sys::sizes::tp_optimizer_configs();
+        let opt = unsafe { &mut *p.optimizer };
+        opt.struct_size = sys::sizes::tp_optimizer();
+        opt.create_func = None;
+        opt.optimize_func = Some(optimize);
+        opt.destroy_func = None;
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(
+        name: &str,
+        op: &str,
+        inputs: &[&str],
+        device: &str,
+        attrs: Vec<(String, Vec<u8>)>,
+    ) -> Node {
+        Node {
+            name: name.into(),
+            op: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            device: device.into(),
+            attrs,
+        }
+    }
+
+    #[test]
+    fn assign_add_on_gpu_becomes_read_add_assign() {
+        let mut dtype = vec![];
+        varint(6 << 3, &mut dtype);
+        varint(1, &mut dtype);
+        let gpu = "/job:localhost/replica:0/task:0/device:GPU:0";
+        let mut g = vec![];
+        node("v", "VarHandleOp", &[], gpu, vec![]).encode(&mut g);
+        node(
+            "upd",
+            "AssignAddVariableOp",
+            &["v", "delta", "^prev"],
+            gpu,
+            vec![("dtype".into(), dtype.clone())],
+        )
+        .encode(&mut g);
+        node(
+            "cpu_upd",
+            "AssignSubVariableOp",
+            &["w", "d"],
+            "/device:CPU:0",
+            vec![("dtype".into(), dtype.clone())],
+        )
+        .encode(&mut g);
+        // A non-node field (versions) is kept as it was.
+        bytes_field(4, b"\x08\x01", &mut g);
+        let out = rewrite(&g).unwrap().expect("rewritten");
+        let mut r = Reader::new(&out);
+        let mut nodes = vec![];
+        let mut other = 0;
+        while let Some((f, v)) = r.next().unwrap() {
+            match (f, v) {
+                (1, Field::Bytes(b)) => nodes.push(Node::parse(b).unwrap()),
+                _ => other += 1,
+            }
+        }
+        assert_eq!(other, 1);
+        let ops: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("v", "VarHandleOp"),
+                ("upd/tfwgpu_read", "ReadVariableOp"),
+                ("upd/tfwgpu_addv2", "AddV2"),
+                ("upd", "AssignVariableOp"),
+                ("cpu_upd", "AssignSubVariableOp"),
+            ]
+        );
+        assert_eq!(nodes[1].inputs, ["v", "^prev"]);
+        assert_eq!(nodes[2].inputs, ["upd/tfwgpu_read", "delta"]);
+        assert_eq!(nodes[3].inputs, ["v", "upd/tfwgpu_addv2"]);
+        assert_eq!(nodes[2].attr("T"), Some(dtype.as_slice()));
+        assert!(
+            rewrite(&out).unwrap().is_none(),
+            "a rewritten graph needs nothing more"
+        );
+    }
+}
