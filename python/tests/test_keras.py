@@ -1,0 +1,98 @@
+"""Keras on GPU:0: a plain model.compile() trains (jit_compile="auto" resolves to no XLA on
+tfwgpu devices), variables update inside tf.function, and losses track the CPU's."""
+import numpy as np
+import pytest
+
+from conftest import on_gpu
+
+
+def test_assign_add_and_sub_inside_tf_function(tf):
+    with tf.device("/GPU:0"):
+        v = tf.Variable([1.0, 2.0, 3.0])
+
+    @tf.function
+    def step(d):
+        v.assign_add(d)
+        v.assign_sub(d * 0.25)
+        return v.read_value()
+
+    with tf.device("/GPU:0"):
+        for _ in range(4):
+            out = step(tf.constant([1.0, 2.0, 4.0]))
+    assert on_gpu(v.handle) and on_gpu(out)
+    np.testing.assert_array_equal(v.numpy(), [4.0, 8.0, 15.0])
+
+
+def test_shape_ops_stay_on_the_device(tf):
+    with tf.device("/GPU:0"):
+        a = tf.ones([2, 3])
+        outs = {
+            "Reshape": tf.reshape(a, [3, 2]),
+            "ExpandDims": tf.expand_dims(a, 0),
+            "Squeeze": tf.squeeze(tf.ones([1, 3])),
+            "Const": tf.constant([1.0, 2.0]),
+            "Shape": tf.shape(a),
+            "IdentityN": tf.identity_n([a, a])[0],
+            "Snapshot": tf.raw_ops.Snapshot(input=a),
+        }
+    for name, t in outs.items():
+        assert on_gpu(t), f"{name} ran on {t.device}"
+    np.testing.assert_array_equal(outs["Shape"].numpy(), [2, 3])
+
+
+def _mlp(keras, seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((20,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+def _data():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((96, 20)).astype("float32")
+    y = (x[:, 0] > 0).astype("int32") + (x[:, 1] > 1).astype("int32")
+    return x, y
+
+
+def test_plain_compile_trains_on_gpu_and_tracks_cpu(tf):
+    import keras
+
+    class Losses(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.values = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.values.append(logs["loss"])
+
+    x, y = _data()
+    runs = {}
+    for device in ["/GPU:0", "/CPU:0"]:
+        with tf.device(device):
+            model = _mlp(keras, 7)
+            model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy")
+            cb = Losses()
+            model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[cb])
+            runs[device] = (model, cb.values)
+    gpu_model, gpu_losses = runs["/GPU:0"]
+    assert gpu_model.jit_compile is False, "jit_compile='auto' must not pick XLA on tfwgpu"
+    assert on_gpu(gpu_model.weights[0].value), "the weights live on GPU:0"
+    cpu_losses = runs["/CPU:0"][1]
+    # Same seed and data: float32 reassociation only, so the first steps agree closely and the
+    # trend is the same.
+    np.testing.assert_allclose(gpu_losses[:4], cpu_losses[:4], rtol=1e-4)
+    assert gpu_losses[-1] < gpu_losses[0]
+    np.testing.assert_allclose(gpu_losses[-1], cpu_losses[-1], rtol=2e-2)
+
+
+def test_explicit_jit_compile_true_is_left_alone(tf):
+    import keras
+
+    with tf.device("/GPU:0"):
+        model = _mlp(keras, 3)
+        model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=True)
+    assert model.jit_compile is True
