@@ -104,13 +104,16 @@ def test_variables_live_on_gpu(tf):
     np.testing.assert_array_equal(r.numpy(), x23 * 2)
 
 
-def test_assign_add_fails_cleanly_not_with_a_crash(tf):
-    # A known gap (see crates/plugin/src/variables.rs): an error, and the process goes on.
+def test_eager_variable_updates_fail_cleanly_not_with_a_crash(tf):
+    # A known gap (see crates/plugin/src/variables.rs): in eager mode these raise, and the
+    # process goes on (TensorFlow's own kernels for them would crash it).
     with tf.device("/GPU:0"):
-        v = tf.Variable([1.0, 2.0])
+        v = tf.Variable([[1.0, 2.0], [3.0, 4.0]])
     with pytest.raises(tf.errors.UnimplementedError, match="AssignAddVariableOp"):
-        v.assign_add([1.0, 1.0])
-    np.testing.assert_array_equal(v.numpy(), [1.0, 2.0])
+        v.assign_add([[1.0, 1.0], [1.0, 1.0]])
+    with pytest.raises(tf.errors.UnimplementedError, match="ResourceGather"):
+        tf.gather(v, [1])
+    np.testing.assert_array_equal(v.numpy(), [[1.0, 2.0], [3.0, 4.0]])
 
 
 def test_memory_info_follows_tensors(tf):

@@ -1,15 +1,18 @@
-//! Resource-variable update kernels: AssignAddVariableOp and AssignSubVariableOp.
+//! Guards against TensorFlow's own DEVICE_DEFAULT kernels that compute on a resource
+//! variable's buffer with the CPU's Eigen device: AssignAddVariableOp, AssignSubVariableOp,
+//! ResourceGather and ResourceScatterUpdate. On this device that buffer is a GPU address, so
+//! TensorFlow's kernels would crash the process (seen: a segfault in
+//! `AssignUpdateVariableOp<ThreadPoolDevice>`). A plugin reaches a variable's buffer only
+//! through the variable functions of kernels_experimental.h (`TF_AssignUpdateVariable`,
+//! `TF_GetInputTensorFromVariable`...), which TensorFlow 2.21's Linux wheels do not export
+//! (checked with `nm -D` on every library of the wheel).
 //!
-//! TensorFlow's own DEVICE_DEFAULT versions of these ops compute with the CPU's Eigen device on
-//! the variable's buffer, which on this device is a GPU address: run on our device they crash
-//! the process. A plugin reaches a variable's buffer through `TF_AssignUpdateVariable`
-//! (kernels_experimental.h), but TensorFlow 2.21's Linux wheels do not export that symbol (nor
-//! any other variable function of kernels_experimental.h: checked with `nm -D` on every
-//! library of the wheel). Until the graph rewrite that replaces these ops with
-//! ReadVariableOp + AddV2/Sub + AssignVariableOp exists, these registrations take precedence
-//! over TensorFlow's and fail with an error that says what to do, instead of a crash.
+//! Inside `tf.function` the graph rewrite in [`crate::graph`] replaces the assign updates with
+//! ops that work here, so these kernels only run in eager mode (or for the gather/scatter ops,
+//! which have no rewrite yet); they take precedence over TensorFlow's and fail with an error
+//! that says what to do, instead of a crash.
 
-use std::ffi::CString;
+use std::ffi::{CString, c_void};
 
 use tfwgpu_runtime::DType;
 use tfwgpu_sys as sys;
@@ -17,79 +20,106 @@ use tfwgpu_sys as sys;
 use crate::nodedef::dtype_to_tf;
 use crate::status::{Status, set};
 
-struct Update {
-    op: i32,
+/// (op, type attribute constrained, what the user can do instead)
+const GUARDED: &[(&str, &str, &str)] = &[
+    (
+        "AssignAddVariableOp",
+        "dtype",
+        "use it inside a tf.function (Keras fit does), where tfwgpu rewrites it, or write v.assign(v + x)",
+    ),
+    (
+        "AssignSubVariableOp",
+        "dtype",
+        "use it inside a tf.function (Keras fit does), where tfwgpu rewrites it, or write v.assign(v - x)",
+    ),
+    (
+        "ResourceGather",
+        "dtype",
+        "read the variable first: tf.gather(v.read_value(), indices), or keep the variable on the CPU",
+    ),
+    (
+        "ResourceScatterUpdate",
+        "dtype",
+        "keep this variable on the CPU (create it under tf.device('/CPU:0'))",
+    ),
+];
+
+unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_void {
+    // The kernel only needs to know which op it is.
+    // SAFETY: valid construction context; the string view is copied at once.
+    let name = unsafe { sys::TF_OpKernelConstruction_GetName(ctx) };
+    let node = unsafe { std::slice::from_raw_parts(name.data as *const u8, name.len) };
+    let node = String::from_utf8_lossy(node).into_owned();
+    let st = Status::new();
+    let buf = unsafe { sys::TF_OpKernelConstruction_GetNodeDef(ctx, st.0) };
+    let op = if st.check("").is_ok() && !buf.is_null() {
+        // SAFETY: TF_Buffer holds `length` bytes at `data`; freed right after.
+        let b = unsafe { &*buf };
+        let bytes = unsafe { std::slice::from_raw_parts(b.data as *const u8, b.length) };
+        let op = crate::nodedef::parse(bytes)
+            .map(|(op, _)| op)
+            .unwrap_or_default();
+        unsafe { sys::TF_DeleteBuffer(buf) };
+        op
+    } else {
+        String::new()
+    };
+    Box::into_raw(Box::new((op, node))) as *mut c_void
 }
 
-unsafe extern "C" fn create_add(_: *mut sys::TF_OpKernelConstruction) -> *mut std::ffi::c_void {
-    Box::into_raw(Box::new(Update { op: 0 })) as *mut std::ffi::c_void
-}
-
-unsafe extern "C" fn create_sub(_: *mut sys::TF_OpKernelConstruction) -> *mut std::ffi::c_void {
-    Box::into_raw(Box::new(Update { op: 1 })) as *mut std::ffi::c_void
-}
-
-unsafe extern "C" fn delete(k: *mut std::ffi::c_void) {
+unsafe extern "C" fn delete(k: *mut c_void) {
     if !k.is_null() {
-        // SAFETY: made by create_add / create_sub.
-        drop(unsafe { Box::from_raw(k as *mut Update) });
+        // SAFETY: made by create.
+        drop(unsafe { Box::from_raw(k as *mut (String, String)) });
     }
 }
 
-unsafe extern "C" fn compute(k: *mut std::ffi::c_void, ctx: *mut sys::TF_OpKernelContext) {
-    // SAFETY: made by create_add / create_sub.
-    let op = unsafe { (*(k as *const Update)).op };
-    let name = if op == 0 {
-        "AssignAddVariableOp"
-    } else {
-        "AssignSubVariableOp"
-    };
+unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) {
+    // SAFETY: made by create.
+    let (op, node) = unsafe { &*(k as *const (String, String)) };
+    let advice = GUARDED.iter().find(|g| g.0 == op).map_or("", |g| g.2);
     let st = Status::new();
     set(
         st.0,
         sys::TSL_Code_TSL_UNIMPLEMENTED,
         &format!(
-            "{name} on a tfwgpu GPU is not supported yet (TensorFlow 2.21 does not export \
-             TF_AssignUpdateVariable to plugins). Keep this variable on the CPU \
-             (create it under tf.device('/CPU:0')), or update it with v.assign(v + x)"
+            "{op} on a resource variable of a tfwgpu GPU is not supported in eager mode \
+             (TensorFlow 2.21 does not give plugins access to variable buffers): {advice} \
+             [node {node}]"
         ),
     );
     // SAFETY: valid context.
     unsafe { sys::TF_OpKernelContext_Failure(ctx, st.0) };
 }
 
-/// Registers AssignAddVariableOp and AssignSubVariableOp for every dtype the runtime has.
+/// Registers the guards for every dtype the runtime has; returns how many registered.
 pub fn register() -> usize {
     let st = Status::new();
     let mut n = 0;
-    type Create = unsafe extern "C" fn(*mut sys::TF_OpKernelConstruction) -> *mut std::ffi::c_void;
-    let ops: [(&str, Create); 2] = [
-        ("AssignAddVariableOp", create_add),
-        ("AssignSubVariableOp", create_sub),
-    ];
-    for (op, create_fn) in ops {
+    for (op, type_attr, _) in GUARDED {
         for dt in DType::ALL {
-            let op_c = CString::new(op).expect("no NUL").into_raw();
+            let op_c = CString::new(*op).expect("no NUL").into_raw();
+            let attr_c = CString::new(*type_attr).expect("no NUL").into_raw();
             // SAFETY: registration calls with valid, process-lifetime strings.
             unsafe {
                 let b = sys::TF_NewKernelBuilder(
                     op_c,
                     c"GPU".as_ptr(),
-                    Some(create_fn),
+                    Some(create),
                     Some(compute),
                     Some(delete),
                 );
-                sys::TF_KernelBuilder_TypeConstraint(b, c"dtype".as_ptr(), dtype_to_tf(dt), st.0);
+                sys::TF_KernelBuilder_TypeConstraint(b, attr_c, dtype_to_tf(dt), st.0);
                 sys::TF_KernelBuilder_HostMemory(b, c"resource".as_ptr());
                 sys::TF_KernelBuilder_Priority(b, 1);
-                let name = CString::new(format!("tfwgpu_{op}_{dt}"))
+                let name = CString::new(format!("tfwgpu_guard_{op}_{dt}"))
                     .expect("no NUL")
                     .into_raw();
                 sys::TF_RegisterKernelBuilder(name, b, st.0);
             }
             match st.check(op) {
                 Ok(()) => n += 1,
-                Err(e) => tracing::warn!("not registering {op} for {dt}: {e}"),
+                Err(e) => tracing::warn!("not registering the guard for {op} {dt}: {e}"),
             }
         }
     }
