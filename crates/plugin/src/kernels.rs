@@ -195,6 +195,7 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
     let Some(w) = (unsafe { (k as *const Wrapped).as_ref() }) else {
         return;
     };
+    crate::stats::op(&w.op);
     let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx)));
     let st = Status::new();
     let failed = match result {

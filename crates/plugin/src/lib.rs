@@ -9,6 +9,7 @@ pub mod nodedef;
 #[cfg(target_os = "linux")]
 mod preload;
 pub mod se;
+pub mod stats;
 pub mod status;
 pub mod variables;
 pub mod version;
@@ -35,6 +36,7 @@ pub fn runtime() -> Option<&'static Runtime> {
         }
         #[cfg(target_os = "linux")]
         preload::preload_mesa_drivers();
+        stats::install_exit_report();
         match Runtime::new() {
             Ok(rt) => Some(rt),
             Err(e) => {

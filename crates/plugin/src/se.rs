@@ -390,6 +390,7 @@ unsafe extern "C" fn sync_memcpy_dtoh(
         if size == 0 {
             return Ok(());
         }
+        crate::stats::d2h(size);
         let bytes = dev(device)?.read(addr(src)?, size as usize)?;
         // SAFETY: TensorFlow's host buffer holds `size` bytes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
@@ -422,6 +423,7 @@ unsafe extern "C" fn sync_memcpy_htod(
         // SAFETY: TensorFlow's host buffer holds `size` bytes; the runtime copies it into a
         // staging buffer before returning.
         let data = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
+        crate::stats::h2d(size);
         dev(device)?.write(addr(dst)?, data)
     })
 }

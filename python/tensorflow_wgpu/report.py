@@ -1,0 +1,184 @@
+"""The fallback report: which ops of a program ran on the tfwgpu GPU and which fell back to the
+CPU, with counts, and the device-to-host copies the fallbacks cost.
+
+    python -m tensorflow_wgpu.report [--json FILE] script.py [script args...]
+
+The script runs unchanged, in a child process, with TensorFlow's device-placement logging on
+(the placement lines are taken out of its output). Counts come from two places: TensorFlow's
+placement log (every eager op execution, every graph node placed) and the plugin's own
+counters (every kernel execution on the GPU, every copy between host and device).
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+
+# Ops that run on the host by design: shapes and other small host-memory arithmetic, and
+# graph bookkeeping. They are listed, but not counted as fallbacks.
+HOST_BY_DESIGN = {
+    "Const", "Shape", "ShapeN", "Size", "Rank", "BroadcastArgs", "BroadcastGradientArgs",
+    "NoOp", "Identity", "IdentityN", "Placeholder", "StopGradient", "ReadVariableOp",
+    "VarHandleOp", "VarIsInitializedOp", "DestroyResourceOp", "AssignVariableOp",
+}
+
+# tf.data runs on the host by design too.
+_HOST_PATTERN = re.compile(r"(Dataset(V\d)?|Iterator(V\d)?|IteratorGetNext|^Optional\w+|^MakeIterator)$")
+
+
+def host_by_design(op):
+    return op in HOST_BY_DESIGN or bool(_HOST_PATTERN.search(op))
+
+
+_PLACED = re.compile(r"placer\.cc:\d+\] (?P<node>.+?): \((?P<op>[A-Za-z0-9_]+)\): (?P<dev>/job:\S+)\s*$")
+_EXEC = re.compile(r"execute\.cc:\d+\] Executing op (?P<op>\S+) in device (?P<dev>\S+)")
+_PRINTED = re.compile(r"^.+?: \([A-Za-z0-9_]+\): /job:\S+$")
+
+_RUNNER = r"""
+import runpy, sys
+import tensorflow as tf
+tf.debugging.set_log_device_placement(True)
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def _device_kind(dev):
+    m = re.search(r"device:([A-Z_]+):(\d+)", dev)
+    return f"{m.group(1)}:{m.group(2)}" if m else dev
+
+
+class Report:
+    """Counts gathered from one run."""
+
+    def __init__(self):
+        self.executed = collections.Counter()  # (op, device) -> eager executions
+        self.placed = collections.Counter()  # (op, device) -> graph nodes placed
+        self.gpu_kernels = {}
+        self.d2h = {"copies": 0, "bytes": 0}
+        self.h2d = {"copies": 0, "bytes": 0}
+
+    def feed(self, line):
+        m = _EXEC.search(line)
+        if m:
+            op = m.group("op")
+            if not op.startswith("__inference_") and not op.startswith("_"):
+                self.executed[(op, _device_kind(m.group("dev")))] += 1
+            return True
+        m = _PLACED.search(line)
+        if m:
+            op = m.group("op")
+            if not op.startswith("_"):
+                self.placed[(op, _device_kind(m.group("dev")))] += 1
+            return True
+        return False
+
+    def fallbacks(self):
+        """Op types placed or executed on the CPU that are not host work by design."""
+        ops = collections.Counter()
+        for (op, dev), n in list(self.executed.items()) + list(self.placed.items()):
+            if dev.startswith("CPU") and not host_by_design(op):
+                ops[op] += n
+        return ops
+
+    def as_dict(self):
+        rows = collections.defaultdict(lambda: collections.Counter())
+        for (op, dev), n in self.executed.items():
+            rows[op][f"eager:{dev}"] += n
+        for (op, dev), n in self.placed.items():
+            rows[op][f"graph:{dev}"] += n
+        for op, n in self.gpu_kernels.items():
+            rows[op]["gpu_kernel_runs"] += n
+        return {
+            "ops": {op: dict(c) for op, c in sorted(rows.items())},
+            "fallbacks": dict(self.fallbacks()),
+            "device_to_host": self.d2h,
+            "host_to_device": self.h2d,
+        }
+
+    def text(self, title):
+        d = self.as_dict()
+        lines = [f"tfwgpu fallback report: {title}"]
+        lines.append(f"  {'op':<34}{'GPU runs':>10}{'graph GPU':>10}{'graph CPU':>10}{'eager CPU':>10}")
+        for op, c in d["ops"].items():
+            gpu = c.get("gpu_kernel_runs", 0)
+            g_gpu = sum(v for k, v in c.items() if k.startswith("graph:GPU"))
+            g_cpu = sum(v for k, v in c.items() if k.startswith("graph:CPU"))
+            e_cpu = sum(v for k, v in c.items() if k.startswith("eager:CPU"))
+            mark = "" if (g_cpu + e_cpu == 0 or host_by_design(op)) else "  <- CPU fallback"
+            lines.append(f"  {op:<34}{gpu:>10}{g_gpu:>10}{g_cpu:>10}{e_cpu:>10}{mark}")
+        fb = d["fallbacks"]
+        gpu_types = sum(1 for c in d["ops"].values() if any("GPU" in k or k == "gpu_kernel_runs" for k in c))
+        lines.append(
+            f"  summary: {gpu_types} op types on GPU, {len(fb)} op types fell back to the CPU"
+            + (f" ({', '.join(sorted(fb))})" if fb else "")
+        )
+        lines.append(
+            f"  device-to-host copies: {self.d2h['copies']} ({self.d2h['bytes'] / 2**20:.1f} MiB); "
+            f"host-to-device copies: {self.h2d['copies']} ({self.h2d['bytes'] / 2**20:.1f} MiB)"
+        )
+        return "\n".join(lines)
+
+
+def _pump(stream, out, report, lock, drop_printed):
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace")
+        with lock:
+            consumed = report.feed(line)
+        if consumed or (drop_printed and _PRINTED.match(line.rstrip("\n"))):
+            continue
+        out.write(line)
+        out.flush()
+
+
+def run(script, args, json_path=None, out=sys.stdout, err=sys.stderr):
+    """Runs `script` with `args` in a child process; returns (exit code, Report)."""
+    report = Report()
+    with tempfile.TemporaryDirectory() as tmp:
+        counters = os.path.join(tmp, "tfwgpu-counters.json")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TFWGPU_REPORT=counters)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        child = subprocess.Popen(
+            [sys.executable, "-c", _RUNNER, script, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )
+        lock = threading.Lock()
+        threads = [
+            threading.Thread(target=_pump, args=(child.stdout, out, report, lock, True)),
+            threading.Thread(target=_pump, args=(child.stderr, err, report, lock, False)),
+        ]
+        for t in threads:
+            t.start()
+        code = child.wait()
+        for t in threads:
+            t.join()
+        if os.path.exists(counters):
+            with open(counters) as f:
+                c = json.load(f)
+            report.gpu_kernels = c.get("gpu_ops", {})
+            report.d2h = c.get("device_to_host", report.d2h)
+            report.h2d = c.get("host_to_device", report.h2d)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(report.as_dict(), f, indent=2)
+    return code, report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m tensorflow_wgpu.report", description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args(argv)
+    code, report = run(a.script, a.args, a.json)
+    print(report.text(a.script), file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
