@@ -180,3 +180,20 @@ def test_ten_thousand_small_ops_leave_memory_flat(tf):
         end = tf.config.experimental.get_memory_info("GPU:0")["current"]
     assert x.numpy()[0] == 10_002.0
     assert end == start
+
+
+def test_without_an_adapter_tensorflow_runs_on_its_cpu_with_one_warning():
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorflow as tf; "
+        "print('GPUS', len(tf.config.list_physical_devices('GPU'))); "
+        "print('SUM', float(tf.reduce_sum(tf.ones([3]))))"
+    )
+    env = dict(__import__("os").environ, TFWGPU_ADAPTER="no-such-adapter", TF_CPP_MIN_LOG_LEVEL="2")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "GPUS 0" in r.stdout and "SUM 3.0" in r.stdout
+    warnings = [l for l in r.stderr.splitlines() if l.startswith("tfwgpu:")]
+    assert len(warnings) == 1 and "no-such-adapter" in warnings[0], r.stderr[-2000:]

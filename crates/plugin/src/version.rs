@@ -21,8 +21,11 @@ pub fn running_tf_version() -> Option<String> {
 
 /// `Err(message)` when the running TensorFlow is not the pinned one.
 pub fn check() -> Result<(), String> {
-    let pinned = tfwgpu_sys::TF_VERSION;
-    match running_tf_version() {
+    compare(tfwgpu_sys::TF_VERSION, running_tf_version().as_deref())
+}
+
+fn compare(pinned: &str, running: Option<&str>) -> Result<(), String> {
+    match running {
         Some(v) if v == pinned => Ok(()),
         Some(v) => Err(format!(
             "tfwgpu was built for TensorFlow {pinned} but this is TensorFlow {v}: its GPU device \
@@ -31,5 +34,21 @@ pub fn check() -> Result<(), String> {
         )),
         // Not found (an embedding without the C API's version symbol): trust the loader.
         None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compare;
+
+    #[test]
+    fn another_version_is_refused_with_a_message_saying_what_to_do() {
+        assert!(compare("2.21.0", Some("2.21.0")).is_ok());
+        assert!(compare("2.21.0", None).is_ok());
+        let e = compare("2.21.0", Some("2.20.1")).unwrap_err();
+        assert!(
+            e.contains("2.20.1") && e.contains("tensorflow-cpu==2.21.0"),
+            "{e}"
+        );
     }
 }
