@@ -101,17 +101,20 @@ class Report:
             "host_to_device": self.h2d,
         }
 
-    def text(self, title):
+    def text(self, title, summary_only=False):
         d = self.as_dict()
         lines = [f"tfwgpu fallback report: {title}"]
-        lines.append(f"  {'op':<34}{'GPU runs':>10}{'graph GPU':>10}{'graph CPU':>10}{'eager CPU':>10}")
+        table = []
+        table.append(f"  {'op':<34}{'GPU runs':>10}{'graph GPU':>10}{'graph CPU':>10}{'eager CPU':>10}")
         for op, c in d["ops"].items():
             gpu = c.get("gpu_kernel_runs", 0)
             g_gpu = sum(v for k, v in c.items() if k.startswith("graph:GPU"))
             g_cpu = sum(v for k, v in c.items() if k.startswith("graph:CPU"))
             e_cpu = sum(v for k, v in c.items() if k.startswith("eager:CPU"))
             mark = "" if (g_cpu + e_cpu == 0 or host_by_design(op)) else "  <- CPU fallback"
-            lines.append(f"  {op:<34}{gpu:>10}{g_gpu:>10}{g_cpu:>10}{e_cpu:>10}{mark}")
+            table.append(f"  {op:<34}{gpu:>10}{g_gpu:>10}{g_cpu:>10}{e_cpu:>10}{mark}")
+        if not summary_only:
+            lines += table
         fb = d["fallbacks"]
         gpu_types = sum(1 for c in d["ops"].values() if any("GPU" in k or k == "gpu_kernel_runs" for k in c))
         lines.append(
@@ -172,11 +175,12 @@ def run(script, args, json_path=None, out=sys.stdout, err=sys.stderr):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tensorflow_wgpu.report", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", help="also write the report as JSON to this file")
+    p.add_argument("--summary", action="store_true", help="print the summary lines only, not the table")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args(argv)
     code, report = run(a.script, a.args, a.json)
-    print(report.text(a.script), file=sys.stderr)
+    print(report.text(a.script, a.summary), file=sys.stderr)
     return code
 
 
