@@ -88,6 +88,9 @@ fn devices() -> Result<(), String> {
             a.subgroup_min_size,
             a.subgroup_max_size
         );
+        if let Some(m) = a.device_memory {
+            println!("    device-local memory: {} MiB", m >> 20);
+        }
         println!("    features: {}", a.useful_features().join(", "));
     }
     Ok(())

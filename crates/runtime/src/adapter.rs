@@ -19,6 +19,8 @@ pub struct AdapterDescription {
     pub subgroup_max_size: u32,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// Bytes of device-local memory, where the backend reports it (Vulkan).
+    pub device_memory: Option<u64>,
 }
 
 impl AdapterDescription {
@@ -37,6 +39,7 @@ impl AdapterDescription {
             subgroup_max_size: info.subgroup_max_size,
             limits: adapter.limits(),
             features: adapter.features(),
+            device_memory: device_local_memory(adapter),
         }
     }
 
@@ -61,6 +64,28 @@ impl AdapterDescription {
         }
         names
     }
+}
+
+/// The size of the largest device-local memory heap of a Vulkan adapter.
+#[cfg(any(target_os = "linux", target_os = "windows"))]
+fn device_local_memory(adapter: &wgpu::Adapter) -> Option<u64> {
+    // SAFETY: only reads properties of the physical device through wgpu-hal's live instance;
+    // nothing is created or destroyed.
+    unsafe {
+        let hal = adapter.as_hal::<wgpu::hal::api::Vulkan>()?;
+        let instance = hal.shared_instance().raw_instance();
+        let props = instance.get_physical_device_memory_properties(hal.raw_physical_device());
+        props.memory_heaps[..props.memory_heap_count as usize]
+            .iter()
+            .filter(|h| h.flags.contains(ash::vk::MemoryHeapFlags::DEVICE_LOCAL))
+            .map(|h| h.size)
+            .max()
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "windows")))]
+fn device_local_memory(_: &wgpu::Adapter) -> Option<u64> {
+    None
 }
 
 /// The optional features the runtime asks for when the adapter has them.

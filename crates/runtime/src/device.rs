@@ -105,10 +105,12 @@ fn default_memory_limit(desc: &AdapterDescription) -> u64 {
                 })
         })
         .map(|kb| kb * 1024);
-    match desc.device_type.as_str() {
+    match (desc.device_type.as_str(), desc.device_memory) {
         // Software and integrated adapters share system memory: take half of it.
-        "cpu" | "integrated" => system.map(|b| b / 2).unwrap_or(4 << 30),
-        // wgpu does not report a discrete adapter's memory size; assume 8 GiB unless told.
+        ("cpu" | "integrated", _) => system.map(|b| b / 2).unwrap_or(4 << 30),
+        // A discrete adapter: 90% of its device-local memory, leaving room for the driver.
+        (_, Some(bytes)) => bytes / 10 * 9,
+        // wgpu does not report the memory size of this backend; assume 8 GiB unless told.
         _ => 8 << 30,
     }
 }

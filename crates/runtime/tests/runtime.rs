@@ -216,6 +216,7 @@ fn fake(index: usize, name: &str, kind: &str, backend: &str) -> AdapterDescripti
         subgroup_max_size: 0,
         limits: Default::default(),
         features: Default::default(),
+        device_memory: None,
     }
 }
 
