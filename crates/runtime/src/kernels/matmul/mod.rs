@@ -4,11 +4,20 @@
 //! strides, and batch broadcasting (V2/V3, NumPy style) through per-dimension batch strides
 //! that are 0 where an operand is broadcast. float32 accumulates in float32 with fma; int32
 //! wraps.
+//!
+//! Two shaders: the scalar, strided `matmul.wgsl` serves every shape, layout and batch
+//! pattern; the register-blocked `matmul_vec4.wgsl` (module `vec4`) serves operands whose
+//! contiguous dimension is a multiple of 4, with 16-byte loads and stores. [`choose`] picks
+//! the shader and tile for a product; the internal attribute `_tfwgpu_tile` (a tile name, for
+//! benchmarks and tests) forces one.
+
+mod vec4;
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, MAX_GROUPS_X, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
-use crate::{Attrs, DType, Error, Result, bail_invalid};
+use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
+pub use vec4::{Layouts, Vec4Tile};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
 
@@ -79,7 +88,8 @@ impl Tile {
             && t <= 256
     }
 
-    fn wgsl(&self, dtype: DType) -> String {
+    /// The shader source for `dtype`.
+    pub fn wgsl(&self, dtype: DType) -> String {
         let (elem, mad) = match dtype {
             DType::F32 => ("f32", "return fma(x, y, acc);"),
             _ => ("i32", "return acc + x * y;"),
@@ -118,13 +128,201 @@ pub const TILE_8X8X8: Tile = Tile {
 
 const _: () = assert!(TILE_64X64X8.is_valid() && TILE_8X8X8.is_valid());
 
-/// The tile for an M x N output.
+/// Register-blocked vector tiles (`matmul_vec4.wgsl`), "BMxBNxBK" with 8x8 outputs per
+/// invocation unless the name says otherwise, two shared-memory buffers unless it ends in "s1".
+pub const V4_128X128X8: Vec4Tile = Vec4Tile {
+    name: "128x128x8",
+    bm: 128,
+    bn: 128,
+    bk: 8,
+    tm: 8,
+    tn: 8,
+    stages: 2,
+    group: 0,
+};
+pub const V4_128X128X8S1: Vec4Tile = Vec4Tile {
+    name: "128x128x8s1",
+    stages: 1,
+    ..V4_128X128X8
+};
+pub const V4_128X128X16S1: Vec4Tile = Vec4Tile {
+    name: "128x128x16s1",
+    bk: 16,
+    stages: 1,
+    ..V4_128X128X8
+};
+pub const V4_128X64X8: Vec4Tile = Vec4Tile {
+    name: "128x64x8",
+    bn: 64,
+    ..V4_128X128X8
+};
+pub const V4_64X128X8: Vec4Tile = Vec4Tile {
+    name: "64x128x8",
+    bm: 64,
+    ..V4_128X128X8
+};
+pub const V4_64X64X8: Vec4Tile = Vec4Tile {
+    name: "64x64x8",
+    bm: 64,
+    bn: 64,
+    ..V4_128X128X8
+};
+pub const V4_64X64X16_4X4: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4",
+    bm: 64,
+    bn: 64,
+    bk: 16,
+    tm: 4,
+    tn: 4,
+    stages: 2,
+    group: 0,
+};
+pub const V4_128X128X8S1G8: Vec4Tile = Vec4Tile {
+    name: "128x128x8s1g8",
+    group: 8,
+    ..V4_128X128X8S1
+};
+pub const V4_128X128X16S1G8: Vec4Tile = Vec4Tile {
+    name: "128x128x16s1g8",
+    group: 8,
+    ..V4_128X128X16S1
+};
+pub const V4_128X64X8S1: Vec4Tile = Vec4Tile {
+    name: "128x64x8s1",
+    stages: 1,
+    ..V4_128X64X8
+};
+pub const V4_128X64X16S1: Vec4Tile = Vec4Tile {
+    name: "128x64x16s1",
+    bk: 16,
+    stages: 1,
+    ..V4_128X64X8
+};
+pub const V4_64X64X16_4X4S1: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4s1",
+    stages: 1,
+    ..V4_64X64X16_4X4
+};
+pub const V4_64X64X32_4X4S1: Vec4Tile = Vec4Tile {
+    name: "64x64x32_4x4s1",
+    bk: 32,
+    stages: 1,
+    ..V4_64X64X16_4X4
+};
+
+/// Every vector tile, for `_tfwgpu_tile`.
+pub const VEC4_TILES: &[Vec4Tile] = &[
+    V4_128X128X8,
+    V4_128X128X8S1,
+    V4_128X128X16S1,
+    V4_128X64X8,
+    V4_64X128X8,
+    V4_64X64X8,
+    V4_64X64X16_4X4,
+    V4_128X128X8S1G8,
+    V4_128X128X16S1G8,
+    V4_128X64X8S1,
+    V4_128X64X16S1,
+    V4_64X64X16_4X4S1,
+    V4_64X64X32_4X4S1,
+];
+
+/// Every scalar tile, for `_tfwgpu_tile`.
+pub const SCALAR_TILES: &[Tile] = &[TILE_64X64X8, TILE_8X8X8];
+
+const _: () = {
+    let mut i = 0;
+    while i < VEC4_TILES.len() {
+        assert!(VEC4_TILES[i].is_valid());
+        i += 1;
+    }
+};
+
+/// The shader and tile of one product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    Scalar(Tile),
+    Vec4(Vec4Tile, Layouts),
+}
+
+impl Plan {
+    fn bm(&self) -> u32 {
+        match self {
+            Plan::Scalar(t) => t.bm,
+            Plan::Vec4(t, _) => t.bm,
+        }
+    }
+
+    fn bn(&self) -> u32 {
+        match self {
+            Plan::Scalar(t) => t.bn,
+            Plan::Vec4(t, _) => t.bn,
+        }
+    }
+}
+
+/// The scalar tile for an M x N output.
 fn choose_tile(m: usize, n: usize) -> Tile {
     if m <= 8 && n <= 8 {
         TILE_8X8X8
     } else {
         TILE_64X64X8
     }
+}
+
+/// The plan for `batches` products of M x N x K in `layouts`, on a device with `shared` bytes
+/// of workgroup memory.
+///
+/// Measured on an H200 (bench/NOTES-matmul.md, v2): 128x128 tiles win once they give a few
+/// workgroups per multiprocessor (2048^2 and up); below that, 64x64 tiles with 4x4 per
+/// invocation keep the GPU full (1024^2: 64 tiles of 128x128 would leave half of 132
+/// multiprocessors idle). Shapes under 64 keep the scalar kernel.
+pub fn choose(batches: usize, m: usize, n: usize, k: usize, layouts: Layouts, shared: u32) -> Plan {
+    let vec4 = |t: Vec4Tile| {
+        (layouts.fit(m, n, k) && t.shared_bytes() <= shared).then_some(Plan::Vec4(t, layouts))
+    };
+    let big_tiles = batches * m.div_ceil(128) * n.div_ceil(128);
+    let tile = if m < 64 || n < 64 {
+        None
+    } else if big_tiles >= 192 {
+        vec4(V4_128X128X8S1G8)
+    } else if k >= 32 {
+        vec4(V4_64X64X32_4X4S1)
+    } else {
+        vec4(V4_64X64X16_4X4S1)
+    };
+    tile.unwrap_or(Plan::Scalar(choose_tile(m, n)))
+}
+
+/// The plan `name` forces, if it applies.
+fn forced(
+    op: &str,
+    name: &str,
+    m: usize,
+    n: usize,
+    k: usize,
+    layouts: Layouts,
+    shared: u32,
+) -> Result<Plan> {
+    if let Some(t) = SCALAR_TILES.iter().find(|t| t.name == name) {
+        return Ok(Plan::Scalar(*t));
+    }
+    let Some(t) = VEC4_TILES.iter().find(|t| t.name == name) else {
+        bail_invalid!("{op}: _tfwgpu_tile {name:?} names no matmul tile");
+    };
+    if !layouts.fit(m, n, k) {
+        bail_invalid!(
+            "{op}: _tfwgpu_tile {name:?} needs contiguous dimensions that are multiples of 4 \
+             (M {m}, N {n}, K {k}, {layouts:?})"
+        );
+    }
+    if t.shared_bytes() > shared {
+        bail_invalid!(
+            "{op}: _tfwgpu_tile {name:?} needs {} bytes of workgroup memory, the device has {shared}",
+            t.shared_bytes()
+        );
+    }
+    Ok(Plan::Vec4(*t, layouts))
 }
 
 /// Batch dimensions the shader's params hold (after merging).
@@ -151,6 +349,8 @@ impl Variant {
 
 struct MatMul {
     variant: Variant,
+    /// A tile forced by the `_tfwgpu_tile` attribute.
+    tile: Option<String>,
     /// Transpose (adjoint, for real types) the first operand.
     ta: bool,
     /// Transpose the second operand.
@@ -194,7 +394,17 @@ impl MatMul {
                 }
             }
         }
-        Ok(Box::new(MatMul { variant, ta, tb }))
+        let tile = match attrs.get("_tfwgpu_tile") {
+            None => None,
+            Some(AttrValue::Str(s)) => Some(s.clone()),
+            Some(v) => bail_invalid!("{op}: _tfwgpu_tile must be a string, got {v:?}"),
+        };
+        Ok(Box::new(MatMul {
+            variant,
+            tile,
+            ta,
+            tb,
+        }))
     }
 }
 
@@ -395,20 +605,43 @@ impl Kernel for MatMul {
             )));
         }
         let batches: usize = g.batch.iter().product();
-        let tile = choose_tile(g.m, g.n);
         let dtype = g.dtype;
+        let layouts = Layouts {
+            a_kfast: !self.ta,
+            b_nfast: !self.tb,
+        };
+        let shared = ctx.limits().max_compute_workgroup_storage_size;
+        let plan = match &self.tile {
+            Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared)?,
+            None => choose(batches, g.m, g.n, g.k, layouts, shared),
+        };
         // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
         // of the inner loop). The indexing is in range by construction: shared and private
         // arrays are indexed by loop counters below their constant sizes (the tile loads cover
-        // BM*BK and BN*BK exactly, `Tile::is_valid`); global reads happen only for gm < M,
-        // gn < N, gk < K at batch offsets of batch indices below the grid's batch count, so
-        // they stay inside A (M*K per batch) and B (K*N); stores only for gm < M, gn < N. All
-        // of these fit u32 (`to_u32` on every tensor's element count above).
-        let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), tile.name), || {
-            let mut src = ShaderSource::new(tile.wgsl(dtype));
-            src.checks = Checks::Trusted;
-            src
-        })?;
+        // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`); global reads happen
+        // only for gm < M, gn < N, gk < K at batch offsets of batch indices below the grid's
+        // batch count, so they stay inside A (M*K per batch) and B (K*N); stores only for
+        // gm < M, gn < N. All of these fit u32 (`to_u32` on every tensor's element count
+        // above). The vector shader reads and writes 16-byte vectors at element offsets that
+        // are multiples of 4 (`Layouts::fit`), each wholly inside its row, so a vector is in
+        // range exactly when its first element is.
+        let pipeline = match plan {
+            Plan::Scalar(tile) => {
+                ctx.pipeline(PipelineKey::new("matmul", Some(dtype), tile.name), || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype));
+                    src.checks = Checks::Trusted;
+                    src
+                })?
+            }
+            Plan::Vec4(tile, layouts) => ctx.pipeline(
+                PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
+                || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype, layouts));
+                    src.checks = Checks::Trusted;
+                    src
+                },
+            )?,
+        };
         let a = ctx.bind(a_ref)?;
         let b = ctx.bind(b_ref)?;
         // Strides of A (M x K) and B (K x N) as stored.
@@ -422,8 +655,8 @@ impl Kernel for MatMul {
             astr[i] = to_u32(op, sa)?;
             bstr[i] = to_u32(op, sb)?;
         }
-        let tiles_x = g.n.div_ceil(tile.bn as usize);
-        let tiles_y = g.m.div_ceil(tile.bm as usize);
+        let tiles_x = g.n.div_ceil(plan.bn() as usize);
+        let tiles_y = g.m.div_ceil(plan.bm() as usize);
         let max = MAX_GROUPS_X as usize;
         for z0 in (0..batches).step_by(max) {
             let gz = (batches - z0).min(max);
