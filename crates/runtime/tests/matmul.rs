@@ -269,7 +269,11 @@ fn default_choice_on_larger_shapes() {
 fn forced_tiles_must_apply() {
     let a = dev().upload(&[1.0f32; 5 * 6], &[5, 6]).unwrap();
     let b = dev().upload(&[1.0f32; 6 * 8], &[6, 8]).unwrap();
-    for (tile, ok) in [("64x64x8", true), ("128x128x8", false), ("nonsense", false)] {
+    for (tile, ok) in [
+        ("64x64x8", true),
+        ("128x128x8_8x8s1", false),
+        ("nonsense", false),
+    ] {
         let r = dev().run(
             "MatMul",
             &Attrs::new().with("_tfwgpu_tile", AttrValue::Str(tile.into())),
@@ -467,7 +471,7 @@ fn int32_vec4_tiles_are_exact() {
         let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
         let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
         let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
-        for tile in ["128x128x8", "64x64x16_4x4"] {
+        for tile in ["128x128x8_8x8s1", "64x64x16_4x4"] {
             let at = attrs("MatMul", ta, tb, DType::I32)
                 .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
             let out = dev()

@@ -116,24 +116,29 @@ GEN_LOAD
 GEN_STORE
     }
     workgroupBarrier();
-    for (var t = 0u; t < ntiles; t += 1u) {
-        let has_next = t + 1u < ntiles;
-        if has_next {
-            let k0 = (t + 1u) * BK;
-GEN_LOAD
-        }
+    // With two buffers the loop is unrolled by two, so that every shared-memory offset is a
+    // constant: tile t lives in buffer 0, tile t + 1 in buffer 1.
+    for (var t = 0u; t < ntiles; t += STAGES) {
         {
-            let kb = (t % STAGES) * BK;
+            let has_next = t + 1u < ntiles;
+            if has_next {
+                let k0 = (t + 1u) * BK;
+GEN_LOAD
+            }
+            {
+                let kb = 0u;
 GEN_COMPUTE
-        }
-        if STAGES == 1u {
+            }
+            if STAGES == 1u {
+                workgroupBarrier();
+            }
+            if has_next {
+                let kb = (STAGES - 1u) * BK;
+GEN_STORE
+            }
             workgroupBarrier();
         }
-        if has_next {
-            let kb = ((t + 1u) % STAGES) * BK;
-GEN_STORE
-        }
-        workgroupBarrier();
+GEN_SECOND_STAGE
     }
 
     let cbase = bidx * p.m * p.n;

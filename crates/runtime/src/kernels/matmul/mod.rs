@@ -128,103 +128,81 @@ pub const TILE_8X8X8: Tile = Tile {
 
 const _: () = assert!(TILE_64X64X8.is_valid() && TILE_8X8X8.is_valid());
 
-/// Register-blocked vector tiles (`matmul_vec4.wgsl`), "BMxBNxBK" with 8x8 outputs per
-/// invocation unless the name says otherwise, two shared-memory buffers unless it ends in "s1".
-pub const V4_128X128X8: Vec4Tile = Vec4Tile {
-    name: "128x128x8",
+/// Register-blocked vector tiles (`matmul_vec4.wgsl`), named "BMxBNxBK_TMxTN" (outputs per
+/// workgroup, K depth, outputs per invocation), "s1" for one shared-memory buffer, "g8" for the
+/// grouped launch order. The measurements that chose them, and those of the variants tried
+/// and dropped, are in bench/NOTES-matmul.md.
+///
+/// 128x256, 8x16 per invocation, 256 invocations: the H200's best at 2048 and 4096 (the
+/// driver gives it ~240 registers, one workgroup per multiprocessor).
+pub const V4_128X256X16_8X16S1: Vec4Tile = Vec4Tile {
+    name: "128x256x16_8x16s1",
     bm: 128,
-    bn: 128,
-    bk: 8,
+    bn: 256,
+    bk: 16,
     tm: 8,
+    tn: 16,
+    stages: 1,
+    group: 8,
+};
+/// Its transpose, for outputs with more rows than columns.
+pub const V4_256X128X16_16X8S1: Vec4Tile = Vec4Tile {
+    name: "256x128x16_16x8s1",
+    bm: 256,
+    bn: 128,
+    tm: 16,
     tn: 8,
-    stages: 2,
-    group: 0,
+    ..V4_128X256X16_8X16S1
 };
-pub const V4_128X128X8S1: Vec4Tile = Vec4Tile {
-    name: "128x128x8s1",
-    stages: 1,
-    ..V4_128X128X8
+/// 128x128, 8x16 per invocation, 128 invocations (cuBLAS's float32 kernels on Hopper use
+/// 128x128x8 tiles with 4 warps); 255 registers on the H200, two workgroups per multiprocessor.
+pub const V4_128X128X16_8X16S1: Vec4Tile = Vec4Tile {
+    name: "128x128x16_8x16s1",
+    bn: 128,
+    ..V4_128X256X16_8X16S1
 };
-pub const V4_128X128X16S1: Vec4Tile = Vec4Tile {
-    name: "128x128x16s1",
-    bk: 16,
-    stages: 1,
-    ..V4_128X128X8
+/// 128x128, 8x8 per invocation, 256 invocations: exactly 128 registers on the H200 (two
+/// workgroups per multiprocessor), but shared-memory bound (4 LDS.128 per 64 FFMA).
+pub const V4_128X128X8_8X8S1: Vec4Tile = Vec4Tile {
+    name: "128x128x8_8x8s1",
+    bk: 8,
+    tn: 8,
+    ..V4_128X128X16_8X16S1
 };
-pub const V4_128X64X8: Vec4Tile = Vec4Tile {
-    name: "128x64x8",
-    bn: 64,
-    ..V4_128X128X8
-};
-pub const V4_64X128X8: Vec4Tile = Vec4Tile {
-    name: "64x128x8",
-    bm: 64,
-    ..V4_128X128X8
-};
-pub const V4_64X64X8: Vec4Tile = Vec4Tile {
-    name: "64x64x8",
+/// 64x64, 4x4 per invocation: enough workgroups for mid-sized products (1024^2: 256).
+pub const V4_64X64X32_4X4S1: Vec4Tile = Vec4Tile {
+    name: "64x64x32_4x4s1",
     bm: 64,
     bn: 64,
-    ..V4_128X128X8
-};
-pub const V4_64X64X16_4X4: Vec4Tile = Vec4Tile {
-    name: "64x64x16_4x4",
-    bm: 64,
-    bn: 64,
-    bk: 16,
+    bk: 32,
     tm: 4,
     tn: 4,
-    stages: 2,
+    stages: 1,
     group: 0,
-};
-pub const V4_128X128X8S1G8: Vec4Tile = Vec4Tile {
-    name: "128x128x8s1g8",
-    group: 8,
-    ..V4_128X128X8S1
-};
-pub const V4_128X128X16S1G8: Vec4Tile = Vec4Tile {
-    name: "128x128x16s1g8",
-    group: 8,
-    ..V4_128X128X16S1
-};
-pub const V4_128X64X8S1: Vec4Tile = Vec4Tile {
-    name: "128x64x8s1",
-    stages: 1,
-    ..V4_128X64X8
-};
-pub const V4_128X64X16S1: Vec4Tile = Vec4Tile {
-    name: "128x64x16s1",
-    bk: 16,
-    stages: 1,
-    ..V4_128X64X8
 };
 pub const V4_64X64X16_4X4S1: Vec4Tile = Vec4Tile {
     name: "64x64x16_4x4s1",
-    stages: 1,
-    ..V4_64X64X16_4X4
+    bk: 16,
+    ..V4_64X64X32_4X4S1
 };
-pub const V4_64X64X32_4X4S1: Vec4Tile = Vec4Tile {
-    name: "64x64x32_4x4s1",
-    bk: 32,
-    stages: 1,
-    ..V4_64X64X16_4X4
+/// Two shared-memory buffers (one barrier per K tile): never the fastest on the H200, where
+/// the larger tiles then exceed their register budget, but kept (and tested) for adapters
+/// with other budgets.
+pub const V4_64X64X16_4X4: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4",
+    stages: 2,
+    ..V4_64X64X16_4X4S1
 };
 
 /// Every vector tile, for `_tfwgpu_tile`.
 pub const VEC4_TILES: &[Vec4Tile] = &[
-    V4_128X128X8,
-    V4_128X128X8S1,
-    V4_128X128X16S1,
-    V4_128X64X8,
-    V4_64X128X8,
-    V4_64X64X8,
-    V4_64X64X16_4X4,
-    V4_128X128X8S1G8,
-    V4_128X128X16S1G8,
-    V4_128X64X8S1,
-    V4_128X64X16S1,
-    V4_64X64X16_4X4S1,
+    V4_128X256X16_8X16S1,
+    V4_256X128X16_16X8S1,
+    V4_128X128X16_8X16S1,
+    V4_128X128X8_8X8S1,
     V4_64X64X32_4X4S1,
+    V4_64X64X16_4X4S1,
+    V4_64X64X16_4X4,
 ];
 
 /// Every scalar tile, for `_tfwgpu_tile`.
@@ -273,25 +251,37 @@ fn choose_tile(m: usize, n: usize) -> Tile {
 /// The plan for `batches` products of M x N x K in `layouts`, on a device with `shared` bytes
 /// of workgroup memory.
 ///
-/// Measured on an H200 (bench/NOTES-matmul.md, v2): 128x128 tiles win once they give a few
-/// workgroups per multiprocessor (2048^2 and up); below that, 64x64 tiles with 4x4 per
-/// invocation keep the GPU full (1024^2: 64 tiles of 128x128 would leave half of 132
-/// multiprocessors idle). Shapes under 64 keep the scalar kernel.
+/// Measured on an H200 (bench/NOTES-matmul.md, v2-v5): the 128x256 (or 256x128) tile wins
+/// once it gives about one workgroup per multiprocessor (2048^2 and up), then 128x128; below
+/// that, 64x64 tiles with 4x4 per invocation keep the GPU full (1024^2: 64 tiles of 128x128
+/// would leave half of 132 multiprocessors idle). Shapes under 64 keep the scalar kernel.
+/// Other adapters get the same choice, bounded by their workgroup memory; none has been
+/// measured yet.
 pub fn choose(batches: usize, m: usize, n: usize, k: usize, layouts: Layouts, shared: u32) -> Plan {
-    let vec4 = |t: Vec4Tile| {
-        (layouts.fit(m, n, k) && t.shared_bytes() <= shared).then_some(Plan::Vec4(t, layouts))
-    };
-    let big_tiles = batches * m.div_ceil(128) * n.div_ceil(128);
-    let tile = if m < 64 || n < 64 {
-        None
-    } else if big_tiles >= 192 {
-        vec4(V4_128X128X8S1G8)
-    } else if k >= 32 {
-        vec4(V4_64X64X32_4X4S1)
+    let tiles = |bm: usize, bn: usize| batches * m.div_ceil(bm) * n.div_ceil(bn);
+    let small: &[Vec4Tile] = if k >= 32 {
+        &[V4_64X64X32_4X4S1, V4_64X64X16_4X4S1]
     } else {
-        vec4(V4_64X64X16_4X4S1)
+        &[V4_64X64X16_4X4S1]
     };
-    tile.unwrap_or(Plan::Scalar(choose_tile(m, n)))
+    let mut preferred: Vec<Vec4Tile> = vec![];
+    if m >= 64 && n >= 64 && layouts.fit(m, n, k) {
+        if n >= m && tiles(128, 256) >= 120 {
+            preferred.push(V4_128X256X16_8X16S1);
+        } else if m > n && tiles(256, 128) >= 120 {
+            preferred.push(V4_256X128X16_16X8S1);
+        }
+        if tiles(128, 128) >= 192 {
+            preferred.extend([V4_128X128X16_8X16S1, V4_128X128X8_8X8S1]);
+        }
+        preferred.extend_from_slice(small);
+    }
+    // The first that fits the device's workgroup memory.
+    preferred
+        .into_iter()
+        .find(|t| t.shared_bytes() <= shared)
+        .map(|t| Plan::Vec4(t, layouts))
+        .unwrap_or(Plan::Scalar(choose_tile(m, n)))
 }
 
 /// The plan `name` forces, if it applies.
@@ -732,6 +722,57 @@ mod tests {
             vec![(20, 0, 15)]
         );
         assert_eq!(batch_dims(&geom(&[], &[], &[])), vec![]);
+    }
+
+    #[test]
+    fn choice_by_shape_layout_and_memory() {
+        let nn = Layouts {
+            a_kfast: true,
+            b_nfast: true,
+        };
+        let name = |p: Plan| match p {
+            Plan::Scalar(t) => t.name,
+            Plan::Vec4(t, _) => t.name,
+        };
+        let big = 48 * 1024;
+        assert_eq!(
+            name(choose(1, 4096, 4096, 4096, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        assert_eq!(
+            name(choose(1, 4096, 1024, 4096, nn, big)),
+            "256x128x16_16x8s1"
+        );
+        assert_eq!(
+            name(choose(1, 2048, 2048, 64, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        assert_eq!(name(choose(1, 1024, 1024, 1024, nn, big)), "64x64x32_4x4s1");
+        assert_eq!(name(choose(1, 1024, 1024, 16, nn, big)), "64x64x16_4x4s1");
+        assert_eq!(
+            name(choose(64, 256, 256, 256, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        // K % 4 != 0 with A row-major: the scalar kernel.
+        assert_eq!(name(choose(1, 1024, 1024, 1023, nn, big)), "64x64x8");
+        assert_eq!(name(choose(1, 8, 8, 8, nn, big)), "8x8x8");
+        // WebGPU's default 16 KiB of workgroup memory: the largest tiles that fit.
+        assert_eq!(
+            name(choose(1, 4096, 4096, 4096, nn, 16384)),
+            "128x128x8_8x8s1"
+        );
+        assert_eq!(
+            name(choose(1, 1024, 1024, 1024, nn, 16384)),
+            "64x64x16_4x4s1"
+        );
+        for t in VEC4_TILES {
+            assert!(t.is_valid(), "{}", t.name);
+            assert!(
+                t.shared_bytes() <= 32 * 1024,
+                "{} must fit lavapipe",
+                t.name
+            );
+        }
     }
 
     #[test]

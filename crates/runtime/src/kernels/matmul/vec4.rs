@@ -208,7 +208,28 @@ impl Vec4Tile {
                 let _ = writeln!(output, "{ind}}}");
             }
         }
+        let second = if self.stages == 2 {
+            format!(
+                "        if t + 1u < ntiles {{
+            let has_next = t + 2u < ntiles;
+            if has_next {{
+                let k0 = (t + 2u) * BK;
+{load}            }}
+            {{
+                let kb = BK;
+{compute}            }}
+            if has_next {{
+                let kb = 0u;
+{store}            }}
+            workgroupBarrier();
+        }}
+"
+            )
+        } else {
+            String::new()
+        };
         MATMUL_VEC4_WGSL
+            .replace("GEN_SECOND_STAGE", &second)
             .replace("ELEM", elem)
             .replace("TILE_BM", &self.bm.to_string())
             .replace("TILE_BN", &self.bn.to_string())
