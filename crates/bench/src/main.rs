@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! tfwgpu-bench devices
-//! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE]
+//! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
+//!                     [--transpose none|a|b|ab]
 //! tfwgpu-bench demo
 //! ```
 
@@ -11,12 +12,14 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
-use tfwgpu_runtime::{Arg, Attrs, Device, Runtime, list_adapters};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, Device, Runtime, list_adapters};
 
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
-  tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE]
-                                             float32 MatMul GFLOP/s per square size
+  tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
+                      [--transpose none|a|b|ab]
+                                             float32 MatMul GFLOP/s per square size (and per
+                                             forced kernel tile: auto is the kernel's choice)
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
 environment: TFWGPU_VISIBLE_DEVICES, TFWGPU_ADAPTER select the adapter; TFWGPU_LOG sets logging";
 
@@ -117,14 +120,16 @@ fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// Largest relative error of sampled output entries against an f64 dot product.
+/// Largest relative error of sampled output entries against an f64 dot product (A stored
+/// transposed, K x M, if `ta`; B stored N x K if `tb`).
+#[allow(clippy::too_many_arguments)]
 fn check_matmul(
     a: &[f32],
     b: &[f32],
     c: &[f32],
-    m: usize,
-    k: usize,
-    n: usize,
+    (m, k, n): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
     rng: &mut StdRng,
 ) -> f64 {
     let mut worst = 0.0f64;
@@ -134,7 +139,9 @@ fn check_matmul(
         let mut want = 0.0f64;
         let mut scale = 0.0f64;
         for p in 0..k {
-            let t = a[i * k + p] as f64 * b[p * n + j] as f64;
+            let x = if ta { a[p * m + i] } else { a[i * k + p] };
+            let y = if tb { b[j * k + p] } else { b[p * n + j] };
+            let t = x as f64 * y as f64;
             want += t;
             scale += t.abs();
         }
@@ -151,42 +158,73 @@ fn check_matmul(
 struct MatmulResult {
     size: usize,
     median_ms: f64,
+    min_ms: f64,
     gflops: f64,
     rel_err: f64,
+    inner: usize,
 }
 
+/// Times float32 MatMul of `size`^3: the median over `reps` samples of `inner` back-to-back
+/// runs followed by one host wait, `inner` chosen so that a sample lasts ~25 ms (at most 500
+/// runs). The runtime submits batches while the host records more, so the figure is the
+/// device's throughput unless recording one run takes the host longer than the device.
+#[allow(clippy::too_many_arguments)]
 fn bench_matmul(
     dev: &Device,
     size: usize,
     reps: usize,
+    tile: Option<&str>,
+    ta: bool,
+    tb: bool,
     rng: &mut StdRng,
 ) -> Result<MatmulResult, String> {
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     let (m, k, n) = (size, size, size);
     let a = random(rng, m * k);
     let b = random(rng, k * n);
-    let ta = dev.upload(&a, &[m, k]).map_err(e)?;
-    let tb = dev.upload(&b, &[k, n]).map_err(e)?;
-    let kernel = dev.kernel("MatMul", &Attrs::new()).map_err(e)?;
-    // Poison: the output buffer of the checked run is filled with NaN first.
-    let out = dev
-        .run_kernel(kernel.as_ref(), &[Arg::from(&ta), Arg::from(&tb)])
-        .map_err(e)?;
-    let rel_err = check_matmul(&a, &b, &out[0].download::<f32>().map_err(e)?, m, k, n, rng);
+    let ta_shape = if ta { [k, m] } else { [m, k] };
+    let tb_shape = if tb { [n, k] } else { [k, n] };
+    let gpu_a = dev.upload(&a, &ta_shape).map_err(e)?;
+    let gpu_b = dev.upload(&b, &tb_shape).map_err(e)?;
+    let mut attrs = Attrs::new()
+        .with("transpose_a", AttrValue::Bool(ta))
+        .with("transpose_b", AttrValue::Bool(tb));
+    if let Some(t) = tile {
+        attrs.set("_tfwgpu_tile", AttrValue::Str(t.to_string()));
+    }
+    let kernel = dev.kernel("MatMul", &attrs).map_err(e)?;
+    let run = || {
+        dev.run_kernel(kernel.as_ref(), &[Arg::from(&gpu_a), Arg::from(&gpu_b)])
+            .map_err(e)
+    };
+    // Poison: fill the memory the checked output will likely take with NaN first.
+    drop(dev.upload(&vec![f32::NAN; m * n], &[m * n]).map_err(e)?);
+    let out = run()?;
+    let rel_err = check_matmul(
+        &a,
+        &b,
+        &out[0].download::<f32>().map_err(e)?,
+        (m, k, n),
+        ta,
+        tb,
+        rng,
+    );
     drop(out);
-    // Each sample: `inner` back-to-back runs, then a host wait; the median sample is reported.
+    // Calibrate: one run, then a few, to size the samples.
     let flops = 2.0 * (m * k * n) as f64;
-    let inner = ((2e10 / flops) as usize).clamp(1, 50);
+    let t0 = Instant::now();
+    for _ in 0..3 {
+        drop(run()?);
+    }
+    dev.synchronize().map_err(e)?;
+    let one = t0.elapsed().as_secs_f64() / 3.0;
+    let inner = ((0.025 / one.max(1e-7)) as usize).clamp(1, 500);
     let mut samples = vec![];
     for _ in 0..reps.max(1) {
         dev.synchronize().map_err(e)?;
         let t0 = Instant::now();
-        let mut keep = vec![];
         for _ in 0..inner {
-            keep.push(
-                dev.run_kernel(kernel.as_ref(), &[Arg::from(&ta), Arg::from(&tb)])
-                    .map_err(e)?,
-            );
+            drop(run()?);
         }
         dev.synchronize().map_err(e)?;
         samples.push(t0.elapsed().as_secs_f64() / inner as f64);
@@ -196,8 +234,10 @@ fn bench_matmul(
     Ok(MatmulResult {
         size,
         median_ms: median * 1e3,
+        min_ms: samples[0] * 1e3,
         gflops: flops / median / 1e9,
         rel_err,
+        inner,
     })
 }
 
@@ -211,26 +251,44 @@ fn matmul(args: &[String]) -> Result<(), String> {
         .unwrap_or("5")
         .parse()
         .map_err(|_| "bad --reps")?;
+    let tiles: Vec<&str> = flag(args, "--tiles").unwrap_or("auto").split(',').collect();
+    let (ta, tb) = match flag(args, "--transpose").unwrap_or("none") {
+        "none" => (false, false),
+        "a" => (true, false),
+        "b" => (false, true),
+        "ab" => (true, true),
+        t => return Err(format!("bad --transpose {t:?} (none, a, b or ab)")),
+    };
     let rt = open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(7);
     println!(
-        "{:>6} {:>12} {:>10} {:>10}",
-        "size", "median ms", "GFLOP/s", "rel err"
+        "{:>6} {:>14} {:>10} {:>10} {:>10} {:>8} {:>6}",
+        "size", "tile", "median ms", "min ms", "GFLOP/s", "rel err", "inner"
     );
     let mut rows = vec![];
     for &s in &sizes {
-        // Warm-up (compiles the pipeline).
-        bench_matmul(dev, s.min(64), 1, &mut rng)?;
-        let r = bench_matmul(dev, s, reps, &mut rng)?;
-        println!(
-            "{:>6} {:>12.3} {:>10.1} {:>10.1e}",
-            r.size, r.median_ms, r.gflops, r.rel_err
-        );
-        rows.push(
-            json!({"op": "MatMul", "dtype": "float32", "m": s, "n": s, "k": s,
-            "median_ms": r.median_ms, "gflops": r.gflops, "rel_err": r.rel_err}),
-        );
+        for &t in &tiles {
+            let tile = (t != "auto").then_some(t);
+            // Warm-up (compiles the pipeline).
+            if let Err(err) = bench_matmul(dev, s.min(64), 1, tile, ta, tb, &mut rng)
+                .and_then(|_| bench_matmul(dev, s, reps, tile, ta, tb, &mut rng))
+                .map(|r| {
+                    println!(
+                        "{:>6} {:>14} {:>10.4} {:>10.4} {:>10.1} {:>8.1e} {:>6}",
+                        r.size, t, r.median_ms, r.min_ms, r.gflops, r.rel_err, r.inner
+                    );
+                    rows.push(
+                        json!({"op": "MatMul", "dtype": "float32", "m": s, "n": s, "k": s,
+                        "transpose_a": ta, "transpose_b": tb, "tile": t,
+                        "median_ms": r.median_ms, "min_ms": r.min_ms, "gflops": r.gflops,
+                        "rel_err": r.rel_err, "inner": r.inner, "reps": reps}),
+                    );
+                })
+            {
+                println!("{s:>6} {t:>14} failed: {err}");
+            }
+        }
     }
     let d = dev.description();
     let doc = json!({

@@ -1,5 +1,6 @@
 mod common;
 use common::*;
+use tfwgpu_runtime::kernels::matmul::VEC4_TILES;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, Tensor};
 
 const EPS: f64 = f32::EPSILON as f64 / 2.0; // unit roundoff of float32
@@ -109,6 +110,23 @@ fn check_f32(
     tb: bool,
     seed: u64,
 ) {
+    check_f32_tile(op, None, a_batch, b_batch, m, k, n, ta, tb, seed);
+}
+
+/// `check_f32` with the kernel's tile forced (`_tfwgpu_tile`).
+#[allow(clippy::too_many_arguments)]
+fn check_f32_tile(
+    op: &str,
+    tile: Option<&str>,
+    a_batch: &[usize],
+    b_batch: &[usize],
+    m: usize,
+    k: usize,
+    n: usize,
+    ta: bool,
+    tb: bool,
+    seed: u64,
+) {
     let mut r = rng(seed);
     let sa = stored(a_batch, m, k, ta);
     let sb = stored(b_batch, k, n, tb);
@@ -116,14 +134,21 @@ fn check_f32(
     let b = rand_f32(&mut r, sb.iter().product(), -1.0, 1.0);
     let ga = dev().upload(&a, &sa).unwrap();
     let gb = dev().upload(&b, &sb).unwrap();
+    // Poison the memory the output will likely reuse, so that unwritten outputs show.
+    let poison_len = batch_len(a_batch, b_batch) * m * n;
+    drop(
+        dev()
+            .upload(&vec![f32::NAN; poison_len.max(1)], &[poison_len.max(1)])
+            .unwrap(),
+    );
+    let mut at = attrs(op, ta, tb, DType::F32);
+    if let Some(t) = tile {
+        at.set("_tfwgpu_tile", AttrValue::Str(t.to_string()));
+    }
     let out = dev()
-        .run(
-            op,
-            &attrs(op, ta, tb, DType::F32),
-            &[Arg::from(&ga), Arg::from(&gb)],
-        )
+        .run(op, &at, &[Arg::from(&ga), Arg::from(&gb)])
         .unwrap();
-    let what = format!("{op} {sa:?} x {sb:?} ta {ta} tb {tb}");
+    let what = format!("{op} {sa:?} x {sb:?} ta {ta} tb {tb} tile {tile:?}");
     let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
     let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
     let (shape, want, abs) = reference(&a64, &sa, &b64, &sb, ta, tb);
@@ -158,6 +183,111 @@ fn matmul_f32_awkward_shapes_and_every_transpose() {
             .enumerate()
         {
             check_f32("MatMul", &[], &[], m, k, n, ta, tb, (i * 4 + j) as u64);
+        }
+    }
+}
+
+/// Output batch size of broadcast batch dimensions.
+fn batch_len(a: &[usize], b: &[usize]) -> usize {
+    let rank = a.len().max(b.len());
+    (0..rank)
+        .map(|i| {
+            let x = if i + a.len() >= rank {
+                a[i + a.len() - rank]
+            } else {
+                1
+            };
+            let y = if i + b.len() >= rank {
+                b[i + b.len() - rank]
+            } else {
+                1
+            };
+            x.max(y)
+        })
+        .product()
+}
+
+/// The vector tiles (`matmul_vec4.wgsl`), each forced, on shapes with contiguous dimensions
+/// that are multiples of 4 but not of the tiles: partial tiles in M, N and K, K shorter than
+/// one K tile, every transpose, and broadcast batches.
+#[test]
+fn vec4_tiles_edge_shapes_and_every_transpose() {
+    let mut seed = 500;
+    for tile in VEC4_TILES.iter().map(|t| t.name) {
+        for &(m, k, n) in &[(4, 4, 4), (132, 20, 68), (68, 36, 132)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                check_f32_tile("MatMul", Some(tile), &[], &[], m, k, n, ta, tb, seed);
+                seed += 1;
+            }
+        }
+        // Many tile rows (the grouped launch order's last, partial group).
+        check_f32_tile(
+            "MatMul",
+            Some(tile),
+            &[],
+            &[],
+            1100,
+            8,
+            264,
+            false,
+            false,
+            seed,
+        );
+        seed += 1;
+        // Rows of A not a multiple of 4 (only K and N need to be, A and B untransposed).
+        check_f32_tile("MatMul", Some(tile), &[], &[], 7, 12, 8, false, false, seed);
+        check_f32_tile(
+            "BatchMatMulV2",
+            Some(tile),
+            &[2, 1],
+            &[3],
+            20,
+            12,
+            136,
+            false,
+            true,
+            seed + 1,
+        );
+        seed += 2;
+    }
+}
+
+/// The automatic choice on shapes large enough for the vector tiles, next to the scalar one.
+#[test]
+fn default_choice_on_larger_shapes() {
+    for (i, &(m, k, n)) in [(256, 64, 256), (260, 33, 132), (520, 24, 516)]
+        .iter()
+        .enumerate()
+    {
+        for (ta, tb) in [(false, false), (true, true)] {
+            check_f32("MatMul", &[], &[], m, k, n, ta, tb, 700 + i as u64);
+        }
+    }
+}
+
+#[test]
+fn forced_tiles_must_apply() {
+    let a = dev().upload(&[1.0f32; 5 * 6], &[5, 6]).unwrap();
+    let b = dev().upload(&[1.0f32; 6 * 8], &[6, 8]).unwrap();
+    for (tile, ok) in [
+        ("64x64x8", true),
+        ("128x128x8_8x8s1", false),
+        ("nonsense", false),
+    ] {
+        let r = dev().run(
+            "MatMul",
+            &Attrs::new().with("_tfwgpu_tile", AttrValue::Str(tile.into())),
+            &[Arg::from(&a), Arg::from(&b)],
+        );
+        match r {
+            Ok(out) => {
+                assert!(ok, "{tile}");
+                assert_eq!(out[0].download::<f32>().unwrap(), vec![6.0; 40]);
+            }
+            Err(e) => {
+                assert!(!ok, "{tile}: {e}");
+                assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+            }
         }
     }
 }
@@ -324,6 +454,32 @@ fn int32_products_are_exact() {
     let a = dev().upload(&[65536i32, 65536], &[1, 2]).unwrap();
     let b = dev().upload(&[65536i32, 3], &[2, 1]).unwrap();
     assert_eq!(run_i32("MatMul", &a, &b, false, false), vec![196608]);
+}
+
+#[test]
+fn int32_vec4_tiles_are_exact() {
+    let mut r = rng(310);
+    let (m, k, n) = (68, 20, 132);
+    for (ta, tb) in [(false, false), (true, true)] {
+        let sa = stored(&[], m, k, ta);
+        let sb = stored(&[], k, n, tb);
+        let a = rand_i32(&mut r, m * k, -1000, 1000);
+        let b = rand_i32(&mut r, k * n, -1000, 1000);
+        let ga = dev().upload(&a, &sa).unwrap();
+        let gb = dev().upload(&b, &sb).unwrap();
+        let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+        let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+        let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
+        let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
+        for tile in ["128x128x8_8x8s1", "64x64x16_4x4"] {
+            let at = attrs("MatMul", ta, tb, DType::I32)
+                .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
+            let out = dev()
+                .run("MatMul", &at, &[Arg::from(&ga), Arg::from(&gb)])
+                .unwrap();
+            assert_eq!(out[0].download::<i32>().unwrap(), want, "{tile} {ta} {tb}");
+        }
+    }
 }
 
 #[test]

@@ -4,11 +4,20 @@
 //! strides, and batch broadcasting (V2/V3, NumPy style) through per-dimension batch strides
 //! that are 0 where an operand is broadcast. float32 accumulates in float32 with fma; int32
 //! wraps.
+//!
+//! Two shaders: the scalar, strided `matmul.wgsl` serves every shape, layout and batch
+//! pattern; the register-blocked `matmul_vec4.wgsl` (module `vec4`) serves operands whose
+//! contiguous dimension is a multiple of 4, with 16-byte loads and stores. [`choose`] picks
+//! the shader and tile for a product; the internal attribute `_tfwgpu_tile` (a tile name, for
+//! benchmarks and tests) forces one.
+
+mod vec4;
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, MAX_GROUPS_X, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
-use crate::{Attrs, DType, Error, Result, bail_invalid};
+use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
+pub use vec4::{Layouts, Vec4Tile};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
 
@@ -79,7 +88,8 @@ impl Tile {
             && t <= 256
     }
 
-    fn wgsl(&self, dtype: DType) -> String {
+    /// The shader source for `dtype`.
+    pub fn wgsl(&self, dtype: DType) -> String {
         let (elem, mad) = match dtype {
             DType::F32 => ("f32", "return fma(x, y, acc);"),
             _ => ("i32", "return acc + x * y;"),
@@ -118,13 +128,191 @@ pub const TILE_8X8X8: Tile = Tile {
 
 const _: () = assert!(TILE_64X64X8.is_valid() && TILE_8X8X8.is_valid());
 
-/// The tile for an M x N output.
+/// Register-blocked vector tiles (`matmul_vec4.wgsl`), named "BMxBNxBK_TMxTN" (outputs per
+/// workgroup, K depth, outputs per invocation), "s1" for one shared-memory buffer, "g8" for the
+/// grouped launch order. The measurements that chose them, and those of the variants tried
+/// and dropped, are in bench/NOTES-matmul.md.
+///
+/// 128x256, 8x16 per invocation, 256 invocations: the H200's best at 2048 and 4096 (the
+/// driver gives it ~240 registers, one workgroup per multiprocessor).
+pub const V4_128X256X16_8X16S1: Vec4Tile = Vec4Tile {
+    name: "128x256x16_8x16s1",
+    bm: 128,
+    bn: 256,
+    bk: 16,
+    tm: 8,
+    tn: 16,
+    stages: 1,
+    group: 8,
+};
+/// Its transpose, for outputs with more rows than columns.
+pub const V4_256X128X16_16X8S1: Vec4Tile = Vec4Tile {
+    name: "256x128x16_16x8s1",
+    bm: 256,
+    bn: 128,
+    tm: 16,
+    tn: 8,
+    ..V4_128X256X16_8X16S1
+};
+/// 128x128, 8x16 per invocation, 128 invocations (cuBLAS's float32 kernels on Hopper use
+/// 128x128x8 tiles with 4 warps); 255 registers on the H200, two workgroups per multiprocessor.
+pub const V4_128X128X16_8X16S1: Vec4Tile = Vec4Tile {
+    name: "128x128x16_8x16s1",
+    bn: 128,
+    ..V4_128X256X16_8X16S1
+};
+/// 128x128, 8x8 per invocation, 256 invocations: exactly 128 registers on the H200 (two
+/// workgroups per multiprocessor), but shared-memory bound (4 LDS.128 per 64 FFMA).
+pub const V4_128X128X8_8X8S1: Vec4Tile = Vec4Tile {
+    name: "128x128x8_8x8s1",
+    bk: 8,
+    tn: 8,
+    ..V4_128X128X16_8X16S1
+};
+/// 64x64, 4x4 per invocation: enough workgroups for mid-sized products (1024^2: 256).
+pub const V4_64X64X32_4X4S1: Vec4Tile = Vec4Tile {
+    name: "64x64x32_4x4s1",
+    bm: 64,
+    bn: 64,
+    bk: 32,
+    tm: 4,
+    tn: 4,
+    stages: 1,
+    group: 0,
+};
+pub const V4_64X64X16_4X4S1: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4s1",
+    bk: 16,
+    ..V4_64X64X32_4X4S1
+};
+/// Two shared-memory buffers (one barrier per K tile): never the fastest on the H200, where
+/// the larger tiles then exceed their register budget, but kept (and tested) for adapters
+/// with other budgets.
+pub const V4_64X64X16_4X4: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4",
+    stages: 2,
+    ..V4_64X64X16_4X4S1
+};
+
+/// Every vector tile, for `_tfwgpu_tile`.
+pub const VEC4_TILES: &[Vec4Tile] = &[
+    V4_128X256X16_8X16S1,
+    V4_256X128X16_16X8S1,
+    V4_128X128X16_8X16S1,
+    V4_128X128X8_8X8S1,
+    V4_64X64X32_4X4S1,
+    V4_64X64X16_4X4S1,
+    V4_64X64X16_4X4,
+];
+
+/// Every scalar tile, for `_tfwgpu_tile`.
+pub const SCALAR_TILES: &[Tile] = &[TILE_64X64X8, TILE_8X8X8];
+
+const _: () = {
+    let mut i = 0;
+    while i < VEC4_TILES.len() {
+        assert!(VEC4_TILES[i].is_valid());
+        i += 1;
+    }
+};
+
+/// The shader and tile of one product.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Plan {
+    Scalar(Tile),
+    Vec4(Vec4Tile, Layouts),
+}
+
+impl Plan {
+    fn bm(&self) -> u32 {
+        match self {
+            Plan::Scalar(t) => t.bm,
+            Plan::Vec4(t, _) => t.bm,
+        }
+    }
+
+    fn bn(&self) -> u32 {
+        match self {
+            Plan::Scalar(t) => t.bn,
+            Plan::Vec4(t, _) => t.bn,
+        }
+    }
+}
+
+/// The scalar tile for an M x N output.
 fn choose_tile(m: usize, n: usize) -> Tile {
     if m <= 8 && n <= 8 {
         TILE_8X8X8
     } else {
         TILE_64X64X8
     }
+}
+
+/// The plan for `batches` products of M x N x K in `layouts`, on a device with `shared` bytes
+/// of workgroup memory.
+///
+/// Measured on an H200 (bench/NOTES-matmul.md, v2-v5): the 128x256 (or 256x128) tile wins
+/// once it gives about one workgroup per multiprocessor (2048^2 and up), then 128x128; below
+/// that, 64x64 tiles with 4x4 per invocation keep the GPU full (1024^2: 64 tiles of 128x128
+/// would leave half of 132 multiprocessors idle). Shapes under 64 keep the scalar kernel.
+/// Other adapters get the same choice, bounded by their workgroup memory; none has been
+/// measured yet.
+pub fn choose(batches: usize, m: usize, n: usize, k: usize, layouts: Layouts, shared: u32) -> Plan {
+    let tiles = |bm: usize, bn: usize| batches * m.div_ceil(bm) * n.div_ceil(bn);
+    let small: &[Vec4Tile] = if k >= 32 {
+        &[V4_64X64X32_4X4S1, V4_64X64X16_4X4S1]
+    } else {
+        &[V4_64X64X16_4X4S1]
+    };
+    let mut preferred: Vec<Vec4Tile> = vec![];
+    if m >= 64 && n >= 64 && layouts.fit(m, n, k) {
+        if n >= m && tiles(128, 256) >= 120 {
+            preferred.push(V4_128X256X16_8X16S1);
+        } else if m > n && tiles(256, 128) >= 120 {
+            preferred.push(V4_256X128X16_16X8S1);
+        }
+        if tiles(128, 128) >= 192 {
+            preferred.extend([V4_128X128X16_8X16S1, V4_128X128X8_8X8S1]);
+        }
+        preferred.extend_from_slice(small);
+    }
+    // The first that fits the device's workgroup memory.
+    preferred
+        .into_iter()
+        .find(|t| t.shared_bytes() <= shared)
+        .map(|t| Plan::Vec4(t, layouts))
+        .unwrap_or(Plan::Scalar(choose_tile(m, n)))
+}
+
+/// The plan `name` forces, if it applies.
+fn forced(
+    op: &str,
+    name: &str,
+    m: usize,
+    n: usize,
+    k: usize,
+    layouts: Layouts,
+    shared: u32,
+) -> Result<Plan> {
+    if let Some(t) = SCALAR_TILES.iter().find(|t| t.name == name) {
+        return Ok(Plan::Scalar(*t));
+    }
+    let Some(t) = VEC4_TILES.iter().find(|t| t.name == name) else {
+        bail_invalid!("{op}: _tfwgpu_tile {name:?} names no matmul tile");
+    };
+    if !layouts.fit(m, n, k) {
+        bail_invalid!(
+            "{op}: _tfwgpu_tile {name:?} needs contiguous dimensions that are multiples of 4 \
+             (M {m}, N {n}, K {k}, {layouts:?})"
+        );
+    }
+    if t.shared_bytes() > shared {
+        bail_invalid!(
+            "{op}: _tfwgpu_tile {name:?} needs {} bytes of workgroup memory, the device has {shared}",
+            t.shared_bytes()
+        );
+    }
+    Ok(Plan::Vec4(*t, layouts))
 }
 
 /// Batch dimensions the shader's params hold (after merging).
@@ -151,6 +339,8 @@ impl Variant {
 
 struct MatMul {
     variant: Variant,
+    /// A tile forced by the `_tfwgpu_tile` attribute.
+    tile: Option<String>,
     /// Transpose (adjoint, for real types) the first operand.
     ta: bool,
     /// Transpose the second operand.
@@ -194,7 +384,17 @@ impl MatMul {
                 }
             }
         }
-        Ok(Box::new(MatMul { variant, ta, tb }))
+        let tile = match attrs.get("_tfwgpu_tile") {
+            None => None,
+            Some(AttrValue::Str(s)) => Some(s.clone()),
+            Some(v) => bail_invalid!("{op}: _tfwgpu_tile must be a string, got {v:?}"),
+        };
+        Ok(Box::new(MatMul {
+            variant,
+            tile,
+            ta,
+            tb,
+        }))
     }
 }
 
@@ -395,20 +595,43 @@ impl Kernel for MatMul {
             )));
         }
         let batches: usize = g.batch.iter().product();
-        let tile = choose_tile(g.m, g.n);
         let dtype = g.dtype;
+        let layouts = Layouts {
+            a_kfast: !self.ta,
+            b_nfast: !self.tb,
+        };
+        let shared = ctx.limits().max_compute_workgroup_storage_size;
+        let plan = match &self.tile {
+            Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared)?,
+            None => choose(batches, g.m, g.n, g.k, layouts, shared),
+        };
         // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
         // of the inner loop). The indexing is in range by construction: shared and private
         // arrays are indexed by loop counters below their constant sizes (the tile loads cover
-        // BM*BK and BN*BK exactly, `Tile::is_valid`); global reads happen only for gm < M,
-        // gn < N, gk < K at batch offsets of batch indices below the grid's batch count, so
-        // they stay inside A (M*K per batch) and B (K*N); stores only for gm < M, gn < N. All
-        // of these fit u32 (`to_u32` on every tensor's element count above).
-        let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), tile.name), || {
-            let mut src = ShaderSource::new(tile.wgsl(dtype));
-            src.checks = Checks::Trusted;
-            src
-        })?;
+        // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`); global reads happen
+        // only for gm < M, gn < N, gk < K at batch offsets of batch indices below the grid's
+        // batch count, so they stay inside A (M*K per batch) and B (K*N); stores only for
+        // gm < M, gn < N. All of these fit u32 (`to_u32` on every tensor's element count
+        // above). The vector shader reads and writes 16-byte vectors at element offsets that
+        // are multiples of 4 (`Layouts::fit`), each wholly inside its row, so a vector is in
+        // range exactly when its first element is.
+        let pipeline = match plan {
+            Plan::Scalar(tile) => {
+                ctx.pipeline(PipelineKey::new("matmul", Some(dtype), tile.name), || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype));
+                    src.checks = Checks::Trusted;
+                    src
+                })?
+            }
+            Plan::Vec4(tile, layouts) => ctx.pipeline(
+                PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
+                || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype, layouts));
+                    src.checks = Checks::Trusted;
+                    src
+                },
+            )?,
+        };
         let a = ctx.bind(a_ref)?;
         let b = ctx.bind(b_ref)?;
         // Strides of A (M x K) and B (K x N) as stored.
@@ -422,8 +645,8 @@ impl Kernel for MatMul {
             astr[i] = to_u32(op, sa)?;
             bstr[i] = to_u32(op, sb)?;
         }
-        let tiles_x = g.n.div_ceil(tile.bn as usize);
-        let tiles_y = g.m.div_ceil(tile.bm as usize);
+        let tiles_x = g.n.div_ceil(plan.bn() as usize);
+        let tiles_y = g.m.div_ceil(plan.bm() as usize);
         let max = MAX_GROUPS_X as usize;
         for z0 in (0..batches).step_by(max) {
             let gz = (batches - z0).min(max);
@@ -499,6 +722,57 @@ mod tests {
             vec![(20, 0, 15)]
         );
         assert_eq!(batch_dims(&geom(&[], &[], &[])), vec![]);
+    }
+
+    #[test]
+    fn choice_by_shape_layout_and_memory() {
+        let nn = Layouts {
+            a_kfast: true,
+            b_nfast: true,
+        };
+        let name = |p: Plan| match p {
+            Plan::Scalar(t) => t.name,
+            Plan::Vec4(t, _) => t.name,
+        };
+        let big = 48 * 1024;
+        assert_eq!(
+            name(choose(1, 4096, 4096, 4096, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        assert_eq!(
+            name(choose(1, 4096, 1024, 4096, nn, big)),
+            "256x128x16_16x8s1"
+        );
+        assert_eq!(
+            name(choose(1, 2048, 2048, 64, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        assert_eq!(name(choose(1, 1024, 1024, 1024, nn, big)), "64x64x32_4x4s1");
+        assert_eq!(name(choose(1, 1024, 1024, 16, nn, big)), "64x64x16_4x4s1");
+        assert_eq!(
+            name(choose(64, 256, 256, 256, nn, big)),
+            "128x256x16_8x16s1"
+        );
+        // K % 4 != 0 with A row-major: the scalar kernel.
+        assert_eq!(name(choose(1, 1024, 1024, 1023, nn, big)), "64x64x8");
+        assert_eq!(name(choose(1, 8, 8, 8, nn, big)), "8x8x8");
+        // WebGPU's default 16 KiB of workgroup memory: the largest tiles that fit.
+        assert_eq!(
+            name(choose(1, 4096, 4096, 4096, nn, 16384)),
+            "128x128x8_8x8s1"
+        );
+        assert_eq!(
+            name(choose(1, 1024, 1024, 1024, nn, 16384)),
+            "64x64x16_4x4s1"
+        );
+        for t in VEC4_TILES {
+            assert!(t.is_valid(), "{}", t.name);
+            assert!(
+                t.shared_bytes() <= 32 * 1024,
+                "{} must fit lavapipe",
+                t.name
+            );
+        }
     }
 
     #[test]
