@@ -1048,3 +1048,287 @@ fn unary_f16_and_i32() {
         assert!(matches!(e, Error::Unimplemented(_)), "{op}: {e:?}");
     }
 }
+
+// ---------------------------------------------------------------- Select / SelectV2
+
+/// A random tensor of `dtype` (bool: 0 or 1 bytes).
+fn rand_host(r: &mut rand::rngs::StdRng, dtype: DType, shape: &[usize]) -> HostTensor {
+    let n = numel(shape);
+    match dtype {
+        DType::Bool => bools(&(0..n).map(|_| r.random()).collect::<Vec<_>>(), shape),
+        _ => HostTensor {
+            dtype,
+            shape: shape.to_vec(),
+            bytes: (0..n * dtype.size()).map(|_| r.random()).collect(),
+        },
+    }
+}
+
+/// CPU reference of Select: the bytes of `then` or `else` per output element, given the
+/// element offsets in condition, then and else.
+fn select_ref(c: &[bool], t: &HostTensor, e: &HostTensor, offs: &[Vec<usize>]) -> Vec<u8> {
+    let size = t.dtype.size();
+    let mut out = Vec::with_capacity(offs.len() * size);
+    for o in offs {
+        let (src, k) = if c[o[0]] { (t, o[1]) } else { (e, o[2]) };
+        out.extend_from_slice(&src.bytes[k * size..(k + 1) * size]);
+    }
+    out
+}
+
+const SELECT_DTYPES: [DType; 6] = [
+    DType::F32,
+    DType::F16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::Bool,
+];
+
+#[test]
+fn select_v2_broadcasting_every_dtype() {
+    let mut r = rng(22);
+    let triples: &[(&[usize], &[usize], &[usize])] = &[
+        (&[7], &[7], &[7]),
+        (&[129], &[129], &[129]),
+        (&[], &[5], &[5]),
+        (&[5], &[], &[]),
+        (&[2], &[3, 1], &[]),
+        (&[2, 1], &[3], &[1, 3]),
+        (&[0], &[1], &[0]),
+        (&[3, 1, 5], &[1, 4, 1], &[5]),
+        (&[7, 1], &[1, 129], &[7, 129]),
+        (&[1, 1, 1], &[1], &[]),
+        (&[2, 1, 2, 1, 2, 1, 2, 1], &[1, 2, 1, 2, 1, 2, 1, 2], &[]),
+    ];
+    for &(sc, st, se) in triples {
+        let c: Vec<bool> = (0..numel(sc)).map(|_| r.random()).collect();
+        for dtype in SELECT_DTYPES {
+            let t = rand_host(&mut r, dtype, st);
+            let e = rand_host(&mut r, dtype, se);
+            let out = run("SelectV2", &Attrs::new(), &[&bools(&c, sc), &t, &e]);
+            let (want_shape, offs) = bcast_offsets(&[sc, st, se]);
+            let got = out[0].download_host().unwrap();
+            assert_eq!(
+                got.shape, want_shape,
+                "SelectV2 {dtype} {sc:?} {st:?} {se:?}"
+            );
+            assert_eq!(got.dtype, dtype);
+            assert_eq!(
+                got.bytes,
+                select_ref(&c, &t, &e, &offs),
+                "SelectV2 {dtype} {sc:?} {st:?} {se:?}"
+            );
+        }
+    }
+    let e = try_run(
+        "SelectV2",
+        &Attrs::new(),
+        &[
+            &bools(&[true, false], &[2]),
+            &host(&[1.0f32; 3], &[3]),
+            &host(&[0.0f32], &[]),
+        ],
+    )
+    .err()
+    .unwrap();
+    assert_eq!(
+        e.to_string(),
+        "SelectV2: condition [2], then [3], and else [] must be broadcastable"
+    );
+}
+
+#[test]
+fn select_v1_rules() {
+    let mut r = rng(23);
+    // (condition, then = else): a scalar, the same shape, or a vector over the first dimension.
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[], &[2, 3]),
+        (&[], &[]),
+        (&[7], &[7]),
+        (&[2, 3], &[2, 3]),
+        (&[2], &[2, 3]),
+        (&[3], &[3, 2, 5]),
+        (&[0], &[0, 4]),
+        (&[129], &[129, 1]),
+    ];
+    for &(sc, st) in cases {
+        let c: Vec<bool> = (0..numel(sc)).map(|_| r.random()).collect();
+        for dtype in SELECT_DTYPES {
+            let t = rand_host(&mut r, dtype, st);
+            let e = rand_host(&mut r, dtype, st);
+            let out = run("Select", &Attrs::new(), &[&bools(&c, sc), &t, &e]);
+            // A vector condition of a higher-rank `then` picks rows: broadcast it as [n,1,..].
+            let mut cshape = sc.to_vec();
+            if sc.len() == 1 && st.len() > 1 {
+                cshape.resize(st.len(), 1);
+            }
+            let (want_shape, offs) = bcast_offsets(&[&cshape, st, st]);
+            let got = out[0].download_host().unwrap();
+            assert_eq!(got.shape, want_shape, "Select {dtype} {sc:?} {st:?}");
+            assert_eq!(
+                got.bytes,
+                select_ref(&c, &t, &e, &offs),
+                "Select {dtype} {sc:?} {st:?}"
+            );
+        }
+    }
+    // TensorFlow's errors.
+    let f = |s: &[usize]| host(&vec![1.0f32; numel(s)], s);
+    let b = |s: &[usize]| bools(&vec![true; numel(s)], s);
+    let err = |c: HostTensor, t: HostTensor, e: HostTensor| {
+        try_run("Select", &Attrs::new(), &[&c, &t, &e])
+            .err()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        err(b(&[2]), f(&[3]), f(&[3])),
+        "Inputs to operation Select of type Select must have the same size and shape.  \
+         Input 0: [2] != input 1: [3]"
+    );
+    assert_eq!(
+        err(b(&[1, 2]), f(&[2, 2]), f(&[2, 2])),
+        "Inputs to operation Select of type Select must have the same size and shape.  \
+         Input 0: [1,2] != input 1: [2,2]"
+    );
+    assert_eq!(
+        err(b(&[1]), f(&[2, 3]), f(&[3])),
+        "Select: Number of batches of 'then' must match size of 'cond', but saw: 2 vs. 1"
+    );
+    assert_eq!(
+        err(b(&[]), f(&[2, 3]), f(&[3])),
+        "Select: 'then' and 'else' must have the same size.  but received: [2,3] vs. [3]"
+    );
+    assert_eq!(
+        err(b(&[2]), f(&[]), f(&[])),
+        "Select: 'then' must be at least a vector, but saw shape: []"
+    );
+    // The condition must be bool; then and else one dtype.
+    let e = try_run("Select", &Attrs::new(), &[&f(&[2]), &f(&[2]), &f(&[2])])
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let e = try_run(
+        "SelectV2",
+        &Attrs::new(),
+        &[&b(&[2]), &f(&[2]), &host(&[1i32, 2], &[2])],
+    )
+    .err()
+    .unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+}
+
+// ---------------------------------------------------------------- AddN
+
+/// TensorFlow's AddN order: the first N mod 8 inputs (8 or 9 when that is 0 or 1) left to
+/// right, then each group of 8 summed left to right and added to the total.
+fn addn_ref<T: Copy>(xs: &[Vec<T>], add: impl Fn(T, T) -> T) -> Vec<T> {
+    let n = xs.len();
+    let r = n % 8;
+    let first = if r >= 2 { r } else { r + 8 }.min(n);
+    (0..xs[0].len())
+        .map(|e| {
+            let mut out = xs[1..first].iter().fold(xs[0][e], |a, x| add(a, x[e]));
+            for g in xs[first..].chunks(8) {
+                let s = g[1..].iter().fold(g[0][e], |a, x| add(a, x[e]));
+                out = add(out, s);
+            }
+            out
+        })
+        .collect()
+}
+
+fn addn_attrs(n: usize) -> Attrs {
+    Attrs::new().with("N", AttrValue::Int(n as i64))
+}
+
+#[test]
+fn addn_matches_tensorflows_order() {
+    let mut r = rng(24);
+    for (n, shape) in [
+        (1usize, &[7usize][..]),
+        (2, &[]),
+        (3, &[129]),
+        (5, &[0, 3]),
+        (8, &[3, 5]),
+        (9, &[7]),
+        (10, &[129]),
+        (11, &[2, 3]),
+        (16, &[5]),
+        (17, &[33]),
+        (25, &[130]),
+    ] {
+        let len = numel(shape);
+        // Magnitudes over 10 decades: the sum depends on the order of the additions.
+        let xs: Vec<Vec<f32>> = (0..n)
+            .map(|_| {
+                (0..len)
+                    .map(|_| r.random_range(-1.0f32..1.0) * 10f32.powi(r.random_range(-3..7)))
+                    .collect()
+            })
+            .collect();
+        let hosts: Vec<HostTensor> = xs.iter().map(|x| host(x, shape)).collect();
+        let args: Vec<&HostTensor> = hosts.iter().collect();
+        let out = run("AddN", &addn_attrs(n), &args);
+        assert_eq!(out[0].shape(), shape);
+        let got = out[0].download::<f32>().unwrap();
+        assert_same_f32(
+            &got,
+            &addn_ref(&xs, |a, b| a + b),
+            &format!("AddN f32 n={n}"),
+        );
+
+        let hs: Vec<Vec<f16>> = xs.iter().map(|x| f16s(x)).collect();
+        let hosts: Vec<HostTensor> = hs.iter().map(|x| host(x, shape)).collect();
+        let args: Vec<&HostTensor> = hosts.iter().collect();
+        let got = run("AddN", &addn_attrs(n), &args)[0]
+            .download::<f16>()
+            .unwrap();
+        let want = addn_ref(&hs, |a, b| f16::from_f32(a.to_f32() + b.to_f32()));
+        assert_same_f16(&got, &want, &format!("AddN f16 n={n}"));
+
+        let is: Vec<Vec<i32>> = (0..n)
+            .map(|_| rand_i32(&mut r, len, i32::MIN, i32::MAX))
+            .collect();
+        let hosts: Vec<HostTensor> = is.iter().map(|x| host(x, shape)).collect();
+        let args: Vec<&HostTensor> = hosts.iter().collect();
+        let got = run("AddN", &Attrs::new(), &args)[0]
+            .download::<i32>()
+            .unwrap();
+        assert_eq!(got, addn_ref(&is, i32::wrapping_add), "AddN i32 n={n}");
+    }
+    // The same tensor several times.
+    let d = dev();
+    let t = d.upload(&[1.5f32, -2.0, 3.25], &[3]).unwrap();
+    let out = d
+        .run(
+            "AddN",
+            &addn_attrs(3),
+            &[(&t).into(), (&t).into(), (&t).into()],
+        )
+        .unwrap();
+    assert_eq!(out[0].download::<f32>().unwrap(), vec![4.5, -6.0, 9.75]);
+}
+
+#[test]
+fn addn_errors() {
+    let a = host(&[1.0f32; 2], &[2]);
+    let b = host(&[1.0f32; 3], &[3]);
+    let e = try_run("AddN", &addn_attrs(2), &[&a, &b]).err().unwrap();
+    assert_eq!(
+        e.to_string(),
+        "Inputs to operation AddN of type AddN must have the same size and shape.  Input 0: \
+         [2] != input 1: [3]"
+    );
+    let e = try_run("AddN", &addn_attrs(3), &[&a, &a]).err().unwrap();
+    assert!(e.to_string().contains("N is 3"), "{e}");
+    let i = host(&[1i32; 2], &[2]);
+    let e = try_run("AddN", &Attrs::new(), &[&a, &i]).err().unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+    let l = host(&[1i64; 2], &[2]);
+    let e = try_run("AddN", &Attrs::new(), &[&l, &l]).err().unwrap();
+    assert!(matches!(e, Error::Unimplemented(_)), "{e:?}");
+    let e = try_run("AddN", &Attrs::new(), &[]).err().unwrap();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+}

@@ -4,7 +4,7 @@
 //! LogicalAnd/Or/Not, the activation gradients (ReluGrad, SoftplusGrad, SigmoidGrad, TanhGrad,
 //! SqrtGrad, RsqrtGrad, ReciprocalGrad), unary ops (Neg, Abs, Exp, Log, Sqrt, Relu, Tanh,
 //! Sigmoid, Square, Rsqrt, Reciprocal, Sign, Floor, Ceil, Round, Log1p, Expm1, Softplus),
-//! and the Identity/Snapshot device copy.
+//! Select/SelectV2, AddN, and the Identity/Snapshot device copy.
 //!
 //! Numerics (TensorFlow CPU is the spec):
 //! - f16 is computed in f32 and rounded to nearest even, as Eigen's `half` does; the f16<->f32
@@ -64,7 +64,9 @@
 //! - Maximum/Minimum decide on integer keys, so the sign of a zero result is std::max's on
 //!   every driver (Maximum(-0, +0) = -0, Maximum(+0, -0) = +0).
 
+mod addn;
 mod binary;
+mod select;
 mod unary;
 
 use crate::exec::BufferRange;
@@ -202,6 +204,27 @@ pub const OPS: &[OpDef] = &[
     unary_row!("Log1p", UnaryOp::Log1p, FLOAT),
     unary_row!("Expm1", UnaryOp::Expm1, FLOAT),
     unary_row!("Softplus", UnaryOp::Softplus, FLOAT),
+    OpDef {
+        op: "AddN",
+        type_attr: "T",
+        dtypes: NUMERIC,
+        host_inputs: &[],
+        factory: addn::AddN::build,
+    },
+    OpDef {
+        op: "Select",
+        type_attr: "T",
+        dtypes: ALL,
+        host_inputs: &[],
+        factory: |_| Ok(Box::new(select::Select::new("Select", false))),
+    },
+    OpDef {
+        op: "SelectV2",
+        type_attr: "T",
+        dtypes: ALL,
+        host_inputs: &[],
+        factory: |_| Ok(Box::new(select::Select::new("SelectV2", true))),
+    },
     OpDef {
         op: "Identity",
         type_attr: "T",
