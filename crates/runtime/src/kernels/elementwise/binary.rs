@@ -14,9 +14,13 @@ use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
-use super::{COMMON_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt, words_for};
+use super::{
+    COMMON_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, rt_expr, store_stmt,
+    words_for,
+};
 
 const BINARY_WGSL: &str = include_str!("binary.wgsl");
+const POW_WGSL: &str = include_str!("pow.wgsl");
 
 /// Most dimensions a broadcast may have after merging.
 pub(crate) const MAX_RANK: usize = 8;
@@ -32,6 +36,41 @@ pub(crate) enum BinaryOp {
     Div,
     Maximum,
     Minimum,
+    SquaredDifference,
+    Pow,
+    DivNoNan,
+    FloorDiv,
+    FloorMod,
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    LogicalAnd,
+    LogicalOr,
+    /// (gradients, features): gradients where features > 0.
+    ReluGrad,
+    /// (gradients, features).
+    SoftplusGrad,
+    /// (y, dy) for the ops below: the gradient through y = f(x).
+    SigmoidGrad,
+    TanhGrad,
+    SqrtGrad,
+    RsqrtGrad,
+    ReciprocalGrad,
+}
+
+/// How the two input shapes of an op must relate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Shapes {
+    /// NumPy/TensorFlow broadcasting.
+    Broadcast,
+    /// Equal shapes (TensorFlow's BinaryElementWiseOp: ReluGrad, SoftplusGrad).
+    Same,
+    /// Equal element counts, the output shaped like input 0 (TensorFlow's SimpleBinaryOp: the
+    /// y/dy gradients).
+    SameCount,
 }
 
 impl BinaryOp {
@@ -43,36 +82,111 @@ impl BinaryOp {
             BinaryOp::RealDiv | BinaryOp::Div => "div",
             BinaryOp::Maximum => "max",
             BinaryOp::Minimum => "min",
+            BinaryOp::SquaredDifference => "squared_difference",
+            BinaryOp::Pow => "pow",
+            BinaryOp::DivNoNan => "div_no_nan",
+            BinaryOp::FloorDiv => "floor_div",
+            BinaryOp::FloorMod => "floor_mod",
+            BinaryOp::Equal => "equal",
+            BinaryOp::NotEqual => "not_equal",
+            BinaryOp::Less => "less",
+            BinaryOp::LessEqual => "less_equal",
+            BinaryOp::Greater => "greater",
+            BinaryOp::GreaterEqual => "greater_equal",
+            BinaryOp::LogicalAnd => "logical_and",
+            BinaryOp::LogicalOr => "logical_or",
+            BinaryOp::ReluGrad => "relu_grad",
+            BinaryOp::SoftplusGrad => "softplus_grad",
+            BinaryOp::SigmoidGrad => "sigmoid_grad",
+            BinaryOp::TanhGrad => "tanh_grad",
+            BinaryOp::SqrtGrad => "sqrt_grad",
+            BinaryOp::RsqrtGrad => "rsqrt_grad",
+            BinaryOp::ReciprocalGrad => "reciprocal_grad",
         }
     }
 
     fn supports(self, dtype: DType) -> bool {
+        use BinaryOp::*;
         match self {
-            BinaryOp::RealDiv => dtype.is_float(),
+            RealDiv | DivNoNan | SoftplusGrad | SigmoidGrad | TanhGrad | SqrtGrad | RsqrtGrad
+            | ReciprocalGrad => dtype.is_float(),
+            Equal | NotEqual => matches!(
+                dtype,
+                DType::F32 | DType::F16 | DType::I32 | DType::I64 | DType::Bool
+            ),
+            Less | LessEqual | Greater | GreaterEqual => {
+                matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::I64)
+            }
+            LogicalAnd | LogicalOr => dtype == DType::Bool,
             _ => matches!(dtype, DType::F32 | DType::F16 | DType::I32),
         }
     }
 
-    /// The body of `fn op(x: T, y: T) -> T`.
-    fn wgsl(self, dtype: DType) -> &'static str {
-        let float = dtype.is_float();
+    /// The output dtype for inputs of `dtype`.
+    fn output_dtype(self, dtype: DType) -> DType {
+        use BinaryOp::*;
         match self {
-            BinaryOp::Add => "    return x + y;",
-            BinaryOp::Sub => "    return x - y;",
-            BinaryOp::Mul => "    return x * y;",
-            BinaryOp::RealDiv | BinaryOp::Div if float => "    return x / y;",
-            // WGSL's i32 division truncates and gives INT_MIN for INT_MIN / -1, like
-            // TensorFlow; division by zero is defined here as 0 (TensorFlow raises an error).
-            BinaryOp::RealDiv | BinaryOp::Div => {
-                "    if y == 0 {
-        return 0;
+            Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual | LogicalAnd
+            | LogicalOr => DType::Bool,
+            _ => dtype,
+        }
     }
-    return x / y;"
-            }
+
+    fn shapes(self) -> Shapes {
+        use BinaryOp::*;
+        match self {
+            ReluGrad | SoftplusGrad => Shapes::Same,
+            SigmoidGrad | TanhGrad | SqrtGrad | RsqrtGrad | ReciprocalGrad => Shapes::SameCount,
+            _ => Shapes::Broadcast,
+        }
+    }
+
+    /// Whether the float shader needs `math.wgsl` (and `pow.wgsl`).
+    fn math(self) -> (bool, bool) {
+        use BinaryOp::*;
+        match self {
+            Pow => (true, true),
+            FloorDiv | FloorMod | SoftplusGrad => (true, false),
+            _ => (false, false),
+        }
+    }
+
+    /// The body of `fn op(x: T, y: T) -> TOUT`. In float bodies `rt(v)` rounds an
+    /// intermediate result to the dtype (identity for f32, to nearest f16 for f16), so f16
+    /// ops round where Eigen's `half` arithmetic rounds.
+    fn wgsl(self, dtype: DType) -> &'static str {
+        use BinaryOp::*;
+        match dtype {
+            DType::F32 | DType::F16 => self.wgsl_float(),
+            DType::I64 => match self {
+                Equal => "    return all(x == y);",
+                NotEqual => "    return any(x != y);",
+                Less => "    return lt64(x, y);",
+                LessEqual => "    return !lt64(y, x);",
+                Greater => "    return lt64(y, x);",
+                _ => "    return !lt64(x, y);",
+            },
+            DType::Bool => match self {
+                Equal => "    return x == y;",
+                NotEqual => "    return x != y;",
+                LogicalAnd => "    return x && y;",
+                _ => "    return x || y;",
+            },
+            _ => self.wgsl_i32(),
+        }
+    }
+
+    fn wgsl_float(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "    return x + y;",
+            Sub => "    return x - y;",
+            Mul => "    return x * y;",
+            RealDiv | Div => "    return x / y;",
             // NaN from either side, else std::max / std::min (`x < y ? y : x`,
             // `y < x ? y : x`), decided on integer keys: a float compare plus select is
             // turned into a hardware max/min by some drivers, whose sign of zero differs.
-            BinaryOp::Maximum if float => {
+            Maximum => {
                 "    if is_nan(x) {
         return x;
     }
@@ -81,7 +195,7 @@ impl BinaryOp {
     }
     return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(x, y)));"
             }
-            BinaryOp::Minimum if float => {
+            Minimum => {
                 "    if is_nan(x) {
         return x;
     }
@@ -90,106 +204,311 @@ impl BinaryOp {
     }
     return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(y, x)));"
             }
-            BinaryOp::Maximum => "    return max(x, y);",
-            BinaryOp::Minimum => "    return min(x, y);",
+            SquaredDifference => "    let d = rt(x - y);\n    return d * d;",
+            Pow => "    return pow_f32(x, y);",
+            DivNoNan => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return x / y;"
+            }
+            // floor of the correctly rounded quotient (TensorFlow: floor(x / y)).
+            FloorDiv => "    return floor_f32(rt(div_rn_f32(x, y)));",
+            // TensorFlow: t = fmod(x, y); t + y when t != 0 and t, y differ in sign.
+            FloorMod => {
+                "    let t = fmod_f32(x, y);
+    let bt = bitcast<u32>(t);
+    if (bt & 0x7fffffffu) != 0u && !is_nan(t) && !is_nan(y)
+        && ((bt >> 31u) != (bitcast<u32>(y) >> 31u)) {
+        return t + y;
+    }
+    return t;"
+            }
+            // Comparisons are false when either side is NaN (NotEqual: true).
+            Equal => "    return !is_nan(x) && !is_nan(y) && !f32_less(x, y) && !f32_less(y, x);",
+            NotEqual => "    return is_nan(x) || is_nan(y) || f32_less(x, y) || f32_less(y, x);",
+            Less => "    return !is_nan(x) && !is_nan(y) && f32_less(x, y);",
+            LessEqual => "    return !is_nan(x) && !is_nan(y) && !f32_less(y, x);",
+            Greater => "    return !is_nan(x) && !is_nan(y) && f32_less(y, x);",
+            GreaterEqual => "    return !is_nan(x) && !is_nan(y) && !f32_less(x, y);",
+            LogicalAnd | LogicalOr => unreachable!("bool only"),
+            // TensorFlow: gradients * (features > 0) (so NaN or inf gradients give NaN where
+            // features <= 0, and negative gradients -0).
+            ReluGrad => "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y));",
+            SoftplusGrad => "    return x / rt(rt(exp_f32(-y)) + 1.0);",
+            // The association of TensorFlow's (vectorized) CPU kernels.
+            SigmoidGrad => "    return y * rt(x * rt(1.0 - x));",
+            TanhGrad => "    return y * rt(1.0 - rt(x * x));",
+            SqrtGrad => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return rt(0.5 / x) * y;"
+            }
+            RsqrtGrad => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return rt(-0.5 * rt(y * x)) * rt(x * x);"
+            }
+            ReciprocalGrad => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return rt(-x * x) * y;"
+            }
+        }
+    }
+
+    fn wgsl_i32(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "    return x + y;",
+            Sub => "    return x - y;",
+            Mul => "    return x * y;",
+            // WGSL's i32 division truncates and gives INT_MIN for INT_MIN / -1, like
+            // TensorFlow; division by zero is defined here as 0 (TensorFlow raises an error).
+            RealDiv | Div => {
+                "    if y == 0 {
+        return 0;
+    }
+    return x / y;"
+            }
+            Maximum => "    return max(x, y);",
+            Minimum => "    return min(x, y);",
+            SquaredDifference => "    let d = x - y;\n    return d * d;",
+            // Wrapping repeated squaring. A negative exponent (an error in TensorFlow) gives
+            // the truncated quotient 1 / x^-y: 1 for x = 1, +-1 for x = -1, else 0.
+            Pow => {
+                "    if y < 0 {
+        if x == 1 {
+            return 1;
+        }
+        if x == -1 {
+            return select(1, -1, (y & 1) != 0);
+        }
+        return 0;
+    }
+    var base = x;
+    var e = y;
+    var r = 1;
+    loop {
+        if (e & 1) != 0 {
+            r = r * base;
+        }
+        e = e >> 1u;
+        if e == 0 {
+            break;
+        }
+        base = base * base;
+    }
+    return r;"
+            }
+            // Division by zero (an error in TensorFlow) gives 0.
+            FloorDiv => {
+                "    if y == 0 {
+        return 0;
+    }
+    let q = x / y;
+    if x % y != 0 && ((x < 0) != (y < 0)) {
+        return q - 1;
+    }
+    return q;"
+            }
+            FloorMod => {
+                "    if y == 0 {
+        return 0;
+    }
+    let r = x % y;
+    if r != 0 && ((r < 0) != (y < 0)) {
+        return r + y;
+    }
+    return r;"
+            }
+            Equal => "    return x == y;",
+            NotEqual => "    return x != y;",
+            Less => "    return x < y;",
+            LessEqual => "    return x <= y;",
+            Greater => "    return x > y;",
+            GreaterEqual => "    return x >= y;",
+            ReluGrad => "    return select(0, x, y > 0);",
+            _ => unreachable!("float only"),
         }
     }
 }
 
-/// The broadcast of two shapes, simplified for the shader.
+/// The broadcast of several shapes, simplified for the shader.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Broadcast {
     /// The output shape (TensorFlow's).
     pub out_shape: Vec<usize>,
     /// Merged dimensions, outermost first.
     pub dims: Vec<usize>,
-    /// Element strides of `a` and `b` along `dims`.
-    pub sa: Vec<usize>,
-    pub sb: Vec<usize>,
+    /// Element strides of each input along `dims` (0 on broadcast dimensions).
+    pub strides: Vec<Vec<usize>>,
 }
 
 impl Broadcast {
     /// Broadcasts `a` with `b`; errors name the op and both shapes.
     pub fn new(op: &str, a: &[usize], b: &[usize]) -> Result<Self> {
-        let rank = a.len().max(b.len());
-        let pad = |s: &[usize]| -> Vec<usize> {
-            let mut v = vec![1; rank - s.len()];
-            v.extend_from_slice(s);
-            v
-        };
-        let (pa, pb) = (pad(a), pad(b));
+        Self::of(&[a, b]).ok_or_else(|| {
+            crate::invalid_arg!(
+                "{op}: incompatible shapes {} and {}",
+                fmt_shape(a),
+                fmt_shape(b)
+            )
+        })
+    }
+
+    /// Broadcasts any number of shapes (aligned on the right; each dimension equal, or 1);
+    /// `None` when they are incompatible.
+    pub fn of(shapes: &[&[usize]]) -> Option<Self> {
+        let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+        let padded: Vec<Vec<usize>> = shapes
+            .iter()
+            .map(|s| {
+                let mut v = vec![1; rank - s.len()];
+                v.extend_from_slice(s);
+                v
+            })
+            .collect();
         let mut out_shape = Vec::with_capacity(rank);
-        for (&x, &y) in pa.iter().zip(&pb) {
-            out_shape.push(if x == y {
-                x
-            } else if x == 1 {
-                y
-            } else if y == 1 {
-                x
-            } else {
-                bail_invalid!(
-                    "{op}: incompatible shapes {} and {}",
-                    fmt_shape(a),
-                    fmt_shape(b)
-                );
-            });
-        }
-        let strides = |s: &[usize]| -> Vec<usize> {
-            let mut st = vec![0; rank];
-            let mut acc = 1;
-            for d in (0..rank).rev() {
-                st[d] = if s[d] == 1 { 0 } else { acc };
-                acc *= s[d];
+        for d in 0..rank {
+            let mut n = 1;
+            for p in &padded {
+                if p[d] != 1 {
+                    if n != 1 && n != p[d] {
+                        return None;
+                    }
+                    n = p[d];
+                }
             }
-            st
-        };
-        let (ta, tb) = (strides(&pa), strides(&pb));
-        let (mut dims, mut sa, mut sb) = (vec![], vec![], vec![]);
+            // A dimension of 0 against 1 is 0; 0 against anything else is incompatible.
+            out_shape.push(n);
+        }
+        let full: Vec<Vec<usize>> = padded
+            .iter()
+            .map(|s| {
+                let mut st = vec![0; rank];
+                let mut acc = 1;
+                for d in (0..rank).rev() {
+                    st[d] = if s[d] == 1 { 0 } else { acc };
+                    acc *= s[d];
+                }
+                st
+            })
+            .collect();
+        let mut dims: Vec<usize> = vec![];
+        let mut strides: Vec<Vec<usize>> = vec![vec![]; shapes.len()];
         for d in 0..rank {
             let n = out_shape[d];
             if n == 1 {
                 continue;
             }
-            if let (Some(last), Some(&la), Some(&lb)) = (dims.last_mut(), sa.last(), sb.last())
-                && la == ta[d] * n
-                && lb == tb[d] * n
-            {
-                // The previous dimension steps over this one exactly in both inputs: merge.
-                *last *= n;
-                *sa.last_mut().expect("same length") = ta[d];
-                *sb.last_mut().expect("same length") = tb[d];
+            // Merge with the previous dimension when it steps over this one exactly in every
+            // input.
+            let mergeable = !dims.is_empty()
+                && strides
+                    .iter()
+                    .zip(&full)
+                    .all(|(st, f)| *st.last().expect("same length") == f[d] * n);
+            if mergeable {
+                *dims.last_mut().expect("nonempty") *= n;
+                for (st, f) in strides.iter_mut().zip(&full) {
+                    *st.last_mut().expect("nonempty") = f[d];
+                }
                 continue;
             }
             dims.push(n);
-            sa.push(ta[d]);
-            sb.push(tb[d]);
+            for (st, f) in strides.iter_mut().zip(&full) {
+                st.push(f[d]);
+            }
         }
-        Ok(Broadcast {
+        Some(Broadcast {
             out_shape,
             dims,
-            sa,
-            sb,
+            strides,
         })
+    }
+
+    /// A flat view of `n` elements read contiguously by `inputs` inputs.
+    pub fn flat(shape: &[usize], inputs: usize) -> Self {
+        let n: usize = shape.iter().product();
+        let (dims, st) = if n == 1 {
+            (vec![], vec![])
+        } else {
+            (vec![n], vec![1])
+        };
+        Broadcast {
+            out_shape: shape.to_vec(),
+            dims,
+            strides: vec![st; inputs],
+        }
     }
 
     pub fn num_elements(&self) -> usize {
         self.out_shape.iter().product()
     }
+
+    /// The params words of the dims and strides (`array<vec4<u32>, 2>` each), for shaders
+    /// taking at most `MAX_RANK` dimensions.
+    pub fn param_words(&self) -> Vec<u32> {
+        let mut w = vec![];
+        for v in std::iter::once(&self.dims).chain(&self.strides) {
+            let mut a8 = [0u32; MAX_RANK];
+            for (dst, &src) in a8.iter_mut().zip(v.iter()) {
+                *dst = src as u32;
+            }
+            w.extend_from_slice(&a8);
+        }
+        w
+    }
+}
+
+/// What a binary kernel computes for given inputs.
+enum Plan {
+    /// Elementwise over a broadcast.
+    Elementwise(Broadcast),
+    /// Equal / NotEqual with `incompatible_shape_error = false` on incompatible shapes: a
+    /// scalar bool.
+    Constant(bool),
 }
 
 /// One binary op (a table row: TensorFlow's name and the operation).
 pub(crate) struct Binary {
     name: &'static str,
     op: BinaryOp,
+    /// Equal / NotEqual's `incompatible_shape_error` (true for every other op).
+    incompatible_shape_error: bool,
 }
 
 impl Binary {
     pub fn new(name: &'static str, op: BinaryOp) -> Self {
-        Binary { name, op }
+        Binary {
+            name,
+            op,
+            incompatible_shape_error: true,
+        }
     }
 
-    /// Validates the inputs and returns their broadcast.
-    fn check(&self, inputs: &[Operand]) -> Result<(DType, Broadcast)> {
+    /// Equal / NotEqual, reading `incompatible_shape_error` (default true).
+    pub fn build_equality(
+        name: &'static str,
+        op: BinaryOp,
+        attrs: &crate::Attrs,
+    ) -> Result<Box<dyn Kernel>> {
+        let incompatible_shape_error = attrs
+            .bool_or("incompatible_shape_error", true)
+            .map_err(|e| crate::invalid_arg!("{name}: {e}"))?;
+        Ok(Box::new(Binary {
+            name,
+            op,
+            incompatible_shape_error,
+        }))
+    }
+
+    /// Validates the inputs; returns their dtype and the plan.
+    fn check(&self, inputs: &[Operand]) -> Result<(DType, Plan)> {
         let name = self.name;
         if inputs.len() != 2 {
             bail_invalid!("{name} takes 2 inputs, got {}", inputs.len());
@@ -203,18 +522,50 @@ impl Binary {
                 "{name} has no tfwgpu kernel for T={ta}"
             )));
         }
-        let bc = Broadcast::new(name, inputs[0].shape(), inputs[1].shape())?;
+        let (sa, sb) = (inputs[0].shape(), inputs[1].shape());
+        let bc = match self.op.shapes() {
+            Shapes::Broadcast => match Broadcast::new(name, sa, sb) {
+                Ok(bc) => bc,
+                Err(_) if !self.incompatible_shape_error => {
+                    return Ok((ta, Plan::Constant(self.op == BinaryOp::NotEqual)));
+                }
+                Err(e) => return Err(e),
+            },
+            Shapes::Same => {
+                if sa != sb {
+                    bail_invalid!(
+                        "Inputs to operation {name} of type {name} must have the same size and \
+                         shape.  Input 0: {} != input 1: {}",
+                        fmt_shape(sa),
+                        fmt_shape(sb)
+                    );
+                }
+                Broadcast::flat(sa, 2)
+            }
+            Shapes::SameCount => {
+                let (na, nb) = (sa.iter().product::<usize>(), sb.iter().product::<usize>());
+                if na != nb {
+                    bail_invalid!(
+                        "{name}: the two arguments to a cwise op must have same number of \
+                         elements, got {na} ({}) and {nb} ({})",
+                        fmt_shape(sa),
+                        fmt_shape(sb)
+                    );
+                }
+                Broadcast::flat(sa, 2)
+            }
+        };
         if bc.dims.len() > MAX_RANK {
             return Err(Error::Unimplemented(format!(
                 "{name}: broadcasting {} with {} needs {} dimensions after merging; at most \
                  {MAX_RANK} are supported",
-                fmt_shape(inputs[0].shape()),
-                fmt_shape(inputs[1].shape()),
+                fmt_shape(sa),
+                fmt_shape(sb),
                 bc.dims.len()
             )));
         }
         words_for(name, ta, bc.num_elements())?;
-        Ok((ta, bc))
+        Ok((ta, Plan::Elementwise(bc)))
     }
 }
 
@@ -224,24 +575,42 @@ impl Kernel for Binary {
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        let (dtype, bc) = self.check(inputs)?;
-        Ok(vec![TensorDesc::new(dtype, &bc.out_shape)])
+        let (dtype, plan) = self.check(inputs)?;
+        Ok(vec![match plan {
+            Plan::Elementwise(bc) => TensorDesc::new(self.op.output_dtype(dtype), &bc.out_shape),
+            Plan::Constant(_) => TensorDesc::new(DType::Bool, &[]),
+        }])
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
-        let (dtype, bc) = self.check(inputs)?;
+        let (dtype, plan) = self.check(inputs)?;
+        let out = &outputs[0];
+        let bc = match plan {
+            Plan::Constant(v) => {
+                if out.desc != TensorDesc::new(DType::Bool, &[]) {
+                    bail_invalid!(
+                        "{}: output is {} {} but the op computes a bool scalar",
+                        self.name,
+                        out.desc.dtype,
+                        fmt_shape(&out.desc.shape)
+                    );
+                }
+                return crate::kernels::fill::fill_bytes(ctx, out.addr, 1, v as u32 * 0x01010101);
+            }
+            Plan::Elementwise(bc) => bc,
+        };
+        let out_dtype = self.op.output_dtype(dtype);
         let n = bc.num_elements();
         if n == 0 {
             return Ok(());
         }
-        let out = &outputs[0];
-        if out.desc.dtype != dtype || out.desc.shape != bc.out_shape {
+        if out.desc.dtype != out_dtype || out.desc.shape != bc.out_shape {
             bail_invalid!(
                 "{}: output is {} {} but the op computes {} {}",
                 self.name,
                 out.desc.dtype,
                 fmt_shape(&out.desc.shape),
-                dtype,
+                out_dtype,
                 fmt_shape(&bc.out_shape)
             );
         }
@@ -256,16 +625,19 @@ impl Kernel for Binary {
             format!("{}/{}", op.name(), if flat { "flat" } else { "bcast" }),
         );
         let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype, flat)))?;
-        let words = words_for(self.name, dtype, n)?;
+        let words = words_for(self.name, out_dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
-        let mut w = vec![row, n as u32, bc.dims.len() as u32, words];
-        for v in [&bc.dims, &bc.sa, &bc.sb] {
-            let mut a8 = [0u32; MAX_RANK];
-            for (dst, &src) in a8.iter_mut().zip(v.iter()) {
-                *dst = src as u32;
-            }
-            w.extend_from_slice(&a8);
-        }
+        let mut w = vec![
+            row,
+            n as u32,
+            bc.dims.len() as u32,
+            words,
+            1.0f32.to_bits(),
+            0,
+            0,
+            0,
+        ];
+        w.extend(bc.param_words());
         ctx.dispatch(&pipeline, &params(&w), &[a, b, o], groups)
     }
 }
@@ -285,15 +657,38 @@ const OFFSETS_BCAST: &str = "    var rem = e;
     }
     return vec2<u32>(ia, ib);";
 
+/// WGSL of `lt64(x, y)`: signed 64-bit x < y on (low, high) word pairs.
+const LT64: &str = "fn lt64(x: vec2<u32>, y: vec2<u32>) -> bool {
+    let hx = bitcast<i32>(x.y);
+    let hy = bitcast<i32>(y.y);
+    return hx < hy || (hx == hy && x.x < y.x);
+}
+";
+
 fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
+    let float = dtype.is_float();
+    let (math, pow) = op.math();
+    let mut extra = String::new();
+    if float && math {
+        extra.push_str(MATH_WGSL);
+    }
+    if float && pow {
+        extra.push_str(POW_WGSL);
+    }
+    if dtype == DType::I64 {
+        extra.push_str(LT64);
+    }
     BINARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
+        .replace("$EXTRA", &extra)
         .replace("$OFFSETS", if flat { OFFSETS_FLAT } else { OFFSETS_BCAST })
         .replace("$LOAD_A", &load_expr(dtype, "a"))
         .replace("$LOAD_B", &load_expr(dtype, "b"))
         .replace("$OP", op.wgsl(dtype))
-        .replace("$STORE", store_stmt(dtype))
+        .replace("$STORE", store_stmt(op.output_dtype(dtype)))
+        .replace("$RT", rt_expr(dtype))
+        .replace("$TOUT", compute_type(op.output_dtype(dtype)))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())
 }
@@ -304,26 +699,30 @@ mod tests {
 
     #[test]
     fn broadcast_merges_dimensions() {
+        let parts = |bc: Broadcast| (bc.dims, bc.strides[0].clone(), bc.strides[1].clone());
         let bc = Broadcast::new("AddV2", &[2, 3, 4], &[2, 3, 4]).unwrap();
-        assert_eq!((bc.dims, bc.sa, bc.sb), (vec![24], vec![1], vec![1]));
+        assert_eq!(parts(bc), (vec![24], vec![1], vec![1]));
         let bc = Broadcast::new("AddV2", &[], &[5]).unwrap();
-        assert_eq!((bc.dims, bc.sa, bc.sb), (vec![5], vec![0], vec![1]));
+        assert_eq!(parts(bc), (vec![5], vec![0], vec![1]));
         let bc = Broadcast::new("AddV2", &[3, 1], &[1, 4]).unwrap();
         assert_eq!(bc.out_shape, vec![3, 4]);
-        assert_eq!(
-            (bc.dims, bc.sa, bc.sb),
-            (vec![3, 4], vec![1, 0], vec![0, 1])
-        );
+        assert_eq!(parts(bc), (vec![3, 4], vec![1, 0], vec![0, 1]));
         let bc = Broadcast::new("AddV2", &[2, 1, 3], &[4, 1]).unwrap();
         assert_eq!(bc.out_shape, vec![2, 4, 3]);
-        assert_eq!(bc.dims, vec![2, 4, 3]);
-        assert_eq!((bc.sa, bc.sb), (vec![3, 0, 1], vec![0, 1, 0]));
+        assert_eq!(parts(bc), (vec![2, 4, 3], vec![3, 0, 1], vec![0, 1, 0]));
         // [6,5,4] with [5,4]: the last two dims merge.
         let bc = Broadcast::new("AddV2", &[6, 5, 4], &[5, 4]).unwrap();
-        assert_eq!(
-            (bc.dims, bc.sa, bc.sb),
-            (vec![6, 20], vec![20, 1], vec![0, 1])
-        );
+        assert_eq!(parts(bc), (vec![6, 20], vec![20, 1], vec![0, 1]));
+        // Three shapes.
+        let bc = Broadcast::of(&[&[2, 1], &[3], &[]]).unwrap();
+        assert_eq!(bc.out_shape, vec![2, 3]);
+        assert_eq!(bc.dims, vec![2, 3]);
+        assert_eq!(bc.strides, vec![vec![1, 0], vec![0, 1], vec![0, 0]]);
+        let bc = Broadcast::of(&[&[4, 5], &[4, 5], &[4, 5]]).unwrap();
+        assert_eq!((bc.dims, bc.strides), (vec![20], vec![vec![1]; 3]));
+        assert!(Broadcast::of(&[&[2], &[3], &[1]]).is_none());
+        assert_eq!(Broadcast::of(&[&[0], &[1]]).unwrap().out_shape, vec![0]);
+        assert!(Broadcast::of(&[&[0], &[2]]).is_none());
         let e = Broadcast::new("AddV2", &[2, 3], &[4]).unwrap_err();
         assert_eq!(e.to_string(), "AddV2: incompatible shapes [2,3] and [4]");
     }

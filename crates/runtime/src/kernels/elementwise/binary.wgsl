@@ -1,12 +1,19 @@
 // Binary elementwise op with broadcasting. Placeholders filled in by binary.rs:
-// T (the compute type), LOAD_A / LOAD_B (element loads), OFFSETS (the element offsets of
-// output element e in a and b), OP (the operation on x and y), STORE (one output word).
-// Each invocation writes one 32-bit output word (two elements for f16).
+// T (the compute type of the inputs), TOUT (of the result), LOAD_A / LOAD_B (element loads),
+// OFFSETS (the element offsets of output element e in a and b), OP (the operation on x and
+// y), RT (rounding of an intermediate float result to the dtype), EXTRA (helper functions),
+// STORE (one output word). Each invocation writes one 32-bit output word (two elements for
+// f16, four for bool).
 struct Params {
     row: u32,
     n: u32,
     rank: u32,
     words: u32,
+    // The bits of 1.0f, for `opaque`.
+    one: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
     // Collapsed output shape and the element strides of a and b (0 on broadcast dims).
     shape: array<vec4<u32>, 2>,
     sa: array<vec4<u32>, 2>,
@@ -20,6 +27,17 @@ struct Params {
 $LINEAR_INDEX
 $COMMON
 
+// v, in a way the compiler cannot simplify algebraically (p.one is 1.0 at run time).
+fn opaque(v: f32) -> f32 {
+    return v * bitcast<f32>(p.one);
+}
+
+fn rt(v: f32) -> f32 {
+    return $RT;
+}
+
+$EXTRA
+
 fn offsets(e: u32) -> vec2<u32> {
 $OFFSETS
 }
@@ -32,11 +50,11 @@ fn load_b(i: u32) -> $T {
     return $LOAD_B;
 }
 
-fn op(x: $T, y: $T) -> $T {
+fn op(x: $T, y: $T) -> $TOUT {
 $OP
 }
 
-fn elem(e: u32) -> $T {
+fn elem(e: u32) -> $TOUT {
     let o = offsets(e);
     return op(load_a(o.x), load_b(o.y));
 }

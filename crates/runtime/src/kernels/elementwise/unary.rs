@@ -6,10 +6,11 @@ use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
-use super::{COMMON_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt, words_for};
+use super::{
+    COMMON_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt, words_for,
+};
 
 const UNARY_WGSL: &str = include_str!("unary.wgsl");
-const MATH_WGSL: &str = include_str!("math.wgsl");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UnaryOp {
@@ -21,6 +22,17 @@ pub(crate) enum UnaryOp {
     Sqrt,
     Tanh,
     Sigmoid,
+    Square,
+    Rsqrt,
+    Reciprocal,
+    Sign,
+    Floor,
+    Ceil,
+    Round,
+    Log1p,
+    Expm1,
+    Softplus,
+    LogicalNot,
 }
 
 impl UnaryOp {
@@ -34,20 +46,40 @@ impl UnaryOp {
             UnaryOp::Sqrt => "sqrt",
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Square => "square",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Reciprocal => "reciprocal",
+            UnaryOp::Sign => "sign",
+            UnaryOp::Floor => "floor",
+            UnaryOp::Ceil => "ceil",
+            UnaryOp::Round => "round",
+            UnaryOp::Log1p => "log1p",
+            UnaryOp::Expm1 => "expm1",
+            UnaryOp::Softplus => "softplus",
+            UnaryOp::LogicalNot => "logical_not",
         }
     }
 
     fn supports(self, dtype: DType) -> bool {
         match self {
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu => {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Relu
+            | UnaryOp::Square
+            | UnaryOp::Sign
+            | UnaryOp::Round => {
                 matches!(dtype, DType::F32 | DType::F16 | DType::I32)
             }
+            UnaryOp::LogicalNot => dtype == DType::Bool,
             _ => dtype.is_float(),
         }
     }
 
     /// The body of `fn op(v: T) -> T`.
     fn wgsl(self, dtype: DType) -> &'static str {
+        if dtype == DType::Bool {
+            return "    return !v;";
+        }
         if dtype.is_float() {
             match self {
                 // Sign-bit operations: exact for every value, NaN included.
@@ -59,12 +91,36 @@ impl UnaryOp {
                 UnaryOp::Sqrt => "    return sqrt_f32(v);",
                 UnaryOp::Tanh => "    return tanh_f32(v);",
                 UnaryOp::Sigmoid => "    return sigmoid_f32(v);",
+                UnaryOp::Square => "    return v * v;",
+                UnaryOp::Rsqrt => "    return rsqrt_f32(v);",
+                UnaryOp::Reciprocal => "    return 1.0 / v;",
+                // -1, 0 or 1; Sign(+-0) = +0, Sign(NaN) = NaN (TensorFlow).
+                UnaryOp::Sign => {
+                    "    let b = bitcast<u32>(v);
+    if is_nan(v) {
+        return v;
+    }
+    if (b & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return select(1.0, -1.0, (b >> 31u) == 1u);"
+                }
+                UnaryOp::Floor => "    return floor_f32(v);",
+                UnaryOp::Ceil => "    return ceil_f32(v);",
+                UnaryOp::Round => "    return round_f32(v);",
+                UnaryOp::Log1p => "    return log1p_f32(v);",
+                UnaryOp::Expm1 => "    return expm1_f32(v);",
+                UnaryOp::Softplus => "    return softplus_f32(v);",
+                UnaryOp::LogicalNot => unreachable!("bool only"),
             }
         } else {
             // i32 arithmetic wraps: Neg(INT_MIN) = Abs(INT_MIN) = INT_MIN.
             match self {
                 UnaryOp::Neg => "    return 0 - v;",
                 UnaryOp::Abs => "    return select(v, 0 - v, v < 0);",
+                UnaryOp::Square => "    return v * v;",
+                UnaryOp::Sign => "    return select(select(0, 1, v > 0), -1, v < 0);",
+                UnaryOp::Round => "    return v;",
                 _ => "    return max(v, 0);",
             }
         }
