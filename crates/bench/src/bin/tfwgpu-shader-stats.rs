@@ -1,7 +1,7 @@
 //! tfwgpu-shader-stats: what the Vulkan driver made of each matmul shader variant.
 //!
 //! ```text
-//! tfwgpu-shader-stats [--filter SUBSTRING] [--ir FILE]
+//! tfwgpu-shader-stats [--filter SUBSTRING] [--ir FILE] [--dump DIR]
 //! ```
 //!
 //! Translates each variant's WGSL to SPIR-V with naga (the options wgpu's Vulkan backend uses
@@ -9,7 +9,8 @@
 //! device that has `VK_KHR_pipeline_executable_properties`, and prints the driver's pipeline
 //! statistics (registers, spills, shared memory, as the driver names them). `--ir` writes the
 //! driver's internal representations (where it gives any) to FILE. A tuning aid: wgpu itself
-//! cannot ask for these.
+//! cannot ask for these. `--dump DIR` writes each variant's WGSL and SPIR-V there (no device
+//! needed).
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
@@ -56,6 +57,10 @@ fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
     naga::back::spv::write_vec(&module, &info, &opts, Some(&popts)).map_err(|e| e.to_string())
 }
 
+fn bytemuck_words(words: &[u32]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
 fn cstr(bytes: &[std::ffi::c_char]) -> String {
     unsafe { CStr::from_ptr(bytes.as_ptr()) }
         .to_string_lossy()
@@ -82,6 +87,7 @@ fn run() -> Result<(), String> {
     };
     let filter = flag("--filter");
     let ir_path = flag("--ir");
+    let dump = flag("--dump");
     let mut ir_text = String::new();
     let vk_err = |e: vk::Result| e.to_string();
     // Translate (and so validate) every variant first; this needs no device.
@@ -89,6 +95,14 @@ fn run() -> Result<(), String> {
     for (vname, wgsl) in variants() {
         if filter.as_ref().is_none_or(|f| vname.contains(f.as_str())) {
             let words = spirv(&wgsl).map_err(|e| format!("{vname}: {e}"))?;
+            if let Some(d) = &dump {
+                let w = |ext: &str, bytes: &[u8]| {
+                    let p = format!("{d}/{vname}.{ext}");
+                    std::fs::write(&p, bytes).map_err(|e| format!("{p}: {e}"))
+                };
+                w("wgsl", wgsl.as_bytes())?;
+                w("spv", bytemuck_words(&words).as_slice())?;
+            }
             shaders.push((vname, words));
         }
     }

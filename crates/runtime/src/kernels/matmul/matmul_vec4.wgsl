@@ -11,7 +11,8 @@
 // Bs[k][n], rows padded by one vector so that the transposing stores spread over the banks).
 // While the invocations multiply out one buffer, the next tile's global loads are in flight in
 // registers; they are stored after the products, to the other buffer (one barrier per tile)
-// or, with one buffer, after a second barrier.
+// or, with one buffer, after a second barrier. With `split`, the next tile is loaded and
+// stored in two halves around the two halves of the products (half the staging registers).
 //
 // Layouts (compile-time, named in the specialization): A is "ak" (row-major M x K, K % 4 == 0)
 // or "am" (transposed, stored K x M, M % 4 == 0); B is "bn" (row-major K x N, N % 4 == 0) or
@@ -19,8 +20,8 @@
 // vectors read as zero: with these divisibilities a vector is wholly inside or wholly outside
 // its matrix.
 //
-// The host substitutes ELEM, the tile constants and the GEN_* blocks, which it generates fully
-// unrolled (loops over constants would leave register allocation of the accumulator array to
+// The host substitutes ELEM, the tile constants and the GEN_* blocks (the K loop too), which it
+// generates fully unrolled (loops over constants would leave register allocation of the accumulator array to
 // the driver). Params are those of matmul.wgsl.
 
 struct Params {
@@ -107,40 +108,8 @@ fn main(
 
 GEN_DECL
     let ntiles = (p.k + BK - 1u) / BK;
-    {
-        let k0 = 0u;
-GEN_LOAD
-    }
-    {
-        let kb = 0u;
-GEN_STORE
-    }
-    workgroupBarrier();
-    // With two buffers the loop is unrolled by two, so that every shared-memory offset is a
-    // constant: tile t lives in buffer 0, tile t + 1 in buffer 1.
-    for (var t = 0u; t < ntiles; t += STAGES) {
-        {
-            let has_next = t + 1u < ntiles;
-            if has_next {
-                let k0 = (t + 1u) * BK;
-GEN_LOAD
-            }
-            {
-                let kb = 0u;
-GEN_COMPUTE
-            }
-            if STAGES == 1u {
-                workgroupBarrier();
-            }
-            if has_next {
-                let kb = (STAGES - 1u) * BK;
-GEN_STORE
-            }
-            workgroupBarrier();
-        }
-GEN_SECOND_STAGE
-    }
-
+GEN_PROLOGUE
+GEN_MAINLOOP
     let cbase = bidx * p.m * p.n;
 GEN_OUTPUT
 }

@@ -30,6 +30,10 @@ pub struct Vec4Tile {
     pub stages: u32,
     /// Launch order: groups of this many tile rows (0: row-major).
     pub group: u32,
+    /// With two buffers: stage the next tile's loads in two halves, each stored to the other
+    /// buffer halfway through the products, so that half the staging registers are live at
+    /// a time (one barrier per tile).
+    pub split: bool,
 }
 
 /// Where each operand's contiguous dimension lies.
@@ -89,6 +93,10 @@ impl Vec4Tile {
             && (self.bm * self.bk / 4).is_multiple_of(t)
             && (self.bn * self.bk / 4).is_multiple_of(t)
             && (self.stages == 1 || self.stages == 2)
+            && (!self.split
+                || (self.stages == 2
+                    && (self.bm * self.bk / 4 / t).is_multiple_of(2)
+                    && (self.bn * self.bk / 4 / t).is_multiple_of(2)))
     }
 
     /// The pipeline specialization for `layouts`.
@@ -145,47 +153,146 @@ impl Vec4Tile {
         }
         a.decl(&mut decl, elem);
         b.decl(&mut decl, elem);
-        let mut load = String::new();
-        a.load(&mut load, elem);
-        b.load(&mut load, elem);
-        let mut store = String::new();
-        a.store(&mut store);
-        b.store(&mut store);
+        let load = |half: Option<u32>| {
+            let mut out = String::new();
+            a.load(&mut out, elem, half);
+            b.load(&mut out, elem, half);
+            out
+        };
+        let store = |half: Option<u32>| {
+            let mut out = String::new();
+            a.store(&mut out, half);
+            b.store(&mut out, half);
+            out
+        };
         let xyzw = ["x", "y", "z", "w"];
-        let mut compute = String::new();
-        let ind3 = "            ";
-        for kk in 0..bk {
-            let _ = writeln!(compute, "{ind3}{{");
-            for g in 0..tm / 4 {
-                let _ = writeln!(
-                    compute,
-                    "{ind3}    let a{g} = As[(kb + {kk}u) * SA + ty + {g}u * TY];"
-                );
-            }
-            for j in 0..tn / 4 {
-                let _ = writeln!(
-                    compute,
-                    "{ind3}    let b{j} = Bs[(kb + {kk}u) * SB + tx + {j}u * TX];"
-                );
-            }
-            for g in 0..tm / 4 {
-                for (r, comp) in xyzw.iter().enumerate() {
-                    let i = g * 4 + r as u32;
-                    for j in 0..tn / 4 {
-                        let _ = writeln!(
-                            compute,
-                            "{ind3}    {}",
-                            mad(
-                                &format!("a{g}.{comp}"),
-                                &format!("b{j}"),
-                                &format!("c_{i}_{j}")
-                            )
-                        );
+        let compute = |ks: std::ops::Range<u32>| {
+            let mut compute = String::new();
+            let ind3 = "            ";
+            for kk in ks {
+                let _ = writeln!(compute, "{ind3}{{");
+                for g in 0..tm / 4 {
+                    let _ = writeln!(
+                        compute,
+                        "{ind3}    let a{g} = As[(kb + {kk}u) * SA + ty + {g}u * TY];"
+                    );
+                }
+                for j in 0..tn / 4 {
+                    let _ = writeln!(
+                        compute,
+                        "{ind3}    let b{j} = Bs[(kb + {kk}u) * SB + tx + {j}u * TX];"
+                    );
+                }
+                for g in 0..tm / 4 {
+                    for (r, comp) in xyzw.iter().enumerate() {
+                        let i = g * 4 + r as u32;
+                        for j in 0..tn / 4 {
+                            let _ = writeln!(
+                                compute,
+                                "{ind3}    {}",
+                                mad(
+                                    &format!("a{g}.{comp}"),
+                                    &format!("b{j}"),
+                                    &format!("c_{i}_{j}")
+                                )
+                            );
+                        }
                     }
                 }
+                let _ = writeln!(compute, "{ind3}}}");
             }
-            let _ = writeln!(compute, "{ind3}}}");
-        }
+            compute
+        };
+        let all = None;
+        let prologue = format!(
+            "    {{\n        let k0 = 0u;\n{}    }}\n    {{\n        let kb = 0u;\n{}    }}\n    workgroupBarrier();\n",
+            load(all),
+            store(all)
+        );
+        let mainloop = if self.split {
+            // Tile t in buffer t % 2; the next tile's loads in two halves.
+            let (h1, h2) = (Some(0), Some(1));
+            format!(
+                "    for (var t = 0u; t < ntiles; t += 1u) {{
+        let has_next = t + 1u < ntiles;
+        let kb = (t % 2u) * BK;
+        let kn = BK - kb;
+        let k0 = (t + 1u) * BK;
+        if has_next {{
+{}        }}
+        {{
+{}        }}
+        if has_next {{
+            {{
+                let kb = kn;
+{}            }}
+{}        }}
+        {{
+{}        }}
+        if has_next {{
+            let kb = kn;
+{}        }}
+        workgroupBarrier();
+    }}
+",
+                load(h1),
+                compute(0..bk / 2),
+                store(h1),
+                load(h2),
+                compute(bk / 2..bk),
+                store(h2)
+            )
+        } else {
+            // With two buffers the loop is unrolled by two, so that every shared-memory offset
+            // is a constant: tile t lives in buffer 0, tile t + 1 in buffer 1.
+            let second = if self.stages == 2 {
+                format!(
+                    "        if t + 1u < ntiles {{
+            let has_next = t + 2u < ntiles;
+            if has_next {{
+                let k0 = (t + 2u) * BK;
+{}            }}
+            {{
+                let kb = BK;
+{}            }}
+            if has_next {{
+                let kb = 0u;
+{}            }}
+            workgroupBarrier();
+        }}
+",
+                    load(all),
+                    compute(0..bk),
+                    store(all)
+                )
+            } else {
+                String::new()
+            };
+            format!(
+                "    for (var t = 0u; t < ntiles; t += STAGES) {{
+        {{
+            let has_next = t + 1u < ntiles;
+            if has_next {{
+                let k0 = (t + 1u) * BK;
+{}            }}
+            {{
+                let kb = 0u;
+{}            }}
+            if STAGES == 1u {{
+                workgroupBarrier();
+            }}
+            if has_next {{
+                let kb = (STAGES - 1u) * BK;
+{}            }}
+            workgroupBarrier();
+        }}
+{second}    }}
+",
+                load(all),
+                compute(0..bk),
+                store(all)
+            )
+        };
         let mut output = String::new();
         for g in 0..tm / 4 {
             for r in 0..4 {
@@ -208,28 +315,7 @@ impl Vec4Tile {
                 let _ = writeln!(output, "{ind}}}");
             }
         }
-        let second = if self.stages == 2 {
-            format!(
-                "        if t + 1u < ntiles {{
-            let has_next = t + 2u < ntiles;
-            if has_next {{
-                let k0 = (t + 2u) * BK;
-{load}            }}
-            {{
-                let kb = BK;
-{compute}            }}
-            if has_next {{
-                let kb = 0u;
-{store}            }}
-            workgroupBarrier();
-        }}
-"
-            )
-        } else {
-            String::new()
-        };
         MATMUL_VEC4_WGSL
-            .replace("GEN_SECOND_STAGE", &second)
             .replace("ELEM", elem)
             .replace("TILE_BM", &self.bm.to_string())
             .replace("TILE_BN", &self.bn.to_string())
@@ -239,9 +325,8 @@ impl Vec4Tile {
             .replace("TILE_STAGES", &self.stages.to_string())
             .replace("TILE_GROUP", &self.group.to_string())
             .replace("GEN_DECL", &decl)
-            .replace("GEN_LOAD", &load)
-            .replace("GEN_STORE", &store)
-            .replace("GEN_COMPUTE", &compute)
+            .replace("GEN_PROLOGUE", &prologue)
+            .replace("GEN_MAINLOOP", &mainloop)
             .replace("GEN_OUTPUT", &output)
     }
 }
@@ -263,6 +348,14 @@ struct Operand {
 }
 
 impl Operand {
+    /// The loads of `half` (0 or 1) of this operand's tile, or all of them.
+    fn part(&self, half: Option<u32>) -> std::ops::Range<u32> {
+        match half {
+            None => 0..self.count,
+            Some(h) => h * self.count / 2..(h + 1) * self.count / 2,
+        }
+    }
+
     /// Per-invocation constants: which vector of the tile each load takes; the registers.
     fn decl(&self, out: &mut String, elem: &str) {
         let (x, outer) = (self.x, self.outer);
@@ -282,10 +375,10 @@ impl Operand {
     }
 
     /// Global loads of the tile at K offset `k0` into the registers (zero outside the matrix).
-    fn load(&self, out: &mut String, elem: &str) {
+    fn load(&self, out: &mut String, elem: &str, half: Option<u32>) {
         let (x, o0, bound, off) = (self.x, self.o0, self.bound, self.off);
         let ind = "            ";
-        for s in 0..self.count {
+        for s in self.part(half) {
             let _ = writeln!(out, "{ind}{{");
             if self.kfast {
                 let _ = writeln!(out, "{ind}    let go = {o0} + {x}o{s};");
@@ -311,10 +404,10 @@ impl Operand {
     }
 
     /// Stores of the registers into the shared buffer at row `kb` (k-major).
-    fn store(&self, out: &mut String) {
+    fn store(&self, out: &mut String, half: Option<u32>) {
         let (x, xs, stride) = (self.x, self.xs, self.stride);
         let ind = "            ";
-        for s in 0..self.count {
+        for s in self.part(half) {
             if self.kfast {
                 for (i, comp) in ["x", "y", "z", "w"].iter().enumerate() {
                     let _ = writeln!(
