@@ -4,7 +4,7 @@ Builds `libtfwgpu_plugin.so` with `cargo build --release -p tfwgpu-plugin` (agai
 TensorFlow of the Python running the build, or TFWGPU_TF_DIR) and writes a wheel holding:
   tensorflow-plugins/libtfwgpu_plugin.so   (TensorFlow loads every library in this folder)
   tensorflow_wgpu/                         (adapter list, version, fallback report)
-  tensorflow_wgpu.pth                      (Keras jit_compile="auto" -> no XLA on tfwgpu devices)
+  tensorflow_wgpu.pth                      (small TensorFlow/Keras fixes for tfwgpu devices: _hooks.py)
 """
 import base64
 import hashlib
@@ -95,8 +95,8 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     lib = _build_plugin()
     files = _package_files()
     files["tensorflow-plugins/libtfwgpu_plugin.so"] = lib.read_bytes()
-    # Run at interpreter start: fixes Keras's jit_compile="auto" for tfwgpu devices.
-    files["tensorflow_wgpu.pth"] = b"import tensorflow_wgpu._keras_autojit as m; m.install()\n"
+    # Run at interpreter start: tensorflow_wgpu/_hooks.py.
+    files["tensorflow_wgpu.pth"] = b"import tensorflow_wgpu._hooks as m; m.install()\n"
     return _write_wheel(wheel_directory, files)
 
 

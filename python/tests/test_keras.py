@@ -96,3 +96,23 @@ def test_explicit_jit_compile_true_is_left_alone(tf):
         model = _mlp(keras, 3)
         model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", jit_compile=True)
     assert model.jit_compile is True
+
+
+def test_eager_gradient_tape_loop_with_a_keras_optimizer(tf):
+    import keras
+
+    x, y = _data()
+    with tf.device("/GPU:0"):
+        model = _mlp(keras, 5)
+        opt = keras.optimizers.Adam(0.01)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy()
+        losses = []
+        for i in range(0, 96, 16):  # eager: no tf.function anywhere
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y[i : i + 16], model(x[i : i + 16]))
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            losses.append(float(loss))
+    assert on_gpu(model.weights[0].value)
+    assert int(opt.iterations.numpy()) == 6
+    assert losses[-1] < losses[0]

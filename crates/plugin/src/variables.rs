@@ -8,9 +8,11 @@
 //! (checked with `nm -D` on every library of the wheel).
 //!
 //! Inside `tf.function` the graph rewrite in [`crate::graph`] replaces the assign updates with
-//! ops that work here, so these kernels only run in eager mode (or for the gather/scatter ops,
-//! which have no rewrite yet); they take precedence over TensorFlow's and fail with an error
-//! that says what to do, instead of a crash.
+//! ops that work here; in eager mode the Python package's hook (`tensorflow_wgpu/_hooks.py`)
+//! does the same for the assign updates and ResourceGather. These kernels are the last line:
+//! they take precedence over TensorFlow's and fail with an error that says what to do, instead
+//! of a crash (ResourceScatterUpdate has no rewrite yet; a program without the package's hook
+//! gets the error for the eager updates too).
 
 use std::ffi::{CString, c_void};
 
