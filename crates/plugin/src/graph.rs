@@ -16,7 +16,8 @@ use tfwgpu_sys as sys;
 use crate::nodedef::{Field, Reader};
 use crate::status::guard;
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
+/// Appends a protobuf varint.
+pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
     loop {
         let b = (v & 0x7f) as u8;
         v >>= 7;
@@ -28,7 +29,8 @@ fn varint(mut v: u64, out: &mut Vec<u8>) {
     }
 }
 
-fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
+/// Appends a length-delimited protobuf field.
+pub(crate) fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
     varint(((field as u64) << 3) | 2, out);
     varint(b.len() as u64, out);
     out.extend_from_slice(b);

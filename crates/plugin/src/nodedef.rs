@@ -253,23 +253,8 @@ pub fn parse(buf: &[u8]) -> Result<(String, Attrs)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::graph::{bytes_field, varint};
 
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
-    fn bytes_field(f: u32, b: &[u8], out: &mut Vec<u8>) {
-        varint(((f as u64) << 3) | 2, out);
-        varint(b.len() as u64, out);
-        out.extend_from_slice(b);
-    }
     fn varint_field(f: u32, v: u64, out: &mut Vec<u8>) {
         varint((f as u64) << 3, out);
         varint(v, out);

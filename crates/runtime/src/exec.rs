@@ -344,32 +344,31 @@ impl ExecutionContext {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        if size == 0 {
-            return Ok(());
-        }
-        let mut b = self.batch.lock();
-        self.begin(&mut b);
-        b.pass = None;
-        b.encoder
-            .as_mut()
-            .expect("encoder begun")
-            .copy_buffer_to_buffer(src, src_off, dst, dst_off, size);
-        self.stats.lock().copies += 1;
-        self.after_record(b)
+        self.record_on_encoder(size, |enc| {
+            enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
+        })?;
+        self.stats.lock().copies += (size > 0) as u64;
+        Ok(())
     }
 
     /// Records a fill of a range with zero bytes (offset and size multiples of 4).
     pub fn clear(&self, dst: &wgpu::Buffer, offset: u64, size: u64) -> Result<()> {
+        self.record_on_encoder(size, |enc| enc.clear_buffer(dst, offset, Some(size)))
+    }
+
+    /// Records a command that needs the encoder outside a compute pass (copies, clears).
+    fn record_on_encoder(
+        &self,
+        size: u64,
+        f: impl FnOnce(&mut wgpu::CommandEncoder),
+    ) -> Result<()> {
         if size == 0 {
             return Ok(());
         }
         let mut b = self.batch.lock();
         self.begin(&mut b);
         b.pass = None;
-        b.encoder
-            .as_mut()
-            .expect("encoder begun")
-            .clear_buffer(dst, offset, Some(size));
+        f(b.encoder.as_mut().expect("encoder begun"));
         self.after_record(b)
     }
 
