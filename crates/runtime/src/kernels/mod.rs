@@ -6,6 +6,7 @@ pub mod copy;
 pub mod elementwise;
 pub mod fill;
 pub mod matmul;
+pub mod nn;
 pub mod reduce;
 pub mod wgsl;
 
@@ -18,4 +19,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(cast::OPS);
     defs.extend_from_slice(reduce::OPS);
     defs.extend_from_slice(matmul::OPS);
+    defs.extend_from_slice(nn::OPS);
 }

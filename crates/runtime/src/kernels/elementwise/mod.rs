@@ -241,6 +241,11 @@ pub const OPS: &[OpDef] = &[
     },
 ];
 
+/// TensorFlow's broadcast of several shapes; `None` when they are incompatible.
+pub(crate) fn broadcast_shape(shapes: &[&[usize]]) -> Option<Vec<usize>> {
+    binary::Broadcast::of(shapes).map(|b| b.out_shape)
+}
+
 /// A shape as TensorFlow prints it: `[2,3]`.
 pub(crate) fn fmt_shape(shape: &[usize]) -> String {
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();

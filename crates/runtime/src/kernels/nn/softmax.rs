@@ -1,0 +1,419 @@
+//! Softmax and LogSoftmax over the last axis, SparseSoftmaxCrossEntropyWithLogits and
+//! SoftmaxCrossEntropyWithLogits (float32), one row per group of invocations
+//! (`softmax.wgsl`).
+//!
+//! Numerics follow TensorFlow's kernels: the row maximum m is subtracted first; Softmax is
+//! exp(x - m) / sum, LogSoftmax (x - m) - log(sum); the cross-entropy loss is
+//! log(sum) - (x_label - m) (sparse) or sum_j labels_j (log(sum) - (x_j - m)) (dense), its
+//! gradient exp(x - m) / sum - labels. exp and log are the elementwise family's (a few ULP),
+//! sums are per-invocation partial sums combined by a tree. A row holding NaN or +inf, or
+//! only -inf, gives NaN throughout, as in TensorFlow; a -inf logit gives probability 0 and log
+//! probability -inf. In the dense cross-entropy a zero label at a -inf logit gives a NaN loss
+//! (0 * inf), as in TensorFlow.
+//!
+//! Deviation: TensorFlow's CPU kernel of SparseSoftmaxCrossEntropyWithLogits reports a label
+//! outside [0, classes) as an InvalidArgument error. A GPU kernel cannot raise one, so here —
+//! as in TensorFlow's GPU kernel — that row's loss and every element of its gradient are NaN.
+
+use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL, fmt_shape};
+use crate::kernels::wgsl::params;
+use crate::{DType, Error, Result, bail_invalid};
+
+const SOFTMAX_WGSL: &str = include_str!("softmax.wgsl");
+
+pub(super) const DTYPES: &[DType] = &[DType::F32];
+pub(super) const LABEL_DTYPES: &[DType] = &[DType::I32, DType::I64];
+
+/// Invocations per workgroup of `softmax.wgsl`.
+const WG: usize = 256;
+/// Elements per invocation a row should have before more invocations share it.
+const PER_THREAD: usize = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Softmax,
+    LogSoftmax,
+    SparseXent,
+    Xent,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Softmax => "Softmax",
+            Mode::LogSoftmax => "LogSoftmax",
+            Mode::SparseXent => "SparseSoftmaxCrossEntropyWithLogits",
+            Mode::Xent => "SoftmaxCrossEntropyWithLogits",
+        }
+    }
+
+    fn index(self) -> u32 {
+        match self {
+            Mode::Softmax => 0,
+            Mode::LogSoftmax => 1,
+            Mode::SparseXent => 2,
+            Mode::Xent => 3,
+        }
+    }
+}
+
+pub(super) struct SoftmaxKernel {
+    mode: Mode,
+    /// SparseSoftmaxCrossEntropyWithLogits' `Tlabels`, when given.
+    tlabels: Option<DType>,
+}
+
+impl SoftmaxKernel {
+    pub fn build(mode: Mode, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        let mut tlabels = None;
+        if mode == Mode::SparseXent {
+            tlabels = attrs
+                .dtype_opt("Tlabels")
+                .map_err(|e| crate::invalid_arg!("{}: {e}", mode.name()))?;
+            if let Some(t) = tlabels
+                && !LABEL_DTYPES.contains(&t)
+            {
+                return Err(Error::Unimplemented(format!(
+                    "{} has no tfwgpu kernel for Tlabels={t}",
+                    mode.name()
+                )));
+            }
+        }
+        Ok(Box::new(SoftmaxKernel { mode, tlabels }))
+    }
+}
+
+/// The rows x cols view of a call, with the element strides of the logits and labels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct View {
+    rows: usize,
+    cols: usize,
+    x: (usize, usize),
+    labels: (usize, usize),
+    /// Sparse labels' dtype.
+    label_dtype: Option<DType>,
+}
+
+impl SoftmaxKernel {
+    fn check(&self, inputs: &[Operand]) -> Result<View> {
+        let name = self.mode.name();
+        let arity = if matches!(self.mode, Mode::Softmax | Mode::LogSoftmax) {
+            1
+        } else {
+            2
+        };
+        if inputs.len() != arity {
+            bail_invalid!("{name} takes {arity} input(s), got {}", inputs.len());
+        }
+        let x = inputs[0].desc();
+        if !DTYPES.contains(&x.dtype) {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for T={}",
+                x.dtype
+            )));
+        }
+        let view = match self.mode {
+            Mode::Softmax | Mode::LogSoftmax => {
+                if x.shape.is_empty() {
+                    bail_invalid!("{name}: logits must have >= 1 dimension, got []");
+                }
+                let cols = *x.shape.last().expect("rank >= 1");
+                let rows = x.shape[..x.shape.len() - 1].iter().product();
+                View {
+                    rows,
+                    cols,
+                    x: (cols, 1),
+                    labels: (0, 0),
+                    label_dtype: None,
+                }
+            }
+            Mode::SparseXent => {
+                let labels = inputs[1].desc();
+                if !LABEL_DTYPES.contains(&labels.dtype) {
+                    bail_invalid!(
+                        "{name}: labels must be int32 or int64, got {}",
+                        labels.dtype
+                    );
+                }
+                if let Some(t) = self.tlabels
+                    && t != labels.dtype
+                {
+                    bail_invalid!("{name}: labels are {} but Tlabels is {t}", labels.dtype);
+                }
+                if x.shape.len() != 2 {
+                    bail_invalid!(
+                        "{name}: logits must be 2-D, but got shape {}",
+                        fmt_shape(&x.shape)
+                    );
+                }
+                if labels.shape.len() != 1 {
+                    bail_invalid!(
+                        "{name}: labels must be 1-D, but got shape {}",
+                        fmt_shape(&labels.shape)
+                    );
+                }
+                if labels.shape[0] != x.shape[0] {
+                    bail_invalid!(
+                        "{name}: logits and labels must have the same first dimension, got \
+                         logits shape {} and labels shape {}",
+                        fmt_shape(&x.shape),
+                        fmt_shape(&labels.shape)
+                    );
+                }
+                if x.shape[1] == 0 {
+                    bail_invalid!(
+                        "{name}: Must have at least one class, but got logits shape {}",
+                        fmt_shape(&x.shape)
+                    );
+                }
+                View {
+                    rows: x.shape[0],
+                    cols: x.shape[1],
+                    x: (x.shape[1], 1),
+                    labels: (0, 0),
+                    label_dtype: Some(labels.dtype),
+                }
+            }
+            Mode::Xent => {
+                let labels = inputs[1].desc();
+                if labels.dtype != x.dtype {
+                    bail_invalid!(
+                        "{name}: features are {} but labels are {}; both must have one dtype",
+                        x.dtype,
+                        labels.dtype
+                    );
+                }
+                let bc = crate::kernels::elementwise::broadcast_shape(&[&x.shape, &labels.shape])
+                    .ok_or_else(|| {
+                    crate::invalid_arg!(
+                        "{name}: logits and labels must be broadcastable: logits_size={} \
+                             labels_size={}",
+                        fmt_shape(&x.shape),
+                        fmt_shape(&labels.shape)
+                    )
+                })?;
+                if bc.len() != 2 {
+                    bail_invalid!(
+                        "{name}: logits and labels must be either 2-dimensional, or broadcasted \
+                         to be 2-dimensional (logits {}, labels {})",
+                        fmt_shape(&x.shape),
+                        fmt_shape(&labels.shape)
+                    );
+                }
+                // Strides of an input of rank <= 2 on the [rows, cols] output.
+                let strides = |s: &[usize]| -> (usize, usize) {
+                    let mut p = vec![1; 2 - s.len()];
+                    p.extend_from_slice(s);
+                    (
+                        if p[0] == 1 { 0 } else { p[1] },
+                        if p[1] == 1 { 0 } else { 1 },
+                    )
+                };
+                View {
+                    rows: bc[0],
+                    cols: bc[1],
+                    x: strides(&x.shape),
+                    labels: strides(&labels.shape),
+                    label_dtype: None,
+                }
+            }
+        };
+        let total = view.rows.saturating_mul(view.cols);
+        if total > u32::MAX as usize {
+            return Err(Error::Unimplemented(format!(
+                "{name}: tensors of more than 2^32-1 elements are not supported (got {total})"
+            )));
+        }
+        Ok(view)
+    }
+}
+
+fn shader(mode: Mode, label_dtype: Option<DType>) -> String {
+    let f = "@group(0) @binding";
+    let (decls, funcs) = match mode {
+        Mode::Softmax | Mode::LogSoftmax => (
+            format!(
+                "{f}(1) var<storage, read_write> x: array<f32>;
+{f}(2) var<storage, read_write> out: array<f32>;"
+            ),
+            "fn write_out(i: u32, v: f32) {
+    out[i] = v;
+}
+fn write_loss(r: u32, v: f32) {}
+fn label_value(row: u32, j: u32) -> f32 {
+    return 0.0;
+}
+fn label_index(row: u32) -> i32 {
+    return -1;
+}"
+            .to_string(),
+        ),
+        Mode::SparseXent | Mode::Xent => {
+            let label = if mode == Mode::Xent {
+                "fn label_value(row: u32, j: u32) -> f32 {
+    return bitcast<f32>(labels[row * p.l_rs + j * p.l_cs]);
+}
+fn label_index(row: u32) -> i32 {
+    return -1;
+}"
+            } else if label_dtype == Some(DType::I64) {
+                "fn label_value(row: u32, j: u32) -> f32 {
+    return 0.0;
+}
+// The label of a row, -1 when it is outside [0, cols).
+fn label_index(row: u32) -> i32 {
+    let lo = labels[2u * row];
+    let hi = labels[2u * row + 1u];
+    if hi != 0u || lo >= p.cols {
+        return -1;
+    }
+    return i32(lo);
+}"
+            } else {
+                "fn label_value(row: u32, j: u32) -> f32 {
+    return 0.0;
+}
+// The label of a row, -1 when it is outside [0, cols).
+fn label_index(row: u32) -> i32 {
+    let v = bitcast<i32>(labels[row]);
+    if v < 0 || u32(v) >= p.cols {
+        return -1;
+    }
+    return v;
+}"
+            };
+            (
+                format!(
+                    "{f}(1) var<storage, read_write> x: array<f32>;
+{f}(2) var<storage, read_write> labels: array<u32>;
+{f}(3) var<storage, read_write> loss: array<f32>;
+{f}(4) var<storage, read_write> backprop: array<f32>;"
+                ),
+                format!(
+                    "fn write_out(i: u32, v: f32) {{
+    backprop[i] = v;
+}}
+fn write_loss(r: u32, v: f32) {{
+    loss[r] = v;
+}}
+{label}"
+                ),
+            )
+        }
+    };
+    SOFTMAX_WGSL
+        .replace("$DECLS", &decls)
+        .replace("$FUNCS", &funcs)
+        .replace("$MODE", &mode.index().to_string())
+        .replace("$COMMON", COMMON_WGSL)
+        .replace("$MATH", MATH_WGSL)
+}
+
+/// Invocations per row (a power of two, at most the workgroup size).
+fn threads_per_row(cols: usize) -> usize {
+    cols.div_ceil(PER_THREAD).max(1).next_power_of_two().min(WG)
+}
+
+impl Kernel for SoftmaxKernel {
+    fn op(&self) -> &'static str {
+        self.mode.name()
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        let v = self.check(inputs)?;
+        Ok(match self.mode {
+            Mode::Softmax | Mode::LogSoftmax => vec![inputs[0].desc()],
+            _ => vec![
+                TensorDesc::new(DType::F32, &[v.rows]),
+                TensorDesc::new(DType::F32, &[v.rows, v.cols]),
+            ],
+        })
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let name = self.mode.name();
+        let v = self.check(inputs)?;
+        let want = self.outputs(inputs)?;
+        for (o, w) in outputs.iter().zip(&want) {
+            if &o.desc != w {
+                bail_invalid!(
+                    "{name}: output is {} {} but the op computes {} {}",
+                    o.desc.dtype,
+                    fmt_shape(&o.desc.shape),
+                    w.dtype,
+                    fmt_shape(&w.shape)
+                );
+            }
+        }
+        if outputs.len() != want.len() {
+            bail_invalid!(
+                "{name}: {} outputs for {} results",
+                outputs.len(),
+                want.len()
+            );
+        }
+        // Nothing to compute without rows; without columns only the dense loss (0) is.
+        if v.rows == 0 || (v.cols == 0 && self.mode != Mode::Xent) {
+            return Ok(());
+        }
+        let mut binds = vec![ctx.bind(inputs[0].device(name, 0)?)?];
+        if inputs.len() > 1 {
+            binds.push(ctx.bind(inputs[1].device(name, 1)?)?);
+        }
+        for o in outputs {
+            binds.push(if o.desc.byte_size() == 0 {
+                ctx.temp(4)?
+            } else {
+                crate::kernels::elementwise::bind_out(ctx, name, o)?
+            });
+        }
+        let mode = self.mode;
+        let key = PipelineKey::new(
+            "nn",
+            v.label_dtype,
+            format!("softmax/{}", mode.name().to_ascii_lowercase()),
+        );
+        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(mode, v.label_dtype)))?;
+        let t = threads_per_row(v.cols);
+        let g = WG / t;
+        let groups = v.rows.div_ceil(g);
+        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
+        let gy = groups.div_ceil(gx);
+        if gy > crate::kernel::MAX_GROUPS_X as usize {
+            return Err(Error::Unimplemented(format!(
+                "{name}: {} rows are more than one dispatch can cover",
+                v.rows
+            )));
+        }
+        let p = params(&[
+            v.rows as u32,
+            v.cols as u32,
+            g as u32,
+            t as u32,
+            gx as u32,
+            v.x.0 as u32,
+            v.x.1 as u32,
+            v.labels.0 as u32,
+            v.labels.1 as u32,
+            0,
+            0,
+            0,
+        ]);
+        ctx.dispatch(&pipeline, &p, &binds, [gx as u32, gy as u32, 1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads() {
+        assert_eq!(threads_per_row(1), 1);
+        assert_eq!(threads_per_row(10), 2);
+        assert_eq!(threads_per_row(1000), 128);
+        assert_eq!(threads_per_row(1 << 20), 256);
+    }
+}
