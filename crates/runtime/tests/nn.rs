@@ -657,3 +657,64 @@ fn softmax_cross_entropy_broadcasting() {
     assert!(err(&[4], &[4]).contains("must be either 2-dimensional"));
     assert!(err(&[2, 3, 4], &[2, 3, 4]).contains("must be either 2-dimensional"));
 }
+
+// ---------------------------------------------------------------- L2Loss
+
+#[test]
+fn l2_loss() {
+    let mut r = rng(36);
+    for shape in [
+        &[0usize][..],
+        &[],
+        &[7],
+        &[3, 43],
+        &[2049],
+        &[100_000],
+        &[3, 1_000_000],
+    ] {
+        let n = numel(shape);
+        let x = rand_f32(&mut r, n, -10.0, 10.0);
+        let out = run("L2Loss", &Attrs::new(), &[&host(&x, shape)]);
+        assert_eq!(out[0].shape(), &[] as &[usize]);
+        let got = out[0].download::<f32>().unwrap()[0] as f64;
+        let want: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum::<f64>() / 2.0;
+        // Positive terms: the rounding error is at most (roundings on the longest path)
+        // * eps * sum. Path: the square, a strided partial sum of max(8, n / 2^18) terms, a
+        // tree of 256, and (beyond one workgroup) a partial sum of 4 and another tree.
+        let path = (n.div_ceil(1 << 18).max(8) + 1 + 8 + 4 + 8) as f64;
+        assert!(
+            (got - want).abs() <= path * EPS * want,
+            "L2Loss {shape:?}: got {got}, want {want}"
+        );
+        let h = f16s(&rand_f32(&mut r, n.min(5000), -4.0, 4.0));
+        let out = run("L2Loss", &Attrs::new(), &[&host(&h, &[h.len()])]);
+        let got = out[0].download::<f16>().unwrap()[0].to_f64();
+        let want: f64 = h.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>() / 2.0;
+        assert_ulps(
+            &[got],
+            &[want],
+            1.0,
+            true,
+            &format!("L2Loss f16 n={}", h.len()),
+        );
+    }
+    let nan = f32::NAN;
+    for (x, want) in [
+        (vec![1.0f32, f32::INFINITY], f32::INFINITY),
+        (vec![1.0, nan, 2.0], nan),
+        (vec![1e20, 1.0], f32::INFINITY),
+        (vec![3.0], 4.5),
+        (vec![1.0, 2.0, 3.0, 4.0], 15.0),
+    ] {
+        let out = run("L2Loss", &Attrs::new(), &[&host(&x, &[x.len()])]);
+        assert_same_f32(
+            &out[0].download::<f32>().unwrap(),
+            &[want],
+            "L2Loss specials",
+        );
+    }
+    let e = try_run("L2Loss", &Attrs::new(), &[&host(&[1i32], &[1])])
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::Unimplemented(_)), "{e:?}");
+}

@@ -1,6 +1,7 @@
 //! The kernel library, one module per op family. Each family has one registration table
 //! (`OPS`); adding an op is a table row plus a kernel, and a test.
 
+pub mod argminmax;
 pub mod cast;
 pub mod copy;
 pub mod elementwise;
@@ -20,4 +21,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(reduce::OPS);
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
+    defs.extend_from_slice(argminmax::OPS);
 }

@@ -84,9 +84,21 @@ pub fn try_run(
     attrs: &Attrs,
     args: &[&HostTensor],
 ) -> tfwgpu_runtime::Result<Vec<Tensor>> {
+    try_run_host(op, attrs, args, &[])
+}
+
+/// Runs `op` on device tensors made from `args`, followed by `host_args` passed in host
+/// memory (axes, dimensions).
+pub fn try_run_host(
+    op: &str,
+    attrs: &Attrs,
+    args: &[&HostTensor],
+    host_args: &[&HostTensor],
+) -> tfwgpu_runtime::Result<Vec<Tensor>> {
     let d = dev();
     let ts: Vec<Tensor> = args.iter().map(|h| d.upload_host(h).unwrap()).collect();
-    let a: Vec<Arg> = ts.iter().map(Arg::from).collect();
+    let mut a: Vec<Arg> = ts.iter().map(Arg::from).collect();
+    a.extend(host_args.iter().map(|h| Arg::from(*h)));
     d.run(op, attrs, &a)
 }
 

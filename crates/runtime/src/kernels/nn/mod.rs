@@ -3,6 +3,7 @@
 //! L2Loss. See each module for the numerics.
 
 mod bias;
+mod l2loss;
 mod softmax;
 
 use crate::kernel::OpDef;
@@ -58,5 +59,12 @@ pub const OPS: &[OpDef] = &[
         dtypes: softmax::DTYPES,
         host_inputs: &[],
         factory: |a| SoftmaxKernel::build(Mode::Xent, a),
+    },
+    OpDef {
+        op: "L2Loss",
+        type_attr: "T",
+        dtypes: l2loss::DTYPES,
+        host_inputs: &[],
+        factory: |_| Ok(Box::new(l2loss::L2Loss)),
     },
 ];
