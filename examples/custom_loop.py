@@ -2,6 +2,8 @@ import numpy as np
 import tensorflow as tf
 import keras
 
+keras.utils.set_random_seed(0)
+
 rng = np.random.default_rng(1)
 x = rng.standard_normal((256, 8)).astype("float32")
 true_w = rng.standard_normal((8, 1)).astype("float32")
@@ -20,6 +22,6 @@ def step(xb, yb):
     return loss
 
 
-for epoch in range(60):
+for epoch in range(200):
     loss = step(x, y)
 print("loss", float(loss), "weights on", model.weights[0].value.device)

@@ -32,4 +32,4 @@ def test_keras_mlp():
 def test_custom_loop(name):
     out = run(name)
     assert "device:GPU:0" in out
-    assert float(re.search(r"loss (\S+)", out).group(1)) < 0.05
+    assert float(re.search(r"loss (\S+)", out).group(1)) < 1e-4

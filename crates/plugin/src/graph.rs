@@ -230,6 +230,11 @@ pub unsafe extern "C" fn TF_InitGraph(
         p.device_type = c"GPU".as_ptr();
         let configs = unsafe { &mut *p.optimizer_configs };
         configs.struct_size = sys::sizes::tp_optimizer_configs();
+        // TensorFlow's layout optimizer turns NHWC graphs on "GPU" devices into NCHW by
+        // inserting Transpose nodes, and the remapper fuses ops into kernels (_FusedConv2D,
+        // _FusedMatMul...) that only CUDA has: both would leave nodes without a kernel here.
+        configs.layout_optimizer = sys::TF_TriState_TF_TriState_Off;
+        configs.remapping = sys::TF_TriState_TF_TriState_Off;
         let opt = unsafe { &mut *p.optimizer };
         opt.struct_size = sys::sizes::tp_optimizer();
         opt.create_func = None;
