@@ -9,28 +9,9 @@ mod refs;
 use common::*;
 use rand::Rng;
 use refs::*;
-use tfwgpu_runtime::{AttrValue, Attrs, DType, Element, Error, HostTensor, f16};
+use tfwgpu_runtime::{AttrValue, Attrs, DType, Error, HostTensor, f16};
 
 // ---------------------------------------------------------------- helpers
-
-fn run1<T: Element>(op: &str, x: &[T], shape: &[usize]) -> Vec<T> {
-    let out = run(op, &Attrs::new(), &[&host(x, shape)]);
-    assert_eq!(out[0].shape(), shape, "{op}: output shape");
-    assert_eq!(out[0].dtype(), T::DTYPE, "{op}: output dtype");
-    out[0].download::<T>().unwrap()
-}
-
-fn run2<T: Element>(
-    op: &str,
-    a: &[T],
-    sa: &[usize],
-    b: &[T],
-    sb: &[usize],
-) -> (Vec<usize>, Vec<T>) {
-    let out = run(op, &Attrs::new(), &[&host(a, sa), &host(b, sb)]);
-    assert_eq!(out[0].dtype(), T::DTYPE, "{op}: output dtype");
-    (out[0].shape().to_vec(), out[0].download::<T>().unwrap())
-}
 
 /// A comparison or logical op: bool output.
 fn run2_bool(op: &str, attrs: &Attrs, a: &HostTensor, b: &HostTensor) -> (Vec<usize>, Vec<bool>) {

@@ -1,4 +1,5 @@
-//! CPU references and comparisons shared by the op tests (elementwise_ops, nn, index_ops).
+//! CPU references, comparisons and run helpers shared by the op tests (elementwise,
+//! elementwise_ops, nn, argminmax).
 #![allow(dead_code)]
 
 use tfwgpu_runtime::{Arg, Attrs, DType, Element, HostTensor, Tensor, f16};
@@ -221,3 +222,24 @@ pub fn rh(x: f32) -> f32 {
 
 /// Unit roundoff of f32.
 pub const EPS: f64 = f32::EPSILON as f64 / 2.0;
+
+/// Runs a unary op with no attributes; checks the output keeps the shape and dtype.
+pub fn run1<T: Element>(op: &str, x: &[T], shape: &[usize]) -> Vec<T> {
+    let out = run(op, &Attrs::new(), &[&host(x, shape)]);
+    assert_eq!(out[0].shape(), shape, "{op}: output shape");
+    assert_eq!(out[0].dtype(), T::DTYPE, "{op}: output dtype");
+    out[0].download::<T>().unwrap()
+}
+
+/// Runs a binary op with no attributes; returns the output shape and data.
+pub fn run2<T: Element>(
+    op: &str,
+    a: &[T],
+    sa: &[usize],
+    b: &[T],
+    sb: &[usize],
+) -> (Vec<usize>, Vec<T>) {
+    let out = run(op, &Attrs::new(), &[&host(a, sa), &host(b, sb)]);
+    assert_eq!(out[0].dtype(), T::DTYPE, "{op}: output dtype");
+    (out[0].shape().to_vec(), out[0].download::<T>().unwrap())
+}
