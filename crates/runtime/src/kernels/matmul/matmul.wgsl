@@ -8,36 +8,12 @@
 // walked in steps of BK through shared-memory tiles of A and B; loads outside the matrices
 // read zero, so every M, N, K works.
 //
-// Batches: the output batch index (wid.z + batch_base) is decomposed over the (simplified)
-// batch dimensions, innermost first; the strides of A and B over those dimensions are 0 where
-// an operand is broadcast.
+// Batches: the output batch index (wid.z + batch_base) gives the offsets of A and B through
+// batch_offsets() (matmul_common.wgsl, prepended by the host with the Params struct).
 //
 // The host substitutes the element type, the body of mad() and the tile constants (the
 // upper-case placeholders below).
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    batch_base: u32,
-    sa_m: u32,
-    sa_k: u32,
-    sb_k: u32,
-    sb_n: u32,
-    a_kfast: u32,
-    b_nfast: u32,
-    nbd: u32,
-    tile_base_x: u32,
-    tile_base_y: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    bdims: array<vec4<u32>, 2>,
-    astr: array<vec4<u32>, 2>,
-    bstr: array<vec4<u32>, 2>,
-};
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<ELEM>;
 @group(0) @binding(2) var<storage, read_write> b: array<ELEM>;
 @group(0) @binding(3) var<storage, read_write> c: array<ELEM>;
@@ -61,16 +37,9 @@ fn mad(x: ELEM, y: ELEM, acc: ELEM) -> ELEM {
 @compute @workgroup_size(NT)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let bidx = p.batch_base + wid.z;
-    var rem = bidx;
-    var aoff = 0u;
-    var boff = 0u;
-    for (var d = 0u; d < p.nbd; d += 1u) {
-        let size = p.bdims[d / 4u][d % 4u];
-        let idx = rem % size;
-        rem = rem / size;
-        aoff += idx * p.astr[d / 4u][d % 4u];
-        boff += idx * p.bstr[d / 4u][d % 4u];
-    }
+    let offs = batch_offsets(bidx);
+    let aoff = offs.x;
+    let boff = offs.y;
     let m0 = (p.tile_base_y + wid.y) * BM;
     let n0 = (p.tile_base_x + wid.x) * BN;
     let tx = l % TX;

@@ -22,31 +22,8 @@
 //
 // The host substitutes ELEM, the tile constants and the GEN_* blocks (the K loop too), which it
 // generates fully unrolled (loops over constants would leave register allocation of the accumulator array to
-// the driver). Params are those of matmul.wgsl.
+// the driver). Params and batch_offsets come from matmul_common.wgsl.
 
-struct Params {
-    m: u32,
-    n: u32,
-    k: u32,
-    batch_base: u32,
-    sa_m: u32,
-    sa_k: u32,
-    sb_k: u32,
-    sb_n: u32,
-    a_kfast: u32,
-    b_nfast: u32,
-    nbd: u32,
-    tile_base_x: u32,
-    tile_base_y: u32,
-    _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
-    bdims: array<vec4<u32>, 2>,
-    astr: array<vec4<u32>, 2>,
-    bstr: array<vec4<u32>, 2>,
-};
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> a: array<vec4<ELEM>>;
 @group(0) @binding(2) var<storage, read_write> b: array<vec4<ELEM>>;
 @group(0) @binding(3) var<storage, read_write> c: array<vec4<ELEM>>;
@@ -77,16 +54,9 @@ fn main(
     @builtin(local_invocation_index) l: u32,
 ) {
     let bidx = p.batch_base + wid.z;
-    var rem = bidx;
-    var aoff = 0u;
-    var boff = 0u;
-    for (var d = 0u; d < p.nbd; d += 1u) {
-        let size = p.bdims[d / 4u][d % 4u];
-        let idx = rem % size;
-        rem = rem / size;
-        aoff += idx * p.astr[d / 4u][d % 4u];
-        boff += idx * p.bstr[d / 4u][d % 4u];
-    }
+    let offs = batch_offsets(bidx);
+    let aoff = offs.x;
+    let boff = offs.y;
     // With GROUP > 0, workgroups launch in groups of GROUP tile rows, column by column, so
     // that the ones in flight share rows of A and columns of B in the cache.
     var tile_m = wid.y;

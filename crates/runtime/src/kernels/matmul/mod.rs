@@ -54,6 +54,8 @@ pub const OPS: &[OpDef] = &[
 ];
 
 const MATMUL_WGSL: &str = include_str!("matmul.wgsl");
+/// The params struct and batch decomposition both matmul shaders share, prepended to each.
+pub(super) const MATMUL_COMMON_WGSL: &str = include_str!("matmul_common.wgsl");
 
 /// A tile configuration of `matmul.wgsl`, named in the pipeline key's specialization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -94,7 +96,8 @@ impl Tile {
             DType::F32 => ("f32", "return fma(x, y, acc);"),
             _ => ("i32", "return acc + x * y;"),
         };
-        MATMUL_WGSL
+        [MATMUL_COMMON_WGSL, MATMUL_WGSL]
+            .concat()
             .replace("ELEM", elem)
             .replace("MAD_BODY", mad)
             .replace("TILE_BM", &self.bm.to_string())

@@ -315,7 +315,8 @@ impl Vec4Tile {
                 let _ = writeln!(output, "{ind}}}");
             }
         }
-        MATMUL_VEC4_WGSL
+        [super::MATMUL_COMMON_WGSL, MATMUL_VEC4_WGSL]
+            .concat()
             .replace("ELEM", elem)
             .replace("TILE_BM", &self.bm.to_string())
             .replace("TILE_BN", &self.bn.to_string())
