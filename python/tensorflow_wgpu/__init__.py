@@ -36,6 +36,7 @@ def _plugin():
         lib = ctypes.CDLL(str(plugin_path()))
         lib.tfwgpu_adapters_json.restype = ctypes.c_char_p
         lib.tfwgpu_tf_version.restype = ctypes.c_char_p
+        lib.tfwgpu_stats_json.restype = ctypes.c_char_p
         _lib = lib
     return _lib
 
@@ -49,3 +50,10 @@ def adapters():
 def tensorflow_version():
     """The TensorFlow version the plugin was built for."""
     return _plugin().tfwgpu_tf_version().decode()
+
+
+def stats():
+    """The plugin's counters since the process started: GPU kernel runs per op
+    (`gpu_ops`), and copies between host and device (`device_to_host`, `host_to_device`:
+    count and bytes)."""
+    return json.loads(_plugin().tfwgpu_stats_json().decode())

@@ -4,9 +4,17 @@ CPU, with counts, and the device-to-host copies the fallbacks cost.
     python -m tensorflow_wgpu.report [--json FILE] script.py [script args...]
 
 The script runs unchanged, in a child process, with TensorFlow's device-placement logging on
-(the placement lines are taken out of its output). Counts come from two places: TensorFlow's
-placement log (every eager op execution, every graph node placed) and the plugin's own
-counters (every kernel execution on the GPU, every copy between host and device).
+(the placement lines are taken out of its output). Counts come from three places: TensorFlow's
+placement log (every eager op execution, every graph node placed), an eager op callback (the
+device scope each eager op was asked to run in) and the plugin's own counters (every kernel
+execution on the GPU, every copy between host and device).
+
+What counts as a fallback: a node placed on the CPU inside a graph that also has nodes on the
+GPU, and an eager op that ran on the CPU although the program did not ask for the CPU. Work the
+program put on the CPU itself (a `tf.device("/CPU:0")` scope, a graph placed entirely on the
+host such as a tf.data function or a model trained on the CPU for comparison) is listed in its
+own columns, not counted as a fallback. Host-memory bookkeeping (shapes, constants, variable
+handles) never counts.
 """
 import argparse
 import collections
@@ -27,21 +35,43 @@ HOST_BY_DESIGN = {
 }
 
 # tf.data runs on the host by design too.
-_HOST_PATTERN = re.compile(r"(Dataset(V\d)?|Iterator(V\d)?|IteratorGetNext|^Optional\w+|^MakeIterator)$")
+_HOST_PATTERN = re.compile(
+    r"(Dataset(V\d)?|Iterator(V\d)?|IteratorGetNext|SeedGenerator|^Optional\w+|^MakeIterator)$"
+)
 
 
 def host_by_design(op):
     return op in HOST_BY_DESIGN or bool(_HOST_PATTERN.search(op))
 
 
-_PLACED = re.compile(r"placer\.cc:\d+\] (?P<node>.+?): \((?P<op>[A-Za-z0-9_]+)\): (?P<dev>/job:\S+)\s*$")
+_PLACED = re.compile(
+    r"(?P<tid>\d+) placer\.cc:\d+\] (?P<node>.+?): \((?P<op>[A-Za-z0-9_]+)\): (?P<dev>/job:\S+)\s*$"
+)
+_TID = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+(?P<tid>\d+) ")
 _EXEC = re.compile(r"execute\.cc:\d+\] Executing op (?P<op>\S+) in device (?P<dev>\S+)")
 _PRINTED = re.compile(r"^.+?: \([A-Za-z0-9_]+\): /job:\S+$")
 
 _RUNNER = r"""
-import runpy, sys
+import atexit, collections, json, os, runpy, sys
 import tensorflow as tf
+from tensorflow.python.eager import context
+from tensorflow.python.framework import op_callbacks
+
 tf.debugging.set_log_device_placement(True)
+_user_cpu = collections.Counter()
+
+def _scope(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+    # Eager ops run inside an explicit CPU device scope were put there by the program.
+    if graph is None and not op_type.startswith("_") and ":CPU:" in (context.context().device_name or ""):
+        _user_cpu[op_type] += 1
+
+op_callbacks.add_op_callback(_scope)
+
+@atexit.register
+def _write():
+    with open(os.environ["TFWGPU_REPORT_SCOPES"], "w") as f:
+        json.dump(_user_cpu, f)
+
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 runpy.run_path(script, run_name="__main__")
@@ -58,33 +88,63 @@ class Report:
 
     def __init__(self):
         self.executed = collections.Counter()  # (op, device) -> eager executions
-        self.placed = collections.Counter()  # (op, device) -> graph nodes placed
+        self.placed = collections.Counter()  # (op, device) -> nodes placed in mixed graphs
+        self.host_graph = collections.Counter()  # op -> nodes placed in host-only graphs
+        self.user_cpu = collections.Counter()  # op -> eager runs in an explicit CPU scope
         self.gpu_kernels = {}
         self.d2h = {"copies": 0, "bytes": 0}
         self.h2d = {"copies": 0, "bytes": 0}
+        self._blocks = {}  # thread id -> [(op, device)] of the graph being placed
+
+    def _close(self, tid):
+        """A graph's placement ended: classify it as mixed or host-only."""
+        block = self._blocks.pop(tid, None)
+        if not block:
+            return
+        on_gpu = any(not dev.startswith("CPU") for _, dev in block)
+        for op, dev in block:
+            if on_gpu or not dev.startswith("CPU"):
+                self.placed[(op, dev)] += 1
+            else:
+                self.host_graph[op] += 1
 
     def feed(self, line):
+        m = _PLACED.search(line)
+        if m:
+            op = m.group("op")
+            block = self._blocks.setdefault(m.group("tid"), [])
+            if not op.startswith("_"):
+                block.append((op, _device_kind(m.group("dev"))))
+            return True
+        # Any other line from a thread ends the graph that thread was placing.
+        t = _TID.match(line)
+        if t:
+            self._close(t.group("tid"))
         m = _EXEC.search(line)
         if m:
             op = m.group("op")
             if not op.startswith("__inference_") and not op.startswith("_"):
                 self.executed[(op, _device_kind(m.group("dev")))] += 1
             return True
-        m = _PLACED.search(line)
-        if m:
-            op = m.group("op")
-            if not op.startswith("_"):
-                self.placed[(op, _device_kind(m.group("dev")))] += 1
-            return True
         return False
 
+    def finish(self):
+        for tid in list(self._blocks):
+            self._close(tid)
+
     def fallbacks(self):
-        """Op types placed or executed on the CPU that are not host work by design."""
+        """Op types the program wanted on the GPU that ran on the CPU, less host work by design."""
         ops = collections.Counter()
-        for (op, dev), n in list(self.executed.items()) + list(self.placed.items()):
+        for (op, dev), n in self.executed.items():
             if dev.startswith("CPU") and not host_by_design(op):
                 ops[op] += n
-        return ops
+        for op, n in self.user_cpu.items():
+            if op in ops:
+                ops[op] -= min(n, ops[op])
+        for (op, dev), n in self.placed.items():
+            if dev.startswith("CPU") and not host_by_design(op):
+                ops[op] += n
+        return collections.Counter({op: n for op, n in ops.items() if n > 0})
 
     def as_dict(self):
         rows = collections.defaultdict(lambda: collections.Counter())
@@ -92,6 +152,10 @@ class Report:
             rows[op][f"eager:{dev}"] += n
         for (op, dev), n in self.placed.items():
             rows[op][f"graph:{dev}"] += n
+        for op, n in self.host_graph.items():
+            rows[op]["host_graph"] += n
+        for op, n in self.user_cpu.items():
+            rows[op]["eager_user_cpu"] += n
         for op, n in self.gpu_kernels.items():
             rows[op]["gpu_kernel_runs"] += n
         return {
@@ -103,19 +167,23 @@ class Report:
 
     def text(self, title, summary_only=False):
         d = self.as_dict()
+        fb = d["fallbacks"]
         lines = [f"tfwgpu fallback report: {title}"]
         table = []
-        table.append(f"  {'op':<34}{'GPU runs':>10}{'graph GPU':>10}{'graph CPU':>10}{'eager CPU':>10}")
+        table.append(
+            f"  {'op':<34}{'GPU runs':>10}{'graph GPU':>10}{'graph CPU':>10}{'eager CPU':>10}"
+            f"{'host graph':>11}{'user CPU':>10}"
+        )
         for op, c in d["ops"].items():
             gpu = c.get("gpu_kernel_runs", 0)
             g_gpu = sum(v for k, v in c.items() if k.startswith("graph:GPU"))
             g_cpu = sum(v for k, v in c.items() if k.startswith("graph:CPU"))
             e_cpu = sum(v for k, v in c.items() if k.startswith("eager:CPU"))
-            mark = "" if (g_cpu + e_cpu == 0 or host_by_design(op)) else "  <- CPU fallback"
-            table.append(f"  {op:<34}{gpu:>10}{g_gpu:>10}{g_cpu:>10}{e_cpu:>10}{mark}")
+            host, user = c.get("host_graph", 0), c.get("eager_user_cpu", 0)
+            mark = "  <- CPU fallback" if op in fb else ""
+            table.append(f"  {op:<34}{gpu:>10}{g_gpu:>10}{g_cpu:>10}{e_cpu:>10}{host:>11}{user:>10}{mark}")
         if not summary_only:
             lines += table
-        fb = d["fallbacks"]
         gpu_types = sum(1 for c in d["ops"].values() if any("GPU" in k or k == "gpu_kernel_runs" for k in c))
         lines.append(
             f"  summary: {gpu_types} op types on GPU, {len(fb)} op types fell back to the CPU"
@@ -144,7 +212,8 @@ def run(script, args, json_path=None, out=sys.stdout, err=sys.stderr):
     report = Report()
     with tempfile.TemporaryDirectory() as tmp:
         counters = os.path.join(tmp, "tfwgpu-counters.json")
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TFWGPU_REPORT=counters)
+        scopes = os.path.join(tmp, "tfwgpu-scopes.json")
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0", TFWGPU_REPORT=counters, TFWGPU_REPORT_SCOPES=scopes)
         env.setdefault("PYTHONUNBUFFERED", "1")
         child = subprocess.Popen(
             [sys.executable, "-c", _RUNNER, script, *args],
@@ -160,6 +229,10 @@ def run(script, args, json_path=None, out=sys.stdout, err=sys.stderr):
         code = child.wait()
         for t in threads:
             t.join()
+        report.finish()
+        if os.path.exists(scopes):
+            with open(scopes) as f:
+                report.user_cpu = collections.Counter(json.load(f))
         if os.path.exists(counters):
             with open(counters) as f:
                 c = json.load(f)

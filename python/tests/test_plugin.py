@@ -206,3 +206,51 @@ def test_without_an_adapter_tensorflow_runs_on_its_cpu_with_one_warning():
     assert "GPUS 0" in r.stdout and "SUM 3.0" in r.stdout
     warnings = [l for l in r.stderr.splitlines() if l.startswith("tfwgpu:")]
     assert len(warnings) == 1 and "no-such-adapter" in warnings[0], r.stderr[-2000:]
+
+
+def test_int32_shape_arithmetic_stays_in_host_memory(tf):
+    """Where TensorFlow keeps an op's int32 tensors in host memory on every device (its
+    DEVICE_DEFAULT kernels, as on CUDA), the plugin registers no int32 kernel of its own, so
+    shape arithmetic inside a GPU graph costs no device round trips."""
+    from tensorflow.python.framework import kernels
+
+    deferred = 0
+    for op in ["AddV2", "Sub", "Mul", "FloorMod", "FloorDiv", "Maximum", "Minimum", "Equal", "Fill"]:
+        regs = kernels.get_registered_kernels_for_op(op).kernel
+        host_default = [
+            k for k in regs
+            if k.device_type == "DEFAULT" and k.host_memory_arg
+            and any(tf.int32.as_datatype_enum in c.allowed_values.list.type for c in k.constraint)
+        ]
+        ours_i32 = [
+            k for k in regs
+            if k.device_type == "GPU" and k.priority == 1
+            and any(tf.int32.as_datatype_enum in c.allowed_values.list.type for c in k.constraint)
+        ]
+        ours_f32 = [
+            k for k in regs
+            if k.device_type == "GPU" and k.priority == 1
+            and any(tf.float32.as_datatype_enum in c.allowed_values.list.type for c in k.constraint)
+        ]
+        assert ours_f32, f"{op}: the plugin registers no float32 kernel"
+        if host_default:
+            assert not ours_i32, f"{op}: int32 registered on the GPU over TensorFlow's host kernel"
+            deferred += 1
+    assert deferred >= 5
+
+    import tensorflow_wgpu
+
+    @tf.function
+    def f(x):
+        n = tf.shape(x)[1] * 2 + 1
+        return tf.fill(tf.stack([n]), 1.0) + tf.reduce_sum(x)
+
+    with tf.device("/GPU:0"):
+        x = tf.ones([3, 4])
+        before = tensorflow_wgpu.stats()
+        y = f(x)
+        after = tensorflow_wgpu.stats()
+    assert y.shape == (9,) and float(y[0]) == 13.0
+    ran = {k: after["gpu_ops"].get(k, 0) - before["gpu_ops"].get(k, 0) for k in after["gpu_ops"]}
+    assert ran.get("AddV2", 0) == 1 and ran.get("Sum", 0) == 1
+    assert ran.get("Mul", 0) == 0, "int32 Mul ran as a GPU kernel"

@@ -37,3 +37,49 @@ def test_report_names_gpu_ops_fallbacks_and_copies(tmp_path):
     assert "MatMul" not in d["fallbacks"]
     # The fallback read the matmul result back to the host.
     assert d["device_to_host"]["copies"] >= 1 and d["device_to_host"]["bytes"] >= 64
+
+
+def test_report_tells_program_placed_cpu_work_from_fallbacks(tmp_path):
+    """Work the program puts on the CPU itself (an explicit CPU scope, a tf.data function, a
+    whole function placed on the CPU) is listed but is no fallback; a CPU node inside a graph
+    that runs on the GPU is."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import tensorflow as tf
+            ds = tf.data.Dataset.range(8).map(lambda v: v * 3).shuffle(4)
+
+            @tf.function
+            def step(x):
+                s = tf.strings.length(tf.strings.as_string(x))  # no GPU kernel: a fallback
+                return tf.nn.relu(x) * 2.0 + tf.cast(s, tf.float32)
+
+            with tf.device("/GPU:0"):
+                for _ in ds.take(2):
+                    pass
+                g = step(tf.ones([2, 2]))
+            with tf.device("/CPU:0"):
+                a = tf.strings.as_string(tf.ones([2]))  # asked for the CPU: no fallback
+                c = step(tf.ones([3, 2]))  # a whole graph on the CPU
+            print("ok", float(tf.reduce_sum(g)), float(tf.reduce_sum(c)))
+            """
+        )
+    )
+    out = tmp_path / "report.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "tensorflow_wgpu.report", "--json", str(out), str(script)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ok 40.0 60.0" in r.stdout, r.stdout
+    d = json.loads(out.read_text())
+    fb = d["fallbacks"]
+    # In the GPU graph: the string ops fell back, once each.
+    assert fb.get("StringLength") == 1 and fb.get("AsString") == 1, fb
+    # The CPU graph's copy of the same ops, the eager op in the CPU scope, tf.data: not counted.
+    assert d["ops"]["StringLength"].get("host_graph") == 1
+    assert d["ops"]["AsString"].get("eager_user_cpu") == 1
+    assert d["ops"]["Relu"].get("host_graph") == 1 and "Relu" not in fb
+    assert not any("Dataset" in op or "SeedGenerator" in op for op in fb), fb
+    assert "Mul" not in fb and "MapDataset" not in fb

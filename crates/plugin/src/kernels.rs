@@ -246,6 +246,31 @@ const TENSORFLOW_PROVIDES: &[&str] = &["Identity"];
 /// same op, which would otherwise be ambiguous matches.
 const PRIORITY: i32 = 1;
 
+/// Whether TensorFlow registers its own DEVICE_DEFAULT int32 kernel for `op` with arguments in
+/// host memory.
+fn tensorflow_has_host_int32(op: &str, type_attr: &str) -> bool {
+    let st = Status::new();
+    let name = CString::new(op).expect("no NUL");
+    // SAFETY: valid string and status; the buffer is read, then deleted.
+    unsafe {
+        let buf = sys::TF_GetRegisteredKernelsForOp(name.as_ptr(), st.0);
+        if buf.is_null() {
+            return false;
+        }
+        let found = st.check("kernel list").is_ok() && {
+            let b = &*buf;
+            let bytes = if b.data.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(b.data as *const u8, b.length)
+            };
+            crate::nodedef::has_default_host_kernel(bytes, type_attr, DType::I32).unwrap_or(false)
+        };
+        sys::TF_DeleteBuffer(buf);
+        found
+    }
+}
+
 /// Registers every runtime kernel with TensorFlow. Returns how many registrations succeeded.
 pub fn register_all() -> usize {
     let st = Status::new();
@@ -260,6 +285,12 @@ pub fn register_all() -> usize {
             def.dtypes.iter().copied().map(Some).collect()
         };
         for dt in dtypes {
+            if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
+                // TensorFlow keeps int32 tensors of this op in host memory (shape arithmetic),
+                // as its CUDA build does; registering ours would pull them onto the GPU.
+                tracing::debug!("{}: int32 left to TensorFlow's host-memory kernel", def.op);
+                continue;
+            }
             // SAFETY: plain calls into TensorFlow's registration API with valid strings.
             unsafe {
                 let b = sys::TF_NewKernelBuilder(

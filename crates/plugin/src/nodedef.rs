@@ -250,6 +250,49 @@ pub fn parse(buf: &[u8]) -> Result<(String, Attrs)> {
     Ok((op, attrs))
 }
 
+/// Whether a serialized `tensorflow.KernelList` (what `TF_GetRegisteredKernelsForOp` returns)
+/// holds a DEVICE_DEFAULT kernel whose `type_attr` allows `dtype` and that keeps arguments in
+/// host memory: TensorFlow's own host-side kernel for that op and dtype on every device.
+pub fn has_default_host_kernel(kernel_list: &[u8], type_attr: &str, dtype: DType) -> Result<bool> {
+    let mut r = Reader::new(kernel_list);
+    while let Some((f, v)) = r.next()? {
+        let (1, Field::Bytes(def)) = (f, v) else {
+            continue;
+        };
+        let (mut device, mut allows, mut host_args) = (String::new(), false, 0);
+        let mut k = Reader::new(def);
+        while let Some((f, v)) = k.next()? {
+            match (f, v) {
+                (2, Field::Bytes(d)) => device = utf8(d)?,
+                (3, Field::Bytes(c)) => {
+                    let mut c = Reader::new(c);
+                    let (mut name, mut values) = (String::new(), None);
+                    while let Some((f, v)) = c.next()? {
+                        match (f, v) {
+                            (1, Field::Bytes(n)) => name = utf8(n)?,
+                            (2, Field::Bytes(a)) => values = attr_value(a)?,
+                            _ => {}
+                        }
+                    }
+                    if name == type_attr {
+                        allows = match values {
+                            Some(AttrValue::Types(t)) => t.contains(&dtype),
+                            Some(AttrValue::Type(t)) => t == dtype,
+                            _ => false,
+                        };
+                    }
+                }
+                (4, Field::Bytes(_)) => host_args += 1,
+                _ => {}
+            }
+        }
+        if device == "DEFAULT" && allows && host_args > 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,6 +307,47 @@ mod tests {
         bytes_field(1, key.as_bytes(), &mut e);
         bytes_field(2, value, &mut e);
         bytes_field(5, &e, out);
+    }
+
+    /// A KernelDef: device, one type constraint (as a list of TF dtype enums), host args.
+    fn kernel_def(device: &str, attr: &str, types: &[u64], host: &[&str], out: &mut Vec<u8>) {
+        let mut k = vec![];
+        bytes_field(1, b"AddV2", &mut k);
+        bytes_field(2, device.as_bytes(), &mut k);
+        let mut list = vec![];
+        for t in types {
+            varint_field(6, *t, &mut list);
+        }
+        let mut value = vec![];
+        bytes_field(1, &list, &mut value);
+        let mut c = vec![];
+        bytes_field(1, attr.as_bytes(), &mut c);
+        bytes_field(2, &value, &mut c);
+        bytes_field(3, &c, &mut k);
+        for h in host {
+            bytes_field(4, h.as_bytes(), &mut k);
+        }
+        bytes_field(1, &k, out);
+    }
+
+    #[test]
+    fn finds_tensorflows_host_int32_kernels() {
+        let (i32_, f32_) = (3u64, 1u64);
+        let mut list = vec![];
+        kernel_def("GPU", "T", &[i32_], &["x"], &mut list);
+        kernel_def("DEFAULT", "T", &[f32_], &["x"], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        // A DEFAULT int32 kernel with nothing in host memory does not count either.
+        kernel_def("DEFAULT", "T", &[i32_], &[], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        // Another attribute allowing int32 does not count.
+        kernel_def("DEFAULT", "Tidx", &[i32_], &["y"], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        kernel_def("DEFAULT", "T", &[i32_], &["x", "y", "z"], &mut list);
+        assert!(has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        assert!(has_default_host_kernel(&list, "T", DType::F32).unwrap());
+        assert!(!has_default_host_kernel(&list, "T", DType::F16).unwrap());
+        assert!(has_default_host_kernel(&[0xff], "T", DType::I32).is_err());
     }
 
     #[test]
