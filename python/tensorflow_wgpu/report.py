@@ -1,7 +1,8 @@
 """The fallback report: which ops of a program ran on the tfwgpu GPU and which fell back to the
 CPU, with counts, and the device-to-host copies the fallbacks cost.
 
-    python -m tensorflow_wgpu.report [--json FILE] script.py [script args...]
+    python -m tensorflow_wgpu.report [--json FILE] [--summary] script.py [script args...]
+    python -m tensorflow_wgpu.report [--json FILE] [--summary] -m module [module args...]
 
 The script runs unchanged, in a child process, with TensorFlow's device-placement logging on
 (the placement lines are taken out of its output). Counts come from three places: TensorFlow's
@@ -72,9 +73,13 @@ def _write():
     with open(os.environ["TFWGPU_REPORT_SCOPES"], "w") as f:
         json.dump(_user_cpu, f)
 
-script = sys.argv[1]
-sys.argv = sys.argv[1:]
-runpy.run_path(script, run_name="__main__")
+if sys.argv[1] == "-m":
+    sys.argv = sys.argv[2:]
+    runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+else:
+    script = sys.argv[1]
+    sys.argv = sys.argv[1:]
+    runpy.run_path(script, run_name="__main__")
 """
 
 
@@ -249,11 +254,25 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m tensorflow_wgpu.report", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", help="also write the report as JSON to this file")
     p.add_argument("--summary", action="store_true", help="print the summary lines only, not the table")
-    p.add_argument("script")
+    p.add_argument("-m", dest="module", help="run a module as a script (like python -m)")
+    p.add_argument("script", nargs="?")
     p.add_argument("args", nargs=argparse.REMAINDER)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `-m module` belongs to the module, as with python -m.
+    module_args = []
+    if "-m" in argv and argv.index("-m") + 1 < len(argv):
+        i = argv.index("-m")
+        argv, module_args = argv[: i + 2], argv[i + 2 :]
     a = p.parse_args(argv)
-    code, report = run(a.script, a.args, a.json)
-    print(report.text(a.script, a.summary), file=sys.stderr)
+    if a.module:
+        code, report = run("-m", [a.module, *module_args], a.json)
+        title = f"-m {a.module}"
+    elif a.script:
+        code, report = run(a.script, a.args, a.json)
+        title = a.script
+    else:
+        p.error("a script or -m module is required")
+    print(report.text(title, a.summary), file=sys.stderr)
     return code
 
 
