@@ -363,10 +363,10 @@ fn binary_errors() {
         .err()
         .unwrap();
     assert!(matches!(e, Error::Unimplemented(_)), "{e:?}");
-    // int64 has no arithmetic kernels here.
+    // int64 has no Pow or RealDiv kernels.
     let l = d.upload(&[0i64; 6], &[2, 3]).unwrap();
     let e = d
-        .run("AddV2", &Attrs::new(), &[Arg::from(&l), Arg::from(&l)])
+        .run("Pow", &Attrs::new(), &[Arg::from(&l), Arg::from(&l)])
         .err()
         .unwrap();
     assert!(matches!(e, Error::Unimplemented(_)), "{e:?}");
@@ -690,4 +690,132 @@ fn bytemuck_i64(bytes: &[u8]) -> Vec<i64> {
         .chunks_exact(8)
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
         .collect()
+}
+
+// ---------------------------------------------------------------- int64
+
+/// TensorFlow's int64 functors with this family's rule for a zero divisor (0).
+fn ref_i64(op: &str, x: i64, y: i64) -> i64 {
+    match op {
+        "AddV2" | "Add" => x.wrapping_add(y),
+        "Sub" => x.wrapping_sub(y),
+        "Mul" => x.wrapping_mul(y),
+        "Maximum" => x.max(y),
+        "Minimum" => x.min(y),
+        "SquaredDifference" => x.wrapping_sub(y).wrapping_mul(x.wrapping_sub(y)),
+        _ if y == 0 => 0,
+        "Div" => x.wrapping_div(y),
+        "FloorDiv" => {
+            let q = x.wrapping_div(y);
+            if x.wrapping_rem(y) != 0 && ((x < 0) != (y < 0)) {
+                q - 1
+            } else {
+                q
+            }
+        }
+        "FloorMod" => {
+            let r = x.wrapping_rem(y);
+            if r != 0 && ((r < 0) != (y < 0)) {
+                r.wrapping_add(y)
+            } else {
+                r
+            }
+        }
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn binary_i64_arithmetic_and_broadcasting() {
+    use rand::Rng;
+    let mut r = rng(64);
+    let edge = [
+        0i64,
+        1,
+        -1,
+        2,
+        -2,
+        i64::MIN,
+        i64::MAX,
+        1 << 32,
+        -(1 << 32),
+        (1 << 32) - 1,
+        0xffff_ffff_0000_0000u64 as i64,
+        2147483646,
+        933199,
+        5387,
+    ];
+    // Values from every scale: full range, both words busy, small.
+    let mut sample = |n: usize| -> Vec<i64> {
+        (0..n)
+            .map(|i| match i % 4 {
+                0 => r.random::<i64>(),
+                1 => r.random_range(-(1i64 << 40)..(1i64 << 40)),
+                2 => r.random_range(-70..70),
+                _ => edge[r.random_range(0..edge.len())],
+            })
+            .collect()
+    };
+    let ops = [
+        "AddV2",
+        "Sub",
+        "Mul",
+        "Maximum",
+        "Minimum",
+        "SquaredDifference",
+        "Div",
+        "FloorDiv",
+        "FloorMod",
+    ];
+    for &(sa, sb) in &[
+        (&[7usize, 9][..], &[7usize, 9][..]),
+        (&[3, 1, 5], &[4, 1]),
+        (&[130], &[]),
+    ] {
+        let na: usize = sa.iter().product();
+        let nb: usize = sb.iter().product();
+        let a = sample(na);
+        let b = sample(nb);
+        for op in ops {
+            let (shape, got) = run2(op, &a, sa, &b, sb);
+            let (want_shape, want) = bcast_ref(&a, sa, &b, sb, |x, y| ref_i64(op, x, y));
+            assert_eq!(shape, want_shape, "{op} i64 {sa:?} {sb:?}: shape");
+            assert_eq!(got, want, "{op} i64 {sa:?} {sb:?}");
+        }
+    }
+    // Every pair of edge values.
+    let n = edge.len();
+    let a: Vec<i64> = (0..n * n).map(|i| edge[i / n]).collect();
+    let b: Vec<i64> = (0..n * n).map(|i| edge[i % n]).collect();
+    for op in ops {
+        let (_, got) = run2(op, &a, &[n * n], &b, &[n * n]);
+        let want: Vec<i64> = a.iter().zip(&b).map(|(&x, &y)| ref_i64(op, x, y)).collect();
+        assert_eq!(got, want, "{op} i64 edge pairs");
+    }
+}
+
+#[test]
+fn unary_i64() {
+    let x = vec![
+        0i64,
+        1,
+        -1,
+        5,
+        -7,
+        i64::MIN,
+        i64::MAX,
+        1 << 32,
+        -(1 << 33),
+        0x1234_5678_9abc,
+    ];
+    let n = [x.len()];
+    let neg: Vec<i64> = x.iter().map(|v| v.wrapping_neg()).collect();
+    assert_eq!(run1("Neg", &x, &n), neg);
+    let abs: Vec<i64> = x.iter().map(|v| v.wrapping_abs()).collect();
+    assert_eq!(run1("Abs", &x, &n), abs);
+    let sq: Vec<i64> = x.iter().map(|v| v.wrapping_mul(*v)).collect();
+    assert_eq!(run1("Square", &x, &n), sq);
+    let sign: Vec<i64> = x.iter().map(|v| v.signum()).collect();
+    assert_eq!(run1("Sign", &x, &n), sign);
+    assert_eq!(run1::<i64>("Neg", &[], &[0]), Vec::<i64>::new());
 }

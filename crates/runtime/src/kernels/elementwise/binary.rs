@@ -15,8 +15,8 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 use super::{
-    COMMON_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, rt_expr, store_stmt,
-    words_for,
+    COMMON_WGSL, INT64_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, rt_expr,
+    store_stmt, words_for,
 };
 
 const BINARY_WGSL: &str = include_str!("binary.wgsl");
@@ -118,6 +118,9 @@ impl BinaryOp {
                 matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::I64)
             }
             LogicalAnd | LogicalOr => dtype == DType::Bool,
+            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | FloorDiv | FloorMod => {
+                matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::I64)
+            }
             _ => matches!(dtype, DType::F32 | DType::F16 | DType::I32),
         }
     }
@@ -158,14 +161,7 @@ impl BinaryOp {
         use BinaryOp::*;
         match dtype {
             DType::F32 | DType::F16 => self.wgsl_float(),
-            DType::I64 => match self {
-                Equal => "    return all(x == y);",
-                NotEqual => "    return any(x != y);",
-                Less => "    return lt64(x, y);",
-                LessEqual => "    return !lt64(y, x);",
-                Greater => "    return lt64(y, x);",
-                _ => "    return !lt64(x, y);",
-            },
+            DType::I64 => self.wgsl_i64(),
             DType::Bool => match self {
                 Equal => "    return x == y;",
                 NotEqual => "    return x != y;",
@@ -257,6 +253,42 @@ impl BinaryOp {
     }
     return rt(-x * x) * y;"
             }
+        }
+    }
+
+    /// int64 bodies on (low, high) word pairs (`int64.wgsl`); wrapping like TensorFlow,
+    /// division by zero 0 as for int32.
+    fn wgsl_i64(self) -> &'static str {
+        use BinaryOp::*;
+        match self {
+            Add => "    return add64(x, y);",
+            Sub => "    return sub64(x, y);",
+            Mul => "    return mul64(x, y);",
+            Div => "    return divmod64(x, y).xy;",
+            Maximum => "    return select(x, y, lt64(x, y));",
+            Minimum => "    return select(x, y, lt64(y, x));",
+            SquaredDifference => "    let d = sub64(x, y);\n    return mul64(d, d);",
+            FloorDiv => {
+                "    let qr = divmod64(x, y);
+    if !is_zero64(qr.zw) && (is_neg64(x) != is_neg64(y)) {
+        return sub64(qr.xy, vec2<u32>(1u, 0u));
+    }
+    return qr.xy;"
+            }
+            FloorMod => {
+                "    let r = divmod64(x, y).zw;
+    if !is_zero64(r) && (is_neg64(r) != is_neg64(y)) {
+        return add64(r, y);
+    }
+    return r;"
+            }
+            Equal => "    return all(x == y);",
+            NotEqual => "    return any(x != y);",
+            Less => "    return lt64(x, y);",
+            LessEqual => "    return !lt64(y, x);",
+            Greater => "    return lt64(y, x);",
+            GreaterEqual => "    return !lt64(x, y);",
+            _ => unreachable!("not an int64 op"),
         }
     }
 
@@ -657,14 +689,6 @@ const OFFSETS_BCAST: &str = "    var rem = e;
     }
     return vec2<u32>(ia, ib);";
 
-/// WGSL of `lt64(x, y)`: signed 64-bit x < y on (low, high) word pairs.
-const LT64: &str = "fn lt64(x: vec2<u32>, y: vec2<u32>) -> bool {
-    let hx = bitcast<i32>(x.y);
-    let hy = bitcast<i32>(y.y);
-    return hx < hy || (hx == hy && x.x < y.x);
-}
-";
-
 fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
     let float = dtype.is_float();
     let (math, pow) = op.math();
@@ -676,7 +700,7 @@ fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
         extra.push_str(POW_WGSL);
     }
     if dtype == DType::I64 {
-        extra.push_str(LT64);
+        extra.push_str(INT64_WGSL);
     }
     BINARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)

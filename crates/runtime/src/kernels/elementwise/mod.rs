@@ -20,7 +20,10 @@
 //!   do on every driver. FloorMod on floats is TensorFlow's fmod-then-adjust, with an exact
 //!   fmod (`fmod_f32`): FloorMod(x, 0) = NaN, FloorMod(5, -inf) = -inf.
 //! - int32 Add/Sub/Mul/Neg/Abs/Square/SquaredDifference/Pow wrap (two's complement);
-//!   `Abs(INT_MIN) = INT_MIN`.
+//!   `Abs(INT_MIN) = INT_MIN`. int64 (Add, Sub, Mul, Div, Maximum, Minimum,
+//!   SquaredDifference, FloorDiv, FloorMod, Neg, Abs, Sign, Square: what Keras's seed
+//!   arithmetic and TensorFlow's int64 GPU kernels need) works on (low, high) word pairs
+//!   (`int64.wgsl`) with the same wrapping and division rules as int32.
 //! - int32 Div truncates toward zero and `INT_MIN / -1 = INT_MIN`, as TensorFlow's CPU kernel;
 //!   FloorDiv/FloorMod round toward -inf. TensorFlow reports integer division by zero as an
 //!   InvalidArgument error; a GPU kernel cannot raise one, so here **`x / 0 = 0` for int32
@@ -81,6 +84,8 @@ pub(crate) const COMMON_WGSL: &str = include_str!("common.wgsl");
 /// The f32 math functions (needs `COMMON_WGSL`): exp, log, log1p, expm1, tanh, sigmoid,
 /// sqrt, rsqrt, softplus, exact fmod and correctly rounded division.
 pub(crate) const MATH_WGSL: &str = include_str!("math.wgsl");
+/// Signed 64-bit arithmetic on (low, high) word pairs.
+pub(crate) const INT64_WGSL: &str = include_str!("int64.wgsl");
 
 const ALL: &[DType] = &[
     DType::F32,
@@ -91,6 +96,8 @@ const ALL: &[DType] = &[
     DType::Bool,
 ];
 const NUMERIC: &[DType] = &[DType::F32, DType::F16, DType::I32];
+/// Numeric types with int64: the arithmetic TensorFlow's GPU kernels have for int64.
+const NUMERIC64: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::I64];
 const FLOAT: &[DType] = &[DType::F32, DType::F16];
 /// Types that order: the comparisons.
 const ORDERED: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::I64];
@@ -148,19 +155,19 @@ macro_rules! unary_row {
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
-    binary_row!("AddV2", BinaryOp::Add, NUMERIC),
-    binary_row!("Add", BinaryOp::Add, NUMERIC),
-    binary_row!("Sub", BinaryOp::Sub, NUMERIC),
-    binary_row!("Mul", BinaryOp::Mul, NUMERIC),
+    binary_row!("AddV2", BinaryOp::Add, NUMERIC64),
+    binary_row!("Add", BinaryOp::Add, NUMERIC64),
+    binary_row!("Sub", BinaryOp::Sub, NUMERIC64),
+    binary_row!("Mul", BinaryOp::Mul, NUMERIC64),
     binary_row!("RealDiv", BinaryOp::RealDiv, FLOAT),
-    binary_row!("Div", BinaryOp::Div, NUMERIC),
-    binary_row!("Maximum", BinaryOp::Maximum, NUMERIC),
-    binary_row!("Minimum", BinaryOp::Minimum, NUMERIC),
-    binary_row!("SquaredDifference", BinaryOp::SquaredDifference, NUMERIC),
+    binary_row!("Div", BinaryOp::Div, NUMERIC64),
+    binary_row!("Maximum", BinaryOp::Maximum, NUMERIC64),
+    binary_row!("Minimum", BinaryOp::Minimum, NUMERIC64),
+    binary_row!("SquaredDifference", BinaryOp::SquaredDifference, NUMERIC64),
     binary_row!("Pow", BinaryOp::Pow, NUMERIC),
     binary_row!("DivNoNan", BinaryOp::DivNoNan, FLOAT),
-    binary_row!("FloorDiv", BinaryOp::FloorDiv, NUMERIC),
-    binary_row!("FloorMod", BinaryOp::FloorMod, NUMERIC),
+    binary_row!("FloorDiv", BinaryOp::FloorDiv, NUMERIC64),
+    binary_row!("FloorMod", BinaryOp::FloorMod, NUMERIC64),
     equality_row!("Equal", BinaryOp::Equal),
     equality_row!("NotEqual", BinaryOp::NotEqual),
     binary_row!("Less", BinaryOp::Less, ORDERED),
@@ -186,18 +193,18 @@ pub const OPS: &[OpDef] = &[
     binary_row!("SqrtGrad", BinaryOp::SqrtGrad, FLOAT),
     binary_row!("RsqrtGrad", BinaryOp::RsqrtGrad, FLOAT),
     binary_row!("ReciprocalGrad", BinaryOp::ReciprocalGrad, FLOAT),
-    unary_row!("Neg", UnaryOp::Neg, NUMERIC),
-    unary_row!("Abs", UnaryOp::Abs, NUMERIC),
+    unary_row!("Neg", UnaryOp::Neg, NUMERIC64),
+    unary_row!("Abs", UnaryOp::Abs, NUMERIC64),
     unary_row!("Relu", UnaryOp::Relu, NUMERIC),
     unary_row!("Exp", UnaryOp::Exp, FLOAT),
     unary_row!("Log", UnaryOp::Log, FLOAT),
     unary_row!("Sqrt", UnaryOp::Sqrt, FLOAT),
     unary_row!("Tanh", UnaryOp::Tanh, FLOAT),
     unary_row!("Sigmoid", UnaryOp::Sigmoid, FLOAT),
-    unary_row!("Square", UnaryOp::Square, NUMERIC),
+    unary_row!("Square", UnaryOp::Square, NUMERIC64),
     unary_row!("Rsqrt", UnaryOp::Rsqrt, FLOAT),
     unary_row!("Reciprocal", UnaryOp::Reciprocal, FLOAT),
-    unary_row!("Sign", UnaryOp::Sign, NUMERIC),
+    unary_row!("Sign", UnaryOp::Sign, NUMERIC64),
     unary_row!("Floor", UnaryOp::Floor, FLOAT),
     unary_row!("Ceil", UnaryOp::Ceil, FLOAT),
     unary_row!("Round", UnaryOp::Round, NUMERIC),
@@ -324,6 +331,11 @@ pub(crate) fn store_stmt(dtype: DType) -> &'static str {
         }
     }
     out[w] = v;"
+        }
+        DType::I64 => {
+            "    let v = elem(w);
+    out[2u * w] = v.x;
+    out[2u * w + 1u] = v.y;"
         }
         _ => "    out[w] = bitcast<u32>(elem(w));",
     }

@@ -7,7 +7,8 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 use super::{
-    COMMON_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt, words_for,
+    COMMON_WGSL, INT64_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt,
+    words_for,
 };
 
 const UNARY_WGSL: &str = include_str!("unary.wgsl");
@@ -62,14 +63,10 @@ impl UnaryOp {
 
     fn supports(self, dtype: DType) -> bool {
         match self {
-            UnaryOp::Neg
-            | UnaryOp::Abs
-            | UnaryOp::Relu
-            | UnaryOp::Square
-            | UnaryOp::Sign
-            | UnaryOp::Round => {
-                matches!(dtype, DType::F32 | DType::F16 | DType::I32)
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Relu | UnaryOp::Square | UnaryOp::Sign => {
+                matches!(dtype, DType::F32 | DType::F16 | DType::I32 | DType::I64)
             }
+            UnaryOp::Round => matches!(dtype, DType::F32 | DType::F16 | DType::I32),
             UnaryOp::LogicalNot => dtype == DType::Bool,
             _ => dtype.is_float(),
         }
@@ -112,6 +109,20 @@ impl UnaryOp {
                 UnaryOp::Expm1 => "    return expm1_f32(v);",
                 UnaryOp::Softplus => "    return softplus_f32(v);",
                 UnaryOp::LogicalNot => unreachable!("bool only"),
+            }
+        } else if dtype == DType::I64 {
+            // Wrapping, as int32.
+            match self {
+                UnaryOp::Neg => "    return neg64(v);",
+                UnaryOp::Abs => "    return abs64(v);",
+                UnaryOp::Square => "    return mul64(v, v);",
+                UnaryOp::Sign => {
+                    "    if is_zero64(v) {
+        return v;
+    }
+    return select(vec2<u32>(1u, 0u), vec2<u32>(0xffffffffu), is_neg64(v));"
+                }
+                _ => "    return select(v, vec2<u32>(0u), is_neg64(v));",
             }
         } else {
             // i32 arithmetic wraps: Neg(INT_MIN) = Abs(INT_MIN) = INT_MIN.
@@ -200,7 +211,14 @@ fn shader(op: UnaryOp, dtype: DType) -> String {
     UNARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
-        .replace("$MATH", if dtype.is_float() { MATH_WGSL } else { "" })
+        .replace(
+            "$MATH",
+            match dtype {
+                DType::F32 | DType::F16 => MATH_WGSL,
+                DType::I64 => INT64_WGSL,
+                _ => "",
+            },
+        )
         .replace("$LOAD", &load_expr(dtype, "x"))
         .replace("$OP", op.wgsl(dtype))
         .replace("$STORE", store_stmt(dtype))
