@@ -254,3 +254,40 @@ def test_int32_shape_arithmetic_stays_in_host_memory(tf):
     ran = {k: after["gpu_ops"].get(k, 0) - before["gpu_ops"].get(k, 0) for k in after["gpu_ops"]}
     assert ran.get("AddV2", 0) == 1 and ran.get("Sum", 0) == 1
     assert ran.get("Mul", 0) == 0, "int32 Mul ran as a GPU kernel"
+
+
+def test_int32_host_kernels_for_shape_arithmetic(tf):
+    """int32 Pack/Sum/Prod, which TensorFlow keeps in host memory only on its own GPU device,
+    run as the plugin's host kernels: right values, no device round trip. (Unpack has a
+    TensorFlow DEVICE_DEFAULT host kernel, which is used.)"""
+    import tensorflow_wgpu
+
+    # Unknown dimensions, so that grappler cannot fold the shape arithmetic into constants.
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.float32)])
+    def f(x):
+        s = tf.shape(x)
+        a, b, c = tf.unstack(s)
+        # (grappler turns Prod(Shape(x)) into Size(x), so Prod gets a Pack.)
+        n = tf.reduce_prod(tf.stack([a, b, c]))
+        m = tf.reduce_sum(s)
+        dims = tf.stack([n, m, a * b - c])
+        return tf.fill(dims, 2.0) * tf.reduce_mean(x)
+
+    with tf.device("/GPU:0"):
+        x = tf.ones([2, 3, 4])
+        before = tensorflow_wgpu.stats()
+        y = f(x)
+        after = tensorflow_wgpu.stats()
+    assert y.shape == (24, 9, 2)
+    np.testing.assert_array_equal(y.numpy(), np.full((24, 9, 2), 2.0, np.float32))
+    host = {k: after["host_ops"].get(k, 0) - before["host_ops"].get(k, 0) for k in after["host_ops"]}
+    for op, runs in [("Prod", 1), ("Sum", 1), ("Pack", 2)]:
+        assert host.get(op) == runs, (op, host)
+    assert "Unpack" not in host
+    assert after["device_to_host"]["copies"] == before["device_to_host"]["copies"]
+    # Float reductions still run on the GPU.
+    assert after["gpu_ops"]["Mean"] > before["gpu_ops"].get("Mean", 0)
+    # A bad axis is an error, not a crash.
+    with tf.device("/GPU:0"), pytest.raises(tf.errors.InvalidArgumentError, match="Pack"):
+        c = tf.constant([1, 2], tf.int32)
+        tf.raw_ops.Pack(values=[c, c], axis=3)

@@ -11,7 +11,7 @@ use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use tfwgpu_runtime::{
-    DType, DeviceRef, Error, HostTensor, Kernel, Operand, Registry, Result, TensorDesc,
+    DType, DeviceRef, Error, HostKernel, HostTensor, Kernel, Operand, Registry, Result, TensorDesc,
 };
 use tfwgpu_sys as sys;
 
@@ -22,7 +22,24 @@ use crate::status::{Status, set, set_error};
 struct Wrapped {
     op: String,
     node: String,
-    kernel: Box<dyn Kernel>,
+    kernel: Built,
+}
+
+enum Built {
+    /// Records GPU work.
+    Device(Box<dyn Kernel>),
+    /// Computes on the host (int32 shape arithmetic; every argument in host memory).
+    Host(Box<dyn HostKernel>),
+}
+
+/// Whether the node runs the host kernel: the registration made for (op, dtype) was the
+/// host one (see `register_all`).
+fn host_kernel_for(op: &str, attrs: &tfwgpu_runtime::Attrs) -> bool {
+    let reg = Registry::global();
+    reg.host_ops().iter().any(|d| {
+        d.op == op
+            && matches!(attrs.dtype_opt(d.type_attr), Ok(Some(t)) if reg.host(op, t).is_some())
+    })
 }
 
 unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_void {
@@ -40,7 +57,11 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         // SAFETY: made by TF_OpKernelConstruction_GetNodeDef.
         unsafe { sys::TF_DeleteBuffer(buf) };
         let (op, attrs) = parsed?;
-        let kernel = Registry::global().build_kernel(&op, &attrs)?;
+        let kernel = if host_kernel_for(&op, &attrs) {
+            Built::Host(Registry::global().build_host_kernel(&op, &attrs)?)
+        } else {
+            Built::Device(Registry::global().build_kernel(&op, &attrs)?)
+        };
         // SAFETY: TF_OpKernelConstruction_GetName returns a string view valid during the call.
         let name = unsafe { sys::TF_OpKernelConstruction_GetName(ctx) };
         let node = unsafe { std::slice::from_raw_parts(name.data as *const u8, name.len) };
@@ -103,6 +124,75 @@ enum Input {
     Host(HostTensor),
 }
 
+/// Allocates output `i` through TensorFlow.
+fn allocate_output(
+    ctx: *mut sys::TF_OpKernelContext,
+    st: &Status,
+    handles: &mut Handles,
+    i: usize,
+    d: &TensorDesc,
+) -> Result<*mut sys::TF_Tensor> {
+    let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
+    // SAFETY: valid kernel context; dims outlive the call.
+    let t = unsafe {
+        sys::TF_AllocateOutput(
+            ctx,
+            i as c_int,
+            dtype_to_tf(d.dtype),
+            dims.as_ptr(),
+            dims.len() as c_int,
+            d.byte_size() as usize,
+            st.0,
+        )
+    };
+    st.check(&format!(
+        "allocating output {i} ({} {:?})",
+        d.dtype, d.shape
+    ))?;
+    handles.0.push(t);
+    Ok(t)
+}
+
+/// Runs a host kernel: every input and output is in host memory.
+fn run_host(
+    k: &dyn HostKernel,
+    ctx: *mut sys::TF_OpKernelContext,
+    inputs: &[Input],
+    st: &Status,
+    handles: &mut Handles,
+) -> Result<()> {
+    let host: Vec<&HostTensor> = inputs
+        .iter()
+        .map(|i| match i {
+            Input::Host(h) => Ok(h),
+            Input::Device(_) => Err(Error::Gpu(format!(
+                "{}: an input of a host kernel is in device memory",
+                k.op()
+            ))),
+        })
+        .collect::<Result<_>>()?;
+    let outs = k.compute(&host)?;
+    // SAFETY: valid kernel context.
+    let n_out = unsafe { sys::TF_NumOutputs(ctx) };
+    if outs.len() != n_out as usize {
+        return Err(Error::Gpu(format!(
+            "the kernel produced {} outputs, TensorFlow expects {n_out}",
+            outs.len()
+        )));
+    }
+    for (i, o) in outs.iter().enumerate() {
+        let t = allocate_output(ctx, st, handles, i, &TensorDesc::new(o.dtype, &o.shape))?;
+        if !o.bytes.is_empty() {
+            // SAFETY: a host output of TF_TensorByteSize == o.bytes.len() bytes.
+            unsafe {
+                let dst = sys::TF_TensorData(t) as *mut u8;
+                std::ptr::copy_nonoverlapping(o.bytes.as_ptr(), dst, o.bytes.len());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
     let st = Status::new();
     // SAFETY: valid kernel context for the duration of the call.
@@ -147,6 +237,10 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
             }));
         }
     }
+    let kernel = match &w.kernel {
+        Built::Host(k) => return run_host(k.as_ref(), ctx, &inputs, &st, &mut handles),
+        Built::Device(k) => k.as_ref(),
+    };
     let operands: Vec<Operand> = inputs
         .iter()
         .map(|i| match i {
@@ -154,7 +248,7 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
             Input::Host(h) => Operand::Host(h),
         })
         .collect();
-    let descs = w.kernel.outputs(&operands)?;
+    let descs = kernel.outputs(&operands)?;
     let n_out = unsafe { sys::TF_NumOutputs(ctx) };
     if descs.len() != n_out as usize {
         return Err(Error::Gpu(format!(
@@ -164,30 +258,14 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
     }
     let mut outputs = Vec::with_capacity(descs.len());
     for (i, d) in descs.into_iter().enumerate() {
-        let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
-        let t = unsafe {
-            sys::TF_AllocateOutput(
-                ctx,
-                i as c_int,
-                dtype_to_tf(d.dtype),
-                dims.as_ptr(),
-                dims.len() as c_int,
-                d.byte_size() as usize,
-                st.0,
-            )
-        };
-        st.check(&format!(
-            "allocating output {i} ({} {:?})",
-            d.dtype, d.shape
-        ))?;
-        handles.0.push(t);
+        let t = allocate_output(ctx, &st, &mut handles, i, &d)?;
         let addr = unsafe { sys::TF_TensorData(t) } as u64;
         outputs.push(DeviceRef { desc: d, addr });
     }
     if outputs.iter().all(|o| o.desc.num_elements() == 0) {
         return Ok(());
     }
-    device.record(w.kernel.as_ref(), &operands, &outputs)
+    device.record(kernel, &operands, &outputs)
 }
 
 unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) {
@@ -195,7 +273,10 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
     let Some(w) = (unsafe { (k as *const Wrapped).as_ref() }) else {
         return;
     };
-    crate::stats::op(&w.op);
+    match w.kernel {
+        Built::Device(_) => crate::stats::op(&w.op),
+        Built::Host(_) => crate::stats::host_op(&w.op),
+    }
     let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx)));
     let st = Status::new();
     let failed = match result {
@@ -285,6 +366,12 @@ pub fn register_all() -> usize {
             def.dtypes.iter().copied().map(Some).collect()
         };
         for dt in dtypes {
+            if let Some(t) = dt
+                && Registry::global().host(def.op, t).is_some()
+            {
+                // Registered below, as a host kernel.
+                continue;
+            }
             if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
                 // TensorFlow keeps int32 tensors of this op in host memory (shape arithmetic),
                 // as its CUDA build does; registering ours would pull them onto the GPU.
@@ -318,6 +405,39 @@ pub fn register_all() -> usize {
                     sys::TF_KernelBuilder_HostMemory(b, leak(name));
                 }
                 let kname = format!("tfwgpu_{}_{}", def.op, dt.map_or("any", |d| d.name()));
+                sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
+                match st.check("registration") {
+                    Ok(()) => ok += 1,
+                    Err(e) => tracing::warn!("not registering {kname}: {e}"),
+                }
+            }
+        }
+    }
+    for def in Registry::global().host_ops() {
+        for &dt in def.dtypes {
+            if tensorflow_has_host_int32(def.op, def.type_attr) {
+                continue;
+            }
+            // SAFETY: plain calls into TensorFlow's registration API with valid strings.
+            unsafe {
+                let b = sys::TF_NewKernelBuilder(
+                    leak(def.op),
+                    leak("GPU"),
+                    Some(create),
+                    Some(compute),
+                    Some(delete),
+                );
+                sys::TF_KernelBuilder_TypeConstraint(b, leak(def.type_attr), dtype_to_tf(dt), st.0);
+                if let Err(e) = st.check("type constraint") {
+                    tracing::warn!("not registering host {} for {dt}: {e}", def.op);
+                    sys::TF_DeleteKernelBuilder(b);
+                    continue;
+                }
+                sys::TF_KernelBuilder_Priority(b, PRIORITY);
+                for name in def.args {
+                    sys::TF_KernelBuilder_HostMemory(b, leak(name));
+                }
+                let kname = format!("tfwgpu_host_{}_{}", def.op, dt.name());
                 sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
                 match st.check("registration") {
                     Ok(()) => ok += 1,

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 static OPS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+static HOST_OPS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
 static D2H: AtomicU64 = AtomicU64::new(0);
 static D2H_BYTES: AtomicU64 = AtomicU64::new(0);
 static H2D: AtomicU64 = AtomicU64::new(0);
@@ -15,7 +16,16 @@ static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one kernel execution of `op` on a tfwgpu device.
 pub fn op(op: &str) {
-    if let Ok(mut m) = OPS.lock() {
+    count(&OPS, op)
+}
+
+/// Counts one execution of a host-memory kernel (int32 shape arithmetic) of `op`.
+pub fn host_op(op: &str) {
+    count(&HOST_OPS, op)
+}
+
+fn count(map: &Mutex<BTreeMap<String, u64>>, op: &str) {
+    if let Ok(mut m) = map.lock() {
         match m.get_mut(op) {
             Some(n) => *n += 1,
             None => {
@@ -40,8 +50,10 @@ pub fn h2d(bytes: u64) {
 /// The counters as JSON.
 pub fn json() -> String {
     let ops = OPS.lock().map(|m| m.clone()).unwrap_or_default();
+    let host = HOST_OPS.lock().map(|m| m.clone()).unwrap_or_default();
     serde_json::json!({
         "gpu_ops": ops,
+        "host_ops": host,
         "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed)},
         "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
     })

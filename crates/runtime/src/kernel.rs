@@ -216,6 +216,7 @@ pub struct OpDef {
 /// Every op the runtime implements.
 pub struct Registry {
     ops: HashMap<&'static str, OpDef>,
+    host: HashMap<&'static str, crate::host_ops::HostOpDef>,
 }
 
 impl Registry {
@@ -227,7 +228,12 @@ impl Registry {
             let prev = ops.insert(d.op, d);
             assert!(prev.is_none(), "op {} registered twice", d.op);
         }
-        Registry { ops }
+        let mut host = HashMap::new();
+        for d in crate::host_ops::HOST_OPS {
+            let prev = host.insert(d.op, *d);
+            assert!(prev.is_none(), "host op {} registered twice", d.op);
+        }
+        Registry { ops, host }
     }
 
     /// The process-wide registry.
@@ -238,6 +244,31 @@ impl Registry {
 
     pub fn get(&self, op: &str) -> Option<&OpDef> {
         self.ops.get(op)
+    }
+
+    /// The host-memory kernel of `op` for `dtype`, if there is one.
+    pub fn host(&self, op: &str, dtype: DType) -> Option<&crate::host_ops::HostOpDef> {
+        self.host.get(op).filter(|d| d.dtypes.contains(&dtype))
+    }
+
+    /// All host-memory kernels, sorted by name.
+    pub fn host_ops(&self) -> Vec<&crate::host_ops::HostOpDef> {
+        let mut v: Vec<_> = self.host.values().collect();
+        v.sort_by_key(|d| d.op);
+        v
+    }
+
+    /// Builds the host kernel for `op` with `attrs` (its type attribute selects the dtype).
+    pub fn build_host_kernel(
+        &self,
+        op: &str,
+        attrs: &Attrs,
+    ) -> Result<Box<dyn crate::host_ops::HostKernel>> {
+        let def = self
+            .host
+            .get(op)
+            .ok_or_else(|| Error::Unimplemented(format!("op {op} has no tfwgpu host kernel")))?;
+        (def.factory)(attrs)
     }
 
     /// All registered ops, sorted by name.

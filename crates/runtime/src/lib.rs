@@ -23,6 +23,7 @@ pub mod device;
 pub mod dtype;
 pub mod error;
 pub mod exec;
+pub mod host_ops;
 pub mod kernel;
 pub mod kernel_manager;
 pub mod kernels;
@@ -34,6 +35,7 @@ pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
 pub use exec::{ExecConfig, ExecStats, ExecutionContext};
 pub use half::f16;
+pub use host_ops::{HostKernel, HostOpDef};
 pub use kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, Registry, TensorDesc,
 };

@@ -1,0 +1,382 @@
+//! Host kernels: int32 shape arithmetic that TensorFlow keeps in host memory on a GPU.
+//!
+//! TensorFlow's CUDA build registers the int32 versions of ops such as StridedSlice, Pack and
+//! Prod for the GPU with every argument in host memory and computes them on the CPU: int32
+//! tensors in a GPU graph are shapes, sizes and indices, and their consumers (Reshape, Fill,
+//! ...) need them on the host. Where TensorFlow offers such a kernel for every device
+//! (DEVICE_DEFAULT) the plugin uses TensorFlow's; where it offers it only to its own GPU
+//! device, the kernels below fill in, so shape arithmetic never waits for the GPU.
+
+use crate::kernel::Attrs;
+use crate::{DType, Error, HostTensor, Result, bail_invalid};
+
+/// A kernel whose inputs and outputs all live in host memory.
+pub trait HostKernel: Send + Sync {
+    /// TensorFlow's op name.
+    fn op(&self) -> &'static str;
+    /// Computes the outputs from the inputs.
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>>;
+}
+
+/// Builds a host kernel from a node's attributes.
+pub type HostFactory = fn(&Attrs) -> Result<Box<dyn HostKernel>>;
+
+/// One row of the host kernel table.
+#[derive(Clone, Copy)]
+pub struct HostOpDef {
+    pub op: &'static str,
+    /// The attribute constrained to `dtypes`.
+    pub type_attr: &'static str,
+    pub dtypes: &'static [DType],
+    /// Every input and output argument name of the op's TensorFlow definition (all of them
+    /// are placed in host memory).
+    pub args: &'static [&'static str],
+    pub factory: HostFactory,
+}
+
+/// The host kernel table.
+pub const HOST_OPS: &[HostOpDef] = &[
+    HostOpDef {
+        op: "Pack",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["values", "output"],
+        factory: |a| Ok(Box::new(Pack::new(a)?)),
+    },
+    HostOpDef {
+        op: "Unpack",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["value", "output"],
+        factory: |a| Ok(Box::new(Unpack::new(a)?)),
+    },
+    HostOpDef {
+        op: "Sum",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["input", "reduction_indices", "output"],
+        factory: |a| Reduce::build("Sum", a),
+    },
+    HostOpDef {
+        op: "Prod",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["input", "reduction_indices", "output"],
+        factory: |a| Reduce::build("Prod", a),
+    },
+];
+
+fn i32s(op: &str, t: &HostTensor, what: &str) -> Result<Vec<i32>> {
+    if t.dtype != DType::I32 {
+        bail_invalid!("{op}: {what} must be int32, got {}", t.dtype);
+    }
+    t.to_vec::<i32>()
+}
+
+/// Integer indices of a host tensor of int32 or int64 (axes, shapes).
+pub fn index_values(op: &str, t: &HostTensor, what: &str) -> Result<Vec<i64>> {
+    match t.dtype {
+        DType::I32 => Ok(t.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
+        DType::I64 => t.to_vec::<i64>(),
+        other => Err(Error::InvalidArgument(format!(
+            "{op}: {what} must be int32 or int64, got {other}"
+        ))),
+    }
+}
+
+/// A possibly negative axis of a rank-`rank` tensor, checked.
+fn axis_of(op: &str, axis: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if axis < -r || axis >= r {
+        bail_invalid!("{op}: axis {axis} is out of range for rank {rank}");
+    }
+    Ok(if axis < 0 { axis + r } else { axis } as usize)
+}
+
+/// Pack: stacks N tensors of one shape along a new axis.
+struct Pack {
+    axis: i64,
+}
+
+impl Pack {
+    fn new(a: &Attrs) -> Result<Self> {
+        Ok(Pack {
+            axis: a.int_or("axis", 0)?,
+        })
+    }
+}
+
+impl HostKernel for Pack {
+    fn op(&self) -> &'static str {
+        "Pack"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let Some(first) = inputs.first() else {
+            bail_invalid!("Pack needs at least one input");
+        };
+        let shape = &first.shape;
+        let axis = axis_of("Pack", self.axis, shape.len() + 1)?;
+        let mut values = Vec::with_capacity(inputs.len());
+        for (i, t) in inputs.iter().enumerate() {
+            if &t.shape != shape {
+                bail_invalid!(
+                    "Pack: shapes of all inputs must match: values[0].shape = {:?} != \
+                     values[{i}].shape = {:?}",
+                    shape,
+                    t.shape
+                );
+            }
+            values.push(i32s("Pack", t, "values")?);
+        }
+        let outer: usize = shape[..axis].iter().product();
+        let inner: usize = shape[axis..].iter().product();
+        let mut out = Vec::with_capacity(outer * inner * inputs.len());
+        for o in 0..outer {
+            for v in &values {
+                out.extend_from_slice(&v[o * inner..(o + 1) * inner]);
+            }
+        }
+        let mut out_shape = shape.clone();
+        out_shape.insert(axis, inputs.len());
+        Ok(vec![HostTensor::new(&out, &out_shape)?])
+    }
+}
+
+/// Unpack: splits a tensor along an axis into `num` tensors.
+struct Unpack {
+    axis: i64,
+    num: usize,
+}
+
+impl Unpack {
+    fn new(a: &Attrs) -> Result<Self> {
+        Ok(Unpack {
+            axis: a.int_or("axis", 0)?,
+            num: a.int_or("num", 0)?.max(0) as usize,
+        })
+    }
+}
+
+impl HostKernel for Unpack {
+    fn op(&self) -> &'static str {
+        "Unpack"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let [x] = inputs else {
+            bail_invalid!("Unpack takes 1 input, got {}", inputs.len());
+        };
+        if x.shape.is_empty() {
+            bail_invalid!("Unpack: the input must have rank at least 1");
+        }
+        let axis = axis_of("Unpack", self.axis, x.shape.len())?;
+        if x.shape[axis] != self.num {
+            bail_invalid!(
+                "Unpack: input.shape[{}] = {} does not match num = {}",
+                self.axis,
+                x.shape[axis],
+                self.num
+            );
+        }
+        let v = i32s("Unpack", x, "value")?;
+        let outer: usize = x.shape[..axis].iter().product();
+        let inner: usize = x.shape[axis + 1..].iter().product();
+        let mut shape = x.shape.clone();
+        shape.remove(axis);
+        (0..self.num)
+            .map(|k| {
+                let mut out = Vec::with_capacity(outer * inner);
+                for o in 0..outer {
+                    let base = (o * self.num + k) * inner;
+                    out.extend_from_slice(&v[base..base + inner]);
+                }
+                HostTensor::new(&out, &shape)
+            })
+            .collect()
+    }
+}
+
+/// Sum / Prod of int32 over any axes (wrapping, as TensorFlow's int32 functors).
+struct Reduce {
+    op: &'static str,
+    keep_dims: bool,
+}
+
+impl Reduce {
+    fn build(op: &'static str, a: &Attrs) -> Result<Box<dyn HostKernel>> {
+        Ok(Box::new(Reduce {
+            op,
+            keep_dims: a.bool_or("keep_dims", false)?,
+        }))
+    }
+}
+
+impl HostKernel for Reduce {
+    fn op(&self) -> &'static str {
+        self.op
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = self.op;
+        let [x, axes] = inputs else {
+            bail_invalid!("{op} takes 2 inputs, got {}", inputs.len());
+        };
+        let v = i32s(op, x, "input")?;
+        let rank = x.shape.len();
+        let mut reduced = vec![false; rank];
+        for a in index_values(op, axes, "reduction_indices")? {
+            if a < -(rank as i64) || a >= rank as i64 {
+                bail_invalid!(
+                    "{op}: invalid reduction dimension ({a} for input with {rank} dimension(s))"
+                );
+            }
+            reduced[if a < 0 { a + rank as i64 } else { a } as usize] = true;
+        }
+        let out_full: Vec<usize> = (0..rank)
+            .map(|d| if reduced[d] { 1 } else { x.shape[d] })
+            .collect();
+        let n_out: usize = out_full.iter().product();
+        let init = if op == "Prod" { 1i32 } else { 0 };
+        let mut out = vec![init; n_out];
+        // Walk the input in order, mapping each index to its output position.
+        let mut idx = vec![0usize; rank];
+        for &value in &v {
+            let mut o = 0;
+            for d in 0..rank {
+                o = o * out_full[d] + if reduced[d] { 0 } else { idx[d] };
+            }
+            out[o] = if op == "Prod" {
+                out[o].wrapping_mul(value)
+            } else {
+                out[o].wrapping_add(value)
+            };
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                if idx[d] < x.shape[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        let shape: Vec<usize> = if self.keep_dims {
+            out_full
+        } else {
+            (0..rank)
+                .filter(|&d| !reduced[d])
+                .map(|d| x.shape[d])
+                .collect()
+        };
+        Ok(vec![HostTensor::new(&out, &shape)?])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::AttrValue;
+
+    fn t(v: &[i32], s: &[usize]) -> HostTensor {
+        HostTensor::new(v, s).unwrap()
+    }
+
+    fn build(op: &str, a: &Attrs) -> Box<dyn HostKernel> {
+        let def = HOST_OPS.iter().find(|d| d.op == op).unwrap();
+        (def.factory)(a).unwrap()
+    }
+
+    #[test]
+    fn pack_and_unpack() {
+        let a = t(&[1, 2, 3], &[3]);
+        let b = t(&[4, 5, 6], &[3]);
+        let k = build("Pack", &Attrs::new());
+        let o = k.compute(&[&a, &b]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2, 3], vec![1, 2, 3, 4, 5, 6])
+        );
+        let k = build("Pack", &Attrs::new().with("axis", AttrValue::Int(-1)));
+        let o = k.compute(&[&a, &b]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![3, 2], vec![1, 4, 2, 5, 3, 6])
+        );
+        // Scalars stack to a vector (the usual shape-building case).
+        let o = build("Pack", &Attrs::new())
+            .compute(&[&t(&[7], &[]), &t(&[9], &[])])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2], vec![7, 9])
+        );
+        assert!(
+            build("Pack", &Attrs::new())
+                .compute(&[&a, &t(&[1], &[1])])
+                .is_err()
+        );
+        assert!(
+            build("Pack", &Attrs::new().with("axis", AttrValue::Int(3)))
+                .compute(&[&a])
+                .is_err()
+        );
+
+        let x = t(&[1, 2, 3, 4, 5, 6], &[2, 3]);
+        let k = build(
+            "Unpack",
+            &Attrs::new()
+                .with("num", AttrValue::Int(3))
+                .with("axis", AttrValue::Int(1)),
+        );
+        let o = k.compute(&[&x]).unwrap();
+        let got: Vec<Vec<i32>> = o.iter().map(|t| t.to_vec().unwrap()).collect();
+        assert_eq!(got, vec![vec![1, 4], vec![2, 5], vec![3, 6]]);
+        assert!(o.iter().all(|t| t.shape == vec![2]));
+        let k = build("Unpack", &Attrs::new().with("num", AttrValue::Int(3)));
+        assert!(k.compute(&[&x]).is_err());
+    }
+
+    #[test]
+    fn sum_and_prod() {
+        let x = t(&[1, 2, 3, 4, 5, 6], &[2, 3]);
+        let axes = t(&[1], &[1]);
+        let o = build("Sum", &Attrs::new()).compute(&[&x, &axes]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2], vec![6, 15])
+        );
+        let keep = Attrs::new().with("keep_dims", AttrValue::Bool(true));
+        let o = build("Prod", &keep).compute(&[&x, &t(&[0], &[])]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![1, 3], vec![4, 10, 18])
+        );
+        let all = HostTensor::new(&[0i64, -1], &[2]).unwrap();
+        let o = build("Prod", &Attrs::new()).compute(&[&x, &all]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![], vec![720])
+        );
+        // No axes: the identity; an empty input: the neutral element.
+        let o = build("Sum", &Attrs::new())
+            .compute(&[&x, &t(&[], &[0])])
+            .unwrap();
+        assert_eq!(o[0].to_vec::<i32>().unwrap(), vec![1, 2, 3, 4, 5, 6]);
+        let o = build("Prod", &Attrs::new())
+            .compute(&[&t(&[], &[0, 2]), &t(&[0], &[1])])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2], vec![1, 1])
+        );
+        // Wrapping.
+        let o = build("Sum", &Attrs::new())
+            .compute(&[&t(&[i32::MAX, 1], &[2]), &t(&[0], &[])])
+            .unwrap();
+        assert_eq!(o[0].to_vec::<i32>().unwrap(), vec![i32::MIN]);
+        assert!(
+            build("Sum", &Attrs::new())
+                .compute(&[&x, &t(&[2], &[])])
+                .is_err()
+        );
+    }
+}
