@@ -235,6 +235,10 @@ pub unsafe extern "C" fn TF_InitGraph(
         // _FusedMatMul...) that only CUDA has: both would leave nodes without a kernel here.
         configs.layout_optimizer = sys::TF_TriState_TF_TriState_Off;
         configs.remapping = sys::TF_TriState_TF_TriState_Off;
+        // The scoped allocator packs the inputs of collective reductions (MirroredStrategy's
+        // all-reduce) into one buffer and then requires their producers to forward an input
+        // buffer as output; the runtime's kernels always write a fresh output.
+        configs.scoped_allocator_optimization = sys::TF_TriState_TF_TriState_Off;
         let opt = unsafe { &mut *p.optimizer };
         opt.struct_size = sys::sizes::tp_optimizer();
         opt.create_func = None;

@@ -153,6 +153,44 @@ fn allocate_output(
     Ok(t)
 }
 
+/// Output 0 in the buffer of one of the `candidates` inputs when TensorFlow allows it (same
+/// dtype and shape, no other reference; required inside collective reductions), else a new
+/// allocation.
+fn forward_or_allocate(
+    ctx: *mut sys::TF_OpKernelContext,
+    st: &Status,
+    handles: &mut Handles,
+    candidates: &[c_int],
+    d: &TensorDesc,
+) -> Result<*mut sys::TF_Tensor> {
+    let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
+    let mut forwarded: c_int = -1;
+    // SAFETY: valid kernel context; the arrays outlive the call.
+    let t = unsafe {
+        sys::TF_ForwardInputOrAllocateOutput(
+            ctx,
+            candidates.as_ptr(),
+            candidates.len() as c_int,
+            0,
+            dims.as_ptr(),
+            dims.len() as c_int,
+            &mut forwarded,
+            st.0,
+        )
+    };
+    st.check(&format!("allocating output 0 ({} {:?})", d.dtype, d.shape))?;
+    handles.0.push(t);
+    // SAFETY: valid tensor.
+    let ty = unsafe { sys::TF_TensorType(t) };
+    if dtype_from_tf(ty) != Some(d.dtype) {
+        return Err(Error::Gpu(format!(
+            "TensorFlow forwarded input {forwarded} of dtype {ty} for an output of {}",
+            d.dtype
+        )));
+    }
+    Ok(t)
+}
+
 /// Runs a host kernel: every input and output is in host memory.
 fn run_host(
     k: &dyn HostKernel,
@@ -257,8 +295,17 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         )));
     }
     let mut outputs = Vec::with_capacity(descs.len());
+    let forward: Vec<c_int> = kernel
+        .forwardable_inputs()
+        .iter()
+        .map(|&i| i as c_int)
+        .collect();
     for (i, d) in descs.into_iter().enumerate() {
-        let t = allocate_output(ctx, &st, &mut handles, i, &d)?;
+        let t = if i == 0 && !forward.is_empty() {
+            forward_or_allocate(ctx, &st, &mut handles, &forward, &d)?
+        } else {
+            allocate_output(ctx, &st, &mut handles, i, &d)?
+        };
         let addr = unsafe { sys::TF_TensorData(t) } as u64;
         outputs.push(DeviceRef { desc: d, addr });
     }
@@ -327,9 +374,39 @@ const TENSORFLOW_PROVIDES: &[&str] = &["Identity"];
 /// same op, which would otherwise be ambiguous matches.
 const PRIORITY: i32 = 1;
 
-/// Whether TensorFlow registers its own DEVICE_DEFAULT int32 kernel for `op` with arguments in
-/// host memory.
+/// The number of arguments of every TensorFlow op, read once.
+fn op_arg_counts() -> &'static std::collections::HashMap<String, usize> {
+    static COUNTS: std::sync::OnceLock<std::collections::HashMap<String, usize>> =
+        std::sync::OnceLock::new();
+    COUNTS.get_or_init(|| {
+        // SAFETY: TF_GetAllOpList returns a buffer we own; it is read, then deleted.
+        unsafe {
+            let buf = sys::TF_GetAllOpList();
+            if buf.is_null() {
+                return Default::default();
+            }
+            let b = &*buf;
+            let bytes = if b.data.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(b.data as *const u8, b.length)
+            };
+            let counts = crate::nodedef::op_arg_counts(bytes).unwrap_or_else(|e| {
+                tracing::warn!("reading TensorFlow's op list: {e}");
+                Default::default()
+            });
+            sys::TF_DeleteBuffer(buf);
+            counts
+        }
+    })
+}
+
+/// Whether TensorFlow registers its own DEVICE_DEFAULT int32 kernel for `op` with every
+/// argument in host memory.
 fn tensorflow_has_host_int32(op: &str, type_attr: &str) -> bool {
+    let Some(&n_args) = op_arg_counts().get(op) else {
+        return false;
+    };
     let st = Status::new();
     let name = CString::new(op).expect("no NUL");
     // SAFETY: valid string and status; the buffer is read, then deleted.
@@ -345,7 +422,8 @@ fn tensorflow_has_host_int32(op: &str, type_attr: &str) -> bool {
             } else {
                 std::slice::from_raw_parts(b.data as *const u8, b.length)
             };
-            crate::nodedef::has_default_host_kernel(bytes, type_attr, DType::I32).unwrap_or(false)
+            crate::nodedef::has_default_host_kernel(bytes, type_attr, DType::I32, n_args)
+                .unwrap_or(false)
         };
         sys::TF_DeleteBuffer(buf);
         found

@@ -250,10 +250,40 @@ pub fn parse(buf: &[u8]) -> Result<(String, Attrs)> {
     Ok((op, attrs))
 }
 
+/// The number of arguments (inputs and outputs) of every op in a serialized
+/// `tensorflow.OpList` (what `TF_GetAllOpList` returns).
+pub fn op_arg_counts(op_list: &[u8]) -> Result<std::collections::HashMap<String, usize>> {
+    let mut out = std::collections::HashMap::new();
+    let mut r = Reader::new(op_list);
+    while let Some((f, v)) = r.next()? {
+        let (1, Field::Bytes(def)) = (f, v) else {
+            continue;
+        };
+        let (mut name, mut args) = (String::new(), 0);
+        let mut d = Reader::new(def);
+        while let Some((f, v)) = d.next()? {
+            match (f, v) {
+                (1, Field::Bytes(n)) => name = utf8(n)?,
+                (2 | 3, Field::Bytes(_)) => args += 1,
+                _ => {}
+            }
+        }
+        out.insert(name, args);
+    }
+    Ok(out)
+}
+
 /// Whether a serialized `tensorflow.KernelList` (what `TF_GetRegisteredKernelsForOp` returns)
-/// holds a DEVICE_DEFAULT kernel whose `type_attr` allows `dtype` and that keeps arguments in
-/// host memory: TensorFlow's own host-side kernel for that op and dtype on every device.
-pub fn has_default_host_kernel(kernel_list: &[u8], type_attr: &str, dtype: DType) -> Result<bool> {
+/// holds a DEVICE_DEFAULT kernel whose `type_attr` allows `dtype` and that keeps all `n_args`
+/// arguments in host memory: TensorFlow's own host-side kernel for that op and dtype on every
+/// device. (A kernel with only some arguments in host memory, such as OnesLike's, may forward
+/// a device input as its host output and write it on the CPU: not one to defer to.)
+pub fn has_default_host_kernel(
+    kernel_list: &[u8],
+    type_attr: &str,
+    dtype: DType,
+    n_args: usize,
+) -> Result<bool> {
     let mut r = Reader::new(kernel_list);
     while let Some((f, v)) = r.next()? {
         let (1, Field::Bytes(def)) = (f, v) else {
@@ -286,7 +316,7 @@ pub fn has_default_host_kernel(kernel_list: &[u8], type_attr: &str, dtype: DType
                 _ => {}
             }
         }
-        if device == "DEFAULT" && allows && host_args > 0 {
+        if device == "DEFAULT" && allows && host_args > 0 && host_args >= n_args {
             return Ok(true);
         }
     }
@@ -335,19 +365,40 @@ mod tests {
         let (i32_, f32_) = (3u64, 1u64);
         let mut list = vec![];
         kernel_def("GPU", "T", &[i32_], &["x"], &mut list);
-        kernel_def("DEFAULT", "T", &[f32_], &["x"], &mut list);
-        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        kernel_def("DEFAULT", "T", &[f32_], &["x", "y", "z"], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32, 3).unwrap());
         // A DEFAULT int32 kernel with nothing in host memory does not count either.
         kernel_def("DEFAULT", "T", &[i32_], &[], &mut list);
-        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        assert!(!has_default_host_kernel(&list, "T", DType::I32, 3).unwrap());
+        // Nor one with only some arguments in host memory.
+        kernel_def("DEFAULT", "T", &[i32_], &["z"], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32, 3).unwrap());
         // Another attribute allowing int32 does not count.
-        kernel_def("DEFAULT", "Tidx", &[i32_], &["y"], &mut list);
-        assert!(!has_default_host_kernel(&list, "T", DType::I32).unwrap());
+        kernel_def("DEFAULT", "Tidx", &[i32_], &["x", "y", "z"], &mut list);
+        assert!(!has_default_host_kernel(&list, "T", DType::I32, 3).unwrap());
         kernel_def("DEFAULT", "T", &[i32_], &["x", "y", "z"], &mut list);
-        assert!(has_default_host_kernel(&list, "T", DType::I32).unwrap());
-        assert!(has_default_host_kernel(&list, "T", DType::F32).unwrap());
-        assert!(!has_default_host_kernel(&list, "T", DType::F16).unwrap());
-        assert!(has_default_host_kernel(&[0xff], "T", DType::I32).is_err());
+        assert!(has_default_host_kernel(&list, "T", DType::I32, 3).unwrap());
+        assert!(has_default_host_kernel(&list, "T", DType::F32, 3).unwrap());
+        assert!(!has_default_host_kernel(&list, "T", DType::F16, 3).unwrap());
+        assert!(has_default_host_kernel(&[0xff], "T", DType::I32, 3).is_err());
+    }
+
+    #[test]
+    fn counts_op_arguments() {
+        let mut list = vec![];
+        for (name, ins, outs) in [("AddV2", 2, 1), ("NoOp", 0, 0), ("Unpack", 1, 1)] {
+            let mut d = vec![];
+            bytes_field(1, name.as_bytes(), &mut d);
+            for _ in 0..ins {
+                bytes_field(2, b"\x0a\x01x", &mut d);
+            }
+            for _ in 0..outs {
+                bytes_field(3, b"\x0a\x01y", &mut d);
+            }
+            bytes_field(1, &d, &mut list);
+        }
+        let c = op_arg_counts(&list).unwrap();
+        assert_eq!((c["AddV2"], c["NoOp"], c["Unpack"]), (3, 0, 2));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, OnceLock};
 
-use tfwgpu_runtime::{Device, Error, Result};
+use tfwgpu_runtime::{Device, Error, Result, device_of_address};
 use tfwgpu_sys as sys;
 
 use crate::status::{guard, quiet, set_error};
@@ -447,7 +447,22 @@ unsafe extern "C" fn sync_memcpy_dtod(
     status: *mut sys::TF_Status,
 ) {
     guard(status, (), || {
-        dev(device)?.copy(addr(src)?, addr(dst)?, size)
+        let (s, d) = (addr(src)?, addr(dst)?);
+        match (device_of_address(s), device_of_address(d)) {
+            // Between two tfwgpu devices (TensorFlow issues these on either device's
+            // stream): wgpu offers no peer copies, so through host memory. The read waits
+            // for the source's queue; the write is ordered before later work on the target.
+            (Some(a), Some(b)) if a != b && size > 0 => {
+                let from = crate::device(a as i32)
+                    .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {a}")))?;
+                let to = crate::device(b as i32)
+                    .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {b}")))?;
+                let bytes = from.read(s, size as usize)?;
+                crate::stats::d2d(size);
+                to.write(d, &bytes)
+            }
+            _ => dev(device)?.copy(s, d, size),
+        }
     })
 }
 

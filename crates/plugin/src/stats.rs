@@ -13,6 +13,8 @@ static D2H: AtomicU64 = AtomicU64::new(0);
 static D2H_BYTES: AtomicU64 = AtomicU64::new(0);
 static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
+static D2D: AtomicU64 = AtomicU64::new(0);
+static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one kernel execution of `op` on a tfwgpu device.
 pub fn op(op: &str) {
@@ -47,6 +49,12 @@ pub fn h2d(bytes: u64) {
     H2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// Counts a copy between two tfwgpu devices.
+pub fn d2d(bytes: u64) {
+    D2D.fetch_add(1, Ordering::Relaxed);
+    D2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
 /// The counters as JSON.
 pub fn json() -> String {
     let ops = OPS.lock().map(|m| m.clone()).unwrap_or_default();
@@ -56,6 +64,7 @@ pub fn json() -> String {
         "host_ops": host,
         "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed)},
         "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
+        "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
     })
     .to_string()
 }

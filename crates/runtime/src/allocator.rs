@@ -1,6 +1,8 @@
 //! Allocator: tensors sub-allocated out of large wgpu buffers ("heaps").
 //!
-//! An address is `((heap + 1) << HEAP_SHIFT) | offset`: any address inside a live allocation,
+//! An address is `((device + 1) << DEVICE_SHIFT) | ((heap + 1) << HEAP_SHIFT) | offset`, so
+//! the addresses of two devices never coincide and a copy between devices can tell which
+//! device owns each side (`device_of_address`). Any address inside a live allocation,
 //! including one computed by adding an offset to its start (TensorFlow's BFC allocator splits
 //! chunks that way), resolves to (buffer, offset). Address 0 is never handed out. A freed range
 //! is reused only after the GPU work recorded before the free has completed.
@@ -14,7 +16,19 @@ use crate::{Error, Result};
 
 /// Bits of an address that hold the offset inside a heap.
 pub const HEAP_SHIFT: u32 = 40;
+/// Where the device tag starts: bits 40..56 hold the heap, 56..64 the device.
+pub const DEVICE_SHIFT: u32 = 56;
 const OFFSET_MASK: u64 = (1 << HEAP_SHIFT) - 1;
+const HEAP_MASK: u64 = (1 << (DEVICE_SHIFT - HEAP_SHIFT)) - 1;
+/// Most devices one process can open.
+pub const MAX_DEVICES: usize = 255;
+
+/// The index of the device that handed out `addr` (0 for the first device), or `None` when
+/// it is no device address.
+pub fn device_of_address(addr: u64) -> Option<usize> {
+    let tag = addr >> DEVICE_SHIFT;
+    (tag != 0 && (addr >> HEAP_SHIFT) & HEAP_MASK != 0).then(|| tag as usize - 1)
+}
 
 /// Memory figures, as TensorFlow's allocator stats want them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,6 +119,8 @@ struct State {
 /// Sub-allocating device memory manager. Thread-safe.
 pub struct Allocator {
     device: wgpu::Device,
+    /// The device's index + 1, in the top bits of every address.
+    tag: u64,
     granule: u64,
     heap_size: u64,
     max_binding: u64,
@@ -133,7 +149,9 @@ impl Resolved {
 }
 
 impl Allocator {
-    pub(crate) fn new(device: wgpu::Device, limit: u64) -> Self {
+    /// An allocator for the `index`-th device of the process (`index < MAX_DEVICES`).
+    pub(crate) fn new(device: wgpu::Device, index: usize, limit: u64) -> Self {
+        assert!(index < MAX_DEVICES, "at most {MAX_DEVICES} devices");
         let limits = device.limits();
         // 256 bytes covers every adapter's storage offset alignment and TensorFlow's
         // 64-byte alignment check on host and device buffers.
@@ -158,6 +176,7 @@ impl Allocator {
         };
         Allocator {
             device,
+            tag: index as u64 + 1,
             granule,
             heap_size,
             max_binding,
@@ -220,9 +239,15 @@ impl Allocator {
                         st.heaps[i] = Some(heap);
                         i
                     }
-                    None => {
+                    None if (st.heaps.len() as u64) < HEAP_MASK => {
                         st.heaps.push(Some(heap));
                         st.heaps.len() - 1
+                    }
+                    None => {
+                        return Err(Error::OutOfMemory(format!(
+                            "{} heaps are live, the most one device can address",
+                            st.heaps.len()
+                        )));
                     }
                 };
                 st.stats.bytes_reserved += heap_bytes;
@@ -231,7 +256,7 @@ impl Allocator {
                 let off = st.heaps[idx].as_mut().and_then(|h| h.take(rounded));
                 let off = off.expect("a new heap holds the allocation it was made for");
                 self.account(&mut st, rounded);
-                return Ok(encode(idx, off));
+                return Ok(self.encode(idx, off));
             }
             // Memory freed but still in use by the GPU: wait for it, then try again.
             if let Some(tag) = st.pending.front().map(|p| p.tag) {
@@ -269,7 +294,7 @@ impl Allocator {
         });
         let (i, off) = found?;
         self.account(st, size);
-        Some(encode(i, off))
+        Some(self.encode(i, off))
     }
 
     fn new_heap(&self, size: u64, dedicated: bool) -> Result<Heap> {
@@ -334,7 +359,7 @@ impl Allocator {
     /// Frees the allocation that starts at `addr`. The range becomes reusable once batch `tag`
     /// (see `ExecutionContext::tag`) has completed.
     pub fn free(&self, addr: u64, tag: u64) -> Result<()> {
-        let (heap_idx, off) = decode(addr)?;
+        let (heap_idx, off) = self.decode(addr)?;
         let mut st = self.state.lock();
         let heap = st
             .heaps
@@ -361,7 +386,7 @@ impl Allocator {
 
     /// Resolves any address inside a live allocation.
     pub fn resolve(&self, addr: u64) -> Result<Resolved> {
-        let (heap_idx, off) = decode(addr)?;
+        let (heap_idx, off) = self.decode(addr)?;
         let st = self.state.lock();
         let heap = st
             .heaps
@@ -395,16 +420,24 @@ impl Allocator {
     }
 }
 
-fn encode(heap: usize, offset: u64) -> u64 {
-    ((heap as u64 + 1) << HEAP_SHIFT) | offset
-}
-
-fn decode(addr: u64) -> Result<(usize, u64)> {
-    let h = addr >> HEAP_SHIFT;
-    if h == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "{addr:#x} is not a device address"
-        )));
+impl Allocator {
+    fn encode(&self, heap: usize, offset: u64) -> u64 {
+        (self.tag << DEVICE_SHIFT) | ((heap as u64 + 1) << HEAP_SHIFT) | offset
     }
-    Ok(((h - 1) as usize, addr & OFFSET_MASK))
+
+    fn decode(&self, addr: u64) -> Result<(usize, u64)> {
+        match device_of_address(addr) {
+            None => Err(Error::InvalidArgument(format!(
+                "{addr:#x} is not a device address"
+            ))),
+            Some(d) if d as u64 + 1 != self.tag => Err(Error::InvalidArgument(format!(
+                "address {addr:#x} belongs to device {d}, not device {}",
+                self.tag - 1
+            ))),
+            Some(_) => {
+                let h = (addr >> HEAP_SHIFT) & HEAP_MASK;
+                Ok(((h - 1) as usize, addr & OFFSET_MASK))
+            }
+        }
+    }
 }

@@ -77,8 +77,15 @@ impl Runtime {
             .collect();
         let chosen = selection.choose(&descs)?;
         let mut devices = vec![];
-        for i in chosen {
-            devices.push(Device::open(&adapters[i], descs[i].clone(), &opts)?);
+        if chosen.len() > crate::allocator::MAX_DEVICES {
+            return Err(Error::NoAdapter(format!(
+                "{} devices selected; at most {} can be opened",
+                chosen.len(),
+                crate::allocator::MAX_DEVICES
+            )));
+        }
+        for (index, i) in chosen.into_iter().enumerate() {
+            devices.push(Device::open(&adapters[i], descs[i].clone(), index, &opts)?);
         }
         Ok(Runtime {
             devices,
@@ -117,9 +124,11 @@ fn default_memory_limit(desc: &AdapterDescription) -> u64 {
 
 impl Device {
     /// Opens `adapter` with its own limits and every useful feature it has.
+    /// `index` is the device's place in the process (its addresses carry it).
     pub(crate) fn open(
         adapter: &wgpu::Adapter,
         desc: AdapterDescription,
+        index: usize,
         opts: &RuntimeOptions,
     ) -> Result<Device> {
         let mut features = wgpu::Features::empty();
@@ -160,7 +169,7 @@ impl Device {
         let inner = DeviceInner {
             limits: device.limits(),
             features: device.features(),
-            alloc: Allocator::new(device.clone(), limit),
+            alloc: Allocator::new(device.clone(), index, limit),
             kernels: KernelManager::with_capacity(device.clone(), opts.kernel_cache_size),
             exec,
             desc,

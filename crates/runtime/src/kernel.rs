@@ -192,6 +192,12 @@ pub trait Kernel: Send + Sync {
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>>;
     /// Records the GPU work that computes `outputs` (already allocated) from `inputs`.
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()>;
+    /// Inputs whose buffer output 0 may reuse when it has the output's dtype and shape and
+    /// nothing else holds it (TensorFlow's input forwarding): kernels that read each element
+    /// before writing the same element, at the same index, only.
+    fn forwardable_inputs(&self) -> &'static [usize] {
+        &[]
+    }
 }
 
 /// Builds a kernel from a node's attributes.

@@ -29,7 +29,7 @@ pub mod kernel_manager;
 pub mod kernels;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
-pub use allocator::{Allocator, AllocatorStats};
+pub use allocator::{Allocator, AllocatorStats, device_of_address};
 pub use device::{Arg, Device, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};

@@ -275,3 +275,46 @@ fn device_reports_adapter_limits_and_features() {
         assert!(!f.is_empty());
     }
 }
+
+#[test]
+fn one_adapter_opened_as_two_devices_keeps_addresses_apart() {
+    // TFWGPU_VISIBLE_DEVICES=0,0 opens the same adapter twice: two devices with their own
+    // queues and memory, which is how the multi-device path is tested on one adapter.
+    let first = dev().description().index;
+    let rt = runtime_with(|o| {
+        o.selection = Selection {
+            visible: Some(vec![first, first]),
+            name: None,
+        }
+    });
+    assert_eq!(rt.devices.len(), 2);
+    let (a, b) = (&rt.devices[0], &rt.devices[1]);
+    let pa = a.allocate(1024).unwrap();
+    let pb = b.allocate(1024).unwrap();
+    assert_ne!(pa, pb);
+    assert_eq!(tfwgpu_runtime::device_of_address(pa), Some(0));
+    assert_eq!(tfwgpu_runtime::device_of_address(pb), Some(1));
+    assert_eq!(tfwgpu_runtime::device_of_address(0), None);
+    assert_eq!(tfwgpu_runtime::device_of_address(12345), None);
+    a.write(pa, &[7u8; 1024]).unwrap();
+    b.write(pb, &[9u8; 1024]).unwrap();
+    // Each device reads its own memory; the other's address is an error, not a wrong buffer.
+    assert_eq!(a.read(pa, 1024).unwrap(), vec![7u8; 1024]);
+    assert_eq!(b.read(pb, 1024).unwrap(), vec![9u8; 1024]);
+    let e = a.read(pb, 16).unwrap_err().to_string();
+    assert!(e.contains("belongs to device 1"), "{e}");
+    assert!(b.copy(pa, pb, 16).is_err());
+    // Work on both devices at once.
+    let x = a.upload(&[1f32, 2.0, 3.0], &[3]).unwrap();
+    let y = b.upload(&[10f32, 20.0, 30.0], &[3]).unwrap();
+    let sa = a
+        .run("AddV2", &Attrs::new(), &[Arg::from(&x), Arg::from(&x)])
+        .unwrap();
+    let sb = b
+        .run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&y)])
+        .unwrap();
+    assert_eq!(sa[0].download::<f32>().unwrap(), vec![2.0, 4.0, 6.0]);
+    assert_eq!(sb[0].download::<f32>().unwrap(), vec![20.0, 40.0, 60.0]);
+    a.deallocate(pa).unwrap();
+    b.deallocate(pb).unwrap();
+}

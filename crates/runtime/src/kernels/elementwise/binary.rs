@@ -606,6 +606,12 @@ impl Kernel for Binary {
         self.name
     }
 
+    /// An input with the output's shape is read at the output's own element index, by the
+    /// invocation that writes that element's word, before it writes.
+    fn forwardable_inputs(&self) -> &'static [usize] {
+        &[0, 1]
+    }
+
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
         let (dtype, plan) = self.check(inputs)?;
         Ok(vec![match plan {

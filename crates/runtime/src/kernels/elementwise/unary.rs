@@ -170,6 +170,11 @@ impl Kernel for Unary {
         self.name
     }
 
+    /// Each invocation reads the elements of the word it writes, then writes it.
+    fn forwardable_inputs(&self) -> &'static [usize] {
+        &[0]
+    }
+
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
         Ok(vec![self.check(inputs)?])
     }
