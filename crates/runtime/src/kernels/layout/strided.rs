@@ -2,14 +2,15 @@
 //! an optional wrap, for Tile) read in row-major order of its dims, written to a region of the
 //! destination (runs of contiguous elements at a fixed stride). Views are coalesced first
 //! (dims of size 1 dropped, adjacent dims merged where the strides allow), so common cases run
-//! at rank 1 to 3; at most 8 dims remain after coalescing.
+//! at rank 1 to 3. The shader takes up to 8 dims; a view with more after coalescing runs as one
+//! dispatch per coordinate of its outer dims.
 //!
 //! Element sizes: 4- and 8-byte elements are copied one invocation per element; 2- and 1-byte
 //! elements (f16, bool, uint8) one invocation per destination word (see strided.wgsl).
 
 use std::sync::Arc;
 
-use crate::exec::Pipeline;
+use crate::exec::{BufferRange, Pipeline};
 use crate::kernel::{DeviceRef, KernelContext, grid_1d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::bind_out;
@@ -220,32 +221,80 @@ pub(crate) fn copy(
             src.desc.dtype
         )));
     }
-    let v = view.coalesce();
-    if v.dims.len() > MAX_RANK {
-        return Err(Error::Unimplemented(format!(
-            "{op}: this layout needs {} dimensions after merging contiguous ones; at most \
-             {MAX_RANK} are supported",
-            v.dims.len()
-        )));
-    }
     // Every element index (and, for 8-byte elements, word index) must fit 32 bits.
     let words_in = (src.desc.byte_size().div_ceil(4)) as i64;
     let words_out = (dst.desc.byte_size().div_ceil(4)) as i64;
     fits_u32(op, "input word count", words_in)?;
     fits_u32(op, "output word count", words_out)?;
+    let pipeline = pipeline(ctx, dtype)?;
+    let s = ctx.bind(src)?;
+    let d = bind_out(ctx, op, dst)?;
+    let v = view.coalesce();
+    if v.dims.len() <= MAX_RANK {
+        return dispatch(ctx, op, &pipeline, dtype, &s, &d, &v, region);
+    }
+    // More dims than the shader takes: one dispatch per coordinate of the outer dims. Only
+    // whole-output copies get here (concatenation reads its inputs as plain vectors).
+    if region.rows != 1 {
+        return Err(Error::Gpu(format!(
+            "{op}: internal error: a strided region with a view of {} dims",
+            v.dims.len()
+        )));
+    }
+    let (outer, inner) = v.dims.split_at(v.dims.len() - MAX_RANK);
+    let inner_n: usize = inner.iter().map(|d| d.size).product();
+    let outer_n: usize = outer.iter().map(|d| d.size).product();
+    for t in 0..outer_n {
+        let mut rem = t;
+        let mut base = v.base;
+        for dim in outer.iter().rev() {
+            let mut c = rem % dim.size;
+            rem /= dim.size;
+            if dim.wrap != 0 {
+                c %= dim.wrap;
+            }
+            base += c as i64 * dim.stride;
+        }
+        let part = View {
+            dims: inner.to_vec(),
+            base,
+        };
+        let r = Region {
+            base: region.base + t * inner_n,
+            rows: 1,
+            len: inner_n,
+            stride: inner_n,
+        };
+        dispatch(ctx, op, &pipeline, dtype, &s, &d, &part, r)?;
+    }
+    Ok(())
+}
+
+/// One dispatch of the shader: a coalesced view of at most `MAX_RANK` dims.
+#[allow(clippy::too_many_arguments)]
+fn dispatch(
+    ctx: &KernelContext,
+    op: &str,
+    pipeline: &Pipeline,
+    dtype: DType,
+    s: &BufferRange,
+    d: &BufferRange,
+    v: &View,
+    region: Region,
+) -> Result<()> {
     let mut dims = [0u32; MAX_RANK];
     let mut strides = [0u32; MAX_RANK];
     let mut wraps = [0u32; MAX_RANK];
-    for (i, d) in v.dims.iter().rev().enumerate() {
-        dims[i] = fits_u32(op, "dimension", d.size as i64)?;
+    for (i, dim) in v.dims.iter().rev().enumerate() {
+        dims[i] = fits_u32(op, "dimension", dim.size as i64)?;
         // Two's complement: the shader's wrapping u32 arithmetic adds negative strides.
-        strides[i] = d.stride as u32;
-        wraps[i] = fits_u32(op, "dimension", d.wrap as i64)?;
+        strides[i] = dim.stride as u32;
+        wraps[i] = fits_u32(op, "dimension", dim.wrap as i64)?;
     }
     let (count, per_row) = match dtype.size() {
-        4 | 8 => (n, 0),
-        s => {
-            let epw = 4 / s;
+        4 | 8 => (region.count(), 0),
+        size => {
+            let epw = 4 / size;
             let aligned = region.base.is_multiple_of(epw)
                 && (region.rows == 1 || region.stride.is_multiple_of(epw));
             let per_row = region.len.div_ceil(epw) + usize::from(!aligned);
@@ -253,8 +302,9 @@ pub(crate) fn copy(
         }
     };
     let count = fits_u32(op, "element count", count as i64)?;
+    let (groups, row) = grid_1d(count as u64, WG);
     let mut words = vec![
-        0,
+        row,
         count,
         v.dims.len() as u32,
         fits_u32(op, "offset", v.base)?,
@@ -270,12 +320,7 @@ pub(crate) fn copy(
     words.extend_from_slice(&dims);
     words.extend_from_slice(&strides);
     words.extend_from_slice(&wraps);
-    let (groups, row) = grid_1d(count as u64, WG);
-    words[0] = row;
-    let pipeline = pipeline(ctx, dtype)?;
-    let s = ctx.bind(src)?;
-    let d = bind_out(ctx, op, dst)?;
-    ctx.dispatch(&pipeline, &params(&words), &[s, d], groups)
+    ctx.dispatch(pipeline, &params(&words), &[s.clone(), d.clone()], groups)
 }
 
 #[cfg(test)]
