@@ -6,6 +6,7 @@ pub mod cast;
 pub mod copy;
 pub mod elementwise;
 pub mod fill;
+pub mod layout;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
@@ -22,4 +23,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
+    defs.extend_from_slice(layout::OPS);
 }
