@@ -9,6 +9,7 @@ pub mod fill;
 pub mod matmul;
 pub mod nn;
 pub mod reduce;
+pub mod slice;
 pub mod wgsl;
 
 use crate::kernel::OpDef;
@@ -22,4 +23,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
+    defs.extend_from_slice(slice::OPS);
 }
