@@ -9,7 +9,11 @@ pub mod fill;
 pub mod layout;
 pub mod matmul;
 pub mod nn;
+pub mod norm;
+pub mod pool;
+pub mod random;
 pub mod reduce;
+pub mod slice;
 pub mod wgsl;
 
 use crate::kernel::OpDef;
@@ -24,4 +28,8 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
     defs.extend_from_slice(layout::OPS);
+    defs.extend_from_slice(slice::OPS);
+    defs.extend_from_slice(pool::OPS);
+    defs.extend_from_slice(norm::OPS);
+    defs.extend_from_slice(random::OPS);
 }

@@ -1,0 +1,327 @@
+"""The slice family through TensorFlow: each op on /GPU:0 against /CPU:0 (Slice, StridedSlice,
+StridedSliceGrad, Pad, PadV2, MirrorPad, MirrorPadGrad, GatherV2, OneHot, Range, Erf, Erfc),
+every registered dtype, awkward shapes, gradients through tf.GradientTape, and a check that the
+kernels really ran on the GPU (the plugin's per-op counters)."""
+import ctypes
+import json
+
+import numpy as np
+import pytest
+
+from conftest import on_gpu
+
+MOVE_DTYPES = ["float32", "float16", "int64", "bool", "uint8"]
+
+
+def gpu_counts():
+    import tensorflow_wgpu
+
+    lib = tensorflow_wgpu._plugin()
+    lib.tfwgpu_stats_json.restype = ctypes.c_char_p
+    return json.loads(lib.tfwgpu_stats_json())["gpu_ops"]
+
+
+class ran_on_gpu:
+    """Asserts that each named op ran at least once on the GPU inside the block."""
+
+    def __init__(self, *ops):
+        self.ops = ops
+
+    def __enter__(self):
+        self.before = gpu_counts()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            after = gpu_counts()
+            for op in self.ops:
+                assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the GPU"
+
+
+def rand(rng, shape, dtype):
+    if dtype == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype in ("int64", "int32"):
+        return rng.integers(-1000, 1000, shape).astype(dtype)
+    if dtype == "uint8":
+        return rng.integers(0, 256, shape).astype(np.uint8)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def both(tf, fn, *arrays):
+    with tf.device("/GPU:0"):
+        g = fn(*[tf.constant(a) for a in arrays])
+    with tf.device("/CPU:0"):
+        c = fn(*[tf.constant(a) for a in arrays])
+    return g, c
+
+
+def same(g, c):
+    assert g.dtype == c.dtype and g.shape == c.shape, (g.dtype, c.dtype, g.shape, c.shape)
+    np.testing.assert_array_equal(g.numpy(), c.numpy())
+
+
+# ------------------------------------------------------------------ StridedSlice
+
+PY_SLICES = [
+    ("x[1:-1:2, ..., None]", (7, 3, 5), lambda x: x[1:-1:2, ..., None]),
+    ("x[::-1]", (129,), lambda x: x[::-1]),
+    ("x[2, :, ::-2]", (4, 3, 7), lambda x: x[2, :, ::-2]),
+    ("x[-1]", (5, 3), lambda x: x[-1]),
+    ("x[None, 1, ..., 1:4:2]", (2, 3, 4, 5), lambda x: x[None, 1, ..., 1:4:2]),
+    ("x[-100:100:3, 4:2]", (5, 6), lambda x: x[-100:100:3, 4:2]),
+    ("x[..., -2]", (2, 3, 4), lambda x: x[..., -2]),
+    ("x[1:, 6:0:-3]", (3, 7), lambda x: x[1:, 6:0:-3]),
+]
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@pytest.mark.parametrize("name,shape,fn", PY_SLICES, ids=[p[0] for p in PY_SLICES])
+def test_python_slicing(tf, dtype, name, shape, fn):
+    x = rand(np.random.default_rng(1), shape, dtype)
+    with ran_on_gpu("StridedSlice"):
+        g, c = both(tf, fn, x)
+    assert on_gpu(g)
+    same(g, c)
+
+
+def test_strided_slice_random_masks_match_cpu_values_and_errors(tf):
+    rng = np.random.default_rng(2)
+    x = rand(rng, (3, 4, 5), "float32")
+    tried = ok = 0
+    for _ in range(150):
+        n = int(rng.integers(1, 5))
+        begin = rng.integers(-6, 7, n).tolist()
+        end = rng.integers(-6, 7, n).tolist()
+        strides = [int(s) if s != 0 else 1 for s in rng.integers(-3, 4, n)]
+        masks = {k: int(rng.integers(0, 1 << n)) if rng.random() < 0.5 else 0
+                 for k in ("begin_mask", "end_mask", "new_axis_mask", "shrink_axis_mask")}
+        masks["ellipsis_mask"] = int(1 << rng.integers(0, n)) if rng.random() < 0.3 else 0
+
+        def f(t):
+            return tf.raw_ops.StridedSlice(input=t, begin=begin, end=end, strides=strides, **masks)
+
+        results = []
+        for dev in ("/GPU:0", "/CPU:0"):
+            try:
+                with tf.device(dev):
+                    results.append(f(tf.constant(x)))
+            except tf.errors.InvalidArgumentError as e:
+                results.append(e)
+        tried += 1
+        g, c = results
+        if isinstance(c, Exception):
+            assert isinstance(g, Exception), f"{begin} {end} {strides} {masks}: CPU fails ({c}), GPU gives {g}"
+            continue
+        assert not isinstance(g, Exception), f"{begin} {end} {strides} {masks}: {g}"
+        assert on_gpu(g)
+        same(g, c)
+        ok += 1
+    assert ok > 50, (ok, tried)
+
+
+def test_strided_slice_gradient(tf):
+    rng = np.random.default_rng(3)
+    for dtype in ("float32", "float16"):
+        x = rand(rng, (6, 3, 5), dtype)
+        w = rand(rng, (2, 3, 3), dtype)
+
+        def loss(t):
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = tf.reduce_sum(t[1:-1:2, ..., ::-2] * w)
+            return tape.gradient(y, t)
+
+        with ran_on_gpu("StridedSliceGrad"):
+            g, c = both(tf, loss, x)
+        assert on_gpu(g)
+        same(g, c)
+
+
+# ------------------------------------------------------------------ Slice
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+def test_tf_slice(tf, dtype):
+    rng = np.random.default_rng(4)
+    for shape, begin, size in [((7,), [2], [5]), ((3, 129), [1, 7], [2, -1]), ((2, 3, 5), [0, 1, 2], [2, 0, 3]),
+                               ((4, 1, 3), [3, 0, 0], [1, 1, -1])]:
+        x = rand(rng, shape, dtype)
+        with ran_on_gpu("Slice"):
+            g, c = both(tf, lambda t: tf.slice(t, begin, size), x)
+        assert on_gpu(g)
+        same(g, c)
+
+
+def test_tf_slice_gradient(tf):
+    x = rand(np.random.default_rng(5), (5, 7), "float32")
+
+    def grad(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(tf.slice(t, [1, 2], [3, 4]) ** 2)
+        return tape.gradient(y, t)
+
+    with ran_on_gpu("Slice"):
+        g, c = both(tf, grad, x)
+    same(g, c)
+
+
+# ------------------------------------------------------------------ Pad, PadV2, MirrorPad
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES)
+@pytest.mark.parametrize("mode", ["CONSTANT", "REFLECT", "SYMMETRIC"])
+def test_tf_pad_modes(tf, dtype, mode):
+    rng = np.random.default_rng(6)
+    for shape, pads in [((5,), [[2, 3]]), ((3, 7), [[1, 2], [0, 3]]), ((2, 3, 4), [[1, 1], [2, 0], [3, 3]]),
+                        ((1, 3), [[0, 0], [2, 1]])]:
+        if mode == "REFLECT":
+            pads = [[min(b, d - 1), min(a, d - 1)] for (b, a), d in zip(pads, shape)]
+        if mode == "SYMMETRIC":
+            pads = [[min(b, d), min(a, d)] for (b, a), d in zip(pads, shape)]
+        x = rand(rng, shape, dtype)
+        op = {"CONSTANT": "Pad", "REFLECT": "MirrorPad", "SYMMETRIC": "MirrorPad"}[mode]
+        with ran_on_gpu(op):
+            g, c = both(tf, lambda t: tf.pad(t, pads, mode=mode), x)
+        assert on_gpu(g)
+        same(g, c)
+    if mode == "CONSTANT":
+        x = rand(rng, (3, 5), dtype)
+        value = x.flat[0] if x.flat[0] != 0 else np.ones((), dtype)  # PadV2 needs a nonzero value
+        with ran_on_gpu("PadV2"):
+            g, c = both(tf, lambda t: tf.pad(t, [[1, 0], [2, 3]], constant_values=value), x)
+        same(g, c)
+
+
+@pytest.mark.parametrize("mode", ["CONSTANT", "REFLECT", "SYMMETRIC"])
+def test_tf_pad_gradients(tf, mode):
+    rng = np.random.default_rng(7)
+    for dtype, tol in [("float32", 1e-6), ("float16", 1e-3)]:
+        x = rand(rng, (4, 5, 3), dtype)
+        w = rand(rng, (7, 8, 3), dtype)
+
+        def grad(t):
+            with tf.GradientTape() as tape:
+                tape.watch(t)
+                y = tf.reduce_sum(tf.pad(t, [[1, 2], [3, 0], [0, 0]], mode=mode) * w)
+            return tape.gradient(y, t)
+
+        op = "MirrorPadGrad" if mode != "CONSTANT" else "Slice"
+        with ran_on_gpu(op):
+            g, c = both(tf, grad, x)
+        assert on_gpu(g)
+        assert g.dtype == c.dtype and g.shape == c.shape
+        np.testing.assert_allclose(g.numpy().astype(np.float32), c.numpy().astype(np.float32), rtol=tol, atol=tol)
+
+
+# ------------------------------------------------------------------ GatherV2
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES + ["int32"])
+def test_tf_gather(tf, dtype):
+    rng = np.random.default_rng(8)
+    cases = [((7,), (5,), 0, 0), ((5, 3), (2, 3), 1, 0), ((5, 3), (4,), -2, 0), ((3, 5, 2), (3, 4), 1, 1),
+             ((2, 3, 5, 3), (2, 3, 2), 2, 2), ((2, 4, 3), (), 1, 0)]
+    for pshape, ishape, axis, bd in cases:
+        x = rand(rng, pshape, dtype)
+        n = pshape[axis]
+        for idt in (np.int32, np.int64):
+            idx = rng.integers(0, n, ishape).astype(idt)
+            with ran_on_gpu("GatherV2"):
+                g, c = both(tf, lambda p, i: tf.gather(p, i, axis=axis, batch_dims=bd), x, idx)
+            assert on_gpu(g)
+            same(g, c)
+
+
+def test_gather_out_of_range_gives_zeros_like_tensorflow_gpu(tf):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) + 1
+    with tf.device("/GPU:0"):
+        g = tf.gather(tf.constant(x), tf.constant([1, 4, -1, 0]))
+    np.testing.assert_array_equal(g.numpy(), np.stack([x[1], np.zeros(3), np.zeros(3), x[0]]))
+
+
+def test_gather_gradient(tf):
+    rng = np.random.default_rng(9)
+    x = rand(rng, (6, 4), "float32")
+    idx = np.array([0, 5, 2, 2], np.int32)
+
+    def grad(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(tf.gather(t, idx) ** 2)
+        return tf.convert_to_tensor(tape.gradient(y, t))
+
+    with ran_on_gpu("GatherV2"):
+        g, c = both(tf, grad, x)
+    np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-6, atol=1e-6)
+
+
+# ------------------------------------------------------------------ OneHot
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES + ["int32"])
+def test_tf_one_hot(tf, dtype):
+    rng = np.random.default_rng(10)
+    on, off = rand(rng, (2,), dtype)
+    if dtype == "bool":
+        on, off = True, False
+    for shape, depth, axis in [((7,), 5, -1), ((3, 5), 4, 0), ((2, 3), 3, 1), ((), 6, -1), ((4,), 0, -1)]:
+        for idt in (np.uint8, np.int32, np.int64):
+            idx = rng.integers(-1 if idt != np.uint8 else 0, depth + 2, shape).astype(idt)
+            with ran_on_gpu("OneHot"):
+                g, c = both(tf, lambda i: tf.one_hot(i, depth, on_value=on, off_value=off, axis=axis, dtype=dtype), idx)
+            assert on_gpu(g)
+            same(g, c)
+
+
+# ------------------------------------------------------------------ Range
+
+def test_tf_range(tf):
+    for args, dtype in [((0, 10, 1), tf.int64), ((-7, 100, 3), tf.int64), ((100, -7, -9), tf.int64),
+                        ((0.0, 10.0, 0.5), tf.float32), ((3.5, -2.25, -0.75), tf.float32), ((1.0, 1.0, 1.0), tf.float32)]:
+        with ran_on_gpu("Range"):
+            with tf.device("/GPU:0"):
+                g = tf.range(*args, dtype=dtype)
+        with tf.device("/CPU:0"):
+            c = tf.range(*args, dtype=dtype)
+        assert on_gpu(g)
+        same(g, c)
+    # Long float ranges: start + i * delta on the GPU, an accumulated sum on TensorFlow's CPU.
+    with tf.device("/GPU:0"):
+        g = tf.range(0.0, 100.0, 0.1)
+    with tf.device("/CPU:0"):
+        c = tf.range(0.0, 100.0, 0.1)
+    assert g.shape == c.shape
+    np.testing.assert_allclose(g.numpy(), np.arange(1000) * np.float64(np.float32(0.1)), rtol=2e-7, atol=1e-7)
+    np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ Erf, Erfc
+
+@pytest.mark.parametrize("op", ["erf", "erfc"])
+def test_erf_erfc(tf, op):
+    rng = np.random.default_rng(11)
+    x = np.concatenate([rng.uniform(-5, 5, 1001), [0.0, -0.0, 0.5, 2.0, 9.0, 11.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    f = getattr(tf.math, op)
+    with ran_on_gpu(op.capitalize()):
+        g, c = both(tf, f, x)
+    assert on_gpu(g)
+    # Against the exact value (float64 math.erf/erfc): within 4 ULP of float32.
+    import math
+
+    exact = np.array([getattr(math, op)(float(v)) for v in x])
+    finite = np.isfinite(exact)
+    err = np.abs(g.numpy()[finite].astype(np.float64) - exact[finite])
+    ulps = np.spacing(np.abs(exact[finite]).astype(np.float32)).astype(np.float64)
+    assert np.all(err <= 4 * np.maximum(ulps, 1.4e-45)), np.max(err / ulps)
+    # Against TensorFlow's CPU kernel, whose float32 erfc is itself up to ~8 ULP off (Eigen's
+    # approximation): the sum of both bounds.
+    np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=1.5e-6, atol=1e-37)
+    g16, c16 = both(tf, f, x.astype(np.float16))
+    assert on_gpu(g16)
+    np.testing.assert_allclose(g16.numpy().astype(np.float32), c16.numpy().astype(np.float32), rtol=1e-3, atol=1e-7)
+
+    def grad(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            y = tf.reduce_sum(f(t))
+        return tape.gradient(y, t)
+
+    gg, cg = both(tf, grad, x[:1001])
+    np.testing.assert_allclose(gg.numpy(), cg.numpy(), rtol=1e-5, atol=1e-30)
