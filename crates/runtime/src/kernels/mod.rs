@@ -8,6 +8,8 @@ pub mod elementwise;
 pub mod fill;
 pub mod matmul;
 pub mod nn;
+pub mod norm;
+pub mod pool;
 pub mod reduce;
 pub mod wgsl;
 
@@ -22,4 +24,6 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
+    defs.extend_from_slice(pool::OPS);
+    defs.extend_from_slice(norm::OPS);
 }

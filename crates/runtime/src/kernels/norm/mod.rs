@@ -1,0 +1,5 @@
+//! norm family (work in progress).
+use crate::kernel::OpDef;
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[];
