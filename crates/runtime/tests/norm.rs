@@ -238,6 +238,8 @@ fn forward_training_and_inference_shapes() {
         (&[1, 3, 9, 11], true),
         (&[2, 3, 4, 5, 3], false),
         (&[2, 3, 2, 3, 4], true),
+        // 40 channels innermost: two channel tiles (32 + 8), 19 chunks per channel.
+        (&[2, 30, 40, 40], false),
     ];
     let mut seed = 0;
     for &(shape, cf) in shapes {
@@ -459,6 +461,7 @@ fn gradient_training_and_inference() {
         (vec![3, 5, 4, 129], false),
         (vec![2, 3, 2, 3, 4], true),
         (vec![4, 100, 100, 2], false),
+        (vec![2, 30, 40, 40], false),
     ] {
         for training in [true, false] {
             for version in [1, 2, 3] {

@@ -13,7 +13,7 @@ struct Params {
     groups_x: u32,
     mode: u32,
     factor_is_one: u32,
-    pad0: u32,
+    tc: u32,
     eps: u32,
     factor: u32,
     rest_inv: u32,

@@ -3,13 +3,14 @@
 //! NCDHW), T float32 or float16 with U (statistics, scale, offset) float32.
 //!
 //! Three shaders: `stats.wgsl` accumulates per-channel partials over chunks of the N*H*W
-//! elements (one workgroup per channel and chunk, each invocation at most 16 elements, then a
-//! tree in shared memory), `finalize.wgsl` combines a channel's partials (again strided, then a
+//! elements (one workgroup per chunk and tile of channels: up to 32 neighbouring channels when
+//! the channel is innermost (NHWC), so reads are contiguous, else one; each invocation at most
+//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials (again strided, then a
 //! tree) and computes the per-channel outputs and coefficients, `apply.wgsl` the elementwise
 //! output. The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
-//! by trees. No sum runs serially over more than 16 elements per invocation (256 for the
-//! partials of one channel).
+//! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
+//! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
 //!
 //! Outputs follow TensorFlow's CPU kernel (`fused_batch_norm_op.cc`):
 //! - training: y = (x - mean) * (rsqrt(var + eps) * scale) + offset with the batch mean and the
@@ -56,6 +57,8 @@ const DTYPES: &[DType] = &[DType::F32, DType::F16];
 const RWG: usize = 256;
 /// Elements per invocation in one chunk of `stats.wgsl`.
 const PER_THREAD: usize = 16;
+/// Most channels one workgroup of `stats.wgsl` covers.
+const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
 const ROWS: usize = 8;
 /// f32 NaN bits.
@@ -206,6 +209,8 @@ impl Common {
 #[derive(Clone, Copy, Debug)]
 struct Plan {
     c: usize,
+    /// Channels per workgroup of `stats.wgsl` (a power of two).
+    tc: usize,
     inner: usize,
     rest: usize,
     chunk: usize,
@@ -215,7 +220,13 @@ struct Plan {
 impl Plan {
     fn new(name: &str, (outer, c, inner): (usize, usize, usize)) -> Result<Plan> {
         let rest = outer * inner;
-        let chunk = RWG * PER_THREAD;
+        // Channels innermost (NHWC): neighbouring invocations take neighbouring channels.
+        let tc = if inner == 1 {
+            c.next_power_of_two().min(MAX_TC)
+        } else {
+            1
+        };
+        let chunk = RWG / tc * PER_THREAD;
         let splits = rest.div_ceil(chunk).max(1);
         if c.saturating_mul(splits) > u32::MAX as usize / 4 {
             return Err(Error::Unimplemented(format!(
@@ -224,6 +235,7 @@ impl Plan {
         }
         Ok(Plan {
             c,
+            tc,
             inner,
             rest,
             chunk,
@@ -258,7 +270,7 @@ impl Plan {
             groups_x,
             mode,
             factor.is_none_or(|f| f == 1.0) as u32,
-            0,
+            self.tc as u32,
             eps.to_bits(),
             factor.unwrap_or(1.0).to_bits(),
             rest_inv.to_bits(),
@@ -328,7 +340,7 @@ impl Run<'_> {
             || ShaderSource::new(stats_shader(dtype, grad)),
         )?;
         let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
-        let (grid, gx) = groups("batch norm statistics", p.c * p.splits)?;
+        let (grid, gx) = groups("batch norm statistics", p.c.div_ceil(p.tc) * p.splits)?;
         let params = p.params(0, 0, 0, gx, 0, None, self.eps);
         let unused = ctx.temp(4)?;
         ctx.dispatch(
