@@ -1,0 +1,631 @@
+//! norm family: FusedBatchNorm / FusedBatchNormV2 / FusedBatchNormV3 and their gradients
+//! FusedBatchNormGrad / V2 / V3, training and inference, NHWC / NCHW (and the 5-D NDHWC /
+//! NCDHW), T float32 or float16 with U (statistics, scale, offset) float32.
+//!
+//! Three shaders: `stats.wgsl` accumulates per-channel partials over chunks of the N*H*W
+//! elements (one workgroup per chunk and tile of channels: up to 32 neighbouring channels when
+//! the channel is innermost (NHWC), so reads are contiguous, else one; each invocation at most
+//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials (again strided, then a
+//! tree) and computes the per-channel outputs and coefficients, `apply.wgsl` the elementwise
+//! output. The forward statistics are Welford states (count, mean, M2) merged by Chan's
+//! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
+//! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
+//! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
+//!
+//! Outputs follow TensorFlow's CPU kernel (`fused_batch_norm_op.cc`):
+//! - training: y = (x - mean) * (rsqrt(var + eps) * scale) + offset with the batch mean and the
+//!   biased variance var = sum((x - mean)^2) / n; batch_mean and batch_variance are the
+//!   running statistics: with exponential_avg_factor f = 1 the batch mean and the Bessel-
+//!   corrected variance var * n / max(n - 1, 1), otherwise (1 - f) * old + f * batch (the
+//!   variance term (f * n / (n - 1)) * var); reserve_space_1 / 2 are the batch mean and the
+//!   biased variance (what the gradient expects).
+//! - inference: y from the given mean and variance; batch_mean / batch_variance are copies of
+//!   them, and so are reserve_space_1 / 2 (TensorFlow's CPU kernel leaves those two
+//!   uninitialized; the gradient with is_training false reads the population statistics).
+//! - V3's reserve_space_3 is a float32 scalar 0, as TensorFlow's CPU kernel allocates it.
+//! - An empty x gives NaN batch_mean / batch_variance (and here NaN reserve spaces too).
+//! - Gradient (training): with coef0 = rsqrt(var + eps) from reserve_space_2,
+//!   x_backprop = scale * coef0 * ((dy - mean(dy)) - (x - mean) * coef0^2 * mean(dy * (x - mean))),
+//!   scale_backprop = sum(dy * (x - mean)) * coef0, offset_backprop = sum(dy); inference:
+//!   x_backprop = dy * scale * coef0. Its reserve outputs are empty ([0]), and an empty x gives
+//!   zero scale/offset gradients. TensorFlow's CPU gradient with is_training false accepts only
+//!   NHWC (its Python gradient transposes); this kernel also takes NCHW.
+//! - f16 tensors are read exactly, computed in f32 and rounded once to f16, as TensorFlow's
+//!   CPU kernel casts its float results.
+
+use crate::exec::BufferRange;
+use crate::kernel::{
+    AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d,
+};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{
+    COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
+};
+use crate::kernels::fill::fill_bytes;
+use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::{DType, Error, Result, bail_invalid};
+
+const NORM_COMMON: &str = include_str!("common.wgsl");
+const STATS_WGSL: &str = include_str!("stats.wgsl");
+const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
+const APPLY_WGSL: &str = include_str!("apply.wgsl");
+
+const V1_DTYPES: &[DType] = &[DType::F32];
+const DTYPES: &[DType] = &[DType::F32, DType::F16];
+
+/// Invocations per workgroup of the reduction shaders.
+const RWG: usize = 256;
+/// Elements per invocation in one chunk of `stats.wgsl`.
+const PER_THREAD: usize = 16;
+/// Most channels one workgroup of `stats.wgsl` covers.
+const MAX_TC: usize = 32;
+/// Rows of the per-channel result buffer.
+const ROWS: usize = 8;
+/// f32 NaN bits.
+const NAN_BITS: u32 = 0x7fc0_0000;
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "FusedBatchNorm",
+        type_attr: "T",
+        dtypes: V1_DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNorm::build("FusedBatchNorm", 1, a),
+    },
+    OpDef {
+        op: "FusedBatchNormV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNorm::build("FusedBatchNormV2", 2, a),
+    },
+    OpDef {
+        op: "FusedBatchNormV3",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNorm::build("FusedBatchNormV3", 3, a),
+    },
+    OpDef {
+        op: "FusedBatchNormGrad",
+        type_attr: "T",
+        dtypes: V1_DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNormGrad::build("FusedBatchNormGrad", 1, a),
+    },
+    OpDef {
+        op: "FusedBatchNormGradV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNormGrad::build("FusedBatchNormGradV2", 2, a),
+    },
+    OpDef {
+        op: "FusedBatchNormGradV3",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| BatchNormGrad::build("FusedBatchNormGradV3", 3, a),
+    },
+];
+
+/// Attributes shared by the forward and gradient ops.
+#[derive(Clone, Copy, Debug)]
+struct Common {
+    name: &'static str,
+    version: u8,
+    epsilon: f32,
+    channels_first: bool,
+    training: bool,
+}
+
+impl Common {
+    fn read(name: &'static str, version: u8, attrs: &Attrs) -> Result<Common> {
+        let allowed = if version == 1 { V1_DTYPES } else { DTYPES };
+        if let Some(t) = attrs.dtype_opt("T")?
+            && !allowed.contains(&t)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for T={t}"
+            )));
+        }
+        if let Some(u) = attrs.dtype_opt("U")?
+            && u != DType::F32
+        {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for U={u}"
+            )));
+        }
+        let channels_first = match attrs.get("data_format") {
+            None => false,
+            Some(AttrValue::Str(s)) if s == "NHWC" || s == "NDHWC" => false,
+            Some(AttrValue::Str(s)) if s == "NCHW" || s == "NCDHW" => true,
+            Some(other) => bail_invalid!("{name}: Invalid data format {other:?}"),
+        };
+        Ok(Common {
+            name,
+            version,
+            epsilon: attrs.float_or("epsilon", 1e-4)?,
+            channels_first,
+            training: attrs.bool_or("is_training", true)?,
+        })
+    }
+
+    fn dtypes(&self) -> &'static [DType] {
+        if self.version == 1 { V1_DTYPES } else { DTYPES }
+    }
+
+    /// Checks x (input `i`); returns the (outer, c, inner) view.
+    fn view(&self, x: &Operand, what: &str) -> Result<(usize, usize, usize)> {
+        let name = self.name;
+        let dtype = x.dtype();
+        if !self.dtypes().contains(&dtype) {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for T={dtype}"
+            )));
+        }
+        let s = x.shape();
+        if s.len() != 4 && s.len() != 5 {
+            bail_invalid!(
+                "{name}: {what} must be 4 or 5-dimensional, got shape {}",
+                fmt_shape(s)
+            );
+        }
+        let cd = if self.channels_first { 1 } else { s.len() - 1 };
+        let v = (
+            s[..cd].iter().product(),
+            s[cd],
+            s[cd + 1..].iter().product(),
+        );
+        words_for(name, dtype, s.iter().product())?;
+        Ok(v)
+    }
+
+    /// Checks a 1-D float32 per-channel input; `any_len` accepts any length.
+    fn vector(&self, x: &Operand, what: &str, c: usize, any_len: bool) -> Result<()> {
+        let name = self.name;
+        if x.dtype() != DType::F32 {
+            bail_invalid!("{name}: {what} must be float32 (U), got {}", x.dtype());
+        }
+        if x.shape().len() != 1 {
+            bail_invalid!(
+                "{name}: {what} must be 1-dimensional, got shape {}",
+                fmt_shape(x.shape())
+            );
+        }
+        if !any_len && x.shape()[0] != c {
+            bail_invalid!(
+                "{name}: {what} must have the same number of elements as the channels of x, \
+                 got {} and {c}",
+                x.shape()[0]
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The reduction geometry of one call.
+#[derive(Clone, Copy, Debug)]
+struct Plan {
+    c: usize,
+    /// Channels per workgroup of `stats.wgsl` (a power of two).
+    tc: usize,
+    inner: usize,
+    rest: usize,
+    chunk: usize,
+    splits: usize,
+}
+
+impl Plan {
+    fn new(name: &str, (outer, c, inner): (usize, usize, usize)) -> Result<Plan> {
+        let rest = outer * inner;
+        // Channels innermost (NHWC): neighbouring invocations take neighbouring channels.
+        let tc = if inner == 1 {
+            c.next_power_of_two().min(MAX_TC)
+        } else {
+            1
+        };
+        let chunk = RWG / tc * PER_THREAD;
+        let splits = rest.div_ceil(chunk).max(1);
+        if c.saturating_mul(splits) > u32::MAX as usize / 4 {
+            return Err(Error::Unimplemented(format!(
+                "{name}: {c} channels of {rest} elements are more than one dispatch can cover"
+            )));
+        }
+        Ok(Plan {
+            c,
+            tc,
+            inner,
+            rest,
+            chunk,
+            splits,
+        })
+    }
+
+    /// Params of every shader; `n`/`words` for the elementwise pass, `groups_x` for the
+    /// workgroup-per-item passes.
+    #[allow(clippy::too_many_arguments)]
+    fn params(
+        &self,
+        row: u32,
+        n: usize,
+        words: u32,
+        groups_x: u32,
+        mode: u32,
+        factor: Option<f32>,
+        eps: f32,
+    ) -> Vec<u8> {
+        let rest_inv = 1.0f32 / self.rest as f32;
+        let adjust = self.rest as f32 / (self.rest.max(2) - 1) as f32;
+        params(&[
+            row,
+            n as u32,
+            words,
+            self.c as u32,
+            self.inner as u32,
+            self.rest as u32,
+            self.chunk as u32,
+            self.splits as u32,
+            groups_x,
+            mode,
+            factor.is_none_or(|f| f == 1.0) as u32,
+            self.tc as u32,
+            eps.to_bits(),
+            factor.unwrap_or(1.0).to_bits(),
+            rest_inv.to_bits(),
+            adjust.to_bits(),
+        ])
+    }
+}
+
+/// A grid of `items` workgroups: ([gx, gy, 1], gx).
+fn groups(name: &str, items: usize) -> Result<([u32; 3], u32)> {
+    let gx = items.clamp(1, crate::kernel::MAX_GROUPS_X as usize);
+    let gy = items.div_ceil(gx);
+    if gy > crate::kernel::MAX_GROUPS_X as usize {
+        return Err(Error::Unimplemented(format!(
+            "{name}: {items} workgroups are more than one dispatch can cover"
+        )));
+    }
+    Ok(([gx as u32, gy as u32, 1], gx as u32))
+}
+
+fn stats_shader(dtype: DType, grad: bool) -> String {
+    STATS_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$GRAD", if grad { "true" } else { "false" })
+        .replace("$LOAD_X", &load_expr(dtype, "x"))
+        .replace("$LOAD_DY", &load_expr(dtype, "dy"))
+        .replace("$COMMON", COMMON_WGSL)
+}
+
+fn apply_shader(dtype: DType) -> String {
+    APPLY_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$LOAD_X", &load_expr(dtype, "x"))
+        .replace("$LOAD_DY", &load_expr(dtype, "dy"))
+        .replace("$STORE", store_stmt(dtype))
+        .replace("$LINEAR_INDEX", LINEAR_INDEX)
+        .replace("$COMMON", COMMON_WGSL)
+}
+
+/// What one batch-norm call records (shared by the forward and the gradient).
+struct Run<'a> {
+    ctx: &'a KernelContext<'a>,
+    plan: Plan,
+    dtype: DType,
+    eps: f32,
+    factor: Option<f32>,
+}
+
+impl Run<'_> {
+    /// Dispatches `stats.wgsl` over x (and dy); returns the partials.
+    fn stats(
+        &self,
+        x: &BufferRange,
+        dy: Option<&BufferRange>,
+        mean: Option<&BufferRange>,
+    ) -> Result<BufferRange> {
+        let ctx = self.ctx;
+        let p = &self.plan;
+        let grad = dy.is_some();
+        let dtype = self.dtype;
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "norm",
+                Some(dtype),
+                if grad { "stats_grad" } else { "stats" },
+            ),
+            || ShaderSource::new(stats_shader(dtype, grad)),
+        )?;
+        let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
+        let (grid, gx) = groups("batch norm statistics", p.c.div_ceil(p.tc) * p.splits)?;
+        let params = p.params(0, 0, 0, gx, 0, None, self.eps);
+        let unused = ctx.temp(4)?;
+        ctx.dispatch(
+            &pipeline,
+            &params,
+            &[
+                x.clone(),
+                dy.cloned().unwrap_or_else(|| unused.clone()),
+                mean.cloned().unwrap_or(unused),
+                part.clone(),
+            ],
+            grid,
+        )?;
+        Ok(part)
+    }
+
+    /// Dispatches `finalize.wgsl`; returns the per-channel rows.
+    fn finalize(
+        &self,
+        mode: u32,
+        part: Option<&BufferRange>,
+        vecs: [Option<&BufferRange>; 4],
+    ) -> Result<BufferRange> {
+        let ctx = self.ctx;
+        let p = &self.plan;
+        let pipeline = ctx.pipeline(PipelineKey::new("norm", None, "finalize"), || {
+            ShaderSource::new(FINALIZE_WGSL.replace("$NORM_COMMON", NORM_COMMON))
+        })?;
+        let res = ctx.temp((ROWS * p.c * 4) as u64)?;
+        let (grid, gx) = groups("batch norm", p.c)?;
+        let params = p.params(0, 0, 0, gx, mode, self.factor, self.eps);
+        let unused = ctx.temp(4)?;
+        let mut b = vec![part.cloned().unwrap_or_else(|| unused.clone())];
+        for v in vecs {
+            b.push(v.cloned().unwrap_or_else(|| unused.clone()));
+        }
+        b.push(res.clone());
+        ctx.dispatch(&pipeline, &params, &b, grid)?;
+        Ok(res)
+    }
+
+    /// Dispatches `apply.wgsl` into `out`.
+    fn apply(
+        &self,
+        mode: u32,
+        x: &BufferRange,
+        dy: Option<&BufferRange>,
+        res: &BufferRange,
+        out: &DeviceRef,
+        name: &str,
+    ) -> Result<()> {
+        let ctx = self.ctx;
+        let dtype = self.dtype;
+        let pipeline = ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply"), || {
+            ShaderSource::new(apply_shader(dtype))
+        })?;
+        let n = out.desc.num_elements();
+        let words = words_for(name, dtype, n)?;
+        let (grid, row) = grid_1d(words as u64, WG);
+        let params = self.plan.params(row, n, words, 0, mode, None, self.eps);
+        let o = bind_out(ctx, name, out)?;
+        ctx.dispatch(
+            &pipeline,
+            &params,
+            &[
+                x.clone(),
+                dy.cloned().unwrap_or_else(|| x.clone()),
+                res.clone(),
+                o,
+            ],
+            grid,
+        )
+    }
+
+    /// Copies row `row` of `res` to the float32 [c] output `out`.
+    fn copy_row(&self, res: &BufferRange, row: usize, out: &DeviceRef, name: &str) -> Result<()> {
+        let size = (self.plan.c * 4) as u64;
+        let src = BufferRange {
+            buffer: res.buffer.clone(),
+            offset: res.offset + row as u64 * size,
+            size,
+        };
+        let dst = bind_out(self.ctx, name, out)?;
+        self.ctx.copy(&src, &dst, size)
+    }
+}
+
+fn fill_f32(ctx: &KernelContext, out: &DeviceRef, bits: u32) -> Result<()> {
+    fill_bytes(ctx, out.addr, out.desc.byte_size(), bits)
+}
+
+fn check_outputs(name: &str, outputs: &[DeviceRef], want: &[TensorDesc]) -> Result<()> {
+    if outputs.len() != want.len() {
+        bail_invalid!(
+            "{name}: {} outputs for {} results",
+            outputs.len(),
+            want.len()
+        );
+    }
+    for (o, w) in outputs.iter().zip(want) {
+        if &o.desc != w {
+            bail_invalid!(
+                "{name}: output is {} {} but the op computes {} {}",
+                o.desc.dtype,
+                fmt_shape(&o.desc.shape),
+                w.dtype,
+                fmt_shape(&w.shape)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// FusedBatchNorm, V2, V3.
+struct BatchNorm {
+    a: Common,
+    factor: f32,
+}
+
+impl BatchNorm {
+    fn build(name: &'static str, version: u8, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        let a = Common::read(name, version, attrs)?;
+        let factor = attrs.float_or("exponential_avg_factor", 1.0)?;
+        Ok(Box::new(BatchNorm { a, factor }))
+    }
+
+    fn check(&self, inputs: &[Operand]) -> Result<(Plan, Vec<TensorDesc>)> {
+        let name = self.a.name;
+        if inputs.len() != 5 {
+            bail_invalid!(
+                "{name} takes 5 inputs (x, scale, offset, mean, variance), got {}",
+                inputs.len()
+            );
+        }
+        let view = self.a.view(&inputs[0], "x")?;
+        let c = view.1;
+        self.a.vector(&inputs[1], "scale", c, false)?;
+        self.a.vector(&inputs[2], "offset", c, false)?;
+        let any = self.a.training && self.factor == 1.0;
+        self.a.vector(&inputs[3], "mean", c, any)?;
+        self.a.vector(&inputs[4], "variance", c, any)?;
+        let vec_c = TensorDesc::new(DType::F32, &[c]);
+        let mut outs = vec![inputs[0].desc()];
+        outs.extend(std::iter::repeat_n(vec_c, 4));
+        if self.a.version == 3 {
+            outs.push(TensorDesc::new(DType::F32, &[]));
+        }
+        Ok((Plan::new(name, view)?, outs))
+    }
+}
+
+impl Kernel for BatchNorm {
+    fn op(&self) -> &'static str {
+        self.a.name
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        Ok(self.check(inputs)?.1)
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let name = self.a.name;
+        let (plan, want) = self.check(inputs)?;
+        check_outputs(name, outputs, &want)?;
+        if self.a.version == 3 {
+            fill_f32(ctx, &outputs[5], 0)?;
+        }
+        if plan.c == 0 {
+            return Ok(());
+        }
+        if plan.rest == 0 {
+            for o in &outputs[1..5] {
+                fill_f32(ctx, o, NAN_BITS)?;
+            }
+            return Ok(());
+        }
+        let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let run = Run {
+            ctx,
+            plan,
+            dtype: inputs[0].dtype(),
+            eps: self.a.epsilon,
+            factor: Some(self.factor),
+        };
+        let x = dev(0)?;
+        let (scale, offset, mean, var) = (dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
+        let res = if self.a.training {
+            let part = run.stats(&x, None, None)?;
+            run.finalize(0, Some(&part), vecs)?
+        } else {
+            run.finalize(1, None, vecs)?
+        };
+        run.apply(0, &x, None, &res, &outputs[0], name)?;
+        for (row, o) in outputs[1..5].iter().enumerate() {
+            run.copy_row(&res, row, o, name)?;
+        }
+        Ok(())
+    }
+}
+
+/// FusedBatchNormGrad, V2, V3.
+struct BatchNormGrad {
+    a: Common,
+}
+
+impl BatchNormGrad {
+    fn build(name: &'static str, version: u8, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        Ok(Box::new(BatchNormGrad {
+            a: Common::read(name, version, attrs)?,
+        }))
+    }
+
+    fn check(&self, inputs: &[Operand]) -> Result<(Plan, Vec<TensorDesc>)> {
+        let name = self.a.name;
+        let arity = if self.a.version == 3 { 6 } else { 5 };
+        if inputs.len() != arity {
+            bail_invalid!(
+                "{name} takes {arity} inputs (y_backprop, x, scale, reserve_space_1, \
+                 reserve_space_2{}), got {}",
+                if arity == 6 { ", reserve_space_3" } else { "" },
+                inputs.len()
+            );
+        }
+        let view = self.a.view(&inputs[1], "x")?;
+        if inputs[0].desc() != inputs[1].desc() {
+            bail_invalid!(
+                "{name}: x and y_backprop must have same shape and dtype, but x is {} {} and \
+                 y_backprop is {} {}",
+                inputs[1].dtype(),
+                fmt_shape(inputs[1].shape()),
+                inputs[0].dtype(),
+                fmt_shape(inputs[0].shape())
+            );
+        }
+        let c = view.1;
+        self.a.vector(&inputs[2], "scale", c, false)?;
+        self.a.vector(&inputs[3], "reserve_space_1", c, false)?;
+        self.a.vector(&inputs[4], "reserve_space_2", c, false)?;
+        let vec_c = TensorDesc::new(DType::F32, &[c]);
+        let empty = TensorDesc::new(DType::F32, &[0]);
+        let outs = vec![inputs[1].desc(), vec_c.clone(), vec_c, empty.clone(), empty];
+        Ok((Plan::new(name, view)?, outs))
+    }
+}
+
+impl Kernel for BatchNormGrad {
+    fn op(&self) -> &'static str {
+        self.a.name
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        Ok(self.check(inputs)?.1)
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let name = self.a.name;
+        let (plan, want) = self.check(inputs)?;
+        check_outputs(name, outputs, &want)?;
+        if plan.c == 0 {
+            return Ok(());
+        }
+        if plan.rest == 0 {
+            fill_f32(ctx, &outputs[1], 0)?;
+            fill_f32(ctx, &outputs[2], 0)?;
+            return Ok(());
+        }
+        let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let run = Run {
+            ctx,
+            plan,
+            dtype: inputs[1].dtype(),
+            eps: self.a.epsilon,
+            factor: None,
+        };
+        let (dy, x, scale, mean, var) = (dev(0)?, dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        let part = run.stats(&x, Some(&dy), Some(&mean))?;
+        let mode = if self.a.training { 2 } else { 3 };
+        let res = run.finalize(
+            mode,
+            Some(&part),
+            [Some(&scale), None, Some(&mean), Some(&var)],
+        )?;
+        run.apply(mode, &x, Some(&dy), &res, &outputs[0], name)?;
+        run.copy_row(&res, 0, &outputs[1], name)?;
+        run.copy_row(&res, 1, &outputs[2], name)
+    }
+}

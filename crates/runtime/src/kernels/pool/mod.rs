@@ -1,0 +1,568 @@
+//! pool family: MaxPool, MaxPoolV2, AvgPool and the gradients MaxPoolGrad, MaxPoolGradV2,
+//! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2 (2-D, NHWC or NCHW, SAME / VALID, and
+//! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), all one shader,
+//! `pool.wgsl`, one invocation per output word.
+//!
+//! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
+//! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
+//!   the number of in-bounds elements. Output sizes and SAME padding (the smaller half before)
+//!   are `GetWindowedOutputSize`'s.
+//! - MaxPool starts from the lowest finite value and takes an element only when it is greater
+//!   (Eigen's `cwiseMax` in `SpatialMaxPool`): NaN is ignored, and a window of only NaN and -inf
+//!   gives the lowest finite value (-3.4028235e38, f16 -65504), as TensorFlow's CPU does.
+//! - MaxPoolGrad routes each gradient to TensorFlow's argmax (`SpatialMaxPoolWithArgMaxHelper`):
+//!   the window's first element in row-major order, replaced only by a strictly greater one.
+//!   Ties go to the first element; a NaN is picked only when it is the window's first element
+//!   (it is then never replaced); otherwise NaN is ignored. It recomputes the argmax from
+//!   orig_input (orig_output is only checked for its shape), and sums the gradients reaching
+//!   one input in TensorFlow's order (outputs row by row), so f32 results are bit-identical.
+//! - MaxPoolGradGrad takes, per output, the grad at the first window element equal to
+//!   orig_output (0 when none is, e.g. a NaN output), as TensorFlow's CPU kernel.
+//! - AvgPool sums row by row, then divides by the count; AvgPoolGrad adds grad * (1 / count)
+//!   over the covering outputs in TensorFlow's order. For f16 every sum, product and quotient
+//!   is rounded to half, as Eigen's half arithmetic does in TensorFlow's CPU kernels.
+//! - Pooling over the batch or the channel dimension is Unimplemented (TensorFlow's GPU
+//!   kernels do not have it either).
+
+use crate::kernel::{
+    AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d,
+};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{
+    COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
+};
+use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::{DType, Error, Result, bail_invalid};
+
+const POOL_WGSL: &str = include_str!("pool.wgsl");
+
+/// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
+/// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
+pub(crate) const DTYPES: &[DType] = &[DType::F32, DType::F16];
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "MaxPool",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| Pool::build(Mode::Max, "MaxPool", false, a),
+    },
+    OpDef {
+        op: "MaxPoolV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(1, "ksize"), (2, "strides")],
+        factory: |a| Pool::build(Mode::Max, "MaxPoolV2", true, a),
+    },
+    OpDef {
+        op: "AvgPool",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| Pool::build(Mode::Avg, "AvgPool", false, a),
+    },
+    OpDef {
+        op: "MaxPoolGrad",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGrad", false, a),
+    },
+    OpDef {
+        op: "MaxPoolGradV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(3, "ksize"), (4, "strides")],
+        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGradV2", true, a),
+    },
+    OpDef {
+        op: "AvgPoolGrad",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(0, "orig_input_shape")],
+        factory: |a| Pool::build(Mode::AvgGrad, "AvgPoolGrad", false, a),
+    },
+    OpDef {
+        op: "MaxPoolGradGrad",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGrad", false, a),
+    },
+    OpDef {
+        op: "MaxPoolGradGradV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(3, "ksize"), (4, "strides")],
+        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGradV2", true, a),
+    },
+];
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Max,
+    Avg,
+    MaxGrad,
+    AvgGrad,
+    MaxGradGrad,
+}
+
+impl Mode {
+    fn index(self) -> u32 {
+        match self {
+            Mode::Max => 0,
+            Mode::Avg => 1,
+            Mode::MaxGrad => 2,
+            Mode::AvgGrad => 3,
+            Mode::MaxGradGrad => 4,
+        }
+    }
+
+    /// Device inputs before the V2 ops' host ksize/strides.
+    fn arity(self) -> usize {
+        match self {
+            Mode::Max | Mode::Avg => 1,
+            Mode::AvgGrad => 2,
+            Mode::MaxGrad | Mode::MaxGradGrad => 3,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Padding {
+    Same,
+    Valid,
+    /// (top, bottom, left, right).
+    Explicit([i64; 4]),
+}
+
+/// One pooling kernel (one TensorFlow node).
+struct Pool {
+    mode: Mode,
+    name: &'static str,
+    /// V2 ops: ksize and strides are host inputs.
+    v2: bool,
+    ksize: Option<Vec<i64>>,
+    strides: Option<Vec<i64>>,
+    padding: Padding,
+    nchw: bool,
+}
+
+/// Spatial geometry of one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Geo {
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    oh: usize,
+    ow: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    pt: usize,
+    pl: usize,
+}
+
+fn ints_attr(name: &str, attrs: &Attrs, attr: &str) -> Result<Option<Vec<i64>>> {
+    match attrs.get(attr) {
+        None => Ok(None),
+        Some(AttrValue::Ints(v)) => Ok(Some(v.clone())),
+        Some(other) => {
+            bail_invalid!("{name}: attribute {attr} must be a list of ints, got {other:?}")
+        }
+    }
+}
+
+impl Pool {
+    fn build(mode: Mode, name: &'static str, v2: bool, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        if let Some(t) = attrs.dtype_opt("T")?
+            && !DTYPES.contains(&t)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for T={t}"
+            )));
+        }
+        let nchw = match attrs.get("data_format") {
+            None => false,
+            Some(AttrValue::Str(s)) if s == "NHWC" => false,
+            Some(AttrValue::Str(s)) if s == "NCHW" => true,
+            Some(other) => {
+                return Err(Error::Unimplemented(format!(
+                    "{name}: data_format {other:?} is not supported (NHWC or NCHW)"
+                )));
+            }
+        };
+        let explicit = ints_attr(name, attrs, "explicit_paddings")?.unwrap_or_default();
+        let padding = match attrs.get("padding") {
+            Some(AttrValue::Str(s)) if s == "SAME" => Padding::Same,
+            Some(AttrValue::Str(s)) if s == "VALID" => Padding::Valid,
+            Some(AttrValue::Str(s)) if s == "EXPLICIT" => {
+                if explicit.len() != 8 {
+                    bail_invalid!(
+                        "{name}: explicit_paddings must have 8 entries with EXPLICIT padding, got {}",
+                        explicit.len()
+                    );
+                }
+                if explicit.iter().any(|&v| v < 0) {
+                    bail_invalid!(
+                        "{name}: explicit_paddings must be nonnegative, got {explicit:?}"
+                    );
+                }
+                if explicit.iter().any(|&v| v > u16::MAX as i64) {
+                    return Err(Error::Unimplemented(format!(
+                        "{name}: explicit paddings above 65535 are not supported, got {explicit:?}"
+                    )));
+                }
+                // Pairs per dimension in data_format order.
+                let (hd, wd, nd, cd) = if nchw { (2, 3, 0, 1) } else { (1, 2, 0, 3) };
+                if explicit[2 * nd] != 0
+                    || explicit[2 * nd + 1] != 0
+                    || explicit[2 * cd] != 0
+                    || explicit[2 * cd + 1] != 0
+                {
+                    bail_invalid!(
+                        "{name}: explicit_paddings must be 0 in the batch and depth dimensions, \
+                         got {explicit:?}"
+                    );
+                }
+                Padding::Explicit([
+                    explicit[2 * hd],
+                    explicit[2 * hd + 1],
+                    explicit[2 * wd],
+                    explicit[2 * wd + 1],
+                ])
+            }
+            None => bail_invalid!("{name}: missing attribute padding"),
+            Some(other) => bail_invalid!("{name}: invalid padding {other:?}"),
+        };
+        let (ksize, strides) = if v2 {
+            (None, None)
+        } else {
+            let k = ints_attr(name, attrs, "ksize")?;
+            let s = ints_attr(name, attrs, "strides")?;
+            if k.is_none() || s.is_none() {
+                bail_invalid!("{name}: missing attribute ksize or strides");
+            }
+            (k, s)
+        };
+        let p = Pool {
+            mode,
+            name,
+            v2,
+            ksize,
+            strides,
+            padding,
+            nchw,
+        };
+        if let (Some(k), Some(s)) = (&p.ksize, &p.strides) {
+            p.window(k, s)?;
+        }
+        Ok(Box::new(p))
+    }
+
+    /// Validates ksize and strides; returns (kh, kw, sh, sw).
+    fn window(&self, k: &[i64], s: &[i64]) -> Result<[usize; 4]> {
+        let name = self.name;
+        if k.len() != 4 {
+            bail_invalid!(
+                "{name}: Sliding window ksize field must specify 4 dimensions, got {k:?}"
+            );
+        }
+        if s.len() != 4 {
+            bail_invalid!(
+                "{name}: Sliding window strides field must specify 4 dimensions, got {s:?}"
+            );
+        }
+        let (hd, wd, cd) = if self.nchw { (2, 3, 1) } else { (1, 2, 3) };
+        if k[0] != 1 || s[0] != 1 {
+            return Err(Error::Unimplemented(format!(
+                "{name}: Pooling is not yet supported on the batch dimension (ksize {k:?}, \
+                 strides {s:?})"
+            )));
+        }
+        if k[cd] != 1 || s[cd] != 1 {
+            return Err(Error::Unimplemented(format!(
+                "{name}: pooling over the depth dimension is not supported (ksize {k:?}, \
+                 strides {s:?})"
+            )));
+        }
+        if k.iter().any(|&v| v <= 0) || s.iter().any(|&v| v <= 0) {
+            bail_invalid!(
+                "{name}: ksize and strides must be positive, got ksize {k:?}, strides {s:?}"
+            );
+        }
+        if [k[hd], k[wd], s[hd], s[wd]]
+            .iter()
+            .any(|&v| v > u16::MAX as i64)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{name}: windows and strides above 65535 are not supported"
+            )));
+        }
+        Ok([
+            k[hd] as usize,
+            k[wd] as usize,
+            s[hd] as usize,
+            s[wd] as usize,
+        ])
+    }
+
+    /// One spatial dimension: (output size, padding before).
+    fn out_size(&self, dim: usize, input: usize, k: usize, s: usize) -> Result<(usize, usize)> {
+        let (i, k, s) = (input as i64, k as i64, s as i64);
+        let (out, before) = match &self.padding {
+            Padding::Valid => ((i - k + s) / s, 0),
+            Padding::Same => {
+                let out = (i + s - 1) / s;
+                let needed = ((out - 1) * s + k - i).max(0);
+                (out, needed / 2)
+            }
+            Padding::Explicit(p) => {
+                let (b, a) = (p[2 * dim], p[2 * dim + 1]);
+                ((i + b + a - k + s) / s, b)
+            }
+        };
+        if out < 0 {
+            bail_invalid!(
+                "{}: Computed output size would be negative: {out} [input_size: {i}, \
+                 effective_filter_size: {k}, stride: {s}]",
+                self.name
+            );
+        }
+        Ok((out as usize, before as usize))
+    }
+
+    fn geometry(&self, shape: &[usize], k: &[i64], s: &[i64]) -> Result<Geo> {
+        let name = self.name;
+        if shape.len() != 4 {
+            bail_invalid!(
+                "{name}: input must be 4-dimensional, got shape {}",
+                fmt_shape(shape)
+            );
+        }
+        let [kh, kw, sh, sw] = self.window(k, s)?;
+        let (n, h, w, c) = if self.nchw {
+            (shape[0], shape[2], shape[3], shape[1])
+        } else {
+            (shape[0], shape[1], shape[2], shape[3])
+        };
+        let (oh, pt) = self.out_size(0, h, kh, sh)?;
+        let (ow, pl) = self.out_size(1, w, kw, sw)?;
+        Ok(Geo {
+            n,
+            h,
+            w,
+            c,
+            oh,
+            ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            pt,
+            pl,
+        })
+    }
+
+    fn shape_of(&self, n: usize, h: usize, w: usize, c: usize) -> Vec<usize> {
+        if self.nchw {
+            vec![n, c, h, w]
+        } else {
+            vec![n, h, w, c]
+        }
+    }
+
+    /// Validates the inputs; returns the geometry and the output's desc.
+    fn check(&self, inputs: &[Operand]) -> Result<(Geo, TensorDesc)> {
+        let name = self.name;
+        let arity = self.mode.arity() + if self.v2 { 2 } else { 0 };
+        if inputs.len() != arity {
+            bail_invalid!("{name} takes {arity} inputs, got {}", inputs.len());
+        }
+        let (k, s) = if self.v2 {
+            let k = inputs[arity - 2].host(name, arity - 2)?.to_i64_vec()?;
+            let s = inputs[arity - 1].host(name, arity - 1)?.to_i64_vec()?;
+            (k, s)
+        } else {
+            (
+                self.ksize.clone().unwrap_or_default(),
+                self.strides.clone().unwrap_or_default(),
+            )
+        };
+        // The tensor giving the pooled input's shape, and the T-typed tensors.
+        let dtype;
+        let in_shape: Vec<usize>;
+        let mut typed: Vec<(usize, &str)> = vec![];
+        match self.mode {
+            Mode::AvgGrad => {
+                let shp = inputs[0].host(name, 0)?;
+                if shp.shape.len() != 1 || shp.shape[0] != 4 {
+                    bail_invalid!(
+                        "{name}: orig_input_shape must be 1-dimensional and 4 elements, got \
+                         shape {}",
+                        fmt_shape(&shp.shape)
+                    );
+                }
+                let v = shp.to_i64_vec()?;
+                if v.iter().any(|&d| d < 0) {
+                    bail_invalid!("{name}: orig_input_shape must be nonnegative, got {v:?}");
+                }
+                in_shape = v.iter().map(|&d| d as usize).collect();
+                dtype = inputs[1].dtype();
+                typed.push((1, "grad"));
+            }
+            _ => {
+                in_shape = inputs[0].shape().to_vec();
+                dtype = inputs[0].dtype();
+                typed.push((0, "input"));
+                if self.mode.arity() == 3 {
+                    typed.push((1, "orig_output"));
+                    typed.push((2, "grad"));
+                }
+            }
+        }
+        if !DTYPES.contains(&dtype) {
+            return Err(Error::Unimplemented(format!(
+                "{name} has no tfwgpu kernel for T={dtype}"
+            )));
+        }
+        for &(i, what) in &typed {
+            if inputs[i].dtype() != dtype {
+                bail_invalid!(
+                    "{name}: {what} is {} but the op's T is {dtype}",
+                    inputs[i].dtype()
+                );
+            }
+        }
+        let g = self.geometry(&in_shape, &k, &s)?;
+        let pooled = self.shape_of(g.n, g.oh, g.ow, g.c);
+        let check_shape = |i: usize, what: &str, want: &[usize]| -> Result<()> {
+            if inputs[i].shape() != want {
+                bail_invalid!(
+                    "{name}: {what} must have shape {}, got {}",
+                    fmt_shape(want),
+                    fmt_shape(inputs[i].shape())
+                );
+            }
+            Ok(())
+        };
+        let out_shape = match self.mode {
+            Mode::Max | Mode::Avg => pooled,
+            Mode::AvgGrad => {
+                check_shape(1, "grad", &pooled)?;
+                in_shape.clone()
+            }
+            Mode::MaxGrad => {
+                check_shape(1, "orig_output", &pooled)?;
+                check_shape(2, "grad", &pooled)?;
+                in_shape.clone()
+            }
+            Mode::MaxGradGrad => {
+                check_shape(1, "orig_output", &pooled)?;
+                check_shape(2, "grad", &in_shape)?;
+                pooled
+            }
+        };
+        words_for(name, dtype, num(&in_shape).max(num(&out_shape)))?;
+        Ok((g, TensorDesc::new(dtype, &out_shape)))
+    }
+}
+
+fn num(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+fn shader(mode: Mode, dtype: DType) -> String {
+    let half = dtype == DType::F16;
+    POOL_WGSL
+        .replace("$MODE", &mode.index().to_string())
+        .replace("$HALF", if half { "true" } else { "false" })
+        .replace(
+            "$LOWEST",
+            if half {
+                "-65504.0"
+            } else {
+                "bitcast<f32>(0xff7fffffu)"
+            },
+        )
+        .replace("$LOAD_A", &load_expr(dtype, "a"))
+        .replace("$LOAD_B", &load_expr(dtype, "b"))
+        .replace("$LOAD_C", &load_expr(dtype, "c"))
+        .replace("$STORE", store_stmt(dtype))
+        .replace("$LINEAR_INDEX", LINEAR_INDEX)
+        .replace("$COMMON", COMMON_WGSL)
+}
+
+impl Kernel for Pool {
+    fn op(&self) -> &'static str {
+        self.name
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        Ok(vec![self.check(inputs)?.1])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let name = self.name;
+        let (g, want) = self.check(inputs)?;
+        let out = &outputs[0];
+        if out.desc != want {
+            bail_invalid!(
+                "{name}: output is {} {} but the op computes {} {}",
+                out.desc.dtype,
+                fmt_shape(&out.desc.shape),
+                want.dtype,
+                fmt_shape(&want.shape)
+            );
+        }
+        let n = out.desc.num_elements();
+        if n == 0 {
+            return Ok(());
+        }
+        let dtype = out.desc.dtype;
+        let dev =
+            |i: usize| -> Result<crate::exec::BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let (a, b, c) = match self.mode {
+            Mode::Max | Mode::Avg => (dev(0)?, ctx.temp(4)?, ctx.temp(4)?),
+            Mode::AvgGrad => (dev(1)?, ctx.temp(4)?, ctx.temp(4)?),
+            Mode::MaxGrad => (dev(0)?, dev(2)?, ctx.temp(4)?),
+            Mode::MaxGradGrad => (dev(0)?, dev(2)?, dev(1)?),
+        };
+        let o = bind_out(ctx, name, out)?;
+        let mode = self.mode;
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "pool",
+                Some(dtype),
+                format!("{mode:?}").to_ascii_lowercase(),
+            ),
+            || ShaderSource::new(shader(mode, dtype)),
+        )?;
+        let words = words_for(name, dtype, n)?;
+        let (groups, row) = grid_1d(words as u64, WG);
+        let u = |v: usize| v as u32;
+        let p = params(&[
+            row,
+            u(n),
+            words,
+            self.nchw as u32,
+            u(g.n),
+            u(g.h),
+            u(g.w),
+            u(g.c),
+            u(g.oh),
+            u(g.ow),
+            u(g.kh),
+            u(g.kw),
+            u(g.sh),
+            u(g.sw),
+            u(g.pt),
+            u(g.pl),
+        ]);
+        ctx.dispatch(&pipeline, &p, &[a, b, c, o], groups)
+    }
+}

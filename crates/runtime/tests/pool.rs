@@ -1,0 +1,789 @@
+//! pool family: MaxPool(V2), AvgPool, MaxPoolGrad(V2), AvgPoolGrad, MaxPoolGradGrad(V2)
+//! against plain-Rust references of TensorFlow's CPU kernels (window scan order, argmax on ties
+//! and NaN, f16 rounding after every step). The references sum in TensorFlow's order, so f32
+//! results are compared exactly except where the shader divides (AvgPool, AvgPoolGrad:
+//! WGSL's division may be off by 2.5 ULP on some drivers).
+mod common;
+mod refs;
+
+use common::*;
+use rand::Rng;
+use refs::*;
+use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, f16};
+
+#[derive(Clone, Copy, Debug)]
+enum Pad {
+    Same,
+    Valid,
+    /// (top, bottom, left, right)
+    Explicit([usize; 4]),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Cfg {
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    kh: usize,
+    kw: usize,
+    sh: usize,
+    sw: usize,
+    pad: Pad,
+    nchw: bool,
+}
+
+impl Cfg {
+    fn out_hw(&self) -> (usize, usize, usize, usize) {
+        let dim = |i: usize, k: usize, s: usize, b: usize, a: usize| -> (usize, usize) {
+            match self.pad {
+                Pad::Valid => ((i + s).saturating_sub(k) / s, 0),
+                Pad::Same => {
+                    let o = i.div_ceil(s);
+                    let need = ((o.max(1) - 1) * s + k).saturating_sub(i);
+                    (o, need / 2)
+                }
+                Pad::Explicit(_) => ((i + b + a + s).saturating_sub(k) / s, b),
+            }
+        };
+        let p = match self.pad {
+            Pad::Explicit(p) => p,
+            _ => [0; 4],
+        };
+        let (oh, pt) = dim(self.h, self.kh, self.sh, p[0], p[1]);
+        let (ow, pl) = dim(self.w, self.kw, self.sw, p[2], p[3]);
+        (oh, ow, pt, pl)
+    }
+
+    fn shape(&self, hh: usize, ww: usize) -> Vec<usize> {
+        if self.nchw {
+            vec![self.n, self.c, hh, ww]
+        } else {
+            vec![self.n, hh, ww, self.c]
+        }
+    }
+
+    fn in_shape(&self) -> Vec<usize> {
+        self.shape(self.h, self.w)
+    }
+
+    fn out_shape(&self) -> Vec<usize> {
+        let (oh, ow, _, _) = self.out_hw();
+        self.shape(oh, ow)
+    }
+
+    fn at(&self, n: usize, y: usize, x: usize, ch: usize, hh: usize, ww: usize) -> usize {
+        if self.nchw {
+            ((n * self.c + ch) * hh + y) * ww + x
+        } else {
+            ((n * hh + y) * ww + x) * self.c + ch
+        }
+    }
+
+    /// In-bounds window of output (oy, ox): rows y0..y1, cols x0..x1.
+    fn window(&self, oy: usize, ox: usize) -> (usize, usize, usize, usize) {
+        let (_, _, pt, pl) = self.out_hw();
+        let ys = (oy * self.sh) as i64 - pt as i64;
+        let xs = (ox * self.sw) as i64 - pl as i64;
+        let ye = (ys + self.kh as i64).min(self.h as i64);
+        let xe = (xs + self.kw as i64).min(self.w as i64);
+        (
+            ys.max(0) as usize,
+            ye.max(0) as usize,
+            xs.max(0) as usize,
+            xe.max(0) as usize,
+        )
+    }
+
+    /// Every (n, oy, ox, ch) of the output, with its flat index.
+    fn outputs(&self) -> Vec<(usize, usize, usize, usize, usize)> {
+        let (oh, ow, _, _) = self.out_hw();
+        let mut v = vec![];
+        for n in 0..self.n {
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    for ch in 0..self.c {
+                        v.push((self.at(n, oy, ox, ch, oh, ow), n, oy, ox, ch));
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn attrs(&self, dtype: DType) -> Attrs {
+        let (k, s) = if self.nchw {
+            (
+                vec![1, 1, self.kh as i64, self.kw as i64],
+                vec![1, 1, self.sh as i64, self.sw as i64],
+            )
+        } else {
+            (
+                vec![1, self.kh as i64, self.kw as i64, 1],
+                vec![1, self.sh as i64, self.sw as i64, 1],
+            )
+        };
+        let mut a = Attrs::new()
+            .with("T", AttrValue::Type(dtype))
+            .with("ksize", AttrValue::Ints(k))
+            .with("strides", AttrValue::Ints(s))
+            .with(
+                "data_format",
+                AttrValue::Str(if self.nchw { "NCHW" } else { "NHWC" }.into()),
+            );
+        let pad = match self.pad {
+            Pad::Same => "SAME",
+            Pad::Valid => "VALID",
+            Pad::Explicit(p) => {
+                let p: Vec<i64> = p.iter().map(|&v| v as i64).collect();
+                let e = if self.nchw {
+                    vec![0, 0, 0, 0, p[0], p[1], p[2], p[3]]
+                } else {
+                    vec![0, 0, p[0], p[1], p[2], p[3], 0, 0]
+                };
+                a.set("explicit_paddings", AttrValue::Ints(e));
+                "EXPLICIT"
+            }
+        };
+        a.set("padding", AttrValue::Str(pad.into()));
+        a
+    }
+
+    fn name(&self) -> String {
+        format!("{self:?}")
+    }
+}
+
+fn rnd(half: bool, v: f32) -> f32 {
+    if half { rh(v) } else { v }
+}
+
+fn ref_max(cfg: &Cfg, x: &[f32], lowest: f32) -> Vec<f32> {
+    let mut out = vec![0.0; cfg.out_shape().iter().product()];
+    for (o, n, oy, ox, ch) in cfg.outputs() {
+        let (y0, y1, x0, x1) = cfg.window(oy, ox);
+        let mut m = lowest;
+        for y in y0..y1 {
+            for xx in x0..x1 {
+                let v = x[cfg.at(n, y, xx, ch, cfg.h, cfg.w)];
+                if !v.is_nan() && m < v {
+                    m = v;
+                }
+            }
+        }
+        out[o] = m;
+    }
+    out
+}
+
+/// TensorFlow's argmax: first element, replaced only by a strictly greater one.
+fn ref_argmax(cfg: &Cfg, x: &[f32], n: usize, oy: usize, ox: usize, ch: usize) -> Option<usize> {
+    let (y0, y1, x0, x1) = cfg.window(oy, ox);
+    let mut best: Option<(usize, f32)> = None;
+    for y in y0..y1 {
+        for xx in x0..x1 {
+            let i = cfg.at(n, y, xx, ch, cfg.h, cfg.w);
+            let v = x[i];
+            match best {
+                None => best = Some((i, v)),
+                Some((_, b)) if b < v => best = Some((i, v)),
+                _ => {}
+            }
+        }
+    }
+    best.map(|b| b.0)
+}
+
+fn ref_max_grad(cfg: &Cfg, x: &[f32], g: &[f32], half: bool) -> Vec<f32> {
+    let mut out = vec![0.0f32; x.len()];
+    // TensorFlow adds in output order.
+    let mut outs = cfg.outputs();
+    outs.sort_by_key(|&(_, n, oy, ox, ch)| (n, oy, ox, ch));
+    for (o, n, oy, ox, ch) in outs {
+        if let Some(i) = ref_argmax(cfg, x, n, oy, ox, ch) {
+            out[i] = rnd(half, out[i] + g[o]);
+        }
+    }
+    out
+}
+
+fn ref_avg(cfg: &Cfg, x: &[f32], half: bool) -> Vec<f32> {
+    let mut out = vec![0.0; cfg.out_shape().iter().product()];
+    for (o, n, oy, ox, ch) in cfg.outputs() {
+        let (y0, y1, x0, x1) = cfg.window(oy, ox);
+        let mut s = 0.0f32;
+        for y in y0..y1 {
+            for xx in x0..x1 {
+                s = rnd(half, s + x[cfg.at(n, y, xx, ch, cfg.h, cfg.w)]);
+            }
+        }
+        out[o] = rnd(half, s / ((y1 - y0) * (x1 - x0)) as f32);
+    }
+    out
+}
+
+fn ref_avg_grad(cfg: &Cfg, g: &[f32], half: bool) -> Vec<f32> {
+    let mut out = vec![0.0f32; cfg.in_shape().iter().product()];
+    let mut outs = cfg.outputs();
+    outs.sort_by_key(|&(_, n, oy, ox, ch)| (n, oy, ox, ch));
+    for (o, n, oy, ox, ch) in outs {
+        let (y0, y1, x0, x1) = cfg.window(oy, ox);
+        let coeff = rnd(half, (1.0 / ((y1 - y0) * (x1 - x0)) as f64) as f32);
+        for y in y0..y1 {
+            for xx in x0..x1 {
+                let i = cfg.at(n, y, xx, ch, cfg.h, cfg.w);
+                out[i] = rnd(half, out[i] + rnd(half, g[o] * coeff));
+            }
+        }
+    }
+    out
+}
+
+fn ref_grad_grad(cfg: &Cfg, x: &[f32], y: &[f32], gg: &[f32]) -> Vec<f32> {
+    let mut out = vec![0.0; y.len()];
+    for (o, n, oy, ox, ch) in cfg.outputs() {
+        let (y0, y1, x0, x1) = cfg.window(oy, ox);
+        'scan: for yy in y0..y1 {
+            for xx in x0..x1 {
+                let i = cfg.at(n, yy, xx, ch, cfg.h, cfg.w);
+                if x[i] == y[o] {
+                    out[o] = gg[i];
+                    break 'scan;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `op` on f32 or f16 data (given as f32 values exactly representable in the dtype).
+fn run_t(
+    op: &str,
+    attrs: &Attrs,
+    half: bool,
+    args: &[(&[f32], &[usize])],
+    host_args: &[&HostTensor],
+) -> (Vec<usize>, Vec<f32>) {
+    let hs: Vec<HostTensor> = args
+        .iter()
+        .map(|(d, s)| if half { host(&f16s(d), s) } else { host(d, s) })
+        .collect();
+    let refs: Vec<&HostTensor> = hs.iter().collect();
+    let out = try_run_host(op, attrs, &refs, host_args).unwrap_or_else(|e| panic!("{op}: {e}"));
+    let shape = out[0].shape().to_vec();
+    let v = if half {
+        assert_eq!(out[0].dtype(), DType::F16);
+        out[0]
+            .download::<f16>()
+            .unwrap()
+            .iter()
+            .map(|v| v.to_f32())
+            .collect()
+    } else {
+        assert_eq!(out[0].dtype(), DType::F32);
+        out[0].download::<f32>().unwrap()
+    };
+    (shape, v)
+}
+
+/// Random data: small integers (many ties) or uniform floats, rounded to f16 for `half`.
+fn data(rng: &mut rand::rngs::StdRng, n: usize, ties: bool, half: bool) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            let v = if ties {
+                rng.random_range(-2i32..3) as f32
+            } else {
+                rng.random_range(-4.0f32..4.0)
+            };
+            rnd(half, v)
+        })
+        .collect()
+}
+
+fn assert_rel(got: &[f32], want: &[f32], rtol: f32, what: &str) {
+    assert_close(got, want, rtol, 0.0, what);
+}
+
+fn configs() -> Vec<Cfg> {
+    let mut v = vec![];
+    let shapes = [
+        (1, 1, 1, 1),
+        (2, 7, 5, 3),
+        (1, 9, 8, 5),
+        (3, 4, 6, 2),
+        (1, 5, 11, 7),
+    ];
+    let wins = [
+        (1, 1, 1, 1),
+        (2, 2, 2, 2),
+        (3, 3, 2, 2),
+        (3, 2, 1, 1),
+        (2, 3, 3, 4),
+        (4, 4, 3, 3),
+        (5, 1, 2, 1),
+    ];
+    let mut k = 0;
+    for &(n, h, w, c) in &shapes {
+        for &(kh, kw, sh, sw) in &wins {
+            for pad in [Pad::Same, Pad::Valid] {
+                // TensorFlow reports a negative VALID output size as an error (tested below).
+                if matches!(pad, Pad::Valid) && (h + 2 * sh <= kh || w + 2 * sw <= kw) {
+                    continue;
+                }
+                k += 1;
+                v.push(Cfg {
+                    n,
+                    h,
+                    w,
+                    c,
+                    kh,
+                    kw,
+                    sh,
+                    sw,
+                    pad,
+                    nchw: k % 3 == 0,
+                });
+            }
+        }
+    }
+    v
+}
+
+fn check_all_ops(cfg: &Cfg, half: bool, seed: u64) {
+    let mut r = rng(seed);
+    let dtype = if half { DType::F16 } else { DType::F32 };
+    let attrs = cfg.attrs(dtype);
+    let in_shape = cfg.in_shape();
+    let out_shape = cfg.out_shape();
+    let nin: usize = in_shape.iter().product();
+    let nout: usize = out_shape.iter().product();
+    let what = cfg.name();
+    let lowest = if half { -65504.0 } else { f32::MIN };
+    for ties in [true, false] {
+        let x = data(&mut r, nin, ties, half);
+        let g = data(&mut r, nout, false, half);
+        // MaxPool: exact.
+        let (s, y) = run_t("MaxPool", &attrs, half, &[(&x, &in_shape)], &[]);
+        assert_eq!(s, out_shape, "MaxPool shape {what}");
+        let want_y = ref_max(cfg, &x, lowest);
+        assert_same_f32(&y, &want_y, &format!("MaxPool {what}"));
+        // MaxPoolGrad: exact (same summation order).
+        let (s, dx) = run_t(
+            "MaxPoolGrad",
+            &attrs,
+            half,
+            &[(&x, &in_shape), (&want_y, &out_shape), (&g, &out_shape)],
+            &[],
+        );
+        assert_eq!(s, in_shape);
+        assert_same_f32(
+            &dx,
+            &ref_max_grad(cfg, &x, &g, half),
+            &format!("MaxPoolGrad {what}"),
+        );
+        // MaxPoolGradGrad: exact (a selection).
+        let gg = data(&mut r, nin, false, half);
+        let (s, ddy) = run_t(
+            "MaxPoolGradGrad",
+            &attrs,
+            half,
+            &[(&x, &in_shape), (&want_y, &out_shape), (&gg, &in_shape)],
+            &[],
+        );
+        assert_eq!(s, out_shape);
+        assert_same_f32(
+            &ddy,
+            &ref_grad_grad(cfg, &x, &want_y, &gg),
+            &format!("MaxPoolGradGrad {what}"),
+        );
+        // AvgPool: one division per output (2.5 ULP allowed in f32; f16 rounds it to one
+        // half ULP at most).
+        let (s, a) = run_t("AvgPool", &attrs, half, &[(&x, &in_shape)], &[]);
+        assert_eq!(s, out_shape);
+        let rtol = if half { 1e-3 } else { 3.0 * f32::EPSILON };
+        assert_rel(
+            &a,
+            &ref_avg(cfg, &x, half),
+            rtol,
+            &format!("AvgPool {what}"),
+        );
+        // AvgPoolGrad: a reciprocal per covering output, then exact-order sums.
+        let shape_t = host(
+            &in_shape.iter().map(|&d| d as i32).collect::<Vec<_>>(),
+            &[4],
+        );
+        let hs = if half {
+            host(&f16s(&g), &out_shape)
+        } else {
+            host(&g, &out_shape)
+        };
+        let d = dev();
+        let gt = d.upload_host(&hs).unwrap();
+        let res = d
+            .run(
+                "AvgPoolGrad",
+                &attrs,
+                &[
+                    tfwgpu_runtime::Arg::from(&shape_t),
+                    tfwgpu_runtime::Arg::from(&gt),
+                ],
+            )
+            .unwrap();
+        assert_eq!(res[0].shape(), &in_shape[..]);
+        let got: Vec<f32> = if half {
+            res[0]
+                .download::<f16>()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_f32())
+                .collect()
+        } else {
+            res[0].download::<f32>().unwrap()
+        };
+        let want = ref_avg_grad(cfg, &g, half);
+        // Each term's reciprocal may differ by an ULP; the terms are summed, so bound the error
+        // by the sum of |terms| (at most 16 terms here).
+        let tol: Vec<f64> = want
+            .iter()
+            .map(|w| {
+                if half {
+                    2e-3 * (1.0 + w.abs() as f64)
+                } else {
+                    1e-6 * (1.0 + w.abs() as f64)
+                }
+            })
+            .collect();
+        assert_within(
+            &to_f64(&got),
+            &to_f64(&want),
+            &tol,
+            &format!("AvgPoolGrad {what}"),
+        );
+    }
+}
+
+#[test]
+fn pool_f32_all_configs() {
+    for (i, cfg) in configs().iter().enumerate() {
+        check_all_ops(cfg, false, 100 + i as u64);
+    }
+}
+
+#[test]
+fn pool_f16_configs() {
+    for (i, cfg) in configs().iter().enumerate().filter(|(i, _)| i % 3 == 1) {
+        check_all_ops(cfg, true, 500 + i as u64);
+    }
+}
+
+#[test]
+fn pool_explicit_padding_and_channels_129() {
+    for (i, (pad, nchw)) in [
+        ([1, 2, 0, 3], false),
+        ([2, 0, 1, 1], true),
+        ([0, 0, 0, 0], false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let cfg = Cfg {
+            n: 1,
+            h: 5,
+            w: 4,
+            c: if i == 0 { 129 } else { 3 },
+            kh: 3,
+            kw: 2,
+            sh: 2,
+            sw: 1,
+            pad: Pad::Explicit(*pad),
+            nchw: *nchw,
+        };
+        let attrs = cfg.attrs(DType::F32);
+        let mut r = rng(40 + i as u64);
+        let x = data(&mut r, cfg.in_shape().iter().product(), i == 1, false);
+        let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
+        let (s, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
+        assert_eq!(s, cfg.out_shape());
+        let want_y = ref_max(&cfg, &x, f32::MIN);
+        assert_same_f32(&y, &want_y, &format!("MaxPool {cfg:?}"));
+        let (_, dx) = run_t(
+            "MaxPoolGrad",
+            &attrs,
+            false,
+            &[
+                (&x, &cfg.in_shape()),
+                (&want_y, &cfg.out_shape()),
+                (&g, &cfg.out_shape()),
+            ],
+            &[],
+        );
+        assert_same_f32(
+            &dx,
+            &ref_max_grad(&cfg, &x, &g, false),
+            &format!("MaxPoolGrad {cfg:?}"),
+        );
+    }
+}
+
+/// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].
+fn max_window(v: [f32; 4]) -> (f32, Vec<f32>) {
+    let attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F32))
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("padding", AttrValue::Str("VALID".into()));
+    let shape = [1, 2, 2, 1];
+    let (_, y) = run_t("MaxPool", &attrs, false, &[(&v, &shape)], &[]);
+    let (_, dx) = run_t(
+        "MaxPoolGrad",
+        &attrs,
+        false,
+        &[(&v, &shape), (&y, &[1, 1, 1, 1]), (&[1.0], &[1, 1, 1, 1])],
+        &[],
+    );
+    (y[0], dx)
+}
+
+#[test]
+fn max_pool_ties_and_nan_like_tensorflow_cpu() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    // (window, forward, gradient) as TensorFlow 2.21's CPU kernels give them.
+    let cases: [([f32; 4], f32, [f32; 4]); 9] = [
+        ([1.0, 1.0, 1.0, 1.0], 1.0, [1.0, 0.0, 0.0, 0.0]),
+        ([0.0, 2.0, 2.0, 1.0], 2.0, [0.0, 1.0, 0.0, 0.0]),
+        ([nan, 1.0, 2.0, 3.0], 3.0, [1.0, 0.0, 0.0, 0.0]),
+        ([1.0, nan, 2.0, 3.0], 3.0, [0.0, 0.0, 0.0, 1.0]),
+        ([3.0, nan, 2.0, 1.0], 3.0, [1.0, 0.0, 0.0, 0.0]),
+        ([1.0, 2.0, 3.0, nan], 3.0, [0.0, 0.0, 1.0, 0.0]),
+        ([nan, nan, 1.0, 2.0], 2.0, [1.0, 0.0, 0.0, 0.0]),
+        ([nan, nan, nan, nan], f32::MIN, [1.0, 0.0, 0.0, 0.0]),
+        ([-inf, -inf, -inf, -inf], f32::MIN, [1.0, 0.0, 0.0, 0.0]),
+    ];
+    for (v, y, dx) in cases {
+        let (gy, gdx) = max_window(v);
+        assert_eq!(gy.to_bits(), y.to_bits(), "MaxPool {v:?}");
+        assert_eq!(gdx, dx.to_vec(), "MaxPoolGrad {v:?}");
+    }
+    // +inf is an ordinary maximum.
+    let (gy, gdx) = max_window([1.0, inf, inf, 0.0]);
+    assert_eq!(gy, inf);
+    assert_eq!(gdx, vec![0.0, 1.0, 0.0, 0.0]);
+}
+
+#[test]
+fn max_pool_random_nan() {
+    let cfg = Cfg {
+        n: 2,
+        h: 6,
+        w: 7,
+        c: 3,
+        kh: 3,
+        kw: 3,
+        sh: 2,
+        sw: 2,
+        pad: Pad::Same,
+        nchw: false,
+    };
+    let mut r = rng(9);
+    let n: usize = cfg.in_shape().iter().product();
+    let mut x = data(&mut r, n, true, false);
+    for v in x.iter_mut() {
+        if r.random_range(0..4) == 0 {
+            *v = f32::NAN;
+        }
+    }
+    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
+    let attrs = cfg.attrs(DType::F32);
+    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
+    let want_y = ref_max(&cfg, &x, f32::MIN);
+    assert_same_f32(&y, &want_y, "MaxPool NaN");
+    let (_, dx) = run_t(
+        "MaxPoolGrad",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&g, &cfg.out_shape()),
+        ],
+        &[],
+    );
+    assert_same_f32(&dx, &ref_max_grad(&cfg, &x, &g, false), "MaxPoolGrad NaN");
+    let (_, ddy) = run_t(
+        "MaxPoolGradGrad",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&x, &cfg.in_shape()),
+        ],
+        &[],
+    );
+    assert_same_f32(
+        &ddy,
+        &ref_grad_grad(&cfg, &x, &y, &x),
+        "MaxPoolGradGrad NaN",
+    );
+}
+
+#[test]
+fn v2_ops_take_host_ksize_and_strides() {
+    let cfg = Cfg {
+        n: 2,
+        h: 7,
+        w: 6,
+        c: 3,
+        kh: 3,
+        kw: 2,
+        sh: 2,
+        sw: 3,
+        pad: Pad::Same,
+        nchw: true,
+    };
+    let mut attrs = cfg.attrs(DType::F32);
+    let k = host(&[1i32, 1, 3, 2], &[4]);
+    let s = host(&[1i32, 1, 2, 3], &[4]);
+    attrs.set("ksize", AttrValue::Ints(vec![]));
+    let mut r = rng(3);
+    let x = data(&mut r, cfg.in_shape().iter().product(), true, false);
+    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
+    let (shape, y) = run_t(
+        "MaxPoolV2",
+        &attrs,
+        false,
+        &[(&x, &cfg.in_shape())],
+        &[&k, &s],
+    );
+    assert_eq!(shape, cfg.out_shape());
+    assert_same_f32(&y, &ref_max(&cfg, &x, f32::MIN), "MaxPoolV2");
+    let (_, dx) = run_t(
+        "MaxPoolGradV2",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&g, &cfg.out_shape()),
+        ],
+        &[&k, &s],
+    );
+    assert_same_f32(&dx, &ref_max_grad(&cfg, &x, &g, false), "MaxPoolGradV2");
+    let (_, ddy) = run_t(
+        "MaxPoolGradGradV2",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&x, &cfg.in_shape()),
+        ],
+        &[&k, &s],
+    );
+    assert_same_f32(&ddy, &ref_grad_grad(&cfg, &x, &y, &x), "MaxPoolGradGradV2");
+}
+
+#[test]
+fn empty_inputs_and_outputs() {
+    // VALID with a window larger than the input: an empty output.
+    let cfg = Cfg {
+        n: 1,
+        h: 2,
+        w: 5,
+        c: 2,
+        kh: 3,
+        kw: 1,
+        sh: 3,
+        sw: 1,
+        pad: Pad::Valid,
+        nchw: false,
+    };
+    let x = vec![1.0f32; 20];
+    let (s, y) = run_t(
+        "MaxPool",
+        &cfg.attrs(DType::F32),
+        false,
+        &[(&x, &cfg.in_shape())],
+        &[],
+    );
+    assert_eq!(s, vec![1, 0, 5, 2]);
+    assert!(y.is_empty());
+    let (s, y) = run_t(
+        "AvgPool",
+        &cfg.attrs(DType::F32),
+        false,
+        &[(&x, &cfg.in_shape())],
+        &[],
+    );
+    assert_eq!(s, vec![1, 0, 5, 2]);
+    assert!(y.is_empty());
+    // Gradient of an empty output: zeros.
+    let (s, dx) = run_t(
+        "MaxPoolGrad",
+        &cfg.attrs(DType::F32),
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&[], &[1, 0, 5, 2]),
+            (&[], &[1, 0, 5, 2]),
+        ],
+        &[],
+    );
+    assert_eq!(s, cfg.in_shape());
+    assert_eq!(dx, vec![0.0; 20]);
+    // An empty batch.
+    let cfg0 = Cfg { n: 0, ..cfg };
+    let (s, _) = run_t(
+        "MaxPool",
+        &cfg0.attrs(DType::F32),
+        false,
+        &[(&[], &cfg0.in_shape())],
+        &[],
+    );
+    assert_eq!(s, vec![0, 0, 5, 2]);
+}
+
+#[test]
+fn errors_name_the_op_and_shapes() {
+    let x = host(&[0.0f32; 16], &[1, 4, 4, 1]);
+    let base = Attrs::new()
+        .with("T", AttrValue::Type(DType::F32))
+        .with("padding", AttrValue::Str("VALID".into()));
+    // Pooling over the batch.
+    let a = base
+        .clone()
+        .with("ksize", AttrValue::Ints(vec![2, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 1, 1, 1]));
+    let e = try_run("MaxPool", &a, &[&x]).err().unwrap();
+    assert!(e.to_string().contains("batch"), "{e}");
+    // Negative output size.
+    let a = base
+        .clone()
+        .with("ksize", AttrValue::Ints(vec![1, 7, 1, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 1, 1, 1]));
+    let e = try_run("AvgPool", &a, &[&x]).err().unwrap();
+    assert!(e.to_string().contains("negative"), "{e}");
+    // A 3-D input.
+    let a = base
+        .clone()
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]));
+    let x3 = host(&[0.0f32; 16], &[4, 4, 1]);
+    let e = try_run("MaxPool", &a, &[&x3]).err().unwrap();
+    assert!(
+        e.to_string().contains("MaxPool") && e.to_string().contains("[4,4,1]"),
+        "{e}"
+    );
+    // A grad of the wrong shape.
+    let g = host(&[0.0f32; 3], &[1, 3, 1, 1]);
+    let y = host(&[0.0f32; 4], &[1, 2, 2, 1]);
+    let e = try_run("MaxPoolGrad", &a, &[&x, &y, &g]).err().unwrap();
+    assert!(
+        e.to_string().contains("grad") && e.to_string().contains("[1,2,2,1]"),
+        "{e}"
+    );
+    // Unsupported dtype.
+    let xi = host(&[0i32; 16], &[1, 4, 4, 1]);
+    assert!(try_run("MaxPool", &a, &[&xi]).is_err());
+}
