@@ -8,6 +8,7 @@ pub mod elementwise;
 pub mod fill;
 pub mod matmul;
 pub mod nn;
+pub mod random;
 pub mod reduce;
 pub mod wgsl;
 
@@ -22,4 +23,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
+    defs.extend_from_slice(random::OPS);
 }
