@@ -3,6 +3,7 @@
 
 pub mod argminmax;
 pub mod cast;
+pub mod conv;
 pub mod copy;
 pub mod elementwise;
 pub mod fill;
@@ -22,4 +23,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(matmul::OPS);
     defs.extend_from_slice(nn::OPS);
     defs.extend_from_slice(argminmax::OPS);
+    defs.extend_from_slice(conv::OPS);
 }
