@@ -3,6 +3,7 @@
 
 pub mod argminmax;
 pub mod cast;
+pub mod conv;
 pub mod copy;
 pub mod elementwise;
 pub mod fill;
@@ -32,4 +33,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(pool::OPS);
     defs.extend_from_slice(norm::OPS);
     defs.extend_from_slice(random::OPS);
+    defs.extend_from_slice(conv::OPS);
 }

@@ -1,0 +1,179 @@
+//! The depthwise ops as direct kernels (`depthwise.wgsl`): one invocation per output word for
+//! the forward pass and the input gradient (an f16 word is two elements, computed by the same
+//! invocation), and for the filter gradient a workgroup per 64 filter columns, tap and split
+//! of the N * OH * OW positions, with the splits summed by the conv family's finalize pass.
+
+use crate::kernel::{DeviceRef, KernelContext, MAX_GROUPS_X, grid_1d};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{COMMON_WGSL, bind_out};
+use crate::kernels::wgsl::{LINEAR_INDEX, params};
+use crate::{DType, Error, Result};
+
+use super::gemm::{finalize, load, store_type};
+use super::{ConvAttrs, Geom};
+
+const DEPTHWISE_WGSL: &str = include_str!("depthwise.wgsl");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Forward,
+    BackpropInput,
+    BackpropFilter,
+}
+
+/// Workgroups that keep a large GPU busy.
+const TARGET_GROUPS: usize = 264;
+
+fn u32_of(op: &str, v: usize) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::Unimplemented(format!("{op}: a size of {v} does not fit 32 bits")))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let dtype = out.desc.dtype;
+    let total = out.desc.num_elements();
+    let x = g.x_strides();
+    let y = g.y_strides();
+    let mult = g.mult();
+    let positions = g.n * g.oh * g.ow;
+    let o = bind_out(ctx, op, out)?;
+
+    // The filter gradient: splits of the positions, partial sums summed by `finalize`.
+    let (splits, chunk, blocks) = if mode == Mode::BackpropFilter {
+        let blocks = (g.c * mult).div_ceil(64);
+        let taps = g.r * g.s;
+        if taps > MAX_GROUPS_X as usize || blocks > MAX_GROUPS_X as usize {
+            return Err(Error::Unimplemented(format!(
+                "{op}: a {}x{} filter with {} columns is too large",
+                g.r,
+                g.s,
+                g.c * mult
+            )));
+        }
+        let wgs = blocks * taps;
+        let mut splits = attrs.splits.unwrap_or_else(|| {
+            if wgs >= TARGET_GROUPS {
+                1
+            } else {
+                (2 * TARGET_GROUPS)
+                    .div_ceil(wgs)
+                    .min(positions / 256)
+                    .clamp(1, 1024)
+            }
+        });
+        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+        splits = splits
+            .min((max_bind.min(256 << 20) / (total * 4)).max(1))
+            .min(MAX_GROUPS_X as usize);
+        let chunk = positions.div_ceil(splits).max(1);
+        let splits = positions.div_ceil(chunk).max(1);
+        (splits, chunk, blocks)
+    } else {
+        (1, 0, 0)
+    };
+    let direct = mode != Mode::BackpropFilter || (dtype == DType::F32 && splits == 1);
+    let part = if direct {
+        o.clone()
+    } else {
+        ctx.temp((splits * total * 4) as u64)?
+    };
+
+    let (mode_id, spec) = match mode {
+        Mode::Forward => (0, "depthwise_fwd"),
+        Mode::BackpropInput => (1, "depthwise_bwd_input"),
+        Mode::BackpropFilter => (2, "depthwise_bwd_filter"),
+    };
+    // The output array: packed words for f16 outputs of modes 0 and 1, else f32.
+    let packed = dtype == DType::F16 && mode != Mode::BackpropFilter;
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(dtype), spec), || {
+        let (out_ty, store, partial) = if packed {
+            (
+                "u32",
+                "    let e0 = w * 2u;
+    let lo = f32_to_f16(elem(e0));
+    var hi = 0u;
+    if e0 + 1u < p.total {
+        hi = f32_to_f16(elem(e0 + 1u));
+    }
+    out[w] = lo | (hi << 16u);",
+                "bitcast<u32>(sum)",
+            )
+        } else {
+            ("f32", "    out[w] = elem(w);", "sum")
+        };
+        let (wx, wy) = if mode == Mode::BackpropFilter {
+            (64, 4)
+        } else {
+            (256, 1)
+        };
+        ShaderSource::new(
+            DEPTHWISE_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$COMMON", COMMON_WGSL)
+                .replace("$STORE", store_type(dtype))
+                .replace("$OUT", out_ty)
+                .replace("$ELEM_STORE", store)
+                .replace("$PARTIAL", partial)
+                .replace("$LOAD_A", &load(dtype, "src_a"))
+                .replace("$LOAD_B", &load(dtype, "src_b"))
+                .replace("$MODE_ID", &mode_id.to_string())
+                .replace("$WG_X", &wx.to_string())
+                .replace("$WG_Y", &wy.to_string()),
+        )
+    })?;
+    let words_out = if packed { total.div_ceil(2) } else { total };
+    let (groups, row) = match mode {
+        Mode::BackpropFilter => ([blocks as u32, (g.r * g.s) as u32, splits as u32], 0),
+        _ => grid_1d(words_out as u64, 256),
+    };
+    let words: Vec<u32> = [
+        row as usize,
+        words_out,
+        total,
+        g.nchw as usize,
+        g.h,
+        g.w,
+        g.c,
+        mult,
+        g.oh,
+        g.ow,
+        g.r,
+        g.s,
+        g.sh,
+        g.sw,
+        g.pt,
+        g.pl,
+        x[0],
+        x[1],
+        x[2],
+        x[3],
+        y[0],
+        y[1],
+        y[2],
+        y[3],
+        positions,
+        chunk,
+        total,
+        0,
+    ]
+    .iter()
+    .map(|&v| u32_of(op, v))
+    .collect::<Result<_>>()?;
+    let a = ctx.bind(a_ref)?;
+    let b = ctx.bind(b_ref)?;
+    ctx.dispatch(&pipeline, &params(&words), &[a, b, part.clone()], groups)?;
+    if !direct {
+        finalize(ctx, op, &part, splits, total, dtype, &o)?;
+    }
+    Ok(())
+}

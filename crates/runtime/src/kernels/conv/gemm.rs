@@ -1,0 +1,377 @@
+//! Conv2D and its gradients as implicit matrix products (`conv_gemm.wgsl`), and the pass that
+//! sums split-K partial results and converts them to the output dtype (`finalize.wgsl`).
+//!
+//! | mode           | M           | N         | K (reduction) | A          | B      |
+//! |----------------|-------------|-----------|---------------|------------|--------|
+//! | Forward        | n * oh * ow | k / groups| r * s * cg    | x windows  | filter |
+//! | BackpropInput  | n * h * w   | cg        | r * s * kg    | dy windows | filter |
+//! | BackpropFilter | r * s * cg  | k / groups| n * oh * ow   | x windows  | dy     |
+//!
+//! One dispatch covers every group (grid z = groups * splits). float32 outputs are written in
+//! place when K is not split; otherwise (split-K, or float16 outputs, whose pairs of halves
+//! share a word) the shader writes f32 values at the output's offsets in a temporary, one copy
+//! per split, and `finalize` sums the copies and stores the dtype.
+
+use crate::kernel::{DeviceRef, KernelContext, MAX_GROUPS_X, grid_1d};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{COMMON_WGSL, bind_out};
+use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::{DType, Error, Result, bail_invalid};
+
+use super::{ConvAttrs, Geom};
+
+const CONV_GEMM_WGSL: &str = include_str!("conv_gemm.wgsl");
+const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    Forward,
+    BackpropInput,
+    BackpropFilter,
+}
+
+/// A tile of `conv_gemm.wgsl`: BM x BN outputs per workgroup, K steps of BK, TM x TN outputs
+/// per invocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    pub name: &'static str,
+    pub bm: u32,
+    pub bn: u32,
+    pub bk: u32,
+    pub tm: u32,
+    pub tn: u32,
+}
+
+impl Tile {
+    pub const fn threads(&self) -> u32 {
+        (self.bm / self.tm) * (self.bn / self.tn)
+    }
+
+    /// Whether the tile loads cover the tiles exactly with every invocation busy.
+    pub const fn is_valid(&self) -> bool {
+        let t = self.threads();
+        self.bm.is_multiple_of(self.tm)
+            && self.bn.is_multiple_of(self.tn)
+            && (self.bm * self.bk).is_multiple_of(t)
+            && (self.bn * self.bk).is_multiple_of(t)
+            && t <= 256
+    }
+}
+
+pub const T32X32: Tile = Tile {
+    name: "32x32x8_2x2",
+    bm: 32,
+    bn: 32,
+    bk: 8,
+    tm: 2,
+    tn: 2,
+};
+pub const T64X64: Tile = Tile {
+    name: "64x64x8_4x4",
+    bm: 64,
+    bn: 64,
+    bk: 8,
+    tm: 4,
+    tn: 4,
+};
+pub const T128X128: Tile = Tile {
+    name: "128x128x8_8x8",
+    bm: 128,
+    bn: 128,
+    bk: 8,
+    tm: 8,
+    tn: 8,
+};
+/// For products with few columns (few output channels) and many rows.
+pub const T128X32: Tile = Tile {
+    name: "128x32x8_8x2",
+    bm: 128,
+    bn: 32,
+    bk: 8,
+    tm: 8,
+    tn: 2,
+};
+
+/// Every tile, for `_tfwgpu_tile`.
+pub const TILES: &[Tile] = &[T32X32, T64X64, T128X128, T128X32];
+
+const _: () = {
+    let mut i = 0;
+    while i < TILES.len() {
+        assert!(TILES[i].is_valid());
+        i += 1;
+    }
+};
+
+/// Workgroups that keep a large GPU busy (two per multiprocessor of an H200).
+const TARGET_GROUPS: usize = 264;
+
+/// The tile for an M x N product (per group).
+fn choose_tile(m: usize, n: usize, groups: usize) -> Tile {
+    let tiles = |t: &Tile| groups * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    if n <= 32 {
+        if tiles(&T128X32) >= TARGET_GROUPS {
+            T128X32
+        } else {
+            T32X32
+        }
+    } else if tiles(&T128X128) >= TARGET_GROUPS {
+        T128X128
+    } else if m >= 64 {
+        T64X64
+    } else {
+        T32X32
+    }
+}
+
+/// Splits of the K range for a product with `tiles` output tiles: enough workgroups to fill the
+/// GPU, at least 256 of K per split.
+fn choose_splits(tiles: usize, k: usize) -> usize {
+    if tiles >= TARGET_GROUPS || k < 512 {
+        return 1;
+    }
+    TARGET_GROUPS.div_ceil(tiles).min(k / 256).clamp(1, 64)
+}
+
+fn u32_of(op: &str, v: usize) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| Error::Unimplemented(format!("{op}: a size of {v} does not fit 32 bits")))
+}
+
+/// WGSL loading element `i` of `arr` (f32 or packed f16) as f32.
+pub(super) fn load(dtype: DType, arr: &str) -> String {
+    match dtype {
+        DType::F16 => format!("f16_to_f32(({arr}[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu)"),
+        _ => format!("{arr}[i]"),
+    }
+}
+
+/// The WGSL element type of an input array.
+pub(super) fn store_type(dtype: DType) -> &'static str {
+    match dtype {
+        DType::F16 => "u32",
+        _ => "f32",
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn record(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let dtype = out.desc.dtype;
+    let kg = g.kg();
+    let (m, n, k) = match mode {
+        Mode::Forward => (g.n * g.oh * g.ow, kg, g.r * g.s * g.cg),
+        Mode::BackpropInput => (g.n * g.h * g.w, g.cg, g.r * g.s * kg),
+        Mode::BackpropFilter => (g.r * g.s * g.cg, kg, g.n * g.oh * g.ow),
+    };
+    let x = g.x_strides();
+    let y = g.y_strides();
+    // 1x1, stride 1, no padding, NHWC, one group: a plain product of row-major matrices.
+    let plain = g.r == 1
+        && g.s == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pt == 0
+        && g.pl == 0
+        && g.oh == g.h
+        && g.ow == g.w
+        && g.groups == 1
+        && !g.nchw;
+    // (mode id, A loads along M, B loads along N): neighbouring invocations load neighbouring
+    // addresses.
+    let (mode_id, a_mfast, b_nfast) = match mode {
+        Mode::Forward => (0, g.nchw, true),
+        Mode::BackpropInput => (1, g.nchw, false),
+        Mode::BackpropFilter => (2, !g.nchw, !g.nchw),
+    };
+    let mode_id = if plain { 3 } else { mode_id };
+    // Strides of the plain product: A (m, k), B (k, n), C (m, n), in the x* and y* slots.
+    let (xs, ys) = if plain {
+        let (c, kk) = (g.c, g.k);
+        match mode {
+            Mode::Forward => ([c, 1, kk, 1], [kk, 1, 0, 0]),
+            Mode::BackpropInput => ([kk, 1, 1, kk], [c, 1, 0, 0]),
+            Mode::BackpropFilter => ([1, c, kk, 1], [kk, 1, 0, 0]),
+        }
+    } else {
+        (x, y)
+    };
+
+    let tile = match &attrs.tile {
+        Some(name) => *TILES.iter().find(|t| t.name == name).ok_or_else(|| {
+            Error::InvalidArgument(format!("{op}: _tfwgpu_tile {name:?} names no conv tile"))
+        })?,
+        None => choose_tile(m, n, g.groups),
+    };
+    let tiles_x = n.div_ceil(tile.bn as usize);
+    let tiles_y = m.div_ceil(tile.bm as usize);
+    let out_len = out.desc.num_elements();
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    // Split-K partial results live in a temporary of splits * out_len f32 values.
+    let mut splits = attrs
+        .splits
+        .unwrap_or_else(|| choose_splits(g.groups * tiles_x * tiles_y, k));
+    if attrs.splits.is_none() {
+        let budget = max_bind.min(256 << 20);
+        splits = splits.min((budget / (out_len * 4)).max(1));
+    }
+    splits = splits.min(MAX_GROUPS_X as usize / g.groups).max(1);
+    if g.groups > MAX_GROUPS_X as usize {
+        return Err(Error::Unimplemented(format!(
+            "{op}: {} groups; at most {MAX_GROUPS_X} are supported",
+            g.groups
+        )));
+    }
+    if tiles_x > MAX_GROUPS_X as usize {
+        return Err(Error::Unimplemented(format!(
+            "{op}: {n} output channels per group are too many"
+        )));
+    }
+    let bk = tile.bk as usize;
+    let k_chunk = k.div_ceil(splits).div_ceil(bk) * bk;
+    let splits = if k == 0 {
+        1
+    } else {
+        k.div_ceil(k_chunk.max(1))
+    };
+    let direct = dtype == DType::F32 && splits == 1;
+    let o = bind_out(ctx, op, out)?;
+    let part = if direct {
+        o.clone()
+    } else {
+        let bytes = (splits * out_len * 4) as u64;
+        if bytes > max_bind as u64 {
+            return Err(Error::Unimplemented(format!(
+                "{op}: the f32 staging buffer of {bytes} bytes for this {dtype} output exceeds \
+                 the device's storage binding limit ({max_bind} bytes)"
+            )));
+        }
+        ctx.temp(bytes)?
+    };
+
+    let spec = format!(
+        "gemm_{}_{}_{}{}",
+        ["fwd", "bwd_input", "bwd_filter", "plain"][mode_id],
+        tile.name,
+        if a_mfast { "m" } else { "k" },
+        if b_nfast { "n" } else { "k" }
+    );
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(dtype), spec), || {
+        ShaderSource::new(
+            CONV_GEMM_WGSL
+                .replace("$COMMON", COMMON_WGSL)
+                .replace("$STORE", store_type(dtype))
+                .replace("$LOAD_A", &load(dtype, "src_a"))
+                .replace("$LOAD_B", &load(dtype, "src_b"))
+                .replace("$MODE_ID", &mode_id.to_string())
+                .replace("$A_MFAST_FLAG", &a_mfast.to_string())
+                .replace("$B_NFAST_FLAG", &b_nfast.to_string())
+                .replace("$TILE_BM", &tile.bm.to_string())
+                .replace("$TILE_BN", &tile.bn.to_string())
+                .replace("$TILE_BK", &tile.bk.to_string())
+                .replace("$TILE_TM", &tile.tm.to_string())
+                .replace("$TILE_TN", &tile.tn.to_string()),
+        )
+    })?;
+    let a = ctx.bind(a_ref)?;
+    let b = ctx.bind(b_ref)?;
+    let max = MAX_GROUPS_X as usize;
+    for y0 in (0..tiles_y).step_by(max) {
+        let gy = (tiles_y - y0).min(max);
+        let words: Vec<u32> = [
+            m, n, k, k_chunk, g.h, g.w, g.cg, kg, g.oh, g.ow, g.k, g.s, g.sh, g.sw, g.dh, g.dw,
+            g.pt, g.pl, xs[0], xs[1], xs[2], xs[3], ys[0], ys[1], ys[2], ys[3], splits, out_len,
+            y0, 0, 0, 0,
+        ]
+        .iter()
+        .map(|&v| u32_of(op, v))
+        .collect::<Result<_>>()?;
+        ctx.dispatch(
+            &pipeline,
+            &params(&words),
+            &[a.clone(), b.clone(), part.clone()],
+            [tiles_x as u32, gy as u32, (g.groups * splits) as u32],
+        )?;
+    }
+    if !direct {
+        finalize(ctx, op, &part, splits, out_len, dtype, &o)?;
+    }
+    Ok(())
+}
+
+/// Sums `splits` copies of `len` f32 values in `part` into `out` (dtype `dtype`).
+pub(super) fn finalize(
+    ctx: &KernelContext,
+    op: &str,
+    part: &crate::exec::BufferRange,
+    splits: usize,
+    len: usize,
+    dtype: DType,
+    out: &crate::exec::BufferRange,
+) -> Result<()> {
+    if !matches!(dtype, DType::F32 | DType::F16) {
+        bail_invalid!("{op}: no finalize for {dtype}");
+    }
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(dtype), "finalize"), || {
+        let store = match dtype {
+            DType::F16 => {
+                "    let e0 = w * 2u;
+    let lo = f32_to_f16(total(e0));
+    var hi = 0u;
+    if e0 + 1u < p.len {
+        hi = f32_to_f16(total(e0 + 1u));
+    }
+    out[w] = lo | (hi << 16u);"
+            }
+            _ => "    out[w] = bitcast<u32>(total(w));",
+        };
+        ShaderSource::new(
+            FINALIZE_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$COMMON", COMMON_WGSL)
+                .replace("$STORE", store)
+                .replace("$WG", &WG.to_string()),
+        )
+    })?;
+    let words = if dtype == DType::F16 {
+        len.div_ceil(2)
+    } else {
+        len
+    };
+    let (groups, row) = grid_1d(words as u64, WG);
+    let p = params(&[
+        row,
+        u32_of(op, words)?,
+        u32_of(op, len)?,
+        u32_of(op, splits)?,
+    ]);
+    ctx.dispatch(&pipeline, &p, &[part.clone(), out.clone()], groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tile_and_split_choice() {
+        // ResNet-50 conv2 (56x56x64 -> 64, batch 32): many tiles, no split.
+        assert_eq!(choose_tile(32 * 56 * 56, 64, 1), T128X128);
+        assert_eq!(choose_splits(784, 576), 1);
+        // Few output channels: the narrow tile.
+        assert_eq!(choose_tile(32 * 112 * 112, 16, 1), T128X32);
+        // A filter gradient: few tiles, a long reduction: split.
+        let tiles = (3 * 3 * 64usize).div_ceil(64) * 64usize.div_ceil(64);
+        assert_eq!(choose_tile(3 * 3 * 64, 64, 1), T64X64);
+        assert_eq!(choose_splits(tiles, 32 * 56 * 56), 30);
+        assert_eq!(choose_splits(tiles, 300), 1);
+        assert_eq!(choose_tile(7, 5, 1), T32X32);
+    }
+}

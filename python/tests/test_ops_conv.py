@@ -1,0 +1,318 @@
+"""conv family through TensorFlow: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter and the
+depthwise ops on GPU:0 against CPU:0 (forward, gradients through tf.GradientTape, a Keras
+Conv2D layer), float32 and float16, with the plugin's counters showing the kernels ran on the
+GPU.
+
+Tolerances: each result is a dot product of L terms; an f32 accumulation is within
+(L + 2) * 2^-24 * sum|terms| of the exact value, so GPU and CPU agree within twice that. The
+sums of absolute terms come from the same op on |inputs| (CPU). float16 results are checked
+against the CPU's float32 result on the same f16 inputs, allowing the f16 rounding (2^-11
+relative) on top. TensorFlow's CPU has no NCHW Conv2D / depthwise kernel: NCHW results on the
+GPU are checked against NHWC on the CPU, transposed.
+"""
+import ctypes
+import json
+import zlib
+
+import numpy as np
+import pytest
+
+from conftest import on_gpu
+
+EPS32 = 2.0**-24
+
+
+def gpu_ops():
+    import tensorflow_wgpu
+
+    lib = tensorflow_wgpu._plugin()
+    lib.tfwgpu_stats_json.restype = ctypes.c_char_p
+    return json.loads(lib.tfwgpu_stats_json().decode())["gpu_ops"]
+
+
+def ran(before, op):
+    return gpu_ops().get(op, 0) - before.get(op, 0)
+
+
+def to_nchw(a):
+    return np.transpose(a, (0, 3, 1, 2))
+
+
+def to_nhwc(a):
+    return np.transpose(a, (0, 2, 3, 1))
+
+
+def assert_dot_close(got, want, abs_sum, terms, f16=False, what=""):
+    got = np.asarray(got, np.float64)
+    want = np.asarray(want, np.float64)
+    tol = 2 * (terms + 2) * EPS32 * np.asarray(abs_sum, np.float64)
+    if f16:
+        tol = tol * (1 + 2.0**-11) + np.abs(want) * 2.0**-11 + 2.0**-25
+    assert got.shape == want.shape, what
+    bad = np.abs(got - want) > tol
+    assert not bad.any(), (
+        f"{what}: {bad.sum()} of {bad.size} off; worst at {np.unravel_index(np.argmax(np.abs(got - want) - tol), got.shape)}: "
+        f"got {got[bad][:3]}, want {want[bad][:3]}"
+    )
+
+
+def rnd(rng, shape, dtype=np.float32):
+    return rng.uniform(-1, 1, shape).astype(dtype)
+
+
+# (name, x shape NHWC, filter shape, strides, padding, dilations)
+CONV_CASES = [
+    ("3x3_same", (2, 7, 6, 3), (3, 3, 3, 5), 1, "SAME", 1),
+    ("3x3_valid_s2", (1, 9, 8, 4), (3, 3, 4, 7), 2, "VALID", 1),
+    ("5x5_s3", (2, 11, 10, 2), (5, 5, 2, 3), 3, "SAME", 1),
+    ("dilated", (1, 9, 9, 3), (3, 3, 3, 4), 1, "VALID", 2),
+    ("explicit", (2, 6, 7, 3), (3, 2, 3, 4), (1, 2), [[0, 0], [1, 2], [0, 3], [0, 0]], 1),
+    ("1x1", (3, 5, 4, 9), (1, 1, 9, 33), 1, "VALID", 1),
+    ("1x1_s2", (1, 7, 7, 6), (1, 1, 6, 5), 2, "SAME", 1),
+    ("wide", (1, 4, 5, 70), (3, 3, 70, 67), 1, "SAME", 1),
+]
+
+
+def conv_abs(tf, x, f, **kw):
+    with tf.device("/CPU:0"):
+        return tf.nn.conv2d(np.abs(x), np.abs(f), **kw).numpy()
+
+
+def dilate(f, d):
+    """The filter with d - 1 zeros between taps: an undilated convolution with it is the
+    dilated convolution with f."""
+    if d == 1:
+        return f
+    r, s = f.shape[:2]
+    out = np.zeros(((r - 1) * d + 1, (s - 1) * d + 1) + f.shape[2:], f.dtype)
+    out[::d, ::d] = f
+    return out
+
+
+def cpu_conv(tf, x, f, dy, strides, padding, dil):
+    """(y, dx, df) on the CPU in NHWC. TensorFlow's CPU backprops reject dilations, so dilated
+    convolutions go through the zero-inserted filter."""
+    with tf.device("/CPU:0"):
+        xc, fc = tf.constant(x), tf.constant(dilate(f, dil))
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xc, fc])
+            y = tf.nn.conv2d(xc, fc, strides=strides, padding=padding)
+        if dy is None:
+            return y.numpy(), None, None
+        dx, df = t.gradient(y, [xc, fc], output_gradients=tf.constant(dy))
+        return y.numpy(), dx.numpy(), df.numpy()[::dil, ::dil]
+
+
+@pytest.mark.parametrize("case", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_conv2d_forward_and_gradients(tf, case, fmt):
+    name, xs, fs, strides, padding, dil = case
+    rng = np.random.default_rng(zlib.crc32(f"{name} {fmt}".encode()))
+    x, f = rnd(rng, xs), rnd(rng, fs)
+    y0, _, _ = cpu_conv(tf, x, f, None, strides, padding, dil)
+    dy = rnd(rng, y0.shape)
+    yc, dxc, dfc = cpu_conv(tf, x, f, dy, strides, padding, dil)
+    ya, dxa, dfa = cpu_conv(tf, np.abs(x), np.abs(f), np.abs(dy), strides, padding, dil)
+    gx, gdy = (to_nchw(x), to_nchw(dy)) if fmt == "NCHW" else (x, dy)
+    gkw = dict(strides=strides, padding=padding, dilations=dil)
+    if fmt == "NCHW":
+        gkw["data_format"] = "NCHW"
+        if isinstance(padding, list):
+            gkw["padding"] = [padding[0], padding[3], padding[1], padding[2]]
+    before = gpu_ops()
+    with tf.device("/GPU:0"):
+        xg, fg = tf.constant(gx), tf.constant(f)
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xg, fg])
+            yg = tf.nn.conv2d(xg, fg, **gkw)
+        dxg, dfg = t.gradient(yg, [xg, fg], output_gradients=tf.constant(gdy))
+    assert on_gpu(yg) and on_gpu(dxg) and on_gpu(dfg)
+    for op in ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]:
+        assert ran(before, op) >= 1, f"{op} did not run on the GPU: {gpu_ops()}"
+    back = to_nhwc if fmt == "NCHW" else (lambda a: a)
+    r, s, c, k = fs
+    n_out = int(np.prod(yc.shape[:3]))
+    assert_dot_close(back(yg.numpy()), yc, ya, r * s * c, what="y")
+    assert_dot_close(back(dxg.numpy()), dxc, dxa, r * s * k, what="dx")
+    assert_dot_close(dfg.numpy(), dfc, dfa, n_out, what="df")
+
+
+@pytest.mark.parametrize("case", CONV_CASES[:6:2], ids=[c[0] for c in CONV_CASES[:6:2]])
+def test_conv2d_float16(tf, case):
+    name, xs, fs, strides, padding, dil = case
+    rng = np.random.default_rng(7)
+    x, f = rnd(rng, xs, np.float16), rnd(rng, fs, np.float16)
+    kw = dict(strides=strides, padding=padding, dilations=dil)
+    with tf.device("/CPU:0"):
+        want = tf.nn.conv2d(x.astype(np.float32), f.astype(np.float32), **kw).numpy()
+        dy = rnd(rng, want.shape, np.float16)
+    before = gpu_ops()
+    with tf.device("/GPU:0"):
+        xg, fg = tf.constant(x), tf.constant(f)
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xg, fg])
+            yg = tf.nn.conv2d(xg, fg, **kw)
+        dxg, dfg = t.gradient(yg, [xg, fg], output_gradients=tf.constant(dy))
+    assert yg.dtype == tf.float16 and on_gpu(yg)
+    for op in ["Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]:
+        assert ran(before, op) >= 1, op
+    r, s, c, k = fs
+    assert_dot_close(yg.numpy(), want, conv_abs(tf, x.astype(np.float32), f.astype(np.float32), **kw), r * s * c, f16=True, what="y")
+    with tf.device("/CPU:0"):
+        x32, f32, dy32 = (tf.constant(a.astype(np.float32)) for a in (x, f, dy))
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([x32, f32])
+            y32 = tf.nn.conv2d(x32, f32, **kw)
+        dx32, df32 = t.gradient(y32, [x32, f32], output_gradients=dy32)
+        with tf.GradientTape(persistent=True) as t:
+            xa, fa = tf.constant(np.abs(x32)), tf.constant(np.abs(f32))
+            t.watch([xa, fa])
+            ya = tf.nn.conv2d(xa, fa, **kw)
+        dxa, dfa = t.gradient(ya, [xa, fa], output_gradients=tf.abs(dy32))
+    n_out = int(np.prod(want.shape[:3]))
+    assert_dot_close(dxg.numpy(), dx32.numpy(), dxa.numpy(), r * s * k, f16=True, what="dx")
+    assert_dot_close(dfg.numpy(), df32.numpy(), dfa.numpy(), n_out, f16=True, what="df")
+
+
+def test_grouped_conv2d_forward(tf):
+    # TensorFlow's CPU runs grouped Conv2D forward (not its gradients).
+    rng = np.random.default_rng(3)
+    x, f = rnd(rng, (2, 6, 5, 6)), rnd(rng, (3, 3, 2, 9))
+    with tf.device("/CPU:0"):
+        want = tf.nn.conv2d(x, f, 1, "SAME").numpy()
+    before = gpu_ops()
+    with tf.device("/GPU:0"):
+        got = tf.nn.conv2d(x, f, 1, "SAME")
+    assert on_gpu(got) and ran(before, "Conv2D") == 1
+    assert_dot_close(got.numpy(), want, conv_abs(tf, x, f, strides=1, padding="SAME"), 18)
+
+
+# (name, x shape NHWC, filter shape [r, s, c, mult], stride, padding)
+DW_CASES = [
+    ("3x3_same", (2, 7, 6, 3), (3, 3, 3, 1), 1, "SAME"),
+    ("3x3_s2_m2", (1, 9, 8, 4), (3, 3, 4, 2), 2, "VALID"),
+    ("5x5_m3", (2, 6, 7, 2), (5, 5, 2, 3), 1, "SAME"),
+    ("3x2_s3", (1, 10, 9, 5), (3, 2, 5, 1), 3, "SAME"),
+    ("explicit", (2, 5, 6, 3), (3, 3, 3, 2), 1, [[0, 0], [1, 2], [0, 3], [0, 0]]),
+    ("wide", (1, 4, 4, 67), (3, 3, 67, 1), 1, "SAME"),
+]
+
+
+@pytest.mark.parametrize("case", DW_CASES, ids=[c[0] for c in DW_CASES])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_depthwise_forward_and_gradients(tf, case, fmt):
+    name, xs, fs, stride, padding = case
+    if fmt == "NCHW" and isinstance(padding, list):
+        pytest.skip("tf.nn.depthwise_conv2d takes explicit padding in NHWC order only")
+    rng = np.random.default_rng(zlib.crc32(f"{name} {fmt}".encode()))
+    x, f = rnd(rng, xs), rnd(rng, fs)
+    strides = [1, stride, stride, 1]
+    with tf.device("/CPU:0"):
+        xc, fc = tf.constant(x), tf.constant(f)
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xc, fc])
+            yc = tf.nn.depthwise_conv2d(xc, fc, strides, padding)
+        dy = rnd(rng, yc.shape)
+        dxc, dfc = t.gradient(yc, [xc, fc], output_gradients=tf.constant(dy))
+        xa, fa = tf.constant(np.abs(x)), tf.constant(np.abs(f))
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xa, fa])
+            ya = tf.nn.depthwise_conv2d(xa, fa, strides, padding)
+        dxa, dfa = t.gradient(ya, [xa, fa], output_gradients=tf.constant(np.abs(dy)))
+    if fmt == "NCHW":
+        gx, gdy, gstrides = to_nchw(x), to_nchw(dy), [1, 1, stride, stride]
+        back = to_nhwc
+    else:
+        gx, gdy, gstrides, back = x, dy, strides, (lambda a: a)
+    before = gpu_ops()
+    with tf.device("/GPU:0"):
+        xg, fg = tf.constant(gx), tf.constant(f)
+        with tf.GradientTape(persistent=True) as t:
+            t.watch([xg, fg])
+            yg = tf.nn.depthwise_conv2d(xg, fg, gstrides, padding, data_format=fmt)
+        dxg, dfg = t.gradient(yg, [xg, fg], output_gradients=tf.constant(gdy))
+    assert on_gpu(yg) and on_gpu(dxg) and on_gpu(dfg)
+    for op in [
+        "DepthwiseConv2dNative",
+        "DepthwiseConv2dNativeBackpropInput",
+        "DepthwiseConv2dNativeBackpropFilter",
+    ]:
+        assert ran(before, op) >= 1, f"{op} did not run on the GPU: {gpu_ops()}"
+    r, s, c, m = fs
+    n_out = int(np.prod(yc.shape[:3]))
+    assert_dot_close(back(yg.numpy()), yc.numpy(), ya.numpy(), r * s, what="y")
+    assert_dot_close(back(dxg.numpy()), dxc.numpy(), dxa.numpy(), r * s * m, what="dx")
+    assert_dot_close(dfg.numpy(), dfc.numpy(), dfa.numpy(), n_out, what="df")
+
+
+@pytest.mark.parametrize("case", DW_CASES[:3], ids=[c[0] for c in DW_CASES[:3]])
+def test_depthwise_float16_raw_ops(tf, case):
+    name, xs, fs, stride, padding = case
+    rng = np.random.default_rng(11)
+    x, f = rnd(rng, xs, np.float16), rnd(rng, fs, np.float16)
+    kw = dict(strides=[1, stride, stride, 1], padding=padding)
+    ops = tf.raw_ops
+    with tf.device("/CPU:0"):
+        y32 = ops.DepthwiseConv2dNative(input=x.astype(np.float32), filter=f.astype(np.float32), **kw).numpy()
+        dy = rnd(rng, y32.shape, np.float16)
+        dx32 = ops.DepthwiseConv2dNativeBackpropInput(input_sizes=xs, filter=f.astype(np.float32), out_backprop=dy.astype(np.float32), **kw).numpy()
+        df32 = ops.DepthwiseConv2dNativeBackpropFilter(input=x.astype(np.float32), filter_sizes=fs, out_backprop=dy.astype(np.float32), **kw).numpy()
+        ya = ops.DepthwiseConv2dNative(input=np.abs(x).astype(np.float32), filter=np.abs(f).astype(np.float32), **kw).numpy()
+        dxa = ops.DepthwiseConv2dNativeBackpropInput(input_sizes=xs, filter=np.abs(f).astype(np.float32), out_backprop=np.abs(dy).astype(np.float32), **kw).numpy()
+        dfa = ops.DepthwiseConv2dNativeBackpropFilter(input=np.abs(x).astype(np.float32), filter_sizes=fs, out_backprop=np.abs(dy).astype(np.float32), **kw).numpy()
+    with tf.device("/GPU:0"):
+        y = ops.DepthwiseConv2dNative(input=x, filter=f, **kw)
+        dx = ops.DepthwiseConv2dNativeBackpropInput(input_sizes=tf.constant(xs), filter=f, out_backprop=dy, **kw)
+        df = ops.DepthwiseConv2dNativeBackpropFilter(input=x, filter_sizes=tf.constant(fs), out_backprop=dy, **kw)
+    assert all(on_gpu(t) and t.dtype == tf.float16 for t in (y, dx, df))
+    r, s, c, m = fs
+    assert_dot_close(y.numpy(), y32, ya, r * s, f16=True, what="y")
+    assert_dot_close(dx.numpy(), dx32, dxa, r * s * m, f16=True, what="dx")
+    assert_dot_close(df.numpy(), df32, dfa, int(np.prod(y32.shape[:3])), f16=True, what="df")
+
+
+def test_bad_conv_raises_like_cpu(tf):
+    x = np.zeros((1, 5, 5, 4), np.float32)
+    f = np.zeros((3, 3, 3, 6), np.float32)
+    for dev in ["/CPU:0", "/GPU:0"]:
+        with tf.device(dev):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="evenly divisible"):
+                tf.raw_ops.Conv2D(input=x, filter=f, strides=[1, 1, 1, 1], padding="SAME")
+
+
+def _keras_model(keras, seed):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((10, 9, 3)),
+            keras.layers.Conv2D(8, 3, padding="same", activation="relu"),
+            keras.layers.DepthwiseConv2D(3, strides=2, depth_multiplier=2),
+            keras.layers.Conv2D(5, 1),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3),
+        ]
+    )
+
+
+def test_keras_conv2d_layer_trains_like_cpu(tf):
+    keras = tf.keras
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 10, 9, 3)).astype(np.float32)
+    y = rng.integers(0, 3, 16).astype(np.int32)
+    losses = {}
+    for dev in ["/CPU:0", "/GPU:0"]:
+        with tf.device(dev):
+            model = _keras_model(keras, 0)
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.05),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            before = gpu_ops()
+            hist = model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+            losses[dev] = hist.history["loss"]
+            if dev == "/GPU:0":
+                for op in ["Conv2D", "Conv2DBackpropFilter", "DepthwiseConv2dNative", "DepthwiseConv2dNativeBackpropFilter"]:
+                    assert ran(before, op) >= 1, f"{op}: {gpu_ops()}"
+                out = model(x[:4])
+                assert on_gpu(out)
+    np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
