@@ -106,7 +106,9 @@ class Report:
         block = self._blocks.pop(tid, None)
         if not block:
             return
-        on_gpu = any(not dev.startswith("CPU") for _, dev in block)
+        # Mixed: some real work placed on the GPU (a graph whose only GPU nodes are variable
+        # handles or constants, placed back to back with a tf.data function, is not).
+        on_gpu = any(not dev.startswith("CPU") and not host_by_design(op) for op, dev in block)
         for op, dev in block:
             if on_gpu or not dev.startswith("CPU"):
                 self.placed[(op, dev)] += 1
@@ -116,8 +118,12 @@ class Report:
     def feed(self, line):
         m = _PLACED.search(line)
         if m:
-            op = m.group("op")
-            block = self._blocks.setdefault(m.group("tid"), [])
+            op, tid = m.group("op"), m.group("tid")
+            # The placer lists a graph's arguments first: an _Arg after other nodes starts
+            # the next graph (graphs placed back to back log no line between them).
+            if op == "_Arg" and self._blocks.get(tid):
+                self._close(tid)
+            block = self._blocks.setdefault(tid, [])
             if not op.startswith("_"):
                 block.append((op, _device_kind(m.group("dev"))))
             return True

@@ -127,13 +127,35 @@ def test_public_stateless_api_matches_cpu(tf, dtype):
     assert_random_equal(g, c, "int")
 
 
-@pytest.mark.xfail(strict=True, reason="StatelessRandomUniformV2 takes uint64 key/counter "
-                   "tensors, which the runtime's DType cannot carry yet: the V2 ops are not "
-                   "registered and run on the CPU")
-def test_public_stateless_api_runs_on_gpu(tf):
-    with RanOnGpu("StatelessRandomUniformV2"):
+@pytest.mark.parametrize("fn,op", [
+    ("stateless_uniform", "StatelessRandomUniformV2"),
+    ("stateless_normal", "StatelessRandomNormalV2"),
+    ("stateless_truncated_normal", "StatelessTruncatedNormalV2"),
+])
+def test_public_stateless_api_runs_on_gpu_and_matches_cpu(tf, fn, op):
+    """tf.random.stateless_*: the key and counter come from the plugin's host kernel
+    (StatelessRandomGetKeyCounter), the values from the GPU, equal to the CPU's (uniform
+    bit for bit; normal within a few ulp of libm's log/sincos)."""
+    import tensorflow_wgpu
+
+    f = getattr(tf.random, fn)
+    with RanOnGpu(op):
         with tf.device("/GPU:0"):
-            tf.random.stateless_uniform([4], seed=[3, 4])
+            g = f([3, 129], seed=[3, 4]).numpy()
+    with tf.device("/CPU:0"):
+        c = f([3, 129], seed=[3, 4]).numpy()
+        kc = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([3, 4], tf.int64))
+    with tf.device("/GPU:0"):
+        before = tensorflow_wgpu.stats()["host_ops"].get("StatelessRandomGetKeyCounter", 0)
+        kg = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([3, 4], tf.int64))
+        after = tensorflow_wgpu.stats()["host_ops"].get("StatelessRandomGetKeyCounter", 0)
+    assert after == before + 1
+    assert kg[0].dtype == tf.uint64 and kg[0].numpy().tolist() == kc[0].numpy().tolist()
+    assert kg[1].numpy().tolist() == kc[1].numpy().tolist()
+    if fn == "stateless_uniform":
+        np.testing.assert_array_equal(g, c)
+    else:
+        np.testing.assert_allclose(g, c, rtol=4 * 2.0**-23, atol=4 * 2.0**-23)
 
 
 STATEFUL = [

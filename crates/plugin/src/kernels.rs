@@ -10,6 +10,7 @@ use std::ffi::{CString, c_void};
 use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use tfwgpu_runtime::kernels::TYPE_CONSTRAINTS;
 use tfwgpu_runtime::{
     DType, DeviceRef, Error, HostKernel, HostTensor, Kernel, Operand, Registry, Result, TensorDesc,
 };
@@ -38,7 +39,8 @@ fn host_kernel_for(op: &str, attrs: &tfwgpu_runtime::Attrs) -> bool {
     let reg = Registry::global();
     reg.host_ops().iter().any(|d| {
         d.op == op
-            && matches!(attrs.dtype_opt(d.type_attr), Ok(Some(t)) if reg.host(op, t).is_some())
+            && (d.type_attr.is_empty()
+                || matches!(attrs.dtype_opt(d.type_attr), Ok(Some(t)) if reg.host(op, t).is_some()))
     })
 }
 
@@ -430,9 +432,65 @@ fn tensorflow_has_host_int32(op: &str, type_attr: &str) -> bool {
     }
 }
 
+/// Every combination of the op's second type attributes (`TYPE_CONSTRAINTS`); one empty
+/// combination when it has none.
+fn constraint_combinations(op: &str) -> Vec<Vec<(&'static str, DType)>> {
+    let mut combos: Vec<Vec<(&'static str, DType)>> = vec![vec![]];
+    for c in TYPE_CONSTRAINTS.iter().filter(|c| c.op == op) {
+        combos = combos
+            .into_iter()
+            .flat_map(|base| {
+                c.dtypes.iter().map(move |&t| {
+                    let mut v = base.clone();
+                    v.push((c.attr, t));
+                    v
+                })
+            })
+            .collect();
+    }
+    combos
+}
+
+/// Registers one kernel for `op` on "GPU" with the given type constraints and host-memory
+/// arguments. Returns whether TensorFlow accepted it.
+fn register_one(op: &str, prefix: &str, types: &[(&str, DType)], host: &[&str]) -> bool {
+    let st = Status::new();
+    // SAFETY: plain calls into TensorFlow's registration API with valid strings.
+    unsafe {
+        let b = sys::TF_NewKernelBuilder(
+            leak(op),
+            leak("GPU"),
+            Some(create),
+            Some(compute),
+            Some(delete),
+        );
+        for (attr, t) in types {
+            sys::TF_KernelBuilder_TypeConstraint(b, leak(attr), dtype_to_tf(*t), st.0);
+            if let Err(e) = st.check("type constraint") {
+                tracing::warn!("not registering {op} for {attr}={t}: {e}");
+                sys::TF_DeleteKernelBuilder(b);
+                return false;
+            }
+        }
+        sys::TF_KernelBuilder_Priority(b, PRIORITY);
+        for name in host {
+            sys::TF_KernelBuilder_HostMemory(b, leak(name));
+        }
+        let suffix: Vec<String> = types.iter().map(|(a, t)| format!("{a}_{t}")).collect();
+        let kname = format!("tfwgpu_{prefix}{op}_{}", suffix.join("_"));
+        sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
+        match st.check("registration") {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("not registering {kname}: {e}");
+                false
+            }
+        }
+    }
+}
+
 /// Registers every runtime kernel with TensorFlow. Returns how many registrations succeeded.
 pub fn register_all() -> usize {
-    let st = Status::new();
     let mut ok = 0;
     for def in Registry::global().ops() {
         if TENSORFLOW_PROVIDES.contains(&def.op) {
@@ -456,72 +514,27 @@ pub fn register_all() -> usize {
                 tracing::debug!("{}: int32 left to TensorFlow's host-memory kernel", def.op);
                 continue;
             }
-            // SAFETY: plain calls into TensorFlow's registration API with valid strings.
-            unsafe {
-                let b = sys::TF_NewKernelBuilder(
-                    leak(def.op),
-                    leak("GPU"),
-                    Some(create),
-                    Some(compute),
-                    Some(delete),
-                );
-                if let Some(dt) = dt {
-                    sys::TF_KernelBuilder_TypeConstraint(
-                        b,
-                        leak(def.type_attr),
-                        dtype_to_tf(dt),
-                        st.0,
-                    );
-                    if let Err(e) = st.check("type constraint") {
-                        tracing::warn!("not registering {} for {dt}: {e}", def.op);
-                        sys::TF_DeleteKernelBuilder(b);
-                        continue;
-                    }
-                }
-                sys::TF_KernelBuilder_Priority(b, PRIORITY);
-                for (_, name) in def.host_inputs {
-                    sys::TF_KernelBuilder_HostMemory(b, leak(name));
-                }
-                let kname = format!("tfwgpu_{}_{}", def.op, dt.map_or("any", |d| d.name()));
-                sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
-                match st.check("registration") {
-                    Ok(()) => ok += 1,
-                    Err(e) => tracing::warn!("not registering {kname}: {e}"),
-                }
+            for extra in constraint_combinations(def.op) {
+                let mut types: Vec<(&str, DType)> =
+                    dt.map(|t| (def.type_attr, t)).into_iter().collect();
+                types.extend(extra);
+                let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
+                ok += register_one(def.op, "", &types, &hosts) as usize;
             }
         }
     }
     for def in Registry::global().host_ops() {
-        for &dt in def.dtypes {
-            if tensorflow_has_host_int32(def.op, def.type_attr) {
+        let dtypes: Vec<Option<DType>> = if def.type_attr.is_empty() {
+            vec![None]
+        } else {
+            def.dtypes.iter().copied().map(Some).collect()
+        };
+        for dt in dtypes {
+            if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
                 continue;
             }
-            // SAFETY: plain calls into TensorFlow's registration API with valid strings.
-            unsafe {
-                let b = sys::TF_NewKernelBuilder(
-                    leak(def.op),
-                    leak("GPU"),
-                    Some(create),
-                    Some(compute),
-                    Some(delete),
-                );
-                sys::TF_KernelBuilder_TypeConstraint(b, leak(def.type_attr), dtype_to_tf(dt), st.0);
-                if let Err(e) = st.check("type constraint") {
-                    tracing::warn!("not registering host {} for {dt}: {e}", def.op);
-                    sys::TF_DeleteKernelBuilder(b);
-                    continue;
-                }
-                sys::TF_KernelBuilder_Priority(b, PRIORITY);
-                for name in def.args {
-                    sys::TF_KernelBuilder_HostMemory(b, leak(name));
-                }
-                let kname = format!("tfwgpu_host_{}_{}", def.op, dt.name());
-                sys::TF_RegisterKernelBuilder(leak(&kname), b, st.0);
-                match st.check("registration") {
-                    Ok(()) => ok += 1,
-                    Err(e) => tracing::warn!("not registering {kname}: {e}"),
-                }
-            }
+            let types: Vec<(&str, DType)> = dt.map(|t| (def.type_attr, t)).into_iter().collect();
+            ok += register_one(def.op, "host_", &types, def.args) as usize;
         }
     }
     ok

@@ -87,6 +87,8 @@ pub fn dtype_from_tf(v: u32) -> Option<DType> {
         9 => DType::I64,
         10 => DType::Bool,
         19 => DType::F16,
+        22 => DType::U32,
+        23 => DType::U64,
         _ => return None,
     })
 }
@@ -100,6 +102,8 @@ pub fn dtype_to_tf(d: DType) -> u32 {
         DType::I64 => 9,
         DType::Bool => 10,
         DType::F16 => 19,
+        DType::U32 => 22,
+        DType::U64 => 23,
     }
 }
 

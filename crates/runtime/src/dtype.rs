@@ -2,8 +2,10 @@
 
 use crate::{Error, Result};
 
-/// Element types the runtime stores. The GPU representation: f32/i32 as 32-bit words, f16 as
-/// two halves per word, i64 as (low, high) word pairs, bool and u8 as four bytes per word.
+/// Element types the runtime stores. The GPU representation: f32/i32/u32 as 32-bit words, f16
+/// as two halves per word, i64/u64 as (low, high) word pairs, bool and u8 as four bytes per
+/// word. u32 and u64 exist for the few ops that take them (the random ops' key and counter,
+/// bit ops, Bitcast); most families register the six types of `DType::ALL`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum DType {
     F32,
@@ -12,10 +14,12 @@ pub enum DType {
     I64,
     U8,
     Bool,
+    U32,
+    U64,
 }
 
 impl DType {
-    /// Every dtype, in a fixed order.
+    /// The dtypes with kernels in most families, in a fixed order.
     pub const ALL: [DType; 6] = [
         DType::F32,
         DType::F16,
@@ -28,9 +32,9 @@ impl DType {
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
+            DType::F32 | DType::I32 | DType::U32 => 4,
             DType::F16 => 2,
-            DType::I64 => 8,
+            DType::I64 | DType::U64 => 8,
             DType::U8 | DType::Bool => 1,
         }
     }
@@ -44,6 +48,8 @@ impl DType {
             DType::I64 => "int64",
             DType::U8 => "uint8",
             DType::Bool => "bool",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
         }
     }
 
@@ -56,6 +62,8 @@ impl DType {
             "int64" | "i64" => DType::I64,
             "uint8" | "u8" => DType::U8,
             "bool" => DType::Bool,
+            "uint32" | "u32" => DType::U32,
+            "uint64" | "u64" => DType::U64,
             other => {
                 return Err(Error::Unimplemented(format!(
                     "dtype {other} is not supported"
@@ -95,6 +103,12 @@ impl Element for i64 {
 }
 impl Element for u8 {
     const DTYPE: DType = DType::U8;
+}
+impl Element for u32 {
+    const DTYPE: DType = DType::U32;
+}
+impl Element for u64 {
+    const DTYPE: DType = DType::U64;
 }
 
 /// Number of elements of a shape (1 for a scalar).

@@ -51,6 +51,27 @@ pub const HOST_OPS: &[HostOpDef] = &[
         factory: |a| Ok(Box::new(Unpack::new(a)?)),
     },
     HostOpDef {
+        op: "StridedSlice",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["input", "begin", "end", "strides", "output"],
+        factory: |a| Ok(Box::new(StridedSliceHost::new(a)?)),
+    },
+    HostOpDef {
+        op: "StatelessRandomGetKeyCounter",
+        type_attr: "Tseed",
+        dtypes: &[DType::I32, DType::I64],
+        args: &["seed", "key", "counter"],
+        factory: |_| Ok(Box::new(GetKeyCounter)),
+    },
+    HostOpDef {
+        op: "StatelessRandomGetAlg",
+        type_attr: "",
+        dtypes: &[],
+        args: &["alg"],
+        factory: |_| Ok(Box::new(GetAlg)),
+    },
+    HostOpDef {
         op: "Sum",
         type_attr: "T",
         dtypes: &[DType::I32],
@@ -271,6 +292,121 @@ impl HostKernel for Reduce {
     }
 }
 
+/// StridedSlice of int32 (shapes): the slice computed with TensorFlow's rules
+/// (`kernels::slice::spec`), then gathered.
+struct StridedSliceHost {
+    masks: crate::kernels::slice::spec::Masks,
+}
+
+impl StridedSliceHost {
+    fn new(a: &Attrs) -> Result<Self> {
+        Ok(StridedSliceHost {
+            masks: crate::kernels::slice::spec::Masks {
+                begin: a.int_or("begin_mask", 0)?,
+                end: a.int_or("end_mask", 0)?,
+                ellipsis: a.int_or("ellipsis_mask", 0)?,
+                new_axis: a.int_or("new_axis_mask", 0)?,
+                shrink_axis: a.int_or("shrink_axis_mask", 0)?,
+            },
+        })
+    }
+}
+
+impl HostKernel for StridedSliceHost {
+    fn op(&self) -> &'static str {
+        "StridedSlice"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = "StridedSlice";
+        let [x, b, e, st] = inputs else {
+            bail_invalid!("{op} takes 4 inputs, got {}", inputs.len());
+        };
+        let spec = crate::kernels::slice::spec::strided_slice_spec(
+            &x.shape,
+            &index_values(op, b, "begin")?,
+            &index_values(op, e, "end")?,
+            &index_values(op, st, "strides")?,
+            self.masks,
+        )
+        .map_err(|err| match err {
+            Error::InvalidArgument(m) => Error::InvalidArgument(format!("{op}: {m}")),
+            other => other,
+        })?;
+        let v = i32s(op, x, "input")?;
+        let rank = x.shape.len();
+        let mut in_strides = vec![1i64; rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            in_strides[d] = in_strides[d + 1] * x.shape[d + 1] as i64;
+        }
+        let n: usize = spec.processing.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; rank];
+        for _ in 0..n {
+            let mut at = 0i64;
+            for d in 0..rank {
+                at += (spec.begin[d] + idx[d] as i64 * spec.stride[d]) * in_strides[d];
+            }
+            out.push(v[at as usize]);
+            for d in (0..rank).rev() {
+                idx[d] += 1;
+                if idx[d] < spec.processing[d] {
+                    break;
+                }
+                idx[d] = 0;
+            }
+        }
+        Ok(vec![HostTensor::new(&out, &spec.final_shape)?])
+    }
+}
+
+/// The key and counter TensorFlow's stateless random ops derive from a seed (as its GPU
+/// kernel, in host memory): uint64 key [1] and counter [2] from the Philox words.
+struct GetKeyCounter;
+
+impl HostKernel for GetKeyCounter {
+    fn op(&self) -> &'static str {
+        "StatelessRandomGetKeyCounter"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = self.op();
+        let [seed] = inputs else {
+            bail_invalid!("{op} takes 1 input, got {}", inputs.len());
+        };
+        let s = index_values(op, seed, "seed")?;
+        if seed.shape != [2] {
+            bail_invalid!("{op}: seed must have shape [2], not {:?}", seed.shape);
+        }
+        let (k, c) = crate::kernels::random::philox::key_counter_from_seed(s[0], s[1]);
+        let word = |lo: u32, hi: u32| lo as u64 | (hi as u64) << 32;
+        Ok(vec![
+            HostTensor::new(&[word(k[0], k[1])], &[1])?,
+            HostTensor::new(&[word(c[0], c[1]), word(c[2], c[3])], &[2])?,
+        ])
+    }
+}
+
+/// The algorithm TensorFlow's stateless random ops use on this device: Philox, the one the
+/// runtime's random kernels implement.
+struct GetAlg;
+
+impl HostKernel for GetAlg {
+    fn op(&self) -> &'static str {
+        "StatelessRandomGetAlg"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        if !inputs.is_empty() {
+            bail_invalid!("StatelessRandomGetAlg takes no inputs");
+        }
+        Ok(vec![HostTensor::new(
+            &[crate::kernels::random::RNG_ALG_PHILOX as i32],
+            &[],
+        )?])
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,6 +469,90 @@ mod tests {
         assert!(o.iter().all(|t| t.shape == vec![2]));
         let k = build("Unpack", &Attrs::new().with("num", AttrValue::Int(3)));
         assert!(k.compute(&[&x]).is_err());
+    }
+
+    #[test]
+    fn strided_slice_of_shapes() {
+        let x = t(&[2, 3, 4, 5], &[4]);
+        let one = |v: i32| t(&[v], &[1]);
+        // s[0] (shrink), s[1:] , s[::-2].
+        let shrink = Attrs::new().with("shrink_axis_mask", AttrValue::Int(1));
+        let o = build("StridedSlice", &shrink)
+            .compute(&[&x, &one(0), &one(1), &one(1)])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![], vec![2])
+        );
+        let o = build(
+            "StridedSlice",
+            &Attrs::new().with("end_mask", AttrValue::Int(1)),
+        )
+        .compute(&[&x, &one(1), &one(0), &one(1)])
+        .unwrap();
+        assert_eq!(o[0].to_vec::<i32>().unwrap(), vec![3, 4, 5]);
+        let all = Attrs::new()
+            .with("begin_mask", AttrValue::Int(1))
+            .with("end_mask", AttrValue::Int(1));
+        let o = build("StridedSlice", &all)
+            .compute(&[&x, &one(0), &one(0), &one(-2)])
+            .unwrap();
+        assert_eq!(o[0].to_vec::<i32>().unwrap(), vec![5, 3]);
+        // 2-D with a negative index, as x[:, -1].
+        let m = t(&[1, 2, 3, 4, 5, 6], &[2, 3]);
+        let two = |a: i32, b: i32| t(&[a, b], &[2]);
+        let a = Attrs::new()
+            .with("begin_mask", AttrValue::Int(1))
+            .with("end_mask", AttrValue::Int(1))
+            .with("shrink_axis_mask", AttrValue::Int(2));
+        let o = build("StridedSlice", &a)
+            .compute(&[&m, &two(0, -1), &two(0, 0), &two(1, 1)])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2], vec![3, 6])
+        );
+        assert!(
+            build("StridedSlice", &shrink)
+                .compute(&[&x, &one(7), &one(8), &one(1)])
+                .is_err()
+        );
+        assert!(
+            build("StridedSlice", &Attrs::new())
+                .compute(&[&x, &one(0), &one(1), &one(0)])
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn key_counter_and_alg() {
+        let seed = HostTensor::new(&[7i64, -3], &[2]).unwrap();
+        let o = build("StatelessRandomGetKeyCounter", &Attrs::new())
+            .compute(&[&seed])
+            .unwrap();
+        let (k, c) = crate::kernels::random::philox::key_counter_from_seed(7, -3);
+        assert_eq!(
+            o[0].to_vec::<u64>().unwrap(),
+            vec![k[0] as u64 | (k[1] as u64) << 32]
+        );
+        assert_eq!(
+            o[1].to_vec::<u64>().unwrap(),
+            vec![0, c[2] as u64 | (c[3] as u64) << 32]
+        );
+        let seed32 = t(&[7, -3], &[2]);
+        let o32 = build("StatelessRandomGetKeyCounter", &Attrs::new())
+            .compute(&[&seed32])
+            .unwrap();
+        assert_eq!(o32, o);
+        assert!(
+            build("StatelessRandomGetKeyCounter", &Attrs::new())
+                .compute(&[&t(&[1], &[1])])
+                .is_err()
+        );
+        let a = build("StatelessRandomGetAlg", &Attrs::new())
+            .compute(&[])
+            .unwrap();
+        assert_eq!(a[0].to_vec::<i32>().unwrap(), vec![1]);
     }
 
     #[test]

@@ -219,6 +219,16 @@ pub struct OpDef {
     pub factory: Factory,
 }
 
+/// A second type attribute of an op whose kernels support only some dtypes (Cast's DstT,
+/// GatherV2's Tindices...): the plugin registers one kernel per allowed combination, so that
+/// TensorFlow places other combinations elsewhere instead of failing on this device.
+#[derive(Clone, Copy, Debug)]
+pub struct TypeConstraint {
+    pub op: &'static str,
+    pub attr: &'static str,
+    pub dtypes: &'static [DType],
+}
+
 /// Every op the runtime implements.
 pub struct Registry {
     ops: HashMap<&'static str, OpDef>,

@@ -38,5 +38,6 @@ pub use half::f16;
 pub use host_ops::{HostKernel, HostOpDef};
 pub use kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, Registry, TensorDesc,
+    TypeConstraint,
 };
 pub use kernel_manager::{CacheStats, KernelManager, PipelineKey};

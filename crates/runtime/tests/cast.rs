@@ -55,6 +55,7 @@ fn cast_ref(v: V, dst: DType, truncate: bool) -> Vec<u8> {
         (N::I(x), DType::I64) => x.to_le_bytes().to_vec(),
         (N::I(x), DType::U8) => vec![x as u8],
         (N::I(x), DType::Bool) => vec![(x != 0) as u8],
+        (_, DType::U32 | DType::U64) => unreachable!("Cast has no unsigned kernels"),
     }
 }
 
@@ -236,6 +237,7 @@ fn source(dtype: DType, len: usize, seed: u64) -> Vec<V> {
             .into_iter()
             .map(V::Bool)
             .collect(),
+        DType::U32 | DType::U64 => unreachable!("Cast has no unsigned kernels"),
     };
     while v.len() < len {
         let i = v.len();
@@ -258,6 +260,7 @@ fn source(dtype: DType, len: usize, seed: u64) -> Vec<V> {
             }),
             DType::U8 => V::U8(r.random()),
             DType::Bool => V::Bool(r.random()),
+            DType::U32 | DType::U64 => unreachable!("Cast has no unsigned kernels"),
         });
     }
     v.truncate(len);

@@ -224,6 +224,8 @@ fn const_bytes(dtype: DType, one: bool) -> Vec<u8> {
         DType::F16 => half::f16::ONE.to_le_bytes().to_vec(),
         DType::I32 => 1i32.to_le_bytes().to_vec(),
         DType::I64 => 1i64.to_le_bytes().to_vec(),
+        DType::U32 => 1u32.to_le_bytes().to_vec(),
+        DType::U64 => 1u64.to_le_bytes().to_vec(),
         DType::U8 | DType::Bool => vec![1],
     }
 }

@@ -17,7 +17,69 @@ pub mod reduce;
 pub mod slice;
 pub mod wgsl;
 
-use crate::kernel::OpDef;
+use crate::DType;
+use crate::kernel::{OpDef, TypeConstraint};
+
+const I32_I64: &[DType] = &[DType::I32, DType::I64];
+
+/// The second type attributes the kernels constrain (see `TypeConstraint`).
+pub const TYPE_CONSTRAINTS: &[TypeConstraint] = &[
+    TypeConstraint {
+        op: "Cast",
+        attr: "DstT",
+        dtypes: &DType::ALL,
+    },
+    TypeConstraint {
+        op: "GatherV2",
+        attr: "Tindices",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
+        op: "OneHot",
+        attr: "TI",
+        dtypes: &[DType::U8, DType::I32, DType::I64],
+    },
+    TypeConstraint {
+        op: "Bitcast",
+        attr: "type",
+        dtypes: random::bitwise::BITCAST_TYPES,
+    },
+    TypeConstraint {
+        op: "ArgMax",
+        attr: "output_type",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
+        op: "ArgMin",
+        attr: "output_type",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
+        op: "SparseSoftmaxCrossEntropyWithLogits",
+        attr: "Tlabels",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
+        op: "FusedBatchNormV2",
+        attr: "U",
+        dtypes: &[DType::F32],
+    },
+    TypeConstraint {
+        op: "FusedBatchNormV3",
+        attr: "U",
+        dtypes: &[DType::F32],
+    },
+    TypeConstraint {
+        op: "FusedBatchNormGradV2",
+        attr: "U",
+        dtypes: &[DType::F32],
+    },
+    TypeConstraint {
+        op: "FusedBatchNormGradV3",
+        attr: "U",
+        dtypes: &[DType::F32],
+    },
+];
 
 /// Collects every family's registration table.
 pub fn register_all(defs: &mut Vec<OpDef>) {
@@ -33,5 +95,6 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(pool::OPS);
     defs.extend_from_slice(norm::OPS);
     defs.extend_from_slice(random::OPS);
+    defs.extend_from_slice(random::OPS_UINT64);
     defs.extend_from_slice(conv::OPS);
 }

@@ -171,6 +171,7 @@ fn load(src: DType) -> (&'static str, &'static str) {
             "    let bv = (src[e >> 2u] >> ((e & 3u) * 8u)) & 0xffu;
     return vec2<u32>(select(0u, 1u, bv != 0u), 0u);",
         ),
+        DType::U32 | DType::U64 => unreachable!("Cast::build rejects unsigned types"),
     }
 }
 
@@ -195,6 +196,7 @@ fn conv(src: DType, dst: DType, truncate: bool) -> (&'static str, &'static str) 
                 "u32",
                 "    return select(0u, 1u, (bitcast<u32>(v) & 0x7fffffffu) != 0u);",
             ),
+            DType::U32 | DType::U64 => unreachable!("Cast::build rejects unsigned types"),
         }
     } else {
         match dst {
@@ -204,6 +206,7 @@ fn conv(src: DType, dst: DType, truncate: bool) -> (&'static str, &'static str) 
             DType::I64 => ("vec2<u32>", "    return v;"),
             DType::U8 => ("u32", "    return v.x & 0xffu;"),
             DType::Bool => ("u32", "    return select(0u, 1u, (v.x | v.y) != 0u);"),
+            DType::U32 | DType::U64 => unreachable!("Cast::build rejects unsigned types"),
         }
     }
 }
@@ -235,6 +238,7 @@ fn store(dst: DType) -> &'static str {
     }
     out[w] = word;"
         }
+        DType::U32 | DType::U64 => unreachable!("Cast::build rejects unsigned types"),
     }
 }
 

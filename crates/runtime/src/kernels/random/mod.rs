@@ -155,10 +155,9 @@ pub const OPS: &[OpDef] = &[
 ];
 
 /// The V2 stateless ops. Their `key` and `counter` inputs are uint64 tensors in device memory
-/// (as TensorFlow's GPU kernels take them); the runtime's `DType` has no uint64 yet, so the
-/// plugin could not hand these inputs over and the table is not part of `register_all`. The
-/// kernels accept any 8-byte integer dtype for key and counter (int64 today, uint64 once
-/// `DType` has it); tests build them from this table directly.
+/// (as TensorFlow's GPU kernels take them; StatelessRandomGetKeyCounter, which makes them, is
+/// a host kernel in `host_ops`). The kernels accept any 8-byte integer dtype for key and
+/// counter.
 pub const OPS_UINT64: &[OpDef] = &[
     OpDef {
         op: "StatelessRandomUniformV2",
@@ -233,7 +232,7 @@ pub const OPS_UINT64: &[OpDef] = &[
 ];
 
 /// TensorFlow's algorithm ids (framework/rng_alg.h).
-const RNG_ALG_PHILOX: i64 = 1;
+pub(crate) const RNG_ALG_PHILOX: i64 = 1;
 const RNG_ALG_AUTO_SELECT: i64 = 3;
 
 /// Philox4x32-10 on the host: key derivation and counter arithmetic.
