@@ -16,6 +16,8 @@ use tfwgpu_sys as sys;
 use crate::nodedef::{Field, Reader};
 use crate::status::guard;
 
+pub mod apply;
+
 /// Appends a protobuf varint.
 pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
     loop {
@@ -124,6 +126,15 @@ pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
             continue;
         };
         let node = Node::parse(nb)?;
+        if on_tfwgpu_gpu(&node.device)
+            && let Some(nodes) = apply::expand(&node)
+        {
+            for n in &nodes {
+                n.encode(&mut out);
+            }
+            changed = true;
+            continue;
+        }
         let update = match node.op.as_str() {
             "AssignAddVariableOp" => "AddV2",
             "AssignSubVariableOp" => "Sub",
