@@ -9,8 +9,8 @@
 //! matches: e.g. Adam's `var -= (m * alpha) / (v.sqrt() + epsilon)` with
 //! `alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power)` computed from the scalars.
 //!
-//! The reads take over the node's control inputs, so they still run after whatever the update
-//! was ordered after. `use_locking` cannot be honoured: the reads and assignments of one update
+//! The reads take over the node's control inputs and wait for its other inputs (see
+//! `super::read_after`), so they still run after whatever the update was ordered after. `use_locking` cannot be honoured: the reads and assignments of one update
 //! are not atomic with respect to another update of the same variable running concurrently.
 
 use super::{Node, varint};
@@ -208,6 +208,8 @@ pub(super) fn expand(node: &Node) -> Option<Vec<Node>> {
     if d.len() != arity {
         return None;
     }
+    let resources = APPLY_OPS.iter().find(|a| a.0 == node.op)?.1.len();
+    let control = super::read_after(&d[resources..], &control);
     let nesterov = attr_bool(node, "use_nesterov");
     // ResourceApplyAdagrad(V2)'s update_slots defaults to true.
     let update_slots = node
@@ -584,7 +586,13 @@ mod tests {
             assert_eq!(n.device, GPU, "{} keeps the device", n.name);
             assert!(n.name.starts_with("train/update"), "{}", n.name);
             if n.op == "ReadVariableOp" {
-                assert_eq!(n.inputs[1..], ["^before".to_string()], "{}", n.name);
+                // After the update's control inputs and its other inputs.
+                let after: Vec<String> = order
+                    .iter()
+                    .map(|i| format!("^{i}"))
+                    .chain(["^before".to_string()])
+                    .collect();
+                assert_eq!(n.inputs[1..], after, "{}", n.name);
                 assert_eq!(n.attr("dtype"), Some(type_attr(DT_FLOAT).as_slice()));
             }
         }
@@ -812,6 +820,16 @@ mod tests {
                 assert_eq!(got["var"], wv, "{op} update_slots={update_slots}");
             }
         }
+    }
+
+    #[test]
+    fn reads_wait_for_every_input_of_the_update() {
+        let data = ["lr:0".to_string(), "grads/g:1".into(), "lr".into()];
+        let control = ["^a".to_string(), "^grads/g".into()];
+        assert_eq!(
+            super::super::read_after(&data, &control),
+            ["^lr", "^grads/g", "^a"]
+        );
     }
 
     #[test]
