@@ -256,20 +256,34 @@ _UPDATES = {
 }
 
 
+def _update_dtype(op, args):
+    """The type T of an update's tensor arguments, as the op's own argument conversion finds
+    it: the first tensor argument's, else the type of the first argument converted."""
+    import tensorflow as tf
+
+    tensors = _TRAINING_OPS[op][2]
+    for n in tensors:
+        if isinstance(args[n], (tf.Tensor, tf.Variable)):
+            return args[n].dtype
+    try:
+        return tf.convert_to_tensor(args[tensors[0]]).dtype
+    except (TypeError, ValueError):
+        return None
+
+
 def _apply_eagerly(op, args):
-    """Runs the update `op` on the variables of `args` (its arguments by name)."""
+    """Runs the update `op` on the variables of `args` (its arguments by name); T is float32
+    or float16 (the float types of the plugin's kernels)."""
     import tensorflow as tf
     from tensorflow.python.framework import errors
     from tensorflow.python.ops import gen_resource_variable_ops as rv
 
     _, resources, tensors = _TRAINING_OPS[op]
-    # Like the op's own argument conversion: the first tensor argument gives T.
-    dtype = next((args[n].dtype for n in tensors if isinstance(args[n], (tf.Tensor, tf.Variable))), None)
     a = dict(args)
     with tf.device(args["var"].device):
+        dtype = _update_dtype(op, args)
         for n in tensors:
             a[n] = tf.convert_to_tensor(args[n], dtype=dtype)
-            dtype = a[n].dtype
         for n in resources:
             a[n] = rv.read_variable_op(args[n], dtype)
         # The checks of TensorFlow's kernels, with their messages.
@@ -307,6 +321,11 @@ def _patch_training_ops(gen):
                 return _original(*args, **kwargs)
             bound.apply_defaults()
             if not _eager_on_tfwgpu(bound.arguments["var"]):
+                return _original(*args, **kwargs)
+            import tensorflow as tf
+
+            if _update_dtype(_op, bound.arguments) not in (tf.float32, tf.float16):
+                # TensorFlow's own answer (no kernel for that type on a GPU).
                 return _original(*args, **kwargs)
             return _apply_eagerly(_op, bound.arguments)
 

@@ -375,3 +375,49 @@ def test_control_edges_implied_by_inputs_still_order_assign_add(tf):
     x = np.array([5.0, 6.0, 7.0], np.float32)
     np.testing.assert_array_equal(f(tf.constant(x)).numpy(), x + 1)
     np.testing.assert_array_equal(v.numpy(), x + 1)
+
+
+def test_eager_argument_types_follow_the_op(tf):
+    with tf.device("/GPU:0"):
+        v = tf.Variable(np.array([1.0, 2.0], np.float16))
+    # Python numbers take the type of the first tensor argument (float16 here), as the op's
+    # own argument conversion does.
+    tf.raw_ops.ResourceApplyGradientDescent(var=v.handle, alpha=0.5, delta=tf.constant([1.0, 2.0], tf.float16))
+    np.testing.assert_array_equal(v.numpy(), np.array([0.5, 1.0], np.float16))
+    # Integer updates have no kernel on a GPU in TensorFlow: its own error, no update.
+    with tf.device("/GPU:0"):
+        iv = tf.Variable([3, 4])
+    with pytest.raises((tf.errors.InvalidArgumentError, tf.errors.NotFoundError)):
+        tf.raw_ops.ResourceApplyGradientDescent(var=iv.handle, alpha=1, delta=tf.constant([1, 1]))
+    np.testing.assert_array_equal(iv.numpy(), [3, 4])
+
+
+@pytest.mark.parametrize("centered", [False, True], ids=["rmsprop", "rmsprop_centered"])
+def test_tf1_session_training_matches_cpu(tf, centered):
+    """tf.compat.v1 graph mode: a Session runs the optimizer's train op (grappler rewrites the
+    session's graph as it does a function's)."""
+    x = np.random.default_rng(7).standard_normal((6, 3)).astype(np.float32)
+    y = np.random.default_rng(8).standard_normal((6, 1)).astype(np.float32)
+
+    def train(device):
+        with tf.Graph().as_default() as g, g.device(device):
+            w = tf.compat.v1.get_variable("w", initializer=np.full((3, 1), 0.3, np.float32), use_resource=True)
+            loss = tf.reduce_mean(tf.square(tf.matmul(tf.constant(x), w) - tf.constant(y)))
+            opt = tf.compat.v1.train.RMSPropOptimizer(0.05, momentum=0.5, centered=centered)
+            train_op = opt.minimize(loss)
+            with tf.compat.v1.Session(graph=g) as s:
+                s.run(tf.compat.v1.global_variables_initializer())
+                losses = [s.run([train_op, loss])[1] for _ in range(3)]
+                return s.run(w), losses
+
+    before = _stats()
+    gw, gl = train("/GPU:0")
+    ran = _delta(before, _stats())
+    cw, cl = train("/CPU:0")
+    # The update's square root ran on the GPU each step (as Rsqrt after grappler's
+    # a / sqrt(b) -> a * rsqrt(b)); the loss has none.
+    assert ran.get("Sqrt", 0) + ran.get("Rsqrt", 0) >= 3, ran
+    # The gradients come from MatMul and Mean on each device: float32 sums, a few ulp apart.
+    np.testing.assert_allclose(gw, cw, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gl, cl, rtol=1e-5)
+    assert not np.allclose(gw, 0.3)
