@@ -12,6 +12,12 @@ else), and each changes behaviour only for tfwgpu devices:
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
   AddV2/Sub/GatherV2 and an assign, which run on the device. (Inside `tf.function` the plugin's
   graph rewrite does the same.)
+- In eager mode, the fused optimizer updates (`ResourceApplyAdam`, `ResourceApplyMomentum`...,
+  used by the `tf.compat.v1.train` optimizers and tf-keras) on tfwgpu variables have no kernel
+  that can reach the variables' buffers. Eagerly (through `gen_training_ops` and `tf.raw_ops`),
+  they become reads, the update as elementwise ops in the order of operations of TensorFlow's
+  CPU functors, and assigns: the same expansion as the plugin's graph rewrite
+  (crates/plugin/src/graph/apply.rs) does inside `tf.function`.
 """
 import importlib.abc
 import importlib.util
@@ -103,9 +109,261 @@ def _patch_variable_ops(gen):
     gen._tfwgpu = True
 
 
+# TensorFlow op -> (its function in gen_training_ops, resource inputs, tensor inputs of type T)
+_TRAINING_OPS = {
+    "ResourceApplyGradientDescent": ("resource_apply_gradient_descent", ("var",), ("alpha", "delta")),
+    "ResourceApplyMomentum": ("resource_apply_momentum", ("var", "accum"), ("lr", "grad", "momentum")),
+    "ResourceApplyKerasMomentum": ("resource_apply_keras_momentum", ("var", "accum"), ("lr", "grad", "momentum")),
+    "ResourceApplyAdam": (
+        "resource_apply_adam",
+        ("var", "m", "v"),
+        ("beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"),
+    ),
+    "ResourceApplyRMSProp": ("resource_apply_rms_prop", ("var", "ms", "mom"), ("lr", "rho", "momentum", "epsilon", "grad")),
+    "ResourceApplyCenteredRMSProp": (
+        "resource_apply_centered_rms_prop",
+        ("var", "mg", "ms", "mom"),
+        ("lr", "rho", "momentum", "epsilon", "grad"),
+    ),
+    "ResourceApplyAdagrad": ("resource_apply_adagrad", ("var", "accum"), ("lr", "grad")),
+    "ResourceApplyAdagradV2": ("resource_apply_adagrad_v2", ("var", "accum"), ("lr", "epsilon", "grad")),
+}
+
+
+class _Math:
+    """The elementwise ops of the updates, one TensorFlow op per operation of the CPU functors
+    (tensorflow/core/kernels/training_ops.cc), so that the rounding matches theirs."""
+
+    def __init__(self, dtype):
+        from tensorflow.python.framework import constant_op
+        from tensorflow.python.ops import gen_math_ops
+
+        self.m, self.dtype, self._const = gen_math_ops, dtype, constant_op.constant
+
+    def add(self, a, b):
+        return self.m.add_v2(a, b)
+
+    def sub(self, a, b):
+        return self.m.sub(a, b)
+
+    def mul(self, a, b):
+        return self.m.mul(a, b)
+
+    def div(self, a, b):
+        return self.m.real_div(a, b)
+
+    def sqrt(self, a):
+        return self.m.sqrt(a)
+
+    def rsqrt(self, a):
+        return self.m.rsqrt(a)
+
+    def square(self, a):
+        return self.m.square(a)
+
+    def one_minus(self, a):
+        return self.m.sub(self._const(1, dtype=self.dtype), a)
+
+
+def _update_gradient_descent(o, a):
+    # var -= grad * lr
+    return {"var": o.sub(a["var"], o.mul(a["delta"], a["alpha"]))}
+
+
+def _update_momentum(o, a):
+    # accum = accum * momentum + grad; var -= grad * lr + accum * momentum * lr (nesterov),
+    # var -= accum * lr (otherwise)
+    accum = o.add(o.mul(a["accum"], a["momentum"]), a["grad"])
+    if a["use_nesterov"]:
+        step = o.add(o.mul(a["grad"], a["lr"]), o.mul(o.mul(accum, a["momentum"]), a["lr"]))
+    else:
+        step = o.mul(accum, a["lr"])
+    return {"accum": accum, "var": o.sub(a["var"], step)}
+
+
+def _update_keras_momentum(o, a):
+    # accum = accum * momentum - grad * lr; var += accum * momentum - grad * lr (nesterov),
+    # var += accum (otherwise)
+    grad_lr = o.mul(a["grad"], a["lr"])
+    accum = o.sub(o.mul(a["accum"], a["momentum"]), grad_lr)
+    step = o.sub(o.mul(accum, a["momentum"]), grad_lr) if a["use_nesterov"] else accum
+    return {"accum": accum, "var": o.add(a["var"], step)}
+
+
+def _update_adam(o, a):
+    # alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
+    # m += (grad - m) * (1 - beta1); v += (grad^2 - v) * (1 - beta2)
+    # var -= ((grad * (1 - beta1) + beta1 * m) * alpha) / (sqrt(v) + epsilon)  (nesterov)
+    # var -= (m * alpha) / (sqrt(v) + epsilon)                                 (otherwise)
+    g = a["grad"]
+    alpha = o.div(o.mul(a["lr"], o.sqrt(o.one_minus(a["beta2_power"]))), o.one_minus(a["beta1_power"]))
+    one_minus_beta1 = o.one_minus(a["beta1"])
+    m = o.add(a["m"], o.mul(o.sub(g, a["m"]), one_minus_beta1))
+    v = o.add(a["v"], o.mul(o.sub(o.square(g), a["v"]), o.one_minus(a["beta2"])))
+    if a["use_nesterov"]:
+        num = o.mul(o.add(o.mul(g, one_minus_beta1), o.mul(a["beta1"], m)), alpha)
+    else:
+        num = o.mul(m, alpha)
+    var = o.sub(a["var"], o.div(num, o.add(o.sqrt(v), a["epsilon"])))
+    return {"m": m, "v": v, "var": var}
+
+
+def _update_rms_prop(o, a):
+    # ms += (grad^2 - ms) * (1 - rho); mom = mom * momentum + (grad * lr) / sqrt(ms + epsilon)
+    # var -= mom
+    g = a["grad"]
+    ms = o.add(a["ms"], o.mul(o.sub(o.square(g), a["ms"]), o.one_minus(a["rho"])))
+    mom = o.add(o.mul(a["mom"], a["momentum"]), o.div(o.mul(g, a["lr"]), o.sqrt(o.add(ms, a["epsilon"]))))
+    return {"ms": ms, "mom": mom, "var": o.sub(a["var"], mom)}
+
+
+def _update_centered_rms_prop(o, a):
+    # ms += (grad^2 - ms) * (1 - rho); mg += (grad - mg) * (1 - rho)
+    # mom = mom * momentum + (grad * lr) / sqrt((ms - mg^2) + epsilon); var -= mom
+    g = a["grad"]
+    one_minus_rho = o.one_minus(a["rho"])
+    ms = o.add(a["ms"], o.mul(o.sub(o.square(g), a["ms"]), one_minus_rho))
+    mg = o.add(a["mg"], o.mul(o.sub(g, a["mg"]), one_minus_rho))
+    denom = o.add(o.sub(ms, o.square(mg)), a["epsilon"])
+    mom = o.add(o.mul(a["mom"], a["momentum"]), o.div(o.mul(g, a["lr"]), o.sqrt(denom)))
+    return {"ms": ms, "mg": mg, "mom": mom, "var": o.sub(a["var"], mom)}
+
+
+def _update_adagrad(o, a, v2):
+    # accum += grad^2 (update_slots); var -= grad * lr * rsqrt(accum) (Adagrad),
+    # var -= grad * lr / (sqrt(accum) + epsilon) (AdagradV2)
+    g = a["grad"]
+    accum = o.add(a["accum"], o.square(g)) if a["update_slots"] else a["accum"]
+    if v2:
+        step = o.div(o.mul(g, a["lr"]), o.add(o.sqrt(accum), a["epsilon"]))
+    else:
+        step = o.mul(o.mul(g, a["lr"]), o.rsqrt(accum))
+    new = {"var": o.sub(a["var"], step)}
+    if a["update_slots"]:
+        new["accum"] = accum
+    return new
+
+
+_UPDATES = {
+    "ResourceApplyGradientDescent": _update_gradient_descent,
+    "ResourceApplyMomentum": _update_momentum,
+    "ResourceApplyKerasMomentum": _update_keras_momentum,
+    "ResourceApplyAdam": _update_adam,
+    "ResourceApplyRMSProp": _update_rms_prop,
+    "ResourceApplyCenteredRMSProp": _update_centered_rms_prop,
+    "ResourceApplyAdagrad": lambda o, a: _update_adagrad(o, a, False),
+    "ResourceApplyAdagradV2": lambda o, a: _update_adagrad(o, a, True),
+}
+
+
+def _update_dtype(op, args):
+    """The type T of an update's tensor arguments, as the op's own argument conversion finds
+    it: the first tensor argument's, else the type of the first argument converted."""
+    import tensorflow as tf
+
+    tensors = _TRAINING_OPS[op][2]
+    for n in tensors:
+        if isinstance(args[n], (tf.Tensor, tf.Variable)):
+            return args[n].dtype
+    try:
+        return tf.convert_to_tensor(args[tensors[0]]).dtype
+    except (TypeError, ValueError):
+        return None
+
+
+def _apply_eagerly(op, args):
+    """Runs the update `op` on the variables of `args` (its arguments by name); T is float32
+    or float16 (the float types of the plugin's kernels)."""
+    import tensorflow as tf
+    from tensorflow.python.framework import errors
+    from tensorflow.python.ops import gen_resource_variable_ops as rv
+
+    _, resources, tensors = _TRAINING_OPS[op]
+    a = dict(args)
+    with tf.device(args["var"].device):
+        dtype = _update_dtype(op, args)
+        for n in tensors:
+            a[n] = tf.convert_to_tensor(args[n], dtype=dtype)
+        for n in resources:
+            a[n] = rv.read_variable_op(args[n], dtype)
+        # The checks of TensorFlow's kernels, with their messages.
+        for n in tensors:
+            if n not in ("grad", "delta") and a[n].shape.rank != 0:
+                raise errors.InvalidArgumentError(None, None, f"{n} is not a scalar: {a[n].shape.as_list()}")
+        var_shape = a["var"].shape
+        for n in resources[1:] + (("delta",) if "delta" in a else ("grad",)):
+            if a[n].shape != var_shape:
+                raise errors.InvalidArgumentError(
+                    None, None, f"var and {n} do not have the same shape{var_shape.as_list()} {a[n].shape.as_list()}"
+                )
+        new = _UPDATES[op](_Math(dtype), a)
+        for n in resources:
+            if n in new:
+                rv.assign_variable_op(args[n], new[n])
+    return None
+
+
+def _patch_training_ops(gen):
+    if getattr(gen, "_tfwgpu_training", False):
+        return
+    import inspect
+
+    for op, (fname, _, _) in _TRAINING_OPS.items():
+        original = getattr(gen, fname, None)
+        if original is None:
+            continue
+        signature = inspect.signature(original)
+
+        def hooked(*args, _op=op, _original=original, _signature=signature, **kwargs):
+            try:
+                bound = _signature.bind(*args, **kwargs)
+            except TypeError:
+                return _original(*args, **kwargs)
+            bound.apply_defaults()
+            if not _eager_on_tfwgpu(bound.arguments["var"]):
+                return _original(*args, **kwargs)
+            import tensorflow as tf
+
+            if _update_dtype(_op, bound.arguments) not in (tf.float32, tf.float16):
+                # TensorFlow's own answer (no kernel for that type on a GPU).
+                return _original(*args, **kwargs)
+            return _apply_eagerly(_op, bound.arguments)
+
+        hooked.__name__, hooked.__doc__, hooked.__wrapped__ = fname, original.__doc__, original
+        setattr(gen, fname, hooked)
+    gen._tfwgpu_training = True
+
+
+def _patch_raw_ops(module):
+    """tf.raw_ops.ResourceApply*: copies of the generated functions, made when TensorFlow
+    loaded, so they are replaced by keyword-only calls of the hooked functions."""
+    if getattr(module, "_tfwgpu_training", False):
+        return
+    from tensorflow.python.ops import gen_training_ops as gen
+
+    _patch_training_ops(gen)
+    for op, (fname, _, _) in _TRAINING_OPS.items():
+        original = getattr(module, op, None)
+        if original is None:
+            continue
+
+        def raw(*args, _original=original, _fname=fname, **kwargs):
+            if args:  # the original says that raw ops take keyword arguments only
+                return _original(*args, **kwargs)
+            return getattr(gen, _fname)(**kwargs)
+
+        raw.__name__, raw.__doc__, raw.__wrapped__ = op, original.__doc__, original
+        setattr(module, op, raw)
+    module._tfwgpu_training = True
+
+
 _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
     "tensorflow.python.ops.gen_resource_variable_ops": _patch_variable_ops,
+    "tensorflow.python.ops.gen_training_ops": _patch_training_ops,
+    "tensorflow._api.v2.raw_ops": _patch_raw_ops,
+    "tensorflow._api.v2.compat.v1.raw_ops": _patch_raw_ops,
+    "tensorflow._api.v2.compat.v2.raw_ops": _patch_raw_ops,
 }
 
 

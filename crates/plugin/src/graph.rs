@@ -3,7 +3,8 @@
 //! AssignAddVariableOp / AssignSubVariableOp placed on a tfwgpu GPU become
 //! `ReadVariableOp -> AddV2/Sub -> AssignVariableOp` (the last keeps the original name, so
 //! control edges and fetches still find it; the read takes over its control inputs, so it still
-//! runs after the updates it was ordered after). TensorFlow 2.21's wheels do not export
+//! runs after the updates it was ordered after, and after the other inputs of the update, see
+//! [`read_after`]). TensorFlow 2.21's wheels do not export
 //! `TF_AssignUpdateVariable` to plugins, so this is how Keras optimizers update variables on
 //! the GPU inside `tf.function` (Keras `fit`). Everything else in the graph is copied byte for
 //! byte.
@@ -15,6 +16,8 @@ use tfwgpu_sys as sys;
 
 use crate::nodedef::{Field, Reader};
 use crate::status::guard;
+
+pub mod apply;
 
 /// Appends a protobuf varint.
 pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
@@ -105,6 +108,26 @@ impl Node {
     }
 }
 
+/// The control inputs of the reads that replace an update of a variable: the update's control
+/// inputs, and a control edge from each of its other (non-resource) data inputs. TensorFlow
+/// runs an op when all its inputs are ready, and grappler drops a control edge that a data
+/// input already implies (a constant made under the same control dependency): the read must
+/// wait for those inputs too, or it could run before an assignment the update was ordered
+/// after.
+pub(crate) fn read_after(tensor_inputs: &[String], control: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    let edges = tensor_inputs.iter().map(|i| {
+        let node = i.rsplit_once(':').map_or(i.as_str(), |(n, _)| n);
+        format!("^{node}")
+    });
+    for c in edges.chain(control.iter().cloned()) {
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
+}
+
 fn on_tfwgpu_gpu(device: &str) -> bool {
     // Placed graphs name the device in full; the plugin's devices are of type GPU.
     device.contains("GPU") || device.contains("gpu")
@@ -124,6 +147,15 @@ pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
             continue;
         };
         let node = Node::parse(nb)?;
+        if on_tfwgpu_gpu(&node.device)
+            && let Some(nodes) = apply::expand(&node)
+        {
+            for n in &nodes {
+                n.encode(&mut out);
+            }
+            changed = true;
+            continue;
+        }
         let update = match node.op.as_str() {
             "AssignAddVariableOp" => "AddV2",
             "AssignSubVariableOp" => "Sub",
@@ -145,7 +177,9 @@ pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
         let read = Node {
             name: format!("{}/tfwgpu_read", node.name),
             op: "ReadVariableOp".into(),
-            inputs: std::iter::once(data[0].clone()).chain(control).collect(),
+            inputs: std::iter::once(data[0].clone())
+                .chain(read_after(&data[1..], &control))
+                .collect(),
             device: node.device.clone(),
             attrs: vec![("dtype".into(), dtype.clone())],
         };
@@ -319,7 +353,7 @@ mod tests {
                 ("cpu_upd", "AssignSubVariableOp"),
             ]
         );
-        assert_eq!(nodes[1].inputs, ["v", "^prev"]);
+        assert_eq!(nodes[1].inputs, ["v", "^delta", "^prev"]);
         assert_eq!(nodes[2].inputs, ["upd/tfwgpu_read", "delta"]);
         assert_eq!(nodes[3].inputs, ["v", "upd/tfwgpu_addv2"]);
         assert_eq!(nodes[2].attr("T"), Some(dtype.as_slice()));
