@@ -5,7 +5,7 @@ training and inference, and (through `python -m tensorflow_wgpu.report`) where e
     python -m tensorflow_wgpu.demo [--epochs N] [--batch-size N] [--limit N] [--device D]
                                    [--compare-cpu] [--data-dir DIR]
 
-Defaults fit the adapter: on a hardware GPU the full 60,000 training images for 6 epochs; on a
+Defaults fit the adapter: on a hardware GPU the full 60,000 training images for 15 epochs; on a
 software adapter (Mesa lavapipe, which runs shaders on the CPU) 6,000 images for 2 epochs,
 which finishes in a few minutes on 2 cores.
 """
@@ -99,7 +99,7 @@ def main(argv=None):
         print(f"device: {a.device}")
         software = False
     limit = a.limit or (6000 if software else len(x))
-    epochs = a.epochs or (2 if software else 6)
+    epochs = a.epochs or (2 if software else 15)
     print(f"training on {min(limit, len(x))} of {len(x)} images for {epochs} epochs"
           + (" (software adapter: a smaller default run; pass --limit/--epochs for more)" if software and not a.limit else ""))
     x = (x[:limit].astype("float32") / 255.0)[..., None]

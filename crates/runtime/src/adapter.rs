@@ -235,8 +235,16 @@ impl Selection {
             _ => 1,
         };
         chosen.sort_by_key(|a| (a.preference(), backend_rank(&a.backend), a.index));
-        let mut seen = std::collections::HashSet::new();
-        chosen.retain(|a| seen.insert((a.vendor, a.device, a.name.clone())));
+        // One physical GPU often appears once per backend (Vulkan and GL): keep, for each
+        // (vendor, device, name), the adapters of the best backend only. Identical GPUs on the
+        // same backend (two H200s) are all kept.
+        let mut best_backend = std::collections::HashMap::new();
+        chosen.retain(|a| {
+            let b = best_backend
+                .entry((a.vendor, a.device, a.name.clone()))
+                .or_insert_with(|| a.backend.clone());
+            *b == a.backend
+        });
         let best = chosen[0].preference();
         if self.name.is_none() && best <= 1 {
             // Hardware adapters exist: software ones would only be slower copies.

@@ -233,6 +233,16 @@ fn adapter_selection_rules() {
     let mut fakes = adapters.clone();
     fakes[3].vendor = 2;
     assert_eq!(none.choose(&fakes).unwrap(), vec![2, 1]);
+    // Two identical GPUs on one backend are two devices; their GL twin is dropped.
+    let mut two = vec![
+        fake(0, "NVIDIA H200", "discrete", "Vulkan"),
+        fake(1, "NVIDIA H200", "discrete", "Vulkan"),
+        fake(2, "NVIDIA H200", "discrete", "Gl"),
+    ];
+    for a in &mut two {
+        a.vendor = 0x10de;
+    }
+    assert_eq!(none.choose(&two).unwrap(), vec![0, 1]);
     let only_cpu = vec![fake(0, "llvmpipe", "cpu", "Vulkan")];
     assert_eq!(none.choose(&only_cpu).unwrap(), vec![0]);
     let by_name = Selection {
