@@ -414,6 +414,17 @@ impl<'d> KernelContext<'d> {
         Ok(r.range(size))
     }
 
+    /// A temporary device tensor of `desc` (freed like `temp`), for kernels that run other
+    /// kernels on intermediate tensors (f16 ops computed by an f32 kernel).
+    pub fn temp_tensor(&self, desc: TensorDesc) -> Result<DeviceRef> {
+        let addr = self
+            .dev
+            .alloc
+            .allocate(desc.byte_size().max(4), &self.dev.exec)?;
+        self.temps.lock().push(addr);
+        Ok(DeviceRef { desc, addr })
+    }
+
     /// Records one dispatch: `params` at binding 0, `buffers` at 1, 2, ...
     pub fn dispatch(
         &self,
