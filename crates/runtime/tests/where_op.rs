@@ -38,7 +38,6 @@ fn where_every_dtype_and_rank() {
         &[7],
         &[1029],
         &[0],
-        &[],
         &[3, 0],
         &[3, 5],
         &[2, 3, 4],
@@ -82,6 +81,9 @@ fn where_every_dtype_and_rank() {
             check(&host(&v, shape), &nz, &what("u8"));
         }
     }
+    // Rank 0 is an error, as in TensorFlow.
+    let e = try_run("Where", &Attrs::new(), &[&bools(&[true], &[])]);
+    assert!(matches!(e, Err(tfwgpu_runtime::Error::InvalidArgument(_))));
     // Not registered for f16 (TensorFlow's GPU Where has no half kernel).
     let d = dev();
     let t = d.upload(&[f16::ONE], &[1]).unwrap();

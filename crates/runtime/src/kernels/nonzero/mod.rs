@@ -1,6 +1,6 @@
 //! nonzero family: Where (one argument: the coordinates of the non-zero / true elements, an
 //! int64 [count, rank] tensor in row-major order), for bool, uint8, int32, int64 and float32
-//! of rank 0 to 8.
+//! of rank 1 to 8 (rank 0 is an error, as in TensorFlow).
 //!
 //! The output shape depends on the data, so the kernel implements
 //! `Kernel::outputs_on_device`: it counts the non-zero elements per block of 1024 on the GPU
@@ -46,6 +46,10 @@ impl Where {
                 "Where has no tfwgpu kernel for T={}",
                 desc.dtype
             )));
+        }
+        if desc.shape.is_empty() {
+            // As TensorFlow's kernels (CPU and GPU).
+            bail_invalid!("WhereOp : Unhandled input dimensions: 0");
         }
         if desc.shape.len() > MAX_RANK {
             return Err(Error::Unimplemented(format!(
