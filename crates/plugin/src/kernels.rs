@@ -288,7 +288,8 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
             Input::Host(h) => Operand::Host(h),
         })
         .collect();
-    let descs = kernel.outputs(&operands)?;
+    // Data-dependent output shapes (Where) may read the device here, before allocation.
+    let descs = device.output_descs(kernel, &operands)?;
     let n_out = unsafe { sys::TF_NumOutputs(ctx) };
     if descs.len() != n_out as usize {
         return Err(Error::Gpu(format!(

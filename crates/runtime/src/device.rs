@@ -335,6 +335,17 @@ impl Device {
         Registry::global().build_kernel(op, attrs)
     }
 
+    /// The output descs of `kernel` on `inputs` (`Kernel::outputs_on_device`: kernels with
+    /// data-dependent output shapes may run GPU work and wait for it here).
+    pub fn output_descs(
+        &self,
+        kernel: &dyn crate::Kernel,
+        inputs: &[Operand],
+    ) -> Result<Vec<crate::TensorDesc>> {
+        let ctx = KernelContext::new(&self.inner);
+        kernel.outputs_on_device(&ctx, inputs)
+    }
+
     /// Records a kernel on already-allocated outputs.
     pub fn record(
         &self,
@@ -397,7 +408,7 @@ impl Device {
                 )));
             }
         }
-        let descs = kernel.outputs(&operands)?;
+        let descs = self.output_descs(kernel, &operands)?;
         let outputs = descs
             .iter()
             .map(|d| self.empty(d.dtype, &d.shape))

@@ -198,6 +198,18 @@ pub trait Kernel: Send + Sync {
     fn forwardable_inputs(&self) -> &'static [usize] {
         &[]
     }
+    /// Computes the outputs' dtypes and shapes with access to the device, for kernels whose
+    /// output shapes depend on the input data (Where): such a kernel may record GPU work here
+    /// and block on `KernelContext::read` of its result. Executors call this (through
+    /// `Device::output_descs`) instead of `outputs`; the default is `outputs`.
+    fn outputs_on_device(
+        &self,
+        ctx: &KernelContext,
+        inputs: &[Operand],
+    ) -> Result<Vec<TensorDesc>> {
+        let _ = ctx;
+        self.outputs(inputs)
+    }
 }
 
 /// Builds a kernel from a node's attributes.
@@ -402,6 +414,17 @@ impl<'d> KernelContext<'d> {
         Ok(r.range(size))
     }
 
+    /// A temporary device tensor of `desc` (freed like `temp`), for kernels that run other
+    /// kernels on intermediate tensors (f16 ops computed by an f32 kernel).
+    pub fn temp_tensor(&self, desc: TensorDesc) -> Result<DeviceRef> {
+        let addr = self
+            .dev
+            .alloc
+            .allocate(desc.byte_size().max(4), &self.dev.exec)?;
+        self.temps.lock().push(addr);
+        Ok(DeviceRef { desc, addr })
+    }
+
     /// Records one dispatch: `params` at binding 0, `buffers` at 1, 2, ...
     pub fn dispatch(
         &self,
@@ -416,6 +439,18 @@ impl<'d> KernelContext<'d> {
     /// Records a copy between two bindings (`size` a multiple of 4).
     pub fn copy(&self, src: &BufferRange, dst: &BufferRange, size: u64) -> Result<()> {
         crate::kernels::copy::copy_range(self, src, dst, size)
+    }
+
+    /// Copies `size` bytes (a multiple of 4) of a binding back to the host, waiting for all
+    /// work recorded so far: a blocking call, only for `Kernel::outputs_on_device`.
+    pub fn read(&self, src: &BufferRange, size: u64) -> Result<Vec<u8>> {
+        if size > src.size {
+            return Err(Error::InvalidArgument(format!(
+                "a read of {size} bytes from a binding of {} bytes",
+                src.size
+            )));
+        }
+        self.dev.exec.read(&src.buffer, src.offset, size)
     }
 
     /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.

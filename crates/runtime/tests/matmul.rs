@@ -492,9 +492,18 @@ fn batch_matmul_v3_needs_one_type() {
         dev().kernel("BatchMatMulV3", &mixed).err().unwrap(),
         Error::Unimplemented(_)
     ));
-    let f16 = Attrs::new().with("T", AttrValue::Type(DType::F16));
+    let half_mixed = Attrs::new()
+        .with("Ta", AttrValue::Type(DType::F16))
+        .with("Tb", AttrValue::Type(DType::F32))
+        .with("Tout", AttrValue::Type(DType::F16));
     assert!(matches!(
-        dev().kernel("MatMul", &f16).err().unwrap(),
+        dev().kernel("BatchMatMulV3", &half_mixed).err().unwrap(),
+        Error::Unimplemented(_)
+    ));
+    // float16 is supported (tests/ewextra_f16.rs); int64 is not.
+    let i64 = Attrs::new().with("T", AttrValue::Type(DType::I64));
+    assert!(matches!(
+        dev().kernel("MatMul", &i64).err().unwrap(),
         Error::Unimplemented(_)
     ));
 }

@@ -10,6 +10,7 @@ pub mod fill;
 pub mod layout;
 pub mod matmul;
 pub mod nn;
+pub mod nonzero;
 pub mod norm;
 pub mod pool;
 pub mod random;
@@ -97,4 +98,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(random::OPS);
     defs.extend_from_slice(random::OPS_UINT64);
     defs.extend_from_slice(conv::OPS);
+    defs.extend_from_slice(nonzero::OPS);
 }

@@ -59,6 +59,16 @@ pub(crate) enum BinaryOp {
     SqrtGrad,
     RsqrtGrad,
     ReciprocalGrad,
+    /// (gradients, features) for the activations below.
+    Relu6Grad,
+    /// (gradients, activations).
+    EluGrad,
+    /// (gradients, activations).
+    SeluGrad,
+    /// (gradients, features), with the kernel's `alpha`.
+    LeakyReluGrad,
+    /// (gradients, features).
+    SoftsignGrad,
 }
 
 /// How the two input shapes of an op must relate.
@@ -102,6 +112,11 @@ impl BinaryOp {
             BinaryOp::SqrtGrad => "sqrt_grad",
             BinaryOp::RsqrtGrad => "rsqrt_grad",
             BinaryOp::ReciprocalGrad => "reciprocal_grad",
+            BinaryOp::Relu6Grad => "relu6_grad",
+            BinaryOp::EluGrad => "elu_grad",
+            BinaryOp::SeluGrad => "selu_grad",
+            BinaryOp::LeakyReluGrad => "leaky_relu_grad",
+            BinaryOp::SoftsignGrad => "softsign_grad",
         }
     }
 
@@ -109,7 +124,9 @@ impl BinaryOp {
         use BinaryOp::*;
         match self {
             RealDiv | DivNoNan | SoftplusGrad | SigmoidGrad | TanhGrad | SqrtGrad | RsqrtGrad
-            | ReciprocalGrad => dtype.is_float(),
+            | ReciprocalGrad | Relu6Grad | EluGrad | SeluGrad | LeakyReluGrad | SoftsignGrad => {
+                dtype.is_float()
+            }
             Equal | NotEqual => matches!(
                 dtype,
                 DType::F32 | DType::F16 | DType::I32 | DType::I64 | DType::Bool
@@ -138,7 +155,8 @@ impl BinaryOp {
     fn shapes(self) -> Shapes {
         use BinaryOp::*;
         match self {
-            ReluGrad | SoftplusGrad => Shapes::Same,
+            ReluGrad | SoftplusGrad | Relu6Grad | EluGrad | SeluGrad | LeakyReluGrad
+            | SoftsignGrad => Shapes::Same,
             SigmoidGrad | TanhGrad | SqrtGrad | RsqrtGrad | ReciprocalGrad => Shapes::SameCount,
             _ => Shapes::Broadcast,
         }
@@ -252,6 +270,36 @@ impl BinaryOp {
         return 0.0;
     }
     return rt(-x * x) * y;"
+            }
+            // gradients * ((features > 0) * (features < 6)).
+            Relu6Grad => {
+                "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y) && f32_less(y, 6.0));"
+            }
+            // activations < 0 ? (activations + 1) * gradients : gradients.
+            EluGrad => {
+                "    if !is_nan(y) && f32_less(y, 0.0) {
+        return rt(y + 1.0) * x;
+    }
+    return x;"
+            }
+            // activations < 0 ? gradients * (activations + scale * alpha) : gradients * scale.
+            SeluGrad => {
+                "    if !is_nan(y) && f32_less(y, 0.0) {
+        return x * rt(y + rt(SELU_SCALE_ALPHA));
+    }
+    return x * rt(SELU_SCALE);"
+            }
+            // features > 0 ? gradients : gradients * alpha.
+            LeakyReluGrad => {
+                "    if !is_nan(y) && f32_less(0.0, y) {
+        return x;
+    }
+    return x * alpha();"
+            }
+            // gradients / (|features| + 1)^2.
+            SoftsignGrad => {
+                "    let d = rt(bitcast<f32>(bitcast<u32>(y) & 0x7fffffffu) + 1.0);
+    return x / rt(d * d);"
             }
         }
     }
@@ -512,6 +560,8 @@ pub(crate) struct Binary {
     op: BinaryOp,
     /// Equal / NotEqual's `incompatible_shape_error` (true for every other op).
     incompatible_shape_error: bool,
+    /// LeakyReluGrad's `alpha` (unused by the other ops).
+    alpha: f32,
 }
 
 impl Binary {
@@ -520,7 +570,19 @@ impl Binary {
             name,
             op,
             incompatible_shape_error: true,
+            alpha: 0.0,
         }
+    }
+
+    /// LeakyReluGrad, reading `alpha` (default 0.2, as TensorFlow's op definition).
+    pub fn build_leaky_relu_grad(attrs: &crate::Attrs) -> Result<Box<dyn Kernel>> {
+        let alpha = attrs
+            .float_or("alpha", 0.2)
+            .map_err(|e| crate::invalid_arg!("LeakyReluGrad: {e}"))?;
+        Ok(Box::new(Binary {
+            alpha,
+            ..Binary::new("LeakyReluGrad", BinaryOp::LeakyReluGrad)
+        }))
     }
 
     /// Equal / NotEqual, reading `incompatible_shape_error` (default true).
@@ -533,9 +595,8 @@ impl Binary {
             .bool_or("incompatible_shape_error", true)
             .map_err(|e| crate::invalid_arg!("{name}: {e}"))?;
         Ok(Box::new(Binary {
-            name,
-            op,
             incompatible_shape_error,
+            ..Binary::new(name, op)
         }))
     }
 
@@ -671,7 +732,7 @@ impl Kernel for Binary {
             bc.dims.len() as u32,
             words,
             1.0f32.to_bits(),
-            0,
+            self.alpha.to_bits(),
             0,
             0,
         ];
@@ -707,6 +768,9 @@ fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
     }
     if dtype == DType::I64 {
         extra.push_str(INT64_WGSL);
+    }
+    if op == BinaryOp::SeluGrad {
+        extra.push_str(&super::unary::selu_consts());
     }
     BINARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)

@@ -11,7 +11,8 @@ struct Params {
     words: u32,
     // The bits of 1.0f, for `opaque`.
     one: u32,
-    pad0: u32,
+    // The bits of a float attribute (LeakyReluGrad's alpha).
+    alpha: u32,
     pad1: u32,
     pad2: u32,
     // Collapsed output shape and the element strides of a and b (0 on broadcast dims).
@@ -34,6 +35,10 @@ fn opaque(v: f32) -> f32 {
 
 fn rt(v: f32) -> f32 {
     return $RT;
+}
+
+fn alpha() -> f32 {
+    return rt(bitcast<f32>(p.alpha));
 }
 
 $EXTRA

@@ -4,7 +4,9 @@
 //! LogicalAnd/Or/Not, the activation gradients (ReluGrad, SoftplusGrad, SigmoidGrad, TanhGrad,
 //! SqrtGrad, RsqrtGrad, ReciprocalGrad), unary ops (Neg, Abs, Exp, Log, Sqrt, Relu, Tanh,
 //! Sigmoid, Square, Rsqrt, Reciprocal, Sign, Floor, Ceil, Round, Log1p, Expm1, Softplus),
-//! Select/SelectV2, AddN, and the Identity/Snapshot device copy.
+//! Select/SelectV2, AddN, and the Identity/Snapshot device copy; Sin, Cos, Relu6, Elu, Selu,
+//! LeakyRelu, Softsign, IsNan, IsFinite (bool output), their gradients (Relu6Grad, EluGrad,
+//! SeluGrad, LeakyReluGrad, SoftsignGrad), and ClipByValue.
 //!
 //! Numerics (TensorFlow CPU is the spec):
 //! - f16 is computed in f32 and rounded to nearest even, as Eigen's `half` does; the f16<->f32
@@ -64,11 +66,25 @@
 //!   them). TensorFlow's CPU executor runs kernels with denormals flushed
 //!   (`port::ScopedFlushDenormal`), so there Rsqrt(1e-40) = inf and Sign(1e-40) = 0 where
 //!   this family gives 1e20 and 1.
+//! - Sin and Cos reduce the argument exactly for every finite f32 (Payne-Hanek with the bits
+//!   of 2/pi, `trig.wgsl`), then use Taylor series on [-pi/4, pi/4]: within 3 ULP over the
+//!   whole range (Sin(1e30), Cos(f32::MAX) included); Sin(-0) = -0, Sin/Cos(inf) = NaN.
+//! - The activations follow TensorFlow's functors: Relu6 = min(max(x, 0), 6) propagating NaN;
+//!   Elu = x < 0 ? exp(x) - 1 : x (exp(x) - 1, as TensorFlow, not expm1); Selu with
+//!   TensorFlow's constants rounded to the dtype; LeakyRelu = x > 0 ? x : x * alpha (alpha
+//!   rounded to the dtype); Softsign = x / (|x| + 1). The gradients: Relu6Grad = g * (0 < f <
+//!   6), EluGrad = a < 0 ? (a + 1) * g : g, SeluGrad = a < 0 ? g * (a + scale * alpha) : g *
+//!   scale, LeakyReluGrad = f > 0 ? g : g * alpha, SoftsignGrad = g / (|f| + 1)^2; equal
+//!   shapes, no broadcasting. f16 rounds where Eigen's `half` does.
+//! - ClipByValue is std::max(std::min(t, max), min) (a NaN in t stays, a NaN bound leaves t);
+//!   each bound is a scalar or has t's shape (TensorFlow does not broadcast it). f32, f16,
+//!   int64; int32 stays on the host (TensorFlow's GPU int32 kernel is all host memory).
 //! - Maximum/Minimum decide on integer keys, so the sign of a zero result is std::max's on
 //!   every driver (Maximum(-0, +0) = -0, Maximum(+0, -0) = +0).
 
 mod addn;
 mod binary;
+mod clip;
 mod select;
 mod unary;
 
@@ -211,6 +227,39 @@ pub const OPS: &[OpDef] = &[
     unary_row!("Log1p", UnaryOp::Log1p, FLOAT),
     unary_row!("Expm1", UnaryOp::Expm1, FLOAT),
     unary_row!("Softplus", UnaryOp::Softplus, FLOAT),
+    unary_row!("Sin", UnaryOp::Sin, FLOAT),
+    unary_row!("Cos", UnaryOp::Cos, FLOAT),
+    unary_row!("Relu6", UnaryOp::Relu6, FLOAT),
+    unary_row!("Elu", UnaryOp::Elu, FLOAT),
+    unary_row!("Selu", UnaryOp::Selu, FLOAT),
+    unary_row!("Softsign", UnaryOp::Softsign, FLOAT),
+    unary_row!("IsNan", UnaryOp::IsNan, FLOAT),
+    unary_row!("IsFinite", UnaryOp::IsFinite, FLOAT),
+    OpDef {
+        op: "LeakyRelu",
+        type_attr: "T",
+        dtypes: FLOAT,
+        host_inputs: &[],
+        factory: unary::Unary::build_leaky_relu,
+    },
+    binary_row!("Relu6Grad", BinaryOp::Relu6Grad, FLOAT),
+    binary_row!("EluGrad", BinaryOp::EluGrad, FLOAT),
+    binary_row!("SeluGrad", BinaryOp::SeluGrad, FLOAT),
+    binary_row!("SoftsignGrad", BinaryOp::SoftsignGrad, FLOAT),
+    OpDef {
+        op: "LeakyReluGrad",
+        type_attr: "T",
+        dtypes: FLOAT,
+        host_inputs: &[],
+        factory: binary::Binary::build_leaky_relu_grad,
+    },
+    OpDef {
+        op: "ClipByValue",
+        type_attr: "T",
+        dtypes: &[DType::F32, DType::F16, DType::I64],
+        host_inputs: &[],
+        factory: |_| Ok(Box::new(clip::ClipByValue)),
+    },
     OpDef {
         op: "AddN",
         type_attr: "T",

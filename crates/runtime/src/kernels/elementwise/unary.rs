@@ -7,11 +7,12 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 use super::{
-    COMMON_WGSL, INT64_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, store_stmt,
-    words_for,
+    COMMON_WGSL, INT64_WGSL, MATH_WGSL, bind_out, compute_type, fmt_shape, load_expr, rt_expr,
+    store_stmt, words_for,
 };
 
 const UNARY_WGSL: &str = include_str!("unary.wgsl");
+const TRIG_WGSL: &str = include_str!("trig.wgsl");
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UnaryOp {
@@ -34,6 +35,29 @@ pub(crate) enum UnaryOp {
     Expm1,
     Softplus,
     LogicalNot,
+    Sin,
+    Cos,
+    Relu6,
+    Elu,
+    Selu,
+    /// Uses the kernel's `alpha`.
+    LeakyRelu,
+    Softsign,
+    /// Bool output.
+    IsNan,
+    /// Bool output.
+    IsFinite,
+}
+
+/// SELU's scale and scale * alpha, rounded to f32 (TensorFlow's constants).
+pub(crate) const SELU_SCALE: f32 = f32::from_bits(0x3f86_7d5f);
+pub(crate) const SELU_SCALE_ALPHA: f32 = f32::from_bits(0x3fe1_0966);
+
+/// WGSL declarations of `SELU_SCALE` and `SELU_SCALE_ALPHA` (f32 literals that round-trip).
+pub(crate) fn selu_consts() -> String {
+    format!(
+        "const SELU_SCALE: f32 = {SELU_SCALE:?}f;\nconst SELU_SCALE_ALPHA: f32 = {SELU_SCALE_ALPHA:?}f;\n"
+    )
 }
 
 impl UnaryOp {
@@ -58,6 +82,15 @@ impl UnaryOp {
             UnaryOp::Expm1 => "expm1",
             UnaryOp::Softplus => "softplus",
             UnaryOp::LogicalNot => "logical_not",
+            UnaryOp::Sin => "sin",
+            UnaryOp::Cos => "cos",
+            UnaryOp::Relu6 => "relu6",
+            UnaryOp::Elu => "elu",
+            UnaryOp::Selu => "selu",
+            UnaryOp::LeakyRelu => "leaky_relu",
+            UnaryOp::Softsign => "softsign",
+            UnaryOp::IsNan => "is_nan",
+            UnaryOp::IsFinite => "is_finite",
         }
     }
 
@@ -72,8 +105,23 @@ impl UnaryOp {
         }
     }
 
+    /// The output dtype for an input of `dtype`.
+    fn output_dtype(self, dtype: DType) -> DType {
+        match self {
+            UnaryOp::IsNan | UnaryOp::IsFinite => DType::Bool,
+            _ => dtype,
+        }
+    }
+
     /// The body of `fn op(v: T) -> T`.
     fn wgsl(self, dtype: DType) -> &'static str {
+        match self {
+            UnaryOp::IsNan => return "    return is_nan(v);",
+            UnaryOp::IsFinite => {
+                return "    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;";
+            }
+            _ => {}
+        }
         if dtype == DType::Bool {
             return "    return !v;";
         }
@@ -108,7 +156,47 @@ impl UnaryOp {
                 UnaryOp::Log1p => "    return log1p_f32(v);",
                 UnaryOp::Expm1 => "    return expm1_f32(v);",
                 UnaryOp::Softplus => "    return softplus_f32(v);",
-                UnaryOp::LogicalNot => unreachable!("bool only"),
+                UnaryOp::Sin => "    return sincos_f32(v, false);",
+                UnaryOp::Cos => "    return sincos_f32(v, true);",
+                // max(x, 0) then min(., 6), NaN propagating; -0 stays -0 (std::max).
+                UnaryOp::Relu6 => {
+                    "    if is_nan(v) {
+        return v;
+    }
+    if f32_less(v, 0.0) {
+        return 0.0;
+    }
+    if f32_less(6.0, v) {
+        return 6.0;
+    }
+    return v;"
+                }
+                // TensorFlow: x < 0 ? exp(x) - 1 : x (exp(x) - 1, not expm1).
+                UnaryOp::Elu => {
+                    "    if !is_nan(v) && f32_less(v, 0.0) {
+        return rt(exp_f32(v)) - 1.0;
+    }
+    return v;"
+                }
+                UnaryOp::Selu => {
+                    "    if !is_nan(v) && f32_less(v, 0.0) {
+        return rt(SELU_SCALE_ALPHA) * rt(rt(exp_f32(v)) - 1.0);
+    }
+    return rt(SELU_SCALE) * v;"
+                }
+                // TensorFlow: x > 0 ? x : x * alpha (alpha may exceed 1).
+                UnaryOp::LeakyRelu => {
+                    "    if !is_nan(v) && f32_less(0.0, v) {
+        return v;
+    }
+    return v * alpha();"
+                }
+                UnaryOp::Softsign => {
+                    "    return v / rt(bitcast<f32>(bitcast<u32>(v) & 0x7fffffffu) + 1.0);"
+                }
+                UnaryOp::LogicalNot | UnaryOp::IsNan | UnaryOp::IsFinite => {
+                    unreachable!("handled above")
+                }
             }
         } else if dtype == DType::I64 {
             // Wrapping, as int32.
@@ -142,11 +230,29 @@ impl UnaryOp {
 pub(crate) struct Unary {
     name: &'static str,
     op: UnaryOp,
+    /// LeakyRelu's `alpha` (unused by the other ops).
+    alpha: f32,
 }
 
 impl Unary {
     pub fn new(name: &'static str, op: UnaryOp) -> Self {
-        Unary { name, op }
+        Unary {
+            name,
+            op,
+            alpha: 0.0,
+        }
+    }
+
+    /// LeakyRelu, reading `alpha` (default 0.2, as TensorFlow's op definition).
+    pub fn build_leaky_relu(attrs: &crate::Attrs) -> Result<Box<dyn Kernel>> {
+        let alpha = attrs
+            .float_or("alpha", 0.2)
+            .map_err(|e| crate::invalid_arg!("LeakyRelu: {e}"))?;
+        Ok(Box::new(Unary {
+            name: "LeakyRelu",
+            op: UnaryOp::LeakyRelu,
+            alpha,
+        }))
     }
 
     fn check(&self, inputs: &[Operand]) -> Result<TensorDesc> {
@@ -163,6 +269,10 @@ impl Unary {
         words_for(self.name, desc.dtype, desc.num_elements())?;
         Ok(desc)
     }
+
+    fn out_desc(&self, desc: &TensorDesc) -> TensorDesc {
+        TensorDesc::new(self.op.output_dtype(desc.dtype), &desc.shape)
+    }
 }
 
 impl Kernel for Unary {
@@ -176,7 +286,8 @@ impl Kernel for Unary {
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        Ok(vec![self.check(inputs)?])
+        let desc = self.check(inputs)?;
+        Ok(vec![self.out_desc(&desc)])
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
@@ -186,14 +297,15 @@ impl Kernel for Unary {
             return Ok(());
         }
         let out = &outputs[0];
-        if out.desc != desc {
+        let want = self.out_desc(&desc);
+        if out.desc != want {
             bail_invalid!(
-                "{}: output is {} {} but the input is {} {}",
+                "{}: output is {} {} but the op computes {} {}",
                 self.name,
                 out.desc.dtype,
                 fmt_shape(&out.desc.shape),
-                desc.dtype,
-                fmt_shape(&desc.shape)
+                want.dtype,
+                fmt_shape(&want.shape)
             );
         }
         let x = ctx.bind(inputs[0].device(self.name, 0)?)?;
@@ -201,11 +313,11 @@ impl Kernel for Unary {
         let (op, dtype) = (self.op, desc.dtype);
         let key = PipelineKey::new("elementwise", Some(dtype), op.name());
         let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype)))?;
-        let words = words_for(self.name, dtype, n)?;
+        let words = words_for(self.name, want.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         ctx.dispatch(
             &pipeline,
-            &params(&[row, n as u32, words, 0]),
+            &params(&[row, n as u32, words, self.alpha.to_bits()]),
             &[x, o],
             groups,
         )
@@ -213,20 +325,27 @@ impl Kernel for Unary {
 }
 
 fn shader(op: UnaryOp, dtype: DType) -> String {
+    let mut math = match dtype {
+        DType::F32 | DType::F16 => MATH_WGSL.to_string(),
+        DType::I64 => INT64_WGSL.to_string(),
+        _ => String::new(),
+    };
+    if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
+        math.push_str(TRIG_WGSL);
+    }
+    if matches!(op, UnaryOp::Selu) {
+        math.push_str(&selu_consts());
+    }
+    let out_dtype = op.output_dtype(dtype);
     UNARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
-        .replace(
-            "$MATH",
-            match dtype {
-                DType::F32 | DType::F16 => MATH_WGSL,
-                DType::I64 => INT64_WGSL,
-                _ => "",
-            },
-        )
+        .replace("$MATH", &math)
         .replace("$LOAD", &load_expr(dtype, "x"))
         .replace("$OP", op.wgsl(dtype))
-        .replace("$STORE", store_stmt(dtype))
+        .replace("$STORE", store_stmt(out_dtype))
+        .replace("$RT", rt_expr(dtype))
+        .replace("$TOUT", compute_type(out_dtype))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())
 }

@@ -1,11 +1,11 @@
 //! Layout family (part A): Transpose, ConcatV2, Pack, Unpack, Split, SplitV, Tile,
-//! BroadcastTo, ReverseV2. Every op is one or more strided copies (`strided.rs`): a source view
+//! BroadcastTo, ReverseV2, Reverse (v1: a bool `dims` vector). Every op is one or more strided copies (`strided.rs`): a source view
 //! with signed strides (ReverseV2), zero strides (BroadcastTo), wrapped coordinates (Tile) or a
 //! permutation (Transpose), written to the whole output or to a strided region of it
 //! (ConcatV2, Pack: one copy per input).
 //!
 //! Host-memory arguments mirror TensorFlow's GPU registrations: perm, axis (ConcatV2,
-//! ReverseV2), split_dim, size_splits, multiples, shape. int32 is registered only for Transpose
+//! ReverseV2), dims (Reverse), split_dim, size_splits, multiples, shape. int32 is registered only for Transpose
 //! and Tile, whose TensorFlow GPU kernels keep int32 data in device memory; TensorFlow's GPU
 //! int32 kernels of the other ops (and Unpack's int64 kernel) keep every argument in host
 //! memory, so those dtypes are left to TensorFlow.
@@ -123,7 +123,14 @@ pub const OPS: &[OpDef] = &[
         type_attr: "T",
         dtypes: NO_I32,
         host_inputs: &[(1, "axis")],
-        factory: |_| Ok(Box::new(Reverse)),
+        factory: |_| Ok(Box::new(Reverse { v1: false })),
+    },
+    OpDef {
+        op: "Reverse",
+        type_attr: "T",
+        dtypes: NO_I32,
+        host_inputs: &[(1, "dims")],
+        factory: |_| Ok(Box::new(Reverse { v1: true })),
     },
 ];
 
@@ -858,11 +865,46 @@ impl Kernel for BroadcastTo {
 
 // ---- ReverseV2 ----
 
-/// ReverseV2(tensor, axis): reverses the listed dimensions.
-struct Reverse;
+/// ReverseV2(tensor, axis): reverses the listed dimensions; Reverse(tensor, dims), the older
+/// op: reverses the dimensions whose `dims` entry is true.
+struct Reverse {
+    v1: bool,
+}
 
 impl Reverse {
-    fn axes(inputs: &[Operand]) -> Result<Vec<bool>> {
+    fn name(&self) -> &'static str {
+        if self.v1 { "Reverse" } else { "ReverseV2" }
+    }
+
+    /// Reverse's `dims`: a bool vector with one entry per dimension.
+    fn dims_v1(inputs: &[Operand]) -> Result<Vec<bool>> {
+        let op = "Reverse";
+        check_arity(op, inputs, 2, "tensor, dims")?;
+        let rank = inputs[0].shape().len();
+        let dims = inputs[1].host(op, 1)?;
+        if dims.dtype != DType::Bool {
+            bail_invalid!("{op}: dims must be bool, got {}", dims.dtype);
+        }
+        if dims.shape.len() != 1 {
+            bail_invalid!("{op}: 'dims' must be 1-dimension, not {}", dims.shape.len());
+        }
+        if dims.shape[0] != rank {
+            bail_invalid!(
+                "{op}: 'dims' must have the same number of values as 'input' has dimensions. \
+                 'input' has {rank}'dims' has {} values",
+                dims.shape[0]
+            );
+        }
+        if rank > 8 {
+            bail_invalid!("{op}: reverse is not implemented for tensors of rank > 8.");
+        }
+        Ok(dims.bytes.iter().take(rank).map(|&b| b != 0).collect())
+    }
+
+    fn axes(&self, inputs: &[Operand]) -> Result<Vec<bool>> {
+        if self.v1 {
+            return Self::dims_v1(inputs);
+        }
         let op = "ReverseV2";
         check_arity(op, inputs, 2, "tensor, axis")?;
         let rank = inputs[0].shape().len();
@@ -885,17 +927,17 @@ impl Reverse {
 
 impl Kernel for Reverse {
     fn op(&self) -> &'static str {
-        "ReverseV2"
+        self.name()
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        Self::axes(inputs)?;
+        self.axes(inputs)?;
         Ok(vec![inputs[0].desc()])
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
-        let rev = Self::axes(inputs)?;
-        let x = inputs[0].device("ReverseV2", 0)?;
+        let rev = self.axes(inputs)?;
+        let x = inputs[0].device(self.name(), 0)?;
         let s = &x.desc.shape;
         let strides = strides_of(s);
         let mut base = 0i64;
@@ -923,7 +965,7 @@ impl Kernel for Reverse {
         let out = &outputs[0];
         copy(
             ctx,
-            "ReverseV2",
+            self.name(),
             x,
             &View { dims, base },
             out,

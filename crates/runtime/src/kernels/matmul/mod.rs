@@ -1,4 +1,5 @@
-//! matmul family: MatMul, BatchMatMul, BatchMatMulV2 and BatchMatMulV3 (float32, int32).
+//! matmul family: MatMul, BatchMatMul, BatchMatMulV2 and BatchMatMulV3 (float32, int32;
+//! float16 through the float32 kernel: f16 in, f32 accumulate, f16 out).
 //!
 //! One tiled kernel (`matmul.wgsl`) serves all four ops: transposed operands are read through
 //! strides, and batch broadcasting (V2/V3, NumPy style) through per-dimension batch strides
@@ -20,36 +21,51 @@ use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
 pub use vec4::{Layouts, Vec4Tile};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
+/// Registered: float16 runs the float32 kernel on converted operands (f32 accumulation) and
+/// rounds the product once (`nn::f16`).
+const REG_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::I32];
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
     OpDef {
         op: "MatMul",
         type_attr: "T",
-        dtypes: DTYPES,
+        dtypes: REG_DTYPES,
         host_inputs: &[],
-        factory: |a| MatMul::build(Variant::MatMul, a),
+        factory: |a| {
+            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::MatMul, a), a, &["T"])
+        },
     },
     OpDef {
         op: "BatchMatMul",
         type_attr: "T",
-        dtypes: DTYPES,
+        dtypes: REG_DTYPES,
         host_inputs: &[],
-        factory: |a| MatMul::build(Variant::BatchMatMul, a),
+        factory: |a| {
+            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::BatchMatMul, a), a, &["T"])
+        },
     },
     OpDef {
         op: "BatchMatMulV2",
         type_attr: "T",
-        dtypes: DTYPES,
+        dtypes: REG_DTYPES,
         host_inputs: &[],
-        factory: |a| MatMul::build(Variant::BatchMatMulV2, a),
+        factory: |a| {
+            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::BatchMatMulV2, a), a, &["T"])
+        },
     },
     OpDef {
         op: "BatchMatMulV3",
         type_attr: "Ta",
-        dtypes: DTYPES,
+        dtypes: REG_DTYPES,
         host_inputs: &[],
-        factory: |a| MatMul::build(Variant::BatchMatMulV3, a),
+        factory: |a| {
+            crate::kernels::nn::f16::build(
+                |a| MatMul::build(Variant::BatchMatMulV3, a),
+                a,
+                &["Ta", "Tb", "Tout"],
+            )
+        },
     },
 ];
 

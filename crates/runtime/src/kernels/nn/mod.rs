@@ -1,13 +1,20 @@
 //! nn family: BiasAdd / BiasAddV1 / BiasAddGrad, Softmax / LogSoftmax, the softmax
 //! cross-entropies (SparseSoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyWithLogits) and
-//! L2Loss. See each module for the numerics.
+//! L2Loss. See each module for the numerics. float16 Softmax, LogSoftmax, the
+//! cross-entropies and BiasAddGrad run their float32 kernel on converted inputs and round the
+//! outputs once (`f16`), as TensorFlow's GPU kernels compute half in float.
 
 mod bias;
+pub(crate) mod f16;
 mod l2loss;
 mod softmax;
 
+use crate::DType;
 use crate::kernel::OpDef;
 use softmax::{Mode, SoftmaxKernel};
+
+/// float32, and float16 computed in float32 (`f16`).
+const FLOAT: &[DType] = &[DType::F32, DType::F16];
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
@@ -28,37 +35,37 @@ pub const OPS: &[OpDef] = &[
     OpDef {
         op: "BiasAddGrad",
         type_attr: "T",
-        dtypes: bias::BIAS_GRAD_DTYPES,
+        dtypes: &[DType::F32, DType::F16, DType::I32],
         host_inputs: &[],
-        factory: bias::BiasAddGrad::build,
+        factory: |a| f16::build(bias::BiasAddGrad::build, a, &["T"]),
     },
     OpDef {
         op: "Softmax",
         type_attr: "T",
-        dtypes: softmax::DTYPES,
+        dtypes: FLOAT,
         host_inputs: &[],
-        factory: |a| SoftmaxKernel::build(Mode::Softmax, a),
+        factory: |a| f16::build(|a| SoftmaxKernel::build(Mode::Softmax, a), a, &["T"]),
     },
     OpDef {
         op: "LogSoftmax",
         type_attr: "T",
-        dtypes: softmax::DTYPES,
+        dtypes: FLOAT,
         host_inputs: &[],
-        factory: |a| SoftmaxKernel::build(Mode::LogSoftmax, a),
+        factory: |a| f16::build(|a| SoftmaxKernel::build(Mode::LogSoftmax, a), a, &["T"]),
     },
     OpDef {
         op: "SparseSoftmaxCrossEntropyWithLogits",
         type_attr: "T",
-        dtypes: softmax::DTYPES,
+        dtypes: FLOAT,
         host_inputs: &[],
-        factory: |a| SoftmaxKernel::build(Mode::SparseXent, a),
+        factory: |a| f16::build(|a| SoftmaxKernel::build(Mode::SparseXent, a), a, &["T"]),
     },
     OpDef {
         op: "SoftmaxCrossEntropyWithLogits",
         type_attr: "T",
-        dtypes: softmax::DTYPES,
+        dtypes: FLOAT,
         host_inputs: &[],
-        factory: |a| SoftmaxKernel::build(Mode::Xent, a),
+        factory: |a| f16::build(|a| SoftmaxKernel::build(Mode::Xent, a), a, &["T"]),
     },
     OpDef {
         op: "L2Loss",

@@ -1,4 +1,5 @@
-//! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32).
+//! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32), and
+//! All / Any over bool.
 //!
 //! The reduced axes (a host-memory int32/int64 scalar or vector, negative axes wrapping,
 //! duplicates allowed) are simplified first: dimensions of size 1 are dropped and adjacent
@@ -10,6 +11,10 @@
 //! Semantics follow TensorFlow's CPU kernels: the reduction of no elements is the identity
 //! (Sum 0, Prod 1, Max -inf / i32::MIN, Min +inf / i32::MAX, Mean NaN for float32 and 0 for
 //! int32); Max and Min propagate NaN; int32 arithmetic wraps; int32 Mean truncates.
+//!
+//! All and Any (bool, no type attribute) are the int32 Min and Max of the input widened to
+//! 0/1 words (`bool.wgsl`), narrowed back to bytes by the last step: All of no elements is
+//! true, Any of no elements false.
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
@@ -55,7 +60,23 @@ pub const OPS: &[OpDef] = &[
         host_inputs: &[(1, "reduction_indices")],
         factory: |a| Reduce::build(ReduceOp::Prod, a),
     },
+    OpDef {
+        op: "All",
+        type_attr: "",
+        dtypes: &[],
+        host_inputs: &[(1, "reduction_indices")],
+        factory: |a| Reduce::build(ReduceOp::All, a),
+    },
+    OpDef {
+        op: "Any",
+        type_attr: "",
+        dtypes: &[],
+        host_inputs: &[(1, "reduction_indices")],
+        factory: |a| Reduce::build(ReduceOp::Any, a),
+    },
 ];
+
+const BOOL_WGSL: &str = include_str!("bool.wgsl");
 
 const REDUCE_WGSL: &str = include_str!("reduce.wgsl");
 
@@ -71,6 +92,10 @@ enum ReduceOp {
     Min,
     Mean,
     Prod,
+    /// Bool, computed as the int32 Min of 0/1 words.
+    All,
+    /// Bool, computed as the int32 Max of 0/1 words.
+    Any,
 }
 
 impl ReduceOp {
@@ -81,6 +106,21 @@ impl ReduceOp {
             ReduceOp::Min => "Min",
             ReduceOp::Mean => "Mean",
             ReduceOp::Prod => "Prod",
+            ReduceOp::All => "All",
+            ReduceOp::Any => "Any",
+        }
+    }
+
+    fn is_bool(self) -> bool {
+        matches!(self, ReduceOp::All | ReduceOp::Any)
+    }
+
+    /// The input dtypes the op takes.
+    fn dtypes(self) -> &'static [DType] {
+        if self.is_bool() {
+            &[DType::Bool]
+        } else {
+            DTYPES
         }
     }
 
@@ -95,6 +135,8 @@ impl ReduceOp {
             ReduceOp::Max => i32::MIN as u32,
             ReduceOp::Min if float => f32::INFINITY.to_bits(),
             ReduceOp::Min => i32::MAX as u32,
+            ReduceOp::All => 1,
+            ReduceOp::Any => 0,
         }
     }
 
@@ -111,7 +153,8 @@ impl ReduceOp {
             ReduceOp::Min if float => {
                 "if is_nan(a) { return a; }\n    if is_nan(b) { return b; }\n    return min(a, b);"
             }
-            ReduceOp::Min => "return min(a, b);",
+            ReduceOp::Min | ReduceOp::All => "return min(a, b);",
+            ReduceOp::Any => "return max(a, b);",
         }
     }
 
@@ -141,7 +184,8 @@ struct Reduce {
 impl Reduce {
     fn build(op: ReduceOp, attrs: &crate::Attrs) -> Result<Box<dyn Kernel>> {
         let keep_dims = attrs.bool_or("keep_dims", false)?;
-        if let Some(t) = attrs.dtype_opt("T")?
+        if !op.is_bool()
+            && let Some(t) = attrs.dtype_opt("T")?
             && !DTYPES.contains(&t)
         {
             return Err(Error::Unimplemented(format!(
@@ -162,7 +206,7 @@ impl Reduce {
             );
         }
         let dtype = inputs[0].dtype();
-        if !DTYPES.contains(&dtype) {
+        if !self.op.dtypes().contains(&dtype) {
             return Err(Error::Unimplemented(format!(
                 "{op} has no tfwgpu kernel for T={dtype}"
             )));
@@ -326,13 +370,71 @@ impl Kernel for Reduce {
             Plan::Copy => {
                 let src = ctx.bind(input)?;
                 let dst = ctx.bind(output)?;
-                return ctx.copy(&src, &dst, output.desc.byte_size());
+                // Outputs are padded: a bool copy may round up to whole words.
+                return ctx.copy(&src, &dst, output.desc.byte_size().next_multiple_of(4));
             }
             Plan::Passes(p) => p,
         };
+        if dtype == DType::Bool {
+            // Widen to 0/1 words, reduce as int32, narrow the result back to bytes.
+            let n = input.desc.num_elements();
+            let src = ctx.bind(input)?;
+            let wide = ctx.temp((n.max(1) * 4) as u64)?;
+            bool_convert(ctx, "widen", &src, &wide, n)?;
+            let m = output.desc.num_elements();
+            let res = ctx.temp((m * 4) as u64)?;
+            self.passes(ctx, wide, res.clone(), DType::I32, shape, &mask, &passes)?;
+            let dst = crate::kernels::elementwise::bind_out(ctx, op, output)?;
+            return bool_convert(ctx, "narrow", &res, &dst, m);
+        }
+        let src = ctx.bind(input)?;
+        let dst = ctx.bind(output)?;
+        self.passes(ctx, src, dst, dtype, shape, &mask, &passes)
+    }
+}
+
+/// Converts `n` bools (bytes) to 0/1 int32 words ("widen") or back ("narrow").
+fn bool_convert(
+    ctx: &KernelContext,
+    dir: &'static str,
+    src: &crate::exec::BufferRange,
+    dst: &crate::exec::BufferRange,
+    n: usize,
+) -> Result<()> {
+    let pipeline = ctx.pipeline(PipelineKey::new("reduce", Some(DType::Bool), dir), || {
+        ShaderSource::new(
+            BOOL_WGSL
+                .replace("$LINEAR_INDEX", crate::kernels::wgsl::LINEAR_INDEX)
+                .replace("$NARROW", &(dir == "narrow").to_string()),
+        )
+    })?;
+    let threads = if dir == "narrow" { n.div_ceil(4) } else { n };
+    let (groups, row) = crate::kernel::grid_1d(threads as u64, 256);
+    ctx.dispatch(
+        &pipeline,
+        &params(&[row, to_u32(dir, n)?, to_u32(dir, threads)?, 0]),
+        &[src.clone(), dst.clone()],
+        groups,
+    )
+}
+
+impl Reduce {
+    /// Records the passes of a reduction of `shape` over `mask` from `src` to `dst`.
+    #[allow(clippy::too_many_arguments)]
+    fn passes(
+        &self,
+        ctx: &KernelContext,
+        mut src: crate::exec::BufferRange,
+        output: crate::exec::BufferRange,
+        dtype: DType,
+        shape: &[usize],
+        mask: &[bool],
+        passes: &[Pass],
+    ) -> Result<()> {
+        let op = self.op.name();
         let count: usize = shape
             .iter()
-            .zip(&mask)
+            .zip(mask)
             .filter(|&(_, &m)| m)
             .map(|(&d, _)| d)
             .product();
@@ -349,13 +451,12 @@ impl Kernel for Reduce {
                 )
             },
         )?;
-        let mut src = ctx.bind(input)?;
-        let steps = steps(&passes);
+        let steps = steps(passes);
         for (k, st) in steps.iter().enumerate() {
             let last = k + 1 == steps.len();
             let outs = st.outer * st.split * st.inner;
             let dst = if last {
-                ctx.bind(output)?
+                output.clone()
             } else {
                 ctx.temp((outs * dtype.size()) as u64)?
             };
