@@ -291,3 +291,27 @@ def test_int32_host_kernels_for_shape_arithmetic(tf):
     with tf.device("/GPU:0"), pytest.raises(tf.errors.InvalidArgumentError, match="Pack"):
         c = tf.constant([1, 2], tf.int32)
         tf.raw_ops.Pack(values=[c, c], axis=3)
+
+
+def test_gather_from_a_gpu_variable_in_a_graph(tf):
+    """tf.gather on a GPU variable inside tf.function (a ResourceGather node) runs as a read
+    and a GPU gather, with batch_dims; eager gathers go through the package's hook."""
+    import tensorflow_wgpu
+
+    table = rng.standard_normal((2, 7, 3)).astype(np.float32)
+    ids = np.array([[0, 6, 2], [5, 5, 1]], np.int32)
+    with tf.device("/GPU:0"):
+        v = tf.Variable(table)
+
+        @tf.function
+        def f(i):
+            return tf.gather(v, i % 2), tf.gather(v, i, batch_dims=1, axis=1)
+
+        before = tensorflow_wgpu.stats()["gpu_ops"].get("GatherV2", 0)
+        a, b = f(tf.constant(ids))
+        after = tensorflow_wgpu.stats()["gpu_ops"].get("GatherV2", 0)
+        e = tf.gather(v, tf.constant(ids[0] % 2))
+    assert after - before == 2
+    np.testing.assert_array_equal(a.numpy(), table[ids % 2])
+    np.testing.assert_array_equal(b.numpy(), np.stack([table[k][ids[k]] for k in range(2)]))
+    np.testing.assert_array_equal(e.numpy(), table[ids[0] % 2])

@@ -133,6 +133,96 @@ fn on_tfwgpu_gpu(device: &str) -> bool {
     device.contains("GPU") || device.contains("gpu")
 }
 
+/// An encoded AttrValue holding a type.
+fn type_attr(tf_type: u64) -> Vec<u8> {
+    let mut v = vec![];
+    varint(6 << 3, &mut v);
+    varint(tf_type, &mut v);
+    v
+}
+
+/// An encoded AttrValue holding an int.
+fn int_attr(i: i64) -> Vec<u8> {
+    let mut v = vec![];
+    varint(3 << 3, &mut v);
+    varint(i as u64, &mut v);
+    v
+}
+
+/// The int in an encoded AttrValue (`i`, field 3), if it is one.
+fn attr_int(b: &[u8]) -> Option<i64> {
+    let mut r = Reader::new(b);
+    while let Ok(Some((f, v))) = r.next() {
+        if let (3, Field::Varint(i)) = (f, v) {
+            return Some(i as i64);
+        }
+    }
+    None
+}
+
+/// An encoded AttrValue holding an int32 scalar tensor.
+fn int32_scalar_attr(v: i32) -> Vec<u8> {
+    let mut t = vec![];
+    varint(1 << 3, &mut t); // dtype
+    varint(3, &mut t); // DT_INT32
+    bytes_field(2, &[], &mut t); // scalar shape
+    varint(7 << 3, &mut t); // int_val
+    varint(v as i64 as u64, &mut t);
+    let mut a = vec![];
+    bytes_field(8, &t, &mut a);
+    a
+}
+
+/// ResourceGather on a tfwgpu GPU (tf.gather on a variable inside tf.function) becomes
+/// ReadVariableOp + GatherV2 (axis = batch_dims), the gather keeping the node's name for its
+/// consumers: TensorFlow's own ResourceGather kernel would gather on the CPU from a device
+/// address.
+fn gather_from_read(node: &Node) -> Option<Vec<Node>> {
+    let (data, control): (Vec<_>, Vec<_>) = node
+        .inputs
+        .iter()
+        .cloned()
+        .partition(|i| !i.starts_with('^'));
+    if data.len() != 2 {
+        return None;
+    }
+    let dtype = node.attr("dtype")?.to_vec();
+    let tindices = node.attr("Tindices")?.to_vec();
+    let batch_dims = node.attr("batch_dims").and_then(attr_int).unwrap_or(0);
+    let read = Node {
+        name: format!("{}/tfwgpu_read", node.name),
+        op: "ReadVariableOp".into(),
+        inputs: std::iter::once(data[0].clone())
+            .chain(read_after(&data[1..], &control))
+            .collect(),
+        device: node.device.clone(),
+        attrs: vec![("dtype".into(), dtype.clone())],
+    };
+    let axis = Node {
+        name: format!("{}/tfwgpu_axis", node.name),
+        op: "Const".into(),
+        inputs: vec![],
+        device: node.device.clone(),
+        attrs: vec![
+            ("dtype".into(), type_attr(3)),
+            ("value".into(), int32_scalar_attr(batch_dims as i32)),
+        ],
+    };
+    let gather = Node {
+        name: node.name.clone(),
+        op: "GatherV2".into(),
+        inputs: vec![read.name.clone(), data[1].clone(), axis.name.clone()],
+        device: node.device.clone(),
+        attrs: vec![
+            ("Tparams".into(), dtype),
+            ("Tindices".into(), tindices),
+            ("Taxis".into(), type_attr(3)),
+            ("batch_dims".into(), int_attr(batch_dims)),
+        ],
+    };
+    Some(vec![read, axis, gather])
+}
+
 /// Rewrites a serialized GraphDef; returns `None` when nothing needed rewriting.
 pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
     let mut r = Reader::new(graph);
@@ -149,6 +239,16 @@ pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
         let node = Node::parse(nb)?;
         if on_tfwgpu_gpu(&node.device)
             && let Some(nodes) = apply::expand(&node)
+        {
+            for n in &nodes {
+                n.encode(&mut out);
+            }
+            changed = true;
+            continue;
+        }
+        if node.op == "ResourceGather"
+            && on_tfwgpu_gpu(&node.device)
+            && let Some(nodes) = gather_from_read(&node)
         {
             for n in &nodes {
                 n.encode(&mut out);
@@ -300,6 +400,62 @@ mod tests {
             device: device.into(),
             attrs,
         }
+    }
+
+    #[test]
+    fn resource_gather_on_gpu_becomes_read_gather() {
+        let gpu = "/job:localhost/replica:0/task:0/device:GPU:0";
+        let mut g = vec![];
+        node(
+            "emb",
+            "ResourceGather",
+            &["table", "ids", "^init"],
+            gpu,
+            vec![
+                ("dtype".into(), type_attr(1)),
+                ("Tindices".into(), type_attr(3)),
+                ("batch_dims".into(), int_attr(1)),
+            ],
+        )
+        .encode(&mut g);
+        node(
+            "cpu",
+            "ResourceGather",
+            &["t", "i"],
+            "/device:CPU:0",
+            vec![],
+        )
+        .encode(&mut g);
+        let out = rewrite(&g).unwrap().expect("rewritten");
+        let mut r = Reader::new(&out);
+        let mut nodes = vec![];
+        while let Some((1, Field::Bytes(b))) = r.next().unwrap() {
+            nodes.push(Node::parse(b).unwrap());
+        }
+        let ops: Vec<_> = nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("emb/tfwgpu_read", "ReadVariableOp"),
+                ("emb/tfwgpu_axis", "Const"),
+                ("emb", "GatherV2"),
+                ("cpu", "ResourceGather"),
+            ]
+        );
+        assert_eq!(nodes[0].inputs, ["table", "^ids", "^init"]);
+        assert_eq!(
+            nodes[2].inputs,
+            ["emb/tfwgpu_read", "ids", "emb/tfwgpu_axis"]
+        );
+        assert_eq!(nodes[2].attr("Tparams"), Some(type_attr(1).as_slice()));
+        assert_eq!(nodes[2].attr("batch_dims").and_then(attr_int), Some(1));
+        assert_eq!(
+            nodes[1].attr("value"),
+            Some(int32_scalar_attr(1).as_slice())
+        );
     }
 
     #[test]
