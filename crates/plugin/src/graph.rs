@@ -173,6 +173,20 @@ fn int32_scalar_attr(v: i32) -> Vec<u8> {
     a
 }
 
+/// The read of the variable `data[0]` that replaces `node` (an update or gather of it): after
+/// the node's other inputs and its control inputs (see `read_after`).
+fn read_node(node: &Node, data: &[String], control: &[String], dtype: &[u8]) -> Node {
+    Node {
+        name: format!("{}/tfwgpu_read", node.name),
+        op: "ReadVariableOp".into(),
+        inputs: std::iter::once(data[0].clone())
+            .chain(read_after(&data[1..], control))
+            .collect(),
+        device: node.device.clone(),
+        attrs: vec![("dtype".into(), dtype.to_vec())],
+    }
+}
+
 /// ResourceGather on a tfwgpu GPU (tf.gather on a variable inside tf.function) becomes
 /// ReadVariableOp + GatherV2 (axis = batch_dims), the gather keeping the node's name for its
 /// consumers: TensorFlow's own ResourceGather kernel would gather on the CPU from a device
@@ -189,15 +203,7 @@ fn gather_from_read(node: &Node) -> Option<Vec<Node>> {
     let dtype = node.attr("dtype")?.to_vec();
     let tindices = node.attr("Tindices")?.to_vec();
     let batch_dims = node.attr("batch_dims").and_then(attr_int).unwrap_or(0);
-    let read = Node {
-        name: format!("{}/tfwgpu_read", node.name),
-        op: "ReadVariableOp".into(),
-        inputs: std::iter::once(data[0].clone())
-            .chain(read_after(&data[1..], &control))
-            .collect(),
-        device: node.device.clone(),
-        attrs: vec![("dtype".into(), dtype.clone())],
-    };
+    let read = read_node(node, &data, &control, &dtype);
     let axis = Node {
         name: format!("{}/tfwgpu_axis", node.name),
         op: "Const".into(),
@@ -274,15 +280,7 @@ pub fn rewrite(graph: &[u8]) -> Result<Option<Vec<u8>>> {
             .iter()
             .cloned()
             .partition(|i| !i.starts_with('^'));
-        let read = Node {
-            name: format!("{}/tfwgpu_read", node.name),
-            op: "ReadVariableOp".into(),
-            inputs: std::iter::once(data[0].clone())
-                .chain(read_after(&data[1..], &control))
-                .collect(),
-            device: node.device.clone(),
-            attrs: vec![("dtype".into(), dtype.clone())],
-        };
+        let read = read_node(&node, &data, &control, &dtype);
         let combine = Node {
             name: format!("{}/tfwgpu_{}", node.name, update.to_lowercase()),
             op: update.into(),
