@@ -619,15 +619,21 @@ fn median(v: &[f64]) -> f64 {
 
 /// The `replay` command.
 pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
-    let path = args
-        .iter()
-        .find(|a| !a.starts_with("--"))
-        .filter(|a| {
-            // not the value of a flag
-            let i = args.iter().position(|x| x == *a).unwrap_or(0);
-            i == 0 || !matches!(args[i - 1].as_str(), "--repeat" | "--json" | "--top")
-        })
-        .ok_or("usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]")?;
+    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]";
+    let mut path = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--repeat" | "--json" | "--top" => i += 2,
+            a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
+            a if path.is_none() => {
+                path = Some(a);
+                i += 1;
+            }
+            a => return Err(format!("unexpected argument {a:?}\n{USAGE}")),
+        }
+    }
+    let path = path.ok_or(USAGE)?;
     let flag = |name: &str| {
         args.iter()
             .position(|a| a == name)
