@@ -5,6 +5,7 @@
 //! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
 //!                     [--transpose none|a|b|ab]
 //! tfwgpu-bench demo
+//! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
 //! ```
 
 use std::process::ExitCode;
@@ -14,6 +15,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, Device, Runtime, list_adapters};
 
+mod replay;
+
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
   tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
@@ -21,6 +24,10 @@ const USAGE: &str = "usage:
                                              float32 MatMul GFLOP/s per square size (and per
                                              forced kernel tile: auto is the kernel's choice)
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
+  tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
+                                             re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
+                                             random data: wall time (median of N), dispatches,
+                                             submits, host time per op
 environment: TFWGPU_VISIBLE_DEVICES, TFWGPU_ADAPTER select the adapter; TFWGPU_LOG sets logging";
 
 fn main() -> ExitCode {
@@ -36,6 +43,7 @@ fn main() -> ExitCode {
         Some("devices") => devices(),
         Some("matmul") => matmul(&args[1..]),
         Some("demo") => demo(),
+        Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

@@ -24,6 +24,8 @@ struct Wrapped {
     op: String,
     node: String,
     kernel: Built,
+    /// The attributes in the trace format, when `TFWGPU_TRACE` is set.
+    trace_attrs: Option<serde_json::Value>,
 }
 
 enum Built {
@@ -59,6 +61,7 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         // SAFETY: made by TF_OpKernelConstruction_GetNodeDef.
         unsafe { sys::TF_DeleteBuffer(buf) };
         let (op, attrs) = parsed?;
+        let trace_attrs = crate::trace::on().then(|| crate::trace::attrs_json(&attrs));
         let kernel = if host_kernel_for(&op, &attrs) {
             Built::Host(Registry::global().build_host_kernel(&op, &attrs)?)
         } else {
@@ -71,6 +74,7 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
             op,
             node: String::from_utf8_lossy(node).into_owned(),
             kernel,
+            trace_attrs,
         }))
     }));
     match built {
@@ -193,14 +197,14 @@ fn forward_or_allocate(
     Ok(t)
 }
 
-/// Runs a host kernel: every input and output is in host memory.
+/// Runs a host kernel: every input and output is in host memory. Returns the outputs' descs.
 fn run_host(
     k: &dyn HostKernel,
     ctx: *mut sys::TF_OpKernelContext,
     inputs: &[Input],
     st: &Status,
     handles: &mut Handles,
-) -> Result<()> {
+) -> Result<Vec<TensorDesc>> {
     let host: Vec<&HostTensor> = inputs
         .iter()
         .map(|i| match i {
@@ -220,8 +224,11 @@ fn run_host(
             outs.len()
         )));
     }
+    let mut descs = Vec::with_capacity(outs.len());
     for (i, o) in outs.iter().enumerate() {
-        let t = allocate_output(ctx, st, handles, i, &TensorDesc::new(o.dtype, &o.shape))?;
+        let d = TensorDesc::new(o.dtype, &o.shape);
+        let t = allocate_output(ctx, st, handles, i, &d)?;
+        descs.push(d);
         if !o.bytes.is_empty() {
             // SAFETY: a host output of TF_TensorByteSize == o.bytes.len() bytes.
             unsafe {
@@ -230,7 +237,15 @@ fn run_host(
             }
         }
     }
-    Ok(())
+    Ok(descs)
+}
+
+/// An input in the trace format.
+fn trace_input(i: &Input) -> serde_json::Value {
+    match i {
+        Input::Device(d) => crate::trace::device_tensor(&d.desc, d.addr),
+        Input::Host(h) => crate::trace::host_tensor(h),
+    }
 }
 
 fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
@@ -278,9 +293,31 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         }
     }
     let kernel = match &w.kernel {
-        Built::Host(k) => return run_host(k.as_ref(), ctx, &inputs, &st, &mut handles),
+        Built::Host(k) => {
+            let descs = run_host(k.as_ref(), ctx, &inputs, &st, &mut handles)?;
+            if w.trace_attrs.is_some() {
+                let ins = inputs
+                    .iter()
+                    .map(|i| match i {
+                        Input::Device(d) => crate::trace::host_desc(d.desc.dtype, &d.desc.shape),
+                        Input::Host(h) => crate::trace::host_desc(h.dtype, &h.shape),
+                    })
+                    .collect();
+                let outs = descs
+                    .iter()
+                    .map(|d| crate::trace::host_desc(d.dtype, &d.shape))
+                    .collect();
+                crate::trace::host_kernel(ordinal, &w.op, &w.node, ins, outs);
+            }
+            return Ok(());
+        }
         Built::Device(k) => k.as_ref(),
     };
+    // Tracing: the dispatch counter and the clock before shape inference.
+    let traced = w
+        .trace_attrs
+        .as_ref()
+        .map(|a| (a, device.exec_stats().dispatches, std::time::Instant::now()));
     let operands: Vec<Operand> = inputs
         .iter()
         .map(|i| match i {
@@ -312,10 +349,32 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         let addr = unsafe { sys::TF_TensorData(t) } as u64;
         outputs.push(DeviceRef { desc: d, addr });
     }
-    if outputs.iter().all(|o| o.desc.num_elements() == 0) {
-        return Ok(());
+    let skipped = outputs.iter().all(|o| o.desc.num_elements() == 0);
+    let result = if skipped {
+        Ok(())
+    } else {
+        device.record(kernel, &operands, &outputs)
+    };
+    if let Some((attrs, before, t0)) = traced
+        && result.is_ok()
+    {
+        let host_us = t0.elapsed().as_secs_f64() * 1e6;
+        crate::trace::kernel(crate::trace::KernelEvent {
+            dev: ordinal,
+            op: &w.op,
+            node: &w.node,
+            attrs,
+            inputs: inputs.iter().map(trace_input).collect(),
+            outputs: outputs
+                .iter()
+                .map(|o| crate::trace::device_tensor(&o.desc, o.addr))
+                .collect(),
+            dispatches: device.exec_stats().dispatches - before,
+            host_us,
+            skipped,
+        });
     }
-    device.record(kernel, &operands, &outputs)
+    result
 }
 
 unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) {

@@ -11,6 +11,7 @@ mod preload;
 pub mod se;
 pub mod stats;
 pub mod status;
+pub mod trace;
 pub mod variables;
 pub mod version;
 

@@ -21,6 +21,12 @@ fn dev(device: *const sys::SP_Device) -> Result<&'static Device> {
     crate::device(ordinal).ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))
 }
 
+/// The TensorFlow ordinal of `device` (for the trace).
+fn ordinal(device: *const sys::SP_Device) -> i32 {
+    // SAFETY: TensorFlow passes the SP_Device we filled in create_device.
+    unsafe { device.as_ref() }.map_or(-1, |d| d.ordinal)
+}
+
 fn addr(mem: *const sys::SP_DeviceMemoryBase) -> Result<u64> {
     // SAFETY: TensorFlow passes a valid SP_DeviceMemoryBase.
     let m = unsafe { mem.as_ref() }
@@ -122,6 +128,9 @@ unsafe extern "C" fn allocate(
             Ok(a) => {
                 m.opaque = a as *mut c_void;
                 m.size = size;
+                if crate::trace::on() {
+                    crate::trace::alloc(ordinal(device), a, size);
+                }
             }
             // A null pointer is how TensorFlow learns of out-of-memory.
             Err(e) => tracing::warn!("allocation of {size} bytes failed: {e}"),
@@ -134,6 +143,9 @@ unsafe extern "C" fn deallocate(device: *const sys::SP_Device, mem: *mut sys::SP
         let Ok(a) = addr(mem) else { return };
         if a == 0 {
             return;
+        }
+        if crate::trace::on() {
+            crate::trace::free(ordinal(device), a);
         }
         if let Err(e) = dev(device).and_then(|d| d.deallocate(a)) {
             tracing::error!("deallocate {a:#x}: {e}");
@@ -345,6 +357,9 @@ unsafe extern "C" fn block_host_for_event(
     status: *mut sys::TF_Status,
 ) {
     guard(status, (), || {
+        if crate::trace::on() {
+            crate::trace::sync(ordinal(device), "block_host_for_event");
+        }
         dev(device)?
             .exec()
             .wait(event(ev)?.0.load(Ordering::Acquire))
@@ -356,14 +371,24 @@ unsafe extern "C" fn block_host_until_done(
     _: sys::SP_Stream,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dev(device)?.synchronize())
+    guard(status, (), || {
+        if crate::trace::on() {
+            crate::trace::sync(ordinal(device), "block_host_until_done");
+        }
+        dev(device)?.synchronize()
+    })
 }
 
 unsafe extern "C" fn synchronize_all_activity(
     device: *const sys::SP_Device,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dev(device)?.synchronize())
+    guard(status, (), || {
+        if crate::trace::on() {
+            crate::trace::sync(ordinal(device), "synchronize_all_activity");
+        }
+        dev(device)?.synchronize()
+    })
 }
 
 // ---- copies and fills ----
@@ -391,7 +416,11 @@ unsafe extern "C" fn sync_memcpy_dtoh(
             return Ok(());
         }
         crate::stats::d2h(size);
-        let bytes = dev(device)?.read(addr(src)?, size as usize)?;
+        let src = addr(src)?;
+        if crate::trace::on() {
+            crate::trace::d2h(ordinal(device), src, size);
+        }
+        let bytes = dev(device)?.read(src, size as usize)?;
         // SAFETY: TensorFlow's host buffer holds `size` bytes.
         unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
         Ok(())
@@ -424,7 +453,11 @@ unsafe extern "C" fn sync_memcpy_htod(
         // staging buffer before returning.
         let data = unsafe { std::slice::from_raw_parts(src as *const u8, size as usize) };
         crate::stats::h2d(size);
-        dev(device)?.write(addr(dst)?, data)
+        let dst = addr(dst)?;
+        if crate::trace::on() {
+            crate::trace::h2d(ordinal(device), dst, size);
+        }
+        dev(device)?.write(dst, data)
     })
 }
 
@@ -448,6 +481,14 @@ unsafe extern "C" fn sync_memcpy_dtod(
 ) {
     guard(status, (), || {
         let (s, d) = (addr(src)?, addr(dst)?);
+        if crate::trace::on() && size > 0 {
+            let (from, to) = (device_of_address(s), device_of_address(d));
+            let cross = match (from, to) {
+                (Some(a), Some(b)) if a != b => Some(b as u32),
+                _ => None,
+            };
+            crate::trace::d2d(ordinal(device), s, d, size, cross);
+        }
         match (device_of_address(s), device_of_address(d)) {
             // Between two tfwgpu devices (TensorFlow issues these on either device's
             // stream): wgpu offers no peer copies, so through host memory. The read waits
@@ -473,7 +514,13 @@ unsafe extern "C" fn mem_zero(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dev(device)?.fill_u32(addr(loc)?, size, 0))
+    guard(status, (), || {
+        let a = addr(loc)?;
+        if crate::trace::on() && size > 0 {
+            crate::trace::fill(ordinal(device), a, size, 0);
+        }
+        dev(device)?.fill_u32(a, size, 0)
+    })
 }
 
 unsafe extern "C" fn memset(
@@ -485,7 +532,12 @@ unsafe extern "C" fn memset(
     status: *mut sys::TF_Status,
 ) {
     guard(status, (), || {
-        dev(device)?.fill_u32(addr(loc)?, size, u32::from_le_bytes([pattern; 4]))
+        let a = addr(loc)?;
+        let pattern = u32::from_le_bytes([pattern; 4]);
+        if crate::trace::on() && size > 0 {
+            crate::trace::fill(ordinal(device), a, size, pattern);
+        }
+        dev(device)?.fill_u32(a, size, pattern)
     })
 }
 
@@ -498,7 +550,11 @@ unsafe extern "C" fn memset32(
     status: *mut sys::TF_Status,
 ) {
     guard(status, (), || {
-        dev(device)?.fill_u32(addr(loc)?, size, pattern)
+        let a = addr(loc)?;
+        if crate::trace::on() && size > 0 {
+            crate::trace::fill(ordinal(device), a, size, pattern);
+        }
+        dev(device)?.fill_u32(a, size, pattern)
     })
 }
 

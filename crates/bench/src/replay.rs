@@ -1,0 +1,870 @@
+//! `tfwgpu-bench replay TRACE`: re-runs a kernel trace written by the plugin with
+//! `TFWGPU_TRACE=path` (the format is documented in the plugin's `trace.rs`) on any adapter,
+//! with fresh data in the same dataflow: each traced allocation gets an allocation of the same
+//! size, addresses (interior ones too) map into it, host-to-device copies write random data
+//! (floats in [-1, 1] where a kernel reads the copy as f32/f16, zeros otherwise so that integer
+//! indices stay in range), host-memory inputs get their traced values, kernels are rebuilt from
+//! (op, attrs) through the registry and recorded in order, and device-to-host copies are
+//! blocking reads.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use rand::{Rng, SeedableRng, rngs::StdRng};
+use serde_json::{Value, json};
+use tfwgpu_runtime::{
+    AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, TensorDesc,
+    f16,
+};
+
+#[derive(Debug)]
+pub enum Input {
+    Device(TensorDesc, u64),
+    Host(HostTensor),
+}
+
+#[derive(Debug)]
+pub struct KernelRec {
+    pub seq: u64,
+    pub op: String,
+    pub attrs: Attrs,
+    /// The attributes' JSON text: the key of the kernel cache.
+    pub key: String,
+    pub inputs: Vec<Input>,
+    pub outputs: Vec<(TensorDesc, u64)>,
+    pub dispatches: u64,
+    pub host_us: f64,
+    pub skipped: bool,
+}
+
+#[derive(Debug)]
+pub enum Event {
+    Alloc {
+        addr: u64,
+        size: u64,
+    },
+    Free {
+        addr: u64,
+    },
+    /// `fill`: the dtype a kernel later reads this copy as, if any.
+    H2d {
+        dst: u64,
+        size: u64,
+        fill: Option<DType>,
+    },
+    D2h {
+        src: u64,
+        size: u64,
+    },
+    D2d {
+        src: u64,
+        dst: u64,
+        size: u64,
+    },
+    Fill {
+        addr: u64,
+        size: u64,
+        pattern: u32,
+    },
+    Sync,
+    Kernel(Box<KernelRec>),
+    /// A host-memory kernel: TensorFlow's host work, nothing to replay.
+    HostKernel,
+}
+
+/// A parsed trace.
+#[derive(Debug, Default)]
+pub struct Trace {
+    pub events: Vec<Event>,
+    /// Devices (ordinals) the trace used; the replay runs all of them on one device.
+    pub devices: Vec<i64>,
+}
+
+fn u(v: &Value, k: &str, line: usize) -> Result<u64, String> {
+    v.get(k)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("line {line}: missing or bad {k:?}"))
+}
+
+fn dtype(v: &Value, line: usize) -> Result<DType, String> {
+    let s = v
+        .as_str()
+        .ok_or_else(|| format!("line {line}: bad dtype {v}"))?;
+    DType::from_name(s).map_err(|e| format!("line {line}: {e}"))
+}
+
+fn float(v: &Value, line: usize) -> Result<f32, String> {
+    match v {
+        Value::Number(n) => n
+            .as_f64()
+            .map(|f| f as f32)
+            .ok_or_else(|| format!("line {line}: bad float {v}")),
+        Value::String(s) => match s.as_str() {
+            "nan" => Ok(f32::NAN),
+            "inf" => Ok(f32::INFINITY),
+            "-inf" => Ok(f32::NEG_INFINITY),
+            _ => Err(format!("line {line}: bad float {v}")),
+        },
+        _ => Err(format!("line {line}: bad float {v}")),
+    }
+}
+
+fn ints(v: &Value, line: usize) -> Result<Vec<i64>, String> {
+    v.as_array()
+        .ok_or_else(|| format!("line {line}: bad int list {v}"))?
+        .iter()
+        .map(|x| {
+            x.as_i64()
+                .ok_or_else(|| format!("line {line}: bad int {x}"))
+        })
+        .collect()
+}
+
+fn attr(v: &Value, line: usize) -> Result<AttrValue, String> {
+    let (k, x) = v
+        .as_object()
+        .and_then(|m| m.iter().next())
+        .ok_or_else(|| format!("line {line}: bad attribute {v}"))?;
+    let bad = || format!("line {line}: bad attribute {v}");
+    Ok(match k.as_str() {
+        "b" => AttrValue::Bool(x.as_bool().ok_or_else(bad)?),
+        "i" => AttrValue::Int(x.as_i64().ok_or_else(bad)?),
+        "f" => AttrValue::Float(float(x, line)?),
+        "type" => AttrValue::Type(dtype(x, line)?),
+        "s" => AttrValue::Str(x.as_str().ok_or_else(bad)?.to_string()),
+        "ints" => AttrValue::Ints(ints(x, line)?),
+        "floats" => AttrValue::Floats(
+            x.as_array()
+                .ok_or_else(bad)?
+                .iter()
+                .map(|f| float(f, line))
+                .collect::<Result<_, _>>()?,
+        ),
+        "types" => AttrValue::Types(
+            x.as_array()
+                .ok_or_else(bad)?
+                .iter()
+                .map(|t| dtype(t, line))
+                .collect::<Result<_, _>>()?,
+        ),
+        "shape" => AttrValue::Shape(if x.is_null() {
+            None
+        } else {
+            Some(ints(x, line)?)
+        }),
+        _ => return Err(bad()),
+    })
+}
+
+fn shape(v: &Value, line: usize) -> Result<Vec<usize>, String> {
+    v.get("shape")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("line {line}: missing shape"))?
+        .iter()
+        .map(|d| {
+            d.as_u64()
+                .map(|d| d as usize)
+                .ok_or_else(|| format!("line {line}: bad dimension {d}"))
+        })
+        .collect()
+}
+
+fn unhex(s: &str, line: usize) -> Result<Vec<u8>, String> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return Err(format!("line {line}: bad hex bytes"));
+    }
+    (0..s.len() / 2)
+        .map(|i| {
+            u8::from_str_radix(&s[2 * i..2 * i + 2], 16)
+                .map_err(|_| format!("line {line}: bad hex bytes"))
+        })
+        .collect()
+}
+
+fn tensor(v: &Value, line: usize) -> Result<Input, String> {
+    let dt = dtype(
+        v.get("dtype")
+            .ok_or_else(|| format!("line {line}: missing dtype"))?,
+        line,
+    )?;
+    let shape = shape(v, line)?;
+    if let Some(h) = v.get("host") {
+        let bytes = unhex(
+            h.as_str()
+                .ok_or_else(|| format!("line {line}: bad host bytes"))?,
+            line,
+        )?;
+        return Ok(Input::Host(HostTensor {
+            dtype: dt,
+            shape,
+            bytes,
+        }));
+    }
+    Ok(Input::Device(
+        TensorDesc::new(dt, &shape),
+        u(v, "addr", line)?,
+    ))
+}
+
+fn list<'a>(v: &'a Value, k: &str, line: usize) -> Result<&'a Vec<Value>, String> {
+    v.get(k)
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("line {line}: missing {k:?}"))
+}
+
+impl Trace {
+    pub fn parse(text: &str) -> Result<Trace, String> {
+        let mut t = Trace::default();
+        let mut header = false;
+        for (i, l) in text.lines().enumerate() {
+            let line = i + 1;
+            if l.trim().is_empty() {
+                continue;
+            }
+            let v: Value = serde_json::from_str(l).map_err(|e| format!("line {line}: {e}"))?;
+            let ev = v.get("ev").and_then(Value::as_str).unwrap_or("");
+            if ev == "header" {
+                if v["format"] != "tfwgpu-trace" || v["version"] != 1 {
+                    return Err(format!("line {line}: not a version-1 tfwgpu trace"));
+                }
+                header = true;
+                continue;
+            }
+            if !header {
+                return Err("not a tfwgpu trace (no header line)".into());
+            }
+            if let Some(d) = v.get("dev").and_then(Value::as_i64)
+                && !t.devices.contains(&d)
+            {
+                t.devices.push(d);
+            }
+            t.events.push(match ev {
+                "alloc" => Event::Alloc {
+                    addr: u(&v, "addr", line)?,
+                    size: u(&v, "size", line)?,
+                },
+                "free" => Event::Free {
+                    addr: u(&v, "addr", line)?,
+                },
+                "h2d" => Event::H2d {
+                    dst: u(&v, "dst", line)?,
+                    size: u(&v, "size", line)?,
+                    fill: None,
+                },
+                "d2h" => Event::D2h {
+                    src: u(&v, "src", line)?,
+                    size: u(&v, "size", line)?,
+                },
+                "d2d" => Event::D2d {
+                    src: u(&v, "src", line)?,
+                    dst: u(&v, "dst", line)?,
+                    size: u(&v, "size", line)?,
+                },
+                "fill" => Event::Fill {
+                    addr: u(&v, "addr", line)?,
+                    size: u(&v, "size", line)?,
+                    pattern: u(&v, "pattern", line)? as u32,
+                },
+                "sync" => Event::Sync,
+                "host_kernel" => Event::HostKernel,
+                "kernel" => {
+                    let a = v
+                        .get("attrs")
+                        .and_then(Value::as_object)
+                        .ok_or_else(|| format!("line {line}: missing attrs"))?;
+                    let mut attrs = Attrs::new();
+                    for (k, x) in a {
+                        attrs.set(k, attr(x, line)?);
+                    }
+                    let op = v["op"]
+                        .as_str()
+                        .ok_or_else(|| format!("line {line}: missing op"))?
+                        .to_string();
+                    let outputs = list(&v, "outputs", line)?
+                        .iter()
+                        .map(|o| match tensor(o, line)? {
+                            Input::Device(d, a) => Ok((d, a)),
+                            Input::Host(_) => Err(format!("line {line}: a host output")),
+                        })
+                        .collect::<Result<_, String>>()?;
+                    Event::Kernel(Box::new(KernelRec {
+                        seq: u(&v, "seq", line)?,
+                        key: format!("{op} {}", v["attrs"]),
+                        op,
+                        attrs,
+                        inputs: list(&v, "inputs", line)?
+                            .iter()
+                            .map(|x| tensor(x, line))
+                            .collect::<Result<_, _>>()?,
+                        outputs,
+                        dispatches: u(&v, "dispatches", line)?,
+                        host_us: v["host_us"].as_f64().unwrap_or(0.0),
+                        skipped: v["skipped"].as_bool().unwrap_or(false),
+                    }))
+                }
+                other => return Err(format!("line {line}: unknown event {other:?}")),
+            });
+        }
+        if !header {
+            return Err("not a tfwgpu trace (empty)".into());
+        }
+        t.infer_fill_types();
+        Ok(t)
+    }
+
+    /// Marks each host-to-device copy with the dtype of the first kernel input that reads it
+    /// at the same address before anything else writes there.
+    fn infer_fill_types(&mut self) {
+        let mut pending: HashMap<u64, usize> = HashMap::new();
+        let mut found: Vec<(usize, DType)> = vec![];
+        for (i, e) in self.events.iter().enumerate() {
+            match e {
+                Event::H2d { dst, .. } => {
+                    pending.insert(*dst, i);
+                }
+                Event::Kernel(k) => {
+                    for inp in &k.inputs {
+                        if let Input::Device(d, a) = inp
+                            && let Some(j) = pending.remove(a)
+                        {
+                            found.push((j, d.dtype));
+                        }
+                    }
+                    for (_, a) in &k.outputs {
+                        pending.remove(a);
+                    }
+                }
+                Event::D2d { src, dst, .. } => {
+                    // A copy of an h2d buffer: its reader decides for both.
+                    if let Some(j) = pending.get(src).copied() {
+                        pending.insert(*dst, j);
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (j, dt) in found {
+            if let Event::H2d { fill, .. } = &mut self.events[j]
+                && fill.is_none()
+            {
+                *fill = Some(dt);
+            }
+        }
+    }
+
+    pub fn kernels(&self) -> impl Iterator<Item = &KernelRec> {
+        self.events.iter().filter_map(|e| match e {
+            Event::Kernel(k) => Some(k.as_ref()),
+            _ => None,
+        })
+    }
+}
+
+/// Per-op totals of one replay.
+#[derive(Clone, Debug, Default)]
+pub struct OpTime {
+    pub calls: u64,
+    pub host_s: f64,
+    pub dispatches: u64,
+    /// The host time the capture measured (output shapes + record), summed.
+    pub traced_host_s: f64,
+}
+
+/// What one pass over the trace did.
+#[derive(Clone, Debug, Default)]
+pub struct Pass {
+    pub wall_s: f64,
+    pub stats: ExecStats,
+    pub kernels: u64,
+    pub kernels_skipped: u64,
+    /// Dispatches recorded by kernel calls (not copies or fills).
+    pub kernel_dispatches: u64,
+    /// Kernel calls whose dispatch count differs from the traced one.
+    pub dispatch_mismatches: u64,
+    /// Kernel calls whose output descs on the replayed data differ from the traced ones
+    /// (data-dependent shapes); the traced descs are used.
+    pub shape_mismatches: u64,
+    pub host_syncs: u64,
+    pub host_kernels: u64,
+    pub per_op: BTreeMap<String, OpTime>,
+}
+
+fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
+    ExecStats {
+        submits: a.submits - b.submits,
+        dispatches: a.dispatches - b.dispatches,
+        copies: a.copies - b.copies,
+        uploads: a.uploads - b.uploads,
+        reads: a.reads - b.reads,
+    }
+}
+
+/// Maps traced addresses to this replay's allocations.
+struct Memory<'d> {
+    dev: &'d Device,
+    /// traced base -> (size, new base)
+    regions: BTreeMap<u64, (u64, u64)>,
+    /// For empty tensors at addresses no allocation holds.
+    dummy: Option<u64>,
+}
+
+impl Memory<'_> {
+    fn map(&mut self, addr: u64, len: u64, seq: &dyn Fn() -> String) -> Result<u64, String> {
+        if let Some((&base, &(size, new))) = self.regions.range(..=addr).next_back()
+            && addr + len <= base + size
+            && (addr < base + size || len == 0)
+        {
+            return Ok(new + (addr - base));
+        }
+        if len == 0 {
+            if self.dummy.is_none() {
+                self.dummy = Some(self.dev.allocate(256).map_err(|e| e.to_string())?);
+            }
+            return Ok(self.dummy.unwrap_or_default());
+        }
+        Err(format!(
+            "{}: address {addr:#x} (+{len} bytes) lies in no traced allocation",
+            seq()
+        ))
+    }
+
+    fn free_all(&mut self) -> Result<(), String> {
+        for (_, (_, new)) in std::mem::take(&mut self.regions) {
+            self.dev.deallocate(new).map_err(|e| e.to_string())?;
+        }
+        if let Some(d) = self.dummy.take() {
+            self.dev.deallocate(d).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+}
+
+fn random_bytes(rng: &mut StdRng, dt: Option<DType>, size: u64) -> Vec<u8> {
+    let size = size as usize;
+    let mut out = Vec::with_capacity(size);
+    match dt {
+        Some(DType::F32) => {
+            while out.len() + 4 <= size {
+                out.extend_from_slice(&rng.random_range(-1.0f32..1.0).to_le_bytes());
+            }
+        }
+        Some(DType::F16) => {
+            while out.len() + 2 <= size {
+                let h = f16::from_f32(rng.random_range(-1.0f32..1.0));
+                out.extend_from_slice(&h.to_bits().to_le_bytes());
+            }
+        }
+        _ => {}
+    }
+    out.resize(size, 0);
+    out
+}
+
+/// Replays the trace once on `dev`; kernels are built once and kept in `cache`.
+pub fn replay_once(
+    dev: &Device,
+    trace: &Trace,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    seed: u64,
+) -> Result<Pass, String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut mem = Memory {
+        dev,
+        regions: BTreeMap::new(),
+        dummy: None,
+    };
+    let mut pass = Pass::default();
+    dev.synchronize().map_err(e)?;
+    let before = dev.exec_stats();
+    let t0 = Instant::now();
+    let result = (|| -> Result<(), String> {
+        for (i, ev) in trace.events.iter().enumerate() {
+            let at = || format!("event {i}");
+            match ev {
+                Event::Alloc { addr, size } => {
+                    let new = dev.allocate(*size).map_err(e)?;
+                    if let Some((_, old)) = mem.regions.insert(*addr, (*size, new)) {
+                        // Freed without a traced free (should not happen): free ours too.
+                        dev.deallocate(old).map_err(e)?;
+                    }
+                }
+                Event::Free { addr } => {
+                    if let Some((_, new)) = mem.regions.remove(addr) {
+                        dev.deallocate(new).map_err(e)?;
+                    }
+                }
+                Event::H2d { dst, size, fill } => {
+                    let a = mem.map(*dst, *size, &at)?;
+                    dev.write(a, &random_bytes(&mut rng, *fill, *size))
+                        .map_err(e)?;
+                }
+                Event::D2h { src, size } => {
+                    let a = mem.map(*src, *size, &at)?;
+                    dev.read(a, *size as usize).map_err(e)?;
+                    pass.host_syncs += 1;
+                }
+                Event::D2d { src, dst, size } => {
+                    let s = mem.map(*src, *size, &at)?;
+                    let d = mem.map(*dst, *size, &at)?;
+                    dev.copy(s, d, *size).map_err(e)?;
+                }
+                Event::Fill {
+                    addr,
+                    size,
+                    pattern,
+                } => {
+                    let a = mem.map(*addr, *size, &at)?;
+                    dev.fill_u32(a, *size, *pattern).map_err(e)?;
+                }
+                Event::Sync => {
+                    dev.synchronize().map_err(e)?;
+                    pass.host_syncs += 1;
+                }
+                Event::HostKernel => pass.host_kernels += 1,
+                Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
+            }
+        }
+        dev.synchronize().map_err(e)
+    })();
+    pass.wall_s = t0.elapsed().as_secs_f64();
+    pass.stats = sub(dev.exec_stats(), before);
+    let freed = mem.free_all();
+    result?;
+    freed?;
+    Ok(pass)
+}
+
+fn replay_kernel(
+    dev: &Device,
+    k: &KernelRec,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    mem: &mut Memory,
+    pass: &mut Pass,
+) -> Result<(), String> {
+    let at = || format!("{} (seq {})", k.op, k.seq);
+    let kernel = match cache.entry(k.key.clone()) {
+        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+        std::collections::hash_map::Entry::Vacant(v) => v.insert(
+            dev.kernel(&k.op, &k.attrs)
+                .map_err(|err| format!("{}: {err}", at()))?,
+        ),
+    };
+    let mut refs = Vec::with_capacity(k.inputs.len());
+    for inp in &k.inputs {
+        refs.push(match inp {
+            Input::Device(d, a) => Some(DeviceRef {
+                desc: d.clone(),
+                addr: mem.map(*a, d.byte_size(), &at)?,
+            }),
+            Input::Host(_) => None,
+        });
+    }
+    let operands: Vec<Operand> = k
+        .inputs
+        .iter()
+        .zip(&refs)
+        .map(|(inp, r)| match (inp, r) {
+            (_, Some(r)) => Operand::Device(r),
+            (Input::Host(h), None) => Operand::Host(h),
+            (Input::Device(..), None) => unreachable!("every device input was mapped"),
+        })
+        .collect();
+    let mut outputs = Vec::with_capacity(k.outputs.len());
+    for (d, a) in &k.outputs {
+        outputs.push(DeviceRef {
+            desc: d.clone(),
+            addr: mem.map(*a, d.byte_size(), &at)?,
+        });
+    }
+    let d0 = dev.exec_stats().dispatches;
+    let t0 = Instant::now();
+    let descs = dev
+        .output_descs(kernel.as_ref(), &operands)
+        .map_err(|err| format!("{}: {err}", at()))?;
+    if descs.len() != outputs.len() {
+        return Err(format!(
+            "{}: {} outputs on replay, {} traced",
+            at(),
+            descs.len(),
+            outputs.len()
+        ));
+    }
+    if descs.iter().zip(&outputs).any(|(a, b)| *a != b.desc) {
+        pass.shape_mismatches += 1;
+    }
+    if !k.skipped {
+        dev.record(kernel.as_ref(), &operands, &outputs)
+            .map_err(|err| format!("{}: {err}", at()))?;
+    }
+    let host = t0.elapsed().as_secs_f64();
+    let n = dev.exec_stats().dispatches - d0;
+    pass.kernels += 1;
+    pass.kernels_skipped += k.skipped as u64;
+    pass.kernel_dispatches += n;
+    pass.dispatch_mismatches += (n != k.dispatches) as u64;
+    let o = pass.per_op.entry(k.op.clone()).or_default();
+    o.calls += 1;
+    o.host_s += host;
+    o.dispatches += n;
+    o.traced_host_s += k.host_us * 1e-6;
+    Ok(())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s[s.len() / 2]
+}
+
+/// The `replay` command.
+pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
+    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]";
+    let mut path = None;
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--repeat" | "--json" | "--top" => i += 2,
+            a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
+            a if path.is_none() => {
+                path = Some(a);
+                i += 1;
+            }
+            a => return Err(format!("unexpected argument {a:?}\n{USAGE}")),
+        }
+    }
+    let path = path.ok_or(USAGE)?;
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let repeat: usize = flag("--repeat")
+        .map_or(Ok(1), |s| s.parse())
+        .map_err(|_| "bad --repeat")?;
+    let top: usize = flag("--top")
+        .map_or(Ok(15), |s| s.parse())
+        .map_err(|_| "bad --top")?;
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let trace = Trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
+    let traced_kernels = trace.kernels().count() as u64;
+    let traced_dispatches: u64 = trace.kernels().map(|k| k.dispatches).sum();
+    if trace.devices.len() > 1 {
+        eprintln!(
+            "the trace used {} devices; replaying all of their work on one",
+            trace.devices.len()
+        );
+    }
+    let mut cache = HashMap::new();
+    let mut passes = vec![];
+    for r in 0..repeat.max(1) {
+        passes.push(replay_once(dev, &trace, &mut cache, r as u64)?);
+    }
+    let walls: Vec<f64> = passes.iter().map(|p| p.wall_s).collect();
+    let med = median(&walls);
+    // The pass whose wall time is the median: its counters and per-op times are reported.
+    let p = passes
+        .iter()
+        .find(|p| p.wall_s == med)
+        .unwrap_or(&passes[0]);
+    let timestamps = dev
+        .description()
+        .useful_features()
+        .contains(&"TIMESTAMP_QUERY");
+    println!(
+        "trace {path}: {} events, {traced_kernels} kernel calls ({traced_dispatches} dispatches traced), {} host kernels",
+        trace.events.len(),
+        p.host_kernels
+    );
+    println!(
+        "replay x{}: wall median {:.3} ms (first {:.3} ms, min {:.3} ms)",
+        passes.len(),
+        med * 1e3,
+        walls[0] * 1e3,
+        walls.iter().copied().fold(f64::INFINITY, f64::min) * 1e3
+    );
+    println!(
+        "  {} kernels ({} with empty outputs), {} dispatches by kernels, {} dispatches in all, {} submits, {} copies, {} uploads, {} reads, {} host syncs",
+        p.kernels,
+        p.kernels_skipped,
+        p.kernel_dispatches,
+        p.stats.dispatches,
+        p.stats.submits,
+        p.stats.copies,
+        p.stats.uploads,
+        p.stats.reads,
+        p.host_syncs
+    );
+    if p.dispatch_mismatches > 0 || p.shape_mismatches > 0 {
+        println!(
+            "  {} kernel calls dispatched a different number of times than traced; {} had other output shapes on the replayed data",
+            p.dispatch_mismatches, p.shape_mismatches
+        );
+    }
+    println!(
+        "  GPU time: not measured (the runtime has no timestamp API{})",
+        if timestamps {
+            "; the adapter has TIMESTAMP_QUERY"
+        } else {
+            "; the adapter lacks TIMESTAMP_QUERY too"
+        }
+    );
+    let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
+    ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
+    println!(
+        "  {:<28} {:>7} {:>10} {:>9} {:>12} {:>10}",
+        "op (host time: shapes + record)",
+        "calls",
+        "total ms",
+        "us/call",
+        "traced us/c",
+        "dispatches"
+    );
+    for (op, t) in ops.iter().take(top) {
+        println!(
+            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>12.1} {:>10}",
+            op,
+            t.calls,
+            t.host_s * 1e3,
+            t.host_s * 1e6 / t.calls as f64,
+            t.traced_host_s * 1e6 / t.calls as f64,
+            t.dispatches
+        );
+    }
+    if let Some(out) = flag("--json") {
+        let d = dev.description();
+        let doc = json!({
+            "adapter": d.name, "backend": d.backend, "trace": path,
+            "events": trace.events.len(), "traced_kernels": traced_kernels,
+            "traced_dispatches": traced_dispatches,
+            "repeat": passes.len(), "wall_ms": walls.iter().map(|w| w * 1e3).collect::<Vec<_>>(),
+            "wall_median_ms": med * 1e3,
+            "kernels": p.kernels, "kernels_skipped": p.kernels_skipped,
+            "kernel_dispatches": p.kernel_dispatches,
+            "dispatch_mismatches": p.dispatch_mismatches, "shape_mismatches": p.shape_mismatches,
+            "dispatches": p.stats.dispatches, "submits": p.stats.submits,
+            "copies": p.stats.copies, "uploads": p.stats.uploads, "reads": p.stats.reads,
+            "host_syncs": p.host_syncs, "host_kernels": p.host_kernels,
+            "gpu_time_ms": Value::Null,
+            "gpu_time": "not measured: the runtime has no timestamp API",
+            "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
+                "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
+                "traced_host_ms": t.traced_host_s * 1e3,
+            }))).collect::<serde_json::Map<_, _>>(),
+        });
+        std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
+            .map_err(|e| format!("{out}: {e}"))?;
+        eprintln!("wrote {out}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfwgpu_runtime::{Arg, Runtime};
+
+    fn line(v: Value) -> String {
+        v.to_string() + "\n"
+    }
+
+    /// A synthetic trace of an add, a reduction with a host-memory axis, an empty kernel and
+    /// the copies around them, at interior addresses of one allocation.
+    fn synthetic(sum_dispatches: u64) -> String {
+        let base: u64 = 0x7000_0000;
+        let f = |a: u64| json!({"dtype": "float32", "shape": [7, 3], "addr": a});
+        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
+        s += &line(json!({"ev": "alloc", "seq": 0, "dev": 0, "addr": base, "size": 4096}));
+        s += &line(json!({"ev": "h2d", "seq": 1, "dev": 0, "dst": base, "size": 84}));
+        s += &line(json!({"ev": "h2d", "seq": 2, "dev": 0, "dst": base + 256, "size": 84}));
+        s += &line(
+            json!({"ev": "kernel", "seq": 3, "dev": 0, "op": "AddV2", "node": "add",
+            "attrs": {"T": {"type": "float32"}}, "inputs": [f(base), f(base + 256)],
+            "outputs": [f(base + 512)], "dispatches": 1, "host_us": 5.0}),
+        );
+        s += &line(
+            json!({"ev": "kernel", "seq": 4, "dev": 0, "op": "Sum", "node": "sum",
+            "attrs": {"T": {"type": "float32"}, "Tidx": {"type": "int32"}, "keep_dims": {"b": false}},
+            "inputs": [f(base + 512), {"dtype": "int32", "shape": [1], "host": "00000000"}],
+            "outputs": [{"dtype": "float32", "shape": [3], "addr": base + 1024}],
+            "dispatches": sum_dispatches, "host_us": 5.0}),
+        );
+        s += &line(
+            json!({"ev": "kernel", "seq": 5, "dev": 0, "op": "Relu", "node": "r",
+            "attrs": {"T": {"type": "float32"}},
+            "inputs": [{"dtype": "float32", "shape": [0, 3], "addr": base + 1536}],
+            "outputs": [{"dtype": "float32", "shape": [0, 3], "addr": base + 1536}],
+            "dispatches": 0, "host_us": 1.0, "skipped": true}),
+        );
+        s += &line(json!({"ev": "d2h", "seq": 6, "dev": 0, "src": base + 1024, "size": 12}));
+        s += &line(json!({"ev": "free", "seq": 7, "dev": 0, "addr": base}));
+        s
+    }
+
+    #[test]
+    fn replays_a_synthetic_trace_with_the_traced_dispatches() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        // The number of dispatches Sum of a [7, 3] float32 over axis 0 takes on this adapter.
+        let x = dev.upload(&[0.5f32; 21], &[7, 3]).unwrap();
+        let axes = HostTensor::vec_i32(&[0]);
+        dev.synchronize().unwrap();
+        let d0 = dev.exec_stats().dispatches;
+        let y = dev
+            .run("Sum", &Attrs::new(), &[Arg::from(&x), Arg::from(&axes)])
+            .unwrap();
+        let sum_dispatches = dev.exec_stats().dispatches - d0;
+        assert_eq!(y[0].download::<f32>().unwrap(), vec![3.5; 3]);
+        assert!(sum_dispatches >= 1);
+
+        let trace = Trace::parse(&synthetic(sum_dispatches)).unwrap();
+        assert_eq!(trace.kernels().count(), 3);
+        // Both uploads are read as float32 by the add.
+        let fills: Vec<Option<DType>> = trace
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::H2d { fill, .. } => Some(*fill),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(fills, vec![Some(DType::F32), Some(DType::F32)]);
+        let in_use = dev.memory_stats().bytes_in_use;
+        let mut cache = HashMap::new();
+        for seed in 0..2 {
+            let p = replay_once(dev, &trace, &mut cache, seed).unwrap();
+            assert_eq!(p.kernels, 3);
+            assert_eq!(p.kernels_skipped, 1);
+            // Kernels that dispatch: the add (1) and the sum.
+            assert_eq!(p.kernel_dispatches, 1 + sum_dispatches);
+            assert_eq!(p.stats.dispatches, 1 + sum_dispatches);
+            assert_eq!(p.dispatch_mismatches, 0);
+            assert_eq!(p.shape_mismatches, 0);
+            assert_eq!(p.host_syncs, 1);
+            assert_eq!(p.per_op["AddV2"].calls, 1);
+        }
+        assert_eq!(cache.len(), 3, "kernels are built once per (op, attrs)");
+        // Every replayed allocation was freed.
+        assert_eq!(dev.memory_stats().bytes_in_use, in_use);
+    }
+
+    #[test]
+    fn rejects_addresses_outside_traced_allocations_and_bad_files() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let bad = synthetic(1).replace(
+            "\"size\":4096",
+            "\"size\":512", // the sum's output now lies past the allocation
+        );
+        let trace = Trace::parse(&bad).unwrap();
+        let err = replay_once(dev, &trace, &mut HashMap::new(), 0).unwrap_err();
+        assert!(err.contains("lies in no traced allocation"), "{err}");
+        assert!(Trace::parse("{\"ev\":\"alloc\",\"addr\":1,\"size\":2}").is_err());
+        let unknown = synthetic(1) + "{\"ev\":\"teleport\",\"seq\":9}\n";
+        assert!(
+            Trace::parse(&unknown)
+                .unwrap_err()
+                .contains("unknown event")
+        );
+    }
+}
