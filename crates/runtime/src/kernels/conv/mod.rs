@@ -661,6 +661,17 @@ impl Kernel for Conv {
             .as_deref()
             .is_some_and(|t| CPU_CONV_TILES.iter().any(|c| c.name == t));
         let gemm_forced = self.a.tile.is_some() && !forced_cpu;
+        // "gemm": the GPU path with its automatic tile (for comparisons on CPU adapters).
+        let auto_gemm;
+        let attrs = if self.a.tile.as_deref() == Some("gemm") {
+            auto_gemm = ConvAttrs {
+                tile: None,
+                ..self.a.clone()
+            };
+            &auto_gemm
+        } else {
+            &self.a
+        };
         let mode = match self.op {
             Op::Conv2D => Some((gemm::Mode::Forward, 0, 1)),
             Op::Conv2DBackpropInput => Some((gemm::Mode::BackpropInput, 2, 1)),
@@ -702,7 +713,7 @@ impl Kernel for Conv {
                 name,
                 gemm::Mode::Forward,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(1)?,
                 out,
@@ -712,7 +723,7 @@ impl Kernel for Conv {
                 name,
                 gemm::Mode::BackpropInput,
                 &g,
-                &self.a,
+                attrs,
                 dev(2)?,
                 dev(1)?,
                 out,
@@ -722,7 +733,7 @@ impl Kernel for Conv {
                 name,
                 gemm::Mode::BackpropFilter,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(2)?,
                 out,
@@ -732,7 +743,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::Forward,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(1)?,
                 out,
@@ -742,7 +753,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::BackpropInput,
                 &g,
-                &self.a,
+                attrs,
                 dev(2)?,
                 dev(1)?,
                 out,
@@ -752,7 +763,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::BackpropFilter,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(2)?,
                 out,

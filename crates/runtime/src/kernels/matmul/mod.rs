@@ -684,6 +684,8 @@ impl Kernel for MatMul {
         };
         let shared = ctx.limits().max_compute_workgroup_storage_size;
         let plan = match &self.tile {
+            // "gpu": the GPU adapters' automatic choice (for comparisons on CPU adapters).
+            Some(name) if name == "gpu" => choose(batches, g.m, g.n, g.k, layouts, shared),
             Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared, fixed_lanes(ctx))?,
             None if ctx.dev.desc.device_type == "cpu" => {
                 choose_cpu(batches, g.m, g.n, g.k, layouts, fixed_lanes(ctx))
