@@ -692,6 +692,13 @@ impl Kernel for MatMul {
             }
             None => choose(batches, g.m, g.n, g.k, layouts, shared),
         };
+        tracing::debug!(
+            "{op} {}x{}x{} x{batches}: {plan:?} ({} adapter)",
+            g.m,
+            g.n,
+            g.k,
+            ctx.dev.desc.device_type
+        );
         // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
         // of the inner loop). The indexing is in range by construction: shared and private
         // arrays are indexed by loop counters below their constant sizes (the tile loads cover
