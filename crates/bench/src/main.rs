@@ -4,6 +4,8 @@
 //! tfwgpu-bench devices
 //! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
 //!                     [--transpose none|a|b|ab]
+//! tfwgpu-bench conv [--cases demo1,demo2,resnet] [--ops fwd,bwd_input,bwd_filter] [--reps N]
+//!                   [--tiles auto,NAME,..] [--json FILE]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
 //! ```
@@ -23,6 +25,12 @@ const USAGE: &str = "usage:
                       [--transpose none|a|b|ab]
                                              float32 MatMul GFLOP/s per square size (and per
                                              forced kernel tile: auto is the kernel's choice)
+  tfwgpu-bench conv [--cases demo1,demo2,resnet] [--ops fwd,bwd_input,bwd_filter] [--reps N]
+                    [--tiles auto,NAME,..] [--json FILE]
+                                             float32 NHWC Conv2D and its gradients, GFLOP/s per
+                                             case (demo1: 128x28x28x1 -> 32 3x3, demo2:
+                                             128x13x13x32 -> 64 3x3, resnet: 8x56x56x64 -> 64
+                                             3x3 SAME), checked against an f64 reference
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
   tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
@@ -42,6 +50,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("devices") => devices(),
         Some("matmul") => matmul(&args[1..]),
+        Some("conv") => conv(&args[1..]),
         Some("demo") => demo(),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
@@ -304,6 +313,285 @@ fn matmul(args: &[String]) -> Result<(), String> {
         "driver": format!("{} {}", d.driver, d.driver_info), "results": rows,
     });
     let path = flag(args, "--json").unwrap_or("bench-matmul.json");
+    std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
+        .map_err(|e| format!("{path}: {e}"))?;
+    eprintln!("wrote {path}");
+    Ok(())
+}
+
+/// One convolution case: input [n, h, w, c], filter [r, r, c, k], stride 1, padding.
+struct ConvCase {
+    name: &'static str,
+    n: usize,
+    h: usize,
+    w: usize,
+    c: usize,
+    r: usize,
+    k: usize,
+    same: bool,
+}
+
+const CONV_CASES: &[ConvCase] = &[
+    ConvCase {
+        name: "demo1",
+        n: 128,
+        h: 28,
+        w: 28,
+        c: 1,
+        r: 3,
+        k: 32,
+        same: false,
+    },
+    ConvCase {
+        name: "demo2",
+        n: 128,
+        h: 13,
+        w: 13,
+        c: 32,
+        r: 3,
+        k: 64,
+        same: false,
+    },
+    ConvCase {
+        name: "resnet",
+        n: 8,
+        h: 56,
+        w: 56,
+        c: 64,
+        r: 3,
+        k: 64,
+        same: true,
+    },
+];
+
+impl ConvCase {
+    fn out_hw(&self) -> (usize, usize, usize) {
+        if self.same {
+            (self.h, self.w, (self.r - 1) / 2)
+        } else {
+            (self.h - self.r + 1, self.w - self.r + 1, 0)
+        }
+    }
+}
+
+/// Largest relative error of 256 sampled results of `op` against f64 sums.
+fn check_conv(
+    c: &ConvCase,
+    op: &str,
+    (x, f, dy): (&[f32], &[f32], &[f32]),
+    got: &[f32],
+    rng: &mut StdRng,
+) -> f64 {
+    let (oh, ow, pad) = c.out_hw();
+    let xi = |n: usize, y: i64, xx: i64, ch: usize| -> Option<usize> {
+        (y >= 0 && xx >= 0 && (y as usize) < c.h && (xx as usize) < c.w)
+            .then(|| ((n * c.h + y as usize) * c.w + xx as usize) * c.c + ch)
+    };
+    let fi = |r: usize, s: usize, ch: usize, k: usize| ((r * c.r + s) * c.c + ch) * c.k + k;
+    let mut worst = 0.0f64;
+    for _ in 0..256 {
+        let (mut want, mut scale) = (0.0f64, 0.0f64);
+        let mut add = |a: f32, b: f32| {
+            let t = a as f64 * b as f64;
+            want += t;
+            scale += t.abs();
+        };
+        let idx = match op {
+            "fwd" => {
+                let (n, oy, ox, k) = (
+                    rng.random_range(0..c.n),
+                    rng.random_range(0..oh),
+                    rng.random_range(0..ow),
+                    rng.random_range(0..c.k),
+                );
+                for r in 0..c.r {
+                    for s in 0..c.r {
+                        for ch in 0..c.c {
+                            let y = (oy + r) as i64 - pad as i64;
+                            let xx = (ox + s) as i64 - pad as i64;
+                            if let Some(i) = xi(n, y, xx, ch) {
+                                add(x[i], f[fi(r, s, ch, k)]);
+                            }
+                        }
+                    }
+                }
+                ((n * oh + oy) * ow + ox) * c.k + k
+            }
+            "bwd_input" => {
+                let (n, y, xx, ch) = (
+                    rng.random_range(0..c.n),
+                    rng.random_range(0..c.h),
+                    rng.random_range(0..c.w),
+                    rng.random_range(0..c.c),
+                );
+                for r in 0..c.r {
+                    for s in 0..c.r {
+                        let oy = (y + pad) as i64 - r as i64;
+                        let ox = (xx + pad) as i64 - s as i64;
+                        if oy < 0 || ox < 0 || oy as usize >= oh || ox as usize >= ow {
+                            continue;
+                        }
+                        for k in 0..c.k {
+                            let d = ((n * oh + oy as usize) * ow + ox as usize) * c.k + k;
+                            add(dy[d], f[fi(r, s, ch, k)]);
+                        }
+                    }
+                }
+                ((n * c.h + y) * c.w + xx) * c.c + ch
+            }
+            _ => {
+                let (r, s, ch, k) = (
+                    rng.random_range(0..c.r),
+                    rng.random_range(0..c.r),
+                    rng.random_range(0..c.c),
+                    rng.random_range(0..c.k),
+                );
+                for n in 0..c.n {
+                    for oy in 0..oh {
+                        for ox in 0..ow {
+                            let y = (oy + r) as i64 - pad as i64;
+                            let xx = (ox + s) as i64 - pad as i64;
+                            if let Some(i) = xi(n, y, xx, ch) {
+                                add(x[i], dy[((n * oh + oy) * ow + ox) * c.k + k]);
+                            }
+                        }
+                    }
+                }
+                fi(r, s, ch, k)
+            }
+        };
+        let err = (got[idx] as f64 - want).abs() / scale.max(f64::MIN_POSITIVE);
+        worst = worst.max(if got[idx].is_nan() {
+            f64::INFINITY
+        } else {
+            err
+        });
+    }
+    worst
+}
+
+fn conv(args: &[String]) -> Result<(), String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let cases: Vec<&str> = flag(args, "--cases")
+        .unwrap_or("demo1,demo2,resnet")
+        .split(',')
+        .collect();
+    let ops: Vec<&str> = flag(args, "--ops")
+        .unwrap_or("fwd,bwd_input,bwd_filter")
+        .split(',')
+        .collect();
+    let tiles: Vec<&str> = flag(args, "--tiles").unwrap_or("auto").split(',').collect();
+    let reps: usize = flag(args, "--reps")
+        .unwrap_or("3")
+        .parse()
+        .map_err(|_| "bad --reps")?;
+    let rt = open()?;
+    let dev = rt.device();
+    let mut rng = StdRng::seed_from_u64(11);
+    println!(
+        "{:>7} {:>10} {:>14} {:>10} {:>10} {:>8} {:>8}",
+        "case", "op", "tile", "median ms", "GFLOP/s", "rel err", "inner"
+    );
+    let mut rows = vec![];
+    for name in cases {
+        let c = CONV_CASES
+            .iter()
+            .find(|c| c.name == name)
+            .ok_or_else(|| format!("no conv case {name:?}"))?;
+        let (oh, ow, _) = c.out_hw();
+        let x = random(&mut rng, c.n * c.h * c.w * c.c);
+        let f = random(&mut rng, c.r * c.r * c.c * c.k);
+        let dy = random(&mut rng, c.n * oh * ow * c.k);
+        let gx = dev.upload(&x, &[c.n, c.h, c.w, c.c]).map_err(e)?;
+        let gf = dev.upload(&f, &[c.r, c.r, c.c, c.k]).map_err(e)?;
+        let gdy = dev.upload(&dy, &[c.n, oh, ow, c.k]).map_err(e)?;
+        let xs =
+            tfwgpu_runtime::HostTensor::vec_i32(&[c.n as i32, c.h as i32, c.w as i32, c.c as i32]);
+        let fs =
+            tfwgpu_runtime::HostTensor::vec_i32(&[c.r as i32, c.r as i32, c.c as i32, c.k as i32]);
+        let flops = 2.0 * (c.n * oh * ow * c.k * c.r * c.r * c.c) as f64;
+        for &op in &ops {
+            for &t in &tiles {
+                let mut attrs = Attrs::new()
+                    .with("strides", AttrValue::Ints(vec![1; 4]))
+                    .with(
+                        "padding",
+                        AttrValue::Str(if c.same { "SAME" } else { "VALID" }.into()),
+                    );
+                if t != "auto" {
+                    attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
+                }
+                let (tf_op, inputs): (&str, Vec<Arg>) = match op {
+                    "fwd" => ("Conv2D", vec![Arg::from(&gx), Arg::from(&gf)]),
+                    "bwd_input" => (
+                        "Conv2DBackpropInput",
+                        vec![Arg::from(&xs), Arg::from(&gf), Arg::from(&gdy)],
+                    ),
+                    "bwd_filter" => (
+                        "Conv2DBackpropFilter",
+                        vec![Arg::from(&gx), Arg::from(&fs), Arg::from(&gdy)],
+                    ),
+                    o => return Err(format!("bad op {o:?} (fwd, bwd_input, bwd_filter)")),
+                };
+                let kernel = dev.kernel(tf_op, &attrs).map_err(e)?;
+                let run = || dev.run_kernel(kernel.as_ref(), &inputs).map_err(e);
+                let result = run().and_then(|out| {
+                    let got = out[0].download::<f32>().map_err(e)?;
+                    let err = check_conv(c, op, (&x, &f, &dy), &got, &mut rng);
+                    drop(out);
+                    let t0 = Instant::now();
+                    drop(run()?);
+                    dev.synchronize().map_err(e)?;
+                    let one = t0.elapsed().as_secs_f64();
+                    let inner = ((0.2 / one.max(1e-7)) as usize).clamp(1, 100);
+                    let mut samples = vec![];
+                    for _ in 0..reps.max(1) {
+                        dev.synchronize().map_err(e)?;
+                        let t0 = Instant::now();
+                        for _ in 0..inner {
+                            drop(run()?);
+                        }
+                        dev.synchronize().map_err(e)?;
+                        samples.push(t0.elapsed().as_secs_f64() / inner as f64);
+                    }
+                    samples.sort_by(f64::total_cmp);
+                    Ok((samples[samples.len() / 2], err, inner))
+                });
+                match result {
+                    Ok((med, err, inner)) => {
+                        println!(
+                            "{:>7} {:>10} {:>14} {:>10.2} {:>10.2} {:>8.1e} {:>8}",
+                            c.name,
+                            op,
+                            t,
+                            med * 1e3,
+                            flops / med / 1e9,
+                            err,
+                            inner
+                        );
+                        rows.push(json!({"case": c.name, "op": op, "tile": t,
+                            "input": [c.n, c.h, c.w, c.c], "filter": [c.r, c.r, c.c, c.k],
+                            "padding": if c.same { "SAME" } else { "VALID" },
+                            "median_ms": med * 1e3, "gflops": flops / med / 1e9,
+                            "rel_err": err, "inner": inner, "reps": reps}));
+                        if err > 1e-5 {
+                            return Err(format!(
+                                "{} {op} {t}: relative error {err:.1e} against the reference",
+                                c.name
+                            ));
+                        }
+                    }
+                    Err(err) => println!("{:>7} {op:>10} {t:>14} failed: {err}", c.name),
+                }
+            }
+        }
+    }
+    let d = dev.description();
+    let doc = json!({
+        "adapter": d.name, "backend": d.backend, "device_type": d.device_type,
+        "driver": format!("{} {}", d.driver, d.driver_info), "results": rows,
+    });
+    let path = flag(args, "--json").unwrap_or("bench-conv.json");
     std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
         .map_err(|e| format!("{path}: {e}"))?;
     eprintln!("wrote {path}");

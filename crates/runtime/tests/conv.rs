@@ -11,6 +11,7 @@ mod refs;
 
 use common::*;
 use refs::assert_within;
+use tfwgpu_runtime::kernels::conv::CPU_CONV_TILES;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor, Tensor, f16};
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -499,6 +500,58 @@ fn conv2d_tiles_and_splits() {
                     check_conv(&c, dtype, &extra, seed);
                     seed += 1;
                 }
+            }
+        }
+    }
+}
+
+/// The CPU-adapter tiles (`conv/cpu.rs`: float32, NHWC, one group), each forced, with and
+/// without a split batch in the filter gradient: scalar loads (depths not multiples of 4),
+/// vector loads (multiples of 4), strides, dilations, explicit padding, 1x1. Skipped, visibly,
+/// on devices without subgroups of a fixed size.
+#[test]
+fn conv2d_cpu_tiles() {
+    let configs = [
+        cfg(2, (9, 7), 11, (3, 3), 13, (2, 1), (1, 1), Pad::Same),
+        cfg(
+            3,
+            (7, 6),
+            8,
+            (3, 2),
+            12,
+            (1, 2),
+            (2, 1),
+            Pad::Explicit(2, 0, 1, 3),
+        ),
+        cfg(2, (5, 6), 17, (1, 1), 36, (1, 1), (1, 1), Pad::Valid),
+        cfg(5, (6, 5), 4, (3, 3), 20, (2, 2), (1, 1), Pad::Valid),
+    ];
+    let mut seed = 400;
+    for tile in CPU_CONV_TILES.iter().map(|t| t.name) {
+        let extra = [("_tfwgpu_tile", AttrValue::Str(tile.into()))];
+        let x = dev().upload(&[0.0f32; 36], &[1, 3, 3, 4]).unwrap();
+        let f = dev().upload(&[0.0f32; 16], &[1, 1, 4, 4]).unwrap();
+        let mut at = Attrs::new()
+            .with("strides", AttrValue::Ints(vec![1; 4]))
+            .with("padding", AttrValue::Str("VALID".into()));
+        at.set(extra[0].0, extra[0].1.clone());
+        match dev().run("Conv2D", &at, &[Arg::from(&x), Arg::from(&f)]) {
+            Err(Error::Unimplemented(e)) => {
+                eprintln!("SKIPPED {tile}: {e}");
+                continue;
+            }
+            r => {
+                r.unwrap();
+            }
+        }
+        for splits in [1, 3] {
+            for c in &configs {
+                let extra = [
+                    ("_tfwgpu_tile", AttrValue::Str(tile.into())),
+                    ("_tfwgpu_splits", AttrValue::Int(splits)),
+                ];
+                check_conv(c, DType::F32, &extra, seed);
+                seed += 1;
             }
         }
     }

@@ -643,3 +643,117 @@ fn nan_and_inf_propagate() {
     }
     assert_close(&got, &want, 1e-6, 0.0, "MatMul nan/inf");
 }
+
+/// Whether a forced CPU tile ran, or was refused because the device has no subgroups of one
+/// fixed size (said visibly).
+fn cpu_tile_runs(tile: &str) -> bool {
+    let a = dev().upload(&[1.0f32; 8], &[2, 4]).unwrap();
+    let b = dev().upload(&[1.0f32; 12], &[4, 3]).unwrap();
+    match dev().run(
+        "MatMul",
+        &Attrs::new().with("_tfwgpu_tile", AttrValue::Str(tile.into())),
+        &[Arg::from(&a), Arg::from(&b)],
+    ) {
+        Ok(out) => {
+            assert_eq!(out[0].download::<f32>().unwrap(), vec![4.0; 6], "{tile}");
+            true
+        }
+        Err(Error::Unimplemented(e)) if tile.starts_with("sg") => {
+            eprintln!("SKIPPED {tile}: {e}");
+            false
+        }
+        Err(e) => panic!("{tile}: {e}"),
+    }
+}
+
+/// The CPU-adapter variants (`matmul/cpu.rs`), each forced: partial tiles in M and N, K not a
+/// multiple of the unroll (4), every transpose (vector loads where the layout allows, scalar
+/// otherwise), broadcast batches.
+#[test]
+fn cpu_tiles_edge_shapes_and_every_transpose() {
+    let mut seed = 900;
+    let tiles = [
+        "sg8x4",
+        "sg32x8",
+        "sg64x4",
+        "cpu8x8_8x1",
+        "cpu4x8_2x4",
+        "cpu8x8_8x1_scalar",
+    ];
+    for tile in tiles {
+        if !cpu_tile_runs(tile) {
+            continue;
+        }
+        for &(m, k, n) in &[
+            (1, 1, 1),
+            (7, 5, 3),
+            (33, 13, 70),
+            (68, 36, 132),
+            (9, 8, 12),
+        ] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                check_f32_tile("MatMul", Some(tile), &[], &[], m, k, n, ta, tb, seed);
+                seed += 1;
+            }
+        }
+        check_f32_tile(
+            "BatchMatMulV2",
+            Some(tile),
+            &[2, 1],
+            &[3],
+            20,
+            12,
+            36,
+            false,
+            true,
+            seed,
+        );
+        check_f32_tile(
+            "BatchMatMulV2",
+            Some(tile),
+            &[3],
+            &[2, 1],
+            17,
+            7,
+            5,
+            true,
+            false,
+            seed + 1,
+        );
+        seed += 2;
+    }
+}
+
+#[test]
+fn int32_cpu_tiles_are_exact() {
+    let mut r = rng(330);
+    for (m, k, n) in [(68, 20, 132), (13, 7, 5)] {
+        for (ta, tb) in [(false, false), (true, true), (false, true)] {
+            let sa = stored(&[], m, k, ta);
+            let sb = stored(&[], k, n, tb);
+            let a = rand_i32(&mut r, m * k, -1000, 1000);
+            let b = rand_i32(&mut r, k * n, -1000, 1000);
+            let ga = dev().upload(&a, &sa).unwrap();
+            let gb = dev().upload(&b, &sb).unwrap();
+            let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+            let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+            let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
+            let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
+            for tile in ["sg32x8", "cpu8x8_8x1"] {
+                if !cpu_tile_runs(tile) {
+                    continue;
+                }
+                let at = attrs("MatMul", ta, tb, DType::I32)
+                    .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
+                let out = dev()
+                    .run("MatMul", &at, &[Arg::from(&ga), Arg::from(&gb)])
+                    .unwrap();
+                assert_eq!(
+                    out[0].download::<i32>().unwrap(),
+                    want,
+                    "{tile} {m}x{k}x{n}"
+                );
+            }
+        }
+    }
+}

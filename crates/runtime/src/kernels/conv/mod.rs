@@ -17,8 +17,11 @@
 //! and depth dimensions, SAME / VALID / EXPLICIT padding, output sizes as
 //! `GetWindowedOutputSize` computes them.
 
+mod cpu;
 mod depthwise;
 mod gemm;
+
+pub use cpu::CPU_CONV_TILES;
 
 use crate::kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc,
@@ -650,13 +653,67 @@ impl Kernel for Conv {
             return Ok(());
         }
         let dev = |i: usize| inputs[i].device(name, i);
+        // CPU adapters: the subgroup register tile (`cpu.rs`) where it applies, unless a GEMM
+        // tile is forced.
+        let forced_cpu = self
+            .a
+            .tile
+            .as_deref()
+            .is_some_and(|t| CPU_CONV_TILES.iter().any(|c| c.name == t));
+        let gemm_forced = self.a.tile.is_some() && !forced_cpu;
+        // "gemm": the GPU path with its automatic tile (for comparisons on CPU adapters).
+        let auto_gemm;
+        let attrs = if self.a.tile.as_deref() == Some("gemm") {
+            auto_gemm = ConvAttrs {
+                tile: None,
+                ..self.a.clone()
+            };
+            &auto_gemm
+        } else {
+            &self.a
+        };
+        let mode = match self.op {
+            Op::Conv2D => Some((gemm::Mode::Forward, 0, 1)),
+            Op::Conv2DBackpropInput => Some((gemm::Mode::BackpropInput, 2, 1)),
+            Op::Conv2DBackpropFilter => Some((gemm::Mode::BackpropFilter, 0, 2)),
+            _ => None,
+        };
+        if let Some((mode, ia, ib)) = mode {
+            let lanes = cpu::fixed_lanes(ctx);
+            let wanted = forced_cpu
+                || (!gemm_forced && ctx.dev.desc.device_type == "cpu" && lanes.is_some());
+            if wanted {
+                match lanes {
+                    Some(s) if cpu::applies(&g, dtype) => {
+                        return cpu::record(
+                            ctx,
+                            name,
+                            mode,
+                            &g,
+                            &self.a,
+                            s,
+                            dev(ia)?,
+                            dev(ib)?,
+                            out,
+                        );
+                    }
+                    _ if forced_cpu => {
+                        return Err(Error::Unimplemented(format!(
+                            "{name}: the CPU tiles need float32 NHWC with one group and \
+                             subgroups of a fixed size"
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+        }
         match self.op {
             Op::Conv2D => gemm::record(
                 ctx,
                 name,
                 gemm::Mode::Forward,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(1)?,
                 out,
@@ -666,7 +723,7 @@ impl Kernel for Conv {
                 name,
                 gemm::Mode::BackpropInput,
                 &g,
-                &self.a,
+                attrs,
                 dev(2)?,
                 dev(1)?,
                 out,
@@ -676,7 +733,7 @@ impl Kernel for Conv {
                 name,
                 gemm::Mode::BackpropFilter,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(2)?,
                 out,
@@ -686,7 +743,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::Forward,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(1)?,
                 out,
@@ -696,7 +753,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::BackpropInput,
                 &g,
-                &self.a,
+                attrs,
                 dev(2)?,
                 dev(1)?,
                 out,
@@ -706,7 +763,7 @@ impl Kernel for Conv {
                 name,
                 depthwise::Mode::BackpropFilter,
                 &g,
-                &self.a,
+                attrs,
                 dev(0)?,
                 dev(2)?,
                 out,

@@ -12,12 +12,14 @@
 //! the shader and tile for a product; the internal attribute `_tfwgpu_tile` (a tile name, for
 //! benchmarks and tests) forces one.
 
+mod cpu;
 mod vec4;
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, MAX_GROUPS_X, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
 use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
+pub use cpu::{CPU_TILES, CpuTile, SG_TILES, SgModes, SgTile};
 pub use vec4::{Layouts, Vec4Tile};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
@@ -253,6 +255,10 @@ const _: () = {
 pub enum Plan {
     Scalar(Tile),
     Vec4(Vec4Tile, Layouts),
+    /// The CPU-adapter variant: vector loads in these layouts, or scalar (`None`).
+    Cpu(CpuTile, Option<Layouts>),
+    /// The subgroup form of the CPU variant, for subgroups of this many invocations.
+    Sg(SgTile, u32, SgModes),
 }
 
 impl Plan {
@@ -260,6 +266,8 @@ impl Plan {
         match self {
             Plan::Scalar(t) => t.bm,
             Plan::Vec4(t, _) => t.bm,
+            Plan::Cpu(t, _) => t.bm(),
+            Plan::Sg(t, _, _) => t.bm(),
         }
     }
 
@@ -267,6 +275,8 @@ impl Plan {
         match self {
             Plan::Scalar(t) => t.bn,
             Plan::Vec4(t, _) => t.bn,
+            Plan::Cpu(t, _) => t.bn(),
+            Plan::Sg(t, lanes, _) => t.bn(*lanes),
         }
     }
 }
@@ -316,7 +326,43 @@ pub fn choose(batches: usize, m: usize, n: usize, k: usize, layouts: Layouts, sh
         .unwrap_or(Plan::Scalar(choose_tile(m, n)))
 }
 
+/// The CPU variant with `tile`: vector loads where the layouts fit the shape, else scalar.
+fn cpu_plan(tile: CpuTile, m: usize, n: usize, k: usize, layouts: Layouts) -> Plan {
+    Plan::Cpu(tile, layouts.fit(m, n, k).then_some(layouts))
+}
+
+/// The plan on a CPU adapter (see `cpu.rs`; measurements in bench/RESULTS.md), with
+/// subgroups of `lanes` invocations where the device has subgroups of one fixed size.
+pub fn choose_cpu(
+    batches: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    layouts: Layouts,
+    lanes: Option<u32>,
+) -> Plan {
+    let _ = batches;
+    // 64 columns per workgroup, or 32 for narrow products.
+    let name = if n <= 32 { "sg64x4" } else { "sg32x8" };
+    if let Some(s) = lanes
+        && let Some(t) = SG_TILES.iter().find(|t| t.name == name && t.is_valid(s))
+    {
+        return Plan::Sg(*t, s, SgModes::of(layouts, n, k));
+    }
+    cpu_plan(CPU_TILES[2], m, n, k, layouts)
+}
+
+/// The fixed subgroup size of a device, where subgroups can be used.
+fn fixed_lanes(ctx: &KernelContext) -> Option<u32> {
+    let d = &ctx.dev.desc;
+    (ctx.features().contains(wgpu::Features::SUBGROUP)
+        && d.subgroup_min_size == d.subgroup_max_size
+        && (1..=64).contains(&d.subgroup_min_size))
+    .then_some(d.subgroup_min_size)
+}
+
 /// The plan `name` forces, if it applies.
+#[allow(clippy::too_many_arguments)]
 fn forced(
     op: &str,
     name: &str,
@@ -325,9 +371,29 @@ fn forced(
     k: usize,
     layouts: Layouts,
     shared: u32,
+    lanes: Option<u32>,
 ) -> Result<Plan> {
+    if let Some(t) = SG_TILES.iter().find(|t| t.name == name) {
+        return match lanes {
+            Some(s) if t.is_valid(s) => Ok(Plan::Sg(*t, s, SgModes::of(layouts, n, k))),
+            _ => Err(Error::Unimplemented(format!(
+                "{op}: _tfwgpu_tile {name:?} needs subgroups of a fixed size dividing {}",
+                t.tm
+            ))),
+        };
+    }
     if let Some(t) = SCALAR_TILES.iter().find(|t| t.name == name) {
         return Ok(Plan::Scalar(*t));
+    }
+    if let Some(t) = CPU_TILES.iter().find(|t| t.name == name) {
+        return Ok(cpu_plan(*t, m, n, k, layouts));
+    }
+    // "NAME_scalar": a CPU tile with scalar loads whatever the layout (for tests).
+    if let Some(t) = name
+        .strip_suffix("_scalar")
+        .and_then(|base| CPU_TILES.iter().find(|t| t.name == base))
+    {
+        return Ok(Plan::Cpu(*t, None));
     }
     let Some(t) = VEC4_TILES.iter().find(|t| t.name == name) else {
         bail_invalid!("{op}: _tfwgpu_tile {name:?} names no matmul tile");
@@ -634,9 +700,21 @@ impl Kernel for MatMul {
         };
         let shared = ctx.limits().max_compute_workgroup_storage_size;
         let plan = match &self.tile {
-            Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared)?,
+            // "gpu": the GPU adapters' automatic choice (for comparisons on CPU adapters).
+            Some(name) if name == "gpu" => choose(batches, g.m, g.n, g.k, layouts, shared),
+            Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared, fixed_lanes(ctx))?,
+            None if ctx.dev.desc.device_type == "cpu" => {
+                choose_cpu(batches, g.m, g.n, g.k, layouts, fixed_lanes(ctx))
+            }
             None => choose(batches, g.m, g.n, g.k, layouts, shared),
         };
+        tracing::debug!(
+            "{op} {}x{}x{} x{batches}: {plan:?} ({} adapter)",
+            g.m,
+            g.n,
+            g.k,
+            ctx.dev.desc.device_type
+        );
         // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
         // of the inner loop). The indexing is in range by construction: shared and private
         // arrays are indexed by loop counters below their constant sizes (the tile loads cover
@@ -655,6 +733,22 @@ impl Kernel for MatMul {
                     src
                 })?
             }
+            Plan::Sg(tile, lanes, modes) => ctx.pipeline(
+                PipelineKey::new("matmul", Some(dtype), tile.specialization(lanes, modes)),
+                || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype, lanes, modes));
+                    src.checks = Checks::Trusted;
+                    src
+                },
+            )?,
+            Plan::Cpu(tile, layouts) => ctx.pipeline(
+                PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
+                || {
+                    let mut src = ShaderSource::new(tile.wgsl(dtype, layouts));
+                    src.checks = Checks::Trusted;
+                    src
+                },
+            )?,
             Plan::Vec4(tile, layouts) => ctx.pipeline(
                 PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
                 || {
@@ -765,9 +859,21 @@ mod tests {
         let name = |p: Plan| match p {
             Plan::Scalar(t) => t.name,
             Plan::Vec4(t, _) => t.name,
+            Plan::Cpu(t, _) => t.name,
+            Plan::Sg(t, _, _) => t.name,
         };
         let big = 48 * 1024;
+        // CPU adapters: the subgroup tiles with subgroups of a fixed size, else the plain one.
+        assert_eq!(name(choose_cpu(1, 512, 512, 512, nn, Some(8))), "sg32x8");
+        assert_eq!(name(choose_cpu(1, 5000, 32, 9, nn, Some(8))), "sg64x4");
+        assert_eq!(name(choose_cpu(1, 512, 512, 512, nn, None)), "cpu8x8_8x1");
         assert_eq!(
+            choose_cpu(1, 7, 5, 3, nn, None),
+            Plan::Cpu(CPU_TILES[2], None),
+            "scalar loads where the layout does not fit"
+        );
+        assert_eq!(
+            name(choose(1, 4096, 4096, 4096, nn, big)),
             name(choose(1, 4096, 4096, 4096, nn, big)),
             "128x256x16_8x16s1"
         );

@@ -46,7 +46,7 @@ pub struct Layouts {
 }
 
 impl Layouts {
-    fn suffix(&self) -> &'static str {
+    pub(super) fn suffix(&self) -> &'static str {
         match (self.a_kfast, self.b_nfast) {
             (true, true) => "ak_bn",
             (true, false) => "ak_bk",
