@@ -8,5 +8,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/env.sh
 cargo test --workspace --all-targets
+cargo build -p tfwgpu-bench   # the tfwgpu-bench binary that python/tests/test_trace.py replays with
 "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation ./python
 "$PYTHON" -m pytest -q python/tests
