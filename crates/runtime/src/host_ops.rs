@@ -94,15 +94,13 @@ fn i32s(op: &str, t: &HostTensor, what: &str) -> Result<Vec<i32>> {
     t.to_vec::<i32>()
 }
 
-/// Integer indices of a host tensor of int32 or int64 (axes, shapes).
+/// Integer indices of a host tensor of int32 or int64 (axes, shapes): `HostTensor::to_i64_vec`
+/// with an error naming the op and the argument.
 pub fn index_values(op: &str, t: &HostTensor, what: &str) -> Result<Vec<i64>> {
-    match t.dtype {
-        DType::I32 => Ok(t.to_vec::<i32>()?.into_iter().map(i64::from).collect()),
-        DType::I64 => t.to_vec::<i64>(),
-        other => Err(Error::InvalidArgument(format!(
-            "{op}: {what} must be int32 or int64, got {other}"
-        ))),
+    if !matches!(t.dtype, DType::I32 | DType::I64) {
+        bail_invalid!("{op}: {what} must be int32 or int64, got {}", t.dtype);
     }
+    t.to_i64_vec()
 }
 
 /// A possibly negative axis of a rank-`rank` tensor, checked.
