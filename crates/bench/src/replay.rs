@@ -5,7 +5,8 @@
 //! (floats in [-1, 1] where a kernel reads the copy as f32/f16, zeros otherwise so that integer
 //! indices stay in range), host-memory inputs get their traced values, kernels are rebuilt from
 //! (op, attrs) through the registry and recorded in order, and device-to-host copies are
-//! blocking reads.
+//! blocking reads. `mark` events (step boundaries the program wrote) split the pass into steps:
+//! at each mark the replay waits for the device and notes the time (see `Pass::marks`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
@@ -68,6 +69,8 @@ pub enum Event {
     },
     Sync,
     Kernel(Box<KernelRec>),
+    /// A step boundary (`mark`): its label.
+    Mark(String),
     /// A host-memory kernel: TensorFlow's host work, nothing to replay.
     HostKernel,
 }
@@ -234,6 +237,7 @@ impl Trace {
                 return Err("not a tfwgpu trace (no header line)".into());
             }
             if let Some(d) = v.get("dev").and_then(Value::as_i64)
+                && ev != "mark"
                 && !t.devices.contains(&d)
             {
                 t.devices.push(d);
@@ -267,6 +271,7 @@ impl Trace {
                 },
                 "sync" => Event::Sync,
                 "host_kernel" => Event::HostKernel,
+                "mark" => Event::Mark(v["label"].as_str().unwrap_or("step").to_string()),
                 "kernel" => {
                     let a = v
                         .get("attrs")
@@ -387,6 +392,9 @@ pub struct Pass {
     pub host_syncs: u64,
     pub host_kernels: u64,
     pub per_op: BTreeMap<String, OpTime>,
+    /// Each `mark` event's label and the time (seconds since the pass began) at which the
+    /// device had finished everything before it.
+    pub marks: Vec<(String, f64)>,
 }
 
 fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
@@ -522,6 +530,10 @@ pub fn replay_once(
                     pass.host_syncs += 1;
                 }
                 Event::HostKernel => pass.host_kernels += 1,
+                Event::Mark(label) => {
+                    dev.synchronize().map_err(e)?;
+                    pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                }
                 Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
             }
         }
@@ -609,6 +621,42 @@ fn replay_kernel(
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
     Ok(())
+}
+
+/// Per-step times: the intervals between consecutive marks of each pass, grouped by the label
+/// of the mark that opens the interval, in ms. Passes after the first only when there are
+/// several (the first compiles pipelines).
+pub fn step_times(passes: &[Pass]) -> BTreeMap<String, Vec<f64>> {
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let skip = usize::from(passes.len() > 1);
+    for p in &passes[skip..] {
+        for w in p.marks.windows(2) {
+            out.entry(w[0].0.clone())
+                .or_default()
+                .push((w[1].1 - w[0].1) * 1e3);
+        }
+    }
+    out
+}
+
+/// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
+/// ms}}`); nothing when the trace has fewer than two marks.
+fn report_steps(passes: &[Pass]) -> Value {
+    let steps = step_times(passes);
+    let mut doc = serde_json::Map::new();
+    for (label, ms) in &steps {
+        let med = median(ms);
+        let min = ms.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "  steps {label:?}: {} intervals between marks, median {med:.3} ms, min {min:.3} ms",
+            ms.len()
+        );
+        doc.insert(
+            label.clone(),
+            json!({"steps": ms.len(), "median_ms": med, "min_ms": min, "ms": ms}),
+        );
+    }
+    Value::Object(doc)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -709,6 +757,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             "; the adapter lacks TIMESTAMP_QUERY too"
         }
     );
+    let steps = report_steps(&passes);
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
@@ -733,7 +782,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
     }
     if let Some(out) = flag("--json") {
         let d = dev.description();
-        let doc = json!({
+        let mut doc = json!({
             "adapter": d.name, "backend": d.backend, "trace": path,
             "events": trace.events.len(), "traced_kernels": traced_kernels,
             "traced_dispatches": traced_dispatches,
@@ -752,6 +801,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
                 "traced_host_ms": t.traced_host_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
+        doc["steps"] = steps;
         std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| format!("{out}: {e}"))?;
         eprintln!("wrote {out}");
@@ -846,6 +896,44 @@ mod tests {
         assert_eq!(cache.len(), 3, "kernels are built once per (op, attrs)");
         // Every replayed allocation was freed.
         assert_eq!(dev.memory_stats().bytes_in_use, in_use);
+    }
+
+    #[test]
+    fn marks_split_each_pass_into_steps() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let mark = |l: &str| line(json!({"ev": "mark", "seq": 0, "dev": -1, "label": l}));
+        let base = synthetic(1);
+        let lines: Vec<&str> = base.lines().collect();
+        // header, alloc, | step | h2d, h2d, add, | step | sum, empty relu, d2h, | end | free
+        let mut text = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            match i {
+                2 | 5 => text += &mark("step"),
+                8 => text += &mark("end"),
+                _ => {}
+            }
+            text += l;
+            text.push('\n');
+        }
+        let trace = Trace::parse(&text).unwrap();
+        assert_eq!(trace.devices, vec![0], "marks belong to no device");
+        let mut cache = HashMap::new();
+        let passes: Vec<Pass> = (0..3)
+            .map(|seed| replay_once(dev, &trace, &mut cache, seed).unwrap())
+            .collect();
+        for p in &passes {
+            let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
+            assert_eq!(labels, ["step", "step", "end"]);
+            assert!(p.marks.windows(2).all(|w| w[0].1 <= w[1].1));
+            assert!(p.marks[2].1 <= p.wall_s);
+        }
+        let steps = step_times(&passes);
+        // Two intervals per pass open with "step"; the first pass is left out.
+        assert_eq!(steps.keys().collect::<Vec<_>>(), ["step"]);
+        assert_eq!(steps["step"].len(), 4);
+        assert!(steps["step"].iter().all(|ms| *ms >= 0.0));
+        assert_eq!(step_times(&passes[..1])["step"].len(), 2);
     }
 
     #[test]
