@@ -9,6 +9,7 @@
 //! at each mark the replay waits for the device and notes the time (see `Pass::marks`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -373,6 +374,21 @@ pub struct OpTime {
     pub dispatches: u64,
     /// The host time the capture measured (output shapes + record), summed.
     pub traced_host_s: f64,
+    /// With `--sync-each`: record + submit + GPU execution of each call, the device drained
+    /// after every kernel call (0 otherwise).
+    pub synced_s: f64,
+}
+
+/// `--sync-each`: drain the device after every kernel call and charge the time to its op (a
+/// per-op GPU-time estimate that needs no timestamps; it serializes the pass).
+static SYNC_EACH: AtomicBool = AtomicBool::new(false);
+
+fn sync_each_kernel(dev: &Device, t0: Instant, o: &mut OpTime) -> Result<(), String> {
+    if SYNC_EACH.load(Ordering::Relaxed) {
+        dev.synchronize().map_err(|e| e.to_string())?;
+        o.synced_s += t0.elapsed().as_secs_f64();
+    }
+    Ok(())
 }
 
 /// What one pass over the trace did.
@@ -620,7 +636,7 @@ fn replay_kernel(
     o.host_s += host;
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
-    Ok(())
+    sync_each_kernel(dev, t0, o)
 }
 
 /// Per-step times: the intervals between consecutive marks of each pass, grouped by the label
@@ -637,6 +653,35 @@ pub fn step_times(passes: &[Pass]) -> BTreeMap<String, Vec<f64>> {
         }
     }
     out
+}
+
+/// With `--sync-each`: the ops by synchronized time (record + GPU), the heaviest first.
+fn report_synced(p: &Pass, top: usize) {
+    if !SYNC_EACH.load(Ordering::Relaxed) {
+        return;
+    }
+    let total: f64 = p.per_op.values().map(|t| t.synced_s).sum();
+    let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
+    ops.sort_by(|a, b| b.1.synced_s.total_cmp(&a.1.synced_s));
+    println!(
+        "  {:<28} {:>7} {:>10} {:>9} {:>6}   (--sync-each: record + GPU, drained after each call; {:.3} ms in all)",
+        "op (synchronized time)",
+        "calls",
+        "total ms",
+        "us/call",
+        "share",
+        total * 1e3
+    );
+    for (op, t) in ops.iter().take(top) {
+        println!(
+            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>5.1}%",
+            op,
+            t.calls,
+            t.synced_s * 1e3,
+            t.synced_s * 1e6 / t.calls as f64,
+            100.0 * t.synced_s / total.max(1e-12)
+        );
+    }
 }
 
 /// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
@@ -667,12 +712,17 @@ fn median(v: &[f64]) -> f64 {
 
 /// The `replay` command.
 pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
-    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]";
+    const USAGE: &str =
+        "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each]";
     let mut path = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" => i += 2,
+            "--sync-each" => {
+                SYNC_EACH.store(true, Ordering::Relaxed);
+                i += 1;
+            }
             a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
             a if path.is_none() => {
                 path = Some(a);
@@ -780,6 +830,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             t.dispatches
         );
     }
+    report_synced(p, top);
     if let Some(out) = flag("--json") {
         let d = dev.description();
         let mut doc = json!({
@@ -798,7 +849,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             "gpu_time": "not measured: the runtime has no timestamp API",
             "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
                 "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
-                "traced_host_ms": t.traced_host_s * 1e3,
+                "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
         doc["steps"] = steps;
