@@ -6,6 +6,7 @@ captures a kernel trace of each (TFWGPU_TRACE) with step marks for `tfwgpu-bench
     python bench/keras_models.py [--models mlp,cnn,resnet,resnet50] [--device /GPU:0]
                                  [--steps 50] [--warmup 5] [--json FILE]
                                  [--trace DIR [--trace-steps 3]] [--resnet50-batch 64]
+                                 [--resnet50-steps 10] [--resnet50-warmup 2]
 
 Models: `tensorflow_wgpu.models.build` for mlp/cnn/resnet (their own optimizers: Adam, SGD
 momentum, AdamW); resnet50 = keras.applications.ResNet50(weights=None, input_shape=(224, 224,
@@ -17,7 +18,8 @@ programs, and of bench/torch_models.py). Data: synthetic, one batch made once (u
 each step copies its batch to the device, as a Keras program does.
 
 Training step time: `model.fit(ds, steps_per_epoch=W)` once (warm-up: tracing, pipeline
-compiles), then `model.fit(ds, steps_per_epoch=N, epochs=1)` timed by wall clock: ms/step =
+compiles), then `model.fit(ds, steps_per_epoch=N, epochs=1)` timed by wall clock (resnet50:
+its own N and W, `--resnet50-steps/--resnet50-warmup`, its steps being long): ms/step =
 wall / N (everything a step costs end to end, the epoch's final host sync included). Inference
 step time: `model(x, training=False)` in a tf.function on a device-resident batch, W warm-up
 calls, then N calls and one `.numpy()` of the last: wall / N.
@@ -175,6 +177,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--batch", type=int, default=BATCH, help="batch of mlp/cnn/resnet")
     p.add_argument("--resnet50-batch", type=int, default=BATCH)
+    p.add_argument("--resnet50-steps", type=int, default=10)
+    p.add_argument("--resnet50-warmup", type=int, default=2)
     p.add_argument("--json")
     p.add_argument("--trace", metavar="DIR", help="capture a kernel trace of each model instead of timing")
     p.add_argument("--trace-steps", type=int, default=3)
@@ -216,7 +220,9 @@ def main(argv=None):
     print(f"TensorFlow {out['tensorflow']}, Keras {out['keras']}, {a.device}: "
           f"{out['adapter']['name'] if out['adapter'] else 'no tfwgpu adapter'}", flush=True)
     for name in models:
-        r = measure(tf, keras, name, a.device, batch(name), a.steps, a.warmup)
+        big = name == "resnet50"
+        r = measure(tf, keras, name, a.device, batch(name), a.resnet50_steps if big else a.steps,
+                    a.resnet50_warmup if big else a.warmup)
         out["results"][name] = r
         print(f"{name:9s} batch {r['batch']:3d}: train {r['train_ms']:9.3f} ms/step  infer {r['infer_ms']:9.3f} ms/step  "
               f"loss {r['loss']:.4f}", flush=True)

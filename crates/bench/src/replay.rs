@@ -988,6 +988,25 @@ mod tests {
     }
 
     #[test]
+    fn sync_each_charges_each_op_its_synchronized_time() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let trace = Trace::parse(&synthetic(1)).unwrap();
+        let mut cache = HashMap::new();
+        let plain = replay_once(dev, &trace, &mut cache, 0).unwrap();
+        assert!(plain.per_op.values().all(|t| t.synced_s == 0.0));
+        SYNC_EACH.store(true, Ordering::Relaxed);
+        let synced = replay_once(dev, &trace, &mut cache, 0);
+        SYNC_EACH.store(false, Ordering::Relaxed);
+        let synced = synced.unwrap();
+        for op in ["AddV2", "Sum", "Relu"] {
+            let t = &synced.per_op[op];
+            assert!(t.synced_s > 0.0 && t.synced_s >= t.host_s, "{op}: {t:?}");
+        }
+        assert_eq!(synced.kernel_dispatches, plain.kernel_dispatches);
+    }
+
+    #[test]
     fn rejects_addresses_outside_traced_allocations_and_bad_files() {
         let rt = Runtime::new().expect("an adapter");
         let dev = rt.device();
