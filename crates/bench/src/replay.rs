@@ -5,9 +5,11 @@
 //! (floats in [-1, 1] where a kernel reads the copy as f32/f16, zeros otherwise so that integer
 //! indices stay in range), host-memory inputs get their traced values, kernels are rebuilt from
 //! (op, attrs) through the registry and recorded in order, and device-to-host copies are
-//! blocking reads.
+//! blocking reads. `mark` events (step boundaries the program wrote) split the pass into steps:
+//! at each mark the replay waits for the device and notes the time (see `Pass::marks`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -68,6 +70,8 @@ pub enum Event {
     },
     Sync,
     Kernel(Box<KernelRec>),
+    /// A step boundary (`mark`): its label.
+    Mark(String),
     /// A host-memory kernel: TensorFlow's host work, nothing to replay.
     HostKernel,
 }
@@ -234,6 +238,7 @@ impl Trace {
                 return Err("not a tfwgpu trace (no header line)".into());
             }
             if let Some(d) = v.get("dev").and_then(Value::as_i64)
+                && ev != "mark"
                 && !t.devices.contains(&d)
             {
                 t.devices.push(d);
@@ -267,6 +272,7 @@ impl Trace {
                 },
                 "sync" => Event::Sync,
                 "host_kernel" => Event::HostKernel,
+                "mark" => Event::Mark(v["label"].as_str().unwrap_or("step").to_string()),
                 "kernel" => {
                     let a = v
                         .get("attrs")
@@ -368,6 +374,21 @@ pub struct OpTime {
     pub dispatches: u64,
     /// The host time the capture measured (output shapes + record), summed.
     pub traced_host_s: f64,
+    /// With `--sync-each`: record + submit + GPU execution of each call, the device drained
+    /// after every kernel call (0 otherwise).
+    pub synced_s: f64,
+}
+
+/// `--sync-each`: drain the device after every kernel call and charge the time to its op (a
+/// per-op GPU-time estimate that needs no timestamps; it serializes the pass).
+static SYNC_EACH: AtomicBool = AtomicBool::new(false);
+
+fn sync_each_kernel(dev: &Device, t0: Instant, o: &mut OpTime) -> Result<(), String> {
+    if SYNC_EACH.load(Ordering::Relaxed) {
+        dev.synchronize().map_err(|e| e.to_string())?;
+        o.synced_s += t0.elapsed().as_secs_f64();
+    }
+    Ok(())
 }
 
 /// What one pass over the trace did.
@@ -392,6 +413,9 @@ pub struct Pass {
     /// (first dispatch counter value, dispatches, op) of each kernel call, in recording order:
     /// attributes GPU timestamps to ops.
     pub dispatch_ops: Vec<(u64, u64, String)>,
+    /// Each `mark` event's label and the time (seconds since the pass began) at which the
+    /// device had finished everything before it.
+    pub marks: Vec<(String, f64)>,
 }
 
 fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
@@ -528,6 +552,10 @@ pub fn replay_once(
                     pass.host_syncs += 1;
                 }
                 Event::HostKernel => pass.host_kernels += 1,
+                Event::Mark(label) => {
+                    dev.synchronize().map_err(e)?;
+                    pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                }
                 Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
             }
         }
@@ -615,7 +643,72 @@ fn replay_kernel(
     o.host_s += host;
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
-    Ok(())
+    sync_each_kernel(dev, t0, o)
+}
+
+/// Per-step times: the intervals between consecutive marks of each pass, grouped by the label
+/// of the mark that opens the interval, in ms. Passes after the first only when there are
+/// several (the first compiles pipelines).
+pub fn step_times(passes: &[Pass]) -> BTreeMap<String, Vec<f64>> {
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let skip = usize::from(passes.len() > 1);
+    for p in &passes[skip..] {
+        for w in p.marks.windows(2) {
+            out.entry(w[0].0.clone())
+                .or_default()
+                .push((w[1].1 - w[0].1) * 1e3);
+        }
+    }
+    out
+}
+
+/// With `--sync-each`: the ops by synchronized time (record + GPU), the heaviest first.
+fn report_synced(p: &Pass, top: usize) {
+    if !SYNC_EACH.load(Ordering::Relaxed) {
+        return;
+    }
+    let total: f64 = p.per_op.values().map(|t| t.synced_s).sum();
+    let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
+    ops.sort_by(|a, b| b.1.synced_s.total_cmp(&a.1.synced_s));
+    println!(
+        "  {:<28} {:>7} {:>10} {:>9} {:>6}   (--sync-each: record + GPU, drained after each call; {:.3} ms in all)",
+        "op (synchronized time)",
+        "calls",
+        "total ms",
+        "us/call",
+        "share",
+        total * 1e3
+    );
+    for (op, t) in ops.iter().take(top) {
+        println!(
+            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>5.1}%",
+            op,
+            t.calls,
+            t.synced_s * 1e3,
+            t.synced_s * 1e6 / t.calls as f64,
+            100.0 * t.synced_s / total.max(1e-12)
+        );
+    }
+}
+
+/// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
+/// ms}}`); nothing when the trace has fewer than two marks.
+fn report_steps(passes: &[Pass]) -> Value {
+    let steps = step_times(passes);
+    let mut doc = serde_json::Map::new();
+    for (label, ms) in &steps {
+        let med = median(ms);
+        let min = ms.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "  steps {label:?}: {} intervals between marks, median {med:.3} ms, min {min:.3} ms",
+            ms.len()
+        );
+        doc.insert(
+            label.clone(),
+            json!({"steps": ms.len(), "median_ms": med, "min_ms": min, "ms": ms}),
+        );
+    }
+    Value::Object(doc)
 }
 
 /// GPU timestamps of one replay pass.
@@ -681,12 +774,17 @@ fn median(v: &[f64]) -> f64 {
 
 /// The `replay` command.
 pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
-    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]";
+    const USAGE: &str =
+        "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each]";
     let mut path = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" => i += 2,
+            "--sync-each" => {
+                SYNC_EACH.store(true, Ordering::Relaxed);
+                i += 1;
+            }
             a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
             a if path.is_none() => {
                 path = Some(a);
@@ -789,6 +887,7 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             None
         }
     };
+    let steps = report_steps(&passes);
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
@@ -828,9 +927,10 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             );
         }
     }
+    report_synced(p, top);
     if let Some(out) = flag("--json") {
         let d = dev.description();
-        let doc = json!({
+        let mut doc = json!({
             "adapter": d.name, "backend": d.backend, "trace": path,
             "events": trace.events.len(), "traced_kernels": traced_kernels,
             "traced_dispatches": traced_dispatches,
@@ -852,9 +952,10 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             }))).collect::<serde_json::Map<_, _>>()),
             "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
                 "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
-                "traced_host_ms": t.traced_host_s * 1e3,
+                "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
+        doc["steps"] = steps;
         std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| format!("{out}: {e}"))?;
         eprintln!("wrote {out}");
@@ -949,6 +1050,63 @@ mod tests {
         assert_eq!(cache.len(), 3, "kernels are built once per (op, attrs)");
         // Every replayed allocation was freed.
         assert_eq!(dev.memory_stats().bytes_in_use, in_use);
+    }
+
+    #[test]
+    fn marks_split_each_pass_into_steps() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let mark = |l: &str| line(json!({"ev": "mark", "seq": 0, "dev": -1, "label": l}));
+        let base = synthetic(1);
+        let lines: Vec<&str> = base.lines().collect();
+        // header, alloc, | step | h2d, h2d, add, | step | sum, empty relu, d2h, | end | free
+        let mut text = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            match i {
+                2 | 5 => text += &mark("step"),
+                8 => text += &mark("end"),
+                _ => {}
+            }
+            text += l;
+            text.push('\n');
+        }
+        let trace = Trace::parse(&text).unwrap();
+        assert_eq!(trace.devices, vec![0], "marks belong to no device");
+        let mut cache = HashMap::new();
+        let passes: Vec<Pass> = (0..3)
+            .map(|seed| replay_once(dev, &trace, &mut cache, seed).unwrap())
+            .collect();
+        for p in &passes {
+            let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
+            assert_eq!(labels, ["step", "step", "end"]);
+            assert!(p.marks.windows(2).all(|w| w[0].1 <= w[1].1));
+            assert!(p.marks[2].1 <= p.wall_s);
+        }
+        let steps = step_times(&passes);
+        // Two intervals per pass open with "step"; the first pass is left out.
+        assert_eq!(steps.keys().collect::<Vec<_>>(), ["step"]);
+        assert_eq!(steps["step"].len(), 4);
+        assert!(steps["step"].iter().all(|ms| *ms >= 0.0));
+        assert_eq!(step_times(&passes[..1])["step"].len(), 2);
+    }
+
+    #[test]
+    fn sync_each_charges_each_op_its_synchronized_time() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let trace = Trace::parse(&synthetic(1)).unwrap();
+        let mut cache = HashMap::new();
+        let plain = replay_once(dev, &trace, &mut cache, 0).unwrap();
+        assert!(plain.per_op.values().all(|t| t.synced_s == 0.0));
+        SYNC_EACH.store(true, Ordering::Relaxed);
+        let synced = replay_once(dev, &trace, &mut cache, 0);
+        SYNC_EACH.store(false, Ordering::Relaxed);
+        let synced = synced.unwrap();
+        for op in ["AddV2", "Sum", "Relu"] {
+            let t = &synced.per_op[op];
+            assert!(t.synced_s > 0.0 && t.synced_s >= t.host_s, "{op}: {t:?}");
+        }
+        assert_eq!(synced.kernel_dispatches, plain.kernel_dispatches);
     }
 
     #[test]
