@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, TensorDesc,
-    f16,
+    TimingSummary, f16,
 };
 
 #[derive(Debug)]
@@ -387,6 +387,11 @@ pub struct Pass {
     pub host_syncs: u64,
     pub host_kernels: u64,
     pub per_op: BTreeMap<String, OpTime>,
+    /// The device's dispatch counter when the pass began.
+    pub first_dispatch: u64,
+    /// (first dispatch counter value, dispatches, op) of each kernel call, in recording order:
+    /// attributes GPU timestamps to ops.
+    pub dispatch_ops: Vec<(u64, u64, String)>,
 }
 
 fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
@@ -477,6 +482,7 @@ pub fn replay_once(
     let mut pass = Pass::default();
     dev.synchronize().map_err(e)?;
     let before = dev.exec_stats();
+    pass.first_dispatch = before.dispatches;
     let t0 = Instant::now();
     let result = (|| -> Result<(), String> {
         for (i, ev) in trace.events.iter().enumerate() {
@@ -602,6 +608,7 @@ fn replay_kernel(
     pass.kernels += 1;
     pass.kernels_skipped += k.skipped as u64;
     pass.kernel_dispatches += n;
+    pass.dispatch_ops.push((d0, n, k.op.clone()));
     pass.dispatch_mismatches += (n != k.dispatches) as u64;
     let o = pass.per_op.entry(k.op.clone()).or_default();
     o.calls += 1;
@@ -609,6 +616,61 @@ fn replay_kernel(
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
     Ok(())
+}
+
+/// GPU timestamps of one replay pass.
+struct GpuPass {
+    wall_s: f64,
+    summary: TimingSummary,
+    /// Per op: dispatches and GPU nanoseconds.
+    per_op: BTreeMap<String, (u64, f64)>,
+}
+
+/// One more pass with GPU timing on (kept apart from the wall-time passes: timestamps add
+/// work of their own). Copies and clears count in `summary`, not in `per_op`.
+fn timed_pass(
+    dev: &Device,
+    trace: &Trace,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    seed: u64,
+) -> Result<GpuPass, String> {
+    let ex = dev.exec();
+    ex.set_timing(true).map_err(|e| e.to_string())?;
+    let run = (|| {
+        ex.take_timings().map_err(|e| e.to_string())?;
+        let p = replay_once(dev, trace, cache, seed)?;
+        let t = ex.take_timings().map_err(|e| e.to_string())?;
+        Ok::<_, String>((p, t))
+    })();
+    ex.set_timing(false).map_err(|e| e.to_string())?;
+    let (p, t) = run?;
+    // Dispatch number i of the pass (copies and clears are not dispatches) -> its kernel call.
+    let mut owner: Vec<Option<&str>> = vec![None; t.len()];
+    for (d0, n, op) in &p.dispatch_ops {
+        let first = (d0 - p.first_dispatch) as usize;
+        for o in owner.iter_mut().skip(first).take(*n as usize) {
+            *o = Some(op);
+        }
+    }
+    let mut per_op: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let dispatches = t
+        .iter()
+        .filter(|d| &*d.label != "copy" && &*d.label != "clear");
+    for (i, d) in dispatches.enumerate() {
+        let op = owner
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or("(runtime copies and fills)");
+        let e = per_op.entry(op.to_string()).or_default();
+        e.0 += 1;
+        e.1 += d.end_ns - d.start_ns;
+    }
+    Ok(GpuPass {
+        wall_s: p.wall_s,
+        summary: TimingSummary::of(&t),
+        per_op,
+    })
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -701,14 +763,32 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             p.dispatch_mismatches, p.shape_mismatches
         );
     }
-    println!(
-        "  GPU time: not measured (the runtime has no timestamp API{})",
-        if timestamps {
-            "; the adapter has TIMESTAMP_QUERY"
-        } else {
-            "; the adapter lacks TIMESTAMP_QUERY too"
+    let gpu = match timed_pass(dev, &trace, &mut cache, repeat as u64) {
+        Ok(g) => {
+            println!(
+                "  GPU (timestamps, one more pass): busy {:.3} ms of its {:.3} ms wall = {:.1}% \
+                 (first to last command {:.3} ms; sum of commands {:.3} ms; {} commands)",
+                g.summary.busy_ns * 1e-6,
+                g.wall_s * 1e3,
+                100.0 * g.summary.busy_ns * 1e-9 / g.wall_s,
+                g.summary.span_ns * 1e-6,
+                g.summary.sum_ns * 1e-6,
+                g.summary.commands
+            );
+            Some(g)
         }
-    );
+        Err(why) => {
+            println!(
+                "  GPU time: not measured ({why}{})",
+                if timestamps {
+                    ""
+                } else {
+                    "; the adapter lacks TIMESTAMP_QUERY"
+                }
+            );
+            None
+        }
+    };
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
@@ -731,6 +811,23 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             t.dispatches
         );
     }
+    if let Some(g) = &gpu {
+        let mut by_gpu: Vec<(&String, &(u64, f64))> = g.per_op.iter().collect();
+        by_gpu.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+        println!(
+            "  {:<28} {:>10} {:>10} {:>8}",
+            "op (GPU time, timestamps)", "dispatches", "GPU ms", "% busy"
+        );
+        for (op, (n, ns)) in by_gpu.iter().take(top) {
+            println!(
+                "  {:<28} {:>10} {:>10.3} {:>8.1}",
+                op,
+                n,
+                ns * 1e-6,
+                100.0 * ns / g.summary.busy_ns.max(1.0)
+            );
+        }
+    }
     if let Some(out) = flag("--json") {
         let d = dev.description();
         let doc = json!({
@@ -745,8 +842,14 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             "dispatches": p.stats.dispatches, "submits": p.stats.submits,
             "copies": p.stats.copies, "uploads": p.stats.uploads, "reads": p.stats.reads,
             "host_syncs": p.host_syncs, "host_kernels": p.host_kernels,
-            "gpu_time_ms": Value::Null,
-            "gpu_time": "not measured: the runtime has no timestamp API",
+            "gpu_busy_ms": gpu.as_ref().map(|g| g.summary.busy_ns * 1e-6),
+            "gpu_span_ms": gpu.as_ref().map(|g| g.summary.span_ns * 1e-6),
+            "gpu_sum_ms": gpu.as_ref().map(|g| g.summary.sum_ns * 1e-6),
+            "gpu_timed_wall_ms": gpu.as_ref().map(|g| g.wall_s * 1e3),
+            "gpu_busy_pct": gpu.as_ref().map(|g| 100.0 * g.summary.busy_ns * 1e-9 / g.wall_s),
+            "gpu_per_op_ms": gpu.as_ref().map(|g| g.per_op.iter().map(|(k, (n, ns))| (k.clone(), json!({
+                "dispatches": n, "gpu_ms": ns * 1e-6,
+            }))).collect::<serde_json::Map<_, _>>()),
             "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
                 "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
                 "traced_host_ms": t.traced_host_s * 1e3,
