@@ -7,12 +7,17 @@
 //! ```text
 //! {"tool": "tfwgpu-bench", "adapter": .., "backend": .., "device_type": .., "driver": ..,
 //!  "copy_gbps": <best copy bandwidth of the run or null>,
-//!  "results": [{"case", "op", "shape", "dtype", "ms", "min_ms", "tflops" | "gbps", "bytes" |
-//!               "flops", "pct_copy", "rel_err", "inner", "reps"}, ..]}
+//!  "results": [{"case", "op", "shape", "dtype", "ms", "wall_ms", "min_wall_ms", "gpu_ms",
+//!               "gpu_busy_ms", "tflops" | "gbps", "bytes" | "flops", "pct_copy", "rel_err",
+//!               "inner", "reps"}, ..]}
 //! ```
 //!
-//! `shape` is a list of the input shapes; `ms` the median time of one run; `pct_copy` the
-//! percentage of the run's copy bandwidth (memory-bound cases, else null).
+//! `shape` is a list of the input shapes. `ms` is the time of one run the rates are computed
+//! from: `gpu_ms` (GPU timestamps: the span of a batch of back-to-back runs / runs, what CUDA
+//! events around a batch measure) where the device has timestamps, else `wall_ms` (the median
+//! wall-clock time of one run in batches of back-to-back runs, which includes the host's
+//! recording time when that is longer than the GPU's). `pct_copy`: the percentage of the run's
+//! best copy bandwidth (memory-bound cases, else null).
 
 use std::time::Instant;
 
@@ -67,6 +72,12 @@ pub struct Timing {
     pub median_ms: f64,
     pub min_ms: f64,
     pub inner: usize,
+    /// GPU time of one run from timestamps (devices with TIMESTAMP_QUERY inside passes): the
+    /// span from the first command's start to the last command's end over `inner` back-to-back
+    /// runs, divided by `inner` (what CUDA events around a batch measure), and the time in
+    /// which some command of the batch ran (gaps between commands left out), per run.
+    pub gpu_ms: Option<f64>,
+    pub gpu_busy_ms: Option<f64>,
 }
 
 /// Times `run`: one warm-up run (pipeline compiles, first-touch of memory), then `reps`
@@ -101,11 +112,48 @@ pub fn time_runs(
         samples.push(t0.elapsed().as_secs_f64() / inner as f64);
     }
     samples.sort_by(f64::total_cmp);
+    let (gpu_ms, gpu_busy_ms) = match gpu_time(dev, inner, &mut run)? {
+        Some((span, busy)) => (Some(span), Some(busy)),
+        None => (None, None),
+    };
     Ok(Timing {
         median_ms: samples[samples.len() / 2] * 1e3,
         min_ms: samples[0] * 1e3,
         inner,
+        gpu_ms,
+        gpu_busy_ms,
     })
+}
+
+/// One more batch of `inner` runs with GPU timestamps on (kept apart from the wall-clock
+/// samples: the timestamps add work): (span, busy) per run in ms; None where the device
+/// cannot time dispatches.
+fn gpu_time(
+    dev: &Device,
+    inner: usize,
+    run: &mut impl FnMut() -> Res<()>,
+) -> Res<Option<(f64, f64)>> {
+    let ex = dev.exec();
+    if ex.set_timing(true).is_err() {
+        return Ok(None);
+    }
+    let timed = (|| {
+        ex.take_timings().map_err(err)?;
+        for _ in 0..inner {
+            run()?;
+        }
+        ex.take_timings().map_err(err)
+    })();
+    ex.set_timing(false).map_err(err)?;
+    let t = timed?;
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let s = tfwgpu_runtime::exec::TimingSummary::of(&t);
+    Ok(Some((
+        s.span_ns / 1e6 / inner as f64,
+        s.busy_ns / 1e6 / inner as f64,
+    )))
 }
 
 /// Largest `|got - want| / scale` over the elements (infinite for a NaN where the reference
@@ -151,24 +199,30 @@ pub struct Row {
 }
 
 impl Row {
+    /// The time rates are computed from: the GPU span per run where timestamps exist (as
+    /// CUDA events around a batch measure it for PyTorch), else the wall-clock median.
+    pub fn ms(&self) -> f64 {
+        self.timing.gpu_ms.unwrap_or(self.timing.median_ms)
+    }
+
     pub fn gbps(&self) -> Option<f64> {
         match self.work {
-            Work::Bytes(b) => Some(b / self.timing.median_ms / 1e6),
+            Work::Bytes(b) => Some(b / self.ms() / 1e6),
             Work::Flops(_) => None,
         }
     }
 
     pub fn tflops(&self) -> Option<f64> {
         match self.work {
-            Work::Flops(f) => Some(f / self.timing.median_ms / 1e9),
+            Work::Flops(f) => Some(f / self.ms() / 1e9),
             Work::Bytes(_) => None,
         }
     }
 
     pub fn header() -> String {
         format!(
-            "{:<28} {:>20} {:>10} {:>10} {:>10} {:>8} {:>9} {:>6}",
-            "case", "op", "median ms", "min ms", "rate", "% copy", "rel err", "inner"
+            "{:<28} {:>20} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>6}",
+            "case", "op", "wall ms", "gpu ms", "busy ms", "rate", "% copy", "rel err", "inner"
         )
     }
 
@@ -181,12 +235,14 @@ impl Row {
             _ => String::new(),
         };
         let pct = self.pct_copy.map_or("-".into(), |p| format!("{p:.0}%"));
+        let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
         format!(
-            "{:<28} {:>20} {:>10.4} {:>10.4} {:>10} {:>8} {:>9.1e} {:>6}",
+            "{:<28} {:>20} {:>10.4} {:>10} {:>10} {:>10} {:>8} {:>9.1e} {:>6}",
             self.case,
             self.op,
             self.timing.median_ms,
-            self.timing.min_ms,
+            opt(self.timing.gpu_ms),
+            opt(self.timing.gpu_busy_ms),
             rate,
             pct,
             self.rel_err,
@@ -197,8 +253,10 @@ impl Row {
     pub fn json(&self) -> Value {
         let mut v = json!({
             "case": self.case, "op": self.op, "shape": self.shape,
-            "dtype": dtype_name(self.dtype), "ms": self.timing.median_ms,
-            "min_ms": self.timing.min_ms, "pct_copy": self.pct_copy,
+            "dtype": dtype_name(self.dtype), "ms": self.ms(),
+            "wall_ms": self.timing.median_ms, "min_wall_ms": self.timing.min_ms,
+            "gpu_ms": self.timing.gpu_ms, "gpu_busy_ms": self.timing.gpu_busy_ms,
+            "pct_copy": self.pct_copy,
             "rel_err": finite_or_null(self.rel_err), "inner": self.timing.inner,
             "reps": self.reps,
         });

@@ -9,7 +9,9 @@
 use rand::{SeedableRng, rngs::StdRng};
 use tfwgpu_runtime::{
     Arg, AttrValue, Attrs, DType, Device, DeviceRef, HostTensor, Kernel, KernelContext, Operand,
-    PipelineKey, TensorDesc, kernel::grid_1d, kernel_manager::ShaderSource,
+    PipelineKey, TensorDesc,
+    kernel::grid_1d,
+    kernel_manager::{Checks, ShaderSource},
 };
 
 use crate::cases::{
@@ -26,6 +28,11 @@ enum CopyHow {
     U32,
     /// A plain compute copy, one vec4<u32> per invocation.
     Vec4,
+    /// Four vec4<u32> per invocation (all four loads issued before the stores), a quarter of
+    /// the invocations: more bytes in flight per invocation, fewer workgroups to launch.
+    Vec4x4,
+    /// Vec4x4 without wgpu's runtime bounds checks (every index is checked against p.n).
+    Vec4x4Trusted,
 }
 
 #[derive(Clone)]
@@ -138,6 +145,8 @@ impl Kind {
                     CopyHow::Buffer => "buffer",
                     CopyHow::U32 => "u32",
                     CopyHow::Vec4 => "vec4",
+                    CopyHow::Vec4x4 => "vec4x4",
+                    CopyHow::Vec4x4Trusted => "vec4x4t",
                 },
                 (elems * 4) >> 20
             ),
@@ -160,9 +169,15 @@ fn mm(batch: usize, m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Kind {
 /// preset for CPU adapters (lavapipe on 2 cores, 128 MiB bindings).
 fn all_cases(small: bool) -> Vec<Kind> {
     let copy = |elems| {
-        [CopyHow::Buffer, CopyHow::U32, CopyHow::Vec4]
-            .into_iter()
-            .map(move |how| Kind::Copy { elems, how })
+        [
+            CopyHow::Buffer,
+            CopyHow::U32,
+            CopyHow::Vec4,
+            CopyHow::Vec4x4,
+            CopyHow::Vec4x4Trusted,
+        ]
+        .into_iter()
+        .map(move |how| Kind::Copy { elems, how })
     };
     let mut v: Vec<Kind> = vec![];
     if small {
@@ -666,9 +681,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             let src_data = random(rng, elems);
             let src = dev.upload(&src_data, &[elems]).map_err(err)?;
             let bytes = (elems * 4) as u64;
-            let kernel = CopyKernel {
-                vec4: how == CopyHow::Vec4,
-            };
+            let kernel = CopyKernel { how };
             let dst = if how == CopyHow::Buffer {
                 let d = dev.empty(DType::F32, &[elems]).map_err(err)?;
                 dev.fill_u32(d.addr(), bytes, 0xFFFF_FFFF).map_err(err)?;
@@ -703,6 +716,8 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 CopyHow::Buffer => "copy (Device::copy)",
                 CopyHow::U32 => "copy (u32 shader)",
                 CopyHow::Vec4 => "copy (vec4 shader)",
+                CopyHow::Vec4x4 => "copy (4 vec4/inv.)",
+                CopyHow::Vec4x4Trusted => "copy (4 vec4, trust)",
             };
             (
                 op.into(),
@@ -771,24 +786,41 @@ fn check_matmul(
     worst
 }
 
-/// A plain compute copy of a float32 tensor, u32 or vec4<u32> per invocation: the ceiling a
-/// memory-bound shader can reach (bounds-checked like every runtime kernel).
+/// A plain compute copy of a float32 tensor: one u32, one vec4<u32> or four vec4<u32> per
+/// invocation: the ceiling a memory-bound shader can reach, and what the ways of writing one
+/// cost.
 struct CopyKernel {
-    vec4: bool,
+    how: CopyHow,
 }
 
 const COPY_WGSL: &str = r#"
-struct Params { row: u32, n: u32, pad0: u32, pad1: u32 };
+struct Params { row: u32, n: u32, stride: u32, pad1: u32 };
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<ELEM>;
 @group(0) @binding(2) var<storage, read_write> dst: array<ELEM>;
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.y * p.row + gid.x;
-    if i >= p.n { return; }
-    dst[i] = src[i];
+    let base = gid.y * p.row + gid.x;
+    if base >= p.stride { return; }
+BODY
 }
 "#;
+
+/// The body of the copy shader for `k` elements per invocation, `stride` apart: all loads,
+/// then all stores, each guarded by `i < p.n` (so the indexing is in range without wgpu's
+/// checks).
+fn copy_body(k: usize) -> String {
+    let mut b = String::new();
+    for j in 0..k {
+        b += &format!(
+            "    let i{j} = base + {j}u * p.stride;\n    var v{j}: ELEM;\n    if i{j} < p.n {{ v{j} = src[i{j}]; }}\n"
+        );
+    }
+    for j in 0..k {
+        b += &format!("    if i{j} < p.n {{ dst[i{j}] = v{j}; }}\n");
+    }
+    b
+}
 
 impl Kernel for CopyKernel {
     fn op(&self) -> &'static str {
@@ -807,19 +839,34 @@ impl Kernel for CopyKernel {
     ) -> tfwgpu_runtime::Result<()> {
         let src = inputs[0].device("bench_copy", 0)?;
         let words = src.desc.byte_size() / 4;
-        if self.vec4 && !words.is_multiple_of(4) {
+        let (vec4, k, trusted, variant) = match self.how {
+            CopyHow::U32 => (false, 1, false, "u32"),
+            CopyHow::Vec4 => (true, 1, false, "vec4"),
+            CopyHow::Vec4x4 => (true, 4, false, "vec4x4"),
+            _ => (true, 4, true, "vec4x4t"),
+        };
+        if vec4 && !words.is_multiple_of(4) {
             return Err(tfwgpu_runtime::Error::InvalidArgument(
                 "bench_copy vec4: the size must be a multiple of 16 bytes".into(),
             ));
         }
-        let n = if self.vec4 { words / 4 } else { words };
-        let variant = if self.vec4 { "vec4" } else { "u32" };
-        let elem = if self.vec4 { "vec4<u32>" } else { "u32" };
+        let n = if vec4 { words / 4 } else { words };
+        let elem = if vec4 { "vec4<u32>" } else { "u32" };
         let pipeline = ctx.pipeline(PipelineKey::new("bench_copy", None, variant), || {
-            ShaderSource::new(COPY_WGSL.replace("ELEM", elem))
+            let mut s = ShaderSource::new(
+                COPY_WGSL
+                    .replace("BODY", &copy_body(k))
+                    .replace("ELEM", elem),
+            );
+            if trusted {
+                // Every index is compared with p.n, the element count of both bindings.
+                s.checks = Checks::Trusted;
+            }
+            s
         })?;
-        let (groups, row) = grid_1d(n, 256);
-        let params: Vec<u8> = [row, n as u32, 0, 0]
+        let threads = n.div_ceil(k as u64);
+        let (groups, row) = grid_1d(threads, 256);
+        let params: Vec<u8> = [row, n as u32, threads as u32, 0]
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
