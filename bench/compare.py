@@ -7,7 +7,7 @@ Each file is a JSON document of `tfwgpu-bench ops` / `tfwgpu-bench conv` (ours) 
 bench/torch_ref.py / bench/torch_conv.py (PyTorch: a top-level "torch" version key, or rows
 with a "mode" key). Rows are {case, op, shape, dtype, ms, tflops | gbps, pct_copy, rel_err}
 (older conv rows with "median_ms" / "gflops" are read too). Rows pair by case name (our
-copy_buffer_/copy_u32_/copy_vec4_ cases pair with PyTorch's copy_; a case run with a forced
+copy_<how>_<size> cases pair with PyTorch's copy_<size>; a case run with a forced
 tile or an op suffix keeps its own name) and by dtype.
 
 Columns: our time and rate, PyTorch's time in each mode (f32 = TF32 off, tf32, f16), the ratio
@@ -61,7 +61,7 @@ def norm_row(r):
 
 def key(case):
     """The pairing key: our copies pair with PyTorch's copy, forced tiles with the case."""
-    return re.sub(r"\[[^\]]*\]$", "", re.sub(r"^copy_(buffer|u32|vec4)_", "copy_", case))
+    XX
 
 
 def is_conv(r):
