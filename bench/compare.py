@@ -61,7 +61,7 @@ def norm_row(r):
 
 def key(case):
     """The pairing key: our copies pair with PyTorch's copy, forced tiles with the case."""
-    XX
+    return re.sub(r"\[[^\]]*\]$", "", re.sub(r"^copy_[a-z0-9]+_(?=\d)", "copy_", case))
 
 
 def is_conv(r):
