@@ -215,7 +215,8 @@ def run_membound(c, gen, reps):
         var = xd.var((0, 2, 3), unbiased=False, keepdim=True)
         inv = (var + 1e-3).rsqrt() * gamma.double().view(1, -1, 1, 1)
         want = (xd - mean) * inv + beta.double().view(1, -1, 1, 1)
-        scale = ((xd - mean) * inv).abs() + beta.double().abs().view(1, -1, 1, 1)
+        # x - mean rounds relative to |x| + |mean|, not |x - mean| (which cancels).
+        scale = (xd.abs() + mean.abs()) * inv.abs() + beta.double().abs().view(1, -1, 1, 1)
         return "FusedBatchNormV3", [[n, h, w, ch], [ch], [ch], [ch], [ch]], \
             (2.0 * x.numel() + 7 * ch) * 4, fn, max_rel(y, want, scale)
     if kind == "maxpool":

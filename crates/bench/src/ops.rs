@@ -322,6 +322,7 @@ pub fn run(args: &[String]) -> Res<()> {
                 .collect()
         }
     };
+    let path = flag(args, "--json").unwrap_or("bench-ops.json");
     let rt = crate::open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(17);
@@ -339,6 +340,8 @@ pub fn run(args: &[String]) -> Res<()> {
                     failed.push(format!("{}: relative error {:.1e}", row.case, row.rel_err));
                 }
                 rows.push(row);
+                // Written after every case, so that a run cut short keeps what it measured.
+                write_json(path, dev, copy_gbps(&rows), &rows)?;
             }
             Err(e) => {
                 println!("{:<28} failed: {e}", k.name());
@@ -348,9 +351,8 @@ pub fn run(args: &[String]) -> Res<()> {
     }
     let copy = copy_gbps(&rows);
     if let Some(c) = copy {
-        println!("copy bandwidth of this run (best copy case): {c:.0} GB/s");
+        println!("copy bandwidth of this run (best copy case): {c:.1} GB/s");
     }
-    let path = flag(args, "--json").unwrap_or("bench-ops.json");
     write_json(path, dev, copy, &rows)?;
     eprintln!("wrote {path}");
     if failed.is_empty() {
@@ -612,10 +614,10 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                     let ch = e % c;
                     let inv = 1.0 / (var[ch] + eps as f64).sqrt() * gamma[ch] as f64;
                     let d = x[e] as f64 - mean[ch];
-                    (
-                        d * inv + beta[ch] as f64,
-                        (d * inv).abs() + (beta[ch] as f64).abs(),
-                    )
+                    // x - mean rounds relative to |x| (and the mean's own rounding), not to
+                    // |x - mean|, which cancels for x near the mean.
+                    let scale = (x[e].abs() as f64 + mean[ch].abs()) * inv.abs();
+                    (d * inv + beta[ch] as f64, scale + (beta[ch] as f64).abs())
                 });
                 let bm = rel_err(&o[1], |ch| (mean[ch], abs[ch] / rest as f64));
                 let corr = rest as f64 / (rest as f64 - 1.0).max(1.0);
