@@ -6,6 +6,7 @@
 //!                     [--transpose none|a|b|ab]
 //! tfwgpu-bench conv [--cases demo1,demo2,resnet] [--ops fwd,bwd_input,bwd_filter] [--reps N]
 //!                   [--tiles auto,NAME,..] [--json FILE]
+//! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
 //! ```
@@ -17,6 +18,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, Device, Runtime, list_adapters};
 
+mod cases;
+mod ops;
 mod replay;
 
 const USAGE: &str = "usage:
@@ -31,6 +34,16 @@ const USAGE: &str = "usage:
                                              case (demo1: 128x28x28x1 -> 32 3x3, demo2:
                                              128x13x13x32 -> 64 3x3, resnet: 8x56x56x64 -> 64
                                              3x3 SAME), checked against an f64 reference
+  tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
+                                             MatMul/BatchMatMul (TFLOP/s) and memory-bound
+                                             kernels (GB/s and % of the copy bandwidth of the
+                                             same run): copies (runtime buffer copy, u32 and
+                                             vec4 compute copies), AddV2 with broadcasting, Mul,
+                                             Sum/Max over the last/first axis, Softmax,
+                                             FusedBatchNormV3 (training, NHWC), MaxPool 3x3 s2;
+                                             each checked against a CPU reference on random
+                                             inputs with poisoned outputs. --small: sizes for
+                                             CPU adapters (lavapipe); --list: the case names
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
   tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
@@ -51,6 +64,7 @@ fn main() -> ExitCode {
         Some("devices") => devices(),
         Some("matmul") => matmul(&args[1..]),
         Some("conv") => conv(&args[1..]),
+        Some("ops") => ops::run(&args[1..]),
         Some("demo") => demo(),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {

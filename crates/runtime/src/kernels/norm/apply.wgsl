@@ -3,6 +3,7 @@
 //   p.mode 0/1 (forward): y = (x - r4) * r5 + r6
 //   p.mode 2 (training gradient): x_backprop = r5 * ((dy - r6) - (x - r4) * r7)
 //   p.mode 3 (inference gradient): x_backprop = dy * r5
+// float32 writes four words per invocation, p.groups_x (the number of invocations) apart.
 // Placeholders: LOAD_X, LOAD_DY, STORE, COMMON, NORM_COMMON, LINEAR_INDEX.
 $NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<u32>;

@@ -300,12 +300,52 @@ fn stats_shader(dtype: DType, grad: bool) -> String {
         .replace("$COMMON", COMMON_WGSL)
 }
 
+/// The store of `apply.wgsl` for float32: four words per invocation, p.groups_x (the number
+/// of invocations) apart, the four results computed (their loads in flight together) before
+/// the stores; one word per invocation left each invocation one load in flight.
+const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
+        return;
+    }
+    let w1 = w + p.groups_x;
+    let w2 = w1 + p.groups_x;
+    let w3 = w2 + p.groups_x;
+    let r0 = elem(w);
+    var r1 = 0.0;
+    var r2 = 0.0;
+    var r3 = 0.0;
+    if w1 < p.words {
+        r1 = elem(w1);
+    }
+    if w2 < p.words {
+        r2 = elem(w2);
+    }
+    if w3 < p.words {
+        r3 = elem(w3);
+    }
+    out[w] = bitcast<u32>(r0);
+    if w1 < p.words {
+        out[w1] = bitcast<u32>(r1);
+    }
+    if w2 < p.words {
+        out[w2] = bitcast<u32>(r2);
+    }
+    if w3 < p.words {
+        out[w3] = bitcast<u32>(r3);
+    }";
+
 fn apply_shader(dtype: DType) -> String {
     APPLY_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$LOAD_X", &load_expr(dtype, "x"))
         .replace("$LOAD_DY", &load_expr(dtype, "dy"))
-        .replace("$STORE", store_stmt(dtype))
+        .replace(
+            "$STORE",
+            if dtype == DType::F32 {
+                APPLY_STORE_X4
+            } else {
+                store_stmt(dtype)
+            },
+        )
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
 }
@@ -399,8 +439,16 @@ impl Run<'_> {
         })?;
         let n = out.desc.num_elements();
         let words = words_for(name, dtype, n)?;
-        let (grid, row) = grid_1d(words as u64, WG);
-        let params = self.plan.params(row, n, words, 0, mode, None, self.eps);
+        // float32: four words per invocation (APPLY_STORE_X4), groups_x = invocations.
+        let threads = if dtype == DType::F32 {
+            words.div_ceil(4)
+        } else {
+            words
+        };
+        let (grid, row) = grid_1d(threads as u64, WG);
+        let params = self
+            .plan
+            .params(row, n, words, threads, mode, None, self.eps);
         let o = bind_out(ctx, name, out)?;
         ctx.dispatch(
             &pipeline,
