@@ -505,6 +505,59 @@ fn conv2d_tiles_and_splits() {
     }
 }
 
+/// The GPU adapters' automatic path ("gpu"): 1x1 stride-1 NHWC float32 convolutions run on
+/// the matmul family's vector kernels (channel counts multiples of 4), the filter gradient
+/// with its pixel reduction split into equal chunks (a batch of products summed after);
+/// other shapes (depths not multiples of 4, NCHW, float16, strides) keep the implicit GEMM.
+#[test]
+fn conv2d_1x1_on_matmul_kernels() {
+    let configs = [
+        // P = 189 pixels: no tile divides it.
+        cfg(3, (9, 7), 12, (1, 1), 20, (1, 1), (1, 1), Pad::Valid),
+        // P = 832 >= 512: the filter gradient splits the reduction (832 = 2 * 416).
+        cfg(4, (16, 13), 8, (1, 1), 16, (1, 1), (1, 1), Pad::Same),
+        // A deeper reduction (K = 132) and wider output.
+        cfg(2, (5, 11), 132, (1, 1), 68, (1, 1), (1, 1), Pad::Valid),
+        // Not multiples of 4, NCHW, strided: the implicit GEMM.
+        cfg(2, (5, 6), 17, (1, 1), 35, (1, 1), (1, 1), Pad::Valid),
+        nchw(cfg(2, (5, 6), 16, (1, 1), 36, (1, 1), (1, 1), Pad::Valid)),
+        cfg(2, (8, 6), 16, (1, 1), 36, (2, 2), (1, 1), Pad::Same),
+        // Windows on the vector shader (implicit.wgsl): 3x3 SAME; strided (the input
+        // gradient keeps the implicit GEMM); dilated with explicit asymmetric padding; a
+        // split filter gradient (832 pixels).
+        cfg(2, (9, 7), 8, (3, 3), 12, (1, 1), (1, 1), Pad::Same),
+        cfg(3, (9, 8), 4, (3, 3), 20, (2, 2), (1, 1), Pad::Same),
+        cfg(
+            2,
+            (7, 9),
+            12,
+            (3, 2),
+            8,
+            (1, 1),
+            (2, 1),
+            Pad::Explicit(2, 0, 1, 3),
+        ),
+        cfg(4, (16, 13), 8, (3, 3), 16, (1, 1), (1, 1), Pad::Valid),
+    ];
+    let mut seed = 350;
+    for c in &configs {
+        for dtype in [DType::F32, DType::F16] {
+            let extra = [("_tfwgpu_tile", AttrValue::Str("gpu".into()))];
+            check_conv(c, dtype, &extra, seed);
+            seed += 1;
+        }
+    }
+    // Forced splits: a divisor of the 832 pixels (4), and one that is not (3: the heuristic).
+    for splits in [4, 3, 1] {
+        let extra = [
+            ("_tfwgpu_tile", AttrValue::Str("gpu".into())),
+            ("_tfwgpu_splits", AttrValue::Int(splits)),
+        ];
+        check_conv(&configs[1], DType::F32, &extra, seed);
+        seed += 1;
+    }
+}
+
 /// The CPU-adapter tiles (`conv/cpu.rs`: float32, NHWC, one group), each forced, with and
 /// without a split batch in the filter gradient: scalar loads (depths not multiples of 4),
 /// vector loads (multiples of 4), strides, dilations, explicit padding, 1x1. Skipped, visibly,
