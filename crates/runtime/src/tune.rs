@@ -278,15 +278,15 @@ impl Tuner {
             Ok(samples[1])
         };
         let mut best: Option<(usize, f64)> = None;
-        for i in 0..names.len() {
+        for (i, name) in names.iter().enumerate() {
             match time(i) {
                 Ok(t) => {
-                    tracing::debug!("tune {key}: {} {:.1} us", names[i], t * 1e6);
+                    tracing::debug!("tune {key}: {name} {:.1} us", t * 1e6);
                     if best.is_none_or(|(_, b)| t < b) {
                         best = Some((i, t));
                     }
                 }
-                Err(e) => tracing::debug!("tune {key}: {} failed: {e}", names[i]),
+                Err(e) => tracing::debug!("tune {key}: {name} failed: {e}"),
             }
         }
         match best {

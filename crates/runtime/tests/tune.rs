@@ -40,8 +40,8 @@ fn tuned_choices_are_valid_cached_and_correct() {
 
     // MatMul 72 x 40 x 96 (multiples of 4: the vector tiles are candidates).
     let (m, k, n) = (72, 40, 96);
-    let a = rand_f32(&mut rng, m * k);
-    let b = rand_f32(&mut rng, k * n);
+    let a = rand_f32(&mut rng, m * k, -1.0, 1.0);
+    let b = rand_f32(&mut rng, k * n, -1.0, 1.0);
     let ta = d.upload(&a, &[m, k]).unwrap();
     let tb = d.upload(&b, &[k, n]).unwrap();
     let run = || {
@@ -61,9 +61,9 @@ fn tuned_choices_are_valid_cached_and_correct() {
     assert_eq!(run(), first, "the remembered choice gives the same result");
 
     // Conv2D 1x1 (matmul kernels) and 3x3 (implicit GEMM tiles), the GPU path.
-    let x = rand_f32(&mut rng, 2 * 9 * 7 * 8);
-    let f1 = rand_f32(&mut rng, 8 * 12);
-    let f3 = rand_f32(&mut rng, 9 * 8 * 12);
+    let x = rand_f32(&mut rng, 2 * 9 * 7 * 8, -1.0, 1.0);
+    let f1 = rand_f32(&mut rng, 8 * 12, -1.0, 1.0);
+    let f3 = rand_f32(&mut rng, 9 * 8 * 12, -1.0, 1.0);
     let tx = d.upload(&x, &[2, 9, 7, 8]).unwrap();
     let attrs = Attrs::new()
         .with("strides", AttrValue::Ints(vec![1; 4]))

@@ -210,10 +210,13 @@ pub(super) fn record(
         (x, y)
     };
 
-    if plain && attrs.tile.is_none() && !attrs.heuristic_gemm && dtype == DType::F32 {
-        if let Some(done) = plain_matmul(ctx, op, mode, g, attrs, a_ref, b_ref, out)? {
-            return Ok(done);
-        }
+    if plain
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = plain_matmul(ctx, op, mode, g, attrs, a_ref, b_ref, out)?
+    {
+        return Ok(done);
     }
     if !plain
         && attrs.tile.is_none()
@@ -806,6 +809,37 @@ pub(super) fn finalize(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn implicit_hooks_per_mode() {
+        for (mode, b) in [
+            (Mode::Forward, false),
+            (Mode::BackpropInput, true),
+            (Mode::BackpropFilter, false),
+        ] {
+            let h = implicit_hooks(mode);
+            assert!(h.a);
+            assert_eq!(h.b, b);
+            assert_eq!(h.wgsl.matches("fn a_pre(").count(), 1, "{mode:?}");
+            assert_eq!(h.wgsl.matches("fn a_load(").count(), 1, "{mode:?}");
+            assert_eq!(h.wgsl.contains("fn b_load("), b, "{mode:?}");
+            assert!(!h.wgsl.contains("#if") && !h.wgsl.contains("#endif"));
+        }
+    }
+
+    #[test]
+    fn plain_choices() {
+        // 1x1 at 56x56x64 -> 64, batch 32: no 256-wide tile for 64 columns.
+        assert_eq!(plain_tile(1, 100352, 64, 64).name, "64x64x32_4x4s1");
+        assert_eq!(plain_tile(1, 100352, 256, 64).name, "128x256x16_8x16s1");
+        assert_eq!(plain_tile(1, 25088, 128, 512).name, "128x128x16_8x16s1");
+        // Split-K of a filter gradient: a divisor of the pixel count.
+        assert_eq!(plain_splits(1, 832), 2);
+        assert_eq!(plain_splits(1, 100352), 64);
+        assert_eq!(plain_splits(300, 100352), 1);
+        assert_eq!(plain_splits(1, 300), 1);
+        assert_eq!(plain_splits(4, 1021), 1, "a prime: no split");
+    }
 
     #[test]
     fn tile_and_split_choice() {
