@@ -538,6 +538,10 @@ fn conv2d_1x1_on_matmul_kernels() {
             Pad::Explicit(2, 0, 1, 3),
         ),
         cfg(4, (16, 13), 8, (3, 3), 16, (1, 1), (1, 1), Pad::Valid),
+        // Input depth 3 (ResNet's first layer, 7x7 stride 2 SAME): the input gradient as a
+        // product into columns (R*S*C = 147 padded to 148) and col2im; a dilated strided one.
+        cfg(2, (11, 10), 3, (7, 7), 8, (2, 2), (1, 1), Pad::Same),
+        cfg(3, (9, 10), 6, (3, 2), 12, (2, 3), (2, 1), Pad::Valid),
     ];
     let mut seed = 350;
     for c in &configs {
@@ -546,6 +550,16 @@ fn conv2d_1x1_on_matmul_kernels() {
             check_conv(c, dtype, &extra, seed);
             seed += 1;
         }
+    }
+    // The columns in groups of images (`_tfwgpu_splits` = images per group): 3 images as 2 + 1.
+    for group in [1, 2] {
+        let extra = [
+            ("_tfwgpu_tile", AttrValue::Str("gpu".into())),
+            ("_tfwgpu_splits", AttrValue::Int(group)),
+        ];
+        check_conv(&configs[7], DType::F32, &extra, seed);
+        check_conv(&configs[11], DType::F32, &extra, seed + 1);
+        seed += 2;
     }
     // Forced splits: a divisor of the 832 pixels (4), and one that is not (3: the heuristic).
     for splits in [4, 3, 1] {

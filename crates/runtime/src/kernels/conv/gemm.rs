@@ -226,6 +226,14 @@ pub(super) fn record(
     {
         return Ok(done);
     }
+    if mode == Mode::BackpropInput
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = bwd_input_col2im(ctx, op, g, attrs.splits, b_ref, a_ref, out)?
+    {
+        return Ok(done);
+    }
     let ctxs = Ctx {
         ctx,
         op,
@@ -753,6 +761,125 @@ fn implicit_vec4(
         record(cands[i])?;
     } else {
         run_old()?;
+    }
+    Ok(Some(()))
+}
+
+const COL2IM_WGSL: &str = include_str!("col2im.wgsl");
+
+/// The input gradient of a float32 NHWC one-group convolution that the implicit vector path
+/// does not take (strided, or input depth not a multiple of 4), as a product into columns,
+/// col[(n, oy, ox), (r, s, c)] = dy[(n, oy, ox), :] . f[(r, s, c), :] on the matmul vector
+/// kernels (dy read row-major, f as N x K; R*S*C padded to a multiple of 4 with zero filter
+/// rows), then `col2im.wgsl` summing each dx element's taps. No work is spent on the taps that
+/// fall between strided outputs (the implicit GEMM reads them as zeros). The columns take
+/// at most 256 MiB (and the binding limit): images are processed in groups that fit.
+/// `None`: not applicable (output depth not a multiple of 4, NCHW, groups). `group` (the
+/// internal `_tfwgpu_splits`, for tests) forces the images per group.
+fn bwd_input_col2im(
+    ctx: &KernelContext,
+    op: &str,
+    g: &Geom,
+    group: Option<usize>,
+    f_ref: &DeviceRef,
+    dy_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    if g.nchw || g.groups != 1 || !g.k.is_multiple_of(4) || g.n == 0 {
+        return Ok(None);
+    }
+    let rsc = g.r * g.s * g.c;
+    let nc = rsc.next_multiple_of(4);
+    let pix = g.oh * g.ow;
+    let per_img = pix * nc * 4;
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    let budget = max_bind.min(256 << 20);
+    if per_img == 0 || per_img > budget || rsc < 4 {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let imgs = group.unwrap_or(budget / per_img).clamp(1, g.n);
+    let layouts = Layouts {
+        a_kfast: true,
+        b_nfast: false,
+    };
+    let heuristic = plain_tile(1, imgs * pix, nc, g.k);
+    if heuristic.shared_bytes() > shared || !layouts.fit(imgs * pix, nc, g.k) {
+        return Ok(None);
+    }
+    // The filter as an N x K matrix of nc rows (zero rows past R*S*C).
+    let fbytes = (rsc * g.k * 4) as u64;
+    let fpad = if nc == rsc {
+        ctx.bind(f_ref)?
+    } else {
+        let t = ctx.temp((nc * g.k * 4) as u64)?;
+        let f = ctx.bind(f_ref)?;
+        ctx.copy(&f, &t, fbytes)?;
+        let mut tail = t.clone();
+        tail.offset += fbytes;
+        tail.size -= fbytes;
+        ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
+        t
+    };
+    let col = ctx.temp((imgs * per_img) as u64)?;
+    let dx = ctx.bind(out)?;
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "col2im"), || {
+        ShaderSource::new(
+            COL2IM_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$WG", &WG.to_string()),
+        )
+    })?;
+    let img_in = g.h * g.w * g.c;
+    for n0 in (0..g.n).step_by(imgs) {
+        let cnt = imgs.min(g.n - n0);
+        let m = cnt * pix;
+        let dy = ctx.bind_bytes(
+            dy_ref.addr + (n0 * pix * g.k * 4) as u64,
+            (m * g.k * 4) as u64,
+        )?;
+        let gm = Gemm {
+            m,
+            n: nc,
+            k: g.k,
+            ta: false,
+            tb: true,
+            dims: vec![],
+            batches: 1,
+        };
+        let heuristic = Plan::Vec4(plain_tile(1, m, nc, g.k), layouts);
+        let cands = matmul::candidates(heuristic, 1, m, nc, g.k, layouts, shared);
+        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&dy, &fpad, &col))?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
+        let total = cnt * img_in;
+        let (groups, row) = grid_1d(total as u64, WG);
+        let words: Vec<u32> = [
+            total,
+            g.h,
+            g.w,
+            g.c,
+            g.r,
+            g.s,
+            g.oh,
+            g.ow,
+            g.sh,
+            g.sw,
+            g.dh,
+            g.dw,
+            g.pt,
+            g.pl,
+            nc,
+            n0 * img_in,
+            0,
+            0,
+            0,
+        ]
+        .iter()
+        .map(|&v| u32_of(op, v))
+        .collect::<Result<_>>()?;
+        let mut all = vec![row];
+        all.extend(words);
+        ctx.dispatch(&pipeline, &params(&all), &[col.clone(), dx.clone()], groups)?;
     }
     Ok(Some(()))
 }
