@@ -542,6 +542,10 @@ fn conv2d_1x1_on_matmul_kernels() {
         // product into columns (R*S*C = 147 padded to 148) and col2im; a dilated strided one.
         cfg(2, (11, 10), 3, (7, 7), 8, (2, 2), (1, 1), Pad::Same),
         cfg(3, (9, 10), 6, (3, 2), 12, (2, 3), (2, 1), Pad::Valid),
+        // Input depth 3 at stride 1 and a 1x1 of depth 6 (columns for forward and filter
+        // gradient too; 34 * 36 = 1224 pixels: a split filter gradient).
+        cfg(2, (34, 18), 3, (3, 3), 8, (1, 1), (1, 1), Pad::Same),
+        cfg(2, (5, 6), 6, (1, 1), 4, (1, 1), (1, 1), Pad::Valid),
     ];
     let mut seed = 350;
     for c in &configs {

@@ -226,6 +226,15 @@ pub(super) fn record(
     {
         return Ok(done);
     }
+    if mode != Mode::BackpropInput
+        && !plain
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = im2col_gemm(ctx, op, mode, g, attrs, a_ref, b_ref, out)?
+    {
+        return Ok(done);
+    }
     if mode == Mode::BackpropInput
         && attrs.tile.is_none()
         && !attrs.heuristic_gemm
@@ -766,6 +775,157 @@ fn implicit_vec4(
 }
 
 const COL2IM_WGSL: &str = include_str!("col2im.wgsl");
+const IM2COL_WGSL: &str = include_str!("im2col.wgsl");
+
+/// The forward pass or filter gradient of a float32 NHWC one-group convolution whose input
+/// depth is not a multiple of 4 (ResNet's first layer: 3 channels), which the implicit
+/// vector path cannot take: the windows are first written out as columns
+/// col[(n, oy, ox), (r, s, c)] (rows padded to nc, a multiple of 4, with zeros; `im2col.wgsl`),
+/// then multiplied on the matmul vector kernels: forward col x f (the filter padded to nc rows
+/// with zeros), filter gradient col^T x dy with the pixel reduction split into equal chunks
+/// (a batch of products summed by `finalize`), its first R*S*C rows copied out. The columns
+/// must fit 256 MiB (and the binding limit) in one piece; `None`: not applicable.
+#[allow(clippy::too_many_arguments)]
+fn im2col_gemm(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    x_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    if g.nchw || g.groups != 1 || !g.k.is_multiple_of(4) || g.c.is_multiple_of(4) {
+        return Ok(None);
+    }
+    let rsc = g.r * g.s * g.c;
+    let nc = rsc.next_multiple_of(4);
+    let p = g.n * g.oh * g.ow;
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    let budget = max_bind.min(256 << 20);
+    if rsc < 4 || p < 16 || p * nc * 4 > budget {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let (m, n, k, ta) = match mode {
+        Mode::Forward => (p, g.k, nc, false),
+        _ => (nc, g.k, p, true),
+    };
+    let layouts = Layouts {
+        a_kfast: !ta,
+        b_nfast: true,
+    };
+    let heuristic = plain_tile(1, m, n, k);
+    if heuristic.shared_bytes() > shared || !layouts.fit(m, n, k) {
+        return Ok(None);
+    }
+    let x = ctx.bind(x_ref)?;
+    let col = ctx.temp((p * nc * 4) as u64)?;
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "im2col"), || {
+        ShaderSource::new(
+            IM2COL_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$WG", &WG.to_string()),
+        )
+    })?;
+    let total = p * nc;
+    let (groups, row) = grid_1d(total as u64, WG);
+    let words: Vec<u32> = [
+        row as usize,
+        total,
+        g.h,
+        g.w,
+        g.c,
+        g.s,
+        g.oh,
+        g.ow,
+        g.sh,
+        g.sw,
+        g.dh,
+        g.dw,
+        g.pt,
+        g.pl,
+        rsc,
+        nc,
+    ]
+    .iter()
+    .map(|&v| u32_of(op, v))
+    .collect::<Result<_>>()?;
+    ctx.dispatch(&pipeline, &params(&words), &[x, col.clone()], groups)?;
+    let b = ctx.bind(b_ref)?;
+    let o = ctx.bind(out)?;
+    if mode == Mode::Forward {
+        // The filter as nc x K rows (zero rows past R*S*C).
+        let fbytes = (rsc * g.k * 4) as u64;
+        let fpad = if nc == rsc {
+            b
+        } else {
+            let t = ctx.temp((nc * g.k * 4) as u64)?;
+            ctx.copy(&b, &t, fbytes)?;
+            let mut tail = t.clone();
+            tail.offset += fbytes;
+            tail.size -= fbytes;
+            ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
+            t
+        };
+        let gm = Gemm {
+            m,
+            n,
+            k,
+            ta,
+            tb: false,
+            dims: vec![],
+            batches: 1,
+        };
+        let cands = matmul::candidates(Plan::Vec4(heuristic, layouts), 1, m, n, k, layouts, shared);
+        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &fpad, &o))?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &o)?;
+        return Ok(Some(()));
+    }
+    // Filter gradient: split the pixels into equal chunks (a batch of products).
+    let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
+    let splits = attrs
+        .splits
+        .filter(|s| k.is_multiple_of(*s))
+        .unwrap_or_else(|| plain_splits(tiles, k));
+    let chunk = k / splits;
+    let gm = Gemm {
+        m,
+        n,
+        k: chunk,
+        ta,
+        tb: false,
+        dims: if splits > 1 {
+            vec![(splits, chunk * m, chunk * n)]
+        } else {
+            vec![]
+        },
+        batches: splits,
+    };
+    let part = ctx.temp((splits * m * n * 4) as u64)?;
+    let cands = matmul::candidates(
+        Plan::Vec4(heuristic, layouts),
+        splits,
+        m,
+        n,
+        chunk,
+        layouts,
+        shared,
+    );
+    let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &b, &part))?;
+    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &b, &part)?;
+    let len = rsc * g.k;
+    if nc == rsc {
+        finalize(ctx, op, &part, splits, m * n, DType::F32, &o)?;
+    } else {
+        // Sum into nc x K, then keep the first R*S*C rows.
+        let sum = ctx.temp((m * n * 4) as u64)?;
+        finalize(ctx, op, &part, splits, m * n, DType::F32, &sum)?;
+        ctx.copy(&sum, &o, (len * 4) as u64)?;
+    }
+    Ok(Some(()))
+}
 
 /// The input gradient of a float32 NHWC one-group convolution that the implicit vector path
 /// does not take (strided, or input depth not a multiple of 4), as a product into columns,
