@@ -4,8 +4,8 @@
 //! tfwgpu-bench devices
 //! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
 //!                     [--transpose none|a|b|ab]
-//! tfwgpu-bench conv [--cases demo1,demo2,resnet] [--ops fwd,bwd_input,bwd_filter] [--reps N]
-//!                   [--tiles auto,NAME,..] [--json FILE]
+//! tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..] [--ops fwd,bwd_input,bwd_filter]
+//!                   [--reps N] [--sample-ms MS] [--tiles auto,NAME,..] [--json FILE]
 //! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
@@ -28,12 +28,15 @@ const USAGE: &str = "usage:
                       [--transpose none|a|b|ab]
                                              float32 MatMul GFLOP/s per square size (and per
                                              forced kernel tile: auto is the kernel's choice)
-  tfwgpu-bench conv [--cases demo1,demo2,resnet] [--ops fwd,bwd_input,bwd_filter] [--reps N]
+  tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..]
+                    [--ops fwd,bwd_input,bwd_filter] [--reps N] [--sample-ms MS]
                     [--tiles auto,NAME,..] [--json FILE]
-                                             float32 NHWC Conv2D and its gradients, GFLOP/s per
-                                             case (demo1: 128x28x28x1 -> 32 3x3, demo2:
-                                             128x13x13x32 -> 64 3x3, resnet: 8x56x56x64 -> 64
-                                             3x3 SAME), checked against an f64 reference
+                                             float32 NHWC Conv2D (and DepthwiseConv2dNative) and
+                                             the gradients, TFLOP/s per case (demo1:
+                                             128x28x28x1 -> 32 3x3, demo2: 128x13x13x32 -> 64
+                                             3x3, resnet: 8x56x56x64 -> 64 3x3 SAME; resnet50:
+                                             the ResNet-50 layer shapes r50_* and depthwise
+                                             dw_*), sampled against an f64 reference
   tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
                                              MatMul/BatchMatMul (TFLOP/s) and memory-bound
                                              kernels (GB/s and % of the copy bandwidth of the
@@ -333,7 +336,8 @@ fn matmul(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// One convolution case: input [n, h, w, c], filter [r, r, c, k], stride 1, padding.
+/// One convolution case: input [n, h, w, c] (NHWC), filter [r, r, c, k] (HWIO; depthwise:
+/// [r, r, c, 1], output channels k = c), stride `stride` in both spatial dimensions.
 struct ConvCase {
     name: &'static str,
     n: usize,
@@ -342,7 +346,32 @@ struct ConvCase {
     c: usize,
     r: usize,
     k: usize,
+    stride: usize,
     same: bool,
+    depthwise: bool,
+}
+
+const fn cc(
+    name: &'static str,
+    n: usize,
+    hw: usize,
+    c: usize,
+    r: usize,
+    k: usize,
+    stride: usize,
+) -> ConvCase {
+    ConvCase {
+        name,
+        n,
+        h: hw,
+        w: hw,
+        c,
+        r,
+        k,
+        stride,
+        same: true,
+        depthwise: false,
+    }
 }
 
 const CONV_CASES: &[ConvCase] = &[
@@ -354,7 +383,9 @@ const CONV_CASES: &[ConvCase] = &[
         c: 1,
         r: 3,
         k: 32,
+        stride: 1,
         same: false,
+        depthwise: false,
     },
     ConvCase {
         name: "demo2",
@@ -364,27 +395,96 @@ const CONV_CASES: &[ConvCase] = &[
         c: 32,
         r: 3,
         k: 64,
+        stride: 1,
         same: false,
+        depthwise: false,
+    },
+    cc("resnet", 8, 56, 64, 3, 64, 1),
+    // ResNet-50 (v1.5) layer shapes, NHWC, SAME padding.
+    cc("r50_conv1", 32, 224, 3, 7, 64, 2),
+    cc("r50_56_1x1_64_64", 32, 56, 64, 1, 64, 1),
+    cc("r50_56_3x3_64_64", 32, 56, 64, 3, 64, 1),
+    cc("r50_56_3x3_64_64_b64", 64, 56, 64, 3, 64, 1),
+    cc("r50_56_1x1_64_256", 32, 56, 64, 1, 256, 1),
+    cc("r50_56_1x1_256_64", 32, 56, 256, 1, 64, 1),
+    cc("r50_56_1x1_256_128_s2", 32, 56, 256, 1, 128, 2),
+    cc("r50_56_3x3_128_128_s2", 32, 56, 128, 3, 128, 2),
+    cc("r50_28_3x3_128_128", 32, 28, 128, 3, 128, 1),
+    cc("r50_28_1x1_512_128", 32, 28, 512, 1, 128, 1),
+    cc("r50_14_3x3_256_256", 32, 14, 256, 3, 256, 1),
+    cc("r50_14_3x3_256_256_b64", 64, 14, 256, 3, 256, 1),
+    cc("r50_14_1x1_1024_256", 32, 14, 1024, 1, 256, 1),
+    cc("r50_7_3x3_512_512", 32, 7, 512, 3, 512, 1),
+    cc("r50_7_1x1_2048_512", 32, 7, 2048, 1, 512, 1),
+    ConvCase {
+        depthwise: true,
+        ..cc("dw_56_3x3_128", 32, 56, 128, 3, 128, 1)
     },
     ConvCase {
-        name: "resnet",
-        n: 8,
-        h: 56,
-        w: 56,
-        c: 64,
-        r: 3,
-        k: 64,
-        same: true,
+        depthwise: true,
+        ..cc("dw_14_3x3_512", 32, 14, 512, 3, 512, 1)
     },
 ];
 
+/// Named lists of cases for `--cases`.
+fn conv_case_group(name: &str) -> Option<Vec<&'static str>> {
+    let r50: Vec<&str> = CONV_CASES
+        .iter()
+        .filter(|c| c.name.starts_with("r50_") || c.name.starts_with("dw_"))
+        .map(|c| c.name)
+        .collect();
+    match name {
+        "resnet50" => Some(r50),
+        "all" => Some(CONV_CASES.iter().map(|c| c.name).collect()),
+        _ => None,
+    }
+}
+
 impl ConvCase {
+    /// Output (rows, columns) and padding before (rows = columns), as TensorFlow's
+    /// GetWindowedOutputSize computes them.
     fn out_hw(&self) -> (usize, usize, usize) {
+        let s = self.stride;
         if self.same {
-            (self.h, self.w, (self.r - 1) / 2)
+            let oh = self.h.div_ceil(s);
+            let ow = self.w.div_ceil(s);
+            let need = ((oh - 1) * s + self.r).saturating_sub(self.h);
+            (oh, ow, need / 2)
         } else {
-            (self.h - self.r + 1, self.w - self.r + 1, 0)
+            ((self.h - self.r) / s + 1, (self.w - self.r) / s + 1, 0)
         }
+    }
+
+    fn filter_shape(&self) -> [usize; 4] {
+        if self.depthwise {
+            [self.r, self.r, self.c, 1]
+        } else {
+            [self.r, self.r, self.c, self.k]
+        }
+    }
+
+    /// Multiply-adds of one forward pass (the same for both gradients).
+    fn flops(&self) -> f64 {
+        let (oh, ow, _) = self.out_hw();
+        let per_out = if self.depthwise { 1 } else { self.c };
+        2.0 * (self.n * oh * ow * self.k * self.r * self.r * per_out) as f64
+    }
+
+    fn shape_text(&self) -> String {
+        format!(
+            "{}x{}x{}x{} {}x{}x{}x{} s{} {}{}",
+            self.n,
+            self.h,
+            self.w,
+            self.c,
+            self.r,
+            self.r,
+            self.c,
+            if self.depthwise { 1 } else { self.k },
+            self.stride,
+            if self.same { "SAME" } else { "VALID" },
+            if self.depthwise { " depthwise" } else { "" }
+        )
     }
 }
 
@@ -397,11 +497,22 @@ fn check_conv(
     rng: &mut StdRng,
 ) -> f64 {
     let (oh, ow, pad) = c.out_hw();
+    let st = c.stride;
     let xi = |n: usize, y: i64, xx: i64, ch: usize| -> Option<usize> {
         (y >= 0 && xx >= 0 && (y as usize) < c.h && (xx as usize) < c.w)
             .then(|| ((n * c.h + y as usize) * c.w + xx as usize) * c.c + ch)
     };
-    let fi = |r: usize, s: usize, ch: usize, k: usize| ((r * c.r + s) * c.c + ch) * c.k + k;
+    let [_, _, fc, fk] = c.filter_shape();
+    let fi = |r: usize, s: usize, ch: usize, k: usize| {
+        if c.depthwise {
+            (r * c.r + s) * fc + ch
+        } else {
+            ((r * c.r + s) * fc + ch) * fk + k
+        }
+    };
+    // Input channels feeding output channel k.
+    let chans = |k: usize| if c.depthwise { k..k + 1 } else { 0..c.c };
+    let outs = |ch: usize| if c.depthwise { ch..ch + 1 } else { 0..c.k };
     let mut worst = 0.0f64;
     for _ in 0..256 {
         let (mut want, mut scale) = (0.0f64, 0.0f64);
@@ -420,9 +531,9 @@ fn check_conv(
                 );
                 for r in 0..c.r {
                     for s in 0..c.r {
-                        for ch in 0..c.c {
-                            let y = (oy + r) as i64 - pad as i64;
-                            let xx = (ox + s) as i64 - pad as i64;
+                        for ch in chans(k) {
+                            let y = (oy * st + r) as i64 - pad as i64;
+                            let xx = (ox * st + s) as i64 - pad as i64;
                             if let Some(i) = xi(n, y, xx, ch) {
                                 add(x[i], f[fi(r, s, ch, k)]);
                             }
@@ -440,13 +551,17 @@ fn check_conv(
                 );
                 for r in 0..c.r {
                     for s in 0..c.r {
-                        let oy = (y + pad) as i64 - r as i64;
-                        let ox = (xx + pad) as i64 - s as i64;
-                        if oy < 0 || ox < 0 || oy as usize >= oh || ox as usize >= ow {
+                        let ty = (y + pad) as i64 - r as i64;
+                        let tx = (xx + pad) as i64 - s as i64;
+                        if ty < 0 || tx < 0 || ty % st as i64 != 0 || tx % st as i64 != 0 {
                             continue;
                         }
-                        for k in 0..c.k {
-                            let d = ((n * oh + oy as usize) * ow + ox as usize) * c.k + k;
+                        let (oy, ox) = (ty as usize / st, tx as usize / st);
+                        if oy >= oh || ox >= ow {
+                            continue;
+                        }
+                        for k in outs(ch) {
+                            let d = ((n * oh + oy) * ow + ox) * c.k + k;
                             add(dy[d], f[fi(r, s, ch, k)]);
                         }
                     }
@@ -454,17 +569,21 @@ fn check_conv(
                 ((n * c.h + y) * c.w + xx) * c.c + ch
             }
             _ => {
-                let (r, s, ch, k) = (
+                let (r, s, ch) = (
                     rng.random_range(0..c.r),
                     rng.random_range(0..c.r),
                     rng.random_range(0..c.c),
-                    rng.random_range(0..c.k),
                 );
+                let k = if c.depthwise {
+                    ch
+                } else {
+                    rng.random_range(0..c.k)
+                };
                 for n in 0..c.n {
                     for oy in 0..oh {
                         for ox in 0..ow {
-                            let y = (oy + r) as i64 - pad as i64;
-                            let xx = (ox + s) as i64 - pad as i64;
+                            let y = (oy * st + r) as i64 - pad as i64;
+                            let xx = (ox * st + s) as i64 - pad as i64;
                             if let Some(i) = xi(n, y, xx, ch) {
                                 add(x[i], dy[((n * oh + oy) * ow + ox) * c.k + k]);
                             }
@@ -484,12 +603,48 @@ fn check_conv(
     worst
 }
 
+/// Times `run`: one warm-up run, then the median over `reps` samples of `inner` back-to-back
+/// runs and one host wait (`inner` sized for ~`target` seconds per sample, at most 200).
+fn time_runs(
+    dev: &Device,
+    reps: usize,
+    target: f64,
+    run: &dyn Fn() -> Result<(), String>,
+) -> Result<(f64, usize), String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    run()?;
+    dev.synchronize().map_err(e)?;
+    let t0 = Instant::now();
+    run()?;
+    dev.synchronize().map_err(e)?;
+    let one = t0.elapsed().as_secs_f64();
+    let inner = ((target / one.max(1e-7)) as usize).clamp(1, 200);
+    let mut samples = vec![];
+    for _ in 0..reps.max(1) {
+        dev.synchronize().map_err(e)?;
+        let t0 = Instant::now();
+        for _ in 0..inner {
+            run()?;
+        }
+        dev.synchronize().map_err(e)?;
+        samples.push(t0.elapsed().as_secs_f64() / inner as f64);
+    }
+    samples.sort_by(f64::total_cmp);
+    Ok((samples[samples.len() / 2], inner))
+}
+
 fn conv(args: &[String]) -> Result<(), String> {
     let e = |e: tfwgpu_runtime::Error| e.to_string();
-    let cases: Vec<&str> = flag(args, "--cases")
+    let mut cases: Vec<&str> = vec![];
+    for name in flag(args, "--cases")
         .unwrap_or("demo1,demo2,resnet")
         .split(',')
-        .collect();
+    {
+        match conv_case_group(name) {
+            Some(list) => cases.extend(list),
+            None => cases.push(name),
+        }
+    }
     let ops: Vec<&str> = flag(args, "--ops")
         .unwrap_or("fwd,bwd_input,bwd_filter")
         .split(',')
@@ -499,12 +654,17 @@ fn conv(args: &[String]) -> Result<(), String> {
         .unwrap_or("3")
         .parse()
         .map_err(|_| "bad --reps")?;
+    let target: f64 = flag(args, "--sample-ms")
+        .unwrap_or("100")
+        .parse::<f64>()
+        .map_err(|_| "bad --sample-ms")?
+        / 1e3;
     let rt = open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(11);
     println!(
-        "{:>7} {:>10} {:>14} {:>10} {:>10} {:>8} {:>8}",
-        "case", "op", "tile", "median ms", "GFLOP/s", "rel err", "inner"
+        "{:>24} {:>10} {:>14} {:>10} {:>8} {:>8} {:>6}",
+        "case", "op", "tile", "median ms", "TFLOP/s", "rel err", "inner"
     );
     let mut rows = vec![];
     for name in cases {
@@ -513,21 +673,27 @@ fn conv(args: &[String]) -> Result<(), String> {
             .find(|c| c.name == name)
             .ok_or_else(|| format!("no conv case {name:?}"))?;
         let (oh, ow, _) = c.out_hw();
+        let fshape = c.filter_shape();
         let x = random(&mut rng, c.n * c.h * c.w * c.c);
-        let f = random(&mut rng, c.r * c.r * c.c * c.k);
+        let f = random(&mut rng, fshape.iter().product());
         let dy = random(&mut rng, c.n * oh * ow * c.k);
         let gx = dev.upload(&x, &[c.n, c.h, c.w, c.c]).map_err(e)?;
-        let gf = dev.upload(&f, &[c.r, c.r, c.c, c.k]).map_err(e)?;
+        let gf = dev.upload(&f, &fshape).map_err(e)?;
         let gdy = dev.upload(&dy, &[c.n, oh, ow, c.k]).map_err(e)?;
         let xs =
             tfwgpu_runtime::HostTensor::vec_i32(&[c.n as i32, c.h as i32, c.w as i32, c.c as i32]);
-        let fs =
-            tfwgpu_runtime::HostTensor::vec_i32(&[c.r as i32, c.r as i32, c.c as i32, c.k as i32]);
-        let flops = 2.0 * (c.n * oh * ow * c.k * c.r * c.r * c.c) as f64;
+        let fs = tfwgpu_runtime::HostTensor::vec_i32(&fshape.map(|d| d as i32));
+        let flops = c.flops();
+        let prefix = if c.depthwise {
+            "DepthwiseConv2dNative"
+        } else {
+            "Conv2D"
+        };
         for &op in &ops {
             for &t in &tiles {
+                let st = c.stride as i64;
                 let mut attrs = Attrs::new()
-                    .with("strides", AttrValue::Ints(vec![1; 4]))
+                    .with("strides", AttrValue::Ints(vec![1, st, st, 1]))
                     .with(
                         "padding",
                         AttrValue::Str(if c.same { "SAME" } else { "VALID" }.into()),
@@ -535,58 +701,54 @@ fn conv(args: &[String]) -> Result<(), String> {
                 if t != "auto" {
                     attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
                 }
-                let (tf_op, inputs): (&str, Vec<Arg>) = match op {
-                    "fwd" => ("Conv2D", vec![Arg::from(&gx), Arg::from(&gf)]),
+                let (tf_op, inputs, out_len): (String, Vec<Arg>, usize) = match op {
+                    "fwd" => (
+                        prefix.to_string(),
+                        vec![Arg::from(&gx), Arg::from(&gf)],
+                        dy.len(),
+                    ),
                     "bwd_input" => (
-                        "Conv2DBackpropInput",
+                        format!("{prefix}BackpropInput"),
                         vec![Arg::from(&xs), Arg::from(&gf), Arg::from(&gdy)],
+                        x.len(),
                     ),
                     "bwd_filter" => (
-                        "Conv2DBackpropFilter",
+                        format!("{prefix}BackpropFilter"),
                         vec![Arg::from(&gx), Arg::from(&fs), Arg::from(&gdy)],
+                        f.len(),
                     ),
                     o => return Err(format!("bad op {o:?} (fwd, bwd_input, bwd_filter)")),
                 };
-                let kernel = dev.kernel(tf_op, &attrs).map_err(e)?;
+                let kernel = dev.kernel(&tf_op, &attrs).map_err(e)?;
                 let run = || dev.run_kernel(kernel.as_ref(), &inputs).map_err(e);
-                let result = run().and_then(|out| {
+                let result = (|| {
+                    // Poison the memory the checked output will likely take.
+                    drop(
+                        dev.upload(&vec![f32::NAN; out_len], &[out_len])
+                            .map_err(e)?,
+                    );
+                    let out = run()?;
                     let got = out[0].download::<f32>().map_err(e)?;
                     let err = check_conv(c, op, (&x, &f, &dy), &got, &mut rng);
                     drop(out);
-                    let t0 = Instant::now();
-                    drop(run()?);
-                    dev.synchronize().map_err(e)?;
-                    let one = t0.elapsed().as_secs_f64();
-                    let inner = ((0.2 / one.max(1e-7)) as usize).clamp(1, 100);
-                    let mut samples = vec![];
-                    for _ in 0..reps.max(1) {
-                        dev.synchronize().map_err(e)?;
-                        let t0 = Instant::now();
-                        for _ in 0..inner {
-                            drop(run()?);
-                        }
-                        dev.synchronize().map_err(e)?;
-                        samples.push(t0.elapsed().as_secs_f64() / inner as f64);
-                    }
-                    samples.sort_by(f64::total_cmp);
-                    Ok((samples[samples.len() / 2], err, inner))
-                });
+                    let (med, inner) = time_runs(dev, reps, target, &|| run().map(drop))?;
+                    Ok::<_, String>((med, err, inner))
+                })();
                 match result {
                     Ok((med, err, inner)) => {
                         println!(
-                            "{:>7} {:>10} {:>14} {:>10.2} {:>10.2} {:>8.1e} {:>8}",
+                            "{:>24} {:>10} {:>14} {:>10.4} {:>8.2} {:>8.1e} {:>6}",
                             c.name,
                             op,
                             t,
                             med * 1e3,
-                            flops / med / 1e9,
+                            flops / med / 1e12,
                             err,
                             inner
                         );
-                        rows.push(json!({"case": c.name, "op": op, "tile": t,
-                            "input": [c.n, c.h, c.w, c.c], "filter": [c.r, c.r, c.c, c.k],
-                            "padding": if c.same { "SAME" } else { "VALID" },
-                            "median_ms": med * 1e3, "gflops": flops / med / 1e9,
+                        rows.push(json!({"case": c.name, "op": op, "shape": c.shape_text(),
+                            "dtype": "f32", "impl": "tfwgpu", "tile": t,
+                            "ms": med * 1e3, "tflops": flops / med / 1e12,
                             "rel_err": err, "inner": inner, "reps": reps}));
                         if err > 1e-5 {
                             return Err(format!(
@@ -595,7 +757,7 @@ fn conv(args: &[String]) -> Result<(), String> {
                             ));
                         }
                     }
-                    Err(err) => println!("{:>7} {op:>10} {t:>14} failed: {err}", c.name),
+                    Err(err) => println!("{:>24} {op:>10} {t:>14} failed: {err}", c.name),
                 }
             }
         }

@@ -505,6 +505,77 @@ fn conv2d_tiles_and_splits() {
     }
 }
 
+/// The GPU adapters' automatic path ("gpu"): 1x1 stride-1 NHWC float32 convolutions run on
+/// the matmul family's vector kernels (channel counts multiples of 4), the filter gradient
+/// with its pixel reduction split into equal chunks (a batch of products summed after);
+/// other shapes (depths not multiples of 4, NCHW, float16, strides) keep the implicit GEMM.
+#[test]
+fn conv2d_1x1_on_matmul_kernels() {
+    let configs = [
+        // P = 189 pixels: no tile divides it.
+        cfg(3, (9, 7), 12, (1, 1), 20, (1, 1), (1, 1), Pad::Valid),
+        // P = 832 >= 512: the filter gradient splits the reduction (832 = 2 * 416).
+        cfg(4, (16, 13), 8, (1, 1), 16, (1, 1), (1, 1), Pad::Same),
+        // A deeper reduction (K = 132) and wider output.
+        cfg(2, (5, 11), 132, (1, 1), 68, (1, 1), (1, 1), Pad::Valid),
+        // Not multiples of 4, NCHW, strided: the implicit GEMM.
+        cfg(2, (5, 6), 17, (1, 1), 35, (1, 1), (1, 1), Pad::Valid),
+        nchw(cfg(2, (5, 6), 16, (1, 1), 36, (1, 1), (1, 1), Pad::Valid)),
+        cfg(2, (8, 6), 16, (1, 1), 36, (2, 2), (1, 1), Pad::Same),
+        // Windows on the vector shader (implicit.wgsl): 3x3 SAME; strided (the input
+        // gradient keeps the implicit GEMM); dilated with explicit asymmetric padding; a
+        // split filter gradient (832 pixels).
+        cfg(2, (9, 7), 8, (3, 3), 12, (1, 1), (1, 1), Pad::Same),
+        cfg(3, (9, 8), 4, (3, 3), 20, (2, 2), (1, 1), Pad::Same),
+        cfg(
+            2,
+            (7, 9),
+            12,
+            (3, 2),
+            8,
+            (1, 1),
+            (2, 1),
+            Pad::Explicit(2, 0, 1, 3),
+        ),
+        cfg(4, (16, 13), 8, (3, 3), 16, (1, 1), (1, 1), Pad::Valid),
+        // Input depth 3 (ResNet's first layer, 7x7 stride 2 SAME): the input gradient as a
+        // product into columns (R*S*C = 147 padded to 148) and col2im; a dilated strided one.
+        cfg(2, (11, 10), 3, (7, 7), 8, (2, 2), (1, 1), Pad::Same),
+        cfg(3, (9, 10), 6, (3, 2), 12, (2, 3), (2, 1), Pad::Valid),
+        // Input depth 3 at stride 1 and a 1x1 of depth 6 (columns for forward and filter
+        // gradient too; 34 * 36 = 1224 pixels: a split filter gradient).
+        cfg(2, (34, 18), 3, (3, 3), 8, (1, 1), (1, 1), Pad::Same),
+        cfg(2, (5, 6), 6, (1, 1), 4, (1, 1), (1, 1), Pad::Valid),
+    ];
+    let mut seed = 350;
+    for c in &configs {
+        for dtype in [DType::F32, DType::F16] {
+            let extra = [("_tfwgpu_tile", AttrValue::Str("gpu".into()))];
+            check_conv(c, dtype, &extra, seed);
+            seed += 1;
+        }
+    }
+    // The columns in groups of images (`_tfwgpu_splits` = images per group): 3 images as 2 + 1.
+    for group in [1, 2] {
+        let extra = [
+            ("_tfwgpu_tile", AttrValue::Str("gpu".into())),
+            ("_tfwgpu_splits", AttrValue::Int(group)),
+        ];
+        check_conv(&configs[7], DType::F32, &extra, seed);
+        check_conv(&configs[11], DType::F32, &extra, seed + 1);
+        seed += 2;
+    }
+    // Forced splits: a divisor of the 832 pixels (4), and one that is not (3: the heuristic).
+    for splits in [4, 3, 1] {
+        let extra = [
+            ("_tfwgpu_tile", AttrValue::Str("gpu".into())),
+            ("_tfwgpu_splits", AttrValue::Int(splits)),
+        ];
+        check_conv(&configs[1], DType::F32, &extra, seed);
+        seed += 1;
+    }
+}
+
 /// The CPU-adapter tiles (`conv/cpu.rs`: float32, NHWC, one group), each forced, with and
 /// without a split batch in the filter gradient: scalar loads (depths not multiples of 4),
 /// vector loads (multiples of 4), strides, dilations, explicit padding, 1x1. Skipped, visibly,

@@ -13,12 +13,17 @@
 //! per split, and `finalize` sums the copies and stores the dtype.
 
 use crate::kernel::{DeviceRef, KernelContext, MAX_GROUPS_X, grid_1d};
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, bind_out};
+use crate::kernels::matmul::{
+    self, Gemm, Hooks, Layouts, Plan, V4_64X64X16_4X4S1, V4_64X64X32_4X4S1, V4_128X128X16_8X16S1,
+    V4_128X256X16_8X16S1, V4_256X128X16_16X8S1, Vec4Tile,
+};
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 use super::{ConvAttrs, Geom};
+use crate::tune::{Tuner, bucket};
 
 const CONV_GEMM_WGSL: &str = include_str!("conv_gemm.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
@@ -205,12 +210,147 @@ pub(super) fn record(
         (x, y)
     };
 
+    if plain
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = plain_matmul(ctx, op, mode, g, attrs, a_ref, b_ref, out)?
+    {
+        return Ok(done);
+    }
+    if !plain
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = implicit_vec4(ctx, op, mode, g, attrs, a_ref, b_ref, out)?
+    {
+        return Ok(done);
+    }
+    if mode != Mode::BackpropInput
+        && !plain
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = im2col_gemm(ctx, op, mode, g, attrs, a_ref, b_ref, out)?
+    {
+        return Ok(done);
+    }
+    if mode == Mode::BackpropInput
+        && attrs.tile.is_none()
+        && !attrs.heuristic_gemm
+        && dtype == DType::F32
+        && let Some(done) = bwd_input_col2im(ctx, op, g, attrs.splits, b_ref, a_ref, out)?
+    {
+        return Ok(done);
+    }
+    let ctxs = Ctx {
+        ctx,
+        op,
+        g,
+        attrs,
+        a_ref,
+        b_ref,
+        out,
+    };
+    let shape = Shape {
+        m,
+        n,
+        k,
+        mode_id,
+        a_mfast,
+        b_nfast,
+        xs,
+        ys,
+    };
     let tile = match &attrs.tile {
         Some(name) => *TILES.iter().find(|t| t.name == name).ok_or_else(|| {
             Error::InvalidArgument(format!("{op}: _tfwgpu_tile {name:?} names no conv tile"))
         })?,
-        None => choose_tile(m, n, g.groups),
+        None => {
+            let heuristic = choose_tile(m, n, g.groups);
+            let tuner = Tuner::of(&ctx.dev.desc);
+            if tuner.enabled() && !attrs.heuristic_gemm {
+                // Every tile is valid for every shape; skip those far larger than the output.
+                let mut cands = vec![heuristic];
+                for t in TILES {
+                    let waste = t.bm as usize > 2 * m.max(32) || t.bn as usize > 2 * n.max(32);
+                    if !waste && !cands.contains(t) {
+                        cands.push(*t);
+                    }
+                }
+                let key = format!(
+                    "conv/{dtype}/{}/r{}s{}/st{}x{}/m{}/n{}/k{}/g{}",
+                    ["fwd", "bwd_input", "bwd_filter", "plain"][mode_id],
+                    g.r,
+                    g.s,
+                    g.sh,
+                    g.sw,
+                    bucket(m),
+                    bucket(n),
+                    bucket(k),
+                    bucket(g.groups)
+                );
+                let names: Vec<String> = cands.iter().map(|t| t.name.to_string()).collect();
+                let i = tuner.choose(ctx, &key, &names, 0, &|i| {
+                    record_tile(&ctxs, &shape, cands[i])
+                });
+                cands[i]
+            } else {
+                heuristic
+            }
+        }
     };
+    record_tile(&ctxs, &shape, tile)
+}
+
+/// The arguments of one convolution's product.
+#[derive(Clone, Copy)]
+struct Ctx<'a, 'c> {
+    ctx: &'a KernelContext<'c>,
+    op: &'a str,
+    g: &'a Geom,
+    attrs: &'a ConvAttrs,
+    a_ref: &'a DeviceRef,
+    b_ref: &'a DeviceRef,
+    out: &'a DeviceRef,
+}
+
+/// The product's sizes, shader mode and strides.
+#[derive(Clone, Copy)]
+struct Shape {
+    m: usize,
+    n: usize,
+    k: usize,
+    mode_id: usize,
+    a_mfast: bool,
+    b_nfast: bool,
+    xs: [usize; 4],
+    ys: [usize; 4],
+}
+
+/// Records the product with `tile` (and its split-K finalize pass).
+fn record_tile(c: &Ctx, s: &Shape, tile: Tile) -> Result<()> {
+    let Ctx {
+        ctx,
+        op,
+        g,
+        attrs,
+        a_ref,
+        b_ref,
+        out,
+    } = *c;
+    let Shape {
+        m,
+        n,
+        k,
+        mode_id,
+        a_mfast,
+        b_nfast,
+        xs,
+        ys,
+    } = *s;
+    let dtype = out.desc.dtype;
+    let kg = g.kg();
     let tiles_x = n.div_ceil(tile.bn as usize);
     let tiles_y = m.div_ceil(tile.bm as usize);
     let out_len = out.desc.num_elements();
@@ -257,15 +397,33 @@ pub(super) fn record(
         ctx.temp(bytes)?
     };
 
+    // TFWGPU_CONV_CHECKED=1 keeps wgpu's bounds checks (to measure what skipping them gains).
+    let trusted = std::env::var_os("TFWGPU_CONV_CHECKED").is_none_or(|v| v == "0");
     let spec = format!(
-        "gemm_{}_{}_{}{}",
+        "gemm_{}_{}_{}{}{}",
         ["fwd", "bwd_input", "bwd_filter", "plain"][mode_id],
         tile.name,
         if a_mfast { "m" } else { "k" },
-        if b_nfast { "n" } else { "k" }
+        if b_nfast { "n" } else { "k" },
+        if trusted { "" } else { "_checked" }
     );
+    // Bounds checks off (`Checks::Trusted`): every index of conv_gemm.wgsl is in range by
+    // construction. Workgroup tiles: stores at a_k * BM + a_m and b_k * BN + b_n with
+    // e = l + i * NT < BM * BK (resp. BN * BK; `Tile::is_valid`), so a_m < BM, a_k < BK; reads
+    // at kk * BM + ty + i * TY < BK * BM. Private arrays: loop counters below their constant
+    // sizes. Global reads happen only for m < M and k < kend <= K (`a_val`, `b_val` return 0
+    // otherwise) and, for windows, only for taps with 0 <= iy < H, 0 <= ix < W (forward, filter
+    // gradient) or 0 <= oy < OH, 0 <= ox < OW (input gradient); the decomposed indices (batch
+    // < N, channel < cg or kg, group < groups, filter tap < R * S) then address elements of
+    // x, dy and the filter through their own strides, so the largest offset is the tensor's
+    // last element. The plain mode uses the matrix strides of the same tensors (m < M, k < K,
+    // j < N). Stores: rows m < M, columns n < N at the output's own offsets, plus split *
+    // out_len with split < splits into a temporary of splits * out_len values. Every tensor
+    // has fewer than 2^31 elements (`Conv::geometry`), the temporary at most
+    // max_storage_buffer_binding_size bytes, so no offset wraps in u32; signed window
+    // coordinates are range-checked before they are converted.
     let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(dtype), spec), || {
-        ShaderSource::new(
+        let mut src = ShaderSource::new(
             CONV_GEMM_WGSL
                 .replace("$COMMON", COMMON_WGSL)
                 .replace("$STORE", store_type(dtype))
@@ -279,7 +437,11 @@ pub(super) fn record(
                 .replace("$TILE_BK", &tile.bk.to_string())
                 .replace("$TILE_TM", &tile.tm.to_string())
                 .replace("$TILE_TN", &tile.tn.to_string()),
-        )
+        );
+        if trusted {
+            src.checks = Checks::Trusted;
+        }
+        src
     })?;
     let a = ctx.bind(a_ref)?;
     let b = ctx.bind(b_ref)?;
@@ -305,6 +467,581 @@ pub(super) fn record(
         finalize(ctx, op, &part, splits, out_len, dtype, &o)?;
     }
     Ok(())
+}
+
+/// The heuristic vector tile for a 1x1 convolution's product of M x N (before tuning): large
+/// tiles only where the output has the columns for them and enough tiles fill the GPU
+/// (`matmul::choose` favours 256x128 for any tall product, wasting half of it when N is 64).
+fn plain_tile(batches: usize, m: usize, n: usize, k: usize) -> Vec4Tile {
+    let tiles = |bm: usize, bn: usize| batches * m.div_ceil(bm) * n.div_ceil(bn);
+    if n >= 256 && tiles(128, 256) >= 120 {
+        V4_128X256X16_8X16S1
+    } else if n >= 128 && m >= 256 && tiles(256, 128) >= 120 {
+        V4_256X128X16_16X8S1
+    } else if n >= 128 && m >= 128 && tiles(128, 128) >= 192 {
+        V4_128X128X16_8X16S1
+    } else if k >= 32 {
+        V4_64X64X32_4X4S1
+    } else {
+        V4_64X64X16_4X4S1
+    }
+}
+
+/// Splits of the reduction of a 1x1 filter gradient (K = pixels): a divisor of `k` (the
+/// chunks must be equal: they are batches of one product) giving about TARGET_GROUPS
+/// workgroups with chunks of at least 256 pixels; 1 when the output already fills the GPU.
+fn plain_splits(out_tiles: usize, k: usize) -> usize {
+    if out_tiles >= TARGET_GROUPS || k < 512 {
+        return 1;
+    }
+    let want = TARGET_GROUPS.div_ceil(out_tiles).min(k / 256).clamp(1, 64);
+    (1..=want).rev().find(|s| k.is_multiple_of(*s)).unwrap_or(1)
+}
+
+/// A 1x1, stride-1, unpadded NHWC float32 convolution (or gradient) as a product of plain
+/// matrices on the matmul family's vector kernels, when their layouts fit (channel counts
+/// multiples of 4). `None`: not applicable (the caller uses the implicit GEMM).
+///
+/// | mode           | A (stored)            | B (stored)          | C        |
+/// |----------------|-----------------------|---------------------|----------|
+/// | Forward        | x [P, C]              | f [C, K]            | y [P, K] |
+/// | BackpropInput  | dy [P, K]             | f [C, K] as N x K   | dx [P, C]|
+/// | BackpropFilter | x [P, C] as K x M     | dy [P, K]           | f [C, K] |
+///
+/// (P = n * h * w pixels.) The filter gradient splits its reduction over pixels into equal
+/// chunks run as a batch of products into a temporary, summed by `finalize`.
+#[allow(clippy::too_many_arguments)]
+fn plain_matmul(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    let p = g.n * g.h * g.w;
+    let (c, kk) = (g.c, g.k);
+    let (m, n, k, ta, tb) = match mode {
+        Mode::Forward => (p, kk, c, false, false),
+        Mode::BackpropInput => (p, c, kk, false, true),
+        Mode::BackpropFilter => (c, kk, p, true, false),
+    };
+    let layouts = Layouts {
+        a_kfast: !ta,
+        b_nfast: !tb,
+    };
+    if !layouts.fit(m, n, k) || m < 16 || n < 16 || k == 0 {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let heuristic = plain_tile(1, m, n, k);
+    if heuristic.shared_bytes() > shared {
+        return Ok(None);
+    }
+    let splits = if mode == Mode::BackpropFilter {
+        let t = plain_tile(1, m, n, k);
+        let tiles = m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+        let s = attrs
+            .splits
+            .filter(|s| k.is_multiple_of(*s))
+            .unwrap_or_else(|| plain_splits(tiles, k));
+        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
+            1
+        } else {
+            s
+        }
+    } else {
+        1
+    };
+    let chunk = k / splits;
+    let (sa, sb) = (chunk * m, chunk * n);
+    let gm = Gemm {
+        m,
+        n,
+        k: chunk,
+        ta,
+        tb,
+        dims: if splits > 1 {
+            vec![(splits, sa, sb)]
+        } else {
+            vec![]
+        },
+        batches: splits,
+    };
+    let a = ctx.bind(a_ref)?;
+    let b = ctx.bind(b_ref)?;
+    let o = ctx.bind(out)?;
+    let c_buf = if splits > 1 {
+        ctx.temp((splits * m * n * 4) as u64)?
+    } else {
+        o.clone()
+    };
+    let heuristic = Plan::Vec4(heuristic, layouts);
+    let cands = matmul::candidates(heuristic, splits, m, n, chunk, layouts, shared);
+    let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&a, &b, &c_buf))?;
+    tracing::debug!("{op} 1x1 as {m}x{n}x{chunk} x{splits}: {plan:?}");
+    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &a, &b, &c_buf)?;
+    if splits > 1 {
+        finalize(ctx, op, &c_buf, splits, m * n, DType::F32, &o)?;
+    }
+    Ok(Some(()))
+}
+
+const IMPLICIT_WGSL: &str = include_str!("implicit.wgsl");
+
+/// The hooks of `implicit.wgsl` for one mode: the lines between `#if MODE_<NAME>` and
+/// `#endif` of that mode, and those outside every block.
+fn implicit_hooks(mode: Mode) -> Hooks {
+    let want = match mode {
+        Mode::Forward => "MODE_FWD",
+        Mode::BackpropInput => "MODE_BWD_INPUT",
+        Mode::BackpropFilter => "MODE_BWD_FILTER",
+    };
+    let mut keep = true;
+    let mut text = String::new();
+    for line in IMPLICIT_WGSL.lines() {
+        if let Some(name) = line.strip_prefix("#if ") {
+            keep = name.trim() == want;
+        } else if line.starts_with("#endif") {
+            keep = true;
+        } else if keep {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    Hooks {
+        a: true,
+        b: mode == Mode::BackpropInput,
+        wgsl: text,
+    }
+}
+
+/// A float32 NHWC one-group convolution (or gradient) that is not a plain product, on the
+/// matmul family's register-blocked vector shader with its operands addressed through the
+/// windows (`implicit.wgsl`): channel counts multiples of 4 (a vector never leaves its pixel),
+/// the input gradient only at stride 1 (taps between strided outputs would be wasted work).
+/// The filter gradient splits its pixel reduction into equal chunks as a batch of products
+/// summed by `finalize`. Tuning (when on) times the vector tiles and the heuristic tile of
+/// the implicit GEMM shader; `None`: not applicable.
+#[allow(clippy::too_many_arguments)]
+fn implicit_vec4(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    if g.nchw || g.groups != 1 || !g.c.is_multiple_of(4) || !g.k.is_multiple_of(4) {
+        return Ok(None);
+    }
+    if mode == Mode::BackpropInput && (g.sh != 1 || g.sw != 1) {
+        return Ok(None);
+    }
+    let (rsz, p_in, p_out) = (g.r * g.s, g.n * g.h * g.w, g.n * g.oh * g.ow);
+    let (m, n, k, ta, tb) = match mode {
+        Mode::Forward => (p_out, g.k, rsz * g.c, false, false),
+        Mode::BackpropInput => (p_in, g.c, rsz * g.k, false, true),
+        Mode::BackpropFilter => (rsz * g.c, g.k, p_out, true, false),
+    };
+    let layouts = Layouts {
+        a_kfast: !ta,
+        b_nfast: !tb,
+    };
+    if !layouts.fit(m, n, k) || m < 16 || n < 16 || k == 0 {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let heuristic = plain_tile(1, m, n, k);
+    if heuristic.shared_bytes() > shared {
+        return Ok(None);
+    }
+    let splits = if mode == Mode::BackpropFilter {
+        let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
+        let s = attrs
+            .splits
+            .filter(|s| k.is_multiple_of(*s))
+            .unwrap_or_else(|| plain_splits(tiles, k));
+        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
+            1
+        } else {
+            s
+        }
+    } else {
+        1
+    };
+    let chunk = k / splits;
+    // Batch offsets: A's is the first K index of the split (the hook adds it), B's (dy, plain)
+    // its first row.
+    let gm = Gemm {
+        m,
+        n,
+        k: chunk,
+        ta,
+        tb,
+        dims: if splits > 1 {
+            vec![(splits, chunk, chunk * n)]
+        } else {
+            vec![]
+        },
+        batches: splits,
+    };
+    let hp: Vec<u32> = [
+        g.h, g.w, g.c, g.oh, g.ow, g.k, g.s, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl,
+    ]
+    .iter()
+    .map(|&v| u32_of(op, v))
+    .collect::<Result<_>>()?;
+    let hooks = implicit_hooks(mode);
+    let name = ["cv4fwd", "cv4bwdi", "cv4bwdf"][mode as usize];
+    let a = ctx.bind(a_ref)?;
+    let b = ctx.bind(b_ref)?;
+    let o = ctx.bind(out)?;
+    let c_buf = if splits > 1 {
+        ctx.temp((splits * m * n * 4) as u64)?
+    } else {
+        o.clone()
+    };
+    let record = |plan: Plan| -> Result<()> {
+        matmul::record_plan_hooked(
+            ctx,
+            op,
+            plan,
+            DType::F32,
+            &gm,
+            (&a, &b, &c_buf),
+            Some((name, &hooks, &hp)),
+        )?;
+        if splits > 1 {
+            finalize(ctx, op, &c_buf, splits, m * n, DType::F32, &o)?;
+        }
+        Ok(())
+    };
+    let heuristic = Plan::Vec4(heuristic, layouts);
+    let tuner = Tuner::of(&ctx.dev.desc);
+    if !tuner.enabled() {
+        record(heuristic)?;
+        return Ok(Some(()));
+    }
+    // Candidates: the vector tiles, and the implicit GEMM shader's own heuristic tile (so
+    // that tuning never does worse than that path).
+    let cands = matmul::candidates(heuristic, splits, m, n, chunk, layouts, shared);
+    let old = choose_tile(m, n, 1);
+    let mut names: Vec<String> = cands
+        .iter()
+        .map(|p| match p {
+            Plan::Vec4(t, _) => t.name.to_string(),
+            _ => format!("{p:?}"),
+        })
+        .collect();
+    names.push(format!("gemm_{}", old.name));
+    let key = format!(
+        "conv/f32/{name}/r{}s{}/st{}x{}/m{}/n{}/k{}",
+        g.r,
+        g.s,
+        g.sh,
+        g.sw,
+        bucket(m),
+        bucket(n),
+        bucket(k)
+    );
+    let run_old = || -> Result<()> {
+        let o_attrs = ConvAttrs {
+            tile: Some(old.name.to_string()),
+            ..attrs.clone()
+        };
+        self::record(ctx, op, mode, g, &o_attrs, a_ref, b_ref, out)
+    };
+    let i = tuner.choose(ctx, &key, &names, 0, &|i| {
+        if i < cands.len() {
+            record(cands[i])
+        } else {
+            run_old()
+        }
+    });
+    tracing::debug!("{op} implicit {m}x{n}x{chunk} x{splits}: {}", names[i]);
+    if i < cands.len() {
+        record(cands[i])?;
+    } else {
+        run_old()?;
+    }
+    Ok(Some(()))
+}
+
+const COL2IM_WGSL: &str = include_str!("col2im.wgsl");
+const IM2COL_WGSL: &str = include_str!("im2col.wgsl");
+
+/// The forward pass or filter gradient of a float32 NHWC one-group convolution whose input
+/// depth is not a multiple of 4 (ResNet's first layer: 3 channels), which the implicit
+/// vector path cannot take: the windows are first written out as columns
+/// col[(n, oy, ox), (r, s, c)] (rows padded to nc, a multiple of 4, with zeros; `im2col.wgsl`),
+/// then multiplied on the matmul vector kernels: forward col x f (the filter padded to nc rows
+/// with zeros), filter gradient col^T x dy with the pixel reduction split into equal chunks
+/// (a batch of products summed by `finalize`), its first R*S*C rows copied out. The columns
+/// must fit 256 MiB (and the binding limit) in one piece; `None`: not applicable.
+#[allow(clippy::too_many_arguments)]
+fn im2col_gemm(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    x_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    if g.nchw || g.groups != 1 || !g.k.is_multiple_of(4) || g.c.is_multiple_of(4) {
+        return Ok(None);
+    }
+    let rsc = g.r * g.s * g.c;
+    let nc = rsc.next_multiple_of(4);
+    let p = g.n * g.oh * g.ow;
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    let budget = max_bind.min(256 << 20);
+    if rsc < 4 || p < 16 || p * nc * 4 > budget {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let (m, n, k, ta) = match mode {
+        Mode::Forward => (p, g.k, nc, false),
+        _ => (nc, g.k, p, true),
+    };
+    let layouts = Layouts {
+        a_kfast: !ta,
+        b_nfast: true,
+    };
+    let heuristic = plain_tile(1, m, n, k);
+    if heuristic.shared_bytes() > shared || !layouts.fit(m, n, k) {
+        return Ok(None);
+    }
+    let x = ctx.bind(x_ref)?;
+    let col = ctx.temp((p * nc * 4) as u64)?;
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "im2col"), || {
+        ShaderSource::new(
+            IM2COL_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$WG", &WG.to_string()),
+        )
+    })?;
+    let total = p * nc;
+    let (groups, row) = grid_1d(total as u64, WG);
+    let words: Vec<u32> = [
+        row as usize,
+        total,
+        g.h,
+        g.w,
+        g.c,
+        g.s,
+        g.oh,
+        g.ow,
+        g.sh,
+        g.sw,
+        g.dh,
+        g.dw,
+        g.pt,
+        g.pl,
+        rsc,
+        nc,
+    ]
+    .iter()
+    .map(|&v| u32_of(op, v))
+    .collect::<Result<_>>()?;
+    ctx.dispatch(&pipeline, &params(&words), &[x, col.clone()], groups)?;
+    let b = ctx.bind(b_ref)?;
+    let o = ctx.bind(out)?;
+    if mode == Mode::Forward {
+        // The filter as nc x K rows (zero rows past R*S*C).
+        let fbytes = (rsc * g.k * 4) as u64;
+        let fpad = if nc == rsc {
+            b
+        } else {
+            let t = ctx.temp((nc * g.k * 4) as u64)?;
+            ctx.copy(&b, &t, fbytes)?;
+            let mut tail = t.clone();
+            tail.offset += fbytes;
+            tail.size -= fbytes;
+            ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
+            t
+        };
+        let gm = Gemm {
+            m,
+            n,
+            k,
+            ta,
+            tb: false,
+            dims: vec![],
+            batches: 1,
+        };
+        let cands = matmul::candidates(Plan::Vec4(heuristic, layouts), 1, m, n, k, layouts, shared);
+        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &fpad, &o))?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &o)?;
+        return Ok(Some(()));
+    }
+    // Filter gradient: split the pixels into equal chunks (a batch of products).
+    let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
+    let splits = attrs
+        .splits
+        .filter(|s| k.is_multiple_of(*s))
+        .unwrap_or_else(|| plain_splits(tiles, k));
+    let chunk = k / splits;
+    let gm = Gemm {
+        m,
+        n,
+        k: chunk,
+        ta,
+        tb: false,
+        dims: if splits > 1 {
+            vec![(splits, chunk * m, chunk * n)]
+        } else {
+            vec![]
+        },
+        batches: splits,
+    };
+    let part = ctx.temp((splits * m * n * 4) as u64)?;
+    let cands = matmul::candidates(
+        Plan::Vec4(heuristic, layouts),
+        splits,
+        m,
+        n,
+        chunk,
+        layouts,
+        shared,
+    );
+    let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &b, &part))?;
+    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &b, &part)?;
+    let len = rsc * g.k;
+    if nc == rsc {
+        finalize(ctx, op, &part, splits, m * n, DType::F32, &o)?;
+    } else {
+        // Sum into nc x K, then keep the first R*S*C rows.
+        let sum = ctx.temp((m * n * 4) as u64)?;
+        finalize(ctx, op, &part, splits, m * n, DType::F32, &sum)?;
+        ctx.copy(&sum, &o, (len * 4) as u64)?;
+    }
+    Ok(Some(()))
+}
+
+/// The input gradient of a float32 NHWC one-group convolution that the implicit vector path
+/// does not take (strided, or input depth not a multiple of 4), as a product into columns,
+/// col[(n, oy, ox), (r, s, c)] = dy[(n, oy, ox), :] . f[(r, s, c), :] on the matmul vector
+/// kernels (dy read row-major, f as N x K; R*S*C padded to a multiple of 4 with zero filter
+/// rows), then `col2im.wgsl` summing each dx element's taps. No work is spent on the taps that
+/// fall between strided outputs (the implicit GEMM reads them as zeros). The columns take
+/// at most 256 MiB (and the binding limit): images are processed in groups that fit.
+/// `None`: not applicable (output depth not a multiple of 4, NCHW, groups). `group` (the
+/// internal `_tfwgpu_splits`, for tests) forces the images per group.
+fn bwd_input_col2im(
+    ctx: &KernelContext,
+    op: &str,
+    g: &Geom,
+    group: Option<usize>,
+    f_ref: &DeviceRef,
+    dy_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<Option<()>> {
+    if g.nchw || g.groups != 1 || !g.k.is_multiple_of(4) || g.n == 0 {
+        return Ok(None);
+    }
+    let rsc = g.r * g.s * g.c;
+    let nc = rsc.next_multiple_of(4);
+    let pix = g.oh * g.ow;
+    let per_img = pix * nc * 4;
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    let budget = max_bind.min(256 << 20);
+    if per_img == 0 || per_img > budget || rsc < 4 {
+        return Ok(None);
+    }
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let imgs = group.unwrap_or(budget / per_img).clamp(1, g.n);
+    let layouts = Layouts {
+        a_kfast: true,
+        b_nfast: false,
+    };
+    let heuristic = plain_tile(1, imgs * pix, nc, g.k);
+    if heuristic.shared_bytes() > shared || !layouts.fit(imgs * pix, nc, g.k) {
+        return Ok(None);
+    }
+    // The filter as an N x K matrix of nc rows (zero rows past R*S*C).
+    let fbytes = (rsc * g.k * 4) as u64;
+    let fpad = if nc == rsc {
+        ctx.bind(f_ref)?
+    } else {
+        let t = ctx.temp((nc * g.k * 4) as u64)?;
+        let f = ctx.bind(f_ref)?;
+        ctx.copy(&f, &t, fbytes)?;
+        let mut tail = t.clone();
+        tail.offset += fbytes;
+        tail.size -= fbytes;
+        ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
+        t
+    };
+    let col = ctx.temp((imgs * per_img) as u64)?;
+    let dx = ctx.bind(out)?;
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "col2im"), || {
+        ShaderSource::new(
+            COL2IM_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$WG", &WG.to_string()),
+        )
+    })?;
+    let img_in = g.h * g.w * g.c;
+    for n0 in (0..g.n).step_by(imgs) {
+        let cnt = imgs.min(g.n - n0);
+        let m = cnt * pix;
+        let dy = ctx.bind_bytes(
+            dy_ref.addr + (n0 * pix * g.k * 4) as u64,
+            (m * g.k * 4) as u64,
+        )?;
+        let gm = Gemm {
+            m,
+            n: nc,
+            k: g.k,
+            ta: false,
+            tb: true,
+            dims: vec![],
+            batches: 1,
+        };
+        let heuristic = Plan::Vec4(plain_tile(1, m, nc, g.k), layouts);
+        let cands = matmul::candidates(heuristic, 1, m, nc, g.k, layouts, shared);
+        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&dy, &fpad, &col))?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
+        let total = cnt * img_in;
+        let (groups, row) = grid_1d(total as u64, WG);
+        let words: Vec<u32> = [
+            total,
+            g.h,
+            g.w,
+            g.c,
+            g.r,
+            g.s,
+            g.oh,
+            g.ow,
+            g.sh,
+            g.sw,
+            g.dh,
+            g.dw,
+            g.pt,
+            g.pl,
+            nc,
+            n0 * img_in,
+            0,
+            0,
+            0,
+        ]
+        .iter()
+        .map(|&v| u32_of(op, v))
+        .collect::<Result<_>>()?;
+        let mut all = vec![row];
+        all.extend(words);
+        ctx.dispatch(&pipeline, &params(&all), &[col.clone(), dx.clone()], groups)?;
+    }
+    Ok(Some(()))
 }
 
 /// Sums `splits` copies of `len` f32 values in `part` into `out` (dtype `dtype`).
@@ -359,6 +1096,37 @@ pub(super) fn finalize(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn implicit_hooks_per_mode() {
+        for (mode, b) in [
+            (Mode::Forward, false),
+            (Mode::BackpropInput, true),
+            (Mode::BackpropFilter, false),
+        ] {
+            let h = implicit_hooks(mode);
+            assert!(h.a);
+            assert_eq!(h.b, b);
+            assert_eq!(h.wgsl.matches("fn a_pre(").count(), 1, "{mode:?}");
+            assert_eq!(h.wgsl.matches("fn a_load(").count(), 1, "{mode:?}");
+            assert_eq!(h.wgsl.contains("fn b_load("), b, "{mode:?}");
+            assert!(!h.wgsl.contains("#if") && !h.wgsl.contains("#endif"));
+        }
+    }
+
+    #[test]
+    fn plain_choices() {
+        // 1x1 at 56x56x64 -> 64, batch 32: no 256-wide tile for 64 columns.
+        assert_eq!(plain_tile(1, 100352, 64, 64).name, "64x64x32_4x4s1");
+        assert_eq!(plain_tile(1, 100352, 256, 64).name, "128x256x16_8x16s1");
+        assert_eq!(plain_tile(1, 25088, 128, 512).name, "128x128x16_8x16s1");
+        // Split-K of a filter gradient: a divisor of the pixel count.
+        assert_eq!(plain_splits(1, 832), 2);
+        assert_eq!(plain_splits(1, 100352), 64);
+        assert_eq!(plain_splits(300, 100352), 1);
+        assert_eq!(plain_splits(1, 300), 1);
+        assert_eq!(plain_splits(4, 1021), 1, "a prime: no split");
+    }
 
     #[test]
     fn tile_and_split_choice() {

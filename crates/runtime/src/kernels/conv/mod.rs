@@ -127,6 +127,9 @@ struct ConvAttrs {
     tile: Option<String>,
     /// Internal: the number of K splits of the GEMM (or of the depthwise filter gradient).
     splits: Option<usize>,
+    /// Internal (`_tfwgpu_tile` "gemm"): the implicit GEMM with its heuristic tile, no tuning,
+    /// 1x1 convolutions not routed to the matmul kernels.
+    heuristic_gemm: bool,
 }
 
 fn ints(op: &str, attrs: &Attrs, name: &str) -> Result<Option<Vec<i64>>> {
@@ -264,6 +267,7 @@ impl ConvAttrs {
             explicit,
             tile,
             splits,
+            heuristic_gemm: false,
         })
     }
 
@@ -661,16 +665,21 @@ impl Kernel for Conv {
             .as_deref()
             .is_some_and(|t| CPU_CONV_TILES.iter().any(|c| c.name == t));
         let gemm_forced = self.a.tile.is_some() && !forced_cpu;
-        // "gemm": the GPU path with its automatic tile (for comparisons on CPU adapters).
+        // "gemm": the implicit GEMM with its heuristic tile (for comparisons on CPU adapters
+        // and with the tuned path).
         let auto_gemm;
-        let attrs = if self.a.tile.as_deref() == Some("gemm") {
-            auto_gemm = ConvAttrs {
-                tile: None,
-                ..self.a.clone()
-            };
-            &auto_gemm
-        } else {
-            &self.a
+        // "gpu": the GPU adapters' automatic path (1x1 convolutions on the matmul kernels,
+        // tuned tiles where tuning is on).
+        let attrs = match self.a.tile.as_deref() {
+            Some(t @ ("gemm" | "gpu")) => {
+                auto_gemm = ConvAttrs {
+                    tile: None,
+                    heuristic_gemm: t == "gemm",
+                    ..self.a.clone()
+                };
+                &auto_gemm
+            }
+            _ => &self.a,
         };
         let mode = match self.op {
             Op::Conv2D => Some((gemm::Mode::Forward, 0, 1)),

@@ -15,12 +15,14 @@
 mod cpu;
 mod vec4;
 
+use crate::exec::BufferRange;
 use crate::kernel::{DeviceRef, Kernel, KernelContext, MAX_GROUPS_X, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
+use crate::tune::{Tuner, bucket};
 use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
 pub use cpu::{CPU_TILES, CpuTile, SG_TILES, SgModes, SgTile};
-pub use vec4::{Layouts, Vec4Tile};
+pub use vec4::{Hooks, Layouts, Vec4Tile};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
 /// Registered: float16 runs the float32 kernel on converted operands (f32 accumulation) and
@@ -699,14 +701,32 @@ impl Kernel for MatMul {
             b_nfast: !self.tb,
         };
         let shared = ctx.limits().max_compute_workgroup_storage_size;
+        let a = ctx.bind(a_ref)?;
+        let b = ctx.bind(b_ref)?;
+        let gm = Gemm {
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            ta: self.ta,
+            tb: self.tb,
+            dims,
+            batches,
+        };
         let plan = match &self.tile {
             // "gpu": the GPU adapters' automatic choice (for comparisons on CPU adapters).
             Some(name) if name == "gpu" => choose(batches, g.m, g.n, g.k, layouts, shared),
             Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared, fixed_lanes(ctx))?,
-            None if ctx.dev.desc.device_type == "cpu" => {
-                choose_cpu(batches, g.m, g.n, g.k, layouts, fixed_lanes(ctx))
+            None => {
+                // The heuristic choice; the tuner (when on: GPU adapters by default) may
+                // replace it with a faster valid variant.
+                let heuristic = if ctx.dev.desc.device_type == "cpu" {
+                    choose_cpu(batches, g.m, g.n, g.k, layouts, fixed_lanes(ctx))
+                } else {
+                    choose(batches, g.m, g.n, g.k, layouts, shared)
+                };
+                let cands = candidates(heuristic, batches, g.m, g.n, g.k, layouts, shared);
+                tuned(ctx, op, dtype, &gm, &cands, (&a, &b, &c))?
             }
-            None => choose(batches, g.m, g.n, g.k, layouts, shared),
         };
         tracing::debug!(
             "{op} {}x{}x{} x{batches}: {plan:?} ({} adapter)",
@@ -715,103 +735,224 @@ impl Kernel for MatMul {
             g.k,
             ctx.dev.desc.device_type
         );
-        // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
-        // of the inner loop). The indexing is in range by construction: shared and private
-        // arrays are indexed by loop counters below their constant sizes (the tile loads cover
-        // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`); global reads happen
-        // only for gm < M, gn < N, gk < K at batch offsets of batch indices below the grid's
-        // batch count, so they stay inside A (M*K per batch) and B (K*N); stores only for
-        // gm < M, gn < N. All of these fit u32 (`to_u32` on every tensor's element count
-        // above). The vector shader reads and writes 16-byte vectors at element offsets that
-        // are multiples of 4 (`Layouts::fit`), each wholly inside its row, so a vector is in
-        // range exactly when its first element is.
-        let pipeline = match plan {
-            Plan::Scalar(tile) => {
-                ctx.pipeline(PipelineKey::new("matmul", Some(dtype), tile.name), || {
-                    let mut src = ShaderSource::new(tile.wgsl(dtype));
-                    src.checks = Checks::Trusted;
-                    src
-                })?
-            }
-            Plan::Sg(tile, lanes, modes) => ctx.pipeline(
-                PipelineKey::new("matmul", Some(dtype), tile.specialization(lanes, modes)),
-                || {
-                    let mut src = ShaderSource::new(tile.wgsl(dtype, lanes, modes));
-                    src.checks = Checks::Trusted;
-                    src
-                },
-            )?,
-            Plan::Cpu(tile, layouts) => ctx.pipeline(
-                PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
-                || {
-                    let mut src = ShaderSource::new(tile.wgsl(dtype, layouts));
-                    src.checks = Checks::Trusted;
-                    src
-                },
-            )?,
-            Plan::Vec4(tile, layouts) => ctx.pipeline(
-                PipelineKey::new("matmul", Some(dtype), tile.specialization(layouts)),
-                || {
-                    let mut src = ShaderSource::new(tile.wgsl(dtype, layouts));
-                    src.checks = Checks::Trusted;
-                    src
-                },
-            )?,
-        };
-        let a = ctx.bind(a_ref)?;
-        let b = ctx.bind(b_ref)?;
-        // Strides of A (M x K) and B (K x N) as stored.
-        let (sa_m, sa_k) = if self.ta { (1, g.m) } else { (g.k, 1) };
-        let (sb_k, sb_n) = if self.tb { (1, g.k) } else { (g.n, 1) };
-        let mut bdims = [0u32; MAX_BATCH_DIMS];
-        let mut astr = [0u32; MAX_BATCH_DIMS];
-        let mut bstr = [0u32; MAX_BATCH_DIMS];
-        for (i, &(size, sa, sb)) in dims.iter().enumerate() {
-            bdims[i] = to_u32(op, size)?;
-            astr[i] = to_u32(op, sa)?;
-            bstr[i] = to_u32(op, sb)?;
-        }
-        let tiles_x = g.n.div_ceil(plan.bn() as usize);
-        let tiles_y = g.m.div_ceil(plan.bm() as usize);
-        let max = MAX_GROUPS_X as usize;
-        for z0 in (0..batches).step_by(max) {
-            let gz = (batches - z0).min(max);
-            for y0 in (0..tiles_y).step_by(max) {
-                let gy = (tiles_y - y0).min(max);
-                for x0 in (0..tiles_x).step_by(max) {
-                    let gx = (tiles_x - x0).min(max);
-                    let mut words = vec![
-                        to_u32(op, g.m)?,
-                        to_u32(op, g.n)?,
-                        to_u32(op, g.k)?,
-                        z0 as u32,
-                        to_u32(op, sa_m)?,
-                        to_u32(op, sa_k)?,
-                        to_u32(op, sb_k)?,
-                        to_u32(op, sb_n)?,
-                        (!self.ta) as u32,
-                        (!self.tb) as u32,
-                        dims.len() as u32,
-                        x0 as u32,
-                        y0 as u32,
-                        0,
-                        0,
-                        0,
-                    ];
-                    words.extend_from_slice(&bdims);
-                    words.extend_from_slice(&astr);
-                    words.extend_from_slice(&bstr);
-                    ctx.dispatch(
-                        &pipeline,
-                        &params(&words),
-                        &[a.clone(), b.clone(), c.clone()],
-                        [gx as u32, gy as u32, gz as u32],
-                    )?;
-                }
-            }
-        }
-        Ok(())
+        record_plan(ctx, op, plan, dtype, &gm, &a, &b, &c)
     }
+}
+
+/// One (batched) product as the shaders see it: C[b] (M x N, row-major, batch b at b * M * N)
+/// = A[b] x B[b], A stored M x K (or K x M if `ta`), B K x N (or N x K if `tb`), batch offsets
+/// of A and B from `dims` ((size, A stride, B stride), innermost first; see `batch_dims`).
+pub(crate) struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ta: bool,
+    pub tb: bool,
+    pub dims: Vec<(usize, usize, usize)>,
+    pub batches: usize,
+}
+
+impl Gemm {
+    fn layouts(&self) -> Layouts {
+        Layouts {
+            a_kfast: !self.ta,
+            b_nfast: !self.tb,
+        }
+    }
+}
+
+/// The name of a plan's pipeline (its specialization).
+fn plan_name(plan: &Plan) -> String {
+    match plan {
+        Plan::Scalar(t) => t.name.to_string(),
+        Plan::Vec4(t, l) => t.specialization(*l),
+        Plan::Cpu(t, l) => t.specialization(*l),
+        Plan::Sg(t, lanes, modes) => t.specialization(*lanes, *modes),
+    }
+}
+
+/// The plans the tuner may choose among for a product: the heuristic choice first, then the
+/// other vector tiles kept after the H200 measurements (bench/NOTES-matmul.md) that fit the
+/// layout and the workgroup memory. Shapes the vector shader cannot serve keep the heuristic
+/// (scalar) plan alone.
+pub(crate) fn candidates(
+    heuristic: Plan,
+    batches: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    layouts: Layouts,
+    shared: u32,
+) -> Vec<Plan> {
+    let _ = batches;
+    let mut out = vec![heuristic];
+    if !(layouts.fit(m, n, k) && m >= 16 && n >= 16) {
+        return out;
+    }
+    for t in [
+        V4_128X256X16_8X16S1,
+        V4_256X128X16_16X8S1,
+        V4_128X128X16_8X16S1,
+        V4_128X128X8_8X8S1,
+        V4_64X64X32_4X4S1,
+        V4_64X64X16_4X4S1,
+    ] {
+        // Tiles far larger than the output waste most of their work.
+        let waste = t.bm as usize > 2 * m.max(32) || t.bn as usize > 2 * n.max(32);
+        let plan = Plan::Vec4(t, layouts);
+        if t.shared_bytes() <= shared && !waste && !out.contains(&plan) {
+            out.push(plan);
+        }
+    }
+    out
+}
+
+/// The tuner's choice among `cands` for this product (the first candidate, the heuristic, when
+/// tuning is off). Timing runs write the real output `c`, which the chosen plan then writes
+/// again.
+pub(crate) fn tuned(
+    ctx: &KernelContext,
+    op: &str,
+    dtype: DType,
+    gm: &Gemm,
+    cands: &[Plan],
+    (a, b, c): (&BufferRange, &BufferRange, &BufferRange),
+) -> Result<Plan> {
+    let tuner = Tuner::of(&ctx.dev.desc);
+    if !tuner.enabled() || cands.len() < 2 {
+        return Ok(cands[0]);
+    }
+    let key = format!(
+        "matmul/{dtype}/{}/m{}/n{}/k{}/b{}",
+        gm.layouts().suffix(),
+        bucket(gm.m),
+        bucket(gm.n),
+        bucket(gm.k),
+        bucket(gm.batches)
+    );
+    let names: Vec<String> = cands.iter().map(plan_name).collect();
+    let i = tuner.choose(ctx, &key, &names, 0, &|i| {
+        record_plan(ctx, op, cands[i], dtype, gm, a, b, c)
+    });
+    Ok(cands[i])
+}
+
+/// Records the dispatches of `plan` for the product `gm`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn record_plan(
+    ctx: &KernelContext,
+    op: &str,
+    plan: Plan,
+    dtype: DType,
+    gm: &Gemm,
+    a: &BufferRange,
+    b: &BufferRange,
+    c: &BufferRange,
+) -> Result<()> {
+    record_plan_hooked(ctx, op, plan, dtype, gm, (a, b, c), None)
+}
+
+/// An implicit GEMM's hooks for the vector shader: (specialization name, hooks, the
+/// HOOK_PARAM_VECS * 4 words of their parameters).
+pub(crate) type HookArgs<'a> = (&'a str, &'a vec4::Hooks, &'a [u32]);
+
+/// `record_plan`, with the operands' addressing optionally replaced by hooks (vector plans
+/// only). The hooks' loads are range-checked by the hooks themselves (see their module).
+pub(crate) fn record_plan_hooked(
+    ctx: &KernelContext,
+    op: &str,
+    plan: Plan,
+    dtype: DType,
+    gm: &Gemm,
+    (a, b, c): (&BufferRange, &BufferRange, &BufferRange),
+    hooks: Option<HookArgs>,
+) -> Result<()> {
+    let (m, n, k) = (gm.m, gm.n, gm.k);
+    if hooks.is_some() && !matches!(plan, Plan::Vec4(..)) {
+        bail_invalid!("{op}: addressing hooks need a vector plan, got {plan:?}");
+    }
+    let spec = match hooks {
+        Some((name, _, _)) => format!("{name}_{}", plan_name(&plan)),
+        None => plan_name(&plan),
+    };
+    // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
+    // of the inner loop). The indexing is in range by construction: shared and private
+    // arrays are indexed by loop counters below their constant sizes (the tile loads cover
+    // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`); global reads happen
+    // only for gm < M, gn < N, gk < K at batch offsets of batch indices below the grid's
+    // batch count, so they stay inside A (M*K per batch) and B (K*N); stores only for
+    // gm < M, gn < N. All of these fit u32 (`to_u32` on every tensor's element count
+    // by the callers). The vector shader reads and writes 16-byte vectors at element offsets
+    // that are multiples of 4 (`Layouts::fit`), each wholly inside its row, so a vector is in
+    // range exactly when its first element is.
+    let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), spec), || {
+        let mut src = ShaderSource::new(match plan {
+            Plan::Scalar(tile) => tile.wgsl(dtype),
+            Plan::Sg(tile, lanes, modes) => tile.wgsl(dtype, lanes, modes),
+            Plan::Cpu(tile, layouts) => tile.wgsl(dtype, layouts),
+            Plan::Vec4(tile, layouts) => tile.wgsl_hooked(dtype, layouts, hooks.map(|h| h.1)),
+        });
+        src.checks = Checks::Trusted;
+        src
+    })?;
+    let dims = &gm.dims;
+    let batches = gm.batches;
+    // Strides of A (M x K) and B (K x N) as stored.
+    let (sa_m, sa_k) = if gm.ta { (1, m) } else { (k, 1) };
+    let (sb_k, sb_n) = if gm.tb { (1, k) } else { (n, 1) };
+    let mut bdims = [0u32; MAX_BATCH_DIMS];
+    let mut astr = [0u32; MAX_BATCH_DIMS];
+    let mut bstr = [0u32; MAX_BATCH_DIMS];
+    for (i, &(size, sa, sb)) in dims.iter().enumerate() {
+        bdims[i] = to_u32(op, size)?;
+        astr[i] = to_u32(op, sa)?;
+        bstr[i] = to_u32(op, sb)?;
+    }
+    let tiles_x = n.div_ceil(plan.bn() as usize);
+    let tiles_y = m.div_ceil(plan.bm() as usize);
+    let max = MAX_GROUPS_X as usize;
+    for z0 in (0..batches).step_by(max) {
+        let gz = (batches - z0).min(max);
+        for y0 in (0..tiles_y).step_by(max) {
+            let gy = (tiles_y - y0).min(max);
+            for x0 in (0..tiles_x).step_by(max) {
+                let gx = (tiles_x - x0).min(max);
+                let mut words = vec![
+                    to_u32(op, m)?,
+                    to_u32(op, n)?,
+                    to_u32(op, k)?,
+                    z0 as u32,
+                    to_u32(op, sa_m)?,
+                    to_u32(op, sa_k)?,
+                    to_u32(op, sb_k)?,
+                    to_u32(op, sb_n)?,
+                    (!gm.ta) as u32,
+                    (!gm.tb) as u32,
+                    dims.len() as u32,
+                    x0 as u32,
+                    y0 as u32,
+                    0,
+                    0,
+                    0,
+                ];
+                words.extend_from_slice(&bdims);
+                words.extend_from_slice(&astr);
+                words.extend_from_slice(&bstr);
+                if let Some((_, _, hp)) = hooks {
+                    let mut extra = [0u32; vec4::HOOK_PARAM_VECS * 4];
+                    extra[..hp.len()].copy_from_slice(hp);
+                    words.extend_from_slice(&extra);
+                }
+                ctx.dispatch(
+                    &pipeline,
+                    &params(&words),
+                    &[a.clone(), b.clone(), c.clone()],
+                    [gx as u32, gy as u32, gz as u32],
+                )?;
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -106,6 +106,12 @@ impl Vec4Tile {
 
     /// The shader source for `dtype` (F32 or I32) and `layouts`.
     pub fn wgsl(&self, dtype: DType, layouts: Layouts) -> String {
+        self.wgsl_hooked(dtype, layouts, None)
+    }
+
+    /// The shader source, with the addressing of A and/or B replaced by `hooks` (implicit
+    /// GEMM: the conv family's windows; see [`Hooks`]).
+    pub fn wgsl_hooked(&self, dtype: DType, layouts: Layouts, hooks: Option<&Hooks>) -> String {
         let elem = match dtype {
             DType::F32 => "f32",
             _ => "i32",
@@ -130,6 +136,7 @@ impl Vec4Tile {
             s_k: "p.sa_k",
             kfast: layouts.a_kfast,
             count: la,
+            hook: hooks.is_some_and(|h| h.a),
         };
         let b = Operand {
             x: "b",
@@ -143,6 +150,7 @@ impl Vec4Tile {
             s_k: "p.sb_k",
             kfast: !layouts.b_nfast,
             count: lb,
+            hook: hooks.is_some_and(|h| h.b),
         };
         let ind = "    ";
         let mut decl = String::new();
@@ -315,7 +323,17 @@ impl Vec4Tile {
                 let _ = writeln!(output, "{ind}}}");
             }
         }
-        [super::MATMUL_COMMON_WGSL, MATMUL_VEC4_WGSL]
+        let common = match hooks {
+            None => super::MATMUL_COMMON_WGSL.to_string(),
+            Some(h) => super::MATMUL_COMMON_WGSL.replace(
+                "    bstr: array<vec4<u32>, 2>,\n};",
+                &format!(
+                    "    bstr: array<vec4<u32>, 2>,\n    hp: array<vec4<u32>, {}>,\n}};\n{}",
+                    HOOK_PARAM_VECS, h.wgsl
+                ),
+            ),
+        };
+        [common.as_str(), MATMUL_VEC4_WGSL]
             .concat()
             .replace("ELEM", elem)
             .replace("TILE_BM", &self.bm.to_string())
@@ -332,6 +350,21 @@ impl Vec4Tile {
     }
 }
 
+/// Vectors of 4 u32 the hooks' parameters take after the matmul params (`p.hp`).
+pub const HOOK_PARAM_VECS: usize = 6;
+
+/// Addressing hooks for an implicit GEMM on the vector shader: for each hooked operand X ("a"
+/// or "b") the WGSL in `wgsl` defines `struct XPre`, `fn x_pre(go: u32) -> XPre` (the outer
+/// index's part, computed once per load slot: go is the row of A or the column of B, outside
+/// the matrix included) and `fn x_load(q: XPre, gk: u32, off: u32) -> vec4<ELEM>` (the vector
+/// at K index gk, `off` the operand's batch offset; zero outside the matrix, gk >= p.k
+/// included). The hooks read their own parameters from `p.hp` (HOOK_PARAM_VECS vectors).
+pub struct Hooks {
+    pub a: bool,
+    pub b: bool,
+    pub wgsl: String,
+}
+
 /// How one operand's tile is loaded: `count` vectors per invocation, each either along K
 /// (`kfast`: stored rows run along K) or along the outer dimension (M for A, N for B).
 struct Operand {
@@ -346,6 +379,8 @@ struct Operand {
     s_k: &'static str,
     kfast: bool,
     count: u32,
+    /// Addressed by the hooks `x_pre` / `x_load`.
+    hook: bool,
 }
 
 impl Operand {
@@ -372,6 +407,14 @@ impl Operand {
                 let _ = writeln!(out, "    let {x}o{s} = {x}e{s} / ({outer} / 4u);");
             }
             let _ = writeln!(out, "    var r{x}{s} = vec4<{elem}>();");
+            if self.hook {
+                let go = if self.kfast {
+                    format!("{} + {x}o{s}", self.o0)
+                } else {
+                    format!("{} + 4u * {x}v{s}", self.o0)
+                };
+                let _ = writeln!(out, "    let {x}h{s} = {x}_pre({go});");
+            }
         }
     }
 
@@ -384,21 +427,29 @@ impl Operand {
             if self.kfast {
                 let _ = writeln!(out, "{ind}    let go = {o0} + {x}o{s};");
                 let _ = writeln!(out, "{ind}    let gk = k0 + 4u * {x}v{s};");
-                let _ = writeln!(out, "{ind}    r{x}{s} = vec4<{elem}>();");
-                let _ = writeln!(
-                    out,
-                    "{ind}    if go < {bound} && gk < p.k {{ r{x}{s} = {x}[({off} + go * {} + gk) / 4u]; }}",
-                    self.s_outer
-                );
+                if self.hook {
+                    let _ = writeln!(out, "{ind}    r{x}{s} = {x}_load({x}h{s}, gk, {off});");
+                } else {
+                    let _ = writeln!(out, "{ind}    r{x}{s} = vec4<{elem}>();");
+                    let _ = writeln!(
+                        out,
+                        "{ind}    if go < {bound} && gk < p.k {{ r{x}{s} = {x}[({off} + go * {} + gk) / 4u]; }}",
+                        self.s_outer
+                    );
+                }
             } else {
                 let _ = writeln!(out, "{ind}    let go = {o0} + 4u * {x}v{s};");
                 let _ = writeln!(out, "{ind}    let gk = k0 + {x}o{s};");
-                let _ = writeln!(out, "{ind}    r{x}{s} = vec4<{elem}>();");
-                let _ = writeln!(
-                    out,
-                    "{ind}    if go < {bound} && gk < p.k {{ r{x}{s} = {x}[({off} + gk * {} + go) / 4u]; }}",
-                    self.s_k
-                );
+                if self.hook {
+                    let _ = writeln!(out, "{ind}    r{x}{s} = {x}_load({x}h{s}, gk, {off});");
+                } else {
+                    let _ = writeln!(out, "{ind}    r{x}{s} = vec4<{elem}>();");
+                    let _ = writeln!(
+                        out,
+                        "{ind}    if go < {bound} && gk < p.k {{ r{x}{s} = {x}[({off} + gk * {} + go) / 4u]; }}",
+                        self.s_k
+                    );
+                }
             }
             let _ = writeln!(out, "{ind}}}");
         }
