@@ -64,6 +64,9 @@ pub struct CoopTile {
     /// Workgroup arrays of `vec4<f16>` (8-byte stores; fragment loads through vector
     /// pointers, strides in vectors) rather than of `f16`.
     pub vec_smem: bool,
+    /// Launch order: groups of this many tile rows walked column by column (tiles that share
+    /// operand rows and columns run together, for the L2 cache); 0: row-major.
+    pub group: u32,
 }
 
 impl CoopTile {
@@ -87,6 +90,7 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     sg_m: 2,
     sg_n: 4,
     vec_smem: false,
+    group: 0,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
 pub const COOP_128X128_2X2: CoopTile = CoopTile {
@@ -104,6 +108,7 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     sg_m: 2,
     sg_n: 2,
     vec_smem: false,
+    group: 0,
 };
 
 /// The same tiles with `vec4<f16>` workgroup arrays.
@@ -123,6 +128,43 @@ pub const COOP_64X64_2X2V: CoopTile = CoopTile {
     ..COOP_64X64_2X2
 };
 
+/// 128 x 128 in 8 subgroups of 64 x 32 with `vec4<f16>` workgroup arrays, launched in
+/// groups of 8 tile rows.
+pub const COOP_128X128_2X4VG: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vg",
+    group: 8,
+    ..COOP_128X128_2X4V
+};
+/// 8 subgroups of 32 x 64.
+pub const COOP_128X128_4X2VG: CoopTile = CoopTile {
+    name: "c128x128x32_4x2vg",
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+/// 128 x 64 in 4 subgroups of 64 x 32: 35 KiB of workgroup memory, more workgroups per SM.
+pub const COOP_128X64_2X2VG: CoopTile = CoopTile {
+    name: "c128x64x32_2x2vg",
+    bn: 64,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+/// K tiles of 16: 29 KiB of workgroup memory.
+pub const COOP_128X128X16_2X4VG: CoopTile = CoopTile {
+    name: "c128x128x16_2x4vg",
+    bk: 16,
+    ..COOP_128X128_2X4VG
+};
+/// 256 x 128 in 8 subgroups of 64 x 64, K tiles of 16.
+pub const COOP_256X128X16_4X2VG: CoopTile = CoopTile {
+    name: "c256x128x16_4x2vg",
+    bm: 256,
+    bk: 16,
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -131,6 +173,11 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4V,
     COOP_128X128_2X2V,
     COOP_64X64_2X2V,
+    COOP_128X128_2X4VG,
+    COOP_128X128_4X2VG,
+    COOP_128X64_2X2VG,
+    COOP_128X128X16_2X4VG,
+    COOP_256X128X16_4X2VG,
 ];
 
 /// The element type of the operands in memory.
@@ -285,7 +332,7 @@ impl CoopSpec {
             && bc.is_multiple_of(self.wb)
             && (ar * ac / self.wa).is_multiple_of(wg)
             && (br * bc / self.wb).is_multiple_of(wg)
-            && (!self.conv || self.a_kfast)
+            && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
     }
 
     /// The pipeline key's specialization.
@@ -356,8 +403,20 @@ fn main(
     @builtin(subgroup_id) sg: u32,
     @builtin(subgroup_invocation_id) lane: u32,
 ) {{
-    let m0 = (p.tile_base_y + wid.y) * {bm}u;
-    let n0 = (p.tile_base_x + wid.x) * {bn}u;
+    var tile = wid.xy;
+    if {group}u > 0u {{
+        // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
+        let gx = p._pad0;
+        let gy = p._pad1;
+        let lin = wid.y * gx + wid.x;
+        let per_group = {group}u * gx;
+        let first = (lin / per_group) * {group}u;
+        let rows = min(gy - first, {group}u);
+        let r = lin % per_group;
+        tile = vec2<u32>(r / rows, first + r % rows);
+    }}
+    let m0 = (p.tile_base_y + tile.y) * {bm}u;
+    let n0 = (p.tile_base_x + tile.x) * {bn}u;
     let bidx = p.batch_base + wid.z;
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
@@ -375,6 +434,7 @@ fn main(
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
+            group = t.group,
         );
         for i in 0..tm {
             for j in 0..tn {
@@ -451,6 +511,18 @@ fn main(
                     q0 = it * wg
                 );
             }
+            // The tap (r, s) and channel c of this invocation's columns of the K tile being
+            // loaded: the same for every row it stages (the workgroup is a multiple of the
+            // row's loads), advanced by BK after each tile's loads (no divisions in the loop).
+            let _ = write!(
+                s,
+                "    let ckc = (lid % {per_row}u) * {w}u;
+    var cc = ckc % p.cg;
+    var cs = (ckc / p.cg) % p.fs;
+    var cr = (ckc / p.cg) / p.fs;
+",
+                w = a_op.w
+            );
         }
         // Global -> registers for the K tile starting at `k0`.
         let load = |s: &mut String, op: &Op| {
@@ -462,21 +534,34 @@ fn main(
                     let _ = write!(
                         s,
                         "        {{
-            let gc = k0 + ((lid + {q0}u) % {per_row}u) * {w}u;
             ra{it} = {z};
-            if cok{it} && gc < p.k {{
-                let c = gc % p.cg;
-                let rs = gc / p.cg;
-                let iy = cy{it} + i32((rs / p.fs) * p.dh);
-                let ix = cx{it} + i32((rs % p.fs) * p.dw);
+            if cok{it} && k0 + ckc < p.k {{
+                let iy = cy{it} + i32(cr * p.dh);
+                let ix = cx{it} + i32(cs * p.dw);
                 if iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw {{
-                    let e = cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + c;
+                    let e = cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc;
                     ra{it} = a[e / {w}u];
                 }}
             }}
         }}
 "
                     );
+                    if it + 1 == op.rows * op.cols / op.w / wg {
+                        let _ = write!(
+                            s,
+                            "        cc += {bk}u;
+        while cc >= p.cg {{
+            cc -= p.cg;
+            cs += 1u;
+            if cs == p.fs {{
+                cs = 0u;
+                cr += 1u;
+            }}
+        }}
+",
+                            bk = t.bk
+                        );
+                    }
                     continue;
                 }
                 let _ = write!(
@@ -696,15 +781,15 @@ pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
     })
 }
 
-/// The tile for `batches` products of M x N: 128 x 128 where that gives the GPU enough
-/// workgroups (about one per multiprocessor of an H200) and the output is wide enough,
-/// else 64 x 64.
+/// The tile for `batches` products of M x N: 128 x 128 unless M or N is at most 64.
 pub fn choose_tile(batches: usize, m: usize, n: usize) -> CoopTile {
-    let tiles = batches * m.div_ceil(128) * n.div_ceil(128);
-    if tiles >= 120 && n > 64 && m > 64 {
-        COOP_128X128_2X4
+    let _ = batches;
+    // Measured on the H200 (NOTES-coop.md, v1): 128 x 128 beats 64 x 64 even at 1024^2
+    // (64 workgroups); 64 x 64 wins for 64-wide outputs (Conv2D with 64 channels).
+    if n > 64 && m > 64 {
+        COOP_128X128_2X4VG
     } else {
-        COOP_64X64_2X2
+        COOP_64X64_2X2V
     }
 }
 
@@ -952,8 +1037,8 @@ pub(crate) fn launch(
                     l.dims.len() as u32,
                     x0 as u32,
                     y0 as u32,
-                    0,
-                    0,
+                    gx as u32,
+                    gy as u32,
                     0,
                 ];
                 words.extend_from_slice(&bdims);
