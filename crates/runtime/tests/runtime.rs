@@ -217,6 +217,7 @@ fn fake(index: usize, name: &str, kind: &str, backend: &str) -> AdapterDescripti
         limits: Default::default(),
         features: Default::default(),
         device_memory: None,
+        cooperative_matrix: vec![],
     }
 }
 
