@@ -5,7 +5,7 @@
 
 use crate::kernel::{DeviceRef, KernelContext};
 use crate::kernels::matmul::coop::{
-    self, COOP_TILES, CoopSpec, Input, Launch, choose_tile, coop_lanes, fits, tile_load_width,
+    self, COOP_TILES, CoopSpec, Input, Launch, choose_tile, coop_lanes, fits, load_width,
 };
 use crate::{DType, Result};
 
@@ -45,14 +45,13 @@ pub(super) fn try_forward(
     if k == 0 {
         return Ok(false);
     }
-    let tile = forced.unwrap_or_else(|| choose_tile(1, m, n));
     let spec = CoopSpec {
-        tile,
+        tile: forced.unwrap_or_else(|| choose_tile(1, m, n)),
         lanes,
         a_kfast: true,
         b_nfast: true,
-        wa: tile_load_width(&tile, input, g.c),
-        wb: tile_load_width(&tile, input, n),
+        wa: load_width(input, g.c),
+        wb: load_width(input, n),
         input,
         conv: true,
     };

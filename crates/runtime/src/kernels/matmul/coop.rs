@@ -64,10 +64,6 @@ pub struct CoopTile {
     /// Workgroup arrays of `vec4<f16>` (8-byte stores; fragment loads through vector
     /// pointers, strides in vectors) rather than of `f16`.
     pub vec_smem: bool,
-    /// Workgroup arrays of `mat2x4<f16>` (8 halves: 16-byte stores and fragment pointers,
-    /// strides in 8 halves) and 16-byte global loads of `mat2x4<f16>` where the contiguous
-    /// dimension is a multiple of 8.
-    pub wide: bool,
     /// Launch order: groups of this many tile rows walked column by column (tiles that share
     /// operand rows and columns run together, for the L2 cache); 0: row-major.
     pub group: u32,
@@ -94,7 +90,6 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     sg_m: 2,
     sg_n: 4,
     vec_smem: false,
-    wide: false,
     group: 0,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
@@ -113,7 +108,6 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     sg_m: 2,
     sg_n: 2,
     vec_smem: false,
-    wide: false,
     group: 0,
 };
 
@@ -171,18 +165,6 @@ pub const COOP_256X128X16_4X2VG: CoopTile = CoopTile {
     ..COOP_128X128_2X4VG
 };
 
-/// The grouped 128 x 128 tiles with `mat2x4<f16>` workgroup arrays and 16-byte loads.
-pub const COOP_128X128_2X4MG: CoopTile = CoopTile {
-    name: "c128x128x32_2x4mg",
-    wide: true,
-    ..COOP_128X128_2X4VG
-};
-pub const COOP_128X128X16_2X4MG: CoopTile = CoopTile {
-    name: "c128x128x16_2x4mg",
-    wide: true,
-    ..COOP_128X128X16_2X4VG
-};
-
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -196,8 +178,6 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X64_2X2VG,
     COOP_128X128X16_2X4VG,
     COOP_256X128X16_4X2VG,
-    COOP_128X128_2X4MG,
-    COOP_128X128X16_2X4MG,
 ];
 
 /// The element type of the operands in memory.
@@ -234,16 +214,6 @@ pub struct CoopSpec {
 pub fn load_width(input: Input, len: usize) -> u32 {
     let _ = input;
     if len.is_multiple_of(4) { 4 } else { 1 }
-}
-
-/// The load width of `tile` for a contiguous dimension of `len`: 8 halves on the `wide`
-/// tiles where it divides, else [`load_width`].
-pub fn tile_load_width(tile: &CoopTile, input: Input, len: usize) -> u32 {
-    if tile.wide && input == Input::F16 && len.is_multiple_of(8) {
-        8
-    } else {
-        load_width(input, len)
-    }
 }
 
 /// The params both forms take: the matmul fields (as `matmul_common.wgsl`), then those of a
@@ -350,7 +320,7 @@ impl CoopSpec {
         let wg = self.threads();
         let (ar, ac) = self.a_dims();
         let (br, bc) = self.b_dims();
-        let width_ok = |w: u32| w == 1 || w == 4 || (w == 8 && t.wide && self.input == Input::F16);
+        let width_ok = |w: u32| w == 1 || w == 4;
         t.bk.is_multiple_of(16)
             && t.bm.is_multiple_of(16 * t.sg_m)
             && t.bn.is_multiple_of(16 * t.sg_n)
@@ -363,35 +333,6 @@ impl CoopSpec {
             && (ar * ac / self.wa).is_multiple_of(wg)
             && (br * bc / self.wb).is_multiple_of(wg)
             && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
-            && self.unit_aligned()
-    }
-
-    /// Whether staged buffers, row pitches and fragment origins are whole workgroup-array
-    /// elements (4 or 8 halves on the `vec_smem` / `wide` tiles).
-    fn unit_aligned(&self) -> bool {
-        let t = &self.tile;
-        let unit = if t.wide {
-            8
-        } else if t.vec_smem {
-            4
-        } else {
-            1
-        };
-        let (asz, bsz) = self.stage_sizes();
-        let (_, ac) = self.a_dims();
-        let (_, bc) = self.b_dims();
-        [
-            asz,
-            bsz,
-            ac + PAD,
-            bc + PAD,
-            16,
-            t.bm / t.sg_m,
-            t.bn / t.sg_n,
-        ]
-        .iter()
-        .all(|v| v.is_multiple_of(unit))
-            && (self.wa == 1 || self.wa.is_multiple_of(unit) || unit.is_multiple_of(self.wa))
     }
 
     /// The pipeline key's specialization.
@@ -415,7 +356,6 @@ impl CoopSpec {
     /// The WGSL type of one global load of `w` elements.
     fn load_type(&self, w: u32) -> &'static str {
         match (self.input, w) {
-            (Input::F16, 8) => "mat2x4<f16>",
             (Input::F16, 4) => "vec4<f16>",
             (Input::F16, _) => "f16",
             (Input::F32, 4) => "vec4<f32>",
@@ -435,22 +375,13 @@ impl CoopSpec {
         let (sa_stride, sb_stride) = (ac + PAD, bc + PAD);
         // Workgroup arrays of vec4<f16> (fragment pointers and strides then count vectors)
         // or of f16.
-        let unit = if t.wide {
-            8
-        } else if t.vec_smem {
-            4
-        } else {
-            1
-        };
+        let vs = t.vec_smem;
+        let unit = if vs { 4 } else { 1 };
         let out_ty = match self.input {
             Input::F16 => "f16",
             Input::F32 => "f32",
         };
-        let smem_ty = match unit {
-            8 => "mat2x4<f16>",
-            4 => "vec4<f16>",
-            _ => "f16",
-        };
+        let smem_ty = if vs { "vec4<f16>" } else { "f16" };
         let mut s = String::new();
         s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
         s.push_str(COOP_COMMON_WGSL);
@@ -677,24 +608,14 @@ fn main(
                     (Input::F32, 4) => format!("vec4<f16>(r{n}{it})"),
                     (Input::F32, _) => format!("f16(r{n}{it})"),
                 };
-                match (unit, op.w) {
-                    (8, 8) => {
-                        let _ = writeln!(s, "            s{n}[o / 8u] = {v};");
-                    }
-                    (8, 4) => {
-                        let _ = writeln!(s, "            s{n}[o / 8u][(o % 8u) / 4u] = {v};");
-                    }
-                    (8, _) => {
-                        let _ =
-                            writeln!(s, "            s{n}[o / 8u][(o % 8u) / 4u][o % 4u] = {v};");
-                    }
-                    (4, 4) => {
+                match (vs, op.w) {
+                    (true, 4) => {
                         let _ = writeln!(s, "            s{n}[o / 4u] = {v};");
                     }
-                    (4, _) => {
+                    (true, _) => {
                         let _ = writeln!(s, "            s{n}[o / 4u][o % 4u] = {v};");
                     }
-                    (_, 4) => {
+                    (false, 4) => {
                         let _ = write!(
                             s,
                             "            let h = {v};
@@ -705,7 +626,7 @@ fn main(
 "
                         );
                     }
-                    (_, _) => {
+                    (false, _) => {
                         let _ = writeln!(s, "            s{n}[o] = {v};");
                     }
                 }
@@ -991,8 +912,8 @@ impl Kernel for CoopMatMul {
             lanes,
             a_kfast: !ta,
             b_nfast: !tb,
-            wa: tile_load_width(&tile, self.input, if ta { g.m } else { g.k }),
-            wb: tile_load_width(&tile, self.input, if tb { g.k } else { g.n }),
+            wa: load_width(self.input, if ta { g.m } else { g.k }),
+            wb: load_width(self.input, if tb { g.k } else { g.n }),
             input: self.input,
             conv: false,
         };
@@ -1142,7 +1063,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
     let mut v = vec![];
     for &tile in COOP_TILES {
         for input in [Input::F16, Input::F32] {
-            let widths: &[u32] = &[8, 4, 1];
+            let widths: &[u32] = &[4, 1];
             for (a_kfast, b_nfast) in [(true, true), (false, false), (true, false), (false, true)] {
                 for &wa in widths {
                     for &wb in widths {
