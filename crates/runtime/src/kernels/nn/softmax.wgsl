@@ -29,6 +29,8 @@ struct Params {
 $DECLS
 
 const MODE: u32 = $MODEu;
+// Columns per invocation a row may have to be kept in registers.
+const CACHE: u32 = 16u;
 
 var<workgroup> sh: array<f32, 256>;
 
@@ -105,11 +107,29 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = row < p.rows;
     let base = gi * p.t;
     var m = bitcast<f32>(0xff800000u);
-    // The row loops take four columns per iteration, loaded before they are used (in column
-    // order, so results equal the one-column loop's): one load in flight per invocation left
-    // the kernel latency-bound far below the copy bandwidth.
+    // Rows of at most CACHE * p.t columns are read once: each invocation keeps its columns
+    // (tid, tid + p.t, ...) in registers for the max, the sum and the output (same order of
+    // operations as the streaming loops, so the same results). Longer rows stream through
+    // the loops below, four columns per iteration loaded before they are used: one load in
+    // flight per invocation, three times per element, left the kernel latency-bound far below
+    // the copy bandwidth.
+    let cached = p.cols <= CACHE * p.t;
+    var vals: array<f32, CACHE>;
     let t4 = 4u * p.t;
-    if valid {
+    if valid && cached {
+        for (var k = 0u; k < CACHE; k = k + 1u) {
+            let j = tid + k * p.t;
+            if j < p.cols {
+                vals[k] = load_x(row, j);
+            }
+        }
+        for (var k = 0u; k < CACHE; k = k + 1u) {
+            if tid + k * p.t < p.cols {
+                m = max_nan(m, vals[k]);
+            }
+        }
+    }
+    if valid && !cached {
         for (var j = tid; j < p.cols; j = j + t4) {
             let v = load4(row, j);
             m = max_nan(m, v.x);
@@ -126,7 +146,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     m = group_reduce(l, base, tid, m, true);
     var s = 0.0;
-    if valid {
+    if valid && cached {
+        for (var k = 0u; k < CACHE; k = k + 1u) {
+            if tid + k * p.t < p.cols {
+                s = s + exp_f32(vals[k] - m);
+            }
+        }
+    }
+    if valid && !cached {
         for (var j = tid; j < p.cols; j = j + t4) {
             let v = load4(row, j);
             s = s + exp_f32(v.x - m);
@@ -176,6 +203,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 v = exp_f32(load_x(row, j) - m) / s - select(0.0, 1.0, u32(lab) == j);
             }
             write_out(row * p.cols + j, v);
+        }
+        return;
+    }
+    if cached {
+        for (var k = 0u; k < CACHE; k = k + 1u) {
+            let j = tid + k * p.t;
+            if j < p.cols {
+                let d = vals[k] - m;
+                var o: f32;
+                if MODE == 0u {
+                    o = exp_f32(d) / s;
+                } else if MODE == 1u {
+                    o = d - log_s;
+                } else {
+                    o = exp_f32(d) / s - label_value(row, j);
+                }
+                write_out(row * p.cols + j, o);
+            }
         }
         return;
     }
