@@ -29,8 +29,6 @@ struct Params {
 $DECLS
 
 const MODE: u32 = $MODEu;
-// Columns per invocation a row may have to be kept in registers.
-const CACHE: u32 = 16u;
 
 var<workgroup> sh: array<f32, 256>;
 
@@ -54,21 +52,6 @@ fn max_nan(a: f32, b: f32) -> f32 {
 
 fn load_x(row: u32, j: u32) -> f32 {
     return x[row * p.x_rs + j * p.x_cs];
-}
-
-// Columns j, j + p.t, j + 2 p.t, j + 3 p.t of a row (0 past the end; callers skip those).
-fn load4(row: u32, j: u32) -> vec4<f32> {
-    var v = vec4<f32>(load_x(row, j), 0.0, 0.0, 0.0);
-    if j + p.t < p.cols {
-        v.y = load_x(row, j + p.t);
-    }
-    if j + 2u * p.t < p.cols {
-        v.z = load_x(row, j + 2u * p.t);
-    }
-    if j + 3u * p.t < p.cols {
-        v.w = load_x(row, j + 3u * p.t);
-    }
-    return v;
 }
 
 $FUNCS
@@ -107,65 +90,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = row < p.rows;
     let base = gi * p.t;
     var m = bitcast<f32>(0xff800000u);
-    // Rows of at most CACHE * p.t columns are read once: each invocation keeps its columns
-    // (tid, tid + p.t, ...) in registers for the max, the sum and the output (same order of
-    // operations as the streaming loops, so the same results). Longer rows stream through
-    // the loops below, four columns per iteration loaded before they are used: one load in
-    // flight per invocation, three times per element, left the kernel latency-bound far below
-    // the copy bandwidth.
-    let cached = p.cols <= CACHE * p.t;
-    var vals: array<f32, CACHE>;
-    let t4 = 4u * p.t;
-    if valid && cached {
-        for (var k = 0u; k < CACHE; k = k + 1u) {
-            let j = tid + k * p.t;
-            if j < p.cols {
-                vals[k] = load_x(row, j);
-            }
-        }
-        for (var k = 0u; k < CACHE; k = k + 1u) {
-            if tid + k * p.t < p.cols {
-                m = max_nan(m, vals[k]);
-            }
-        }
-    }
-    if valid && !cached {
-        for (var j = tid; j < p.cols; j = j + t4) {
-            let v = load4(row, j);
-            m = max_nan(m, v.x);
-            if j + p.t < p.cols {
-                m = max_nan(m, v.y);
-            }
-            if j + 2u * p.t < p.cols {
-                m = max_nan(m, v.z);
-            }
-            if j + 3u * p.t < p.cols {
-                m = max_nan(m, v.w);
-            }
+    if valid {
+        for (var j = tid; j < p.cols; j = j + p.t) {
+            m = max_nan(m, load_x(row, j));
         }
     }
     m = group_reduce(l, base, tid, m, true);
     var s = 0.0;
-    if valid && cached {
-        for (var k = 0u; k < CACHE; k = k + 1u) {
-            if tid + k * p.t < p.cols {
-                s = s + exp_f32(vals[k] - m);
-            }
-        }
-    }
-    if valid && !cached {
-        for (var j = tid; j < p.cols; j = j + t4) {
-            let v = load4(row, j);
-            s = s + exp_f32(v.x - m);
-            if j + p.t < p.cols {
-                s = s + exp_f32(v.y - m);
-            }
-            if j + 2u * p.t < p.cols {
-                s = s + exp_f32(v.z - m);
-            }
-            if j + 3u * p.t < p.cols {
-                s = s + exp_f32(v.w - m);
-            }
+    if valid {
+        for (var j = tid; j < p.cols; j = j + p.t) {
+            s = s + exp_f32(load_x(row, j) - m);
         }
     }
     s = group_reduce(l, base, tid, s, false);
@@ -206,41 +140,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         return;
     }
-    if cached {
-        for (var k = 0u; k < CACHE; k = k + 1u) {
-            let j = tid + k * p.t;
-            if j < p.cols {
-                let d = vals[k] - m;
-                var o: f32;
-                if MODE == 0u {
-                    o = exp_f32(d) / s;
-                } else if MODE == 1u {
-                    o = d - log_s;
-                } else {
-                    o = exp_f32(d) / s - label_value(row, j);
-                }
-                write_out(row * p.cols + j, o);
-            }
+    for (var j = tid; j < p.cols; j = j + p.t) {
+        let d = load_x(row, j) - m;
+        var v: f32;
+        if MODE == 0u {
+            v = exp_f32(d) / s;
+        } else if MODE == 1u {
+            v = d - log_s;
+        } else {
+            v = exp_f32(d) / s - label_value(row, j);
         }
-        return;
-    }
-    for (var j = tid; j < p.cols; j = j + t4) {
-        // All four loads before the first store (the output may share a buffer with x).
-        let v = load4(row, j);
-        for (var k = 0u; k < 4u; k = k + 1u) {
-            let jk = j + k * p.t;
-            if jk < p.cols {
-                let d = v[k] - m;
-                var o: f32;
-                if MODE == 0u {
-                    o = exp_f32(d) / s;
-                } else if MODE == 1u {
-                    o = d - log_s;
-                } else {
-                    o = exp_f32(d) / s - label_value(row, jk);
-                }
-                write_out(row * p.cols + jk, o);
-            }
-        }
+        write_out(row * p.cols + j, v);
     }
 }
