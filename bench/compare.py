@@ -25,11 +25,22 @@ import sys
 
 
 def load(path):
+    """[(doc, rows, is_torch)] of a file: one document, or a dict of named documents (a
+    request's bundle: {"ours-conv": {...}, "torch-conv": {...}})."""
     with open(path) as f:
-        doc = json.load(f)
-    rows = doc.get("results", [])
-    is_torch = "torch" in doc or doc.get("tool") == "torch" or any("mode" in r for r in rows)
-    return doc, rows, is_torch
+        top = json.load(f)
+    docs = [top] if "results" in top else [
+        v for v in top.values() if isinstance(v, dict) and isinstance(v.get("results"), list)]
+    out = []
+    for doc in docs:
+        rows = doc.get("results", [])
+        is_torch = ("torch" in doc or doc.get("tool") == "torch"
+                    or any("mode" in r or r.get("impl") == "torch" for r in rows))
+        out.append((doc, rows, is_torch))
+    return out
+
+
+DTYPES = {"f32": "float32", "f16": "float16", "fp32": "float32", "fp16": "float16"}
 
 
 def norm_row(r):
@@ -55,7 +66,10 @@ def norm_row(r):
     tile = r.get("tile")
     if tile and tile != "auto":
         r["case"] = f"{r['case']}[{tile}]"
-    r.setdefault("dtype", "float32")
+    if r.get("dtype") == "tf32":  # bench/torch_conv.py names the TF32 mode in dtype
+        r.setdefault("mode", "tf32")
+        r["dtype"] = "float32"
+    r["dtype"] = DTYPES.get(r.get("dtype", "float32"), r.get("dtype", "float32"))
     return r
 
 
@@ -110,8 +124,7 @@ def main():
     ap.add_argument("--md", action="store_true", help="a Markdown table")
     args = ap.parse_args()
     ours, torch_rows, headers = [], {}, []
-    for p in args.files:
-        doc, rows, is_torch = load(p)
+    for p, doc, rows, is_torch in ((p, *d) for p in args.files for d in load(p)):
         rows = [norm_row(r) for r in rows]
         if is_torch:
             headers.append(f"PyTorch: {p}: torch {doc.get('torch')}, CUDA {doc.get('cuda')}, "

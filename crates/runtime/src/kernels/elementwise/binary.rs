@@ -750,10 +750,12 @@ impl Kernel for Binary {
 
 const OFFSETS_FLAT: &str = "    return vec2<u32>(e * p.sa[0].x, e * p.sb[0].x);";
 
+// The coordinates of element e, innermost dimension first; the outermost needs no division
+// (e < p.n, so what is left is its coordinate): one div/mod pair per element fewer.
 const OFFSETS_BCAST: &str = "    var rem = e;
     var ia = 0u;
     var ib = 0u;
-    for (var d = p.rank; d > 0u; d = d - 1u) {
+    for (var d = p.rank; d > 1u; d = d - 1u) {
         let k = d - 1u;
         let dim = p.shape[k / 4u][k % 4u];
         let c = rem % dim;
@@ -761,7 +763,7 @@ const OFFSETS_BCAST: &str = "    var rem = e;
         ia = ia + c * p.sa[k / 4u][k % 4u];
         ib = ib + c * p.sb[k / 4u][k % 4u];
     }
-    return vec2<u32>(ia, ib);";
+    return vec2<u32>(ia + rem * p.sa[0].x, ib + rem * p.sb[0].x);";
 
 /// Whether the 4-words-per-invocation variant applies: 32-bit input and output elements (one
 /// element per word). One word per invocation left each invocation one load in flight and

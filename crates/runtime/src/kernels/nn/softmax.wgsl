@@ -54,21 +54,6 @@ fn load_x(row: u32, j: u32) -> f32 {
     return x[row * p.x_rs + j * p.x_cs];
 }
 
-// Columns j, j + p.t, j + 2 p.t, j + 3 p.t of a row (0 past the end; callers skip those).
-fn load4(row: u32, j: u32) -> vec4<f32> {
-    var v = vec4<f32>(load_x(row, j), 0.0, 0.0, 0.0);
-    if j + p.t < p.cols {
-        v.y = load_x(row, j + p.t);
-    }
-    if j + 2u * p.t < p.cols {
-        v.z = load_x(row, j + 2u * p.t);
-    }
-    if j + 3u * p.t < p.cols {
-        v.w = load_x(row, j + 3u * p.t);
-    }
-    return v;
-}
-
 $FUNCS
 
 // Combines the p.t values `v` of a group (slot = its invocation's index in the workgroup, base
@@ -105,40 +90,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = row < p.rows;
     let base = gi * p.t;
     var m = bitcast<f32>(0xff800000u);
-    // The row loops take four columns per iteration, loaded before they are used (in column
-    // order, so results equal the one-column loop's): one load in flight per invocation left
-    // the kernel latency-bound far below the copy bandwidth.
-    let t4 = 4u * p.t;
     if valid {
-        for (var j = tid; j < p.cols; j = j + t4) {
-            let v = load4(row, j);
-            m = max_nan(m, v.x);
-            if j + p.t < p.cols {
-                m = max_nan(m, v.y);
-            }
-            if j + 2u * p.t < p.cols {
-                m = max_nan(m, v.z);
-            }
-            if j + 3u * p.t < p.cols {
-                m = max_nan(m, v.w);
-            }
+        for (var j = tid; j < p.cols; j = j + p.t) {
+            m = max_nan(m, load_x(row, j));
         }
     }
     m = group_reduce(l, base, tid, m, true);
     var s = 0.0;
     if valid {
-        for (var j = tid; j < p.cols; j = j + t4) {
-            let v = load4(row, j);
-            s = s + exp_f32(v.x - m);
-            if j + p.t < p.cols {
-                s = s + exp_f32(v.y - m);
-            }
-            if j + 2u * p.t < p.cols {
-                s = s + exp_f32(v.z - m);
-            }
-            if j + 3u * p.t < p.cols {
-                s = s + exp_f32(v.w - m);
-            }
+        for (var j = tid; j < p.cols; j = j + p.t) {
+            s = s + exp_f32(load_x(row, j) - m);
         }
     }
     s = group_reduce(l, base, tid, s, false);
@@ -179,23 +140,16 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         return;
     }
-    for (var j = tid; j < p.cols; j = j + t4) {
-        // All four loads before the first store (the output may share a buffer with x).
-        let v = load4(row, j);
-        for (var k = 0u; k < 4u; k = k + 1u) {
-            let jk = j + k * p.t;
-            if jk < p.cols {
-                let d = v[k] - m;
-                var o: f32;
-                if MODE == 0u {
-                    o = exp_f32(d) / s;
-                } else if MODE == 1u {
-                    o = d - log_s;
-                } else {
-                    o = exp_f32(d) / s - label_value(row, jk);
-                }
-                write_out(row * p.cols + jk, o);
-            }
+    for (var j = tid; j < p.cols; j = j + p.t) {
+        let d = load_x(row, j) - m;
+        var v: f32;
+        if MODE == 0u {
+            v = exp_f32(d) / s;
+        } else if MODE == 1u {
+            v = d - log_s;
+        } else {
+            v = exp_f32(d) / s - label_value(row, j);
         }
+        write_out(row * p.cols + j, v);
     }
 }

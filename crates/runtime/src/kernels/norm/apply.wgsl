@@ -22,7 +22,10 @@ fn load_dy(i: u32) -> f32 {
 }
 
 fn elem(e: u32) -> f32 {
-    let ch = (e / p.inner) % p.c;
+    var ch = e % p.c;
+    if p.inner != 1u {
+        ch = (e / p.inner) % p.c;
+    }
     let k = res[5u * p.c + ch];
     if p.mode < 2u {
         return (load_x(e) - res[4u * p.c + ch]) * k + res[6u * p.c + ch];

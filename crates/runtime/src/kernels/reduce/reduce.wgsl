@@ -54,37 +54,6 @@ fn finalize(v: ELEM) -> ELEM {
     FINALIZE_BODY
 }
 
-// The pairwise cascade of one invocation: the current block, and a binary-counter stack of
-// the results of completed blocks.
-struct Cascade {
-    stack: array<ELEM, 32>,
-    top: u32,
-    blk: ELEM,
-    nb: u32,
-    nblocks: u32,
-};
-
-// Adds one element to the cascade: into the current block; a full block is pushed, merging
-// equal-sized partial results (pairwise).
-fn feed(st: ptr<function, Cascade>, v: ELEM, ident: ELEM) {
-    (*st).blk = combine((*st).blk, v);
-    (*st).nb += 1u;
-    if (*st).nb == BLOCK {
-        (*st).nblocks += 1u;
-        var merged = (*st).blk;
-        var k = (*st).nblocks;
-        while (k & 1u) == 0u && (*st).top > 0u {
-            (*st).top -= 1u;
-            merged = combine((*st).stack[(*st).top], merged);
-            k = k >> 1u;
-        }
-        (*st).stack[(*st).top] = merged;
-        (*st).top += 1u;
-        (*st).blk = ident;
-        (*st).nb = 0u;
-    }
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     var g: u32;
@@ -108,64 +77,39 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let base = o * p.r * p.inner + i;
         let r0 = c * p.chunk;
         let r1 = min(p.r, r0 + p.chunk);
-        // Four rows per iteration, loaded before they are combined (in row order, so the
-        // result is the serial loop's): one load in flight per invocation left a reduction
-        // latency-bound at a fraction of the copy bandwidth.
-        let step = p.t;
         if CASCADE {
-            var st: Cascade;
-            st.top = 0u;
-            st.blk = ident;
-            st.nb = 0u;
-            st.nblocks = 0u;
-            for (var r = r0 + t; r < r1; r += 4u * step) {
-                let v0 = x[base + r * p.inner];
-                var v1 = ident;
-                var v2 = ident;
-                var v3 = ident;
-                if r + step < r1 {
-                    v1 = x[base + (r + step) * p.inner];
-                }
-                if r + 2u * step < r1 {
-                    v2 = x[base + (r + 2u * step) * p.inner];
-                }
-                if r + 3u * step < r1 {
-                    v3 = x[base + (r + 3u * step) * p.inner];
-                }
-                feed(&st, v0, ident);
-                if r + step < r1 {
-                    feed(&st, v1, ident);
-                }
-                if r + 2u * step < r1 {
-                    feed(&st, v2, ident);
-                }
-                if r + 3u * step < r1 {
-                    feed(&st, v3, ident);
+            var stack: array<ELEM, 32>;
+            var top = 0u;
+            var blk = ident;
+            var nb = 0u;
+            var nblocks = 0u;
+            for (var r = r0 + t; r < r1; r += p.t) {
+                blk = combine(blk, x[base + r * p.inner]);
+                nb += 1u;
+                if nb == BLOCK {
+                    // Push the block's result; merge equal-sized partial results (pairwise).
+                    nblocks += 1u;
+                    var merged = blk;
+                    var k = nblocks;
+                    while (k & 1u) == 0u && top > 0u {
+                        top -= 1u;
+                        merged = combine(stack[top], merged);
+                        k = k >> 1u;
+                    }
+                    stack[top] = merged;
+                    top += 1u;
+                    blk = ident;
+                    nb = 0u;
                 }
             }
-            acc = st.blk;
-            while st.top > 0u {
-                st.top -= 1u;
-                acc = combine(st.stack[st.top], acc);
+            acc = blk;
+            while top > 0u {
+                top -= 1u;
+                acc = combine(stack[top], acc);
             }
         } else {
-            for (var r = r0 + t; r < r1; r += 4u * step) {
-                let v0 = x[base + r * p.inner];
-                var v1 = ident;
-                var v2 = ident;
-                var v3 = ident;
-                if r + step < r1 {
-                    v1 = x[base + (r + step) * p.inner];
-                }
-                if r + 2u * step < r1 {
-                    v2 = x[base + (r + 2u * step) * p.inner];
-                }
-                if r + 3u * step < r1 {
-                    v3 = x[base + (r + 3u * step) * p.inner];
-                }
-                // Rows past the end hold the identity, which changes nothing (the ops
-                // without the cascade are float min / max and the integer ops: x + 0, x * 1).
-                acc = combine(combine(combine(combine(acc, v0), v1), v2), v3);
+            for (var r = r0 + t; r < r1; r += p.t) {
+                acc = combine(acc, x[base + r * p.inner]);
             }
         }
     }
