@@ -416,6 +416,9 @@ pub struct Pass {
     /// Each `mark` event's label and the time (seconds since the pass began) at which the
     /// device had finished everything before it.
     pub marks: Vec<(String, f64)>,
+    /// For each mark: the last batch submitted when it was reached (all work before the mark
+    /// is in batches up to this id), to split GPU timestamps into steps.
+    pub mark_batches: Vec<u64>,
 }
 
 fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
@@ -555,6 +558,7 @@ pub fn replay_once(
                 Event::Mark(label) => {
                     dev.synchronize().map_err(e)?;
                     pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                    pass.mark_batches.push(dev.exec().submitted());
                 }
                 Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
             }
@@ -715,6 +719,8 @@ fn report_steps(passes: &[Pass]) -> Value {
 struct GpuPass {
     wall_s: f64,
     summary: TimingSummary,
+    /// Per mark label: (GPU-busy ms, wall ms) of each interval it opens.
+    steps: BTreeMap<String, Vec<(f64, f64)>>,
     /// Per op: dispatches and GPU nanoseconds.
     per_op: BTreeMap<String, (u64, f64)>,
 }
@@ -759,9 +765,22 @@ fn timed_pass(
         e.0 += 1;
         e.1 += d.end_ns - d.start_ns;
     }
+    let mut steps: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (w, b) in p.marks.windows(2).zip(p.mark_batches.windows(2)) {
+        let inside: Vec<_> = t
+            .iter()
+            .filter(|d| d.batch > b[0] && d.batch <= b[1])
+            .cloned()
+            .collect();
+        steps.entry(w[0].0.clone()).or_default().push((
+            TimingSummary::of(&inside).busy_ns * 1e-6,
+            (w[1].1 - w[0].1) * 1e3,
+        ));
+    }
     Ok(GpuPass {
         wall_s: p.wall_s,
         summary: TimingSummary::of(&t),
+        steps,
         per_op,
     })
 }
@@ -888,6 +907,17 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
         }
     };
     let steps = report_steps(&passes);
+    if let Some(g) = &gpu {
+        for (label, v) in &g.steps {
+            let busy: Vec<f64> = v.iter().map(|x| x.0).collect();
+            let pct: Vec<f64> = v.iter().map(|x| 100.0 * x.0 / x.1.max(1e-9)).collect();
+            println!(
+                "  steps {label:?} (timed pass): GPU busy median {:.3} ms, {:.1}% of the step",
+                median(&busy),
+                median(&pct)
+            );
+        }
+    }
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
@@ -955,6 +985,17 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
                 "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
+        let mut steps = steps;
+        if let (Some(g), Some(obj)) = (&gpu, steps.as_object_mut()) {
+            for (label, v) in &g.steps {
+                if let Some(Value::Object(o)) = obj.get_mut(label) {
+                    let busy: Vec<f64> = v.iter().map(|x| x.0).collect();
+                    let pct: Vec<f64> = v.iter().map(|x| 100.0 * x.0 / x.1.max(1e-9)).collect();
+                    o.insert("gpu_busy_median_ms".into(), json!(median(&busy)));
+                    o.insert("gpu_busy_pct_median".into(), json!(median(&pct)));
+                }
+            }
+        }
         doc["steps"] = steps;
         std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| format!("{out}: {e}"))?;
