@@ -27,6 +27,20 @@ def plugin_path():
 
 
 _lib = None
+_mark = None
+
+
+def _loaded_plugin_path():
+    """The plugin library this process has already mapped (TensorFlow loaded it), if any: the
+    one whose static state (the trace writer) must be reached, not a second copy."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                if line.rstrip().endswith("/libtfwgpu_plugin.so"):
+                    return line.split(None, 5)[5].strip()
+    except OSError:
+        pass
+    return None
 
 
 def _plugin():
@@ -57,3 +71,21 @@ def stats():
     (`gpu_ops`), and copies between host and device (`device_to_host`, `host_to_device`:
     count and bytes)."""
     return json.loads(_plugin().tfwgpu_stats_json().decode())
+
+
+def trace_mark(label="step"):
+    """Writes a step boundary (`{"ev": "mark", "label": label}`) into the kernel trace when the
+    process runs with `TFWGPU_TRACE=path`; `tfwgpu-bench replay` reports the time between
+    consecutive marks, grouped by the label of the mark that opens each interval. Call it
+    after TensorFlow is imported (the plugin must be loaded), between steps: at the start of
+    each step and once after the last. Returns whether a mark was written (False when tracing
+    is off). Costs a ctypes call."""
+    global _mark
+    if _mark is None:
+        path = _loaded_plugin_path()
+        lib = ctypes.CDLL(path) if path else _plugin()
+        fn = lib.tfwgpu_trace_mark
+        fn.argtypes = [ctypes.c_char_p]
+        fn.restype = ctypes.c_int
+        _mark = fn
+    return bool(_mark(str(label).encode()))

@@ -63,7 +63,7 @@ def train(tf, keras, device, data, epochs, batch_size, seed):
         model = build_model(keras)
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         t0 = time.perf_counter()
-        model.fit(train_ds, epochs=epochs, verbose=1)
+        model.fit(train_ds, epochs=epochs, verbose=1, shuffle=False)  # train_ds is shuffled
         train_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         _, acc = model.evaluate(test_ds, verbose=0)

@@ -36,9 +36,8 @@ HOST_BY_DESIGN = {
 }
 
 # tf.data runs on the host by design too.
-_HOST_PATTERN = re.compile(
-    r"(Dataset(V\d)?|Iterator(V\d)?|IteratorGetNext|SeedGenerator|^Optional\w+|^MakeIterator)$"
-)
+# (ShuffleDatasetV3, DatasetCardinality, AnonymousIteratorV3, IteratorGetNext, DeleteIterator...)
+_HOST_PATTERN = re.compile(r"Dataset|Iterator|SeedGenerator$|^Optional\w+$")
 
 
 def host_by_design(op):

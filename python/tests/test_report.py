@@ -83,3 +83,16 @@ def test_report_tells_program_placed_cpu_work_from_fallbacks(tmp_path):
     assert d["ops"]["Relu"].get("host_graph") == 1 and "Relu" not in fb
     assert not any("Dataset" in op or "SeedGenerator" in op for op in fb), fb
     assert "Mul" not in fb and "MapDataset" not in fb
+
+
+def test_tf_data_ops_are_host_work_by_design():
+    from tensorflow_wgpu.report import host_by_design
+
+    # tf.data ops Keras runs on a dataset (DatasetCardinality when fit gets a tf.data.Dataset)
+    # have no device kernels anywhere: never fallbacks.
+    for op in ["DatasetCardinality", "ShuffleDatasetV3", "TensorSliceDataset", "IteratorGetNext",
+               "AnonymousIteratorV3", "DeleteIterator", "MakeIterator", "OptionalFromValue",
+               "AnonymousSeedGenerator"]:
+        assert host_by_design(op), op
+    for op in ["MatMul", "Conv2D", "AddV2", "Cast", "ResourceApplyAdam"]:
+        assert not host_by_design(op), op

@@ -3,9 +3,11 @@
 //! ```text
 //! tfwgpu-bench devices
 //! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
-//!                     [--transpose none|a|b|ab]
+//!                     [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
 //! tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..] [--ops fwd,bwd_input,bwd_filter]
 //!                   [--reps N] [--sample-ms MS] [--tiles auto,NAME,..] [--json FILE]
+//!                   [--dtype f32|f16] [--reduced]
+//! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
 //! ```
@@ -15,25 +17,42 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::json;
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, Device, Runtime, list_adapters};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Device, Runtime, f16, list_adapters};
 
+mod cases;
+mod ops;
 mod replay;
 
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
   tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
-                      [--transpose none|a|b|ab]
-                                             float32 MatMul GFLOP/s per square size (and per
-                                             forced kernel tile: auto is the kernel's choice)
+                      [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
+                                             MatMul GFLOP/s per square size (and per forced
+                                             kernel tile: auto is the kernel's choice); f16:
+                                             f16 in and out (cooperative matrices where the
+                                             adapter has them); --reduced sets
+                                             TFWGPU_ALLOW_REDUCED_PRECISION=1 (f32 operands on
+                                             f16 tensor cores)
   tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..]
                     [--ops fwd,bwd_input,bwd_filter] [--reps N] [--sample-ms MS]
-                    [--tiles auto,NAME,..] [--json FILE]
+                    [--tiles auto,NAME,..] [--json FILE] [--dtype f32|f16] [--reduced]
                                              float32 NHWC Conv2D (and DepthwiseConv2dNative) and
                                              the gradients, TFLOP/s per case (demo1:
                                              128x28x28x1 -> 32 3x3, demo2: 128x13x13x32 -> 64
                                              3x3, resnet: 8x56x56x64 -> 64 3x3 SAME; resnet50:
                                              the ResNet-50 layer shapes r50_* and depthwise
-                                             dw_*), sampled against an f64 reference
+                                             dw_*), sampled against an f64 reference; --dtype and
+                                             --reduced as for matmul
+  tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
+                                             MatMul/BatchMatMul (TFLOP/s) and memory-bound
+                                             kernels (GB/s and % of the copy bandwidth of the
+                                             same run): copies (runtime buffer copy, u32 and
+                                             vec4 compute copies), AddV2 with broadcasting, Mul,
+                                             Sum/Max over the last/first axis, Softmax,
+                                             FusedBatchNormV3 (training, NHWC), MaxPool 3x3 s2;
+                                             each checked against a CPU reference on random
+                                             inputs with poisoned outputs. --small: sizes for
+                                             CPU adapters (lavapipe); --list: the case names
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
   tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
@@ -54,6 +73,7 @@ fn main() -> ExitCode {
         Some("devices") => devices(),
         Some("matmul") => matmul(&args[1..]),
         Some("conv") => conv(&args[1..]),
+        Some("ops") => ops::run(&args[1..]),
         Some("demo") => demo(),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
@@ -184,6 +204,11 @@ struct MatmulResult {
     inner: usize,
 }
 
+/// `v` rounded to float16 (and back).
+fn round_f16(v: &[f32]) -> Vec<f32> {
+    v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
+}
+
 /// Times float32 MatMul of `size`^3: the median over `reps` samples of `inner` back-to-back
 /// runs followed by one host wait, `inner` chosen so that a sample lasts ~25 ms (at most 500
 /// runs). The runtime submits batches while the host records more, so the figure is the
@@ -196,17 +221,33 @@ fn bench_matmul(
     tile: Option<&str>,
     ta: bool,
     tb: bool,
+    dtype: DType,
     rng: &mut StdRng,
 ) -> Result<MatmulResult, String> {
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     let (m, k, n) = (size, size, size);
-    let a = random(rng, m * k);
-    let b = random(rng, k * n);
+    let mut a = random(rng, m * k);
+    let mut b = random(rng, k * n);
     let ta_shape = if ta { [k, m] } else { [m, k] };
     let tb_shape = if tb { [n, k] } else { [k, n] };
-    let gpu_a = dev.upload(&a, &ta_shape).map_err(e)?;
-    let gpu_b = dev.upload(&b, &tb_shape).map_err(e)?;
+    let half = dtype == DType::F16;
+    let (gpu_a, gpu_b) = if half {
+        // The reference is the exact product of the f16-rounded inputs.
+        a = round_f16(&a);
+        b = round_f16(&b);
+        let h = |v: &[f32]| v.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>();
+        (
+            dev.upload(&h(&a), &ta_shape).map_err(e)?,
+            dev.upload(&h(&b), &tb_shape).map_err(e)?,
+        )
+    } else {
+        (
+            dev.upload(&a, &ta_shape).map_err(e)?,
+            dev.upload(&b, &tb_shape).map_err(e)?,
+        )
+    };
     let mut attrs = Attrs::new()
+        .with("T", AttrValue::Type(dtype))
         .with("transpose_a", AttrValue::Bool(ta))
         .with("transpose_b", AttrValue::Bool(tb));
     if let Some(t) = tile {
@@ -220,15 +261,13 @@ fn bench_matmul(
     // Poison: fill the memory the checked output will likely take with NaN first.
     drop(dev.upload(&vec![f32::NAN; m * n], &[m * n]).map_err(e)?);
     let out = run()?;
-    let rel_err = check_matmul(
-        &a,
-        &b,
-        &out[0].download::<f32>().map_err(e)?,
-        (m, k, n),
-        ta,
-        tb,
-        rng,
-    );
+    let got = if half {
+        let h = out[0].download::<f16>().map_err(e)?;
+        h.iter().map(|x| x.to_f32()).collect()
+    } else {
+        out[0].download::<f32>().map_err(e)?
+    };
+    let rel_err = check_matmul(&a, &b, &got, (m, k, n), ta, tb, rng);
     drop(out);
     // Calibrate: one run, then a few, to size the samples.
     let flops = 2.0 * (m * k * n) as f64;
@@ -279,6 +318,21 @@ fn matmul(args: &[String]) -> Result<(), String> {
         "ab" => (true, true),
         t => return Err(format!("bad --transpose {t:?} (none, a, b or ab)")),
     };
+    let dtype = match flag(args, "--dtype").unwrap_or("f32") {
+        "f32" | "float32" => DType::F32,
+        "f16" | "float16" => DType::F16,
+        t => return Err(format!("bad --dtype {t:?} (f32 or f16)")),
+    };
+    let reduced = args.iter().any(|a| a == "--reduced");
+    if reduced {
+        // SAFETY: set before the runtime (or any other thread) exists.
+        unsafe { std::env::set_var("TFWGPU_ALLOW_REDUCED_PRECISION", "1") };
+    }
+    let dname = match (dtype, reduced) {
+        (DType::F16, _) => "float16",
+        (_, true) => "float32-reduced",
+        _ => "float32",
+    };
     let rt = open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(7);
@@ -291,15 +345,15 @@ fn matmul(args: &[String]) -> Result<(), String> {
         for &t in &tiles {
             let tile = (t != "auto").then_some(t);
             // Warm-up (compiles the pipeline).
-            if let Err(err) = bench_matmul(dev, s.min(64), 1, tile, ta, tb, &mut rng)
-                .and_then(|_| bench_matmul(dev, s, reps, tile, ta, tb, &mut rng))
+            if let Err(err) = bench_matmul(dev, s.min(64), 1, tile, ta, tb, dtype, &mut rng)
+                .and_then(|_| bench_matmul(dev, s, reps, tile, ta, tb, dtype, &mut rng))
                 .map(|r| {
                     println!(
                         "{:>6} {:>14} {:>10.4} {:>10.4} {:>10.1} {:>8.1e} {:>6}",
                         r.size, t, r.median_ms, r.min_ms, r.gflops, r.rel_err, r.inner
                     );
                     rows.push(
-                        json!({"op": "MatMul", "dtype": "float32", "m": s, "n": s, "k": s,
+                        json!({"op": "MatMul", "dtype": dname, "m": s, "n": s, "k": s,
                         "transpose_a": ta, "transpose_b": tb, "tile": t,
                         "median_ms": r.median_ms, "min_ms": r.min_ms, "gflops": r.gflops,
                         "rel_err": r.rel_err, "inner": r.inner, "reps": reps}),
@@ -410,6 +464,7 @@ const CONV_CASES: &[ConvCase] = &[
         depthwise: true,
         ..cc("dw_14_3x3_512", 32, 14, 512, 3, 512, 1)
     },
+    cc("wide", 32, 28, 128, 3, 128, 1),
 ];
 
 /// Named lists of cases for `--cases`.
@@ -645,6 +700,24 @@ fn conv(args: &[String]) -> Result<(), String> {
         .parse::<f64>()
         .map_err(|_| "bad --sample-ms")?
         / 1e3;
+    let dtype = match flag(args, "--dtype").unwrap_or("f32") {
+        "f32" | "float32" => DType::F32,
+        "f16" | "float16" => DType::F16,
+        t => return Err(format!("bad --dtype {t:?} (f32 or f16)")),
+    };
+    let reduced = args.iter().any(|a| a == "--reduced");
+    if reduced {
+        // SAFETY: set before the runtime (or any other thread) exists.
+        unsafe { std::env::set_var("TFWGPU_ALLOW_REDUCED_PRECISION", "1") };
+    }
+    // Relative error allowed (to the sum of |products|): f16 rounding of the output or of
+    // the inputs (2^-11 each) dominates the accumulation's.
+    let max_err = if dtype == DType::F16 || reduced {
+        1e-3
+    } else {
+        1e-5
+    };
+    let half = dtype == DType::F16;
     let rt = open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(11);
@@ -660,12 +733,24 @@ fn conv(args: &[String]) -> Result<(), String> {
             .ok_or_else(|| format!("no conv case {name:?}"))?;
         let (oh, ow, _) = c.out_hw();
         let fshape = c.filter_shape();
-        let x = random(&mut rng, c.n * c.h * c.w * c.c);
-        let f = random(&mut rng, fshape.iter().product());
-        let dy = random(&mut rng, c.n * oh * ow * c.k);
-        let gx = dev.upload(&x, &[c.n, c.h, c.w, c.c]).map_err(e)?;
-        let gf = dev.upload(&f, &fshape).map_err(e)?;
-        let gdy = dev.upload(&dy, &[c.n, oh, ow, c.k]).map_err(e)?;
+        let mut x = random(&mut rng, c.n * c.h * c.w * c.c);
+        let mut f = random(&mut rng, fshape.iter().product());
+        let mut dy = random(&mut rng, c.n * oh * ow * c.k);
+        if half {
+            // The reference is then exact for the f16 inputs.
+            (x, f, dy) = (round_f16(&x), round_f16(&f), round_f16(&dy));
+        }
+        let up = |v: &[f32], shape: &[usize]| {
+            if half {
+                let h: Vec<f16> = v.iter().map(|&x| f16::from_f32(x)).collect();
+                dev.upload(&h, shape).map_err(e)
+            } else {
+                dev.upload(v, shape).map_err(e)
+            }
+        };
+        let gx = up(&x, &[c.n, c.h, c.w, c.c])?;
+        let gf = up(&f, &fshape)?;
+        let gdy = up(&dy, &[c.n, oh, ow, c.k])?;
         let xs =
             tfwgpu_runtime::HostTensor::vec_i32(&[c.n as i32, c.h as i32, c.w as i32, c.c as i32]);
         let fs = tfwgpu_runtime::HostTensor::vec_i32(&fshape.map(|d| d as i32));
@@ -679,6 +764,7 @@ fn conv(args: &[String]) -> Result<(), String> {
             for &t in &tiles {
                 let st = c.stride as i64;
                 let mut attrs = Attrs::new()
+                    .with("T", AttrValue::Type(dtype))
                     .with("strides", AttrValue::Ints(vec![1, st, st, 1]))
                     .with(
                         "padding",
@@ -714,7 +800,12 @@ fn conv(args: &[String]) -> Result<(), String> {
                             .map_err(e)?,
                     );
                     let out = run()?;
-                    let got = out[0].download::<f32>().map_err(e)?;
+                    let got = if half {
+                        let h = out[0].download::<f16>().map_err(e)?;
+                        h.iter().map(|x| x.to_f32()).collect()
+                    } else {
+                        out[0].download::<f32>().map_err(e)?
+                    };
                     let err = check_conv(c, op, (&x, &f, &dy), &got, &mut rng);
                     drop(out);
                     let (med, inner) = time_runs(dev, reps, target, &|| run().map(drop))?;
@@ -733,10 +824,10 @@ fn conv(args: &[String]) -> Result<(), String> {
                             inner
                         );
                         rows.push(json!({"case": c.name, "op": op, "shape": c.shape_text(),
-                            "dtype": "f32", "impl": "tfwgpu", "tile": t,
+                            "dtype": if half { "f16" } else if reduced { "f32-reduced" } else { "f32" }, "impl": "tfwgpu", "tile": t,
                             "ms": med * 1e3, "tflops": flops / med / 1e12,
                             "rel_err": err, "inner": inner, "reps": reps}));
-                        if err > 1e-5 {
+                        if err > max_err {
                             return Err(format!(
                                 "{} {op} {t}: relative error {err:.1e} against the reference",
                                 c.name

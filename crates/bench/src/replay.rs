@@ -5,16 +5,18 @@
 //! (floats in [-1, 1] where a kernel reads the copy as f32/f16, zeros otherwise so that integer
 //! indices stay in range), host-memory inputs get their traced values, kernels are rebuilt from
 //! (op, attrs) through the registry and recorded in order, and device-to-host copies are
-//! blocking reads.
+//! blocking reads. `mark` events (step boundaries the program wrote) split the pass into steps:
+//! at each mark the replay waits for the device and notes the time (see `Pass::marks`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, TensorDesc,
-    f16,
+    TimingSummary, f16,
 };
 
 #[derive(Debug)]
@@ -68,6 +70,8 @@ pub enum Event {
     },
     Sync,
     Kernel(Box<KernelRec>),
+    /// A step boundary (`mark`): its label.
+    Mark(String),
     /// A host-memory kernel: TensorFlow's host work, nothing to replay.
     HostKernel,
 }
@@ -234,6 +238,7 @@ impl Trace {
                 return Err("not a tfwgpu trace (no header line)".into());
             }
             if let Some(d) = v.get("dev").and_then(Value::as_i64)
+                && ev != "mark"
                 && !t.devices.contains(&d)
             {
                 t.devices.push(d);
@@ -267,6 +272,7 @@ impl Trace {
                 },
                 "sync" => Event::Sync,
                 "host_kernel" => Event::HostKernel,
+                "mark" => Event::Mark(v["label"].as_str().unwrap_or("step").to_string()),
                 "kernel" => {
                     let a = v
                         .get("attrs")
@@ -368,6 +374,21 @@ pub struct OpTime {
     pub dispatches: u64,
     /// The host time the capture measured (output shapes + record), summed.
     pub traced_host_s: f64,
+    /// With `--sync-each`: record + submit + GPU execution of each call, the device drained
+    /// after every kernel call (0 otherwise).
+    pub synced_s: f64,
+}
+
+/// `--sync-each`: drain the device after every kernel call and charge the time to its op (a
+/// per-op GPU-time estimate that needs no timestamps; it serializes the pass).
+static SYNC_EACH: AtomicBool = AtomicBool::new(false);
+
+fn sync_each_kernel(dev: &Device, t0: Instant, o: &mut OpTime) -> Result<(), String> {
+    if SYNC_EACH.load(Ordering::Relaxed) {
+        dev.synchronize().map_err(|e| e.to_string())?;
+        o.synced_s += t0.elapsed().as_secs_f64();
+    }
+    Ok(())
 }
 
 /// What one pass over the trace did.
@@ -387,6 +408,14 @@ pub struct Pass {
     pub host_syncs: u64,
     pub host_kernels: u64,
     pub per_op: BTreeMap<String, OpTime>,
+    /// The device's dispatch counter when the pass began.
+    pub first_dispatch: u64,
+    /// (first dispatch counter value, dispatches, op) of each kernel call, in recording order:
+    /// attributes GPU timestamps to ops.
+    pub dispatch_ops: Vec<(u64, u64, String)>,
+    /// Each `mark` event's label and the time (seconds since the pass began) at which the
+    /// device had finished everything before it.
+    pub marks: Vec<(String, f64)>,
 }
 
 fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
@@ -477,6 +506,7 @@ pub fn replay_once(
     let mut pass = Pass::default();
     dev.synchronize().map_err(e)?;
     let before = dev.exec_stats();
+    pass.first_dispatch = before.dispatches;
     let t0 = Instant::now();
     let result = (|| -> Result<(), String> {
         for (i, ev) in trace.events.iter().enumerate() {
@@ -522,6 +552,10 @@ pub fn replay_once(
                     pass.host_syncs += 1;
                 }
                 Event::HostKernel => pass.host_kernels += 1,
+                Event::Mark(label) => {
+                    dev.synchronize().map_err(e)?;
+                    pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                }
                 Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
             }
         }
@@ -602,13 +636,134 @@ fn replay_kernel(
     pass.kernels += 1;
     pass.kernels_skipped += k.skipped as u64;
     pass.kernel_dispatches += n;
+    pass.dispatch_ops.push((d0, n, k.op.clone()));
     pass.dispatch_mismatches += (n != k.dispatches) as u64;
     let o = pass.per_op.entry(k.op.clone()).or_default();
     o.calls += 1;
     o.host_s += host;
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
-    Ok(())
+    sync_each_kernel(dev, t0, o)
+}
+
+/// Per-step times: the intervals between consecutive marks of each pass, grouped by the label
+/// of the mark that opens the interval, in ms. Passes after the first only when there are
+/// several (the first compiles pipelines).
+pub fn step_times(passes: &[Pass]) -> BTreeMap<String, Vec<f64>> {
+    let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let skip = usize::from(passes.len() > 1);
+    for p in &passes[skip..] {
+        for w in p.marks.windows(2) {
+            out.entry(w[0].0.clone())
+                .or_default()
+                .push((w[1].1 - w[0].1) * 1e3);
+        }
+    }
+    out
+}
+
+/// With `--sync-each`: the ops by synchronized time (record + GPU), the heaviest first.
+fn report_synced(p: &Pass, top: usize) {
+    if !SYNC_EACH.load(Ordering::Relaxed) {
+        return;
+    }
+    let total: f64 = p.per_op.values().map(|t| t.synced_s).sum();
+    let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
+    ops.sort_by(|a, b| b.1.synced_s.total_cmp(&a.1.synced_s));
+    println!(
+        "  {:<28} {:>7} {:>10} {:>9} {:>6}   (--sync-each: record + GPU, drained after each call; {:.3} ms in all)",
+        "op (synchronized time)",
+        "calls",
+        "total ms",
+        "us/call",
+        "share",
+        total * 1e3
+    );
+    for (op, t) in ops.iter().take(top) {
+        println!(
+            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>5.1}%",
+            op,
+            t.calls,
+            t.synced_s * 1e3,
+            t.synced_s * 1e6 / t.calls as f64,
+            100.0 * t.synced_s / total.max(1e-12)
+        );
+    }
+}
+
+/// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
+/// ms}}`); nothing when the trace has fewer than two marks.
+fn report_steps(passes: &[Pass]) -> Value {
+    let steps = step_times(passes);
+    let mut doc = serde_json::Map::new();
+    for (label, ms) in &steps {
+        let med = median(ms);
+        let min = ms.iter().copied().fold(f64::INFINITY, f64::min);
+        println!(
+            "  steps {label:?}: {} intervals between marks, median {med:.3} ms, min {min:.3} ms",
+            ms.len()
+        );
+        doc.insert(
+            label.clone(),
+            json!({"steps": ms.len(), "median_ms": med, "min_ms": min, "ms": ms}),
+        );
+    }
+    Value::Object(doc)
+}
+
+/// GPU timestamps of one replay pass.
+struct GpuPass {
+    wall_s: f64,
+    summary: TimingSummary,
+    /// Per op: dispatches and GPU nanoseconds.
+    per_op: BTreeMap<String, (u64, f64)>,
+}
+
+/// One more pass with GPU timing on (kept apart from the wall-time passes: timestamps add
+/// work of their own). Copies and clears count in `summary`, not in `per_op`.
+fn timed_pass(
+    dev: &Device,
+    trace: &Trace,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    seed: u64,
+) -> Result<GpuPass, String> {
+    let ex = dev.exec();
+    ex.set_timing(true).map_err(|e| e.to_string())?;
+    let run = (|| {
+        ex.take_timings().map_err(|e| e.to_string())?;
+        let p = replay_once(dev, trace, cache, seed)?;
+        let t = ex.take_timings().map_err(|e| e.to_string())?;
+        Ok::<_, String>((p, t))
+    })();
+    ex.set_timing(false).map_err(|e| e.to_string())?;
+    let (p, t) = run?;
+    // Dispatch number i of the pass (copies and clears are not dispatches) -> its kernel call.
+    let mut owner: Vec<Option<&str>> = vec![None; t.len()];
+    for (d0, n, op) in &p.dispatch_ops {
+        let first = (d0 - p.first_dispatch) as usize;
+        for o in owner.iter_mut().skip(first).take(*n as usize) {
+            *o = Some(op);
+        }
+    }
+    let mut per_op: BTreeMap<String, (u64, f64)> = BTreeMap::new();
+    let dispatches = t
+        .iter()
+        .filter(|d| &*d.label != "copy" && &*d.label != "clear");
+    for (i, d) in dispatches.enumerate() {
+        let op = owner
+            .get(i)
+            .copied()
+            .flatten()
+            .unwrap_or("(runtime copies and fills)");
+        let e = per_op.entry(op.to_string()).or_default();
+        e.0 += 1;
+        e.1 += d.end_ns - d.start_ns;
+    }
+    Ok(GpuPass {
+        wall_s: p.wall_s,
+        summary: TimingSummary::of(&t),
+        per_op,
+    })
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -619,12 +774,17 @@ fn median(v: &[f64]) -> f64 {
 
 /// The `replay` command.
 pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
-    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]";
+    const USAGE: &str =
+        "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each]";
     let mut path = None;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" => i += 2,
+            "--sync-each" => {
+                SYNC_EACH.store(true, Ordering::Relaxed);
+                i += 1;
+            }
             a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
             a if path.is_none() => {
                 path = Some(a);
@@ -701,14 +861,33 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             p.dispatch_mismatches, p.shape_mismatches
         );
     }
-    println!(
-        "  GPU time: not measured (the runtime has no timestamp API{})",
-        if timestamps {
-            "; the adapter has TIMESTAMP_QUERY"
-        } else {
-            "; the adapter lacks TIMESTAMP_QUERY too"
+    let gpu = match timed_pass(dev, &trace, &mut cache, repeat as u64) {
+        Ok(g) => {
+            println!(
+                "  GPU (timestamps, one more pass): busy {:.3} ms of its {:.3} ms wall = {:.1}% \
+                 (first to last command {:.3} ms; sum of commands {:.3} ms; {} commands)",
+                g.summary.busy_ns * 1e-6,
+                g.wall_s * 1e3,
+                100.0 * g.summary.busy_ns * 1e-9 / g.wall_s,
+                g.summary.span_ns * 1e-6,
+                g.summary.sum_ns * 1e-6,
+                g.summary.commands
+            );
+            Some(g)
         }
-    );
+        Err(why) => {
+            println!(
+                "  GPU time: not measured ({why}{})",
+                if timestamps {
+                    ""
+                } else {
+                    "; the adapter lacks TIMESTAMP_QUERY"
+                }
+            );
+            None
+        }
+    };
+    let steps = report_steps(&passes);
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
@@ -731,9 +910,27 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             t.dispatches
         );
     }
+    if let Some(g) = &gpu {
+        let mut by_gpu: Vec<(&String, &(u64, f64))> = g.per_op.iter().collect();
+        by_gpu.sort_by(|a, b| b.1.1.total_cmp(&a.1.1));
+        println!(
+            "  {:<28} {:>10} {:>10} {:>8}",
+            "op (GPU time, timestamps)", "dispatches", "GPU ms", "% busy"
+        );
+        for (op, (n, ns)) in by_gpu.iter().take(top) {
+            println!(
+                "  {:<28} {:>10} {:>10.3} {:>8.1}",
+                op,
+                n,
+                ns * 1e-6,
+                100.0 * ns / g.summary.busy_ns.max(1.0)
+            );
+        }
+    }
+    report_synced(p, top);
     if let Some(out) = flag("--json") {
         let d = dev.description();
-        let doc = json!({
+        let mut doc = json!({
             "adapter": d.name, "backend": d.backend, "trace": path,
             "events": trace.events.len(), "traced_kernels": traced_kernels,
             "traced_dispatches": traced_dispatches,
@@ -745,13 +942,20 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             "dispatches": p.stats.dispatches, "submits": p.stats.submits,
             "copies": p.stats.copies, "uploads": p.stats.uploads, "reads": p.stats.reads,
             "host_syncs": p.host_syncs, "host_kernels": p.host_kernels,
-            "gpu_time_ms": Value::Null,
-            "gpu_time": "not measured: the runtime has no timestamp API",
+            "gpu_busy_ms": gpu.as_ref().map(|g| g.summary.busy_ns * 1e-6),
+            "gpu_span_ms": gpu.as_ref().map(|g| g.summary.span_ns * 1e-6),
+            "gpu_sum_ms": gpu.as_ref().map(|g| g.summary.sum_ns * 1e-6),
+            "gpu_timed_wall_ms": gpu.as_ref().map(|g| g.wall_s * 1e3),
+            "gpu_busy_pct": gpu.as_ref().map(|g| 100.0 * g.summary.busy_ns * 1e-9 / g.wall_s),
+            "gpu_per_op_ms": gpu.as_ref().map(|g| g.per_op.iter().map(|(k, (n, ns))| (k.clone(), json!({
+                "dispatches": n, "gpu_ms": ns * 1e-6,
+            }))).collect::<serde_json::Map<_, _>>()),
             "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
                 "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
-                "traced_host_ms": t.traced_host_s * 1e3,
+                "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
+        doc["steps"] = steps;
         std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| format!("{out}: {e}"))?;
         eprintln!("wrote {out}");
@@ -846,6 +1050,63 @@ mod tests {
         assert_eq!(cache.len(), 3, "kernels are built once per (op, attrs)");
         // Every replayed allocation was freed.
         assert_eq!(dev.memory_stats().bytes_in_use, in_use);
+    }
+
+    #[test]
+    fn marks_split_each_pass_into_steps() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let mark = |l: &str| line(json!({"ev": "mark", "seq": 0, "dev": -1, "label": l}));
+        let base = synthetic(1);
+        let lines: Vec<&str> = base.lines().collect();
+        // header, alloc, | step | h2d, h2d, add, | step | sum, empty relu, d2h, | end | free
+        let mut text = String::new();
+        for (i, l) in lines.iter().enumerate() {
+            match i {
+                2 | 5 => text += &mark("step"),
+                8 => text += &mark("end"),
+                _ => {}
+            }
+            text += l;
+            text.push('\n');
+        }
+        let trace = Trace::parse(&text).unwrap();
+        assert_eq!(trace.devices, vec![0], "marks belong to no device");
+        let mut cache = HashMap::new();
+        let passes: Vec<Pass> = (0..3)
+            .map(|seed| replay_once(dev, &trace, &mut cache, seed).unwrap())
+            .collect();
+        for p in &passes {
+            let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
+            assert_eq!(labels, ["step", "step", "end"]);
+            assert!(p.marks.windows(2).all(|w| w[0].1 <= w[1].1));
+            assert!(p.marks[2].1 <= p.wall_s);
+        }
+        let steps = step_times(&passes);
+        // Two intervals per pass open with "step"; the first pass is left out.
+        assert_eq!(steps.keys().collect::<Vec<_>>(), ["step"]);
+        assert_eq!(steps["step"].len(), 4);
+        assert!(steps["step"].iter().all(|ms| *ms >= 0.0));
+        assert_eq!(step_times(&passes[..1])["step"].len(), 2);
+    }
+
+    #[test]
+    fn sync_each_charges_each_op_its_synchronized_time() {
+        let rt = Runtime::new().expect("an adapter");
+        let dev = rt.device();
+        let trace = Trace::parse(&synthetic(1)).unwrap();
+        let mut cache = HashMap::new();
+        let plain = replay_once(dev, &trace, &mut cache, 0).unwrap();
+        assert!(plain.per_op.values().all(|t| t.synced_s == 0.0));
+        SYNC_EACH.store(true, Ordering::Relaxed);
+        let synced = replay_once(dev, &trace, &mut cache, 0);
+        SYNC_EACH.store(false, Ordering::Relaxed);
+        let synced = synced.unwrap();
+        for op in ["AddV2", "Sum", "Relu"] {
+            let t = &synced.per_op[op];
+            assert!(t.synced_s > 0.0 && t.synced_s >= t.host_s, "{op}: {t:?}");
+        }
+        assert_eq!(synced.kernel_dispatches, plain.kernel_dispatches);
     }
 
     #[test]

@@ -37,8 +37,13 @@
 //!   whose outputs are all empty records no work and has `"skipped": true`.
 //! - `host_kernel`: `{"op", "node", "inputs", "outputs"}`: a host-memory kernel (int32 shape
 //!   arithmetic); inputs and outputs are `{"dtype", "shape"}`. Nothing to replay on a device.
-//!
-//! There are no step markers: nothing the plugin sees marks a training step cheaply.
+//! - `mark`: `{"label"}` with `"dev": -1`: a step boundary the program put in the stream
+//!   (`tensorflow_wgpu.trace_mark(label)` from Python, through the exported C function
+//!   `tfwgpu_trace_mark`). Nothing the plugin sees marks a training step by itself; a program
+//!   marks the start of each step (Keras: a callback's `on_train_batch_begin`) and the end of
+//!   the last one, and `tfwgpu-bench replay` reports the time between consecutive marks,
+//!   grouped by the label of the mark that opens each interval. Version 1 readers that predate
+//!   marks reject the event as unknown.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -247,6 +252,32 @@ pub fn kernel(k: KernelEvent) {
         m.insert("skipped".into(), true.into());
     }
     emit("kernel", k.dev, m);
+}
+
+/// Appends a `mark` event (a step boundary) when tracing is on; returns whether it did.
+pub fn mark(label: &str) -> bool {
+    if !on() {
+        return false;
+    }
+    emit("mark", -1, obj(json!({ "label": label })));
+    true
+}
+
+/// `tfwgpu_trace_mark(label)`: a step boundary in the trace (see `mark` in the module doc).
+/// `label` is a NUL-terminated string (UTF-8; invalid bytes are replaced) or null for "step".
+/// Returns 1 when the mark was written, 0 when tracing is off. Cheap when tracing is off.
+///
+/// # Safety
+/// `label` is null or points to a NUL-terminated string that stays valid during the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tfwgpu_trace_mark(label: *const std::os::raw::c_char) -> i32 {
+    let label = if label.is_null() {
+        std::borrow::Cow::Borrowed("step")
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string valid during the call.
+        unsafe { std::ffi::CStr::from_ptr(label) }.to_string_lossy()
+    };
+    mark(&label) as i32
 }
 
 pub fn host_kernel(dev: i32, op: &str, node: &str, inputs: Vec<Value>, outputs: Vec<Value>) {

@@ -21,6 +21,9 @@ pub struct AdapterDescription {
     pub features: wgpu::Features,
     /// Bytes of device-local memory, where the backend reports it (Vulkan).
     pub device_memory: Option<u64>,
+    /// Cooperative-matrix configurations the adapter supports (empty without
+    /// `EXPERIMENTAL_COOPERATIVE_MATRIX`).
+    pub cooperative_matrix: Vec<wgpu::CooperativeMatrixProperties>,
 }
 
 impl AdapterDescription {
@@ -40,6 +43,14 @@ impl AdapterDescription {
             limits: adapter.limits(),
             features: adapter.features(),
             device_memory: device_local_memory(adapter),
+            cooperative_matrix: if adapter
+                .features()
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+            {
+                adapter.cooperative_matrix_properties()
+            } else {
+                vec![]
+            },
         }
     }
 

@@ -71,6 +71,8 @@ pub struct BufferRange {
 pub struct Pipeline {
     pub pipeline: wgpu::ComputePipeline,
     pub layout: wgpu::BindGroupLayout,
+    /// `kernel:dtype:specialization`, the name its dispatches have in GPU timings.
+    pub label: Arc<str>,
 }
 
 /// Counters, for tests and the benchmark.
@@ -85,6 +87,87 @@ pub struct ExecStats {
 
 const ARENA_SIZE: u64 = 64 * 1024;
 
+/// Timestamp queries per batch (two per timed command); a batch that fills them is submitted.
+const TIMING_QUERIES: u32 = 512;
+
+/// One command timed with GPU timestamps (see [`ExecutionContext::set_timing`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DispatchTiming {
+    /// The batch (submission) the command was in.
+    pub batch: u64,
+    /// The pipeline's label for dispatches; `copy` or `clear` for transfer commands.
+    pub label: Arc<str>,
+    /// Start and end on the queue's timestamp clock, in nanoseconds. Only differences mean
+    /// anything; commands of one queue share the clock.
+    pub start_ns: f64,
+    pub end_ns: f64,
+}
+
+/// What a list of timed commands adds up to.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TimingSummary {
+    pub commands: usize,
+    /// From the first start to the last end.
+    pub span_ns: f64,
+    /// Time in which at least one command ran (the union of their intervals).
+    pub busy_ns: f64,
+    /// The sum of the commands' own durations (more than `busy_ns` where they overlap).
+    pub sum_ns: f64,
+}
+
+impl TimingSummary {
+    pub fn of(timings: &[DispatchTiming]) -> TimingSummary {
+        let mut iv: Vec<(f64, f64)> = timings
+            .iter()
+            .map(|t| (t.start_ns, t.end_ns.max(t.start_ns)))
+            .collect();
+        iv.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut busy = 0.0;
+        let mut cur: Option<(f64, f64)> = None;
+        for (s, e) in iv.iter().copied() {
+            cur = match cur {
+                Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+                Some((cs, ce)) => {
+                    busy += ce - cs;
+                    Some((s, e))
+                }
+                None => Some((s, e)),
+            };
+        }
+        if let Some((cs, ce)) = cur {
+            busy += ce - cs;
+        }
+        let first = iv.first().map(|x| x.0).unwrap_or(0.0);
+        let last = iv.iter().map(|x| x.1).fold(first, f64::max);
+        TimingSummary {
+            commands: timings.len(),
+            span_ns: last - first,
+            busy_ns: busy,
+            sum_ns: iv.iter().map(|(s, e)| e - s).sum(),
+        }
+    }
+}
+
+/// The query set and buffers of one batch's timestamps.
+struct TimingSlot {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    readback: wgpu::Buffer,
+}
+
+/// A batch's timestamps: where they go and what each pair of queries timed.
+struct BatchTiming {
+    slot: TimingSlot,
+    labels: Vec<Arc<str>>,
+}
+
+/// A submitted batch whose timestamps are on their way back.
+struct PendingTiming {
+    batch: u64,
+    timing: BatchTiming,
+    mapped: Arc<Mutex<Option<std::result::Result<(), wgpu::BufferAsyncError>>>>,
+}
+
 struct Batch {
     /// Id this batch will have when submitted.
     id: u64,
@@ -94,6 +177,7 @@ struct Batch {
     started: Option<Instant>,
     uniforms: Vec<u8>,
     arena: Option<wgpu::Buffer>,
+    timing: Option<BatchTiming>,
 }
 
 struct Shared {
@@ -104,6 +188,16 @@ struct Shared {
     error: Mutex<Option<Error>>,
     lost: Mutex<Option<String>>,
     arenas: Mutex<Vec<wgpu::Buffer>>,
+}
+
+/// GPU timing state: on or off, and the timestamps not yet taken.
+#[derive(Default)]
+struct Timing {
+    on: AtomicBool,
+    /// The device can time transfer commands too (TIMESTAMP_QUERY_INSIDE_ENCODERS).
+    transfers: AtomicBool,
+    pending: Mutex<Vec<PendingTiming>>,
+    slots: Mutex<Vec<TimingSlot>>,
 }
 
 /// Orders and batches GPU work for one device. Thread-safe.
@@ -118,6 +212,7 @@ pub struct ExecutionContext {
     submitted: AtomicU64,
     shared: Arc<Shared>,
     stats: Mutex<ExecStats>,
+    timing: Timing,
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -169,11 +264,13 @@ impl ExecutionContext {
                 started: None,
                 uniforms: vec![],
                 arena: None,
+                timing: None,
             }),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
             shared,
             stats: Mutex::new(ExecStats::default()),
+            timing: Timing::default(),
             poller: Mutex::new(None),
         });
         let weak = Arc::downgrade(&ctx);
@@ -257,6 +354,9 @@ impl ExecutionContext {
             return Ok(());
         }
         let mut b = self.batch.lock();
+        if Self::timing_full(&b) {
+            self.submit_locked(&mut b)?;
+        }
         let psize = (params.len() as u64).max(16).next_multiple_of(16);
         let offset = (b.uniforms.len() as u64).next_multiple_of(self.uniform_align);
         if offset + psize > ARENA_SIZE {
@@ -327,10 +427,23 @@ impl ExecutionContext {
                 .forget_lifetime();
             b.pass = Some(pass);
         }
-        let pass = b.pass.as_mut().expect("pass begun");
+        let timed = self
+            .timing
+            .on
+            .load(Ordering::Relaxed)
+            .then(|| self.timing_index(&mut b, pipeline.label.clone()));
+        let batch = &mut *b;
+        let pass = batch.pass.as_mut().expect("pass begun");
+        let set = timed.and(batch.timing.as_ref()).map(|t| &t.slot.set);
+        if let (Some(i), Some(set)) = (timed, set) {
+            pass.write_timestamp(set, 2 * i);
+        }
         pass.set_pipeline(&pipeline.pipeline);
         pass.set_bind_group(0, &bind_group, &[]);
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        if let (Some(i), Some(set)) = (timed, set) {
+            pass.write_timestamp(set, 2 * i + 1);
+        }
         self.stats.lock().dispatches += 1;
         self.after_record(b)
     }
@@ -344,7 +457,7 @@ impl ExecutionContext {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        self.record_on_encoder(size, |enc| {
+        self.record_on_encoder("copy", size, |enc| {
             enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
         })?;
         self.stats.lock().copies += (size > 0) as u64;
@@ -353,12 +466,15 @@ impl ExecutionContext {
 
     /// Records a fill of a range with zero bytes (offset and size multiples of 4).
     pub fn clear(&self, dst: &wgpu::Buffer, offset: u64, size: u64) -> Result<()> {
-        self.record_on_encoder(size, |enc| enc.clear_buffer(dst, offset, Some(size)))
+        self.record_on_encoder("clear", size, |enc| {
+            enc.clear_buffer(dst, offset, Some(size))
+        })
     }
 
     /// Records a command that needs the encoder outside a compute pass (copies, clears).
     fn record_on_encoder(
         &self,
+        label: &'static str,
         size: u64,
         f: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> Result<()> {
@@ -366,10 +482,140 @@ impl ExecutionContext {
             return Ok(());
         }
         let mut b = self.batch.lock();
+        if Self::timing_full(&b) {
+            self.submit_locked(&mut b)?;
+        }
         self.begin(&mut b);
         b.pass = None;
-        f(b.encoder.as_mut().expect("encoder begun"));
+        let timed = (self.timing.on.load(Ordering::Relaxed)
+            && self.timing.transfers.load(Ordering::Relaxed))
+        .then(|| self.timing_index(&mut b, Arc::from(label)));
+        let batch = &mut *b;
+        let enc = batch.encoder.as_mut().expect("encoder begun");
+        let set = timed.and(batch.timing.as_ref()).map(|t| &t.slot.set);
+        if let (Some(i), Some(set)) = (timed, set) {
+            enc.write_timestamp(set, 2 * i);
+        }
+        f(enc);
+        if let (Some(i), Some(set)) = (timed, set) {
+            enc.write_timestamp(set, 2 * i + 1);
+        }
         self.after_record(b)
+    }
+
+    /// True when the open batch has no timestamp queries left for one more command.
+    fn timing_full(b: &Batch) -> bool {
+        b.timing
+            .as_ref()
+            .is_some_and(|t| (t.labels.len() as u32 + 1) * 2 > TIMING_QUERIES)
+    }
+
+    /// Reserves the next pair of timestamp queries of the open batch for a command.
+    fn timing_index(&self, b: &mut Batch, label: Arc<str>) -> u32 {
+        let t = b.timing.get_or_insert_with(|| BatchTiming {
+            slot: self
+                .timing
+                .slots
+                .lock()
+                .pop()
+                .unwrap_or_else(|| self.timing_slot()),
+            labels: vec![],
+        });
+        t.labels.push(label);
+        t.labels.len() as u32 - 1
+    }
+
+    fn timing_slot(&self) -> TimingSlot {
+        let bytes = TIMING_QUERIES as u64 * wgpu::QUERY_SIZE as u64;
+        TimingSlot {
+            set: self.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("tfwgpu timestamps"),
+                ty: wgpu::QueryType::Timestamp,
+                count: TIMING_QUERIES,
+            }),
+            resolve: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tfwgpu timestamps resolve"),
+                size: bytes,
+                usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: false,
+            }),
+            readback: self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tfwgpu timestamps readback"),
+                size: bytes,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }),
+        }
+    }
+
+    /// Turns GPU timing on or off. While on, every dispatch (and, where the device can, every
+    /// copy and clear) is bracketed by timestamps; [`Self::take_timings`] returns them. Needs
+    /// TIMESTAMP_QUERY and TIMESTAMP_QUERY_INSIDE_PASSES; costs two timestamp writes per
+    /// command and one small readback per batch, so it is for measuring, not for production.
+    pub fn set_timing(&self, on: bool) -> Result<()> {
+        let f = self.device.features();
+        let need = wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES;
+        if on && !f.contains(need) {
+            return Err(Error::Unimplemented(
+                "GPU timing needs TIMESTAMP_QUERY and TIMESTAMP_QUERY_INSIDE_PASSES, which this \
+                 adapter lacks"
+                    .into(),
+            ));
+        }
+        self.timing.transfers.store(
+            f.contains(wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS),
+            Ordering::Relaxed,
+        );
+        self.timing.on.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// True while GPU timing is on.
+    pub fn timing(&self) -> bool {
+        self.timing.on.load(Ordering::Relaxed)
+    }
+
+    /// Waits for all work recorded so far and returns the timings of every command timed since
+    /// the last call, in submission order.
+    pub fn take_timings(&self) -> Result<Vec<DispatchTiming>> {
+        self.synchronize()?;
+        let pending = std::mem::take(&mut *self.timing.pending.lock());
+        let period = self.queue.get_timestamp_period() as f64;
+        let mut out = vec![];
+        for p in pending {
+            let r = loop {
+                if let Some(r) = p.mapped.lock().take() {
+                    break r;
+                }
+                self.device
+                    .poll(wgpu::PollType::wait_indefinitely())
+                    .map_err(|e| Error::DeviceLost(e.to_string()))?;
+            };
+            r.map_err(|e| Error::Gpu(format!("mapping timestamps: {e}")))?;
+            let n = p.timing.labels.len() * 2;
+            {
+                let view = p
+                    .timing
+                    .slot
+                    .readback
+                    .slice(..(n * 8) as u64)
+                    .get_mapped_range()
+                    .map_err(|e| Error::Gpu(format!("reading timestamps: {e}")))?;
+                let ticks: &[u64] = bytemuck::cast_slice(&view);
+                for (i, label) in p.timing.labels.iter().enumerate() {
+                    let (s, e) = (ticks[2 * i], ticks[2 * i + 1]);
+                    out.push(DispatchTiming {
+                        batch: p.batch,
+                        label: label.clone(),
+                        start_ns: s as f64 * period,
+                        end_ns: e.max(s) as f64 * period,
+                    });
+                }
+            }
+            p.timing.slot.readback.unmap();
+            self.timing.slots.lock().push(p.timing.slot);
+        }
+        Ok(out)
     }
 
     /// Stages host bytes and records their copy into `dst`; does not wait for the GPU.
@@ -410,31 +656,52 @@ impl ExecutionContext {
 
     fn submit_locked(&self, b: &mut Batch) -> Result<()> {
         b.pass = None;
-        let Some(encoder) = b.encoder.take() else {
+        let Some(mut encoder) = b.encoder.take() else {
             return Ok(());
         };
-        if let Some(arena) = b.arena.take() {
-            self.queue.write_buffer(&arena, 0, &b.uniforms);
-            let shared = self.shared.clone();
-            // The arena goes back to the pool once this batch's work has run.
-            let cb = encoder.finish();
-            let id = b.id;
-            let index = self.queue.submit([cb]);
-            self.queue.on_submitted_work_done(move || {
-                shared.completed.fetch_max(id, Ordering::AcqRel);
-                shared.arenas.lock().push(arena);
-            });
-            self.finish_submit(b, index);
-        } else {
-            let cb = encoder.finish();
-            let id = b.id;
-            let index = self.queue.submit([cb]);
-            let shared = self.shared.clone();
-            self.queue.on_submitted_work_done(move || {
-                shared.completed.fetch_max(id, Ordering::AcqRel);
-            });
-            self.finish_submit(b, index);
+        let timing = b.timing.take().filter(|t| !t.labels.is_empty());
+        let timing_bytes = timing.as_ref().map(|t| {
+            let n = t.labels.len() as u32 * 2;
+            encoder.resolve_query_set(&t.slot.set, 0..n, &t.slot.resolve, 0);
+            let bytes = n as u64 * wgpu::QUERY_SIZE as u64;
+            encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
+            bytes
+        });
+        let arena = b.arena.take();
+        if let Some(arena) = &arena {
+            self.queue.write_buffer(arena, 0, &b.uniforms);
         }
+        let cb = encoder.finish();
+        let id = b.id;
+        let index = self.queue.submit([cb]);
+        let shared = self.shared.clone();
+        self.queue.on_submitted_work_done(move || {
+            shared.completed.fetch_max(id, Ordering::AcqRel);
+            // The arena goes back to the pool once this batch's work has run.
+            if let Some(arena) = arena {
+                shared.arenas.lock().push(arena);
+            }
+        });
+        if let (Some(timing), Some(bytes)) = (timing, timing_bytes) {
+            let mapped = Arc::new(Mutex::new(None));
+            let m = mapped.clone();
+            timing
+                .slot
+                .readback
+                .slice(..bytes)
+                .map_async(wgpu::MapMode::Read, move |r| *m.lock() = Some(r));
+            let mut pending = self.timing.pending.lock();
+            // Nobody is taking them: keep the newest, drop the oldest.
+            if pending.len() >= 4096 {
+                pending.remove(0);
+            }
+            pending.push(PendingTiming {
+                batch: id,
+                timing,
+                mapped,
+            });
+        }
+        self.finish_submit(b, index);
         self.check()
     }
 
@@ -608,5 +875,29 @@ fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
                 shared.wake.wait_for(&mut w, Duration::from_millis(50));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: f64, e: f64) -> DispatchTiming {
+        DispatchTiming {
+            batch: 1,
+            label: Arc::from("k"),
+            start_ns: s,
+            end_ns: e,
+        }
+    }
+
+    #[test]
+    fn summary_counts_overlaps_once() {
+        let s = TimingSummary::of(&[t(10.0, 20.0), t(15.0, 25.0), t(40.0, 50.0), t(41.0, 42.0)]);
+        assert_eq!(s.commands, 4);
+        assert_eq!(s.span_ns, 40.0);
+        assert_eq!(s.busy_ns, 25.0);
+        assert_eq!(s.sum_ns, 31.0);
+        assert_eq!(TimingSummary::of(&[]), TimingSummary::default());
     }
 }

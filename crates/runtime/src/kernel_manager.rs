@@ -205,6 +205,10 @@ impl KernelManager {
         }
         let layout = pipeline.get_bind_group_layout(0);
         tracing::debug!("compiled {label}");
-        Ok(Pipeline { pipeline, layout })
+        Ok(Pipeline {
+            pipeline,
+            layout,
+            label: label.into(),
+        })
     }
 }

@@ -34,7 +34,7 @@ pub use allocator::{Allocator, AllocatorStats, device_of_address};
 pub use device::{Arg, Device, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
-pub use exec::{ExecConfig, ExecStats, ExecutionContext};
+pub use exec::{DispatchTiming, ExecConfig, ExecStats, ExecutionContext, TimingSummary};
 pub use half::f16;
 pub use host_ops::{HostKernel, HostOpDef};
 pub use kernel::{

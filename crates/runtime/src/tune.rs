@@ -335,6 +335,7 @@ mod tests {
             limits: wgpu::Limits::default(),
             features: wgpu::Features::empty(),
             device_memory: None,
+            cooperative_matrix: vec![],
         }
     }
 

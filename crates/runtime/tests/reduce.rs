@@ -382,6 +382,38 @@ fn long_f32_sums_are_accurate() {
     check_f32(Op::Sum, &data, &[600, 1000], &[0], false);
 }
 
+/// Leading-axis reductions over many columns run in column mode with up to 32 neighbouring
+/// columns per workgroup and are split along the rows into chunks (a second pass combines the
+/// chunks): every op, column counts around the 32-column tile, row counts that do not divide
+/// into the chunks, and a middle-axis reduction (outer > 1).
+#[test]
+fn leading_axis_reductions_split_over_rows() {
+    let mut r = rng(6);
+    let shapes: &[(&[usize], &[i64])] = &[
+        (&[4096, 64], &[0]),
+        (&[2053, 37], &[0]),
+        (&[1031, 31], &[0]),
+        (&[3000, 1], &[0]),
+        (&[3, 1000, 33], &[1]),
+    ];
+    for &(shape, axes) in shapes {
+        let n: usize = shape.iter().product();
+        for op in ALL_OPS {
+            let data = if op == Op::Prod {
+                rand_f32(&mut r, n, 0.999, 1.001)
+            } else {
+                rand_f32(&mut r, n, -10.0, 10.0)
+            };
+            check_f32(op, &data, shape, axes, false);
+        }
+    }
+    // NaN in one row of a split column reaches that column's Max / Sum only.
+    let mut data = rand_f32(&mut r, 4096 * 64, -1.0, 1.0);
+    data[3000 * 64 + 5] = f32::NAN;
+    check_f32(Op::Max, &data, &[4096, 64], &[0], false);
+    check_f32(Op::Sum, &data, &[4096, 64], &[0], false);
+}
+
 fn run_i32(op: Op, data: &[i32], shape: &[usize], axes: &[i32]) -> Vec<i32> {
     let x = dev().upload(data, shape).unwrap();
     let out = run_reduce(op, &x, &HostTensor::vec_i32(axes), false).unwrap();

@@ -217,6 +217,7 @@ fn fake(index: usize, name: &str, kind: &str, backend: &str) -> AdapterDescripti
         limits: Default::default(),
         features: Default::default(),
         device_memory: None,
+        cooperative_matrix: vec![],
     }
 }
 
@@ -327,4 +328,65 @@ fn one_adapter_opened_as_two_devices_keeps_addresses_apart() {
     assert_eq!(sb[0].download::<f32>().unwrap(), vec![20.0, 40.0, 60.0]);
     a.deallocate(pa).unwrap();
     b.deallocate(pb).unwrap();
+}
+
+#[test]
+fn gpu_timings_bracket_every_command() {
+    // Big batches, so that one batch needs more timestamp queries than a query set holds.
+    let rt = runtime_with(|o| o.exec.max_ops = 1000);
+    let d = rt.device();
+    let ex = d.exec();
+    if let Err(e) = ex.set_timing(true) {
+        println!("skipped: {e}");
+        return;
+    }
+    let x = d.upload(&vec![1.5f32; 4096], &[4096]).unwrap();
+    let _ = ex.take_timings().unwrap(); // the upload's copy
+    let before = d.exec_stats().dispatches;
+    let mut y = d
+        .run("AddV2", &Attrs::new(), &[Arg::from(&x), Arg::from(&x)])
+        .unwrap()
+        .remove(0);
+    for _ in 0..299 {
+        y = d
+            .run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&x)])
+            .unwrap()
+            .remove(0);
+    }
+    assert_eq!(y.download::<f32>().unwrap()[4095], 1.5 * 301.0);
+    let t = ex.take_timings().unwrap();
+    let dispatches = (d.exec_stats().dispatches - before) as usize;
+    let timed = t
+        .iter()
+        .filter(|t| t.label.starts_with("elementwise"))
+        .count();
+    assert_eq!(
+        timed,
+        dispatches,
+        "every dispatch is timed: {:?}",
+        &t[..3.min(t.len())]
+    );
+    assert!(dispatches >= 300);
+    // 300 dispatches + the readback copy need more than one query set: several batches.
+    assert!(
+        t.iter()
+            .map(|t| t.batch)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            >= 2
+    );
+    for w in t.windows(2) {
+        assert!(w[0].end_ns >= w[0].start_ns);
+        // One queue: commands run in order (a dispatch may overlap the next only on the GPU's
+        // own pipelining, never start before the previous one started).
+        assert!(w[1].start_ns >= w[0].start_ns, "{w:?}");
+    }
+    let s = tfwgpu_runtime::TimingSummary::of(&t);
+    assert_eq!(s.commands, t.len());
+    assert!(s.busy_ns > 0.0 && s.busy_ns <= s.span_ns + 1.0 && s.busy_ns <= s.sum_ns + 1.0);
+    // Off: nothing more is timed.
+    ex.set_timing(false).unwrap();
+    d.run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&x)])
+        .unwrap();
+    assert!(ex.take_timings().unwrap().is_empty());
 }

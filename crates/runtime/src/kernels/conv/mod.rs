@@ -26,6 +26,7 @@
 //! and depth dimensions, SAME / VALID / EXPLICIT padding, output sizes as
 //! `GetWindowedOutputSize` computes them.
 
+mod coop;
 mod cpu;
 mod depthwise;
 mod gemm;
@@ -724,6 +725,12 @@ impl Kernel for Conv {
                     _ => {}
                 }
             }
+        }
+        if self.op == Op::Conv2D
+            && !forced_cpu
+            && coop::try_forward(ctx, name, &g, &self.a, dev(0)?, dev(1)?, out)?
+        {
+            return Ok(());
         }
         match self.op {
             Op::Conv2D => gemm::record(

@@ -718,14 +718,21 @@ impl Kernel for Binary {
         let o = bind_out(ctx, self.name, out)?;
         let flat = bc.dims.len() <= 1;
         let op = self.op;
+        let multi = multi_word(dtype, out_dtype);
         let key = PipelineKey::new(
             "elementwise",
             Some(dtype),
-            format!("{}/{}", op.name(), if flat { "flat" } else { "bcast" }),
+            format!(
+                "{}/{}{}",
+                op.name(),
+                if flat { "flat" } else { "bcast" },
+                if multi { "/x4" } else { "" }
+            ),
         );
-        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype, flat)))?;
+        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype, flat, multi)))?;
         let words = words_for(self.name, out_dtype, n)?;
-        let (groups, row) = grid_1d(words as u64, WG);
+        let threads = if multi { words.div_ceil(4) } else { words };
+        let (groups, row) = grid_1d(threads as u64, WG);
         let mut w = vec![
             row,
             n as u32,
@@ -733,7 +740,7 @@ impl Kernel for Binary {
             words,
             1.0f32.to_bits(),
             self.alpha.to_bits(),
-            0,
+            threads,
             0,
         ];
         w.extend(bc.param_words());
@@ -743,10 +750,12 @@ impl Kernel for Binary {
 
 const OFFSETS_FLAT: &str = "    return vec2<u32>(e * p.sa[0].x, e * p.sb[0].x);";
 
+// The coordinates of element e, innermost dimension first; the outermost needs no division
+// (e < p.n, so what is left is its coordinate): one div/mod pair per element fewer.
 const OFFSETS_BCAST: &str = "    var rem = e;
     var ia = 0u;
     var ib = 0u;
-    for (var d = p.rank; d > 0u; d = d - 1u) {
+    for (var d = p.rank; d > 1u; d = d - 1u) {
         let k = d - 1u;
         let dim = p.shape[k / 4u][k % 4u];
         let c = rem % dim;
@@ -754,9 +763,51 @@ const OFFSETS_BCAST: &str = "    var rem = e;
         ia = ia + c * p.sa[k / 4u][k % 4u];
         ib = ib + c * p.sb[k / 4u][k % 4u];
     }
-    return vec2<u32>(ia, ib);";
+    return vec2<u32>(ia + rem * p.sa[0].x, ib + rem * p.sb[0].x);";
 
-fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
+/// Whether the 4-words-per-invocation variant applies: 32-bit input and output elements (one
+/// element per word). One word per invocation left each invocation one load in flight and
+/// launched a workgroup per 256 words; on the H200 that ran at a fraction of the copy
+/// bandwidth (bench/NOTES-membound.md).
+fn multi_word(dtype: DType, out_dtype: DType) -> bool {
+    matches!(dtype, DType::F32 | DType::I32) && matches!(out_dtype, DType::F32 | DType::I32)
+}
+
+/// The store of the 4-words variant: the four results first (their loads can all be in
+/// flight: out may share a buffer with a and b, so a store would order the loads after it),
+/// then the four stores. Invocations past p.stride (the last row of a 2-D grid) return: their
+/// words belong to other invocations, which may write them in place over an input.
+const STORE_X4: &str = "    if w >= p.stride {
+        return;
+    }
+    let w1 = w + p.stride;
+    let w2 = w1 + p.stride;
+    let w3 = w2 + p.stride;
+    let r0 = elem(w);
+    var r1: $TOUT;
+    var r2: $TOUT;
+    var r3: $TOUT;
+    if w1 < p.words {
+        r1 = elem(w1);
+    }
+    if w2 < p.words {
+        r2 = elem(w2);
+    }
+    if w3 < p.words {
+        r3 = elem(w3);
+    }
+    out[w] = bitcast<u32>(r0);
+    if w1 < p.words {
+        out[w1] = bitcast<u32>(r1);
+    }
+    if w2 < p.words {
+        out[w2] = bitcast<u32>(r2);
+    }
+    if w3 < p.words {
+        out[w3] = bitcast<u32>(r3);
+    }";
+
+fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool) -> String {
     let float = dtype.is_float();
     let (math, pow) = op.math();
     let mut extra = String::new();
@@ -780,7 +831,14 @@ fn shader(op: BinaryOp, dtype: DType, flat: bool) -> String {
         .replace("$LOAD_A", &load_expr(dtype, "a"))
         .replace("$LOAD_B", &load_expr(dtype, "b"))
         .replace("$OP", op.wgsl(dtype))
-        .replace("$STORE", store_stmt(op.output_dtype(dtype)))
+        .replace(
+            "$STORE",
+            if multi {
+                STORE_X4
+            } else {
+                store_stmt(op.output_dtype(dtype))
+            },
+        )
         .replace("$RT", rt_expr(dtype))
         .replace("$TOUT", compute_type(op.output_dtype(dtype)))
         .replace("$T", compute_type(dtype))

@@ -3,7 +3,7 @@
 // OFFSETS (the element offsets of output element e in a and b), OP (the operation on x and
 // y), RT (rounding of an intermediate float result to the dtype), EXTRA (helper functions),
 // STORE (one output word). Each invocation writes one 32-bit output word (two elements for
-// f16, four for bool).
+// f16, four for bool), or for 32-bit dtypes four words p.stride apart, all loads first.
 struct Params {
     row: u32,
     n: u32,
@@ -13,7 +13,9 @@ struct Params {
     one: u32,
     // The bits of a float attribute (LeakyReluGrad's alpha).
     alpha: u32,
-    pad1: u32,
+    // Invocations of the dispatch, for the variant writing 4 words per invocation (word w,
+    // w + stride, w + 2 stride, w + 3 stride); else unused.
+    stride: u32,
     pad2: u32,
     // Collapsed output shape and the element strides of a and b (0 on broadcast dims).
     shape: array<vec4<u32>, 2>,

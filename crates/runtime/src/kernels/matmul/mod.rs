@@ -12,6 +12,7 @@
 //! the shader and tile for a product; the internal attribute `_tfwgpu_tile` (a tile name, for
 //! benchmarks and tests) forces one.
 
+pub mod coop;
 mod cpu;
 mod vec4;
 
@@ -37,7 +38,9 @@ pub const OPS: &[OpDef] = &[
         dtypes: REG_DTYPES,
         host_inputs: &[],
         factory: |a| {
-            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::MatMul, a), a, &["T"])
+            coop::build(Variant::MatMul, a, |a| {
+                crate::kernels::nn::f16::build(|a| MatMul::build(Variant::MatMul, a), a, &["T"])
+            })
         },
     },
     OpDef {
@@ -46,7 +49,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: REG_DTYPES,
         host_inputs: &[],
         factory: |a| {
-            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::BatchMatMul, a), a, &["T"])
+            coop::build(Variant::BatchMatMul, a, |a| {
+                crate::kernels::nn::f16::build(
+                    |a| MatMul::build(Variant::BatchMatMul, a),
+                    a,
+                    &["T"],
+                )
+            })
         },
     },
     OpDef {
@@ -55,7 +64,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: REG_DTYPES,
         host_inputs: &[],
         factory: |a| {
-            crate::kernels::nn::f16::build(|a| MatMul::build(Variant::BatchMatMulV2, a), a, &["T"])
+            coop::build(Variant::BatchMatMulV2, a, |a| {
+                crate::kernels::nn::f16::build(
+                    |a| MatMul::build(Variant::BatchMatMulV2, a),
+                    a,
+                    &["T"],
+                )
+            })
         },
     },
     OpDef {
@@ -64,11 +79,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: REG_DTYPES,
         host_inputs: &[],
         factory: |a| {
-            crate::kernels::nn::f16::build(
-                |a| MatMul::build(Variant::BatchMatMulV3, a),
-                a,
-                &["Ta", "Tb", "Tout"],
-            )
+            coop::build(Variant::BatchMatMulV3, a, |a| {
+                crate::kernels::nn::f16::build(
+                    |a| MatMul::build(Variant::BatchMatMulV3, a),
+                    a,
+                    &["Ta", "Tb", "Tout"],
+                )
+            })
         },
     },
 ];
@@ -449,6 +466,10 @@ struct MatMul {
 
 impl MatMul {
     fn build(variant: Variant, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        Ok(Box::new(MatMul::new(variant, attrs)?))
+    }
+
+    fn new(variant: Variant, attrs: &Attrs) -> Result<MatMul> {
         let op = variant.name();
         let (ta, tb) = match variant {
             Variant::MatMul => (
@@ -489,12 +510,12 @@ impl MatMul {
             Some(AttrValue::Str(s)) => Some(s.clone()),
             Some(v) => bail_invalid!("{op}: _tfwgpu_tile must be a string, got {v:?}"),
         };
-        Ok(Box::new(MatMul {
+        Ok(MatMul {
             variant,
             tile,
             ta,
             tb,
-        }))
+        })
     }
 }
 

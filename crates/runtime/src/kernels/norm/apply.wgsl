@@ -3,6 +3,7 @@
 //   p.mode 0/1 (forward): y = (x - r4) * r5 + r6
 //   p.mode 2 (training gradient): x_backprop = r5 * ((dy - r6) - (x - r4) * r7)
 //   p.mode 3 (inference gradient): x_backprop = dy * r5
+// float32 writes four words per invocation, p.groups_x (the number of invocations) apart.
 // Placeholders: LOAD_X, LOAD_DY, STORE, COMMON, NORM_COMMON, LINEAR_INDEX.
 $NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<u32>;
@@ -21,7 +22,10 @@ fn load_dy(i: u32) -> f32 {
 }
 
 fn elem(e: u32) -> f32 {
-    let ch = (e / p.inner) % p.c;
+    var ch = e % p.c;
+    if p.inner != 1u {
+        ch = (e / p.inner) % p.c;
+    }
     let k = res[5u * p.c + ch];
     if p.mode < 2u {
         return (load_x(e) - res[4u * p.c + ch]) * k + res[6u * p.c + ch];

@@ -23,5 +23,9 @@ struct Params {
 
 // Flat index of element j (of `rest`) of channel ch.
 fn elem_index(ch: u32, j: u32) -> u32 {
+    if p.inner == 1u {
+        // Channels innermost (NHWC): no division.
+        return j * p.c + ch;
+    }
     return ((j / p.inner) * p.c + ch) * p.inner + j % p.inner;
 }

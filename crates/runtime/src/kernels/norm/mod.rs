@@ -300,12 +300,52 @@ fn stats_shader(dtype: DType, grad: bool) -> String {
         .replace("$COMMON", COMMON_WGSL)
 }
 
+/// The store of `apply.wgsl` for float32: four words per invocation, p.groups_x (the number
+/// of invocations) apart, the four results computed (their loads in flight together) before
+/// the stores; one word per invocation left each invocation one load in flight.
+const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
+        return;
+    }
+    let w1 = w + p.groups_x;
+    let w2 = w1 + p.groups_x;
+    let w3 = w2 + p.groups_x;
+    let r0 = elem(w);
+    var r1 = 0.0;
+    var r2 = 0.0;
+    var r3 = 0.0;
+    if w1 < p.words {
+        r1 = elem(w1);
+    }
+    if w2 < p.words {
+        r2 = elem(w2);
+    }
+    if w3 < p.words {
+        r3 = elem(w3);
+    }
+    out[w] = bitcast<u32>(r0);
+    if w1 < p.words {
+        out[w1] = bitcast<u32>(r1);
+    }
+    if w2 < p.words {
+        out[w2] = bitcast<u32>(r2);
+    }
+    if w3 < p.words {
+        out[w3] = bitcast<u32>(r3);
+    }";
+
 fn apply_shader(dtype: DType) -> String {
     APPLY_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$LOAD_X", &load_expr(dtype, "x"))
         .replace("$LOAD_DY", &load_expr(dtype, "dy"))
-        .replace("$STORE", store_stmt(dtype))
+        .replace(
+            "$STORE",
+            if dtype == DType::F32 {
+                APPLY_STORE_X4
+            } else {
+                store_stmt(dtype)
+            },
+        )
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
 }
@@ -399,8 +439,16 @@ impl Run<'_> {
         })?;
         let n = out.desc.num_elements();
         let words = words_for(name, dtype, n)?;
-        let (grid, row) = grid_1d(words as u64, WG);
-        let params = self.plan.params(row, n, words, 0, mode, None, self.eps);
+        // float32: four words per invocation (APPLY_STORE_X4), groups_x = invocations.
+        let threads = if dtype == DType::F32 {
+            words.div_ceil(4)
+        } else {
+            words
+        };
+        let (grid, row) = grid_1d(threads as u64, WG);
+        let params = self
+            .plan
+            .params(row, n, words, threads, mode, None, self.eps);
         let o = bind_out(ctx, name, out)?;
         ctx.dispatch(
             &pipeline,
@@ -415,18 +463,58 @@ impl Run<'_> {
         )
     }
 
-    /// Copies row `row` of `res` to the float32 [c] output `out`.
-    fn copy_row(&self, res: &BufferRange, row: usize, out: &DeviceRef, name: &str) -> Result<()> {
-        let size = (self.plan.c * 4) as u64;
-        let src = BufferRange {
-            buffer: res.buffer.clone(),
-            offset: res.offset + row as u64 * size,
-            size,
-        };
-        let dst = bind_out(self.ctx, name, out)?;
-        self.ctx.copy(&src, &dst, size)
+    /// Copies rows 0.. of `res` to the float32 [c] outputs `outs` (at most 4), in one
+    /// dispatch (four buffer copies ended the compute pass four times).
+    fn copy_rows(&self, res: &BufferRange, outs: &[DeviceRef], name: &str) -> Result<()> {
+        let ctx = self.ctx;
+        let c = self.plan.c;
+        let pipeline = ctx.pipeline(PipelineKey::new("norm", None, "copy_rows"), || {
+            ShaderSource::new(COPY_ROWS_WGSL.replace("$LINEAR_INDEX", LINEAR_INDEX))
+        })?;
+        let mut binds = vec![res.clone()];
+        for k in 0..4 {
+            binds.push(match outs.get(k) {
+                Some(o) => bind_out(ctx, name, o)?,
+                None => ctx.temp(4)?,
+            });
+        }
+        let (grid, row) = grid_1d(c as u64, WG);
+        ctx.dispatch(
+            &pipeline,
+            &params(&[row, c as u32, outs.len() as u32, 0]),
+            &binds,
+            grid,
+        )
     }
 }
+
+/// Rows 0..p.rows of the per-channel results to up to four [c] outputs.
+const COPY_ROWS_WGSL: &str = "struct Params { row: u32, c: u32, rows: u32, pad0: u32 };
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> res: array<f32>;
+@group(0) @binding(2) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(3) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(4) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o3: array<f32>;
+$LINEAR_INDEX
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = linear_index(gid);
+    if i >= p.c {
+        return;
+    }
+    o0[i] = res[i];
+    if p.rows > 1u {
+        o1[i] = res[p.c + i];
+    }
+    if p.rows > 2u {
+        o2[i] = res[2u * p.c + i];
+    }
+    if p.rows > 3u {
+        o3[i] = res[3u * p.c + i];
+    }
+}
+";
 
 fn fill_f32(ctx: &KernelContext, out: &DeviceRef, bits: u32) -> Result<()> {
     fill_bytes(ctx, out.addr, out.desc.byte_size(), bits)
@@ -535,9 +623,7 @@ impl Kernel for BatchNorm {
             run.finalize(1, None, vecs)?
         };
         run.apply(0, &x, None, &res, &outputs[0], name)?;
-        for (row, o) in outputs[1..5].iter().enumerate() {
-            run.copy_row(&res, row, o, name)?;
-        }
+        run.copy_rows(&res, &outputs[1..5], name)?;
         Ok(())
     }
 }
@@ -625,7 +711,6 @@ impl Kernel for BatchNormGrad {
             [Some(&scale), None, Some(&mean), Some(&var)],
         )?;
         run.apply(mode, &x, Some(&dy), &res, &outputs[0], name)?;
-        run.copy_row(&res, 0, &outputs[1], name)?;
-        run.copy_row(&res, 1, &outputs[2], name)
+        run.copy_rows(&res, &outputs[1..3], name)
     }
 }

@@ -76,18 +76,36 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m = mean_in[ch];
     }
     if valid {
-        for (var j = start + lane; j < end; j = j + lanes) {
-            let e = elem_index(ch, j);
-            let xv = load_x(e);
-            if GRAD {
-                let d = load_dy(e);
-                a = a + d;
-                b = b + d * (xv - m);
-            } else {
-                a = a + 1.0;
-                let delta = xv - b;
-                b = b + delta / a;
-                c = c + delta * (xv - b);
+        // Four elements per iteration, all loaded before the first is used (then combined in
+        // the order of the one-element loop): one load in flight per invocation left this
+        // pass latency-bound.
+        for (var j = start + lane; j < end; j = j + 4u * lanes) {
+            var xs = vec4<f32>(0.0);
+            var ds = vec4<f32>(0.0);
+            for (var k = 0u; k < 4u; k = k + 1u) {
+                let jk = j + k * lanes;
+                if jk < end {
+                    let e = elem_index(ch, jk);
+                    xs[k] = load_x(e);
+                    if GRAD {
+                        ds[k] = load_dy(e);
+                    }
+                }
+            }
+            for (var k = 0u; k < 4u; k = k + 1u) {
+                if j + k * lanes < end {
+                    let xv = xs[k];
+                    if GRAD {
+                        let d = ds[k];
+                        a = a + d;
+                        b = b + d * (xv - m);
+                    } else {
+                        a = a + 1.0;
+                        let delta = xv - b;
+                        b = b + delta / a;
+                        c = c + delta * (xv - b);
+                    }
+                }
             }
         }
     }

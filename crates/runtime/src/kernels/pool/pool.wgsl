@@ -125,10 +125,36 @@ fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32) -> vec2<u32> {
     return vec2<u32>(lo, hi);
 }
 
+fn max_step(m: f32, v: f32) -> f32 {
+    if !is_nan(v) && f32_less(m, v) {
+        return v;
+    }
+    return m;
+}
+
 fn max_pool(e: u32) -> f32 {
     let q = coords(e, p.oh, p.ow);
     let r = window(q.y, q.z);
     var m = $LOWEST;
+    if r.y - r.x == 3u && r.w - r.z == 3u {
+        // A whole 3x3 window (the common case): the nine loads first, so that they are in
+        // flight together, then folded in the loop's order (row by row). The loop below
+        // issues one load per iteration and left MaxPool latency-bound.
+        let i0 = at(q.x, r.x, r.z, q.w, p.h, p.w);
+        let i1 = at(q.x, r.x + 1u, r.z, q.w, p.h, p.w);
+        let i2 = at(q.x, r.x + 2u, r.z, q.w, p.h, p.w);
+        // Neighbouring columns are p.c elements apart in NHWC, 1 in NCHW.
+        let dx = select(p.c, 1u, p.nchw == 1u);
+        let v = array<f32, 9>(
+            load_a(i0), load_a(i0 + dx), load_a(i0 + 2u * dx),
+            load_a(i1), load_a(i1 + dx), load_a(i1 + 2u * dx),
+            load_a(i2), load_a(i2 + dx), load_a(i2 + 2u * dx),
+        );
+        for (var k = 0u; k < 9u; k = k + 1u) {
+            m = max_step(m, v[k]);
+        }
+        return m;
+    }
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
             let v = load_a(at(q.x, y, x, q.w, p.h, p.w));

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""Keras end to end on one device: the reference models of tensorflow_wgpu.models (mlp, cnn,
+resnet) and keras.applications.ResNet50, timed per training and inference step; optionally
+captures a kernel trace of each (TFWGPU_TRACE) with step marks for `tfwgpu-bench replay`.
+
+    python bench/keras_models.py [--models mlp,cnn,resnet,resnet50] [--device /GPU:0]
+                                 [--steps 50] [--warmup 5] [--json FILE]
+                                 [--trace DIR [--trace-steps 3]] [--resnet50-batch 64]
+                                 [--resnet50-steps 10] [--resnet50-warmup 2]
+
+Models: `tensorflow_wgpu.models.build` for mlp/cnn/resnet (their own optimizers: Adam, SGD
+momentum, AdamW); resnet50 = keras.applications.ResNet50(weights=None, input_shape=(224, 224,
+3), classes=1000) with SGD(0.01, momentum=0.9); loss: sparse categorical cross-entropy (from
+logits where the model outputs logits). Batch 64 for every model (the batch of the reference
+programs, and of bench/torch_models.py). Data: synthetic, one batch made once (uniform [0, 1)
+28x28x1 images for the small models, normal 224x224x3 for resnet50; uniform labels), served by
+`tf.data.Dataset.from_tensors(batch).repeat()` on /CPU:0: the input pipeline is on the host and
+each step copies its batch to the device, as a Keras program does.
+
+Training step time: `model.fit(ds, steps_per_epoch=W)` once (warm-up: tracing, pipeline
+compiles), then `model.fit(ds, steps_per_epoch=N, epochs=1)` timed by wall clock (resnet50:
+its own N and W, `--resnet50-steps/--resnet50-warmup`, its steps being long): ms/step =
+wall / N (everything a step costs end to end, the epoch's final host sync included). Inference
+step time: `model(x, training=False)` in a tf.function on a device-resident batch, W warm-up
+calls, then N calls and one `.numpy()` of the last: wall / N.
+
+With `--trace DIR`, each model is captured in its own process (the plugin decides whether to
+trace when it is loaded: TFWGPU_TRACE must be set before TensorFlow starts): DIR/<model>.trace
+holds the model's build, one warm-up training step, K (`--trace-steps`) training steps each
+between a `train_step` and a `train_step_end` mark (tensorflow_wgpu.trace_mark, from a
+callback's on_train_batch_begin/end: the interval from `train_step_end` to the next
+`train_step` is Keras's host work between steps), an `after_train` mark, one
+warm-up inference call, K inference calls each opened by an `infer_step` mark and an
+`after_infer` mark. TensorFlow runs one op at a time there (inter-op threads 1), so each
+kernel's traced dispatch count is exact. `tfwgpu-bench replay DIR/<model>.trace --repeat R
+--json F` then reports the median `train_step` and `infer_step` intervals.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+MODELS = ("mlp", "cnn", "resnet", "resnet50")
+BATCH = 64
+
+
+def build(keras, name):
+    """(model, optimizer, outputs are logits)."""
+    if name == "resnet50":
+        model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), classes=1000)
+        return model, keras.optimizers.SGD(0.01, momentum=0.9), False
+    from tensorflow_wgpu import models
+
+    return models.build(keras, name)
+
+
+def batch_data(name, batch, seed=0):
+    rng = np.random.default_rng(seed)
+    if name == "resnet50":
+        x = rng.standard_normal((batch, 224, 224, 3), dtype=np.float32)
+        y = rng.integers(0, 1000, batch).astype("int32")
+    else:
+        x = rng.random((batch, 28, 28, 1), dtype=np.float32)
+        y = rng.integers(0, 10, batch).astype("int32")
+    return x, y
+
+
+def prepare(tf, keras, name, device, batch):
+    keras.utils.set_random_seed(0)
+    x, y = batch_data(name, batch)
+    with tf.device("/CPU:0"):
+        ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+    with tf.device(device):
+        model, opt, logits = build(keras, name)
+        model.compile(optimizer=opt, loss=keras.losses.SparseCategoricalCrossentropy(from_logits=logits))
+        xd = tf.identity(tf.constant(x))
+
+        @tf.function
+        def infer(v):
+            return model(v, training=False)
+
+    return model, ds, xd, infer
+
+
+def measure(tf, keras, name, device, batch, steps, warmup):
+    model, ds, xd, infer = prepare(tf, keras, name, device, batch)
+    with tf.device(device):
+        model.fit(ds, steps_per_epoch=warmup, epochs=1, verbose=0, shuffle=False)
+        t0 = time.perf_counter()
+        h = model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+        train = (time.perf_counter() - t0) / steps
+        for _ in range(warmup):
+            out = infer(xd)
+        out.numpy()
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            out = infer(xd)
+        out.numpy()
+        inf = (time.perf_counter() - t0) / steps
+    loss = float(h.history["loss"][-1])
+    return {
+        "batch": batch,
+        "steps": steps,
+        "warmup": warmup,
+        "train_ms": train * 1e3,
+        "infer_ms": inf * 1e3,
+        "train_images_per_s": batch / train,
+        "infer_images_per_s": batch / inf,
+        "loss": loss,
+        "finite": bool(np.isfinite(loss)),
+    }
+
+
+def capture(tf, keras, name, device, batch, steps):
+    """The traced run (TFWGPU_TRACE is set by the parent): see the module doc."""
+    import tensorflow_wgpu
+
+    model, ds, xd, infer = prepare(tf, keras, name, device, batch)
+    if not tensorflow_wgpu.trace_mark("setup"):
+        sys.exit("TFWGPU_TRACE is not set or the plugin is not loaded: no trace is written")
+
+    class Marks(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            tensorflow_wgpu.trace_mark("train_step")
+
+        def on_train_batch_end(self, batch, logs=None):
+            tensorflow_wgpu.trace_mark("train_step_end")
+
+        def on_train_end(self, logs=None):
+            tensorflow_wgpu.trace_mark("after_train")
+
+    with tf.device(device):
+        tensorflow_wgpu.trace_mark("warmup_train")
+        model.fit(ds, steps_per_epoch=1, epochs=1, verbose=0, shuffle=False)
+        h = model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, callbacks=[Marks()], shuffle=False)
+        tensorflow_wgpu.trace_mark("warmup_infer")
+        infer(xd).numpy()
+        for _ in range(steps):
+            tensorflow_wgpu.trace_mark("infer_step")
+            out = infer(xd)
+        out.numpy()
+        tensorflow_wgpu.trace_mark("after_infer")
+    return {"loss": float(h.history["loss"][-1]), "stats": tensorflow_wgpu.stats()}
+
+
+def trace_all(a, models):
+    os.makedirs(a.trace, exist_ok=True)
+    out = {}
+    for name in models:
+        path = os.path.join(a.trace, f"{name}.trace")
+        env = dict(os.environ, TFWGPU_TRACE=path, TF_CPP_MIN_LOG_LEVEL="2")
+        cmd = [sys.executable, os.path.abspath(__file__), "--models", name, "--device", a.device,
+               "--trace-child", str(a.trace_steps), "--resnet50-batch", str(a.resnet50_batch),
+               "--batch", str(a.batch)]
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr[-4000:])
+            raise SystemExit(f"trace capture of {name} failed (exit {r.returncode})")
+        child = json.loads(r.stdout.strip().splitlines()[-1])
+        n = sum(1 for _ in open(path))
+        out[name] = {"trace": path, "lines": n, "bytes": os.path.getsize(path), "seconds": dt, **child}
+        print(f"{name}: {path} ({n} lines, {os.path.getsize(path) / 1e6:.1f} MB, {dt:.0f} s), loss {child['loss']:.4f}", flush=True)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default=",".join(MODELS))
+    p.add_argument("--device", default="/GPU:0")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--batch", type=int, default=BATCH, help="batch of mlp/cnn/resnet")
+    p.add_argument("--resnet50-batch", type=int, default=BATCH)
+    p.add_argument("--resnet50-steps", type=int, default=10)
+    p.add_argument("--resnet50-warmup", type=int, default=2)
+    p.add_argument("--json")
+    p.add_argument("--trace", metavar="DIR", help="capture a kernel trace of each model instead of timing")
+    p.add_argument("--trace-steps", type=int, default=3)
+    p.add_argument("--trace-child", type=int, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    for m in models:
+        if m not in MODELS:
+            p.error(f"unknown model {m!r}; choose from {', '.join(MODELS)}")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    if a.trace and a.trace_child is None:
+        res = trace_all(a, models)
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(res, f, indent=1)
+        return 0
+
+    import tensorflow as tf
+
+    if a.trace_child is not None:
+        tf.config.threading.set_inter_op_parallelism_threads(1)
+    import keras
+
+    batch = lambda m: a.resnet50_batch if m == "resnet50" else a.batch  # noqa: E731
+    if a.trace_child is not None:
+        r = capture(tf, keras, models[0], a.device, batch(models[0]), a.trace_child)
+        print(json.dumps(r))
+        return 0
+
+    out = {"tensorflow": tf.__version__, "keras": keras.__version__, "device": a.device, "results": {}}
+    try:
+        import tensorflow_wgpu
+
+        ad = [d for d in tensorflow_wgpu.adapters() if d["tensorflow_device"]]
+        out["adapter"] = ad[0] if ad else None
+    except Exception as e:  # the plugin is not installed: TensorFlow's own device
+        out["adapter"] = None
+        out["adapter_error"] = str(e)
+    print(f"TensorFlow {out['tensorflow']}, Keras {out['keras']}, {a.device}: "
+          f"{out['adapter']['name'] if out['adapter'] else 'no tfwgpu adapter'}", flush=True)
+    for name in models:
+        big = name == "resnet50"
+        r = measure(tf, keras, name, a.device, batch(name), a.resnet50_steps if big else a.steps,
+                    a.resnet50_warmup if big else a.warmup)
+        out["results"][name] = r
+        print(f"{name:9s} batch {r['batch']:3d}: train {r['train_ms']:9.3f} ms/step  infer {r['infer_ms']:9.3f} ms/step  "
+              f"loss {r['loss']:.4f}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,882 @@
+//! `tfwgpu-bench ops`: MatMul / BatchMatMul and the memory-bound kernels (elementwise,
+//! reductions, softmax, batch-norm, max-pool) beside the copy bandwidth of the same run.
+//!
+//! Every case runs on fresh random inputs into output buffers poisoned with 0xFFFFFFFF, is
+//! checked against a CPU reference computed here (f64 accumulation), then timed with
+//! `cases::time_runs`. Case names are built from the shapes by the same rules as in
+//! `bench/torch_ref.py`, so the two JSON files line up in `bench/compare.py`.
+
+use rand::{SeedableRng, rngs::StdRng};
+use tfwgpu_runtime::{
+    Arg, AttrValue, Attrs, DType, Device, DeviceRef, HostTensor, Kernel, KernelContext, Operand,
+    PipelineKey, TensorDesc,
+    kernel::grid_1d,
+    kernel_manager::{Checks, ShaderSource},
+};
+
+use crate::cases::{
+    Res, Row, Timing, Work, err, flag, poisoned_outputs, random, record, rel_err, time_runs,
+    write_json,
+};
+
+#[derive(Clone, Copy, PartialEq)]
+enum CopyHow {
+    /// The runtime's device-to-device copy (`Device::copy`: a buffer copy between two
+    /// buffers, the runtime's word-copy shader inside one heap).
+    Buffer,
+    /// A plain compute copy, one u32 per invocation.
+    U32,
+    /// A plain compute copy, one vec4<u32> per invocation.
+    Vec4,
+    /// Four vec4<u32> per invocation (all four loads issued before the stores), a quarter of
+    /// the invocations: more bytes in flight per invocation, fewer workgroups to launch.
+    Vec4x4,
+    /// Vec4x4 without wgpu's runtime bounds checks (every index is checked against p.n).
+    Vec4x4Trusted,
+}
+
+#[derive(Clone)]
+enum Kind {
+    /// `batch == 0`: MatMul; else BatchMatMulV2 over `batch` matrices.
+    MatMul {
+        batch: usize,
+        m: usize,
+        k: usize,
+        n: usize,
+        ta: bool,
+        tb: bool,
+    },
+    /// AddV2 / Mul of a [rows, cols] tensor and a [rows, cols] or [cols] one.
+    Binary {
+        op: &'static str,
+        rows: usize,
+        cols: usize,
+        bcast: bool,
+    },
+    /// Sum / Max of [rows, cols] over axis 1 (last) or 0 (first).
+    Reduce {
+        op: &'static str,
+        rows: usize,
+        cols: usize,
+        axis: usize,
+    },
+    Softmax {
+        rows: usize,
+        cols: usize,
+    },
+    /// FusedBatchNormV3, training, NHWC.
+    BatchNorm {
+        shape: [usize; 4],
+    },
+    /// MaxPool 3x3, stride 2, SAME, NHWC.
+    MaxPool {
+        shape: [usize; 4],
+    },
+    Copy {
+        elems: usize,
+        how: CopyHow,
+    },
+}
+
+impl Kind {
+    fn name(&self) -> String {
+        let dims = |d: &[usize]| {
+            d.iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        };
+        match *self {
+            Kind::MatMul {
+                batch,
+                m,
+                k,
+                n,
+                ta,
+                tb,
+            } => {
+                let sizes = if batch == 0 && m == k && k == n {
+                    m.to_string()
+                } else if batch == 0 {
+                    dims(&[m, k, n])
+                } else {
+                    dims(&[batch, m, k, n])
+                };
+                let (pa, pb) = if batch == 0 {
+                    ("_ta", "_tb")
+                } else {
+                    ("_adjx", "_adjy")
+                };
+                format!(
+                    "{}_{sizes}{}{}",
+                    if batch == 0 { "matmul" } else { "bmm" },
+                    if ta { pa } else { "" },
+                    if tb { pb } else { "" }
+                )
+            }
+            Kind::Binary {
+                op,
+                rows,
+                cols,
+                bcast,
+            } => format!(
+                "{}{}_{}",
+                if op == "AddV2" { "add" } else { "mul" },
+                if bcast { "_bcast" } else { "" },
+                dims(&[rows, cols])
+            ),
+            Kind::Reduce {
+                op,
+                rows,
+                cols,
+                axis,
+            } => format!(
+                "{}_{}_{}",
+                op.to_lowercase(),
+                if axis == 1 { "last" } else { "first" },
+                dims(&[rows, cols])
+            ),
+            Kind::Softmax { rows, cols } => format!("softmax_{}", dims(&[rows, cols])),
+            Kind::BatchNorm { shape } => format!("bn_train_{}", dims(&shape)),
+            Kind::MaxPool { shape } => format!("maxpool3s2_{}", dims(&shape)),
+            Kind::Copy { elems, how } => format!(
+                "copy_{}_{}MiB",
+                match how {
+                    CopyHow::Buffer => "buffer",
+                    CopyHow::U32 => "u32",
+                    CopyHow::Vec4 => "vec4",
+                    CopyHow::Vec4x4 => "vec4x4",
+                    CopyHow::Vec4x4Trusted => "vec4x4t",
+                },
+                (elems * 4) >> 20
+            ),
+        }
+    }
+}
+
+fn mm(batch: usize, m: usize, k: usize, n: usize, ta: bool, tb: bool) -> Kind {
+    Kind::MatMul {
+        batch,
+        m,
+        k,
+        n,
+        ta,
+        tb,
+    }
+}
+
+/// The cases, in run order (copies first: the other cases' `% copy` needs them). `small`: the
+/// preset for CPU adapters (lavapipe on 2 cores, 128 MiB bindings).
+fn all_cases(small: bool) -> Vec<Kind> {
+    let copy = |elems| {
+        [
+            CopyHow::Buffer,
+            CopyHow::U32,
+            CopyHow::Vec4,
+            CopyHow::Vec4x4,
+            CopyHow::Vec4x4Trusted,
+        ]
+        .into_iter()
+        .map(move |how| Kind::Copy { elems, how })
+    };
+    let mut v: Vec<Kind> = vec![];
+    if small {
+        v.extend(copy(1 << 20));
+        for s in [128, 256, 512] {
+            v.push(mm(0, s, s, s, false, false));
+        }
+        v.push(mm(0, 256, 256, 256, true, false));
+        v.push(mm(0, 256, 256, 256, false, true));
+        v.push(mm(0, 64, 2048, 1000, false, false));
+        v.push(mm(0, 1024, 64, 1024, false, false));
+        v.push(mm(0, 4096, 256, 256, false, false));
+        v.push(mm(8, 128, 64, 128, false, true));
+        v.push(mm(8, 128, 128, 64, false, false));
+        v.extend(binary_cases(1024, 1024, None));
+        v.extend(reduce_cases(1024, 1024));
+        v.push(Kind::Softmax {
+            rows: 1024,
+            cols: 1000,
+        });
+        v.push(Kind::Softmax {
+            rows: 32,
+            cols: 32768,
+        });
+        v.push(Kind::BatchNorm {
+            shape: [4, 56, 56, 64],
+        });
+        v.push(Kind::BatchNorm {
+            shape: [8, 14, 14, 256],
+        });
+        v.push(Kind::MaxPool {
+            shape: [4, 112, 112, 64],
+        });
+    } else {
+        v.extend(copy(64 << 20));
+        for s in [512, 1024, 2048, 4096, 8192] {
+            v.push(mm(0, s, s, s, false, false));
+        }
+        v.push(mm(0, 4096, 4096, 4096, true, false));
+        v.push(mm(0, 4096, 4096, 4096, false, true));
+        v.push(mm(0, 64, 2048, 1000, false, false));
+        v.push(mm(0, 4096, 64, 4096, false, false));
+        v.push(mm(0, 32768, 256, 256, false, false));
+        v.push(mm(32, 512, 64, 512, false, true));
+        v.push(mm(32, 512, 512, 64, false, false));
+        v.push(mm(8, 1024, 1024, 1024, false, false));
+        v.extend(binary_cases(65536, 1024, Some((1024, 1024))));
+        v.extend(reduce_cases(8192, 8192));
+        v.push(Kind::Softmax {
+            rows: 65536,
+            cols: 1000,
+        });
+        v.push(Kind::Softmax {
+            rows: 2048,
+            cols: 32768,
+        });
+        v.push(Kind::BatchNorm {
+            shape: [32, 56, 56, 64],
+        });
+        v.push(Kind::BatchNorm {
+            shape: [32, 14, 14, 256],
+        });
+        v.push(Kind::MaxPool {
+            shape: [32, 112, 112, 64],
+        });
+    }
+    v
+}
+
+/// AddV2 [rows, cols] + [cols] and Mul of two [rows, cols] tensors, at the large size and
+/// optionally at a second, small one.
+fn binary_cases(rows: usize, cols: usize, also: Option<(usize, usize)>) -> Vec<Kind> {
+    let mut v = vec![];
+    for (r, c) in std::iter::once((rows, cols)).chain(also) {
+        v.push(Kind::Binary {
+            op: "AddV2",
+            rows: r,
+            cols: c,
+            bcast: true,
+        });
+        v.push(Kind::Binary {
+            op: "Mul",
+            rows: r,
+            cols: c,
+            bcast: false,
+        });
+    }
+    v
+}
+
+fn reduce_cases(rows: usize, cols: usize) -> Vec<Kind> {
+    let mut v = vec![];
+    for op in ["Sum", "Max"] {
+        for axis in [1, 0] {
+            v.push(Kind::Reduce {
+                op,
+                rows,
+                cols,
+                axis,
+            });
+        }
+    }
+    v
+}
+
+pub fn run(args: &[String]) -> Res<()> {
+    let small = args.iter().any(|a| a == "--small");
+    let reps: usize = flag(args, "--reps")
+        .unwrap_or("5")
+        .parse()
+        .map_err(|_| "bad --reps")?;
+    let all = all_cases(small);
+    if args.iter().any(|a| a == "--list") {
+        for k in &all {
+            println!("{}", k.name());
+        }
+        return Ok(());
+    }
+    let selected: Vec<Kind> = match flag(args, "--cases") {
+        None | Some("all") => all.clone(),
+        Some(list) => {
+            let want: Vec<&str> = list.split(',').map(str::trim).collect();
+            for w in &want {
+                if !all.iter().any(|k| k.name() == *w) {
+                    return Err(format!(
+                        "no case {w:?} (tfwgpu-bench ops --list{} names them)",
+                        if small { " --small" } else { "" }
+                    ));
+                }
+            }
+            // The copies always run first when a memory-bound case is selected.
+            let membound = all
+                .iter()
+                .filter(|k| want.contains(&k.name().as_str()))
+                .any(|k| !matches!(k, Kind::MatMul { .. }));
+            all.iter()
+                .filter(|k| {
+                    want.contains(&k.name().as_str())
+                        || (membound && matches!(k, Kind::Copy { .. }))
+                })
+                .cloned()
+                .collect()
+        }
+    };
+    let path = flag(args, "--json").unwrap_or("bench-ops.json");
+    let rt = crate::open()?;
+    let dev = rt.device();
+    let mut rng = StdRng::seed_from_u64(17);
+    println!("{}", Row::header());
+    let mut rows: Vec<Row> = vec![];
+    let mut failed = vec![];
+    for k in &selected {
+        match run_case(dev, k, reps, &mut rng) {
+            Ok(mut row) => {
+                if matches!(row.work, Work::Bytes(_)) && !matches!(k, Kind::Copy { .. }) {
+                    row.pct_copy = copy_gbps(&rows).and_then(|c| row.gbps().map(|g| g / c * 100.0));
+                }
+                println!("{}", row.line());
+                if row.rel_err.is_nan() || row.rel_err > tolerance(k) {
+                    failed.push(format!("{}: relative error {:.1e}", row.case, row.rel_err));
+                }
+                rows.push(row);
+                // Written after every case, so that a run cut short keeps what it measured.
+                write_json(path, dev, copy_gbps(&rows), &rows)?;
+            }
+            Err(e) => {
+                println!("{:<28} failed: {e}", k.name());
+                failed.push(format!("{}: {e}", k.name()));
+            }
+        }
+    }
+    let copy = copy_gbps(&rows);
+    if let Some(c) = copy {
+        println!("copy bandwidth of this run (best copy case): {c:.1} GB/s");
+    }
+    write_json(path, dev, copy, &rows)?;
+    eprintln!("wrote {path}");
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} case(s) failed: {}",
+            failed.len(),
+            failed.join("; ")
+        ))
+    }
+}
+
+/// The best copy bandwidth measured so far in the run (the ceiling of memory-bound kernels).
+fn copy_gbps(rows: &[Row]) -> Option<f64> {
+    rows.iter()
+        .filter(|r| r.op.starts_with("copy"))
+        .filter_map(Row::gbps)
+        .max_by(f64::total_cmp)
+}
+
+/// The largest relative error a correct kernel may show: f32 rounding of the result (exact
+/// ops), of long dot products and sums (sampled reductions are scaled by sum |terms|, so
+/// eps-sized bounds hold), of exp/rsqrt chains (softmax, batch norm).
+fn tolerance(k: &Kind) -> f64 {
+    match k {
+        Kind::Copy { .. } | Kind::MaxPool { .. } => 0.0,
+        Kind::Binary { .. } => 1.2e-7,
+        Kind::Reduce { op, .. } if *op == "Max" => 0.0,
+        Kind::Reduce { .. } | Kind::MatMul { .. } => 1e-5,
+        Kind::Softmax { .. } => 2e-5,
+        Kind::BatchNorm { .. } => 1e-4,
+    }
+}
+
+fn attrs(pairs: &[(&str, AttrValue)]) -> Attrs {
+    let mut a = Attrs::new();
+    for (k, v) in pairs {
+        a.set(k, v.clone());
+    }
+    a
+}
+
+/// Uploads random inputs, runs `kernel` once into poisoned outputs, checks them with `check`
+/// (given the host inputs and the downloaded float outputs), then times it.
+struct Measured {
+    timing: Timing,
+    rel_err: f64,
+}
+
+fn measure(
+    dev: &Device,
+    kernel: &dyn Kernel,
+    inputs: &[(Vec<f32>, Vec<usize>)],
+    host: &[HostTensor],
+    reps: usize,
+    check: impl FnOnce(&[&[f32]], &[Vec<f32>]) -> f64,
+) -> Res<Measured> {
+    let tensors = inputs
+        .iter()
+        .map(|(d, s)| dev.upload(d, s).map_err(err))
+        .collect::<Res<Vec<_>>>()?;
+    let mut args: Vec<Arg> = tensors.iter().map(Arg::from).collect();
+    args.extend(host.iter().map(Arg::from));
+    let outs = poisoned_outputs(dev, kernel, &args)?;
+    record(dev, kernel, &args, &outs)?;
+    let got = outs
+        .iter()
+        .map(|t| {
+            if t.dtype() == DType::F32 {
+                t.download::<f32>().map_err(err)
+            } else {
+                Ok(vec![])
+            }
+        })
+        .collect::<Res<Vec<_>>>()?;
+    let host_in: Vec<&[f32]> = inputs.iter().map(|(d, _)| d.as_slice()).collect();
+    let rel_err = check(&host_in, &got);
+    drop(got);
+    let timing = time_runs(dev, reps, 0.025, || record(dev, kernel, &args, &outs))?;
+    Ok(Measured { timing, rel_err })
+}
+
+fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
+    let f32b = |n: usize| (n * 4) as f64;
+    let (op, shape, work, m): (String, Vec<Vec<usize>>, Work, Measured) = match *k {
+        Kind::MatMul {
+            batch,
+            m,
+            k: kk,
+            n,
+            ta,
+            tb,
+        } => {
+            let b = batch.max(1);
+            let sa = if ta { vec![kk, m] } else { vec![m, kk] };
+            let sb = if tb { vec![n, kk] } else { vec![kk, n] };
+            let (sa, sb, op, a) = if batch == 0 {
+                let a = attrs(&[
+                    ("transpose_a", AttrValue::Bool(ta)),
+                    ("transpose_b", AttrValue::Bool(tb)),
+                ]);
+                (sa, sb, "MatMul", a)
+            } else {
+                let a = attrs(&[
+                    ("adj_x", AttrValue::Bool(ta)),
+                    ("adj_y", AttrValue::Bool(tb)),
+                ]);
+                let pre = |s: Vec<usize>| [vec![batch], s].concat();
+                (pre(sa), pre(sb), "BatchMatMulV2", a)
+            };
+            let kernel = dev.kernel(op, &a).map_err(err)?;
+            let av = random(rng, b * m * kk);
+            let bv = random(rng, b * kk * n);
+            let mut srng = StdRng::seed_from_u64(b as u64 * 31 + m as u64);
+            let inputs = [(av, sa.clone()), (bv, sb.clone())];
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+                check_matmul(i[0], i[1], &o[0], (b, m, kk, n), ta, tb, &mut srng)
+            })?;
+            let flops = 2.0 * (b * m * kk * n) as f64;
+            (op.into(), vec![sa, sb], Work::Flops(flops), meas)
+        }
+        Kind::Binary {
+            op,
+            rows,
+            cols,
+            bcast,
+        } => {
+            let kernel = dev.kernel(op, &Attrs::new()).map_err(err)?;
+            let n = rows * cols;
+            let sb = if bcast { vec![cols] } else { vec![rows, cols] };
+            let nb = if bcast { cols } else { n };
+            let inputs = [
+                (random(rng, n), vec![rows, cols]),
+                (random(rng, nb), sb.clone()),
+            ];
+            let add = op == "AddV2";
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+                let (a, b) = (i[0], i[1]);
+                rel_err(&o[0], |e| {
+                    let (x, y) = (a[e] as f64, b[e % b.len()] as f64);
+                    if add {
+                        (x + y, x.abs() + y.abs())
+                    } else {
+                        (x * y, x * y)
+                    }
+                })
+            })?;
+            let bytes = f32b(2 * n + nb);
+            (
+                op.into(),
+                vec![vec![rows, cols], sb],
+                Work::Bytes(bytes),
+                meas,
+            )
+        }
+        Kind::Reduce {
+            op,
+            rows,
+            cols,
+            axis,
+        } => {
+            let kernel = dev.kernel(op, &Attrs::new()).map_err(err)?;
+            let axes = HostTensor::vec_i32(&[axis as i32]);
+            let inputs = [(random(rng, rows * cols), vec![rows, cols])];
+            let is_sum = op == "Sum";
+            let outs = if axis == 1 { rows } else { cols };
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[axes], reps, |i, o| {
+                let x = i[0];
+                // Reference per output: (sum or max, sum |x|).
+                let mut want = vec![(if is_sum { 0.0 } else { f64::NEG_INFINITY }, 0.0); outs];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let v = x[r * cols + c] as f64;
+                        let w = &mut want[if axis == 1 { r } else { c }];
+                        w.0 = if is_sum { w.0 + v } else { w.0.max(v) };
+                        w.1 += v.abs();
+                    }
+                }
+                rel_err(&o[0], |e| {
+                    if is_sum {
+                        want[e]
+                    } else {
+                        (want[e].0, want[e].0)
+                    }
+                })
+            })?;
+            (
+                op.into(),
+                vec![vec![rows, cols], vec![1]],
+                Work::Bytes(f32b(rows * cols + outs)),
+                meas,
+            )
+        }
+        Kind::Softmax { rows, cols } => {
+            let kernel = dev.kernel("Softmax", &Attrs::new()).map_err(err)?;
+            let inputs = [(random(rng, rows * cols), vec![rows, cols])];
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+                let x = i[0];
+                let mut worst = 0.0f64;
+                for r in 0..rows {
+                    let row = &x[r * cols..(r + 1) * cols];
+                    let mx = row.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+                    let sum: f64 = row.iter().map(|&v| (v as f64 - mx).exp()).sum();
+                    let got = &o[0][r * cols..(r + 1) * cols];
+                    worst = worst.max(rel_err(got, |c| {
+                        let w = (row[c] as f64 - mx).exp() / sum;
+                        (w, w)
+                    }));
+                }
+                worst
+            })?;
+            (
+                "Softmax".into(),
+                vec![vec![rows, cols]],
+                Work::Bytes(f32b(2 * rows * cols)),
+                meas,
+            )
+        }
+        Kind::BatchNorm { shape } => {
+            let c = shape[3];
+            let n = shape.iter().product::<usize>();
+            let eps = 0.001f32;
+            let kernel = dev
+                .kernel(
+                    "FusedBatchNormV3",
+                    &attrs(&[
+                        ("epsilon", AttrValue::Float(eps)),
+                        ("is_training", AttrValue::Bool(true)),
+                        ("data_format", AttrValue::Str("NHWC".into())),
+                    ]),
+                )
+                .map_err(err)?;
+            // x = 2 + uniform(-1, 1): a mean far from 0, as activations have.
+            let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
+            let inputs = [
+                (x, shape.to_vec()),
+                (random(rng, c), vec![c]),
+                (random(rng, c), vec![c]),
+                (vec![0.0; c], vec![c]),
+                (vec![1.0; c], vec![c]),
+            ];
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+                let (x, gamma, beta) = (i[0], i[1], i[2]);
+                let rest = n / c;
+                let mut mean = vec![0.0f64; c];
+                let mut abs = vec![0.0f64; c];
+                for (e, &v) in x.iter().enumerate() {
+                    mean[e % c] += v as f64;
+                    abs[e % c] += (v as f64).abs();
+                }
+                mean.iter_mut().for_each(|m| *m /= rest as f64);
+                let mut var = vec![0.0f64; c];
+                for (e, &v) in x.iter().enumerate() {
+                    var[e % c] += (v as f64 - mean[e % c]).powi(2);
+                }
+                var.iter_mut().for_each(|v| *v /= rest as f64);
+                let y = rel_err(&o[0], |e| {
+                    let ch = e % c;
+                    let inv = 1.0 / (var[ch] + eps as f64).sqrt() * gamma[ch] as f64;
+                    let d = x[e] as f64 - mean[ch];
+                    // x - mean rounds relative to |x| (and the mean's own rounding), not to
+                    // |x - mean|, which cancels for x near the mean.
+                    let scale = (x[e].abs() as f64 + mean[ch].abs()) * inv.abs();
+                    (d * inv + beta[ch] as f64, scale + (beta[ch] as f64).abs())
+                });
+                let bm = rel_err(&o[1], |ch| (mean[ch], abs[ch] / rest as f64));
+                let corr = rest as f64 / (rest as f64 - 1.0).max(1.0);
+                let bv = rel_err(&o[2], |ch| (var[ch] * corr, var[ch] * corr));
+                y.max(bm).max(bv)
+            })?;
+            (
+                "FusedBatchNormV3".into(),
+                vec![shape.to_vec(), vec![c], vec![c], vec![c], vec![c]],
+                Work::Bytes(f32b(2 * n + 7 * c)),
+                meas,
+            )
+        }
+        Kind::MaxPool { shape } => {
+            let [bn, h, w, c] = shape;
+            let (oh, ow) = (h.div_ceil(2), w.div_ceil(2));
+            // SAME: pad_before = (total padding) / 2.
+            let pad_h = ((oh - 1) * 2 + 3).saturating_sub(h) / 2;
+            let pad_w = ((ow - 1) * 2 + 3).saturating_sub(w) / 2;
+            let kernel = dev
+                .kernel(
+                    "MaxPool",
+                    &attrs(&[
+                        ("ksize", AttrValue::Ints(vec![1, 3, 3, 1])),
+                        ("strides", AttrValue::Ints(vec![1, 2, 2, 1])),
+                        ("padding", AttrValue::Str("SAME".into())),
+                    ]),
+                )
+                .map_err(err)?;
+            let inputs = [(random(rng, bn * h * w * c), shape.to_vec())];
+            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+                let x = i[0];
+                rel_err(&o[0], |e| {
+                    let ch = e % c;
+                    let ox = (e / c) % ow;
+                    let oy = (e / c / ow) % oh;
+                    let b = e / c / ow / oh;
+                    let mut m = f64::NEG_INFINITY;
+                    for dy in 0..3 {
+                        for dx in 0..3 {
+                            let (y, xx) = (
+                                (oy * 2 + dy) as i64 - pad_h as i64,
+                                (ox * 2 + dx) as i64 - pad_w as i64,
+                            );
+                            if y >= 0 && xx >= 0 && (y as usize) < h && (xx as usize) < w {
+                                m = m.max(
+                                    x[((b * h + y as usize) * w + xx as usize) * c + ch] as f64,
+                                );
+                            }
+                        }
+                    }
+                    (m, m)
+                })
+            })?;
+            (
+                "MaxPool".into(),
+                vec![shape.to_vec()],
+                Work::Bytes(f32b(bn * h * w * c + bn * oh * ow * c)),
+                meas,
+            )
+        }
+        Kind::Copy { elems, how } => {
+            let src_data = random(rng, elems);
+            let src = dev.upload(&src_data, &[elems]).map_err(err)?;
+            let bytes = (elems * 4) as u64;
+            let kernel = CopyKernel { how };
+            let dst = if how == CopyHow::Buffer {
+                let d = dev.empty(DType::F32, &[elems]).map_err(err)?;
+                dev.fill_u32(d.addr(), bytes, 0xFFFF_FFFF).map_err(err)?;
+                dev.copy(src.addr(), d.addr(), bytes).map_err(err)?;
+                d
+            } else {
+                let args = [Arg::from(&src)];
+                let outs = poisoned_outputs(dev, &kernel, &args)?;
+                record(dev, &kernel, &args, &outs)?;
+                outs.into_iter().next().expect("one output")
+            };
+            let got = dst.download::<f32>().map_err(err)?;
+            let rel = if got
+                .iter()
+                .zip(&src_data)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+            {
+                0.0
+            } else {
+                f64::INFINITY
+            };
+            drop(got);
+            let timing = time_runs(dev, reps, 0.025, || {
+                if how == CopyHow::Buffer {
+                    dev.copy(src.addr(), dst.addr(), bytes).map_err(err)
+                } else {
+                    let args = [Arg::from(&src)];
+                    record(dev, &kernel, &args, std::slice::from_ref(&dst))
+                }
+            })?;
+            let op = match how {
+                CopyHow::Buffer => "copy (Device::copy)",
+                CopyHow::U32 => "copy (u32 shader)",
+                CopyHow::Vec4 => "copy (vec4 shader)",
+                CopyHow::Vec4x4 => "copy (4 vec4/inv.)",
+                CopyHow::Vec4x4Trusted => "copy (4 vec4, trust)",
+            };
+            (
+                op.into(),
+                vec![vec![elems]],
+                Work::Bytes(2.0 * bytes as f64),
+                Measured {
+                    timing,
+                    rel_err: rel,
+                },
+            )
+        }
+    };
+    Ok(Row {
+        case: k.name(),
+        op,
+        shape,
+        dtype: DType::F32,
+        timing: m.timing,
+        work,
+        rel_err: m.rel_err,
+        reps,
+        pct_copy: None,
+    })
+}
+
+/// Largest relative error of 256 sampled output entries against f64 dot products, scaled by
+/// sum |a b| (A stored transposed per matrix if `ta`, B if `tb`).
+fn check_matmul(
+    a: &[f32],
+    b: &[f32],
+    c: &[f32],
+    (batch, m, k, n): (usize, usize, usize, usize),
+    ta: bool,
+    tb: bool,
+    rng: &mut StdRng,
+) -> f64 {
+    use rand::Rng;
+    let mut worst = 0.0f64;
+    for _ in 0..256 {
+        let (q, i, j) = (
+            rng.random_range(0..batch),
+            rng.random_range(0..m),
+            rng.random_range(0..n),
+        );
+        let (a, b, c) = (
+            &a[q * m * k..(q + 1) * m * k],
+            &b[q * k * n..(q + 1) * k * n],
+            &c[q * m * n..(q + 1) * m * n],
+        );
+        let (mut want, mut scale) = (0.0f64, 0.0f64);
+        for p in 0..k {
+            let x = if ta { a[p * m + i] } else { a[i * k + p] };
+            let y = if tb { b[j * k + p] } else { b[p * n + j] };
+            let t = x as f64 * y as f64;
+            want += t;
+            scale += t.abs();
+        }
+        let g = c[i * n + j];
+        let e = if g.is_nan() {
+            f64::INFINITY
+        } else {
+            (g as f64 - want).abs() / scale.max(f64::MIN_POSITIVE)
+        };
+        worst = worst.max(e);
+    }
+    worst
+}
+
+/// A plain compute copy of a float32 tensor: one u32, one vec4<u32> or four vec4<u32> per
+/// invocation: the ceiling a memory-bound shader can reach, and what the ways of writing one
+/// cost.
+struct CopyKernel {
+    how: CopyHow,
+}
+
+const COPY_WGSL: &str = r#"
+struct Params { row: u32, n: u32, stride: u32, pad1: u32 };
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> src: array<ELEM>;
+@group(0) @binding(2) var<storage, read_write> dst: array<ELEM>;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let base = gid.y * p.row + gid.x;
+    if base >= p.stride { return; }
+BODY
+}
+"#;
+
+/// The body of the copy shader for `k` elements per invocation, `stride` apart: all loads,
+/// then all stores, each guarded by `i < p.n` (so the indexing is in range without wgpu's
+/// checks).
+fn copy_body(k: usize) -> String {
+    let mut b = String::new();
+    for j in 0..k {
+        b += &format!(
+            "    let i{j} = base + {j}u * p.stride;\n    var v{j}: ELEM;\n    if i{j} < p.n {{ v{j} = src[i{j}]; }}\n"
+        );
+    }
+    for j in 0..k {
+        b += &format!("    if i{j} < p.n {{ dst[i{j}] = v{j}; }}\n");
+    }
+    b
+}
+
+impl Kernel for CopyKernel {
+    fn op(&self) -> &'static str {
+        "bench_copy"
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> tfwgpu_runtime::Result<Vec<TensorDesc>> {
+        Ok(vec![inputs[0].desc()])
+    }
+
+    fn record(
+        &self,
+        ctx: &KernelContext,
+        inputs: &[Operand],
+        outputs: &[DeviceRef],
+    ) -> tfwgpu_runtime::Result<()> {
+        let src = inputs[0].device("bench_copy", 0)?;
+        let words = src.desc.byte_size() / 4;
+        let (vec4, k, trusted, variant) = match self.how {
+            CopyHow::U32 => (false, 1, false, "u32"),
+            CopyHow::Vec4 => (true, 1, false, "vec4"),
+            CopyHow::Vec4x4 => (true, 4, false, "vec4x4"),
+            _ => (true, 4, true, "vec4x4t"),
+        };
+        if vec4 && !words.is_multiple_of(4) {
+            return Err(tfwgpu_runtime::Error::InvalidArgument(
+                "bench_copy vec4: the size must be a multiple of 16 bytes".into(),
+            ));
+        }
+        let n = if vec4 { words / 4 } else { words };
+        let elem = if vec4 { "vec4<u32>" } else { "u32" };
+        let pipeline = ctx.pipeline(PipelineKey::new("bench_copy", None, variant), || {
+            let mut s = ShaderSource::new(
+                COPY_WGSL
+                    .replace("BODY", &copy_body(k))
+                    .replace("ELEM", elem),
+            );
+            if trusted {
+                // Every index is compared with p.n, the element count of both bindings.
+                s.checks = Checks::Trusted;
+            }
+            s
+        })?;
+        let threads = n.div_ceil(k as u64);
+        let (groups, row) = grid_1d(threads, 256);
+        let params: Vec<u8> = [row, n as u32, threads as u32, 0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        ctx.dispatch(
+            &pipeline,
+            &params,
+            &[ctx.bind(src)?, ctx.bind(&outputs[0])?],
+            groups,
+        )
+    }
+}

@@ -1,0 +1,1092 @@
+//! Tensor-core MatMul through cooperative matrices (wgpu's `EXPERIMENTAL_COOPERATIVE_MATRIX`):
+//! float16 inputs, float32 accumulation, float16 output (what TensorFlow's GPU kernels do for
+//! half), and, only where `TFWGPU_ALLOW_REDUCED_PRECISION=1` is set, float32 MatMul with its
+//! operands rounded to float16 while they are staged (float32 accumulation and output).
+//!
+//! The path is taken only where the adapter lists the 16x16x16 f16 -> f32 configuration and
+//! the device has `SHADER_F16` and subgroups of one fixed size; everywhere else (lavapipe, CI)
+//! the float32 kernels run, as before.
+//!
+//! One shader, generated per tile and layout (`CoopSpec::wgsl`): a workgroup computes a
+//! BM x BN block of C with `sg_m x sg_n` subgroups, each owning (BM / sg_m) x (BN / sg_n) of
+//! it as 16 x 16 accumulators (`coop_mat16x16<f32, C>`). The K loop stages BM x BK of A and
+//! BK x BN of B through workgroup memory (two buffers, one barrier per K tile; the next tile's
+//! global loads are issued before the current tile's products), keeping each operand's
+//! contiguous dimension contiguous there, so that transposed operands only switch between
+//! `coopLoad` (column-major) and `coopLoadT` (row-major). Global loads read 4 elements
+//! (`vec4<f16>` or `vec4<f32>`) or 1 at a time, as the contiguous dimensions allow; out-of-range elements are
+//! staged as zeros, so any M, N, K works. Each accumulator is written back through a 16 x 16
+//! float32 scratch in workgroup memory, with bounds checks, converted to the output type.
+
+use std::sync::{Once, OnceLock};
+
+use super::{MAX_BATCH_DIMS, MatMul, Variant, batch_dims, to_u32};
+use crate::kernel::{DeviceRef, Factory, Kernel, KernelContext, MAX_GROUPS_X, Operand, TensorDesc};
+use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
+use crate::kernels::wgsl::params;
+use crate::{AttrValue, Attrs, DType, Error, Result};
+
+/// The environment variable that lets float32 MatMul (and Conv2D) run on float16 tensor cores.
+pub const REDUCED_PRECISION_VAR: &str = "TFWGPU_ALLOW_REDUCED_PRECISION";
+
+/// Whether `TFWGPU_ALLOW_REDUCED_PRECISION=1` was set (read once per process).
+pub fn reduced_precision_allowed() -> bool {
+    static ALLOWED: OnceLock<bool> = OnceLock::new();
+    *ALLOWED.get_or_init(|| std::env::var(REDUCED_PRECISION_VAR).is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Logs, once per process, that float32 products run with float16 operands.
+pub(crate) fn log_reduced_precision() {
+    static LOGGED: Once = Once::new();
+    LOGGED.call_once(|| {
+        tracing::info!(
+            "{REDUCED_PRECISION_VAR}=1: float32 MatMul/Conv2D operands are rounded to float16 \
+             for the tensor cores (float32 accumulation)"
+        )
+    });
+}
+
+/// A tile of the cooperative-matrix kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopTile {
+    /// The specialization name.
+    pub name: &'static str,
+    /// Rows of C per workgroup.
+    pub bm: u32,
+    /// Columns of C per workgroup.
+    pub bn: u32,
+    /// Depth of a staged K tile (a multiple of 16).
+    pub bk: u32,
+    /// Subgroups along M.
+    pub sg_m: u32,
+    /// Subgroups along N.
+    pub sg_n: u32,
+    /// Workgroup arrays of `vec4<f16>` (8-byte stores; fragment loads through vector
+    /// pointers, strides in vectors) rather than of `f16`.
+    pub vec_smem: bool,
+    /// Launch order: groups of this many tile rows walked column by column (tiles that share
+    /// operand rows and columns run together, for the L2 cache); 0: row-major.
+    pub group: u32,
+}
+
+impl CoopTile {
+    /// Subgroups per workgroup.
+    pub const fn subgroups(&self) -> u32 {
+        self.sg_m * self.sg_n
+    }
+
+    /// 16 x 16 accumulators per subgroup along M and N.
+    pub const fn frags(&self) -> (u32, u32) {
+        (self.bm / self.sg_m / 16, self.bn / self.sg_n / 16)
+    }
+}
+
+/// 128 x 128 per workgroup, 8 subgroups of 64 x 32 (4 x 2 accumulators).
+pub const COOP_128X128_2X4: CoopTile = CoopTile {
+    name: "c128x128x32_2x4",
+    bm: 128,
+    bn: 128,
+    bk: 32,
+    sg_m: 2,
+    sg_n: 4,
+    vec_smem: false,
+    group: 0,
+};
+/// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
+pub const COOP_128X128_2X2: CoopTile = CoopTile {
+    name: "c128x128x32_2x2",
+    sg_n: 2,
+    ..COOP_128X128_2X4
+};
+/// 64 x 64 per workgroup, 4 subgroups of 32 x 32 (2 x 2 accumulators): more workgroups for
+/// mid-sized products.
+pub const COOP_64X64_2X2: CoopTile = CoopTile {
+    name: "c64x64x32_2x2",
+    bm: 64,
+    bn: 64,
+    bk: 32,
+    sg_m: 2,
+    sg_n: 2,
+    vec_smem: false,
+    group: 0,
+};
+
+/// The same tiles with `vec4<f16>` workgroup arrays.
+pub const COOP_128X128_2X4V: CoopTile = CoopTile {
+    name: "c128x128x32_2x4v",
+    vec_smem: true,
+    ..COOP_128X128_2X4
+};
+pub const COOP_128X128_2X2V: CoopTile = CoopTile {
+    name: "c128x128x32_2x2v",
+    vec_smem: true,
+    ..COOP_128X128_2X2
+};
+pub const COOP_64X64_2X2V: CoopTile = CoopTile {
+    name: "c64x64x32_2x2v",
+    vec_smem: true,
+    ..COOP_64X64_2X2
+};
+
+/// 128 x 128 in 8 subgroups of 64 x 32 with `vec4<f16>` workgroup arrays, launched in
+/// groups of 8 tile rows.
+pub const COOP_128X128_2X4VG: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vg",
+    group: 8,
+    ..COOP_128X128_2X4V
+};
+/// 8 subgroups of 32 x 64.
+pub const COOP_128X128_4X2VG: CoopTile = CoopTile {
+    name: "c128x128x32_4x2vg",
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+/// 128 x 64 in 4 subgroups of 64 x 32: 35 KiB of workgroup memory, more workgroups per SM.
+pub const COOP_128X64_2X2VG: CoopTile = CoopTile {
+    name: "c128x64x32_2x2vg",
+    bn: 64,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+/// K tiles of 16: 29 KiB of workgroup memory.
+pub const COOP_128X128X16_2X4VG: CoopTile = CoopTile {
+    name: "c128x128x16_2x4vg",
+    bk: 16,
+    ..COOP_128X128_2X4VG
+};
+/// 256 x 128 in 8 subgroups of 64 x 64, K tiles of 16.
+pub const COOP_256X128X16_4X2VG: CoopTile = CoopTile {
+    name: "c256x128x16_4x2vg",
+    bm: 256,
+    bk: 16,
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128_2X4VG
+};
+
+/// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
+pub const COOP_TILES: &[CoopTile] = &[
+    COOP_128X128_2X4,
+    COOP_128X128_2X2,
+    COOP_64X64_2X2,
+    COOP_128X128_2X4V,
+    COOP_128X128_2X2V,
+    COOP_64X64_2X2V,
+    COOP_128X128_2X4VG,
+    COOP_128X128_4X2VG,
+    COOP_128X64_2X2VG,
+    COOP_128X128X16_2X4VG,
+    COOP_256X128X16_4X2VG,
+];
+
+/// The element type of the operands in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// float16 operands, float16 output.
+    F16,
+    /// float32 operands (rounded to float16 while staged), float32 output.
+    F32,
+}
+
+/// One shader variant: tile, subgroup size, operand layouts and load widths.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopSpec {
+    pub tile: CoopTile,
+    /// Invocations per subgroup.
+    pub lanes: u32,
+    /// A is stored M x K (else K x M).
+    pub a_kfast: bool,
+    /// B is stored K x N (else N x K).
+    pub b_nfast: bool,
+    /// Elements per global load of A and of B (8, 2 or 1 halves; 4 or 1 floats).
+    pub wa: u32,
+    pub wb: u32,
+    pub input: Input,
+    /// A is the windows of an NHWC Conv2D input (rows m = (n, oy, ox), columns k = (r, s, c);
+    /// `wa` divides the channels), B the HWIO filter: Conv2D forward as an implicit product.
+    pub conv: bool,
+}
+
+/// The widest load that divides a contiguous dimension of `len` elements: 4 (a `vec4` of
+/// halves or floats) or 1. (naga 30 translates `bitcast` from u32 to f16 vectors wrongly, so
+/// wider loads of packed words are not an option.)
+pub fn load_width(input: Input, len: usize) -> u32 {
+    let _ = input;
+    if len.is_multiple_of(4) { 4 } else { 1 }
+}
+
+/// The params both forms take: the matmul fields (as `matmul_common.wgsl`), then those of a
+/// convolution's input windows (zero for products).
+const COOP_COMMON_WGSL: &str = "struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    batch_base: u32,
+    sa_m: u32,
+    sa_k: u32,
+    sb_k: u32,
+    sb_n: u32,
+    a_kfast: u32,
+    b_nfast: u32,
+    nbd: u32,
+    tile_base_x: u32,
+    tile_base_y: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+    bdims: array<vec4<u32>, 2>,
+    astr: array<vec4<u32>, 2>,
+    bstr: array<vec4<u32>, 2>,
+    // Conv2D forward, NHWC: A[m = (n, oy, ox), k = (r, s, c)] = x[n, oy*sh - pt + r*dh,
+    // ox*sw - pl + s*dw, c] (zero outside the input).
+    oh: u32,
+    ow: u32,
+    cg: u32,
+    fs: u32,
+    sh: u32,
+    sw: u32,
+    dh: u32,
+    dw: u32,
+    pt: u32,
+    pl: u32,
+    xn: u32,
+    xh: u32,
+    xw: u32,
+    ih: u32,
+    iw: u32,
+    _pad3: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+
+// Offsets of batch `bidx` in A and B: the index decomposed over the (merged) batch
+// dimensions, innermost first; a stride is 0 where that operand is broadcast.
+fn batch_offsets(bidx: u32) -> vec2<u32> {
+    var rem = bidx;
+    var off = vec2<u32>(0u, 0u);
+    for (var d = 0u; d < p.nbd; d += 1u) {
+        let size = p.bdims[d / 4u][d % 4u];
+        let idx = rem % size;
+        rem = rem / size;
+        off += idx * vec2<u32>(p.astr[d / 4u][d % 4u], p.bstr[d / 4u][d % 4u]);
+    }
+    return off;
+}
+";
+
+/// Padding (in halves) after each staged row: keeps rows 16-byte aligned and spreads the
+/// 8 rows of one 16 x 16 fragment load over distinct banks.
+const PAD: u32 = 8;
+
+impl CoopSpec {
+    /// Invocations per workgroup.
+    pub fn threads(&self) -> u32 {
+        self.lanes * self.tile.subgroups()
+    }
+
+    /// (rows, contiguous columns) of the staged A and B tiles.
+    fn a_dims(&self) -> (u32, u32) {
+        if self.a_kfast {
+            (self.tile.bm, self.tile.bk)
+        } else {
+            (self.tile.bk, self.tile.bm)
+        }
+    }
+
+    fn b_dims(&self) -> (u32, u32) {
+        if self.b_nfast {
+            (self.tile.bk, self.tile.bn)
+        } else {
+            (self.tile.bn, self.tile.bk)
+        }
+    }
+
+    /// Halves of one staged buffer of A and of B.
+    fn stage_sizes(&self) -> (u32, u32) {
+        let (ar, ac) = self.a_dims();
+        let (br, bc) = self.b_dims();
+        (ar * (ac + PAD), br * (bc + PAD))
+    }
+
+    /// Bytes of workgroup memory.
+    pub fn shared_bytes(&self) -> u32 {
+        let (a, b) = self.stage_sizes();
+        2 * (a + b) * 2 + self.tile.subgroups() * 256 * 4
+    }
+
+    /// Whether the generated shader's loops cover its tiles exactly.
+    pub fn is_valid(&self) -> bool {
+        let t = &self.tile;
+        let wg = self.threads();
+        let (ar, ac) = self.a_dims();
+        let (br, bc) = self.b_dims();
+        let width_ok = |w: u32| w == 1 || w == 4;
+        t.bk.is_multiple_of(16)
+            && t.bm.is_multiple_of(16 * t.sg_m)
+            && t.bn.is_multiple_of(16 * t.sg_n)
+            && self.lanes > 0
+            && 256 % self.lanes == 0
+            && width_ok(self.wa)
+            && width_ok(self.wb)
+            && ac.is_multiple_of(self.wa)
+            && bc.is_multiple_of(self.wb)
+            && (ar * ac / self.wa).is_multiple_of(wg)
+            && (br * bc / self.wb).is_multiple_of(wg)
+            && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
+    }
+
+    /// The pipeline key's specialization.
+    pub fn specialization(&self) -> String {
+        format!(
+            "{}{}_l{}_{}{}_w{}x{}_{}",
+            if self.conv { "conv_" } else { "" },
+            self.tile.name,
+            self.lanes,
+            if self.a_kfast { "ak" } else { "am" },
+            if self.b_nfast { "bn" } else { "bk" },
+            self.wa,
+            self.wb,
+            match self.input {
+                Input::F16 => "h",
+                Input::F32 => "f",
+            }
+        )
+    }
+
+    /// The WGSL type of one global load of `w` elements.
+    fn load_type(&self, w: u32) -> &'static str {
+        match (self.input, w) {
+            (Input::F16, 4) => "vec4<f16>",
+            (Input::F16, _) => "f16",
+            (Input::F32, 4) => "vec4<f32>",
+            (Input::F32, _) => "f32",
+        }
+    }
+
+    /// The WGSL source.
+    pub fn wgsl(&self) -> String {
+        use std::fmt::Write;
+        let t = &self.tile;
+        let (tm, tn) = t.frags();
+        let wg = self.threads();
+        let (asz, bsz) = self.stage_sizes();
+        let (ar, ac) = self.a_dims();
+        let (br, bc) = self.b_dims();
+        let (sa_stride, sb_stride) = (ac + PAD, bc + PAD);
+        // Workgroup arrays of vec4<f16> (fragment pointers and strides then count vectors)
+        // or of f16.
+        let vs = t.vec_smem;
+        let unit = if vs { 4 } else { 1 };
+        let out_ty = match self.input {
+            Input::F16 => "f16",
+            Input::F32 => "f32",
+        };
+        let smem_ty = if vs { "vec4<f16>" } else { "f16" };
+        let mut s = String::new();
+        s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
+        s.push_str(COOP_COMMON_WGSL);
+        let _ = write!(
+            s,
+            "
+@group(0) @binding(1) var<storage, read_write> a: array<{ea}>;
+@group(0) @binding(2) var<storage, read_write> b: array<{eb}>;
+@group(0) @binding(3) var<storage, read_write> c: array<{out_ty}>;
+
+var<workgroup> sa: array<{smem_ty}, {sa_len}>;
+var<workgroup> sb: array<{smem_ty}, {sb_len}>;
+var<workgroup> sc: array<f32, {sc_len}>;
+
+@compute @workgroup_size({wg})
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+    @builtin(subgroup_id) sg: u32,
+    @builtin(subgroup_invocation_id) lane: u32,
+) {{
+    var tile = wid.xy;
+    if {group}u > 0u {{
+        // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
+        let gx = p._pad0;
+        let gy = p._pad1;
+        let lin = wid.y * gx + wid.x;
+        let per_group = {group}u * gx;
+        let first = (lin / per_group) * {group}u;
+        let rows = min(gy - first, {group}u);
+        let r = lin % per_group;
+        tile = vec2<u32>(r / rows, first + r % rows);
+    }}
+    let m0 = (p.tile_base_y + tile.y) * {bm}u;
+    let n0 = (p.tile_base_x + tile.x) * {bn}u;
+    let bidx = p.batch_base + wid.z;
+    let offs = batch_offsets(bidx);
+    let sg_row = (sg / {sg_n}u) * {sub_m}u;
+    let sg_col = (sg % {sg_n}u) * {sub_n}u;
+    let ntiles = (p.k + {bk}u - 1u) / {bk}u;
+",
+            ea = self.load_type(self.wa),
+            eb = self.load_type(self.wb),
+            sa_len = 2 * asz / unit,
+            sb_len = 2 * bsz / unit,
+            sc_len = t.subgroups() * 256,
+            bm = t.bm,
+            bn = t.bn,
+            bk = t.bk,
+            sg_n = t.sg_n,
+            sub_m = t.bm / t.sg_m,
+            sub_n = t.bn / t.sg_n,
+            group = t.group,
+        );
+        for i in 0..tm {
+            for j in 0..tn {
+                let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
+            }
+        }
+        // How one operand is staged: its tile's rows and contiguous columns, load width,
+        // the global row and column origins and limits, row stride and batch offset.
+        struct Op {
+            name: &'static str,
+            rows: u32,
+            cols: u32,
+            w: u32,
+            row0: &'static str,
+            col0: &'static str,
+            rlim: &'static str,
+            clim: &'static str,
+            ld: &'static str,
+            off: &'static str,
+            ty: &'static str,
+            stage: u32,
+        }
+        let a_op = Op {
+            name: "a",
+            rows: ar,
+            cols: ac,
+            w: self.wa,
+            row0: if self.a_kfast { "m0" } else { "k0" },
+            col0: if self.a_kfast { "k0" } else { "m0" },
+            rlim: if self.a_kfast { "p.m" } else { "p.k" },
+            clim: if self.a_kfast { "p.k" } else { "p.m" },
+            ld: if self.a_kfast { "p.sa_m" } else { "p.sa_k" },
+            off: "offs.x",
+            ty: self.load_type(self.wa),
+            stage: asz,
+        };
+        let b_op = Op {
+            name: "b",
+            rows: br,
+            cols: bc,
+            w: self.wb,
+            row0: if self.b_nfast { "k0" } else { "n0" },
+            col0: if self.b_nfast { "n0" } else { "k0" },
+            rlim: if self.b_nfast { "p.k" } else { "p.n" },
+            clim: if self.b_nfast { "p.n" } else { "p.k" },
+            ld: if self.b_nfast { "p.sb_k" } else { "p.sb_n" },
+            off: "offs.y",
+            ty: self.load_type(self.wb),
+            stage: bsz,
+        };
+        let zero = |ty: &str| -> String { format!("{ty}()") };
+        // Registers of the staged loads.
+        for op in [&a_op, &b_op] {
+            for it in 0..op.rows * op.cols / op.w / wg {
+                let _ = writeln!(s, "    var r{}{it}: {};", op.name, op.ty);
+            }
+        }
+        let conv = self.conv;
+        if conv {
+            // The window origin of each A row this invocation stages (fixed over the K loop).
+            let per_row = a_op.cols / a_op.w;
+            for it in 0..a_op.rows * a_op.cols / a_op.w / wg {
+                let _ = write!(
+                    s,
+                    "    let cm{it} = m0 + (lid + {q0}u) / {per_row}u;
+    let cok{it} = cm{it} < p.m;
+    let cmm{it} = select(0u, cm{it}, cok{it});
+    let cox{it} = cmm{it} % p.ow;
+    let coy{it} = (cmm{it} / p.ow) % p.oh;
+    let cbase{it} = (cmm{it} / p.ow / p.oh) * p.xn;
+    let cy{it} = i32(coy{it} * p.sh) - i32(p.pt);
+    let cx{it} = i32(cox{it} * p.sw) - i32(p.pl);
+",
+                    q0 = it * wg
+                );
+            }
+            // The tap (r, s) and channel c of this invocation's columns of the K tile being
+            // loaded: the same for every row it stages (the workgroup is a multiple of the
+            // row's loads), advanced by BK after each tile's loads (no divisions in the loop).
+            let _ = write!(
+                s,
+                "    let ckc = (lid % {per_row}u) * {w}u;
+    var cc = ckc % p.cg;
+    var cs = (ckc / p.cg) % p.fs;
+    var cr = (ckc / p.cg) / p.fs;
+",
+                w = a_op.w
+            );
+        }
+        // Global -> registers for the K tile starting at `k0`.
+        let load = |s: &mut String, op: &Op| {
+            let per_row = op.cols / op.w;
+            for it in 0..op.rows * op.cols / op.w / wg {
+                let n = op.name;
+                let (q0, w, z) = (it * wg, op.w, zero(op.ty));
+                if conv && n == "a" {
+                    let _ = write!(
+                        s,
+                        "        {{
+            ra{it} = {z};
+            if cok{it} && k0 + ckc < p.k {{
+                let iy = cy{it} + i32(cr * p.dh);
+                let ix = cx{it} + i32(cs * p.dw);
+                if iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw {{
+                    let e = cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc;
+                    ra{it} = a[e / {w}u];
+                }}
+            }}
+        }}
+"
+                    );
+                    if it + 1 == op.rows * op.cols / op.w / wg {
+                        let _ = write!(
+                            s,
+                            "        cc += {bk}u;
+        while cc >= p.cg {{
+            cc -= p.cg;
+            cs += 1u;
+            if cs == p.fs {{
+                cs = 0u;
+                cr += 1u;
+            }}
+        }}
+",
+                            bk = t.bk
+                        );
+                    }
+                    continue;
+                }
+                let _ = write!(
+                    s,
+                    "        {{
+            let q = lid + {q0}u;
+            let gr = {row0} + q / {per_row}u;
+            let gc = {col0} + (q % {per_row}u) * {w}u;
+            r{n}{it} = {z};
+            if gr < {rlim} && gc < {clim} {{
+                let e = {off} + gr * {ld} + gc;
+                r{n}{it} = {n}[e / {w}u];
+            }}
+        }}
+",
+                    row0 = op.row0,
+                    col0 = op.col0,
+                    rlim = op.rlim,
+                    clim = op.clim,
+                    off = op.off,
+                    ld = op.ld,
+                );
+            }
+        };
+        // Registers -> workgroup buffer `buf` (halves converted from f32 where needed).
+        let input = self.input;
+        let store = |s: &mut String, op: &Op, buf: &str| {
+            let per_row = op.cols / op.w;
+            let stride = op.cols + PAD;
+            for it in 0..op.rows * op.cols / op.w / wg {
+                let n = op.name;
+                let _ = write!(
+                    s,
+                    "        {{
+            let q = lid + {q0}u;
+            let o = {buf} * {stage}u + (q / {per_row}u) * {stride}u + (q % {per_row}u) * {w}u;
+",
+                    q0 = it * wg,
+                    stage = op.stage,
+                    w = op.w,
+                );
+                let v = match (input, op.w) {
+                    (Input::F16, _) => format!("r{n}{it}"),
+                    (Input::F32, 4) => format!("vec4<f16>(r{n}{it})"),
+                    (Input::F32, _) => format!("f16(r{n}{it})"),
+                };
+                match (vs, op.w) {
+                    (true, 4) => {
+                        let _ = writeln!(s, "            s{n}[o / 4u] = {v};");
+                    }
+                    (true, _) => {
+                        let _ = writeln!(s, "            s{n}[o / 4u][o % 4u] = {v};");
+                    }
+                    (false, 4) => {
+                        let _ = write!(
+                            s,
+                            "            let h = {v};
+            s{n}[o] = h.x;
+            s{n}[o + 1u] = h.y;
+            s{n}[o + 2u] = h.z;
+            s{n}[o + 3u] = h.w;
+"
+                        );
+                    }
+                    (false, _) => {
+                        let _ = writeln!(s, "            s{n}[o] = {v};");
+                    }
+                }
+                s.push_str("        }\n");
+            }
+        };
+        // Prologue: K tile 0 into buffer 0.
+        s.push_str("    {\n        let k0 = 0u;\n");
+        load(&mut s, &a_op);
+        load(&mut s, &b_op);
+        store(&mut s, &a_op, "0u");
+        store(&mut s, &b_op, "0u");
+        let _ = write!(
+            s,
+            "    }}
+    workgroupBarrier();
+    for (var t = 0u; t < ntiles; t += 1u) {{
+        let cur = t & 1u;
+        let more = t + 1u < ntiles;
+        if more {{
+            let k0 = (t + 1u) * {bk}u;
+",
+            bk = t.bk
+        );
+        load(&mut s, &a_op);
+        load(&mut s, &b_op);
+        s.push_str("        }\n");
+        // Products of the current buffer (offsets in units of the workgroup arrays).
+        let _ = writeln!(
+            s,
+            "        let abase = cur * {ab}u;\n        let bbase = cur * {bb}u;\n        let sa_stride = {sas}u;\n        let sb_stride = {sbs}u;",
+            ab = asz / unit,
+            bb = bsz / unit,
+            sas = sa_stride / unit,
+            sbs = sb_stride / unit,
+        );
+        for kk in 0..t.bk / 16 {
+            let k = kk * 16;
+            for i in 0..tm {
+                let (off, f) = if self.a_kfast {
+                    (
+                        format!("((sg_row + {}u) * {sa_stride}u + {k}u) / {unit}u", i * 16),
+                        "coopLoadT",
+                    )
+                } else {
+                    (
+                        format!("({}u + sg_row + {}u) / {unit}u", k * sa_stride, i * 16),
+                        "coopLoad",
+                    )
+                };
+                let _ = writeln!(
+                    s,
+                    "        let ia{kk}_{i} = abase + {off};\n        let fa{kk}_{i} = {f}<coop_mat16x16<f16, A>>(&sa[ia{kk}_{i}], sa_stride);"
+                );
+            }
+            for j in 0..tn {
+                let (off, f) = if self.b_nfast {
+                    (
+                        format!("({}u + sg_col + {}u) / {unit}u", k * sb_stride, j * 16),
+                        "coopLoadT",
+                    )
+                } else {
+                    (
+                        format!("((sg_col + {}u) * {sb_stride}u + {k}u) / {unit}u", j * 16),
+                        "coopLoad",
+                    )
+                };
+                let _ = writeln!(
+                    s,
+                    "        let ib{kk}_{j} = bbase + {off};\n        let fb{kk}_{j} = {f}<coop_mat16x16<f16, B>>(&sb[ib{kk}_{j}], sb_stride);"
+                );
+            }
+            for i in 0..tm {
+                for j in 0..tn {
+                    let _ = writeln!(
+                        s,
+                        "        acc_{i}_{j} = coopMultiplyAdd(fa{kk}_{i}, fb{kk}_{j}, acc_{i}_{j});"
+                    );
+                }
+            }
+        }
+        s.push_str("        if more {\n");
+        store(&mut s, &a_op, "(1u - cur)");
+        store(&mut s, &b_op, "(1u - cur)");
+        s.push_str("        }\n        workgroupBarrier();\n    }\n");
+        // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
+        let _ = writeln!(
+            s,
+            "    let cbase = bidx * p.m * p.n;\n    let sc_base = sg * 256u;\n    let sc_stride = 16u;"
+        );
+        let conv_out = match self.input {
+            Input::F16 => "f16",
+            Input::F32 => "",
+        };
+        for i in 0..tm {
+            for j in 0..tn {
+                let _ = write!(
+                    s,
+                    "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);
+    workgroupBarrier();
+    for (var e = lane; e < 256u; e += {lanes}u) {{
+        let gm = m0 + sg_row + {r0}u + e / 16u;
+        let gn = n0 + sg_col + {c0}u + e % 16u;
+        if gm < p.m && gn < p.n {{
+            c[cbase + gm * p.n + gn] = {conv_out}(sc[sc_base + e]);
+        }}
+    }}
+    workgroupBarrier();
+",
+                    lanes = self.lanes,
+                    r0 = i * 16,
+                    c0 = j * 16,
+                );
+            }
+        }
+        s.push_str("}\n");
+        s
+    }
+}
+
+/// The subgroup size the cooperative-matrix kernels can use on this device, if the device
+/// has everything they need: the experimental feature with the 16x16x16 f16 -> f32
+/// configuration listed by the adapter, `SHADER_F16`, and subgroups of one fixed size.
+pub fn coop_lanes(ctx: &KernelContext) -> Option<u32> {
+    lanes_of(ctx.features(), &ctx.dev.desc)
+}
+
+/// Whether `dev` runs float16 MatMul on cooperative matrices ([`coop_lanes`]).
+pub fn device_supports(dev: &crate::Device) -> bool {
+    lanes_of(dev.features(), dev.description()).is_some()
+}
+
+fn lanes_of(features: wgpu::Features, d: &crate::AdapterDescription) -> Option<u32> {
+    let needed = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+        | wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP;
+    (features.contains(needed)
+        && has_f16_config(&d.cooperative_matrix)
+        && d.subgroup_min_size == d.subgroup_max_size
+        && [16, 32, 64].contains(&d.subgroup_min_size))
+    .then_some(d.subgroup_min_size)
+}
+
+/// Whether the 16x16x16 f16 x f16 -> f32 configuration is listed.
+pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
+    props.iter().any(|p| {
+        p.m_size == 16
+            && p.n_size == 16
+            && p.k_size == 16
+            && p.ab_type == wgpu::CooperativeScalarType::F16
+            && p.cr_type == wgpu::CooperativeScalarType::F32
+    })
+}
+
+/// The tile for `batches` products of M x N: 128 x 128 unless M or N is at most 64.
+pub fn choose_tile(batches: usize, m: usize, n: usize) -> CoopTile {
+    let _ = batches;
+    // Measured on the H200 (NOTES-coop.md, v1): 128 x 128 beats 64 x 64 even at 1024^2
+    // (64 workgroups); 64 x 64 wins for 64-wide outputs (Conv2D with 64 channels).
+    if n > 64 && m > 64 {
+        COOP_128X128_2X4VG
+    } else {
+        COOP_64X64_2X2V
+    }
+}
+
+/// `_tfwgpu_tile` value that forces the fallback (float32) kernels with their own choice.
+pub const NO_COOP: &str = "nocoop";
+
+/// A MatMul whose float16 (or opted-in float32) products run on cooperative matrices where
+/// the device has them, and in `fallback` (the float32 kernels) elsewhere.
+pub(super) struct CoopMatMul {
+    geom: MatMul,
+    input: Input,
+    /// `_tfwgpu_tile`: a cooperative tile name forces it; any other value the fallback.
+    tile: Option<String>,
+    fallback: Box<dyn Kernel>,
+}
+
+/// The kernel for `variant`: the cooperative-matrix wrapper around `fallback(attrs)` for
+/// float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`), `fallback(attrs)` itself
+/// for the other types.
+pub(super) fn build(variant: Variant, attrs: &Attrs, fallback: Factory) -> Result<Box<dyn Kernel>> {
+    let type_attr = match variant {
+        Variant::BatchMatMulV3 => "Ta",
+        _ => "T",
+    };
+    let input = match attrs.dtype_opt(type_attr)? {
+        Some(DType::F16) => Input::F16,
+        Some(DType::F32) if reduced_precision_allowed() => Input::F32,
+        _ => return fallback(attrs),
+    };
+    let tile = match attrs.get("_tfwgpu_tile") {
+        Some(AttrValue::Str(s)) => Some(s.clone()),
+        _ => None,
+    };
+    // The geometry (shapes, flags) is MatMul's own; validate the other attributes as float32.
+    let mut f32_attrs = attrs.clone();
+    for a in ["T", "Ta", "Tb", "Tout"] {
+        if attrs.get(a).is_some() {
+            f32_attrs.set(a, AttrValue::Type(DType::F32));
+        }
+    }
+    let geom = MatMul::new(variant, &f32_attrs)?;
+    let fallback = if tile.as_deref() == Some(NO_COOP)
+        || COOP_TILES.iter().any(|t| Some(t.name) == tile.as_deref())
+    {
+        // A cooperative tile (or "nocoop") is no tile of the fallback: it chooses its own.
+        let mut a = Attrs::new();
+        for (k, v) in attrs.iter().filter(|(k, _)| *k != "_tfwgpu_tile") {
+            a.set(k, v.clone());
+        }
+        fallback(&a)?
+    } else {
+        fallback(attrs)?
+    };
+    Ok(Box::new(CoopMatMul {
+        geom,
+        input,
+        tile,
+        fallback,
+    }))
+}
+
+/// `desc` as float32 (for MatMul's shape checks).
+fn as_f32(r: &DeviceRef) -> DeviceRef {
+    DeviceRef {
+        desc: TensorDesc::new(DType::F32, &r.desc.shape),
+        addr: r.addr,
+    }
+}
+
+impl Kernel for CoopMatMul {
+    fn op(&self) -> &'static str {
+        self.fallback.op()
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        self.fallback.outputs(inputs)
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let op = self.geom.variant.name();
+        let want = match self.input {
+            Input::F16 => DType::F16,
+            Input::F32 => DType::F32,
+        };
+        let forced = self
+            .tile
+            .as_deref()
+            .and_then(|n| COOP_TILES.iter().find(|t| t.name == n));
+        let lanes = coop_lanes(ctx);
+        let dtypes_ok = inputs.len() == 2 && inputs.iter().all(|i| i.dtype() == want);
+        if lanes.is_none() || !dtypes_ok || (self.tile.is_some() && forced.is_none()) {
+            // (A non-cooperative `_tfwgpu_tile` went to the fallback, which applies it.)
+            if forced.is_some() {
+                return Err(Error::Unimplemented(format!(
+                    "{op}: _tfwgpu_tile {:?} needs cooperative matrices (16x16x16 f16 -> f32), \
+                     SHADER_F16 and subgroups of a fixed size",
+                    self.tile.as_deref().unwrap_or_default()
+                )));
+            }
+            return self.fallback.record(ctx, inputs, outputs);
+        }
+        let lanes = lanes.unwrap_or(32);
+        let (a_ref, b_ref) = (inputs[0].device(op, 0)?, inputs[1].device(op, 1)?);
+        let (a32, b32) = (as_f32(a_ref), as_f32(b_ref));
+        let g = self
+            .geom
+            .geometry(&[Operand::Device(&a32), Operand::Device(&b32)])?;
+        let out = &outputs[0];
+        if out.desc.num_elements() == 0 {
+            return Ok(());
+        }
+        let dims = batch_dims(&g);
+        let batches: usize = g.batch.iter().product();
+        let (ta, tb) = (self.geom.ta, self.geom.tb);
+        let tile = forced
+            .copied()
+            .unwrap_or_else(|| choose_tile(batches, g.m, g.n));
+        let spec = CoopSpec {
+            tile,
+            lanes,
+            a_kfast: !ta,
+            b_nfast: !tb,
+            wa: load_width(self.input, if ta { g.m } else { g.k }),
+            wb: load_width(self.input, if tb { g.k } else { g.n }),
+            input: self.input,
+            conv: false,
+        };
+        if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
+            if forced.is_some() && g.k != 0 {
+                return Err(Error::Unimplemented(format!(
+                    "{op}: cooperative tile {} does not apply here ({spec:?})",
+                    tile.name
+                )));
+            }
+            return self.fallback.record(ctx, inputs, outputs);
+        }
+        tracing::debug!("{op} {}x{}x{} x{batches}: cooperative", g.m, g.n, g.k);
+        let (sa_m, sa_k) = if ta { (1, g.m) } else { (g.k, 1) };
+        let (sb_k, sb_n) = if tb { (1, g.k) } else { (g.n, 1) };
+        let l = Launch {
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            batches,
+            strides: [sa_m, sa_k, sb_k, sb_n],
+            dims,
+            conv: [0; 16],
+        };
+        launch(ctx, op, &spec, &l, a_ref, b_ref, out)
+    }
+}
+
+/// Whether `spec` is valid and fits the device's workgroup limits.
+pub(crate) fn fits(ctx: &KernelContext, spec: &CoopSpec) -> bool {
+    spec.is_valid()
+        && spec.shared_bytes() <= ctx.limits().max_compute_workgroup_storage_size
+        && spec.threads() <= ctx.limits().max_compute_invocations_per_workgroup
+}
+
+/// The sizes of one cooperative product (or convolution).
+pub(crate) struct Launch {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batches: usize,
+    /// Strides of A (M, K) and B (K, N) as stored.
+    pub strides: [usize; 4],
+    /// Merged batch dimensions: (size, A stride, B stride).
+    pub dims: Vec<(usize, usize, usize)>,
+    /// The convolution fields of the params (`COOP_COMMON_WGSL`).
+    pub conv: [usize; 16],
+}
+
+/// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
+pub(crate) fn launch(
+    ctx: &KernelContext,
+    op: &str,
+    spec: &CoopSpec,
+    l: &Launch,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    for r in [a_ref, b_ref, out] {
+        to_u32(op, r.desc.num_elements())?;
+    }
+    if spec.input == Input::F32 {
+        log_reduced_precision();
+    }
+    // Bounds checks are off: global reads happen only for rows and columns below the
+    // operand's limits (vector loads lie wholly inside one stored row, the widths dividing
+    // the contiguous dimension; convolution windows are checked against the input's height
+    // and width), at batch offsets of batch indices below the grid's count; stores only for
+    // gm < M, gn < N; workgroup arrays are indexed below their sizes by construction
+    // (`CoopSpec::is_valid`).
+    let dtype = match spec.input {
+        Input::F16 => DType::F16,
+        Input::F32 => DType::F32,
+    };
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("matmul_coop", Some(dtype), spec.specialization()),
+        || {
+            let mut src = ShaderSource::new(spec.wgsl());
+            src.checks = Checks::Trusted;
+            src
+        },
+    )?;
+    // Bindings rounded up to whole words (f16 tensors; allocations are padded); for 16-byte
+    // loads the tensor's size is a multiple of 16 already.
+    let bind = |r: &DeviceRef| ctx.bind_bytes(r.addr, r.desc.byte_size().next_multiple_of(4));
+    let (a, b, c) = (bind(a_ref)?, bind(b_ref)?, bind(out)?);
+    let mut bdims = [0u32; MAX_BATCH_DIMS];
+    let mut astr = [0u32; MAX_BATCH_DIMS];
+    let mut bstr = [0u32; MAX_BATCH_DIMS];
+    for (i, &(size, sa, sb)) in l.dims.iter().enumerate() {
+        bdims[i] = to_u32(op, size)?;
+        astr[i] = to_u32(op, sa)?;
+        bstr[i] = to_u32(op, sb)?;
+    }
+    let conv: Vec<u32> = l
+        .conv
+        .iter()
+        .map(|&v| to_u32(op, v))
+        .collect::<Result<_>>()?;
+    let tiles_x = l.n.div_ceil(spec.tile.bn as usize);
+    let tiles_y = l.m.div_ceil(spec.tile.bm as usize);
+    let max = MAX_GROUPS_X as usize;
+    for z0 in (0..l.batches).step_by(max) {
+        let gz = (l.batches - z0).min(max);
+        for y0 in (0..tiles_y).step_by(max) {
+            let gy = (tiles_y - y0).min(max);
+            for x0 in (0..tiles_x).step_by(max) {
+                let gx = (tiles_x - x0).min(max);
+                let mut words = vec![
+                    to_u32(op, l.m)?,
+                    to_u32(op, l.n)?,
+                    to_u32(op, l.k)?,
+                    z0 as u32,
+                    to_u32(op, l.strides[0])?,
+                    to_u32(op, l.strides[1])?,
+                    to_u32(op, l.strides[2])?,
+                    to_u32(op, l.strides[3])?,
+                    spec.a_kfast as u32,
+                    spec.b_nfast as u32,
+                    l.dims.len() as u32,
+                    x0 as u32,
+                    y0 as u32,
+                    gx as u32,
+                    gy as u32,
+                    0,
+                ];
+                words.extend_from_slice(&bdims);
+                words.extend_from_slice(&astr);
+                words.extend_from_slice(&bstr);
+                words.extend_from_slice(&conv);
+                ctx.dispatch(
+                    &pipeline,
+                    &params(&words),
+                    &[a.clone(), b.clone(), c.clone()],
+                    [gx as u32, gy as u32, gz as u32],
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every shader variant the kernel can generate for subgroups of `lanes` (for offline
+/// validation): each tile, layout, load width and input type.
+pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
+    let mut v = vec![];
+    for &tile in COOP_TILES {
+        for input in [Input::F16, Input::F32] {
+            let widths: &[u32] = &[4, 1];
+            for (a_kfast, b_nfast) in [(true, true), (false, false), (true, false), (false, true)] {
+                for &wa in widths {
+                    for &wb in widths {
+                        let s = CoopSpec {
+                            tile,
+                            lanes,
+                            a_kfast,
+                            b_nfast,
+                            wa,
+                            wb,
+                            input,
+                            conv: false,
+                        };
+                        for conv in [false, true] {
+                            let s = CoopSpec { conv, ..s };
+                            if s.is_valid() {
+                                v.push(s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    v
+}
