@@ -838,7 +838,22 @@ fn conv(args: &[String]) -> Result<(), String> {
                 }
             }
         }
+        write_conv_json(dev, args, &rows)?;
     }
+    write_conv_json(dev, args, &rows)?;
+    eprintln!(
+        "wrote {}",
+        flag(args, "--json").unwrap_or("bench-conv.json")
+    );
+    Ok(())
+}
+
+/// Writes the rows so far (after every case, so that a run cut short keeps what it measured).
+fn write_conv_json(
+    dev: &Device,
+    args: &[String],
+    rows: &[serde_json::Value],
+) -> Result<(), String> {
     let d = dev.description();
     let doc = json!({
         "adapter": d.name, "backend": d.backend, "device_type": d.device_type,
@@ -846,9 +861,7 @@ fn conv(args: &[String]) -> Result<(), String> {
     });
     let path = flag(args, "--json").unwrap_or("bench-conv.json");
     std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
-        .map_err(|e| format!("{path}: {e}"))?;
-    eprintln!("wrote {path}");
-    Ok(())
+        .map_err(|e| format!("{path}: {e}"))
 }
 
 fn demo() -> Result<(), String> {

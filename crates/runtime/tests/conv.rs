@@ -844,6 +844,11 @@ fn check_depthwise(c: &Cfg, mult: usize, dtype: DType, extra: &[(&str, AttrValue
 }
 
 const DW_CONFIGS: &[(Cfg, usize)] = &[
+    // Multiplier 1, channels a multiple of 4, NHWC: the 4-channel kernel for the forward pass
+    // (strided too) and the stride-1 input gradient.
+    (cfg(2, (9, 7), 8, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
+    (cfg(3, (8, 9), 12, (3, 2), 0, (2, 2), (1, 1), Pad::Same), 1),
+    (cfg(1, (6, 7), 4, (5, 3), 0, (1, 1), (1, 1), Pad::Valid), 1),
     (cfg(1, (5, 5), 3, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
     (cfg(2, (7, 6), 5, (3, 3), 0, (2, 2), (1, 1), Pad::Valid), 2),
     (cfg(3, (9, 8), 4, (5, 5), 0, (1, 1), (1, 1), Pad::Same), 3),
@@ -899,7 +904,7 @@ fn depthwise_f16_and_splits() {
         check_depthwise(c, *mult, DType::F16, &[], 600 + i as u64);
     }
     // Forced splits of the filter gradient's positions.
-    for (i, &(c, mult)) in [DW_CONFIGS[1], DW_CONFIGS[7]].iter().enumerate() {
+    for (i, &(c, mult)) in [DW_CONFIGS[4], DW_CONFIGS[10]].iter().enumerate() {
         for dtype in [DType::F32, DType::F16] {
             let extra = [("_tfwgpu_splits", AttrValue::Int(5))];
             check_depthwise(&c, mult, dtype, &extra, 700 + i as u64);

@@ -239,7 +239,7 @@ pub(super) fn record(
         && attrs.tile.is_none()
         && !attrs.heuristic_gemm
         && dtype == DType::F32
-        && let Some(done) = bwd_input_col2im(ctx, op, g, attrs.splits, b_ref, a_ref, out)?
+        && let Some(done) = bwd_input_col2im(ctx, op, g, attrs, b_ref, a_ref, out)?
     {
         return Ok(done);
     }
@@ -852,9 +852,20 @@ fn im2col_gemm(
     .iter()
     .map(|&v| u32_of(op, v))
     .collect::<Result<_>>()?;
-    ctx.dispatch(&pipeline, &params(&words), &[x, col.clone()], groups)?;
+    let im2col = || {
+        ctx.dispatch(
+            &pipeline,
+            &params(&words),
+            &[x.clone(), col.clone()],
+            groups,
+        )
+    };
     let b = ctx.bind(b_ref)?;
     let o = ctx.bind(out)?;
+    let old_m = if mode == Mode::Forward { p } else { rsc };
+    let old = || -> Result<()> {
+        record_previous(ctx, op, mode, g, attrs, old_m, g.k, x_ref, b_ref, out)
+    };
     if mode == Mode::Forward {
         // The filter as nc x K rows (zero rows past R*S*C).
         let fbytes = (rsc * g.k * 4) as u64;
@@ -879,8 +890,23 @@ fn im2col_gemm(
             batches: 1,
         };
         let cands = matmul::candidates(Plan::Vec4(heuristic, layouts), 1, m, n, k, layouts, shared);
-        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &fpad, &o))?;
-        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &o)?;
+        let run = |plan: Option<Plan>| -> Result<()> {
+            match plan {
+                Some(plan) => {
+                    im2col()?;
+                    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &o)
+                }
+                None => old(),
+            }
+        };
+        let key = format!(
+            "conv/f32/im2col_fwd/m{}/n{}/k{}",
+            bucket(m),
+            bucket(n),
+            bucket(k)
+        );
+        let plan = tune_with_previous(ctx, &key, &cands, &run);
+        run(plan)?;
         return Ok(Some(()));
     }
     // Filter gradient: split the pixels into equal chunks (a batch of products).
@@ -904,6 +930,11 @@ fn im2col_gemm(
         batches: splits,
     };
     let part = ctx.temp((splits * m * n * 4) as u64)?;
+    let sum = if nc == rsc {
+        None
+    } else {
+        Some(ctx.temp((m * n * 4) as u64)?)
+    };
     let cands = matmul::candidates(
         Plan::Vec4(heuristic, layouts),
         splits,
@@ -913,18 +944,79 @@ fn im2col_gemm(
         layouts,
         shared,
     );
-    let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&col, &b, &part))?;
-    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &b, &part)?;
     let len = rsc * g.k;
-    if nc == rsc {
-        finalize(ctx, op, &part, splits, m * n, DType::F32, &o)?;
-    } else {
-        // Sum into nc x K, then keep the first R*S*C rows.
-        let sum = ctx.temp((m * n * 4) as u64)?;
-        finalize(ctx, op, &part, splits, m * n, DType::F32, &sum)?;
-        ctx.copy(&sum, &o, (len * 4) as u64)?;
-    }
+    let run = |plan: Option<Plan>| -> Result<()> {
+        let Some(plan) = plan else {
+            return old();
+        };
+        im2col()?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &b, &part)?;
+        match &sum {
+            None => finalize(ctx, op, &part, splits, m * n, DType::F32, &o),
+            Some(sum) => {
+                // Sum into nc x K, then keep the first R*S*C rows.
+                finalize(ctx, op, &part, splits, m * n, DType::F32, sum)?;
+                ctx.copy(sum, &o, (len * 4) as u64)
+            }
+        }
+    };
+    let key = format!(
+        "conv/f32/im2col_bwdf/m{}/n{}/k{}/s{}",
+        bucket(m),
+        bucket(n),
+        bucket(chunk),
+        bucket(splits)
+    );
+    let plan = tune_with_previous(ctx, &key, &cands, &run);
+    run(plan)?;
     Ok(Some(()))
+}
+
+/// The previous path for a product of M x N (per group): the implicit GEMM shader with its
+/// heuristic tile (a candidate the tuner compares the column paths with).
+#[allow(clippy::too_many_arguments)]
+fn record_previous(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    m: usize,
+    n: usize,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let o_attrs = ConvAttrs {
+        tile: Some(choose_tile(m, n, 1).name.to_string()),
+        ..attrs.clone()
+    };
+    self::record(ctx, op, mode, g, &o_attrs, a_ref, b_ref, out)
+}
+
+/// The tuner's choice between the vector plans `cands` (`run(Some(plan))` records the whole
+/// path with that plan) and the previous implicit-GEMM path (`run(None)`), so that tuning never
+/// picks a path slower than the previous one; without tuning, `cands[0]`.
+fn tune_with_previous(
+    ctx: &KernelContext,
+    key: &str,
+    cands: &[Plan],
+    run: &dyn Fn(Option<Plan>) -> Result<()>,
+) -> Option<Plan> {
+    let tuner = Tuner::of(&ctx.dev.desc);
+    if !tuner.enabled() {
+        return Some(cands[0]);
+    }
+    let mut names: Vec<String> = cands
+        .iter()
+        .map(|p| match p {
+            Plan::Vec4(t, _) => t.name.to_string(),
+            _ => format!("{p:?}"),
+        })
+        .collect();
+    names.push("previous".to_string());
+    let i = tuner.choose(ctx, key, &names, 0, &|i| run(cands.get(i).copied()));
+    cands.get(i).copied()
 }
 
 /// The input gradient of a float32 NHWC one-group convolution that the implicit vector path
@@ -940,7 +1032,7 @@ fn bwd_input_col2im(
     ctx: &KernelContext,
     op: &str,
     g: &Geom,
-    group: Option<usize>,
+    attrs: &ConvAttrs,
     f_ref: &DeviceRef,
     dy_ref: &DeviceRef,
     out: &DeviceRef,
@@ -958,7 +1050,7 @@ fn bwd_input_col2im(
         return Ok(None);
     }
     let shared = ctx.limits().max_compute_workgroup_storage_size;
-    let imgs = group.unwrap_or(budget / per_img).clamp(1, g.n);
+    let imgs = attrs.splits.unwrap_or(budget / per_img).clamp(1, g.n);
     let layouts = Layouts {
         a_kfast: true,
         b_nfast: false,
@@ -991,56 +1083,96 @@ fn bwd_input_col2im(
         )
     })?;
     let img_in = g.h * g.w * g.c;
-    for n0 in (0..g.n).step_by(imgs) {
-        let cnt = imgs.min(g.n - n0);
-        let m = cnt * pix;
-        let dy = ctx.bind_bytes(
-            dy_ref.addr + (n0 * pix * g.k * 4) as u64,
-            (m * g.k * 4) as u64,
-        )?;
-        let gm = Gemm {
-            m,
-            n: nc,
-            k: g.k,
-            ta: false,
-            tb: true,
-            dims: vec![],
-            batches: 1,
+    let record_columns = |plan: Plan| -> Result<()> {
+        for n0 in (0..g.n).step_by(imgs) {
+            let cnt = imgs.min(g.n - n0);
+            let m = cnt * pix;
+            let dy = ctx.bind_bytes(
+                dy_ref.addr + (n0 * pix * g.k * 4) as u64,
+                (m * g.k * 4) as u64,
+            )?;
+            let gm = Gemm {
+                m,
+                n: nc,
+                k: g.k,
+                ta: false,
+                tb: true,
+                dims: vec![],
+                batches: 1,
+            };
+            matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
+            let total = cnt * img_in;
+            let (groups, row) = grid_1d(total as u64, WG);
+            let words: Vec<u32> = [
+                total,
+                g.h,
+                g.w,
+                g.c,
+                g.r,
+                g.s,
+                g.oh,
+                g.ow,
+                g.sh,
+                g.sw,
+                g.dh,
+                g.dw,
+                g.pt,
+                g.pl,
+                nc,
+                n0 * img_in,
+                0,
+                0,
+                0,
+            ]
+            .iter()
+            .map(|&v| u32_of(op, v))
+            .collect::<Result<_>>()?;
+            let mut all = vec![row];
+            all.extend(words);
+            ctx.dispatch(&pipeline, &params(&all), &[col.clone(), dx.clone()], groups)?;
+        }
+        Ok(())
+    };
+    let run = |plan: Option<Plan>| -> Result<()> {
+        let Some(plan) = plan else {
+            let m = g.n * g.h * g.w;
+            return record_previous(
+                ctx,
+                op,
+                Mode::BackpropInput,
+                g,
+                attrs,
+                m,
+                g.c,
+                dy_ref,
+                f_ref,
+                out,
+            );
         };
-        let heuristic = Plan::Vec4(plain_tile(1, m, nc, g.k), layouts);
-        let cands = matmul::candidates(heuristic, 1, m, nc, g.k, layouts, shared);
-        let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&dy, &fpad, &col))?;
-        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
-        let total = cnt * img_in;
-        let (groups, row) = grid_1d(total as u64, WG);
-        let words: Vec<u32> = [
-            total,
-            g.h,
-            g.w,
-            g.c,
-            g.r,
-            g.s,
-            g.oh,
-            g.ow,
-            g.sh,
-            g.sw,
-            g.dh,
-            g.dw,
-            g.pt,
-            g.pl,
-            nc,
-            n0 * img_in,
-            0,
-            0,
-            0,
-        ]
-        .iter()
-        .map(|&v| u32_of(op, v))
-        .collect::<Result<_>>()?;
-        let mut all = vec![row];
-        all.extend(words);
-        ctx.dispatch(&pipeline, &params(&all), &[col.clone(), dx.clone()], groups)?;
-    }
+        record_columns(plan)
+    };
+    let m = imgs * pix;
+    let cands = matmul::candidates(
+        Plan::Vec4(plain_tile(1, m, nc, g.k), layouts),
+        1,
+        m,
+        nc,
+        g.k,
+        layouts,
+        shared,
+    );
+    let key = format!(
+        "conv/f32/col2im/r{}s{}/st{}x{}/m{}/n{}/k{}",
+        g.r,
+        g.s,
+        g.sh,
+        g.sw,
+        bucket(m),
+        bucket(nc),
+        bucket(g.k)
+    );
+    let plan = tune_with_previous(ctx, &key, &cands, &run);
+    run(plan)?;
     Ok(Some(()))
 }
 

@@ -9,6 +9,15 @@
 //! convolutions (filter depth a divisor of the input depth) run one product per group.
 //! The depthwise ops are direct kernels (`depthwise.rs`).
 //!
+//! On GPU adapters, float32 NHWC one-group convolutions with output depth a multiple of 4
+//! take faster paths on the matmul family's register-blocked vector shader (`gemm.rs`):
+//! 1x1 stride-1 ones as plain products; others with input depth a multiple of 4 with the
+//! windows addressed by hooks (`implicit.wgsl`; input gradient at stride 1); strided or
+//! shallow input gradients as a product into columns plus `col2im.wgsl`; shallow forward
+//! passes and filter gradients (ResNet's 3-channel first layer) through `im2col.wgsl`
+//! columns. The tile of each (and the implicit GEMM's own tile) is chosen by the autotuner
+//! (`crate::tune`) when tuning is on.
+//!
 //! Both data formats are served by the same shaders (tensors are addressed through strides).
 //! float16 tensors are read as f16 and accumulated in f32; results are rounded to f16 once.
 //!
