@@ -541,18 +541,7 @@ fn plain_matmul(
         return Ok(None);
     }
     let splits = if mode == Mode::BackpropFilter {
-        let t = plain_tile(1, m, n, k);
-        let tiles = m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
-        let s = attrs
-            .splits
-            .filter(|s| k.is_multiple_of(*s))
-            .unwrap_or_else(|| plain_splits(tiles, k));
-        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
-            1
-        } else {
-            s
-        }
+        filter_splits(ctx, attrs, heuristic, m, n, k)
     } else {
         1
     };
@@ -662,17 +651,7 @@ fn implicit_vec4(
         return Ok(None);
     }
     let splits = if mode == Mode::BackpropFilter {
-        let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
-        let s = attrs
-            .splits
-            .filter(|s| k.is_multiple_of(*s))
-            .unwrap_or_else(|| plain_splits(tiles, k));
-        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
-            1
-        } else {
-            s
-        }
+        filter_splits(ctx, attrs, heuristic, m, n, k)
     } else {
         1
     };
@@ -1223,6 +1202,30 @@ pub(super) fn finalize(
         u32_of(op, splits)?,
     ]);
     ctx.dispatch(&pipeline, &p, &[part.clone(), out.clone()], groups)
+}
+
+/// Split-K count of a filter gradient on the matmul kernels: the forced `splits` attribute
+/// when it divides K, else enough chunks to fill the device with `tile`'s output tiles; one
+/// when the partial sums would not fit in a binding (or 256 MiB).
+fn filter_splits(
+    ctx: &KernelContext,
+    attrs: &ConvAttrs,
+    tile: Vec4Tile,
+    m: usize,
+    n: usize,
+    k: usize,
+) -> usize {
+    let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
+    let s = attrs
+        .splits
+        .filter(|s| k.is_multiple_of(*s))
+        .unwrap_or_else(|| plain_splits(tiles, k));
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
+        1
+    } else {
+        s
+    }
 }
 
 #[cfg(test)]
