@@ -528,23 +528,11 @@ fn plain_matmul(
         Mode::BackpropInput => (p, c, kk, false, true),
         Mode::BackpropFilter => (c, kk, p, true, false),
     };
-    let layouts = Layouts {
-        a_kfast: !ta,
-        b_nfast: !tb,
-    };
-    if !layouts.fit(m, n, k) || m < 16 || n < 16 || k == 0 {
+    let Some((layouts, heuristic, splits)) = vector_plan(ctx, attrs, mode, (m, n, k), ta, tb)
+    else {
         return Ok(None);
-    }
+    };
     let shared = ctx.limits().max_compute_workgroup_storage_size;
-    let heuristic = plain_tile(1, m, n, k);
-    if heuristic.shared_bytes() > shared {
-        return Ok(None);
-    }
-    let splits = if mode == Mode::BackpropFilter {
-        filter_splits(ctx, attrs, heuristic, m, n, k)
-    } else {
-        1
-    };
     let chunk = k / splits;
     let (sa, sb) = (chunk * m, chunk * n);
     let gm = Gemm {
@@ -638,23 +626,11 @@ fn implicit_vec4(
         Mode::BackpropInput => (p_in, g.c, rsz * g.k, false, true),
         Mode::BackpropFilter => (rsz * g.c, g.k, p_out, true, false),
     };
-    let layouts = Layouts {
-        a_kfast: !ta,
-        b_nfast: !tb,
-    };
-    if !layouts.fit(m, n, k) || m < 16 || n < 16 || k == 0 {
+    let Some((layouts, heuristic, splits)) = vector_plan(ctx, attrs, mode, (m, n, k), ta, tb)
+    else {
         return Ok(None);
-    }
+    };
     let shared = ctx.limits().max_compute_workgroup_storage_size;
-    let heuristic = plain_tile(1, m, n, k);
-    if heuristic.shared_bytes() > shared {
-        return Ok(None);
-    }
-    let splits = if mode == Mode::BackpropFilter {
-        filter_splits(ctx, attrs, heuristic, m, n, k)
-    } else {
-        1
-    };
     let chunk = k / splits;
     // Batch offsets: A's is the first K index of the split (the hook adds it), B's (dy, plain)
     // its first row.
@@ -1204,28 +1180,47 @@ pub(super) fn finalize(
     ctx.dispatch(&pipeline, &p, &[part.clone(), out.clone()], groups)
 }
 
-/// Split-K count of a filter gradient on the matmul kernels: the forced `splits` attribute
-/// when it divides K, else enough chunks to fill the device with `tile`'s output tiles; one
-/// when the partial sums would not fit in a binding (or 256 MiB).
-fn filter_splits(
+/// How a convolution run as an M x N x K product on the matmul vector kernels (A read
+/// transposed when `ta`, B when `tb`) is laid out: the operand layouts, the heuristic tile and
+/// the split-K count (filter gradients only); `None` where those kernels cannot take it.
+fn vector_plan(
     ctx: &KernelContext,
     attrs: &ConvAttrs,
-    tile: Vec4Tile,
-    m: usize,
-    n: usize,
-    k: usize,
-) -> usize {
-    let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
-    let s = attrs
-        .splits
-        .filter(|s| k.is_multiple_of(*s))
-        .unwrap_or_else(|| plain_splits(tiles, k));
-    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-    if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
-        1
-    } else {
-        s
+    mode: Mode,
+    (m, n, k): (usize, usize, usize),
+    ta: bool,
+    tb: bool,
+) -> Option<(Layouts, Vec4Tile, usize)> {
+    let layouts = Layouts {
+        a_kfast: !ta,
+        b_nfast: !tb,
+    };
+    if !layouts.fit(m, n, k) || m < 16 || n < 16 || k == 0 {
+        return None;
     }
+    let heuristic = plain_tile(1, m, n, k);
+    if heuristic.shared_bytes() > ctx.limits().max_compute_workgroup_storage_size {
+        return None;
+    }
+    // Filter gradients: the forced `splits` attribute when it divides K, else enough chunks to
+    // fill the device with the heuristic's output tiles; one when the partial sums would not
+    // fit in a binding (or 256 MiB).
+    let splits = if mode == Mode::BackpropFilter {
+        let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
+        let s = attrs
+            .splits
+            .filter(|s| k.is_multiple_of(*s))
+            .unwrap_or_else(|| plain_splits(tiles, k));
+        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
+            1
+        } else {
+            s
+        }
+    } else {
+        1
+    };
+    Some((layouts, heuristic, splits))
 }
 
 #[cfg(test)]
