@@ -906,16 +906,19 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             None
         }
     };
-    let steps = report_steps(&passes);
+    let mut steps = report_steps(&passes);
     if let Some(g) = &gpu {
         for (label, v) in &g.steps {
             let busy: Vec<f64> = v.iter().map(|x| x.0).collect();
             let pct: Vec<f64> = v.iter().map(|x| 100.0 * x.0 / x.1.max(1e-9)).collect();
+            let (busy, pct) = (median(&busy), median(&pct));
             println!(
-                "  steps {label:?} (timed pass): GPU busy median {:.3} ms, {:.1}% of the step",
-                median(&busy),
-                median(&pct)
+                "  steps {label:?} (timed pass): GPU busy median {busy:.3} ms, {pct:.1}% of the step"
             );
+            if let Some(Value::Object(o)) = steps.get_mut(label) {
+                o.insert("gpu_busy_median_ms".into(), json!(busy));
+                o.insert("gpu_busy_pct_median".into(), json!(pct));
+            }
         }
     }
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
@@ -985,17 +988,6 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
                 "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
             }))).collect::<serde_json::Map<_, _>>(),
         });
-        let mut steps = steps;
-        if let (Some(g), Some(obj)) = (&gpu, steps.as_object_mut()) {
-            for (label, v) in &g.steps {
-                if let Some(Value::Object(o)) = obj.get_mut(label) {
-                    let busy: Vec<f64> = v.iter().map(|x| x.0).collect();
-                    let pct: Vec<f64> = v.iter().map(|x| 100.0 * x.0 / x.1.max(1e-9)).collect();
-                    o.insert("gpu_busy_median_ms".into(), json!(median(&busy)));
-                    o.insert("gpu_busy_pct_median".into(), json!(median(&pct)));
-                }
-            }
-        }
         doc["steps"] = steps;
         std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
             .map_err(|e| format!("{out}: {e}"))?;
