@@ -88,6 +88,14 @@ fn lane(ordinal: i32) -> Result<&'static Lane> {
         .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))
 }
 
+/// `TFWGPU_CROSS_COPIES=blocking` makes every copy between devices wait for its source and
+/// record its target write before returning (the behaviour before copies became asynchronous;
+/// for comparison and debugging).
+pub fn blocking() -> bool {
+    static B: OnceLock<bool> = OnceLock::new();
+    *B.get_or_init(|| std::env::var("TFWGPU_CROSS_COPIES").is_ok_and(|v| v == "blocking"))
+}
+
 /// Starts copying `size` bytes from `src` on `from` to `dst` on `to`, on behalf of a stream of
 /// device `ordinal`; returns once the source read is submitted.
 pub fn start(

@@ -532,7 +532,7 @@ fn dtod(
             let to = crate::device(b as i32)
                 .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {b}")))?;
             crate::stats::d2d(size);
-            if blocking {
+            if blocking || crossdev::blocking() {
                 // Copies this stream issued before are recorded on their targets first.
                 crossdev::wait_all(ordinal(device))?;
                 let bytes = from.read(s, size as usize)?;
