@@ -333,12 +333,21 @@ unsafe extern "C" fn get_event_status(
         if d.exec().check().is_err() {
             return sys::SE_EventStatus_SE_EVENT_ERROR;
         }
+        let tag = e.tag.load(Ordering::Acquire);
+        let exec = d.exec();
+        if exec.completed() < tag {
+            // TensorFlow polls an event when something waits for it (a copy's done callback,
+            // a collective's next step): submit its batch now instead of when it ages out, and
+            // look for finished batches now instead of at the background poller's next round.
+            if exec.submitted() < tag && exec.flush().is_err() {
+                return sys::SE_EventStatus_SE_EVENT_ERROR;
+            }
+            exec.poll_completions();
+        }
         let copies = crossdev::Mark(e.copies.load(Ordering::Acquire));
         match crossdev::reached(ordinal(device), copies) {
             Err(_) => sys::SE_EventStatus_SE_EVENT_ERROR,
-            Ok(true) if d.exec().completed() >= e.tag.load(Ordering::Acquire) => {
-                sys::SE_EventStatus_SE_EVENT_COMPLETE
-            }
+            Ok(true) if exec.completed() >= tag => sys::SE_EventStatus_SE_EVENT_COMPLETE,
             Ok(_) => sys::SE_EventStatus_SE_EVENT_PENDING,
         }
     })

@@ -854,6 +854,13 @@ impl ExecutionContext {
         &self.queue
     }
 
+    /// Runs the completion callbacks of finished batches now (a non-blocking poll), for a
+    /// caller that checks [`ExecutionContext::completed`] in a loop and should not wait for the
+    /// background thread's next round.
+    pub fn poll_completions(&self) {
+        self.poll_once();
+    }
+
     fn poll_once(&self) {
         if self.submitted() > self.completed() {
             let _ = self.device.poll(wgpu::PollType::Poll);
