@@ -72,6 +72,7 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
             }
         }
         SquaredDifference => (x - y) * (x - y),
+        Pow => (x as f64).powf(y as f64) as f32,
         Neg => -x,
         Abs => x.abs(),
         Relu => {

@@ -4,11 +4,18 @@
 //! optimizer's update of each variable is a dozen elementwise ops (bench/RESULTS.md).
 //!
 //! A group is a tree of fusible nodes ([`fused::FUSIBLE`], float `T`, BiasAdd in NHWC) on one
-//! device with one `T`, whose every member but the root has exactly one consumer node (a
-//! member), no control consumer, and is not a node to preserve (fetched, fed, kept); at most
-//! [`fused::MAX_INPUTS`] distinct input tensors. Each group of two or more nodes becomes one
-//! node that keeps the root's name (so consumers, control edges and fetches find it), its
-//! device, the members' control inputs, and a program (the members in topological order).
+//! device with one `T`, whose every member but the root has exactly one data consumer node (a
+//! member) and is not a node to preserve (fetched, fed, kept); at most [`fused::MAX_INPUTS`]
+//! distinct input tensors. Each group of two or more nodes becomes one node that keeps the
+//! root's name (so consumers, control edges and fetches find it), its device, the members'
+//! control inputs, and a program (the members in topological order).
+//!
+//! A control edge from an interior member (`^m`: "after m") becomes control edges from m's own
+//! inputs, data and control (expanded again where those are interior members): an elementwise
+//! op has no side effect, so "after m" means "after what m waits for". The rewrite of
+//! AssignAddVariableOp makes such edges (its read waits for the update's delta, see
+//! `super::read_after`); pointing them at the fused node instead would make a cycle, as the
+//! fused node consumes the read.
 //!
 //! `TFWGPU_FUSION=0` turns the pass off.
 
@@ -101,7 +108,7 @@ struct Group {
 }
 
 /// The fused node of a group.
-fn fused_node(nodes: &[Node], g: &Group) -> Node {
+fn fused_node(nodes: &[Node], g: &Group, redirect: &HashMap<String, Vec<String>>) -> Node {
     let root = &nodes[*g.members.last().expect("a group has a root")];
     let index: HashMap<&str, usize> = g
         .members
@@ -142,6 +149,7 @@ fn fused_node(nodes: &[Node], g: &Group) -> Node {
         instrs.push(format!("{}({})", n.op, args.join(",")));
     }
     let program = instrs.join(";");
+    let control = redirected(&control, redirect);
     Node {
         name: root.name.clone(),
         op: OP.into(),
@@ -158,6 +166,88 @@ fn fused_node(nodes: &[Node], g: &Group) -> Node {
     }
 }
 
+/// `inputs` with each control edge from an interior member replaced by that member's
+/// dependencies (`redirect`), duplicates dropped.
+fn redirected(inputs: &[String], redirect: &HashMap<String, Vec<String>>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for i in inputs {
+        let repl = i.strip_prefix('^').and_then(|n| redirect.get(n));
+        for j in repl.map_or(std::slice::from_ref(i), |r| r.as_slice()) {
+            if !j.starts_with('^') || !out.contains(j) {
+                out.push(j.clone());
+            }
+        }
+    }
+    out
+}
+
+/// For each interior member, the control edges that replace a control edge from it: from the
+/// producers of its inputs and its control inputs, those that are interior members expanded
+/// in turn.
+fn redirections(nodes: &[Node], interior: &HashSet<usize>) -> HashMap<String, Vec<String>> {
+    let names: HashSet<&str> = interior.iter().map(|&i| nodes[i].name.as_str()).collect();
+    let by_name: HashMap<&str, usize> = interior
+        .iter()
+        .map(|&i| (nodes[i].name.as_str(), i))
+        .collect();
+    fn expand(
+        n: &str,
+        nodes: &[Node],
+        by_name: &HashMap<&str, usize>,
+        names: &HashSet<&str>,
+        out: &mut Vec<String>,
+    ) {
+        for i in &nodes[by_name[n]].inputs {
+            let src = i.strip_prefix('^').unwrap_or_else(|| source(i).0);
+            if names.contains(src) {
+                expand(src, nodes, by_name, names, out);
+            } else {
+                let edge = format!("^{src}");
+                if !out.contains(&edge) {
+                    out.push(edge);
+                }
+            }
+        }
+    }
+    names
+        .iter()
+        .map(|&n| {
+            let mut out = vec![];
+            expand(n, nodes, &by_name, &names, &mut out);
+            (n.to_string(), out)
+        })
+        .collect()
+}
+
+/// A serialized NodeDef with its inputs replaced, every other field kept as it was.
+fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
+    let mut r = Reader::new(nb);
+    let mut b = Vec::with_capacity(nb.len() + 64);
+    let mut done = false;
+    loop {
+        let start = r.pos;
+        let Some((f, _)) = r.next()? else { break };
+        if f == 3 {
+            if !done {
+                for i in inputs {
+                    bytes_field(3, i.as_bytes(), &mut b);
+                }
+                done = true;
+            }
+            continue;
+        }
+        b.extend_from_slice(&nb[start..r.pos]);
+    }
+    if !done {
+        for i in inputs {
+            bytes_field(3, i.as_bytes(), &mut b);
+        }
+    }
+    let mut out = vec![];
+    bytes_field(1, &b, &mut out);
+    Ok(out)
+}
+
 /// The groups of a graph's nodes (each of two or more members).
 fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
     let by_name: HashMap<&str, usize> = nodes
@@ -166,16 +256,13 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
     let types: Vec<Option<u64>> = nodes.iter().map(fusible).collect();
-    // Data consumers (distinct nodes) and control consumers of each node; whether a consumer
-    // reads another output port than 0.
+    // Data consumers (distinct nodes) of each node; whether a consumer reads another output
+    // port than 0.
     let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
     let mut blocked = vec![false; nodes.len()];
     for (c, n) in nodes.iter().enumerate() {
         for i in &n.inputs {
-            if let Some(ctl) = i.strip_prefix('^') {
-                if let Some(&p) = by_name.get(ctl) {
-                    blocked[p] = true;
-                }
+            if i.starts_with('^') {
                 continue;
             }
             let (src, port) = source(i);
@@ -252,7 +339,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
 /// Fuses a serialized GraphDef; `None` when no group was found.
 pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
     enum Item<'a> {
-        Node(usize, &'a [u8]),
+        Node(usize, &'a [u8], &'a [u8]),
         Raw(&'a [u8]),
     }
     let mut r = Reader::new(graph);
@@ -264,7 +351,7 @@ pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>>
         let raw = &graph[start..r.pos];
         match (f, v) {
             (1, Field::Bytes(nb)) => {
-                items.push(Item::Node(nodes.len(), raw));
+                items.push(Item::Node(nodes.len(), raw, nb));
                 nodes.push(Node::parse(nb)?);
             }
             _ => items.push(Item::Raw(raw)),
@@ -278,21 +365,35 @@ pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>>
     let mut replaced: HashMap<usize, Node> = HashMap::new();
     let mut dropped: HashSet<usize> = HashSet::new();
     for g in &groups {
-        let (&root, interior) = g.members.split_last().expect("nonempty");
+        let (_, interior) = g.members.split_last().expect("nonempty");
         dropped.extend(interior.iter().copied());
-        replaced.insert(root, fused_node(&nodes, g));
+    }
+    let redirect = redirections(&nodes, &dropped);
+    for g in &groups {
+        let root = *g.members.last().expect("nonempty");
+        replaced.insert(root, fused_node(&nodes, g, &redirect));
     }
     let mut out = Vec::with_capacity(graph.len());
     for item in &items {
         match item {
             Item::Raw(raw) => out.extend_from_slice(raw),
-            Item::Node(i, raw) => {
+            Item::Node(i, raw, nb) => {
                 if dropped.contains(i) {
                     continue;
                 }
-                match replaced.get(i) {
-                    Some(n) => n.encode(&mut out),
-                    None => out.extend_from_slice(raw),
+                if let Some(n) = replaced.get(i) {
+                    n.encode(&mut out);
+                    continue;
+                }
+                let inputs = &nodes[*i].inputs;
+                let waits_on_interior = inputs.iter().any(|x| {
+                    x.strip_prefix('^')
+                        .is_some_and(|n| redirect.contains_key(n))
+                });
+                if waits_on_interior {
+                    out.extend_from_slice(&with_inputs(nb, &redirected(inputs, &redirect))?);
+                } else {
+                    out.extend_from_slice(raw);
                 }
             }
         }
@@ -578,11 +679,9 @@ mod tests {
         two.push(node("c", "Exp", &["a"], GPU, 1));
         let out = fused(&two, &[]);
         assert!(out.is_none(), "a has two consumers");
-        // Interior node fetched (to preserve) or control-depended on.
+        // Interior node fetched (to preserve).
         assert!(fused(&chain(GPU, 1), &["a"]).is_none());
-        let mut ctl = chain(GPU, 1);
-        ctl.push(node("n", "NoOp", &["^a"], GPU, 1));
-        assert!(fused(&ctl, &[]).is_none());
+
         // The root may be preserved (it keeps its name) and control-depended on.
         let mut root = chain(GPU, 1);
         root.push(node("n", "NoOp", &["^b"], GPU, 1));
@@ -604,6 +703,33 @@ mod tests {
         nchw[0].attrs[1] = ("data_format".into(), str_attr("NHWC"));
         let out = fused(&nchw, &[]).unwrap();
         assert_eq!(program(&out[0]), "BiasAdd(i0,i1);Relu(t0)");
+    }
+
+    #[test]
+    fn control_edges_from_interior_members_wait_for_their_inputs() {
+        // The AssignAdd rewrite: the read waits for the delta (^d), whose producer chain is
+        // fused into the add that consumes the read.
+        let mut read = node("r", "ReadVariableOp", &["v_h", "^d", "^prev"], GPU, 1);
+        read.attrs.push(("_extra".into(), int_attr(7)));
+        let nodes = vec![
+            node("s", "Sub", &["g", "m", "^c0"], GPU, 1),
+            node("d", "Mul", &["s", "b:1"], GPU, 1),
+            read,
+            node("add", "AddV2", &["r", "d"], GPU, 1),
+            node("n", "NoOp", &["^s", "^add"], CPU, 1),
+        ];
+        let out = fused(&nodes, &[]).unwrap();
+        let ops: Vec<_> = out
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(ops, [("r", "ReadVariableOp"), ("add", OP), ("n", "NoOp")]);
+        // ^d -> d's inputs (s expanded to g, m and its control input c0; b).
+        assert_eq!(out[0].inputs, ["v_h", "^g", "^m", "^c0", "^b", "^prev"]);
+        assert_eq!(out[0].attr("_extra"), Some(int_attr(7).as_slice()));
+        assert_eq!(out[1].inputs, ["g", "m", "b:1", "r", "^c0"]);
+        assert_eq!(program(&out[1]), "Sub(i0,i1);Mul(t0,i2);AddV2(i3,t1)");
+        assert_eq!(out[2].inputs, ["^g", "^m", "^c0", "^add"]);
     }
 
     #[test]

@@ -36,6 +36,9 @@ use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
 /// TensorFlow's name of the fused op (registered by the plugin).
 pub const OP: &str = "_TfwgpuFusedElementwise";
 
+/// The elementwise family's f32 pow (needs `opaque`).
+const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
+
 /// Most inputs of one fused node: with the output, 8 storage bindings, the least every
 /// WebGPU adapter offers per shader stage.
 pub const MAX_INPUTS: usize = 7;
@@ -67,6 +70,7 @@ pub enum FusedOp {
     Maximum,
     Minimum,
     SquaredDifference,
+    Pow,
     /// value + bias over the last axis.
     BiasAdd,
     Neg,
@@ -96,6 +100,7 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("Maximum", FusedOp::Maximum),
     ("Minimum", FusedOp::Minimum),
     ("SquaredDifference", FusedOp::SquaredDifference),
+    ("Pow", FusedOp::Pow),
     ("BiasAdd", FusedOp::BiasAdd),
     ("Neg", FusedOp::Neg),
     ("Abs", FusedOp::Abs),
@@ -130,7 +135,7 @@ impl FusedOp {
     pub fn arity(self) -> usize {
         use FusedOp::*;
         match self {
-            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | BiasAdd => 2,
+            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd => 2,
             _ => 1,
         }
     }
@@ -163,6 +168,7 @@ impl FusedOp {
     return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(y, x)));"
             }
             SquaredDifference => "    let d = rt(x - y);\n    return d * d;",
+            Pow => "    return pow_f32(x, y);",
             Neg => "    return bitcast<f32>(bitcast<u32>(x) ^ 0x80000000u);",
             Abs => "    return bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu);",
             Relu => "    return relu_f32(x);",
@@ -383,6 +389,11 @@ fn fence(v: f32) -> f32 {{
 ",
             rt_expr(dtype)
         ));
+        if self.instrs.iter().any(|i| i.op == FusedOp::Pow) {
+            // v, in a way the compiler cannot simplify (as the elementwise family's).
+            s.push_str("fn opaque(v: f32) -> f32 {\n    return bitcast<f32>(bitcast<u32>(v) ^ p.zero);\n}\n");
+            s.push_str(POW_WGSL);
+        }
         for k in 0..n {
             s.push_str(&format!(
                 "fn ld{k}(i: u32) -> f32 {{\n    return {};\n}}\n",
