@@ -210,6 +210,52 @@ fn adam_update_matches_the_unfused_ops_at_awkward_sizes() {
     }
 }
 
+/// Keras Adam's step as the pass fuses it (from the mlp trace): the scalar bias correction
+/// alpha = lr * sqrt(1 - b2p) / (1 - b1p) computed once per workgroup, then m * alpha /
+/// (sqrt(v) + eps).
+const ADAM_STEP: &str = "Sub(i0,i1);Sqrt(t0);Mul(i2,t1);Sub(i0,i3);RealDiv(t2,t3);Mul(i4,t4);Sqrt(i5);AddV2(i6,t6);RealDiv(t5,t7)";
+
+#[test]
+fn scalar_subexpressions_computed_once_per_workgroup() {
+    let p = Program::parse(ADAM_STEP, 7).unwrap();
+    let scalars: [&[usize]; 4] = [&[], &[], &[1], &[]];
+    let shapes = [
+        scalars[0],
+        scalars[1],
+        scalars[2],
+        scalars[3],
+        &[9][..],
+        &[9][..],
+        &[],
+    ];
+    assert_eq!(
+        p.uniform_instrs(&shapes, 9),
+        [true, true, true, true, true, false, false, false, false]
+    );
+    assert!(
+        p.uniform_instrs(&[&[], &[], &[], &[], &[], &[], &[]], 1)
+            .iter()
+            .all(|u| !u)
+    );
+    for (k, n) in [1usize, 7, 300, 4099].into_iter().enumerate() {
+        check_f32(
+            ADAM_STEP,
+            &[&[], &[], &[1], &[], &[n], &[n], &[]],
+            &[
+                (1.0, 1.0001),
+                (0.9, 0.999),
+                (0.001, 0.01),
+                (0.5, 0.9),
+                (-0.1, 0.1),
+                (0.0, 0.01),
+                (1e-7, 2e-7),
+            ],
+            2e-6,
+            200 + k as u64,
+        );
+    }
+}
+
 #[test]
 fn broadcasting_inputs() {
     // Bias over the last axis, then an activation; rank 3 and rank 2 with an awkward width.
@@ -311,6 +357,8 @@ fn f16_rounds_after_every_op_like_the_unfused_kernels() {
     for program in [
         "Mul(i0,i1);Exp(t0);AddV2(t1,i1);Sqrt(t2)",
         "SquaredDifference(i0,i1);RealDiv(t0,i1);Sigmoid(t1)",
+        // Scalar instructions computed once per workgroup, rounded to half as well.
+        "Sqrt(i1);Exp(t0);Mul(i0,t1);Sigmoid(t2)",
     ] {
         let fused = run_fused(program, &[&a, &b], DType::F16);
         let unfused = run_unfused(program, &[&a, &b], DType::F16);

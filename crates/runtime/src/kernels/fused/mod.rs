@@ -337,8 +337,27 @@ impl Program {
         Ok(temps.pop().expect("a program has an instruction"))
     }
 
-    /// The WGSL of the program: `flat` when every input is read at `e * stride`.
-    fn shader(&self, dtype: DType, flat: bool) -> String {
+    /// Which instructions compute a single value (all their operands are one-element inputs
+    /// or such instructions) when the output has more than one element; the shader computes
+    /// those once per workgroup instead of once per element (Adam's bias corrections, two
+    /// `Pow` per variable, would otherwise run for every element of the variable).
+    pub fn uniform_instrs(&self, shapes: &[&[usize]], out_elements: usize) -> Vec<bool> {
+        let mut uniform: Vec<bool> = Vec::with_capacity(self.instrs.len());
+        for ins in &self.instrs {
+            let u = out_elements > 1
+                && ins.args.iter().all(|a| match *a {
+                    Arg::Input(i) => shapes[i].iter().product::<usize>() == 1,
+                    Arg::Temp(t) => uniform[t],
+                });
+            uniform.push(u);
+        }
+        uniform
+    }
+
+    /// The WGSL of the program: `flat` when every input is read at `e * stride`; `uniform`
+    /// instructions (see `uniform_instrs`) computed by one invocation per workgroup into
+    /// workgroup memory.
+    fn shader(&self, dtype: DType, flat: bool, uniform: &[bool]) -> String {
         let n = self.inputs;
         let mut s = String::new();
         s.push_str(&format!(
@@ -440,29 +459,82 @@ fn fence(v: f32) -> f32 {{
                 s.push_str(&format!("    o{k} = o{k} + rem * p.st[{}].x;\n", 2 * k));
             }
         }
-        for k in 0..n {
-            s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
+        // The inputs each kind of instruction reads.
+        let reads = |want: bool| -> Vec<bool> {
+            let mut r = vec![false; n];
+            for (ins, &u) in self.instrs.iter().zip(uniform) {
+                for a in &ins.args {
+                    if let (Arg::Input(i), true) = (*a, u == want) {
+                        r[i] = true;
+                    }
+                }
+            }
+            r
+        };
+        let body = |s: &mut String, want: bool| {
+            for (k, ins) in self.instrs.iter().enumerate() {
+                if uniform[k] != want {
+                    continue;
+                }
+                let args: Vec<String> = ins
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Input(i) => format!("x{i}"),
+                        Arg::Temp(t) => format!("t{t}"),
+                    })
+                    .collect();
+                s.push_str(&format!(
+                    "    let t{k} = fence(op{k}({}));\n",
+                    args.join(", ")
+                ));
+            }
+        };
+        for (k, &r) in reads(false).iter().enumerate() {
+            if r {
+                s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
+            }
         }
-        for (k, ins) in self.instrs.iter().enumerate() {
-            let args: Vec<String> = ins
-                .args
-                .iter()
-                .map(|a| match a {
-                    Arg::Input(i) => format!("x{i}"),
-                    Arg::Temp(t) => format!("t{t}"),
-                })
-                .collect();
-            s.push_str(&format!(
-                "    let t{k} = fence(op{k}({}));\n",
-                args.join(", ")
-            ));
+        for (k, &u) in uniform.iter().enumerate() {
+            if u {
+                s.push_str(&format!("    let t{k} = wg[{k}];\n"));
+            }
         }
+        body(&mut s, false);
         s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
+        let any_uniform = uniform.iter().any(|&u| u);
+        if any_uniform {
+            s.push_str(&format!(
+                "var<workgroup> wg: array<f32, {}>;\nfn uniform_values() {{\n",
+                self.instrs.len()
+            ));
+            for (k, &r) in reads(true).iter().enumerate() {
+                if r {
+                    s.push_str(&format!("    let x{k} = ld{k}(0u);\n"));
+                }
+            }
+            body(&mut s, true);
+            for (k, &u) in uniform.iter().enumerate() {
+                if u {
+                    s.push_str(&format!("    wg[{k}] = t{k};\n"));
+                }
+            }
+            s.push_str("}\n");
+        }
+        let prologue = if any_uniform {
+            "    if lid == 0u {
+        uniform_values();
+    }
+    workgroupBarrier();
+"
+        } else {
+            ""
+        };
         s.push_str(&format!(
             "
 @compute @workgroup_size({WG})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {{
-    let w = linear_index(gid);
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+{prologue}    let w = linear_index(gid);
     if w >= p.words {{
         return;
     }}
@@ -670,13 +742,15 @@ impl Kernel for Fused {
         }
         binds.push(bind_out(ctx, OP, out)?);
         let flat = reads.dims.len() <= 1;
-        let key = PipelineKey::new(
-            "fused",
-            Some(self.dtype),
-            format!("{}/{}", self.text, if flat { "flat" } else { "bcast" }),
-        );
+        let uniform = self.program.uniform_instrs(&shapes, n);
+        let mut variant = format!("{}/{}", self.text, if flat { "flat" } else { "bcast" });
+        if uniform.iter().any(|&u| u) {
+            variant.push_str("/uniform:");
+            variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
+        }
+        let key = PipelineKey::new("fused", Some(self.dtype), variant);
         let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(self.program.shader(self.dtype, flat))
+            ShaderSource::new(self.program.shader(self.dtype, flat, &uniform))
         })?;
         let words = words_for(OP, self.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
