@@ -7,7 +7,8 @@
 //! [`read_after`]). TensorFlow 2.21's wheels do not export
 //! `TF_AssignUpdateVariable` to plugins, so this is how Keras optimizers update variables on
 //! the GPU inside `tf.function` (Keras `fit`). Everything else in the graph is copied byte for
-//! byte.
+//! byte. Then [`fusion`] merges chains of elementwise nodes on tfwgpu GPUs into fused nodes
+//! (off with `TFWGPU_FUSION=0`).
 
 use std::ffi::c_void;
 
