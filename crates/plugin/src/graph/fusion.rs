@@ -102,7 +102,7 @@ fn fusible(n: &Node) -> Option<u64> {
     Some(t)
 }
 
-/// One group: its members (root last, producers before consumers) and external inputs.
+/// One group: its members, producers before consumers (the root last).
 struct Group {
     members: Vec<usize>,
 }
@@ -542,11 +542,9 @@ pub fn register_op() {
         sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(shape_fn));
         sys::TF_RegisterOpDefinition(b, st.0);
     }
-    if let Err(e) = st.check("registering the fused op") {
-        tracing::warn!("{OP} not registered, fusion is off: {e}");
-        REGISTERED.store(false, std::sync::atomic::Ordering::Relaxed);
-    } else {
-        REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
+    match st.check("registering the fused op") {
+        Ok(()) => REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed),
+        Err(e) => tracing::warn!("{OP} not registered, fusion is off: {e}"),
     }
 }
 
