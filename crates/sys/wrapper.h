@@ -6,3 +6,9 @@
 #include "tensorflow/c/tf_status.h"
 #include "tensorflow/c/tf_tensor.h"
 #include "tensorflow/c/experimental/grappler/grappler.h"
+/* ops.h declares its handle types as C++ does (`struct X;`, no typedef): name them for C. */
+typedef struct TF_DimensionHandle TF_DimensionHandle;
+typedef struct TF_OpDefinitionBuilder TF_OpDefinitionBuilder;
+typedef struct TF_ShapeHandle TF_ShapeHandle;
+typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
+#include "tensorflow/c/ops.h"

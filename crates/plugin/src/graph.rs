@@ -7,7 +7,8 @@
 //! [`read_after`]). TensorFlow 2.21's wheels do not export
 //! `TF_AssignUpdateVariable` to plugins, so this is how Keras optimizers update variables on
 //! the GPU inside `tf.function` (Keras `fit`). Everything else in the graph is copied byte for
-//! byte.
+//! byte. Then [`fusion`] merges chains of elementwise nodes on tfwgpu GPUs into fused nodes
+//! (off with `TFWGPU_FUSION=0`).
 
 use std::ffi::c_void;
 
@@ -18,6 +19,7 @@ use crate::nodedef::{Field, Reader};
 use crate::status::guard;
 
 pub mod apply;
+pub mod fusion;
 
 /// Appends a protobuf varint.
 pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
@@ -317,7 +319,7 @@ unsafe extern "C" fn free_buffer(data: *mut c_void, _len: usize) {
 unsafe extern "C" fn optimize(
     _: *mut c_void,
     input: *const sys::TF_Buffer,
-    _: *const sys::TF_GrapplerItem,
+    item: *const sys::TF_GrapplerItem,
     output: *mut sys::TF_Buffer,
     status: *mut sys::TF_Status,
 ) {
@@ -325,7 +327,14 @@ unsafe extern "C" fn optimize(
         // SAFETY: TensorFlow passes the serialized input graph and an empty output buffer.
         let inb = unsafe { &*input };
         let graph = unsafe { std::slice::from_raw_parts(inb.data as *const u8, inb.length) };
-        let result = rewrite(graph)?;
+        let mut result = rewrite(graph)?;
+        if fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed) {
+            // SAFETY: the item TensorFlow passed with the graph.
+            let preserve = unsafe { fusion::nodes_to_preserve(item) }?;
+            if let Some(fused) = fusion::fuse(result.as_deref().unwrap_or(graph), &preserve)? {
+                result = Some(fused);
+            }
+        }
         let bytes: &[u8] = result.as_deref().unwrap_or(graph);
         // SAFETY: a malloc'd copy owned by the output buffer, freed by its deallocator.
         unsafe {

@@ -607,6 +607,8 @@ pub extern "C" fn TF_InitKernel() {
         if crate::runtime().is_none() {
             return;
         }
+        // The op of the graph pass's fused nodes, before its kernels.
+        crate::graph::fusion::register_op();
         let n = register_all() + crate::variables::register();
         tracing::info!("registered {n} tfwgpu kernels");
     })

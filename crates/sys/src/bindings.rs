@@ -2894,3 +2894,221 @@ unsafe extern "C" {
         s: *mut TF_Status,
     );
 }
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_DimensionHandle {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_OpDefinitionBuilder {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_ShapeHandle {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug)]
+pub struct TF_ShapeInferenceContext {
+    _unused: [u8; 0],
+}
+unsafe extern "C" {
+    pub fn TF_NewOpDefinitionBuilder(
+        op_name: *const ::std::os::raw::c_char,
+    ) -> *mut TF_OpDefinitionBuilder;
+}
+unsafe extern "C" {
+    pub fn TF_RegisterOpDefinition(builder: *mut TF_OpDefinitionBuilder, status: *mut TF_Status);
+}
+unsafe extern "C" {
+    pub fn TF_DeleteOpDefinitionBuilder(builder: *mut TF_OpDefinitionBuilder);
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderAddAttr(
+        builder: *mut TF_OpDefinitionBuilder,
+        attr_spec: *const ::std::os::raw::c_char,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderAddInput(
+        builder: *mut TF_OpDefinitionBuilder,
+        input_spec: *const ::std::os::raw::c_char,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderAddOutput(
+        builder: *mut TF_OpDefinitionBuilder,
+        output_spec: *const ::std::os::raw::c_char,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderSetIsCommutative(
+        builder: *mut TF_OpDefinitionBuilder,
+        is_commutative: bool,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderSetIsAggregate(
+        builder: *mut TF_OpDefinitionBuilder,
+        is_aggregate: bool,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderSetIsStateful(
+        builder: *mut TF_OpDefinitionBuilder,
+        is_stateful: bool,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderSetAllowsUninitializedInput(
+        builder: *mut TF_OpDefinitionBuilder,
+        allows_uninitialized_input: bool,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderDeprecated(
+        builder: *mut TF_OpDefinitionBuilder,
+        version: ::std::os::raw::c_int,
+        explanation: *const ::std::os::raw::c_char,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_OpDefinitionBuilderSetShapeInferenceFunction(
+        builder: *mut TF_OpDefinitionBuilder,
+        shape_inference_func: ::std::option::Option<
+            unsafe extern "C" fn(ctx: *mut TF_ShapeInferenceContext, status: *mut TF_Status),
+        >,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextNumInputs(ctx: *mut TF_ShapeInferenceContext) -> i64;
+}
+unsafe extern "C" {
+    pub fn TF_NewShapeHandle() -> *mut TF_ShapeHandle;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextGetInput(
+        ctx: *mut TF_ShapeInferenceContext,
+        i: ::std::os::raw::c_int,
+        handle: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextSetOutput(
+        ctx: *mut TF_ShapeInferenceContext,
+        i: ::std::os::raw::c_int,
+        handle: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextScalar(
+        ctx: *mut TF_ShapeInferenceContext,
+    ) -> *mut TF_ShapeHandle;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextVectorFromSize(
+        ctx: *mut TF_ShapeInferenceContext,
+        size: usize,
+    ) -> *mut TF_ShapeHandle;
+}
+unsafe extern "C" {
+    pub fn TF_NewDimensionHandle() -> *mut TF_DimensionHandle;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContext_GetAttrType(
+        ctx: *mut TF_ShapeInferenceContext,
+        attr_name: *const ::std::os::raw::c_char,
+        val: *mut TF_DataType,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextRank(
+        ctx: *mut TF_ShapeInferenceContext,
+        handle: *mut TF_ShapeHandle,
+    ) -> i64;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextRankKnown(
+        ctx: *mut TF_ShapeInferenceContext,
+        handle: *mut TF_ShapeHandle,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextWithRank(
+        ctx: *mut TF_ShapeInferenceContext,
+        handle: *mut TF_ShapeHandle,
+        rank: i64,
+        result: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextWithRankAtLeast(
+        ctx: *mut TF_ShapeInferenceContext,
+        handle: *mut TF_ShapeHandle,
+        rank: i64,
+        result: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextWithRankAtMost(
+        ctx: *mut TF_ShapeInferenceContext,
+        handle: *mut TF_ShapeHandle,
+        rank: i64,
+        result: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextDim(
+        ctx: *mut TF_ShapeInferenceContext,
+        shape_handle: *mut TF_ShapeHandle,
+        i: i64,
+        result: *mut TF_DimensionHandle,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextSubshape(
+        ctx: *mut TF_ShapeInferenceContext,
+        shape_handle: *mut TF_ShapeHandle,
+        start: i64,
+        end: i64,
+        result: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextSetUnknownShape(
+        ctx: *mut TF_ShapeInferenceContext,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_DimensionHandleValueKnown(
+        dim_handle: *mut TF_DimensionHandle,
+    ) -> ::std::os::raw::c_int;
+}
+unsafe extern "C" {
+    pub fn TF_DimensionHandleValue(dim_handle: *mut TF_DimensionHandle) -> i64;
+}
+unsafe extern "C" {
+    pub fn TF_ShapeInferenceContextConcatenateShapes(
+        ctx: *mut TF_ShapeInferenceContext,
+        first: *mut TF_ShapeHandle,
+        second: *mut TF_ShapeHandle,
+        result: *mut TF_ShapeHandle,
+        status: *mut TF_Status,
+    );
+}
+unsafe extern "C" {
+    pub fn TF_DeleteShapeHandle(handle: *mut TF_ShapeHandle);
+}
+unsafe extern "C" {
+    pub fn TF_DeleteDimensionHandle(handle: *mut TF_DimensionHandle);
+}

@@ -7,6 +7,7 @@ pub mod conv;
 pub mod copy;
 pub mod elementwise;
 pub mod fill;
+pub mod fused;
 pub mod layout;
 pub mod matmul;
 pub mod nn;
@@ -99,4 +100,5 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(random::OPS_UINT64);
     defs.extend_from_slice(conv::OPS);
     defs.extend_from_slice(nonzero::OPS);
+    defs.extend_from_slice(fused::OPS);
 }

@@ -1,0 +1,795 @@
+//! Elementwise fusion: groups of elementwise nodes on a tfwgpu GPU become one
+//! `_TfwgpuFusedElementwise` node (the runtime's `fused` family), one dispatch instead of one
+//! per op. The small models' training steps are bound by their dispatch count, and an
+//! optimizer's update of each variable is a dozen elementwise ops (bench/RESULTS.md).
+//!
+//! A group is a tree of fusible nodes ([`fused::FUSIBLE`], float `T`, BiasAdd in NHWC) on one
+//! device with one `T`, whose every member but the root has exactly one data consumer node (a
+//! member) and is not a node to preserve (fetched, fed, kept); at most [`fused::MAX_INPUTS`]
+//! distinct input tensors. Each group of two or more nodes becomes one node that keeps the
+//! root's name (so consumers, control edges and fetches find it), its device, the members'
+//! control inputs, and a program (the members in topological order).
+//!
+//! A control edge from an interior member (`^m`: "after m") becomes control edges from m's own
+//! inputs, data and control (expanded again where those are interior members): an elementwise
+//! op has no side effect, so "after m" means "after what m waits for". The rewrite of
+//! AssignAddVariableOp makes such edges (its read waits for the update's delta, see
+//! `super::read_after`); pointing them at the fused node instead would make a cycle, as the
+//! fused node consumes the read.
+//!
+//! `TFWGPU_FUSION=0` turns the pass off.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, c_char};
+
+use tfwgpu_runtime::Result;
+use tfwgpu_runtime::kernels::fused::{self, MAX_INPUTS, OP};
+use tfwgpu_sys as sys;
+
+use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
+use crate::nodedef::{Field, Reader};
+use crate::status::Status;
+
+/// Whether the pass runs (`TFWGPU_FUSION=0` turns it off).
+pub fn enabled() -> bool {
+    std::env::var("TFWGPU_FUSION").map_or(true, |v| v.trim() != "0")
+}
+
+/// TensorFlow's DT_FLOAT and DT_HALF: the dtypes the fused kernel has.
+const FUSIBLE_TYPES: &[u64] = &[1, 19];
+
+/// The value of a varint field of an encoded AttrValue (`type` is 6).
+fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
+    let mut r = Reader::new(value);
+    while let Ok(Some((f, v))) = r.next() {
+        if let (true, Field::Varint(x)) = (f == field, v) {
+            return Some(x);
+        }
+    }
+    None
+}
+
+/// The string of an encoded AttrValue (`s`, field 2).
+fn attr_str(value: &[u8]) -> Option<&[u8]> {
+    let mut r = Reader::new(value);
+    while let Ok(Some((f, v))) = r.next() {
+        if let (2, Field::Bytes(b)) = (f, v) {
+            return Some(b);
+        }
+    }
+    None
+}
+
+/// An encoded AttrValue holding a string.
+fn str_attr(s: &str) -> Vec<u8> {
+    let mut v = vec![];
+    bytes_field(2, s.as_bytes(), &mut v);
+    v
+}
+
+/// (producer node, output port) of a data input.
+fn source(input: &str) -> (&str, u32) {
+    match input.rsplit_once(':') {
+        Some((n, p)) => match p.parse() {
+            Ok(port) => (n, port),
+            Err(_) => (input, 0),
+        },
+        None => (input, 0),
+    }
+}
+
+/// What fusion may do with a node: its op's arity and its `T`, when it is fusible at all.
+fn fusible(n: &Node) -> Option<u64> {
+    if !on_tfwgpu_gpu(&n.device) {
+        return None;
+    }
+    let arity = fused::fusible_arity(&n.op)?;
+    let data = n.inputs.iter().filter(|i| !i.starts_with('^')).count();
+    if data != arity {
+        return None;
+    }
+    let t = attr_varint(n.attr("T")?, 6)?;
+    if !FUSIBLE_TYPES.contains(&t) {
+        return None;
+    }
+    if n.op == "BiasAdd"
+        && n.attr("data_format")
+            .and_then(attr_str)
+            .is_some_and(|f| f != b"NHWC")
+    {
+        return None;
+    }
+    Some(t)
+}
+
+/// One group: its members, producers before consumers (the root last).
+struct Group {
+    members: Vec<usize>,
+}
+
+/// The fused node of a group.
+fn fused_node(nodes: &[Node], g: &Group, redirect: &HashMap<String, Vec<String>>) -> Node {
+    let root = &nodes[*g.members.last().expect("a group has a root")];
+    let index: HashMap<&str, usize> = g
+        .members
+        .iter()
+        .enumerate()
+        .map(|(k, &m)| (nodes[m].name.as_str(), k))
+        .collect();
+    let mut externals: Vec<String> = vec![];
+    let mut keys: Vec<(String, u32)> = vec![];
+    let mut control: Vec<String> = vec![];
+    let mut instrs: Vec<String> = vec![];
+    for &m in &g.members {
+        let n = &nodes[m];
+        let mut args = vec![];
+        for i in &n.inputs {
+            if i.starts_with('^') {
+                if !control.contains(i) {
+                    control.push(i.clone());
+                }
+                continue;
+            }
+            let (src, port) = source(i);
+            if let (Some(&k), 0) = (index.get(src), port) {
+                args.push(format!("t{k}"));
+                continue;
+            }
+            let key = (src.to_string(), port);
+            let k = match keys.iter().position(|x| *x == key) {
+                Some(k) => k,
+                None => {
+                    keys.push(key);
+                    externals.push(i.clone());
+                    keys.len() - 1
+                }
+            };
+            args.push(format!("i{k}"));
+        }
+        instrs.push(format!("{}({})", n.op, args.join(",")));
+    }
+    let program = instrs.join(";");
+    let control = redirected(&control, redirect);
+    Node {
+        name: root.name.clone(),
+        op: OP.into(),
+        inputs: externals.iter().cloned().chain(control).collect(),
+        device: root.device.clone(),
+        attrs: vec![
+            (
+                "T".into(),
+                root.attr("T").expect("fusible nodes have T").to_vec(),
+            ),
+            ("N".into(), int_attr(externals.len() as i64)),
+            ("program".into(), str_attr(&program)),
+        ],
+    }
+}
+
+/// `inputs` with each control edge from an interior member replaced by that member's
+/// dependencies (`redirect`), duplicates dropped.
+fn redirected(inputs: &[String], redirect: &HashMap<String, Vec<String>>) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for i in inputs {
+        let repl = i.strip_prefix('^').and_then(|n| redirect.get(n));
+        for j in repl.map_or(std::slice::from_ref(i), |r| r.as_slice()) {
+            if !j.starts_with('^') || !out.contains(j) {
+                out.push(j.clone());
+            }
+        }
+    }
+    out
+}
+
+/// For each interior member, the control edges that replace a control edge from it: from the
+/// producers of its inputs and its control inputs, those that are interior members expanded
+/// in turn.
+fn redirections(nodes: &[Node], interior: &HashSet<usize>) -> HashMap<String, Vec<String>> {
+    let names: HashSet<&str> = interior.iter().map(|&i| nodes[i].name.as_str()).collect();
+    let by_name: HashMap<&str, usize> = interior
+        .iter()
+        .map(|&i| (nodes[i].name.as_str(), i))
+        .collect();
+    fn expand(
+        n: &str,
+        nodes: &[Node],
+        by_name: &HashMap<&str, usize>,
+        names: &HashSet<&str>,
+        out: &mut Vec<String>,
+    ) {
+        for i in &nodes[by_name[n]].inputs {
+            let src = i.strip_prefix('^').unwrap_or_else(|| source(i).0);
+            if names.contains(src) {
+                expand(src, nodes, by_name, names, out);
+            } else {
+                let edge = format!("^{src}");
+                if !out.contains(&edge) {
+                    out.push(edge);
+                }
+            }
+        }
+    }
+    names
+        .iter()
+        .map(|&n| {
+            let mut out = vec![];
+            expand(n, nodes, &by_name, &names, &mut out);
+            (n.to_string(), out)
+        })
+        .collect()
+}
+
+/// A serialized NodeDef with its inputs replaced, every other field kept as it was.
+fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
+    let mut r = Reader::new(nb);
+    let mut b = Vec::with_capacity(nb.len() + 64);
+    let mut done = false;
+    loop {
+        let start = r.pos;
+        let Some((f, _)) = r.next()? else { break };
+        if f == 3 {
+            if !done {
+                for i in inputs {
+                    bytes_field(3, i.as_bytes(), &mut b);
+                }
+                done = true;
+            }
+            continue;
+        }
+        b.extend_from_slice(&nb[start..r.pos]);
+    }
+    if !done {
+        for i in inputs {
+            bytes_field(3, i.as_bytes(), &mut b);
+        }
+    }
+    let mut out = vec![];
+    bytes_field(1, &b, &mut out);
+    Ok(out)
+}
+
+/// The groups of a graph's nodes (each of two or more members).
+fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
+    let by_name: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let types: Vec<Option<u64>> = nodes.iter().map(fusible).collect();
+    // Data consumers (distinct nodes) of each node; whether a consumer reads another output
+    // port than 0.
+    let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+    let mut blocked = vec![false; nodes.len()];
+    for (c, n) in nodes.iter().enumerate() {
+        for i in &n.inputs {
+            if i.starts_with('^') {
+                continue;
+            }
+            let (src, port) = source(i);
+            if let Some(&p) = by_name.get(src) {
+                if port != 0 {
+                    blocked[p] = true;
+                }
+                if !consumers[p].contains(&c) {
+                    consumers[p].push(c);
+                }
+            }
+        }
+    }
+    // parent[p] = c: p may be fused into its only consumer c.
+    let parent: Vec<Option<usize>> = (0..nodes.len())
+        .map(|p| {
+            let t = types[p]?;
+            if blocked[p] || preserve.contains(&nodes[p].name) || consumers[p].len() != 1 {
+                return None;
+            }
+            let c = consumers[p][0];
+            (types[c] == Some(t) && nodes[c].device == nodes[p].device).then_some(c)
+        })
+        .collect();
+    let mut out = vec![];
+    let mut roots: Vec<usize> = (0..nodes.len())
+        .filter(|&i| types[i].is_some() && parent[i].is_none())
+        .collect();
+    roots.reverse();
+    while let Some(root) = roots.pop() {
+        // Grow the tree from the root, each producer accepted while the group's distinct
+        // external inputs stay within MAX_INPUTS; a producer refused roots its own group.
+        let mut members: HashSet<usize> = HashSet::from([root]);
+        let mut externals: HashSet<(String, u32)> = HashSet::new();
+        for i in nodes[root].inputs.iter().filter(|i| !i.starts_with('^')) {
+            let (s, p) = source(i);
+            externals.insert((s.to_string(), p));
+        }
+        let mut stack = vec![root];
+        let mut order = vec![];
+        while let Some(m) = stack.pop() {
+            order.push(m);
+            for i in nodes[m].inputs.iter().filter(|i| !i.starts_with('^')) {
+                let (src, _) = source(i);
+                let Some(&p) = by_name.get(src) else { continue };
+                if parent[p] != Some(m) || members.contains(&p) {
+                    continue;
+                }
+                let mut next = externals.clone();
+                next.remove(&(src.to_string(), 0));
+                for j in nodes[p].inputs.iter().filter(|j| !j.starts_with('^')) {
+                    let (s, port) = source(j);
+                    next.insert((s.to_string(), port));
+                }
+                if next.len() <= MAX_INPUTS {
+                    externals = next;
+                    members.insert(p);
+                    stack.push(p);
+                } else {
+                    roots.push(p);
+                }
+            }
+        }
+        if order.len() >= 2 {
+            // Producers before consumers: the reverse of the growth order (each member was
+            // reached from its consumer).
+            order.reverse();
+            out.push(Group { members: order });
+        }
+    }
+    out
+}
+
+/// Fuses a serialized GraphDef; `None` when no group was found.
+pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
+    enum Item<'a> {
+        Node(usize, &'a [u8], &'a [u8]),
+        Raw(&'a [u8]),
+    }
+    let mut r = Reader::new(graph);
+    let mut items = vec![];
+    let mut nodes = vec![];
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        match (f, v) {
+            (1, Field::Bytes(nb)) => {
+                items.push(Item::Node(nodes.len(), raw, nb));
+                nodes.push(Node::parse(nb)?);
+            }
+            _ => items.push(Item::Raw(raw)),
+        }
+    }
+    let groups = groups(&nodes, preserve);
+    if groups.is_empty() {
+        return Ok(None);
+    }
+    // Interior members disappear; a root is replaced by its group's node.
+    let mut replaced: HashMap<usize, Node> = HashMap::new();
+    let mut dropped: HashSet<usize> = HashSet::new();
+    for g in &groups {
+        let (_, interior) = g.members.split_last().expect("nonempty");
+        dropped.extend(interior.iter().copied());
+    }
+    let redirect = redirections(&nodes, &dropped);
+    for g in &groups {
+        let root = *g.members.last().expect("nonempty");
+        replaced.insert(root, fused_node(&nodes, g, &redirect));
+    }
+    let mut out = Vec::with_capacity(graph.len());
+    for item in &items {
+        match item {
+            Item::Raw(raw) => out.extend_from_slice(raw),
+            Item::Node(i, raw, nb) => {
+                if dropped.contains(i) {
+                    continue;
+                }
+                if let Some(n) = replaced.get(i) {
+                    n.encode(&mut out);
+                    continue;
+                }
+                let inputs = &nodes[*i].inputs;
+                let waits_on_interior = inputs.iter().any(|x| {
+                    x.strip_prefix('^')
+                        .is_some_and(|n| redirect.contains_key(n))
+                });
+                if waits_on_interior {
+                    out.extend_from_slice(&with_inputs(nb, &redirected(inputs, &redirect))?);
+                } else {
+                    out.extend_from_slice(raw);
+                }
+            }
+        }
+    }
+    tracing::debug!(
+        "fusion: {} groups of {} nodes",
+        groups.len(),
+        groups.iter().map(|g| g.members.len()).sum::<usize>()
+    );
+    Ok(Some(out))
+}
+
+/// The names of the nodes the optimizer must keep (fetches, feeds, kept ops).
+///
+/// # Safety
+/// `item` is the grappler item TensorFlow passed to the optimizer.
+pub(crate) unsafe fn nodes_to_preserve(
+    item: *const sys::TF_GrapplerItem,
+) -> Result<HashSet<String>> {
+    let st = Status::new();
+    let (mut n, mut size) = (0, 0usize);
+    // SAFETY: valid item and status (the caller's contract).
+    unsafe { sys::TF_GetNodesToPreserveListSize(item, &mut n, &mut size, st.0) };
+    st.check("nodes to preserve")?;
+    let n = n.max(0) as usize;
+    let mut values: Vec<*mut c_char> = vec![std::ptr::null_mut(); n];
+    let mut lengths = vec![0usize; n];
+    let mut storage = vec![0u8; size.max(1)];
+    // SAFETY: arrays of the sizes TensorFlow asked for.
+    unsafe {
+        sys::TF_GetNodesToPreserveList(
+            item,
+            values.as_mut_ptr(),
+            lengths.as_mut_ptr(),
+            n as i32,
+            storage.as_mut_ptr() as *mut _,
+            storage.len(),
+            st.0,
+        )
+    };
+    st.check("nodes to preserve")?;
+    Ok(values
+        .iter()
+        .zip(&lengths)
+        .map(|(&p, &l)| {
+            // SAFETY: each value points at `l` bytes inside `storage`.
+            let b = unsafe { std::slice::from_raw_parts(p as *const u8, l) };
+            String::from_utf8_lossy(b).into_owned()
+        })
+        .collect())
+}
+
+/// Shape function of the fused op: the input that every other input broadcasts to, when one
+/// does (the usual case: a tensor and scalars, a bias, or tensors of one shape); else unknown.
+unsafe extern "C" fn shape_fn(
+    ctx: *mut sys::TF_ShapeInferenceContext,
+    status: *mut sys::TF_Status,
+) {
+    // SAFETY: TensorFlow passes a valid context and status for the call.
+    unsafe {
+        let n = sys::TF_ShapeInferenceContextNumInputs(ctx).max(0) as i32;
+        let st = Status::new();
+        let handles: Vec<*mut sys::TF_ShapeHandle> =
+            (0..n).map(|_| sys::TF_NewShapeHandle()).collect();
+        let mut dims: Vec<Option<Vec<Option<i64>>>> = vec![];
+        for (i, &h) in handles.iter().enumerate() {
+            sys::TF_ShapeInferenceContextGetInput(ctx, i as i32, h, st.0);
+            if st.check("input shape").is_err()
+                || sys::TF_ShapeInferenceContextRankKnown(ctx, h) == 0
+            {
+                dims.push(None);
+                continue;
+            }
+            let rank = sys::TF_ShapeInferenceContextRank(ctx, h);
+            let d = sys::TF_NewDimensionHandle();
+            let v = (0..rank)
+                .map(|k| {
+                    sys::TF_ShapeInferenceContextDim(ctx, h, k, d);
+                    (sys::TF_DimensionHandleValueKnown(d) != 0)
+                        .then(|| sys::TF_DimensionHandleValue(d))
+                })
+                .collect();
+            sys::TF_DeleteDimensionHandle(d);
+            dims.push(Some(v));
+        }
+        match dominant(&dims) {
+            Some(k) => sys::TF_ShapeInferenceContextSetOutput(ctx, 0, handles[k], status),
+            None => sys::TF_ShapeInferenceContextSetUnknownShape(ctx, status),
+        }
+        for h in handles {
+            sys::TF_DeleteShapeHandle(h);
+        }
+    }
+}
+
+/// The input every other input broadcasts to (dims: `None` for an unknown rank, inner `None`
+/// for an unknown dimension), if there is one for every value the unknown dims may take.
+fn dominant(shapes: &[Option<Vec<Option<i64>>>]) -> Option<usize> {
+    let known: Vec<&Vec<Option<i64>>> = shapes.iter().map(|s| s.as_ref()).collect::<Option<_>>()?;
+    'candidates: for (c, sc) in known.iter().enumerate() {
+        for (i, si) in known.iter().enumerate() {
+            if i == c {
+                continue;
+            }
+            if si.len() > sc.len() {
+                continue 'candidates;
+            }
+            let pad = sc.len() - si.len();
+            for (k, di) in si.iter().enumerate() {
+                let ok = match (sc[k + pad], *di) {
+                    (None, _) => true,
+                    (Some(1), d) => d == Some(1),
+                    (Some(x), d) => d.is_none_or(|d| d == 1 || d == x),
+                };
+                if !ok {
+                    continue 'candidates;
+                }
+            }
+        }
+        return Some(c);
+    }
+    None
+}
+
+/// Registers `_TfwgpuFusedElementwise` with TensorFlow (before any graph is optimized).
+pub fn register_op() {
+    let st = Status::new();
+    let c = |s: &str| CString::new(s).expect("no NUL");
+    let (name, input, output, t, n, program) = (
+        c(OP),
+        c("x: N * T"),
+        c("y: T"),
+        c("T: {float, half}"),
+        c("N: int >= 1"),
+        c("program: string"),
+    );
+    // SAFETY: plain calls into TensorFlow's op registration API with valid strings (copied by
+    // the builder); the builder is consumed by TF_RegisterOpDefinition.
+    unsafe {
+        let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
+        sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
+        sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
+        sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(shape_fn));
+        sys::TF_RegisterOpDefinition(b, st.0);
+    }
+    match st.check("registering the fused op") {
+        Ok(()) => REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed),
+        Err(e) => tracing::warn!("{OP} not registered, fusion is off: {e}"),
+    }
+}
+
+/// Whether the fused op is registered (the pass runs only then).
+pub static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+mod tests {
+    use super::super::{type_attr, varint};
+    use super::*;
+
+    const GPU: &str = "/job:localhost/replica:0/task:0/device:GPU:0";
+    const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+    fn node(name: &str, op: &str, inputs: &[&str], device: &str, t: u64) -> Node {
+        Node {
+            name: name.into(),
+            op: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            device: device.into(),
+            attrs: vec![("T".into(), type_attr(t))],
+        }
+    }
+
+    fn graph(nodes: &[Node]) -> Vec<u8> {
+        let mut g = vec![];
+        for n in nodes {
+            n.encode(&mut g);
+        }
+        g
+    }
+
+    fn parse(g: &[u8]) -> Vec<Node> {
+        let mut r = Reader::new(g);
+        let mut nodes = vec![];
+        while let Some((1, Field::Bytes(b))) = r.next().unwrap() {
+            nodes.push(Node::parse(b).unwrap());
+        }
+        nodes
+    }
+
+    fn fused(nodes: &[Node], preserve: &[&str]) -> Option<Vec<Node>> {
+        let keep = preserve.iter().map(|s| s.to_string()).collect();
+        fuse(&graph(nodes), &keep).unwrap().map(|g| parse(&g))
+    }
+
+    fn program(n: &Node) -> String {
+        String::from_utf8(attr_str(n.attr("program").unwrap()).unwrap().to_vec()).unwrap()
+    }
+
+    /// Keras Adam's update of one variable after the rewrite of AssignSub: read m, v, var;
+    /// var - m * alpha / (sqrt(v) + eps).
+    fn adam_var() -> Vec<Node> {
+        vec![
+            node("m", "ReadVariableOp", &["m_h"], GPU, 1),
+            node("mul", "Mul", &["m", "alpha"], GPU, 1),
+            node("sqrt", "Sqrt", &["v:0"], GPU, 1),
+            node("add", "AddV2", &["sqrt", "eps"], GPU, 1),
+            node("div", "RealDiv", &["mul", "add"], GPU, 1),
+            node("sub", "Sub", &["read_var", "div", "^ctl"], GPU, 1),
+            node("assign", "AssignVariableOp", &["var_h", "sub"], GPU, 1),
+        ]
+    }
+
+    #[test]
+    fn a_tree_of_elementwise_nodes_becomes_one_node() {
+        let out = fused(&adam_var(), &[]).expect("fused");
+        let ops: Vec<_> = out
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("m", "ReadVariableOp"),
+                ("sub", OP),
+                ("assign", "AssignVariableOp")
+            ]
+        );
+        let f = &out[1];
+        assert_eq!(f.inputs, ["m", "alpha", "v:0", "eps", "read_var", "^ctl"]);
+        assert_eq!(f.device, GPU);
+        assert_eq!(
+            program(f),
+            "Mul(i0,i1);Sqrt(i2);AddV2(t1,i3);RealDiv(t0,t2);Sub(i4,t3)"
+        );
+        assert_eq!(f.attr("T"), Some(type_attr(1).as_slice()));
+        assert_eq!(f.attr("N"), Some(int_attr(5).as_slice()));
+        // The program is one the runtime accepts.
+        fused::Program::parse(&program(f), 5).unwrap();
+        // Nothing more to fuse.
+        assert!(fused(&out, &[]).is_none());
+    }
+
+    #[test]
+    fn shared_inputs_are_one_input() {
+        // m + (g - m) * b: m read once, used twice.
+        let nodes = vec![
+            node("sub", "Sub", &["g", "m"], GPU, 1),
+            node("mul", "Mul", &["sub", "b"], GPU, 1),
+            node("add", "AddV2", &["m:0", "mul"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].inputs, ["g", "m", "b"]);
+        assert_eq!(program(&out[0]), "Sub(i0,i1);Mul(t0,i2);AddV2(i1,t1)");
+    }
+
+    #[test]
+    fn what_must_not_fuse() {
+        let chain = |dev2: &str, t2: u64| {
+            vec![
+                node("a", "Mul", &["x", "y"], GPU, 1),
+                node("b", "Relu", &["a"], dev2, t2),
+            ]
+        };
+        // Another device, another dtype.
+        assert!(fused(&chain(CPU, 1), &[]).is_none());
+        assert!(fused(&chain(GPU, 19), &[]).is_none());
+        // Half fuses with half.
+        let mut h = chain(GPU, 19);
+        h[0].attrs = vec![("T".into(), type_attr(19))];
+        assert!(fused(&h, &[]).is_some());
+        // int32 / double are not fusible.
+        let mut i = chain(GPU, 3);
+        i[0].attrs = vec![("T".into(), type_attr(3))];
+        assert!(fused(&i, &[]).is_none());
+        // Interior node with two consumers.
+        let mut two = chain(GPU, 1);
+        two.push(node("c", "Exp", &["a"], GPU, 1));
+        let out = fused(&two, &[]);
+        assert!(out.is_none(), "a has two consumers");
+        // Interior node fetched (to preserve).
+        assert!(fused(&chain(GPU, 1), &["a"]).is_none());
+
+        // The root may be preserved (it keeps its name) and control-depended on.
+        let mut root = chain(GPU, 1);
+        root.push(node("n", "NoOp", &["^b"], GPU, 1));
+        let out = fused(&root, &["b"]).unwrap();
+        assert_eq!(out[0].name, "b");
+        assert_eq!(out[1].inputs, ["^b"]);
+        // Non-elementwise ops, NCHW BiasAdd.
+        let mm = vec![
+            node("a", "MatMul", &["x", "y"], GPU, 1),
+            node("b", "Relu", &["a"], GPU, 1),
+        ];
+        assert!(fused(&mm, &[]).is_none());
+        let mut nchw = vec![
+            node("a", "BiasAdd", &["x", "bias"], GPU, 1),
+            node("b", "Relu", &["a"], GPU, 1),
+        ];
+        nchw[0].attrs.push(("data_format".into(), str_attr("NCHW")));
+        assert!(fused(&nchw, &[]).is_none());
+        nchw[0].attrs[1] = ("data_format".into(), str_attr("NHWC"));
+        let out = fused(&nchw, &[]).unwrap();
+        assert_eq!(program(&out[0]), "BiasAdd(i0,i1);Relu(t0)");
+    }
+
+    #[test]
+    fn control_edges_from_interior_members_wait_for_their_inputs() {
+        // The AssignAdd rewrite: the read waits for the delta (^d), whose producer chain is
+        // fused into the add that consumes the read.
+        let mut read = node("r", "ReadVariableOp", &["v_h", "^d", "^prev"], GPU, 1);
+        read.attrs.push(("_extra".into(), int_attr(7)));
+        let nodes = vec![
+            node("s", "Sub", &["g", "m", "^c0"], GPU, 1),
+            node("d", "Mul", &["s", "b:1"], GPU, 1),
+            read,
+            node("add", "AddV2", &["r", "d"], GPU, 1),
+            node("n", "NoOp", &["^s", "^add"], CPU, 1),
+        ];
+        let out = fused(&nodes, &[]).unwrap();
+        let ops: Vec<_> = out
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(ops, [("r", "ReadVariableOp"), ("add", OP), ("n", "NoOp")]);
+        // ^d -> d's inputs (s expanded to g, m and its control input c0; b).
+        assert_eq!(out[0].inputs, ["v_h", "^g", "^m", "^c0", "^b", "^prev"]);
+        assert_eq!(out[0].attr("_extra"), Some(int_attr(7).as_slice()));
+        assert_eq!(out[1].inputs, ["g", "m", "b:1", "r", "^c0"]);
+        assert_eq!(program(&out[1]), "Sub(i0,i1);Mul(t0,i2);AddV2(i3,t1)");
+        assert_eq!(out[2].inputs, ["^g", "^m", "^c0", "^add"]);
+    }
+
+    #[test]
+    fn groups_stay_within_the_input_limit() {
+        // A sum of 10 distinct tensors: ((x0 + x1) + x2) + ... : groups of at most 7 inputs.
+        let mut nodes = vec![node("s1", "AddV2", &["x0", "x1"], GPU, 1)];
+        for k in 2..10 {
+            let prev = format!("s{}", k - 1);
+            let x = format!("x{k}");
+            nodes.push(node(&format!("s{k}"), "AddV2", &[&prev, &x], GPU, 1));
+        }
+        let out = fused(&nodes, &[]).unwrap();
+        let f: Vec<_> = out.iter().filter(|n| n.op == OP).collect();
+        assert_eq!(
+            f.len(),
+            2,
+            "{:?}",
+            out.iter().map(|n| &n.name).collect::<Vec<_>>()
+        );
+        let mut total = 0;
+        for n in &f {
+            let inputs = n.inputs.len();
+            assert!(inputs <= MAX_INPUTS);
+            let p = program(n);
+            fused::Program::parse(&p, inputs).unwrap();
+            total += p.split(';').count();
+        }
+        assert_eq!(total, 9, "every node in exactly one group");
+        assert_eq!(out.last().unwrap().name, "s9");
+    }
+
+    #[test]
+    fn shape_function_picks_the_input_others_broadcast_to() {
+        let s = |d: &[i64]| Some(d.iter().map(|&x| (x >= 0).then_some(x)).collect::<Vec<_>>());
+        assert_eq!(dominant(&[s(&[3]), s(&[-1, 3]), s(&[])]), Some(1));
+        assert_eq!(dominant(&[s(&[4, 1]), s(&[3])]), None);
+        assert_eq!(dominant(&[s(&[5, 3]), s(&[-1])]), Some(0));
+        assert_eq!(dominant(&[s(&[1]), s(&[-1])]), Some(1));
+        assert_eq!(dominant(&[s(&[2]), None]), None);
+    }
+
+    #[test]
+    fn other_graph_fields_and_untouched_nodes_are_kept_byte_for_byte() {
+        let mut g = graph(&adam_var());
+        bytes_field(4, b"\x08\x01", &mut g);
+        let out = fuse(&g, &HashSet::new()).unwrap().unwrap();
+        assert!(out.ends_with(&{
+            let mut v = vec![];
+            bytes_field(4, b"\x08\x01", &mut v);
+            v
+        }));
+        let mut first = vec![];
+        adam_var()[0].encode(&mut first);
+        assert!(out.starts_with(&first));
+    }
+
+    #[test]
+    fn encodes_string_attrs() {
+        let mut v = vec![];
+        varint(2 << 3 | 2, &mut v);
+        varint(3, &mut v);
+        v.extend_from_slice(b"abc");
+        assert_eq!(str_attr("abc"), v);
+    }
+}

@@ -1,0 +1,835 @@
+//! Fused elementwise family: `_TfwgpuFusedElementwise`, one kernel for a group of elementwise
+//! ops that the plugin's graph pass (crates/plugin/src/graph/fusion.rs) found chained on one
+//! device, so that a chain of k ops costs one dispatch and one pass over memory instead of k.
+//!
+//! Attributes: `T` (f32 or f16), `N` (the number of inputs, at most [`MAX_INPUTS`]) and
+//! `program`, the group as instructions separated by `;`, each `Op(arg,arg)` with a TensorFlow
+//! op name ([`FUSIBLE`]) and arguments `iK` (input K) or `tK` (the result of instruction K,
+//! an earlier one); the last instruction's result is the output, and every other instruction's
+//! result is used by a later one. Example, Adam's update of a variable:
+//! `Mul(i0,i1);Sqrt(i2);AddV2(t1,i3);RealDiv(t0,t2);Sub(i4,t3)`.
+//!
+//! Shapes: each instruction broadcasts its operands as the op does in TensorFlow (NumPy
+//! broadcasting for the binary ops; BiasAdd: a value of rank >= 2 and a bias of its last
+//! dimension's size), so the output has the op's shape and every input broadcasts to it. The
+//! shader computes each output element once, reading every input at its broadcast offset
+//! (dimensions merged as the elementwise family does; at most 8 after merging).
+//!
+//! Numerics: the bodies are the elementwise family's expressions (its f32 math functions,
+//! Maximum/Minimum on integer keys with NaN propagation, Relu(NaN) = NaN, f16 computed in f32),
+//! and every instruction's result is rounded to the dtype (f16) and passed through an
+//! integer XOR with a zero the compiler cannot see, so no product is contracted with a later
+//! sum into an FMA, or otherwise reassociated, across instructions: the result is bit for bit
+//! what the unfused kernels give on the same driver.
+//!
+//! The pipeline key names the program (op names and argument wiring) and whether the
+//! broadcast is flat; shapes and strides travel in the params.
+
+use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{
+    COMMON_WGSL, MATH_WGSL, bind_out, fmt_shape, load_expr, rt_expr, store_stmt, words_for,
+};
+use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
+
+/// TensorFlow's name of the fused op (registered by the plugin).
+pub const OP: &str = "_TfwgpuFusedElementwise";
+
+/// The elementwise family's f32 pow (needs `opaque`).
+const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
+
+/// Most inputs of one fused node: with the output, 8 storage bindings, the least every
+/// WebGPU adapter offers per shader stage.
+pub const MAX_INPUTS: usize = 7;
+
+/// Most instructions of one program.
+pub const MAX_INSTRUCTIONS: usize = 64;
+
+/// Most dimensions of the broadcast after merging.
+const MAX_RANK: usize = 8;
+
+const DTYPES: &[DType] = &[DType::F32, DType::F16];
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[OpDef {
+    op: OP,
+    type_attr: "T",
+    dtypes: DTYPES,
+    host_inputs: &[],
+    factory: Fused::build,
+}];
+
+/// The operations a program may hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FusedOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Maximum,
+    Minimum,
+    SquaredDifference,
+    Pow,
+    /// value + bias over the last axis.
+    BiasAdd,
+    Neg,
+    Abs,
+    Relu,
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Square,
+    Tanh,
+    Sigmoid,
+    Reciprocal,
+    Softplus,
+    Log1p,
+    Expm1,
+}
+
+/// The TensorFlow ops a program may hold (float `T`; BiasAdd with `data_format` NHWC).
+pub const FUSIBLE: &[(&str, FusedOp)] = &[
+    ("AddV2", FusedOp::Add),
+    ("Add", FusedOp::Add),
+    ("Sub", FusedOp::Sub),
+    ("Mul", FusedOp::Mul),
+    ("RealDiv", FusedOp::Div),
+    ("Div", FusedOp::Div),
+    ("Maximum", FusedOp::Maximum),
+    ("Minimum", FusedOp::Minimum),
+    ("SquaredDifference", FusedOp::SquaredDifference),
+    ("Pow", FusedOp::Pow),
+    ("BiasAdd", FusedOp::BiasAdd),
+    ("Neg", FusedOp::Neg),
+    ("Abs", FusedOp::Abs),
+    ("Relu", FusedOp::Relu),
+    ("Exp", FusedOp::Exp),
+    ("Log", FusedOp::Log),
+    ("Sqrt", FusedOp::Sqrt),
+    ("Rsqrt", FusedOp::Rsqrt),
+    ("Square", FusedOp::Square),
+    ("Tanh", FusedOp::Tanh),
+    ("Sigmoid", FusedOp::Sigmoid),
+    ("Reciprocal", FusedOp::Reciprocal),
+    ("Softplus", FusedOp::Softplus),
+    ("Log1p", FusedOp::Log1p),
+    ("Expm1", FusedOp::Expm1),
+];
+
+/// The number of inputs of a fusible TensorFlow op; `None` for an op programs cannot hold.
+pub fn fusible_arity(tf_op: &str) -> Option<usize> {
+    FUSIBLE
+        .iter()
+        .find(|(n, _)| *n == tf_op)
+        .map(|(_, op)| op.arity())
+}
+
+/// Whether programs handle `dtype`.
+pub fn fusible_dtype(dtype: DType) -> bool {
+    DTYPES.contains(&dtype)
+}
+
+impl FusedOp {
+    pub fn arity(self) -> usize {
+        use FusedOp::*;
+        match self {
+            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd => 2,
+            _ => 1,
+        }
+    }
+
+    /// The body of `fn opK(x: f32[, y: f32]) -> f32`, as the elementwise family computes
+    /// the op (`rt` rounds an intermediate result to the dtype where Eigen's half does).
+    fn wgsl(self) -> &'static str {
+        use FusedOp::*;
+        match self {
+            Add | BiasAdd => "    return x + y;",
+            Sub => "    return x - y;",
+            Mul => "    return x * y;",
+            Div => "    return x / y;",
+            Maximum => {
+                "    if is_nan(x) {
+        return x;
+    }
+    if is_nan(y) {
+        return y;
+    }
+    return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(x, y)));"
+            }
+            Minimum => {
+                "    if is_nan(x) {
+        return x;
+    }
+    if is_nan(y) {
+        return y;
+    }
+    return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(y, x)));"
+            }
+            SquaredDifference => "    let d = rt(x - y);\n    return d * d;",
+            Pow => "    return pow_f32(x, y);",
+            Neg => "    return bitcast<f32>(bitcast<u32>(x) ^ 0x80000000u);",
+            Abs => "    return bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu);",
+            Relu => "    return relu_f32(x);",
+            Exp => "    return exp_f32(x);",
+            Log => "    return log_f32(x);",
+            Sqrt => "    return sqrt_f32(x);",
+            Rsqrt => "    return rsqrt_f32(x);",
+            Square => "    return x * x;",
+            Tanh => "    return tanh_f32(x);",
+            Sigmoid => "    return sigmoid_f32(x);",
+            Reciprocal => "    return 1.0 / x;",
+            Softplus => "    return softplus_f32(x);",
+            Log1p => "    return log1p_f32(x);",
+            Expm1 => "    return expm1_f32(x);",
+        }
+    }
+}
+
+/// An instruction's argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arg {
+    Input(usize),
+    Temp(usize),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instr {
+    /// TensorFlow's op name (for messages).
+    pub name: &'static str,
+    pub op: FusedOp,
+    pub args: Vec<Arg>,
+}
+
+/// A parsed, validated program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    pub inputs: usize,
+    pub instrs: Vec<Instr>,
+}
+
+impl Program {
+    /// Parses and validates `text` for `inputs` inputs.
+    pub fn parse(text: &str, inputs: usize) -> Result<Program> {
+        if inputs == 0 || inputs > MAX_INPUTS {
+            bail_invalid!("{OP}: N = {inputs}; 1 to {MAX_INPUTS} inputs are supported");
+        }
+        let mut instrs: Vec<Instr> = vec![];
+        for (k, part) in text.split(';').enumerate() {
+            let bad =
+                || invalid_arg!("{OP}: instruction {k} of the program is malformed: {part:?}");
+            let (name, rest) = part.split_once('(').ok_or_else(bad)?;
+            let args = rest.strip_suffix(')').ok_or_else(bad)?;
+            let (name, op) = FUSIBLE
+                .iter()
+                .find(|(n, _)| *n == name)
+                .copied()
+                .ok_or_else(|| invalid_arg!("{OP}: instruction {k}: no fusible op {name:?}"))?;
+            let args: Vec<Arg> = args
+                .split(',')
+                .map(|a| {
+                    let (kind, idx) = a.split_at_checked(1).ok_or_else(bad)?;
+                    let idx: usize = idx.parse().map_err(|_| bad())?;
+                    match kind {
+                        "i" if idx < inputs => Ok(Arg::Input(idx)),
+                        "t" if idx < k => Ok(Arg::Temp(idx)),
+                        _ => Err(invalid_arg!(
+                            "{OP}: instruction {k} ({name}) refers to {a}, which is not an \
+                             input or an earlier result"
+                        )),
+                    }
+                })
+                .collect::<Result<_>>()?;
+            if args.len() != op.arity() {
+                bail_invalid!(
+                    "{OP}: instruction {k}: {name} takes {} arguments, got {}",
+                    op.arity(),
+                    args.len()
+                );
+            }
+            instrs.push(Instr { name, op, args });
+        }
+        if instrs.len() > MAX_INSTRUCTIONS {
+            bail_invalid!(
+                "{OP}: {} instructions; at most {MAX_INSTRUCTIONS} are supported",
+                instrs.len()
+            );
+        }
+        let last = instrs.len() - 1;
+        for k in 0..last {
+            let used = instrs[k + 1..]
+                .iter()
+                .any(|i| i.args.contains(&Arg::Temp(k)));
+            if !used {
+                bail_invalid!("{OP}: the result of instruction {k} is never used");
+            }
+        }
+        Ok(Program { inputs, instrs })
+    }
+
+    /// The program's text (what `parse` reads).
+    pub fn text(&self) -> String {
+        let parts: Vec<String> = self
+            .instrs
+            .iter()
+            .map(|i| {
+                let args: Vec<String> = i
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Input(k) => format!("i{k}"),
+                        Arg::Temp(k) => format!("t{k}"),
+                    })
+                    .collect();
+                format!("{}({})", i.name, args.join(","))
+            })
+            .collect();
+        parts.join(";")
+    }
+
+    /// The output shape for inputs of `shapes`: each instruction's shape as its op defines
+    /// it; errors name the instruction's op and the shapes.
+    pub fn output_shape(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let mut temps: Vec<Vec<usize>> = Vec::with_capacity(self.instrs.len());
+        for (k, ins) in self.instrs.iter().enumerate() {
+            let shape_of = |a: &Arg| -> Vec<usize> {
+                match *a {
+                    Arg::Input(i) => shapes[i].to_vec(),
+                    Arg::Temp(t) => temps[t].clone(),
+                }
+            };
+            let s = match ins.op {
+                FusedOp::BiasAdd => {
+                    let (v, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
+                    if v.len() < 2 {
+                        bail_invalid!(
+                            "{OP}: instruction {k}: BiasAdd: Input tensor must be at least 2D: \
+                             {}",
+                            fmt_shape(&v)
+                        );
+                    }
+                    if b.len() != 1 || b[0] != v[v.len() - 1] {
+                        bail_invalid!(
+                            "{OP}: instruction {k}: BiasAdd: Must provide as many biases as the \
+                             last dimension of the input tensor: {} vs. {}",
+                            fmt_shape(&b),
+                            fmt_shape(&v)
+                        );
+                    }
+                    v
+                }
+                _ if ins.args.len() == 2 => {
+                    let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
+                    broadcast2(&a, &b).ok_or_else(|| {
+                        invalid_arg!(
+                            "{OP}: instruction {k}: {}: incompatible shapes {} and {}",
+                            ins.name,
+                            fmt_shape(&a),
+                            fmt_shape(&b)
+                        )
+                    })?
+                }
+                _ => shape_of(&ins.args[0]),
+            };
+            temps.push(s);
+        }
+        Ok(temps.pop().expect("a program has an instruction"))
+    }
+
+    /// Which instructions compute a single value (all their operands are one-element inputs
+    /// or such instructions) when the output has more than one element; the shader computes
+    /// those once per workgroup instead of once per element (Adam's bias corrections, two
+    /// `Pow` per variable, would otherwise run for every element of the variable).
+    pub fn uniform_instrs(&self, shapes: &[&[usize]], out_elements: usize) -> Vec<bool> {
+        let mut uniform: Vec<bool> = Vec::with_capacity(self.instrs.len());
+        for ins in &self.instrs {
+            let u = out_elements > 1
+                && ins.args.iter().all(|a| match *a {
+                    Arg::Input(i) => shapes[i].iter().product::<usize>() == 1,
+                    Arg::Temp(t) => uniform[t],
+                });
+            uniform.push(u);
+        }
+        uniform
+    }
+
+    /// The WGSL of the program: `flat` when every input is read at `e * stride`; `uniform`
+    /// instructions (see `uniform_instrs`) computed by one invocation per workgroup into
+    /// workgroup memory.
+    fn shader(&self, dtype: DType, flat: bool, uniform: &[bool]) -> String {
+        let n = self.inputs;
+        let mut s = String::new();
+        s.push_str(&format!(
+            "struct Params {{
+    row: u32,
+    n: u32,
+    rank: u32,
+    words: u32,
+    // 0 at run time: see `fence`.
+    zero: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+    // Merged output dims, and each input's element strides along them (input k's at
+    // st[2k], st[2k + 1]; 0 on broadcast dims).
+    shape: array<vec4<u32>, 2>,
+    st: array<vec4<u32>, {}>,
+}};
+@group(0) @binding(0) var<uniform> p: Params;
+",
+            2 * n
+        ));
+        for k in 0..n {
+            s.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read_write> in{k}: array<u32>;\n",
+                k + 1
+            ));
+        }
+        s.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read_write> out: array<u32>;\n",
+            n + 1
+        ));
+        s.push_str(LINEAR_INDEX);
+        s.push_str(COMMON_WGSL);
+        s.push_str(MATH_WGSL);
+        s.push_str(&format!(
+            "
+fn rt(v: f32) -> f32 {{
+    return {};
+}}
+
+// An instruction's result as a kernel of its own stores it: rounded to the dtype, and opaque
+// to the compiler, which can then neither contract it into an FMA with a later instruction
+// nor reassociate across instructions.
+fn fence(v: f32) -> f32 {{
+    return bitcast<f32>(bitcast<u32>(rt(v)) ^ p.zero);
+}}
+",
+            rt_expr(dtype)
+        ));
+        if self.instrs.iter().any(|i| i.op == FusedOp::Pow) {
+            // v, in a way the compiler cannot simplify (as the elementwise family's).
+            s.push_str("fn opaque(v: f32) -> f32 {\n    return bitcast<f32>(bitcast<u32>(v) ^ p.zero);\n}\n");
+            s.push_str(POW_WGSL);
+        }
+        for k in 0..n {
+            s.push_str(&format!(
+                "fn ld{k}(i: u32) -> f32 {{\n    return {};\n}}\n",
+                load_expr(dtype, &format!("in{k}"))
+            ));
+        }
+        for (k, ins) in self.instrs.iter().enumerate() {
+            let params = if ins.op.arity() == 2 {
+                "x: f32, y: f32"
+            } else {
+                "x: f32"
+            };
+            s.push_str(&format!(
+                "fn op{k}({params}) -> f32 {{\n{}\n}}\n",
+                ins.op.wgsl()
+            ));
+        }
+        s.push_str("fn elem(e: u32) -> f32 {\n");
+        if flat {
+            for k in 0..n {
+                s.push_str(&format!("    let o{k} = e * p.st[{}].x;\n", 2 * k));
+            }
+        } else {
+            s.push_str("    var rem = e;\n");
+            for k in 0..n {
+                s.push_str(&format!("    var o{k} = 0u;\n"));
+            }
+            s.push_str(
+                "    for (var d = p.rank; d > 1u; d = d - 1u) {
+        let k = d - 1u;
+        let dim = p.shape[k / 4u][k % 4u];
+        let c = rem % dim;
+        rem = rem / dim;
+",
+            );
+            for k in 0..n {
+                s.push_str(&format!(
+                    "        o{k} = o{k} + c * p.st[{} + k / 4u][k % 4u];\n",
+                    2 * k
+                ));
+            }
+            s.push_str("    }\n");
+            for k in 0..n {
+                s.push_str(&format!("    o{k} = o{k} + rem * p.st[{}].x;\n", 2 * k));
+            }
+        }
+        // The inputs each kind of instruction reads.
+        let reads = |want: bool| -> Vec<bool> {
+            let mut r = vec![false; n];
+            for (ins, &u) in self.instrs.iter().zip(uniform) {
+                for a in &ins.args {
+                    if let (Arg::Input(i), true) = (*a, u == want) {
+                        r[i] = true;
+                    }
+                }
+            }
+            r
+        };
+        let body = |s: &mut String, want: bool| {
+            for (k, ins) in self.instrs.iter().enumerate() {
+                if uniform[k] != want {
+                    continue;
+                }
+                let args: Vec<String> = ins
+                    .args
+                    .iter()
+                    .map(|a| match a {
+                        Arg::Input(i) => format!("x{i}"),
+                        Arg::Temp(t) => format!("t{t}"),
+                    })
+                    .collect();
+                s.push_str(&format!(
+                    "    let t{k} = fence(op{k}({}));\n",
+                    args.join(", ")
+                ));
+            }
+        };
+        for (k, &r) in reads(false).iter().enumerate() {
+            if r {
+                s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
+            }
+        }
+        for (k, &u) in uniform.iter().enumerate() {
+            if u {
+                s.push_str(&format!("    let t{k} = wg[{k}];\n"));
+            }
+        }
+        body(&mut s, false);
+        s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
+        let any_uniform = uniform.iter().any(|&u| u);
+        if any_uniform {
+            s.push_str(&format!(
+                "var<workgroup> wg: array<f32, {}>;\nfn uniform_values() {{\n",
+                self.instrs.len()
+            ));
+            for (k, &r) in reads(true).iter().enumerate() {
+                if r {
+                    s.push_str(&format!("    let x{k} = ld{k}(0u);\n"));
+                }
+            }
+            body(&mut s, true);
+            for (k, &u) in uniform.iter().enumerate() {
+                if u {
+                    s.push_str(&format!("    wg[{k}] = t{k};\n"));
+                }
+            }
+            s.push_str("}\n");
+        }
+        let prologue = if any_uniform {
+            "    if lid == 0u {
+        uniform_values();
+    }
+    workgroupBarrier();
+"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "
+@compute @workgroup_size({WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+{prologue}    let w = linear_index(gid);
+    if w >= p.words {{
+        return;
+    }}
+{}
+}}
+",
+            store_stmt(dtype)
+        ));
+        s
+    }
+}
+
+/// NumPy broadcast of two shapes.
+fn broadcast2(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], d: usize| {
+        let pad = rank - s.len();
+        if d < pad { 1 } else { s[d - pad] }
+    };
+    (0..rank)
+        .map(|d| {
+            let (x, y) = (dim(a, d), dim(b, d));
+            if x == y || y == 1 {
+                Some(x)
+            } else if x == 1 {
+                Some(y)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The reads of inputs broadcast to `out`: merged dimensions (size-1 dimensions dropped,
+/// adjacent dimensions merged where every input steps over them contiguously or not at all)
+/// and each input's element strides along them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reads {
+    pub dims: Vec<usize>,
+    pub strides: Vec<Vec<usize>>,
+}
+
+impl Reads {
+    /// `None` when an input does not broadcast to `out`.
+    pub fn of(out: &[usize], inputs: &[&[usize]]) -> Option<Reads> {
+        let rank = out.len();
+        let mut full: Vec<Vec<usize>> = vec![];
+        for s in inputs {
+            if s.len() > rank {
+                return None;
+            }
+            let pad = rank - s.len();
+            let mut st = vec![0; rank];
+            let mut acc = 1;
+            for d in (0..rank).rev() {
+                let n = if d < pad { 1 } else { s[d - pad] };
+                if n != 1 && n != out[d] {
+                    return None;
+                }
+                st[d] = if n == 1 { 0 } else { acc };
+                acc *= n;
+            }
+            full.push(st);
+        }
+        let mut dims: Vec<usize> = vec![];
+        let mut strides: Vec<Vec<usize>> = vec![vec![]; inputs.len()];
+        for d in 0..rank {
+            let n = out[d];
+            if n == 1 {
+                continue;
+            }
+            let mergeable = !dims.is_empty()
+                && strides
+                    .iter()
+                    .zip(&full)
+                    .all(|(st, f)| *st.last().expect("same length") == f[d] * n);
+            if mergeable {
+                *dims.last_mut().expect("nonempty") *= n;
+                for (st, f) in strides.iter_mut().zip(&full) {
+                    *st.last_mut().expect("nonempty") = f[d];
+                }
+                continue;
+            }
+            dims.push(n);
+            for (st, f) in strides.iter_mut().zip(&full) {
+                st.push(f[d]);
+            }
+        }
+        Some(Reads { dims, strides })
+    }
+}
+
+/// Input indices 0..MAX_INPUTS, for `forwardable_inputs`.
+const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6];
+
+/// One fused node's kernel.
+pub struct Fused {
+    program: Program,
+    dtype: DType,
+    /// The program's text, for the pipeline key.
+    text: String,
+}
+
+impl Fused {
+    pub fn build(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        let dtype = attrs.dtype("T")?;
+        if !fusible_dtype(dtype) {
+            return Err(Error::Unimplemented(format!(
+                "{OP} has no tfwgpu kernel for T={dtype}"
+            )));
+        }
+        let n = attrs.int_or("N", -1)?;
+        if n < 1 {
+            bail_invalid!("{OP}: attribute N missing or not positive ({n})");
+        }
+        let text = match attrs.get("program") {
+            Some(crate::AttrValue::Str(s)) => s.clone(),
+            _ => bail_invalid!("{OP}: string attribute program missing"),
+        };
+        let program = Program::parse(&text, n as usize)?;
+        Ok(Box::new(Fused {
+            text: program.text(),
+            program,
+            dtype,
+        }))
+    }
+
+    fn check(&self, inputs: &[Operand]) -> Result<Vec<usize>> {
+        if inputs.len() != self.program.inputs {
+            bail_invalid!(
+                "{OP} takes {} inputs, got {}",
+                self.program.inputs,
+                inputs.len()
+            );
+        }
+        for (k, i) in inputs.iter().enumerate() {
+            if i.dtype() != self.dtype {
+                bail_invalid!("{OP}: input {k} is {} but T is {}", i.dtype(), self.dtype);
+            }
+        }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
+        let out = self.program.output_shape(&shapes)?;
+        words_for(OP, self.dtype, out.iter().product())?;
+        Ok(out)
+    }
+}
+
+impl Kernel for Fused {
+    fn op(&self) -> &'static str {
+        OP
+    }
+
+    /// An input of the output's shape is read at the output's element index only, by the
+    /// invocation that writes that element's word, before it writes.
+    fn forwardable_inputs(&self) -> &'static [usize] {
+        &INDICES[..self.program.inputs]
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        let out = self.check(inputs)?;
+        Ok(vec![TensorDesc::new(self.dtype, &out)])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let shape = self.check(inputs)?;
+        let out = &outputs[0];
+        if out.desc != TensorDesc::new(self.dtype, &shape) {
+            bail_invalid!(
+                "{OP}: output is {} {} but the program computes {} {}",
+                out.desc.dtype,
+                fmt_shape(&out.desc.shape),
+                self.dtype,
+                fmt_shape(&shape)
+            );
+        }
+        let n: usize = shape.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
+        let reads = Reads::of(&shape, &shapes).ok_or_else(|| {
+            invalid_arg!(
+                "{OP}: an input does not broadcast to the output {}",
+                fmt_shape(&shape)
+            )
+        })?;
+        if reads.dims.len() > MAX_RANK {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: the broadcast to {} needs {} dimensions after merging; at most \
+                 {MAX_RANK} are supported",
+                fmt_shape(&shape),
+                reads.dims.len()
+            )));
+        }
+        let bindings_needed = self.program.inputs as u32 + 1;
+        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
+                ctx.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
+        let mut binds = Vec::with_capacity(inputs.len() + 1);
+        for (k, i) in inputs.iter().enumerate() {
+            binds.push(ctx.bind(i.device(OP, k)?)?);
+        }
+        binds.push(bind_out(ctx, OP, out)?);
+        let flat = reads.dims.len() <= 1;
+        let uniform = self.program.uniform_instrs(&shapes, n);
+        let mut variant = format!("{}/{}", self.text, if flat { "flat" } else { "bcast" });
+        if uniform.iter().any(|&u| u) {
+            variant.push_str("/uniform:");
+            variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
+        }
+        let key = PipelineKey::new("fused", Some(self.dtype), variant);
+        let pipeline = ctx.pipeline(key, || {
+            ShaderSource::new(self.program.shader(self.dtype, flat, &uniform))
+        })?;
+        let words = words_for(OP, self.dtype, n)?;
+        let (groups, row) = grid_1d(words as u64, WG);
+        let mut w = vec![row, n as u32, reads.dims.len() as u32, words, 0, 0, 0, 0];
+        let mut a8 = [0u32; MAX_RANK];
+        for (dst, &src) in a8.iter_mut().zip(&reads.dims) {
+            *dst = src as u32;
+        }
+        w.extend_from_slice(&a8);
+        for st in &reads.strides {
+            let mut a8 = [0u32; MAX_RANK];
+            for (dst, &src) in a8.iter_mut().zip(st) {
+                *dst = src as u32;
+            }
+            w.extend_from_slice(&a8);
+        }
+        ctx.dispatch(&pipeline, &params(&w), &binds, groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_parse_and_print() {
+        let text = "Mul(i0,i1);Sqrt(i2);AddV2(t1,i3);RealDiv(t0,t2);Sub(i4,t3)";
+        let p = Program::parse(text, 5).unwrap();
+        assert_eq!(p.instrs.len(), 5);
+        assert_eq!(p.instrs[3].args, vec![Arg::Temp(0), Arg::Temp(2)]);
+        assert_eq!(p.text(), text);
+        for (bad, n) in [
+            ("Mul(i0,i1)", 1),            // input out of range
+            ("Mul(i0,t0)", 2),            // a temp not yet computed
+            ("Sqrt(i0,i1)", 2),           // arity
+            ("Foo(i0)", 1),               // unknown op
+            ("Sqrt(i0);Exp(i0)", 1),      // t0 unused
+            ("Sqrt(i0", 1),               // malformed
+            ("Sqrt(x0)", 1),              // malformed argument
+            ("Sqrt(i0)", 0),              // no inputs
+            ("Sqrt(i0)", MAX_INPUTS + 1), // too many inputs
+        ] {
+            assert!(Program::parse(bad, n).is_err(), "{bad} with {n} inputs");
+        }
+    }
+
+    #[test]
+    fn shapes_follow_each_op() {
+        let p = Program::parse("BiasAdd(i0,i1);Relu(t0)", 2).unwrap();
+        assert_eq!(p.output_shape(&[&[4, 3], &[3]]).unwrap(), vec![4, 3]);
+        let e = p.output_shape(&[&[4, 3], &[4]]).unwrap_err().to_string();
+        assert!(e.contains("BiasAdd"), "{e}");
+        assert!(
+            p.output_shape(&[&[3], &[3]]).is_err(),
+            "BiasAdd needs rank 2"
+        );
+        let p = Program::parse("AddV2(i0,i1);Mul(t0,i2)", 3).unwrap();
+        assert_eq!(p.output_shape(&[&[3, 1], &[1], &[4]]).unwrap(), vec![3, 4]);
+        let e = p
+            .output_shape(&[&[2, 3], &[4], &[]])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("AddV2: incompatible shapes [2,3] and [4]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn reads_merge_dimensions() {
+        let r = Reads::of(&[2, 3, 4], &[&[2, 3, 4], &[4], &[]]).unwrap();
+        assert_eq!(r.dims, vec![6, 4]);
+        assert_eq!(r.strides, vec![vec![4, 1], vec![0, 1], vec![0, 0]]);
+        let r = Reads::of(&[5, 7], &[&[5, 7], &[5, 7]]).unwrap();
+        assert_eq!((r.dims, r.strides), (vec![35], vec![vec![1], vec![1]]));
+        let r = Reads::of(&[3, 1, 4], &[&[3, 1, 1], &[4]]).unwrap();
+        assert_eq!(r.dims, vec![3, 4]);
+        assert_eq!(r.strides, vec![vec![1, 0], vec![0, 1]]);
+        assert!(Reads::of(&[3, 4], &[&[2, 4]]).is_none());
+        assert!(Reads::of(&[4], &[&[2, 4]]).is_none());
+    }
+}

@@ -1,0 +1,436 @@
+//! The fused elementwise kernel (`_TfwgpuFusedElementwise`): each program against the same ops
+//! run one kernel at a time on the device (bit for bit: the fused kernel promises the unfused
+//! kernels' results) and against a CPU reference evaluated per output element.
+
+mod common;
+
+use common::*;
+use tfwgpu_runtime::kernels::fused::{Arg as PArg, FusedOp, OP, Program};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, Tensor, f16};
+
+fn fused_attrs(program: &str, n: usize, dtype: DType) -> Attrs {
+    Attrs::new()
+        .with("T", AttrValue::Type(dtype))
+        .with("N", AttrValue::Int(n as i64))
+        .with("program", AttrValue::Str(program.into()))
+}
+
+/// Runs the program fused.
+fn run_fused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
+    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
+    let mut out = dev()
+        .run(OP, &fused_attrs(program, inputs.len(), dtype), &args)
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    out.remove(0)
+}
+
+/// Runs the program one op (one kernel) at a time.
+fn run_unfused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
+    let p = Program::parse(program, inputs.len()).unwrap();
+    let attrs = Attrs::new().with("T", AttrValue::Type(dtype));
+    let mut temps: Vec<Tensor> = vec![];
+    for ins in &p.instrs {
+        let args: Vec<Arg> = ins
+            .args
+            .iter()
+            .map(|a| match *a {
+                PArg::Input(i) => Arg::from(inputs[i]),
+                PArg::Temp(t) => Arg::from(&temps[t]),
+            })
+            .collect();
+        let mut out = dev().run(ins.name, &attrs, &args).unwrap();
+        temps.push(out.remove(0));
+    }
+    temps.pop().unwrap()
+}
+
+/// The value of one op on the CPU (f64 for the transcendental functions, rounded once).
+fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
+    use FusedOp::*;
+    let f = |g: fn(f64) -> f64| g(x as f64) as f32;
+    match op {
+        Add | BiasAdd => x + y,
+        Sub => x - y,
+        Mul => x * y,
+        Div => x / y,
+        Maximum => {
+            if x.is_nan() || y.is_nan() {
+                f32::NAN
+            } else if x < y {
+                y
+            } else {
+                x
+            }
+        }
+        Minimum => {
+            if x.is_nan() || y.is_nan() {
+                f32::NAN
+            } else if y < x {
+                y
+            } else {
+                x
+            }
+        }
+        SquaredDifference => (x - y) * (x - y),
+        Pow => (x as f64).powf(y as f64) as f32,
+        Neg => -x,
+        Abs => x.abs(),
+        Relu => {
+            if x.is_nan() {
+                x
+            } else {
+                x.max(0.0)
+            }
+        }
+        Exp => f(f64::exp),
+        Log => f(f64::ln),
+        Sqrt => f(f64::sqrt),
+        Rsqrt => f(|v| 1.0 / v.sqrt()),
+        Square => x * x,
+        Tanh => f(f64::tanh),
+        Sigmoid => f(|v| 1.0 / (1.0 + (-v).exp())),
+        Reciprocal => 1.0 / x,
+        Softplus => f(|v| v.exp().ln_1p()),
+        Log1p => f(f64::ln_1p),
+        Expm1 => f(f64::exp_m1),
+    }
+}
+
+/// The program on the CPU: each output element computed from the inputs read at its
+/// broadcast coordinates (NumPy rules, aligned on the right).
+fn cpu_program(program: &str, inputs: &[(&[f32], &[usize])], out_shape: &[usize]) -> Vec<f32> {
+    let p = Program::parse(program, inputs.len()).unwrap();
+    let n: usize = out_shape.iter().product();
+    let rank = out_shape.len();
+    (0..n)
+        .map(|e| {
+            let mut coord = vec![0; rank];
+            let mut rem = e;
+            for d in (0..rank).rev() {
+                coord[d] = rem % out_shape[d];
+                rem /= out_shape[d];
+            }
+            let x: Vec<f32> = inputs
+                .iter()
+                .map(|(data, shape)| {
+                    let pad = rank - shape.len();
+                    let mut off = 0;
+                    for (d, &s) in shape.iter().enumerate() {
+                        let c = if s == 1 { 0 } else { coord[d + pad] };
+                        off = off * s + c;
+                    }
+                    data[off]
+                })
+                .collect();
+            let mut t: Vec<f32> = vec![];
+            for ins in &p.instrs {
+                let v = |a: &PArg| match *a {
+                    PArg::Input(i) => x[i],
+                    PArg::Temp(k) => t[k],
+                };
+                let a = v(&ins.args[0]);
+                let b = ins.args.get(1).map_or(0.0, v);
+                t.push(cpu_op(ins.op, a, b));
+            }
+            *t.last().unwrap()
+        })
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Checks `program` on f32 inputs of `shapes` (values from `ranges`): equal bits to the
+/// unfused kernels, and within `rtol` of the CPU (0 for the exact ops).
+fn check_f32(program: &str, shapes: &[&[usize]], ranges: &[(f32, f32)], rtol: f32, seed: u64) {
+    let mut r = rng(seed);
+    let data: Vec<Vec<f32>> = shapes
+        .iter()
+        .zip(ranges)
+        .map(|(s, &(lo, hi))| rand_f32(&mut r, s.iter().product(), lo, hi))
+        .collect();
+    let tensors: Vec<Tensor> = data
+        .iter()
+        .zip(shapes)
+        .map(|(d, s)| dev().upload(d, s).unwrap())
+        .collect();
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let fused = run_fused(program, &refs, DType::F32);
+    let unfused = run_unfused(program, &refs, DType::F32);
+    assert_eq!(fused.shape(), unfused.shape(), "{program}: shape");
+    let (got, want_dev) = (
+        fused.download::<f32>().unwrap(),
+        unfused.download::<f32>().unwrap(),
+    );
+    assert_eq!(
+        bits(&got),
+        bits(&want_dev),
+        "{program} {shapes:?}: fused differs from the unfused kernels"
+    );
+    let ins: Vec<(&[f32], &[usize])> = data
+        .iter()
+        .zip(shapes)
+        .map(|(d, s)| (d.as_slice(), *s))
+        .collect();
+    let want = cpu_program(program, &ins, fused.shape());
+    assert_close(&got, &want, rtol, 0.0, &format!("{program} {shapes:?}"));
+}
+
+/// Keras Adam's update of a variable (after the moment updates): var - m * alpha / (sqrt(v)
+/// + eps), with the scalars alpha and eps.
+const ADAM_VAR: &str = "Mul(i0,i1);Sqrt(i2);AddV2(t1,i3);RealDiv(t0,t2);Sub(i4,t3)";
+/// Adam's first moment: m + (g - m) * (1 - beta1), m given twice as Keras reads it twice.
+const ADAM_M: &str = "Sub(i0,i1);Mul(t0,i2);AddV2(i1,t1)";
+
+#[test]
+fn adam_update_matches_the_unfused_ops_at_awkward_sizes() {
+    for (k, n) in [1usize, 7, 129, 1000, 4099].into_iter().enumerate() {
+        // Division and sqrt: a few ULP each on Vulkan; five ops in a chain.
+        check_f32(
+            ADAM_VAR,
+            &[&[n], &[], &[n], &[], &[n]],
+            &[
+                (-0.1, 0.1),
+                (0.001, 0.01),
+                (0.0, 0.01),
+                (1e-7, 2e-7),
+                (-1.0, 1.0),
+            ],
+            2e-6,
+            k as u64,
+        );
+        check_f32(
+            ADAM_M,
+            &[&[n], &[n], &[]],
+            &[(-1.0, 1.0), (-0.1, 0.1), (0.05, 0.15)],
+            0.0,
+            100 + k as u64,
+        );
+    }
+}
+
+/// Keras Adam's step as the pass fuses it (from the mlp trace): the scalar bias correction
+/// alpha = lr * sqrt(1 - b2p) / (1 - b1p) computed once per workgroup, then m * alpha /
+/// (sqrt(v) + eps).
+const ADAM_STEP: &str = "Sub(i0,i1);Sqrt(t0);Mul(i2,t1);Sub(i0,i3);RealDiv(t2,t3);Mul(i4,t4);Sqrt(i5);AddV2(i6,t6);RealDiv(t5,t7)";
+
+#[test]
+fn scalar_subexpressions_computed_once_per_workgroup() {
+    let p = Program::parse(ADAM_STEP, 7).unwrap();
+    let scalars: [&[usize]; 4] = [&[], &[], &[1], &[]];
+    let shapes = [
+        scalars[0],
+        scalars[1],
+        scalars[2],
+        scalars[3],
+        &[9][..],
+        &[9][..],
+        &[],
+    ];
+    assert_eq!(
+        p.uniform_instrs(&shapes, 9),
+        [true, true, true, true, true, false, false, false, false]
+    );
+    assert!(
+        p.uniform_instrs(&[&[], &[], &[], &[], &[], &[], &[]], 1)
+            .iter()
+            .all(|u| !u)
+    );
+    for (k, n) in [1usize, 7, 300, 4099].into_iter().enumerate() {
+        check_f32(
+            ADAM_STEP,
+            &[&[], &[], &[1], &[], &[n], &[n], &[]],
+            &[
+                (1.0, 1.0001),
+                (0.9, 0.999),
+                (0.001, 0.01),
+                (0.5, 0.9),
+                (-0.1, 0.1),
+                (0.0, 0.01),
+                (1e-7, 2e-7),
+            ],
+            2e-6,
+            200 + k as u64,
+        );
+    }
+}
+
+#[test]
+fn broadcasting_inputs() {
+    // Bias over the last axis, then an activation; rank 3 and rank 2 with an awkward width.
+    check_f32(
+        "BiasAdd(i0,i1);Relu(t0)",
+        &[&[3, 5, 129], &[129]],
+        &[(-1.0, 1.0), (-1.0, 1.0)],
+        0.0,
+        1,
+    );
+    check_f32(
+        "BiasAdd(i0,i1);Relu(t0)",
+        &[&[64, 10], &[10]],
+        &[(-1.0, 1.0), (-1.0, 1.0)],
+        0.0,
+        2,
+    );
+    // General NumPy broadcasting: the output grows along the chain ([3,1] -> [3,4] -> [2,3,4]).
+    check_f32(
+        "AddV2(i0,i1);Mul(t0,i2);Maximum(t1,i3)",
+        &[&[3, 1], &[4], &[2, 1, 1], &[]],
+        &[(-1.0, 1.0), (-1.0, 1.0), (-2.0, 2.0), (-0.5, 0.5)],
+        0.0,
+        3,
+    );
+    // Middle-axis broadcast (a [1,C,1] input), and both sides broadcast in one op.
+    check_f32(
+        "Sub(i0,i1);Square(t0);Minimum(t1,i2)",
+        &[&[4, 1, 9], &[1, 6, 1], &[4, 6, 9]],
+        &[(-1.0, 1.0), (-1.0, 1.0), (0.0, 1.0)],
+        0.0,
+        4,
+    );
+    // A chain on one scalar input with another input broadcast to it.
+    check_f32(
+        "Neg(i0);Mul(t0,i1);Abs(t1)",
+        &[&[], &[2, 3, 5]],
+        &[(-1.0, 1.0), (-1.0, 1.0)],
+        0.0,
+        5,
+    );
+}
+
+#[test]
+fn transcendental_chains_are_bit_identical_to_the_unfused_kernels() {
+    // Each function as the elementwise family computes it (a few ULP against the CPU).
+    let cases: &[(&str, &[(f32, f32)])] = &[
+        ("Exp(i0);Log(t0);Tanh(t1)", &[(-3.0, 3.0)]),
+        ("Sigmoid(i0);Mul(t0,i1)", &[(-8.0, 8.0), (-1.0, 1.0)]),
+        ("Softplus(i0);Rsqrt(t0);Reciprocal(t1)", &[(-5.0, 5.0)]),
+        (
+            "Log1p(i0);Expm1(t0);SquaredDifference(t1,i1)",
+            &[(0.0, 2.0), (-1.0, -0.1)],
+        ),
+    ];
+    for (k, (program, ranges)) in cases.iter().enumerate() {
+        let shapes: Vec<&[usize]> = vec![&[257]; ranges.len()];
+        check_f32(program, &shapes, ranges, 1e-5, 10 + k as u64);
+    }
+}
+
+#[test]
+fn nan_propagates_as_in_tensorflow() {
+    let nan = f32::NAN;
+    let x = [nan, 1.0, -2.0, 0.5, -0.0, nan, 3.0];
+    let y = [0.0, nan, 5.0, -1.0, 0.0, nan, -3.0];
+    let (a, b) = (
+        dev().upload(&x, &[7]).unwrap(),
+        dev().upload(&y, &[7]).unwrap(),
+    );
+    for program in [
+        "Maximum(i0,i1);Relu(t0)",
+        "Minimum(i0,i1);Neg(t0)",
+        "Relu(i0);Maximum(t0,i1)",
+    ] {
+        let fused = run_fused(program, &[&a, &b], DType::F32)
+            .download::<f32>()
+            .unwrap();
+        let unfused = run_unfused(program, &[&a, &b], DType::F32)
+            .download::<f32>()
+            .unwrap();
+        assert_eq!(bits(&fused), bits(&unfused), "{program}");
+        let want = cpu_program(program, &[(&x, &[7]), (&y, &[7])], &[7]);
+        assert_close(&fused, &want, 0.0, 0.0, program);
+    }
+}
+
+#[test]
+fn f16_rounds_after_every_op_like_the_unfused_kernels() {
+    let mut r = rng(7);
+    let n = 131;
+    let (x, y) = (
+        rand_f32(&mut r, n, -4.0, 4.0),
+        rand_f32(&mut r, 9, 0.1, 2.0),
+    );
+    let h = |v: &[f32]| v.iter().map(|&f| f16::from_f32(f)).collect::<Vec<_>>();
+    let a = dev().upload(&h(&x), &[n]).unwrap();
+    let b = dev().upload(&h(&y[..1]), &[]).unwrap();
+    for program in [
+        "Mul(i0,i1);Exp(t0);AddV2(t1,i1);Sqrt(t2)",
+        "SquaredDifference(i0,i1);RealDiv(t0,i1);Sigmoid(t1)",
+        // Scalar instructions computed once per workgroup, rounded to half as well.
+        "Sqrt(i1);Exp(t0);Mul(i0,t1);Sigmoid(t2)",
+    ] {
+        let fused = run_fused(program, &[&a, &b], DType::F16);
+        let unfused = run_unfused(program, &[&a, &b], DType::F16);
+        let (g, w) = (
+            fused.download::<f16>().unwrap(),
+            unfused.download::<f16>().unwrap(),
+        );
+        let gb: Vec<u16> = g.iter().map(|v| v.to_bits()).collect();
+        let wb: Vec<u16> = w.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(gb, wb, "{program}");
+    }
+}
+
+#[test]
+fn empty_and_one_element_tensors() {
+    let a = dev().upload::<f32>(&[], &[0, 3]).unwrap();
+    let b = dev().upload(&[2.0f32], &[]).unwrap();
+    let out = run_fused("Mul(i0,i1);Relu(t0)", &[&a, &b], DType::F32);
+    assert_eq!(out.shape(), &[0, 3]);
+    let c = dev().upload(&[-3.0f32], &[1, 1]).unwrap();
+    let out = run_fused("Mul(i0,i1);Neg(t0)", &[&c, &b], DType::F32);
+    assert_eq!(out.shape(), &[1, 1]);
+    assert_eq!(out.download::<f32>().unwrap(), vec![6.0]);
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let a = dev().upload(&[1.0f32; 6], &[2, 3]).unwrap();
+    let b = dev().upload(&[1.0f32; 4], &[4]).unwrap();
+    let args = [Arg::from(&a), Arg::from(&b)];
+    let e = dev()
+        .run(
+            OP,
+            &fused_attrs("AddV2(i0,i1);Relu(t0)", 2, DType::F32),
+            &args,
+        )
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(
+        e.contains("AddV2: incompatible shapes [2,3] and [4]"),
+        "{e}"
+    );
+    let i = HostTensor::new(&[1i32, 2], &[2]).unwrap();
+    let ti = dev().upload_host(&i).unwrap();
+    let e = dev()
+        .run(
+            OP,
+            &fused_attrs("AddV2(i0,i1);Relu(t0)", 2, DType::F32),
+            &[Arg::from(&a), Arg::from(&ti)],
+        )
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(e.contains("input 1 is int32"), "{e}");
+    // int32 programs have no kernel; a wrong N is an error.
+    assert!(
+        dev()
+            .run(
+                OP,
+                &fused_attrs("Neg(i0);Abs(t0)", 1, DType::I32),
+                &[Arg::from(&ti)]
+            )
+            .is_err()
+    );
+    assert!(
+        dev()
+            .run(
+                OP,
+                &fused_attrs("Neg(i0);Abs(t0)", 2, DType::F32),
+                &[Arg::from(&a)]
+            )
+            .is_err()
+    );
+}

@@ -1,0 +1,176 @@
+"""Elementwise fusion (the plugin's graph pass, crates/plugin/src/graph/fusion.rs): chains of
+elementwise ops on GPU:0 inside tf.function run as one `_TfwgpuFusedElementwise` kernel, with
+TensorFlow's results; `TFWGPU_FUSION=0` (read each time a graph is optimized) turns it off.
+
+Tolerances: against the CPU, additions, subtractions, multiplications, BiasAdd, Relu and
+Maximum are exact; division and square root on the GPU are within a few ulp (WGSL allows
+2.5 ulp for division), the transcendental functions within a few ulp (the elementwise
+family's own code): rtol 1e-6 / 2e-6 where they occur. Fused against unfused (Keras fit): the fused kernel computes every op
+as the unfused kernels do, rounding after each (no FMA contraction across ops), so equal
+graphs give equal bits; but grappler's arithmetic optimizer runs on the unfused graph after
+the plugin's pass (e.g. x / sqrt(y) -> x * rsqrt(y)) and not inside a fused node, so the two
+runs may differ by an ulp per step in the updates: rtol 1e-5 on losses after a few steps.
+"""
+import os
+
+import numpy as np
+import pytest
+
+from conftest import on_gpu
+
+FUSED = "_TfwgpuFusedElementwise"
+
+
+def _stats():
+    import tensorflow_wgpu
+
+    return tensorflow_wgpu.stats()["gpu_ops"]
+
+
+def _delta(before, after):
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+class _Fusion:
+    """Sets TFWGPU_FUSION for the graphs optimized inside the block."""
+
+    def __init__(self, on):
+        self.on = on
+
+    def __enter__(self):
+        self.old = os.environ.get("TFWGPU_FUSION")
+        os.environ["TFWGPU_FUSION"] = "1" if self.on else "0"
+
+    def __exit__(self, *exc):
+        if self.old is None:
+            del os.environ["TFWGPU_FUSION"]
+        else:
+            os.environ["TFWGPU_FUSION"] = self.old
+
+
+def _chain(tf):
+    def f(x, b, m, v, g, lr):
+        h = tf.nn.relu(tf.nn.bias_add(x, b))
+        m1 = m + (g - m) * 0.1
+        v1 = v + (tf.square(g) - v) * 0.001
+        upd = x - (m1 * lr) / (tf.sqrt(v1) + 1e-7)
+        return tf.maximum(h, upd), m1, tf.exp(tf.tanh(v1) * -2.0)
+
+    return f
+
+
+def _inputs(tf, shape=(7, 129)):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal(shape[-1:]).astype(np.float32)
+    m = (0.1 * rng.standard_normal(shape)).astype(np.float32)
+    v = rng.uniform(0, 0.01, shape).astype(np.float32)
+    g = rng.standard_normal(shape).astype(np.float32)
+    return [x, b, m, v, g, np.float32(0.01)]
+
+
+@pytest.mark.parametrize("shape", [(7, 129), (1, 3), (2, 5, 33)])
+def test_chain_matches_cpu_and_runs_fused(tf, shape):
+    args = _inputs(tf, shape)
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in tf.function(_chain(tf))(*[tf.constant(a) for a in args])]
+    with _Fusion(True), tf.device("/GPU:0"):
+        ins = [tf.constant(a) for a in args]
+        f = tf.function(_chain(tf))
+        f(*ins)  # traced and optimized
+        before = _stats()
+        got = f(*ins)
+        d = _delta(before, _stats())
+    assert all(on_gpu(t) for t in got)
+    # Four groups: m1 (returned and used by upd), v1 (used by sqrt and tanh), max(h, upd) and
+    # exp(tanh(v1) * -2); no elementwise op left to run alone.
+    assert d.get(FUSED) == 4, d
+    for op in ("AddV2", "Sub", "Mul", "RealDiv", "Sqrt", "Square", "Relu", "BiasAdd", "Maximum", "Exp", "Tanh"):
+        assert op not in d, (op, d)
+    np.testing.assert_allclose(got[1].numpy(), want[1], rtol=0, atol=0)
+    np.testing.assert_allclose(got[0].numpy(), want[0], rtol=2e-6, atol=0)
+    np.testing.assert_allclose(got[2].numpy(), want[2], rtol=1e-6, atol=0)
+
+
+def test_fusion_off_runs_each_op(tf):
+    args = _inputs(tf)
+    with _Fusion(False), tf.device("/GPU:0"):
+        ins = [tf.constant(a) for a in args]
+        f = tf.function(_chain(tf))
+        f(*ins)
+        before = _stats()
+        off = f(*ins)
+        d = _delta(before, _stats())
+    assert FUSED not in d, d
+    assert d.get("Mul", 0) >= 3 and d.get("Sqrt") == 1, d
+    with _Fusion(True), tf.device("/GPU:0"):
+        on = tf.function(_chain(tf))(*ins)
+    # Equal graphs but for grappler's rewrites of the unfused ops (module docstring).
+    for a, b in zip(on, off):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=2e-6, atol=0)
+
+
+def test_fetched_and_shared_intermediates_are_kept(tf):
+    """An intermediate result that is also returned, or used twice, stays a node of its own."""
+
+    def f(x, y):
+        a = x * y
+        b = tf.exp(a)
+        return b + a, tf.sqrt(b) - 1.0
+
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (5, 9)).astype(np.float32)
+    y = rng.uniform(-1, 1, (9,)).astype(np.float32)
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in tf.function(f)(x, y)]
+    with _Fusion(True), tf.device("/GPU:0"):
+        g = tf.function(f)
+        g(tf.constant(x), tf.constant(y))
+        before = _stats()
+        got = g(tf.constant(x), tf.constant(y))
+        d = _delta(before, _stats())
+    # a (Mul) and b (Exp) each have two consumers: 4 kernels, (Sqrt, Sub) fused.
+    assert d.get("Mul") == 1 and d.get("Exp") == 1 and d.get(FUSED) == 1, d
+    # exp and sqrt are a few ulp off the CPU's; sqrt(b) - 1 and b + a cancel near 0: an
+    # absolute error of a few ulp of 1.
+    for gt, w in zip(got, want):
+        np.testing.assert_allclose(gt.numpy(), w, rtol=1e-6, atol=4e-7)
+
+
+def _fit(tf, fused, steps=6):
+    import keras
+
+    with _Fusion(fused):
+        keras.utils.set_random_seed(3)
+        rng = np.random.default_rng(4)
+        x = rng.standard_normal((96, 12)).astype(np.float32)
+        y = rng.integers(0, 4, (96,)).astype(np.int32)
+        with tf.device("/GPU:0"):
+            model = keras.Sequential(
+                [
+                    keras.Input((12,)),
+                    keras.layers.Dense(16, activation="relu"),
+                    keras.layers.Dense(16, activation="tanh"),
+                    keras.layers.Dense(4),
+                ]
+            )
+            model.compile(
+                optimizer=keras.optimizers.Adam(0.01),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            before = _stats()
+            hist = model.fit(x, y, batch_size=16, epochs=steps // 6 + 1, shuffle=False, verbose=0)
+            d = _delta(before, _stats())
+    return np.array(hist.history["loss"]), [w.numpy() for w in model.weights], d
+
+
+def test_keras_fit_with_adam_matches_unfused(tf):
+    loss_on, w_on, d_on = _fit(tf, True)
+    loss_off, w_off, d_off = _fit(tf, False)
+    assert d_on.get(FUSED, 0) > 0 and FUSED not in d_off, (d_on, d_off)
+    calls_on, calls_off = sum(d_on.values()), sum(d_off.values())
+    # Adam's update and Dense's bias + activation: far fewer kernel calls.
+    assert calls_on < 0.7 * calls_off, (calls_on, calls_off)
+    np.testing.assert_allclose(loss_on, loss_off, rtol=1e-5)
+    for a, b in zip(w_on, w_off):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
