@@ -29,10 +29,13 @@ pub struct ExecConfig {
     /// host is GPU time lost (the start of a step after a host sync, a stretch of kernels the
     /// GPU runs faster than the host records them).
     pub idle_ops: usize,
-    /// See `idle_ops` (`TFWGPU_BATCH_IDLE_INFLIGHT`): 1 submits early only when the GPU is
-    /// idle; 2 (the default) also while it runs its last batch, so that the next one is
-    /// queued behind it instead of going out only after the host notices the GPU went idle
-    /// (the completion callbacks run on the poller thread, up to a nap later).
+    /// See `idle_ops` (`TFWGPU_BATCH_IDLE_INFLIGHT`): 1 (the default) submits early only when
+    /// the GPU is idle; 2 also while it runs its last batch, so that the next one is queued
+    /// behind it instead of going out only after the host notices the GPU went idle (the
+    /// completion callbacks run on the poller thread, up to a nap later). On the H200, 2 cut
+    /// the small models' steps but not ResNet-50's, whose many more submits cost more idle
+    /// time than they saved, in a noisy call (bench/RESULTS.md, 2026-11-30): 1 stays the
+    /// default until a quiet measurement says otherwise.
     pub idle_inflight: u64,
     /// Bind groups kept for reuse (`TFWGPU_BIND_GROUP_CACHE`, entries; 0: a new bind group
     /// for every dispatch). See [`ExecutionContext::dispatch`].
@@ -48,7 +51,7 @@ impl Default for ExecConfig {
             max_ops: 128,
             max_age: Duration::from_micros(500),
             idle_ops: 16,
-            idle_inflight: 2,
+            idle_inflight: 1,
             bind_group_cache: 16384,
             direct_upload_bytes: 1 << 20,
         }
