@@ -12,7 +12,7 @@ stage-tf)
 install-tf)
   mkdir -p /tmp/tfc && cp .tfc/p"$2"/* /tmp/tfc/
   source .tfc/install.sh
-  mkdir -p /tmp/data && cp -r .data/* /tmp/data/
+  if [ -d .data ]; then mkdir -p /tmp/data && cp -r .data/* /tmp/data/; fi
   python3 -c "import sys; sys.path.insert(0, '/tmp/site'); import tensorflow as tf; print(tf.__version__)" ;;
 run)
   source .gl/activate.sh

@@ -12,6 +12,22 @@ import time
 import numpy as np
 
 
+try:
+    import tensorflow_wgpu
+except ImportError:
+    tensorflow_wgpu = None
+
+
+def StepMarks(keras, label):
+    """Marks each step's start in a TFWGPU_TRACE trace (a no-op without TFWGPU_TRACE)."""
+
+    class Marks(keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            tensorflow_wgpu.trace_mark(label)
+
+    return Marks()
+
+
 def run(tf, keras, strategy, per_gpu_batch, steps):
     from tensorflow_wgpu.demo import build_model
 
@@ -26,9 +42,12 @@ def run(tf, keras, strategy, per_gpu_batch, steps):
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     # Warm-up: tracing, pipelines, allocator growth.
     model.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)
+    marks = [StepMarks(keras, f"{n}gpu")] if tensorflow_wgpu else []
     t0 = time.perf_counter()
-    h = model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+    h = model.fit(x, y, batch_size=batch, epochs=1, verbose=0, callbacks=marks)
     dt = time.perf_counter() - t0
+    if marks:
+        tensorflow_wgpu.trace_mark("end")
     return {"replicas": n, "global_batch": batch, "images_per_s": len(x) / dt, "loss": h.history["loss"][-1]}
 
 

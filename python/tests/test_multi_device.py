@@ -106,3 +106,58 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model):
     # same trend, not the same numbers.
     np.testing.assert_allclose(out["two"], out["one"], rtol=5e-2)
     assert out["two"][-1] < out["two"][0]
+
+
+def test_copies_between_devices_stay_ordered(tf):
+    """Copies between devices return before the data has moved (a copier thread finishes
+    them): work that consumes a copied tensor, and the source buffers being reused right after,
+    must still see every value in order. A chain that ping-pongs one tensor between the devices
+    with arithmetic on both sides, eagerly and inside one tf.function."""
+    out = run_two_devices(
+        """
+        import json
+        import numpy as np
+        import tensorflow as tf
+        rng = np.random.default_rng(5)
+        a = rng.standard_normal((257, 33)).astype(np.float32)
+
+        def step(x, i):
+            with tf.device("/GPU:1"):
+                x = tf.identity(x) * 2.0 + float(i)
+            with tf.device("/GPU:0"):
+                x = tf.identity(x) - 1.0
+            return x
+
+        want = a.copy()
+        for i in range(20):
+            want = want * 2.0 + i - 1.0
+            want = want / 4.0
+        res = {}
+        with tf.device("/GPU:0"):
+            x = tf.constant(a)
+        for i in range(20):
+            x = step(x, i)
+            with tf.device("/GPU:0"):
+                x = x * 0.25
+        res["eager"] = float(np.max(np.abs(x.numpy() - want)))
+
+        @tf.function
+        def f(x):
+            for i in range(20):
+                with tf.device("/GPU:1"):
+                    x = tf.identity(x) * 2.0 + float(i)
+                with tf.device("/GPU:0"):
+                    x = (tf.identity(x) - 1.0) * 0.25
+            return x
+
+        with tf.device("/GPU:0"):
+            y = f(tf.constant(a))
+        res["graph"] = float(np.max(np.abs(y.numpy() - want)))
+        res["scale"] = float(np.max(np.abs(want)))
+        print(json.dumps(res))
+        """
+    )
+    # Every step is exact in float32 up to one rounding per operation (x*2+i, -1, *0.25).
+    tol = 1e-6 * max(out["scale"], 1.0) * 20
+    assert out["eager"] <= tol, out
+    assert out["graph"] <= tol, out

@@ -3,6 +3,7 @@
 //! `TF_InitKernel` and the KernelWrapper are in [`kernels`]. The plugin holds no GPU logic:
 //! it translates between TensorFlow's C API and `tfwgpu-runtime`.
 
+mod crossdev;
 pub mod graph;
 pub mod kernels;
 pub mod nodedef;

@@ -13,6 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use tfwgpu_runtime::{Device, Error, Result, device_of_address};
 use tfwgpu_sys as sys;
 
+use crate::crossdev;
 use crate::status::{guard, quiet, set_error};
 
 fn dev(device: *const sys::SP_Device) -> Result<&'static Device> {
@@ -279,10 +280,18 @@ unsafe extern "C" fn get_stream_status(
     _: sys::SP_Stream,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dev(device)?.exec().check())
+    guard(status, (), || {
+        crossdev::status(ordinal(device))?;
+        dev(device)?.exec().check()
+    })
 }
 
-struct Event(AtomicU64);
+/// The batch that covers the work recorded before the event, and the position in the
+/// device's cross-device copies (see `crossdev`) issued before it.
+struct Event {
+    tag: AtomicU64,
+    copies: AtomicU64,
+}
 
 fn event<'a>(e: sys::SP_Event) -> Result<&'a Event> {
     // SAFETY: made by create_event.
@@ -297,7 +306,11 @@ unsafe extern "C" fn create_event(
 ) {
     guard(status, (), || {
         // SAFETY: valid out pointer.
-        unsafe { *ev = Box::into_raw(Box::new(Event(AtomicU64::new(0)))) as sys::SP_Event };
+        let e = Event {
+            tag: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+        };
+        unsafe { *ev = Box::into_raw(Box::new(e)) as sys::SP_Event };
         Ok(())
     })
 }
@@ -320,10 +333,22 @@ unsafe extern "C" fn get_event_status(
         if d.exec().check().is_err() {
             return sys::SE_EventStatus_SE_EVENT_ERROR;
         }
-        if d.exec().completed() >= e.0.load(Ordering::Acquire) {
-            sys::SE_EventStatus_SE_EVENT_COMPLETE
-        } else {
-            sys::SE_EventStatus_SE_EVENT_PENDING
+        let tag = e.tag.load(Ordering::Acquire);
+        let exec = d.exec();
+        if exec.completed() < tag {
+            // TensorFlow polls an event when something waits for it (a copy's done callback,
+            // a collective's next step): submit its batch now instead of when it ages out, and
+            // look for finished batches now instead of at the background poller's next round.
+            if exec.submitted() < tag && exec.flush().is_err() {
+                return sys::SE_EventStatus_SE_EVENT_ERROR;
+            }
+            exec.poll_completions();
+        }
+        let copies = crossdev::Mark(e.copies.load(Ordering::Acquire));
+        match crossdev::reached(ordinal(device), copies) {
+            Err(_) => sys::SE_EventStatus_SE_EVENT_ERROR,
+            Ok(true) if exec.completed() >= tag => sys::SE_EventStatus_SE_EVENT_COMPLETE,
+            Ok(_) => sys::SE_EventStatus_SE_EVENT_PENDING,
         }
     })
 }
@@ -336,7 +361,10 @@ unsafe extern "C" fn record_event(
 ) {
     guard(status, (), || {
         let d = dev(device)?;
-        event(ev)?.0.store(d.exec().tag(), Ordering::Release);
+        let e = event(ev)?;
+        e.copies
+            .store(crossdev::mark(ordinal(device)).0, Ordering::Release);
+        e.tag.store(d.exec().tag(), Ordering::Release);
         Ok(())
     })
 }
@@ -360,9 +388,10 @@ unsafe extern "C" fn block_host_for_event(
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_for_event");
         }
-        dev(device)?
-            .exec()
-            .wait(event(ev)?.0.load(Ordering::Acquire))
+        let e = event(ev)?;
+        let copies = crossdev::Mark(e.copies.load(Ordering::Acquire));
+        crossdev::wait(ordinal(device), copies)?;
+        dev(device)?.exec().wait(e.tag.load(Ordering::Acquire))
     })
 }
 
@@ -375,6 +404,7 @@ unsafe extern "C" fn block_host_until_done(
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_until_done");
         }
+        crossdev::wait_all(ordinal(device))?;
         dev(device)?.synchronize()
     })
 }
@@ -387,6 +417,7 @@ unsafe extern "C" fn synchronize_all_activity(
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
         }
+        crossdev::wait_all(ordinal(device))?;
         dev(device)?.synchronize()
     })
 }
@@ -469,7 +500,7 @@ unsafe extern "C" fn memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    unsafe { sync_memcpy_dtod(device, dst, src, size, status) }
+    guard(status, (), || dtod(device, dst, src, size, false))
 }
 
 unsafe extern "C" fn sync_memcpy_dtod(
@@ -479,32 +510,48 @@ unsafe extern "C" fn sync_memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || {
-        let (s, d) = (addr(src)?, addr(dst)?);
-        if crate::trace::on() && size > 0 {
-            let (from, to) = (device_of_address(s), device_of_address(d));
-            let cross = match (from, to) {
-                (Some(a), Some(b)) if a != b => Some(b as u32),
-                _ => None,
-            };
-            crate::trace::d2d(ordinal(device), s, d, size, cross);
-        }
-        match (device_of_address(s), device_of_address(d)) {
-            // Between two tfwgpu devices (TensorFlow issues these on either device's
-            // stream): wgpu offers no peer copies, so through host memory. The read waits
-            // for the source's queue; the write is ordered before later work on the target.
-            (Some(a), Some(b)) if a != b && size > 0 => {
-                let from = crate::device(a as i32)
-                    .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {a}")))?;
-                let to = crate::device(b as i32)
-                    .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {b}")))?;
+    guard(status, (), || dtod(device, dst, src, size, true))
+}
+
+/// A device-to-device copy issued on a stream of `device`. Within one device it is recorded on
+/// the queue. Between two tfwgpu devices (TensorFlow issues these on the sender's stream) it
+/// goes through host memory: `blocking` (the sync_ variant) waits for the source and records
+/// the write before returning; otherwise the copy continues on a copier thread and the
+/// stream's later events, callbacks and synchronizations wait for it (see `crossdev`).
+fn dtod(
+    device: *const sys::SP_Device,
+    dst: *mut sys::SP_DeviceMemoryBase,
+    src: *const sys::SP_DeviceMemoryBase,
+    size: u64,
+    blocking: bool,
+) -> Result<()> {
+    let (s, d) = (addr(src)?, addr(dst)?);
+    if crate::trace::on() && size > 0 {
+        let (from, to) = (device_of_address(s), device_of_address(d));
+        let cross = match (from, to) {
+            (Some(a), Some(b)) if a != b => Some(b as u32),
+            _ => None,
+        };
+        crate::trace::d2d(ordinal(device), s, d, size, cross);
+    }
+    match (device_of_address(s), device_of_address(d)) {
+        (Some(a), Some(b)) if a != b && size > 0 => {
+            let from = crate::device(a as i32)
+                .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {a}")))?;
+            let to = crate::device(b as i32)
+                .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {b}")))?;
+            crate::stats::d2d(size);
+            if blocking || crossdev::blocking() {
+                // Copies this stream issued before are recorded on their targets first.
+                crossdev::wait_all(ordinal(device))?;
                 let bytes = from.read(s, size as usize)?;
-                crate::stats::d2d(size);
                 to.write(d, &bytes)
+            } else {
+                crossdev::start(ordinal(device), from, s, to, d, size as usize)
             }
-            _ => dev(device)?.copy(s, d, size),
         }
-    })
+        _ => dev(device)?.copy(s, d, size),
+    }
 }
 
 unsafe extern "C" fn mem_zero(
@@ -564,6 +611,7 @@ unsafe extern "C" fn memset32(
 struct Callback {
     ordinal: i32,
     tag: u64,
+    copies: crossdev::Mark,
     f: unsafe extern "C" fn(*mut c_void, *mut sys::TF_Status),
     arg: *mut c_void,
 }
@@ -582,7 +630,8 @@ fn callback_queue() -> &'static Mutex<mpsc::Sender<Callback>> {
                         let st = crate::status::Status::new();
                         let r = crate::device(cb.ordinal)
                             .ok_or_else(|| Error::NoAdapter("device gone".into()))
-                            .and_then(|d| d.exec().wait(cb.tag));
+                            .and_then(|d| d.exec().wait(cb.tag))
+                            .and_then(|()| crossdev::wait(cb.ordinal, cb.copies));
                         match r {
                             Ok(()) => crate::status::set_ok(st.0),
                             Err(e) => set_error(st.0, &e),
@@ -611,6 +660,7 @@ unsafe extern "C" fn host_callback(
         let ordinal = unsafe { (*device).ordinal };
         let cb = Callback {
             ordinal,
+            copies: crossdev::mark(ordinal),
             tag: d.exec().tag(),
             f,
             arg,

@@ -9,7 +9,10 @@
 //! The first line is a header: `{"ev":"header","format":"tfwgpu-trace","version":1}`. Every
 //! other line has an `"ev"` key (what happened), `"seq"` (a counter: the order of events; lines
 //! may be written by several threads, but `seq` is taken under the writer's lock so lines are in
-//! `seq` order), and `"dev"` (the TensorFlow ordinal of the tfwgpu device). Addresses are the
+//! `seq` order), `"dev"` (the TensorFlow ordinal of the tfwgpu device), `"t_us"` (microseconds
+//! since the trace began, when the event was written: a kernel's event is written after it
+//! recorded its work) and `"thread"` (a small number per OS thread that wrote events), so host
+//! time between calls and the thread of each call can be read off the trace. Addresses are the
 //! runtime allocator's 64-bit addresses (as JSON integers); an address inside an allocation
 //! (an offset into it, as TensorFlow's BFC allocator hands out) belongs to the allocation whose
 //! `[addr, addr + size)` range holds it at that point of the stream.
@@ -56,6 +59,16 @@ use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, TensorDesc};
 struct Writer {
     out: BufWriter<File>,
     seq: u64,
+    start: std::time::Instant,
+}
+
+/// A small number per OS thread that emitted trace events (1, 2, ... in order of first use).
+fn thread_number() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    thread_local! {
+        static N: u64 = NEXT.fetch_add(1, Ordering::Relaxed);
+    }
+    N.with(|n| *n)
 }
 
 /// 0: not decided yet, 1: off, 2: on.
@@ -87,7 +100,11 @@ fn init() -> bool {
                 );
                 // SAFETY: registering a plain extern "C" function.
                 unsafe { libc::atexit(flush_at_exit) };
-                Some(Mutex::new(Writer { out, seq: 0 }))
+                Some(Mutex::new(Writer {
+                    out,
+                    seq: 0,
+                    start: std::time::Instant::now(),
+                }))
             }
             Err(e) => {
                 eprintln!(
@@ -123,6 +140,9 @@ fn emit(ev: &str, dev: i32, mut fields: Map<String, Value>) {
     fields.insert("ev".into(), ev.into());
     fields.insert("seq".into(), w.seq.into());
     fields.insert("dev".into(), dev.into());
+    let t = w.start.elapsed().as_secs_f64() * 1e6;
+    fields.insert("t_us".into(), ((t * 10.0).round() / 10.0).into());
+    fields.insert("thread".into(), thread_number().into());
     w.seq += 1;
     let line = Value::Object(fields).to_string();
     if writeln!(w.out, "{line}").is_err() && !FAILED.swap(true, Ordering::Relaxed) {

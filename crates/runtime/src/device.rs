@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use crate::adapter::{AdapterDescription, Selection, enumerate, new_instance, useful_feature_list};
 use crate::allocator::{Allocator, AllocatorStats};
-use crate::exec::{ExecConfig, ExecStats, ExecutionContext, env_parse};
+use crate::exec::{ExecConfig, ExecStats, ExecutionContext, PendingRead, env_parse};
 use crate::kernel::{Attrs, DeviceRef, KernelContext, Operand, Registry, TensorDesc};
 use crate::kernel_manager::{CacheStats, KernelManager};
 use crate::{DType, Element, Error, HostTensor, Result};
@@ -264,8 +264,19 @@ impl Device {
 
     /// Copies `len` bytes at `addr` back to the host, waiting for the work that produces them.
     pub fn read(&self, addr: u64, len: usize) -> Result<Vec<u8>> {
+        let pending = self.read_async(addr, len)?;
+        self.finish_read(pending, |bytes| bytes.to_vec())
+    }
+
+    /// Starts copying `len` bytes at `addr` back to the host without waiting: the copy is
+    /// ordered after the work recorded so far and submitted. Finish it with
+    /// [`Device::finish_read`].
+    pub fn read_async(&self, addr: u64, len: usize) -> Result<ReadInFlight> {
         if len == 0 {
-            return Ok(vec![]);
+            return Ok(ReadInFlight {
+                pending: PendingRead::empty(),
+                len: 0,
+            });
         }
         let r = self.inner.alloc.resolve(addr)?;
         if len as u64 > r.remaining {
@@ -278,12 +289,20 @@ impl Device {
                 "device-to-host copy from {addr:#x}: the address must be 4-byte aligned"
             )));
         }
-        let mut bytes =
+        let pending =
             self.inner
                 .exec
-                .read(&r.buffer, r.offset, (len as u64).next_multiple_of(4))?;
-        bytes.truncate(len);
-        Ok(bytes)
+                .read_begin(&r.buffer, r.offset, (len as u64).next_multiple_of(4))?;
+        Ok(ReadInFlight { pending, len })
+    }
+
+    /// Waits for a read started by [`Device::read_async`] on this device and calls `f` with
+    /// its `len` bytes.
+    pub fn finish_read<R>(&self, read: ReadInFlight, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let len = read.len;
+        self.inner
+            .exec
+            .read_finish(read.pending, |bytes| f(&bytes[..len.min(bytes.len())]))
     }
 
     /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).
@@ -435,6 +454,20 @@ impl<'a> From<&'a Tensor> for Arg<'a> {
 impl<'a> From<&'a HostTensor> for Arg<'a> {
     fn from(h: &'a HostTensor) -> Self {
         Arg::Host(h)
+    }
+}
+
+/// A read started by [`Device::read_async`]: the bytes are on their way to the host.
+#[must_use = "a read in flight holds a staging buffer until it is finished"]
+pub struct ReadInFlight {
+    pending: PendingRead,
+    len: usize,
+}
+
+impl ReadInFlight {
+    /// The batch whose completion makes the bytes available.
+    pub fn batch(&self) -> u64 {
+        self.pending.batch()
     }
 }
 

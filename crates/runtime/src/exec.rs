@@ -123,6 +123,31 @@ pub struct Pipeline {
     pub storage_bindings: Option<usize>,
 }
 
+/// A device-to-host read in flight: its copy is submitted, its bytes are not yet on the host.
+/// Finish it with [`ExecutionContext::read_finish`] on the context that started it.
+#[must_use = "a pending read holds a staging buffer until it is finished"]
+pub struct PendingRead {
+    staging: Option<wgpu::Buffer>,
+    id: u64,
+    mapped: Option<std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>>,
+}
+
+impl PendingRead {
+    /// A read of nothing: finishing it waits for nothing.
+    pub(crate) fn empty() -> PendingRead {
+        PendingRead {
+            staging: None,
+            id: 0,
+            mapped: None,
+        }
+    }
+
+    /// The batch whose completion makes the bytes available.
+    pub fn batch(&self) -> u64 {
+        self.id
+    }
+}
+
 /// Counters, for tests and the benchmark.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ExecStats {
@@ -918,8 +943,16 @@ impl ExecutionContext {
     /// Copies `size` bytes at `offset` of `src` back to the host: the one blocking call.
     /// `offset` and `size` must be multiples of 4.
     pub fn read(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Vec<u8>> {
+        let pending = self.read_begin(src, offset, size)?;
+        self.read_finish(pending, |bytes| bytes.to_vec())
+    }
+
+    /// Starts a read of `size` bytes at `offset` of `src`: records the copy into a mappable
+    /// staging buffer and submits it, without waiting. [`ExecutionContext::read_finish`] waits
+    /// for it and hands out the bytes. `offset` and `size` must be multiples of 4.
+    pub fn read_begin(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<PendingRead> {
         if size == 0 {
-            return Ok(vec![]);
+            return Ok(PendingRead::empty());
         }
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu readback"),
@@ -933,7 +966,20 @@ impl ExecutionContext {
         staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.wait(id)?;
+        Ok(PendingRead {
+            staging: Some(staging),
+            id,
+            mapped: Some(rx),
+        })
+    }
+
+    /// Waits for a read started by [`ExecutionContext::read_begin`] on this context and calls
+    /// `f` with its bytes (valid only during the call: the staging buffer is unmapped after).
+    pub fn read_finish<R>(&self, pending: PendingRead, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let (Some(staging), Some(rx)) = (pending.staging, pending.mapped) else {
+            return Ok(f(&[]));
+        };
+        self.wait(pending.id)?;
         // The map callback fires in a poll after the copy completed.
         let result = loop {
             match rx.try_recv() {
@@ -946,11 +992,13 @@ impl ExecutionContext {
             }
         };
         result.map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
-        let out = staging
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e}")))?
-            .to_vec();
+        let out = {
+            let view = staging
+                .slice(..)
+                .get_mapped_range()
+                .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e}")))?;
+            f(&view)
+        };
         staging.unmap();
         self.stats.lock().reads += 1;
         Ok(out)
@@ -964,6 +1012,13 @@ impl ExecutionContext {
     /// The wgpu queue.
     pub fn queue(&self) -> &wgpu::Queue {
         &self.queue
+    }
+
+    /// Runs the completion callbacks of finished batches now (a non-blocking poll), for a
+    /// caller that checks [`ExecutionContext::completed`] in a loop and should not wait for the
+    /// background thread's next round.
+    pub fn poll_completions(&self) {
+        self.poll_once();
     }
 
     fn poll_once(&self) {

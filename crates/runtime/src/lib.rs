@@ -31,10 +31,12 @@ pub mod tune;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
 pub use allocator::{Allocator, AllocatorStats, device_of_address};
-pub use device::{Arg, Device, Runtime, RuntimeOptions, Tensor};
+pub use device::{Arg, Device, ReadInFlight, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
-pub use exec::{DispatchTiming, ExecConfig, ExecStats, ExecutionContext, TimingSummary};
+pub use exec::{
+    DispatchTiming, ExecConfig, ExecStats, ExecutionContext, PendingRead, TimingSummary,
+};
 pub use half::f16;
 pub use host_ops::{HostKernel, HostOpDef};
 pub use kernel::{

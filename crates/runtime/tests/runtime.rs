@@ -583,3 +583,38 @@ fn a_batch_goes_out_behind_the_last_one_the_gpu_runs() {
         assert_eq!(k[0].download::<f32>().unwrap(), vec![-1.0; 64]);
     }
 }
+
+#[test]
+fn asynchronous_reads_see_the_data_of_their_place_in_the_queue() {
+    let rt = Runtime::new().unwrap();
+    let d = rt.device();
+    let n = 3000usize;
+    let first: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
+    let t = d.upload(&first, &[n]).unwrap();
+    // Started before the overwrite and the doubling: it must hold the first values...
+    let early = d.read_async(t.addr(), n * 4).unwrap();
+    let second: Vec<f32> = (0..n).map(|i| -(i as f32)).collect();
+    d.write(t.addr(), bytemuck::cast_slice(&second)).unwrap();
+    let doubled = d
+        .run("AddV2", &Attrs::new(), &[Arg::from(&t), Arg::from(&t)])
+        .unwrap();
+    // ...and one started after them the doubled second values, finished in either order,
+    // with a length that is not a whole number of words.
+    let late = d.read_async(doubled[0].addr(), n * 4 - 3).unwrap();
+    assert!(late.batch() >= early.batch());
+    let got_late = d.finish_read(late, |b| b.to_vec()).unwrap();
+    let got_early: Vec<f32> = d
+        .finish_read(early, |b| bytemuck::cast_slice::<u8, f32>(b).to_vec())
+        .unwrap();
+    assert_eq!(got_early, first);
+    assert_eq!(got_late.len(), n * 4 - 3);
+    let want: Vec<u8> = second
+        .iter()
+        .flat_map(|v| (v * 2.0).to_le_bytes())
+        .take(n * 4 - 3)
+        .collect();
+    assert_eq!(got_late, want);
+    // A read of nothing waits for nothing.
+    let none = d.read_async(t.addr(), 0).unwrap();
+    assert!(d.finish_read(none, |b| b.is_empty()).unwrap());
+}

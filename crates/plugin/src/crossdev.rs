@@ -1,0 +1,176 @@
+//! Copies between two tfwgpu devices, asynchronous for the stream that issues them.
+//!
+//! wgpu has no peer-to-peer copies, so a copy from device A to device B goes through host
+//! memory: A's queue copies the source into a mappable staging buffer (recorded and submitted
+//! at once, ordered after A's earlier work), then a per-device copier thread waits for that
+//! batch, and records B's upload of the mapped bytes (ordered before anything recorded on B
+//! later). The stream that issued the copy (TensorFlow passes the sender's device to
+//! `memcpy_dtod`) returns at once; what TensorFlow orders after the copy on that stream waits
+//! for the copier instead: events recorded after it ([`Mark`]), host callbacks, and
+//! synchronization. TensorFlow hands the destination tensor to its consumers only after such an
+//! event or callback, so B's upload is always recorded before B's first use of the tensor.
+//!
+//! The copier threads never run TensorFlow code, so waiting for them cannot deadlock with a
+//! TensorFlow callback.
+
+use std::sync::OnceLock;
+use std::sync::mpsc;
+
+use parking_lot::{Condvar, Mutex};
+use tfwgpu_runtime::{Device, Error, ReadInFlight, Result};
+
+/// A copy the copier thread finishes: `read` on `from`, written to `to` at `dst`.
+struct Job {
+    from: &'static Device,
+    read: ReadInFlight,
+    to: &'static Device,
+    dst: u64,
+}
+
+/// The copies one device's streams issued: how many, how many are done, and the first error.
+struct Lane {
+    tx: Mutex<mpsc::Sender<Job>>,
+    state: Mutex<LaneState>,
+    done_cv: Condvar,
+}
+
+#[derive(Default)]
+struct LaneState {
+    issued: u64,
+    done: u64,
+    error: Option<String>,
+}
+
+/// A position in one device's sequence of cross-device copies: work ordered after it waits
+/// until every copy issued before it has been recorded on its destination.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mark(pub u64);
+
+fn lanes() -> &'static [Lane] {
+    static LANES: OnceLock<Vec<Lane>> = OnceLock::new();
+    LANES.get_or_init(|| {
+        let n = crate::runtime().map_or(0, |rt| rt.devices.len());
+        (0..n).map(spawn_lane).collect()
+    })
+}
+
+fn spawn_lane(ordinal: usize) -> Lane {
+    let (tx, rx) = mpsc::channel::<Job>();
+    std::thread::Builder::new()
+        .name(format!("tfwgpu-copier-{ordinal}"))
+        .spawn(move || {
+            for job in rx {
+                let r = job
+                    .from
+                    .finish_read(job.read, |bytes| job.to.write(job.dst, bytes))
+                    .and_then(|r| r);
+                let lane = &lanes()[ordinal];
+                let mut st = lane.state.lock();
+                if let Err(e) = r {
+                    st.error.get_or_insert_with(|| e.to_string());
+                }
+                st.done += 1;
+                lane.done_cv.notify_all();
+            }
+        })
+        .expect("spawning a tfwgpu copier thread");
+    Lane {
+        tx: Mutex::new(tx),
+        state: Mutex::new(LaneState::default()),
+        done_cv: Condvar::new(),
+    }
+}
+
+fn lane(ordinal: i32) -> Result<&'static Lane> {
+    usize::try_from(ordinal)
+        .ok()
+        .and_then(|i| lanes().get(i))
+        .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))
+}
+
+/// `TFWGPU_CROSS_COPIES=blocking` makes every copy between devices wait for its source and
+/// record its target write before returning (the behaviour before copies became asynchronous;
+/// for comparison and debugging).
+pub fn blocking() -> bool {
+    static B: OnceLock<bool> = OnceLock::new();
+    *B.get_or_init(|| std::env::var("TFWGPU_CROSS_COPIES").is_ok_and(|v| v == "blocking"))
+}
+
+/// Starts copying `size` bytes from `src` on `from` to `dst` on `to`, on behalf of a stream of
+/// device `ordinal`; returns once the source read is submitted.
+pub fn start(
+    ordinal: i32,
+    from: &'static Device,
+    src: u64,
+    to: &'static Device,
+    dst: u64,
+    size: usize,
+) -> Result<()> {
+    let lane = lane(ordinal)?;
+    let read = from.read_async(src, size)?;
+    // Count it before the copier can finish it, so `done` never passes `issued`.
+    lane.state.lock().issued += 1;
+    let sent = lane.tx.lock().send(Job {
+        from,
+        read,
+        to,
+        dst,
+    });
+    if sent.is_err() {
+        let mut st = lane.state.lock();
+        st.issued -= 1;
+        return Err(Error::Gpu(
+            "the tfwgpu copier thread has stopped".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The copies issued so far by device `ordinal`'s streams (an unknown ordinal has none).
+pub fn mark(ordinal: i32) -> Mark {
+    lane(ordinal).map_or(Mark(0), |l| Mark(l.state.lock().issued))
+}
+
+/// Whether every copy before `m` is done; Err with the first copy error of this device.
+pub fn reached(ordinal: i32, m: Mark) -> Result<bool> {
+    let Ok(lane) = lane(ordinal) else {
+        return Ok(true);
+    };
+    let st = lane.state.lock();
+    check(&st)?;
+    Ok(st.done >= m.0)
+}
+
+/// Blocks until every copy before `m` is done.
+pub fn wait(ordinal: i32, m: Mark) -> Result<()> {
+    let Ok(lane) = lane(ordinal) else {
+        return Ok(());
+    };
+    let mut st = lane.state.lock();
+    while st.done < m.0 {
+        lane.done_cv.wait(&mut st);
+    }
+    check(&st)
+}
+
+/// Blocks until every copy issued so far by device `ordinal`'s streams is done.
+pub fn wait_all(ordinal: i32) -> Result<()> {
+    wait(ordinal, mark(ordinal))
+}
+
+/// The first failed copy of a device's streams, as the error of that stream.
+pub fn status(ordinal: i32) -> Result<()> {
+    match lane(ordinal) {
+        Ok(lane) => check(&lane.state.lock()),
+        Err(_) => Ok(()),
+    }
+}
+
+fn check(st: &LaneState) -> Result<()> {
+    match &st.error {
+        Some(e) => Err(Error::Gpu(format!(
+            "a copy between tfwgpu devices failed: {e}"
+        ))),
+        None => Ok(()),
+    }
+}
