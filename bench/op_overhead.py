@@ -5,17 +5,45 @@ framework's and the plugin's, not the kernel's.
 
     python bench/op_overhead.py [--ops 2000] [--reps 5] [--json FILE]
 
+Both wall time and the CPU time of the calling thread are reported: eager ops run on the
+calling thread (TensorFlow's executor and the plugin's compute callback), while lavapipe
+executes the GPU work on threads of its own, so the thread's CPU time is the host cost without
+the adapter's execution and without the time the thread waited for a CPU on a loaded machine.
+
 Eager: a chain of N `x = x * a + b` steps (2 ops each, each op's output feeds the next, no host
 read until the end). tf.function: the same chain traced into one graph of 2N nodes. Reported:
 microseconds per op (median of reps; the end-of-chain read is included once per rep). On a
 software adapter (lavapipe) the GPU kernels run on the same CPU, so the GPU column also holds
 lavapipe's own dispatch cost; on a hardware GPU it is the host-side work alone while the GPU
 keeps up.
+
+With TFWGPU_HOST_TIMERS=1 in the environment, the plugin times its own compute callback
+(`tfwgpu_host_timers_json`): the GPU rows then also show the plugin's host time per op, split
+into fetching the inputs, output shapes, output allocation (through TensorFlow) and recording
+the GPU work; the rest of the GPU row's time is TensorFlow's executor for this device and
+whatever lavapipe's execution takes from the same CPUs.
 """
 import argparse
 import json
 import statistics
 import time
+
+
+def plugin_timers():
+    """The plugin's host-time counters (None unless TFWGPU_HOST_TIMERS=1 and the plugin has them)."""
+    try:
+        import ctypes
+        import tensorflow_wgpu
+
+        lib = tensorflow_wgpu._plugin()
+        f = getattr(lib, "tfwgpu_host_timers_json", None)
+        if f is None:
+            return None
+        f.restype = ctypes.c_char_p
+        t = json.loads(f().decode())
+        return t if t.get("enabled") else None
+    except Exception:  # noqa: BLE001 - the breakdown is optional
+        return None
 
 
 def main(argv=None):
@@ -44,18 +72,43 @@ def main(argv=None):
             for mode, fn in (("eager", chain), ("tf.function", graph)):
                 fn(x0).numpy()  # warm-up: kernels, pipelines, tracing
                 samples = []
+                cpu_samples = []
+                t_before = plugin_timers() if dev != "/CPU:0" else None
                 for _ in range(a.reps):
                     t0 = time.perf_counter()
+                    c0 = time.thread_time()
                     y = fn(x0).numpy()
+                    cpu_samples.append((time.thread_time() - c0) / (2 * steps) * 1e6)
                     samples.append((time.perf_counter() - t0) / (2 * steps) * 1e6)
+                t_after = plugin_timers() if dev != "/CPU:0" else None
                 assert abs(y[0] - 2.0) < 1e-3, y  # the chain converges to b / (1 - m) = 2
                 med = statistics.median(samples)
-                out["results"].append({"device": dev, "mode": mode, "us_per_op": med, "samples": samples})
-                print(f"{dev:8} {mode:12} {med:8.2f} us/op")
+                cpu_med = statistics.median(cpu_samples)
+                row = {"device": dev, "mode": mode, "us_per_op": med, "samples": samples,
+                       "thread_cpu_us_per_op": cpu_med, "thread_cpu_samples": cpu_samples}
+                line = f"{dev:8} {mode:12} {med:8.2f} us/op ({cpu_med:.2f} us/op CPU of the calling thread)"
+                if t_before and t_after and t_after["calls"] > t_before["calls"]:
+                    calls = t_after["calls"] - t_before["calls"]
+                    per = lambda a_, b_: (a_ - b_) / calls / 1e3
+                    plugin = {"calls": calls, "us_per_call": per(t_after["total_ns"], t_before["total_ns"])}
+                    for k in t_after["phase_ns"]:
+                        plugin[k + "_us"] = per(t_after["phase_ns"][k], t_before["phase_ns"][k])
+                    row["plugin_host"] = plugin
+                    phases = ", ".join(f"{k} {plugin[k + '_us']:.2f}" for k in t_after["phase_ns"])
+                    line += f"   (plugin callback {plugin['us_per_call']:.2f} us/op: {phases})"
+                out["results"].append(row)
+                print(line)
     by = {(r["device"], r["mode"]): r["us_per_op"] for r in out["results"]}
     for mode in ("eager", "tf.function"):
         if ("/GPU:0", mode) in by:
             print(f"{mode}: GPU/CPU host time per op {by[('/GPU:0', mode)] / by[('/CPU:0', mode)]:.2f}x")
+    rows = {(r["device"], r["mode"]): r for r in out["results"]}
+    for mode in ("eager", "tf.function"):
+        g = rows.get(("/GPU:0", mode), {}).get("plugin_host")
+        if g and ("/CPU:0", mode) in by:
+            cpu = by[("/CPU:0", mode)]
+            print(f"{mode}: the plugin's own host time {g['us_per_call']:.2f} us/op against TensorFlow's "
+                  f"whole op on /CPU:0 {cpu:.2f} us/op ({g['us_per_call'] / cpu:.2f}x)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -10,6 +10,7 @@
 //! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
+//! tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
 //! ```
 
 use std::process::ExitCode;
@@ -21,6 +22,7 @@ use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Device, Runtime, f16, list_ad
 
 mod cases;
 mod ops;
+mod overhead;
 mod replay;
 
 const USAGE: &str = "usage:
@@ -58,6 +60,9 @@ const USAGE: &str = "usage:
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
                                              random data: wall time (median of N), dispatches,
                                              submits, host time per op
+  tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
+                                             host time per recorded kernel call (a Mul/AddV2
+                                             chain on tiny tensors), apart from the drain
 environment: TFWGPU_VISIBLE_DEVICES, TFWGPU_ADAPTER select the adapter; TFWGPU_LOG sets logging";
 
 fn main() -> ExitCode {
@@ -75,6 +80,7 @@ fn main() -> ExitCode {
         Some("conv") => conv(&args[1..]),
         Some("ops") => ops::run(&args[1..]),
         Some("demo") => demo(),
+        Some("overhead") => overhead::run(&args[1..]),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

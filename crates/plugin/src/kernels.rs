@@ -19,6 +19,133 @@ use tfwgpu_sys as sys;
 use crate::nodedef::{dtype_from_tf, dtype_to_tf, parse};
 use crate::status::{Status, set, set_error};
 
+/// `st.check(what)` with the message built only on failure: the compute path checks a status
+/// after every TF_* call, and formatting a context string for each (shapes included) cost more
+/// than some of the calls.
+fn check_with(st: &Status, what: impl FnOnce() -> String) -> Result<()> {
+    // SAFETY: a live status.
+    if unsafe { sys::TF_GetCode(st.0) } == sys::TSL_Code_TSL_OK {
+        return Ok(());
+    }
+    st.check(&what())
+}
+
+/// The plugin's host time (CPU time of the calling thread) per kernel call, split by phase
+/// (`TFWGPU_HOST_TIMERS=1`; off by default, then each phase costs one check of a flag). Read with
+/// `tfwgpu_host_timers_json`: calls and nanoseconds in the compute callback (all of it), in
+/// fetching the inputs (TF_GetInput and friends), in output shapes (`Kernel::outputs`), in
+/// output allocation (TF_AllocateOutput, which calls the device allocator), in recording
+/// (`Kernel::record`: pipelines, bindings, dispatches), and the rest (status, stats, tensor
+/// handles). `bench/op_overhead.py` prints it beside TensorFlow's own per-op time.
+pub mod timers {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    pub const PHASES: [&str; 4] = ["inputs", "shapes", "allocate", "record"];
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    static TOTAL_NS: AtomicU64 = AtomicU64::new(0);
+    static PHASE_NS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+    pub fn on() -> bool {
+        static ON: OnceLock<bool> = OnceLock::new();
+        *ON.get_or_init(|| {
+            std::env::var("TFWGPU_HOST_TIMERS").is_ok_and(|v| !matches!(v.trim(), "" | "0"))
+        })
+    }
+
+    /// CPU time of the calling thread in nanoseconds: the host cost of the callback without
+    /// the time the thread waited for a CPU (the development machine's 2 cores are shared, and
+    /// lavapipe executes the GPU work on threads of its own). A system call each (~0.1-0.3
+    /// us): the timers are a measuring mode. Wall time where the clock is missing.
+    #[cfg(target_os = "linux")]
+    fn now_ns() -> u64 {
+        #[repr(C)]
+        struct Timespec {
+            sec: i64,
+            nsec: i64,
+        }
+        unsafe extern "C" {
+            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+        }
+        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+        let mut ts = Timespec { sec: 0, nsec: 0 };
+        // SAFETY: a valid out pointer; the clock id is Linux's.
+        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
+        } else {
+            wall_ns()
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn now_ns() -> u64 {
+        wall_ns()
+    }
+
+    fn wall_ns() -> u64 {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    }
+
+    /// Laps of one compute call.
+    pub struct Clock {
+        start: u64,
+        last: u64,
+    }
+
+    impl Clock {
+        pub fn start() -> Option<Clock> {
+            on().then(|| {
+                let now = now_ns();
+                Clock {
+                    start: now,
+                    last: now,
+                }
+            })
+        }
+
+        /// Charges the time since the last lap to `phase`.
+        pub fn lap(&mut self, phase: usize) {
+            let now = now_ns();
+            PHASE_NS[phase].fetch_add(now.saturating_sub(self.last), Ordering::Relaxed);
+            self.last = now;
+        }
+
+        /// Ends the call: counts it and its whole time.
+        pub fn finish(self) {
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            TOTAL_NS.fetch_add(now_ns().saturating_sub(self.start), Ordering::Relaxed);
+        }
+    }
+
+    pub fn json() -> String {
+        let mut phases = serde_json::Map::new();
+        for (name, ns) in PHASES.iter().zip(&PHASE_NS) {
+            phases.insert((*name).into(), ns.load(Ordering::Relaxed).into());
+        }
+        serde_json::json!({
+            "enabled": on(),
+            "calls": CALLS.load(Ordering::Relaxed),
+            "total_ns": TOTAL_NS.load(Ordering::Relaxed),
+            "phase_ns": phases,
+        })
+        .to_string()
+    }
+}
+
+/// The host-time breakdown of the compute path as JSON (see [`timers`]). The string is owned by
+/// the plugin and stays valid until the next call.
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_host_timers_json() -> *const std::os::raw::c_char {
+    static LAST: std::sync::Mutex<Option<CString>> = std::sync::Mutex::new(None);
+    crate::status::quiet(std::ptr::null(), || {
+        let s = CString::new(timers::json()).expect("no NUL in JSON");
+        let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+        last.insert(s).as_ptr()
+    })
+}
+
 /// A TensorFlow kernel instance: the runtime kernel built from the node's attributes.
 struct Wrapped {
     op: String,
@@ -151,10 +278,9 @@ fn allocate_output(
             st.0,
         )
     };
-    st.check(&format!(
-        "allocating output {i} ({} {:?})",
-        d.dtype, d.shape
-    ))?;
+    check_with(st, || {
+        format!("allocating output {i} ({} {:?})", d.dtype, d.shape)
+    })?;
     handles.0.push(t);
     Ok(t)
 }
@@ -184,7 +310,9 @@ fn forward_or_allocate(
             st.0,
         )
     };
-    st.check(&format!("allocating output 0 ({} {:?})", d.dtype, d.shape))?;
+    check_with(st, || {
+        format!("allocating output 0 ({} {:?})", d.dtype, d.shape)
+    })?;
     handles.0.push(t);
     // SAFETY: valid tensor.
     let ty = unsafe { sys::TF_TensorType(t) };
@@ -248,19 +376,24 @@ fn trace_input(i: &Input) -> serde_json::Value {
     }
 }
 
-fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
+fn run(
+    w: &Wrapped,
+    ctx: *mut sys::TF_OpKernelContext,
+    clock: &mut Option<timers::Clock>,
+) -> Result<()> {
     let st = Status::new();
     // SAFETY: valid kernel context for the duration of the call.
     let ordinal = unsafe { sys::TF_GetDeviceId(ctx) };
     let device = crate::device(ordinal)
         .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))?;
-    let mut handles = Handles(vec![]);
     let n = unsafe { sys::TF_NumInputs(ctx) };
+    let n_out = unsafe { sys::TF_NumOutputs(ctx) };
+    let mut handles = Handles(Vec::with_capacity((n + n_out).max(0) as usize));
     let mut inputs = Vec::with_capacity(n as usize);
     for i in 0..n {
         let mut t: *mut sys::TF_Tensor = std::ptr::null_mut();
         unsafe { sys::TF_GetInput(ctx, i, &mut t, st.0) };
-        st.check(&format!("input {i}"))?;
+        check_with(&st, || format!("input {i}"))?;
         handles.0.push(t);
         let tf_type = unsafe { sys::TF_TensorType(t) };
         let dtype = dtype_from_tf(tf_type).ok_or_else(|| {
@@ -270,7 +403,7 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         })?;
         let shape = shape_of(t);
         let host = unsafe { sys::TF_IsHostMemoryInput(ctx, i, st.0) };
-        st.check(&format!("input {i}"))?;
+        check_with(&st, || format!("input {i}"))?;
         let data = unsafe { sys::TF_TensorData(t) };
         if host {
             let len = unsafe { sys::TF_TensorByteSize(t) };
@@ -291,6 +424,9 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
                 addr: data as u64,
             }));
         }
+    }
+    if let Some(c) = clock.as_mut() {
+        c.lap(0);
     }
     let kernel = match &w.kernel {
         Built::Host(k) => {
@@ -327,7 +463,9 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         .collect();
     // Data-dependent output shapes (Where) may read the device here, before allocation.
     let descs = device.output_descs(kernel, &operands)?;
-    let n_out = unsafe { sys::TF_NumOutputs(ctx) };
+    if let Some(c) = clock.as_mut() {
+        c.lap(1);
+    }
     if descs.len() != n_out as usize {
         return Err(Error::Gpu(format!(
             "the kernel produced {} outputs, TensorFlow expects {n_out}",
@@ -335,13 +473,10 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         )));
     }
     let mut outputs = Vec::with_capacity(descs.len());
-    let forward: Vec<c_int> = kernel
-        .forwardable_inputs()
-        .iter()
-        .map(|&i| i as c_int)
-        .collect();
+    let forwardable = kernel.forwardable_inputs();
     for (i, d) in descs.into_iter().enumerate() {
-        let t = if i == 0 && !forward.is_empty() {
+        let t = if i == 0 && !forwardable.is_empty() {
+            let forward: Vec<c_int> = forwardable.iter().map(|&i| i as c_int).collect();
             forward_or_allocate(ctx, &st, &mut handles, &forward, &d)?
         } else {
             allocate_output(ctx, &st, &mut handles, i, &d)?
@@ -349,12 +484,18 @@ fn run(w: &Wrapped, ctx: *mut sys::TF_OpKernelContext) -> Result<()> {
         let addr = unsafe { sys::TF_TensorData(t) } as u64;
         outputs.push(DeviceRef { desc: d, addr });
     }
+    if let Some(c) = clock.as_mut() {
+        c.lap(2);
+    }
     let skipped = outputs.iter().all(|o| o.desc.num_elements() == 0);
     let result = if skipped {
         Ok(())
     } else {
         device.record(kernel, &operands, &outputs)
     };
+    if let Some(c) = clock.as_mut() {
+        c.lap(3);
+    }
     if let Some((attrs, before, t0)) = traced
         && result.is_ok()
     {
@@ -382,13 +523,17 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
     let Some(w) = (unsafe { (k as *const Wrapped).as_ref() }) else {
         return;
     };
+    let mut clock = timers::Clock::start();
     match w.kernel {
         Built::Device(_) => crate::stats::op(&w.op),
         Built::Host(_) => crate::stats::host_op(&w.op),
     }
-    let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx)));
-    let st = Status::new();
-    let failed = match result {
+    let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx, &mut clock)));
+    if let Some(c) = clock {
+        c.finish();
+    }
+    // A status is made only on failure (TF_NewStatus allocates).
+    let (code, msg) = match result {
         Ok(Ok(())) => return,
         Ok(Err(e)) => {
             // Say which op failed, unless the kernel already did.
@@ -398,29 +543,23 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
             } else {
                 format!("{}: {msg}", w.op)
             };
-            set(
-                st.0,
+            (
                 crate::status::code_of(&e),
-                &format!("{msg} [node {}]", w.node),
-            );
-            true
+                format!("{msg} [node {}]", w.node),
+            )
         }
-        Err(_) => {
-            set(
-                st.0,
-                sys::TSL_Code_TSL_INTERNAL,
-                &format!(
-                    "internal error in tfwgpu running {} [node {}]",
-                    w.op, w.node
-                ),
-            );
-            true
-        }
+        Err(_) => (
+            sys::TSL_Code_TSL_INTERNAL,
+            format!(
+                "internal error in tfwgpu running {} [node {}]",
+                w.op, w.node
+            ),
+        ),
     };
-    if failed {
-        // SAFETY: valid kernel context.
-        unsafe { sys::TF_OpKernelContext_Failure(ctx, st.0) };
-    }
+    let st = Status::new();
+    set(st.0, code, &msg);
+    // SAFETY: valid kernel context.
+    unsafe { sys::TF_OpKernelContext_Failure(ctx, st.0) };
 }
 
 fn leak(s: &str) -> *const std::os::raw::c_char {

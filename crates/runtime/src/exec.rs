@@ -22,6 +22,27 @@ pub struct ExecConfig {
     pub max_ops: usize,
     /// Submit a batch once it is this old (`TFWGPU_BATCH_US`, microseconds).
     pub max_age: Duration,
+    /// Submit a batch of at least this many commands at once when the GPU is about to run out
+    /// of work (`TFWGPU_BATCH_IDLE_OPS`; 0: never): fewer than `idle_inflight` submitted
+    /// batches not yet complete. The batching above amortizes the cost of a submit while the
+    /// GPU has plenty queued; when its queue is (nearly) empty, every command held back on the
+    /// host is GPU time lost (the start of a step after a host sync, a stretch of kernels the
+    /// GPU runs faster than the host records them).
+    pub idle_ops: usize,
+    /// See `idle_ops` (`TFWGPU_BATCH_IDLE_INFLIGHT`): 1 (the default) submits early only when
+    /// the GPU is idle; 2 also while it runs its last batch, so that the next one is queued
+    /// behind it instead of going out only after the host notices the GPU went idle (the
+    /// completion callbacks run on the poller thread, up to a nap later). On the H200, 2 cut
+    /// the small models' steps but not ResNet-50's, whose many more submits cost more idle
+    /// time than they saved, in a noisy call (bench/RESULTS.md, 2026-11-30): 1 stays the
+    /// default until a quiet measurement says otherwise.
+    pub idle_inflight: u64,
+    /// Bind groups kept for reuse (`TFWGPU_BIND_GROUP_CACHE`, entries; 0: a new bind group
+    /// for every dispatch). See [`ExecutionContext::dispatch`].
+    pub bind_group_cache: usize,
+    /// Uploads of at least this many bytes go through the queue's own staging
+    /// (`TFWGPU_DIRECT_UPLOAD_BYTES`; 0: never). See [`ExecutionContext::upload`].
+    pub direct_upload_bytes: u64,
 }
 
 impl Default for ExecConfig {
@@ -29,12 +50,18 @@ impl Default for ExecConfig {
         ExecConfig {
             max_ops: 128,
             max_age: Duration::from_micros(500),
+            idle_ops: 16,
+            idle_inflight: 1,
+            bind_group_cache: 16384,
+            direct_upload_bytes: 1 << 20,
         }
     }
 }
 
 impl ExecConfig {
-    /// Defaults overridden by `TFWGPU_BATCH_OPS` and `TFWGPU_BATCH_US`.
+    /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
+    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BIND_GROUP_CACHE` and
+    /// `TFWGPU_DIRECT_UPLOAD_BYTES`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
         if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
@@ -43,7 +70,24 @@ impl ExecConfig {
         if let Some(us) = env_parse::<u64>("TFWGPU_BATCH_US") {
             c.max_age = Duration::from_micros(us);
         }
+        if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_IDLE_OPS") {
+            c.idle_ops = n;
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_BATCH_IDLE_INFLIGHT") {
+            c.idle_inflight = n.max(1);
+        }
+        if let Some(n) = env_parse::<usize>("TFWGPU_BIND_GROUP_CACHE") {
+            c.bind_group_cache = n;
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_DIRECT_UPLOAD_BYTES") {
+            c.direct_upload_bytes = n;
+        }
         c
+    }
+
+    /// True when a batch of `ops` commands is due for submission on a GPU with nothing to do.
+    fn due_when_idle(&self, ops: usize) -> bool {
+        self.idle_ops > 0 && ops >= self.idle_ops
     }
 }
 
@@ -73,6 +117,10 @@ pub struct Pipeline {
     pub layout: wgpu::BindGroupLayout,
     /// `kernel:dtype:specialization`, the name its dispatches have in GPU timings.
     pub label: Arc<str>,
+    /// `Some(n)`: the pipeline uses the shared layout of the binding convention with `n`
+    /// storage bindings and a dynamic offset on the uniform (its bind groups are cached, see
+    /// [`ExecutionContext::dispatch`]); `None`: its own layout, derived by wgpu.
+    pub storage_bindings: Option<usize>,
 }
 
 /// A device-to-host read in flight: its copy is submitted, its bytes are not yet on the host.
@@ -108,9 +156,37 @@ pub struct ExecStats {
     pub copies: u64,
     pub uploads: u64,
     pub reads: u64,
+    /// Bind groups created for dispatches (the rest came from the cache).
+    pub bind_groups: u64,
 }
 
+/// Bytes of uniform params one batch can hold (see `uniforms`).
 const ARENA_SIZE: u64 = 64 * 1024;
+
+/// Most storage bindings of a dispatch whose bind group is cached.
+const MAX_CACHED_BINDINGS: usize = 8;
+
+/// What a cached bind group binds: the shared layout (by its number of storage bindings), the
+/// size of the uniform binding, and each storage binding's buffer, offset and size. The
+/// uniform binding is the context's one uniform buffer at a dynamic offset, so it is not part
+/// of the key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct BindKey {
+    storage: usize,
+    uniform_size: u64,
+    buffers: [Option<(wgpu::Buffer, u64, u64)>; MAX_CACHED_BINDINGS],
+}
+
+/// Bind groups of earlier dispatches. A training step repeats the same kernels on the same
+/// tensors (same heap buffers, same offsets) every step, so after the first step nearly every
+/// dispatch finds its bind group here instead of creating one (wgpu validates every entry,
+/// tracks every buffer and allocates a descriptor set per bind group). Entries keep their
+/// buffers alive; a heap the allocator destroys is never bound again (new heaps are new
+/// buffers), so its entries only wait for the next clear. Bounded: cleared when full.
+#[derive(Default)]
+struct BindGroupCache {
+    map: crate::kernel_manager::FastMap<BindKey, wgpu::BindGroup>,
+}
 
 /// Timestamp queries per batch (two per timed command); a batch that fills them is submitted.
 const TIMING_QUERIES: u32 = 512;
@@ -201,7 +277,7 @@ struct Batch {
     ops: usize,
     started: Option<Instant>,
     uniforms: Vec<u8>,
-    arena: Option<wgpu::Buffer>,
+    bind_groups: BindGroupCache,
     timing: Option<BatchTiming>,
 }
 
@@ -212,7 +288,6 @@ struct Shared {
     wake_lock: Mutex<bool>,
     error: Mutex<Option<Error>>,
     lost: Mutex<Option<String>>,
-    arenas: Mutex<Vec<wgpu::Buffer>>,
 }
 
 /// GPU timing state: on or off, and the timestamps not yet taken.
@@ -231,6 +306,10 @@ pub struct ExecutionContext {
     queue: wgpu::Queue,
     cfg: ExecConfig,
     uniform_align: u64,
+    /// The uniform params of every dispatch of the open batch, written at its submit
+    /// (`Queue::write_buffer`, which the queue runs after the work submitted before and before
+    /// the batch's own commands: one buffer serves every batch in turn).
+    uniform_buffer: wgpu::Buffer,
     batch: Mutex<Batch>,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
     inflight: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
@@ -250,7 +329,6 @@ impl ExecutionContext {
             wake_lock: Mutex::new(false),
             error: Mutex::new(None),
             lost: Mutex::new(None),
-            arenas: Mutex::new(vec![]),
         });
         {
             let s = Arc::downgrade(&shared);
@@ -276,11 +354,18 @@ impl ExecutionContext {
             }));
         }
         let uniform_align = device.limits().min_uniform_buffer_offset_alignment as u64;
+        let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tfwgpu uniforms"),
+            size: ARENA_SIZE,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
         let ctx = Arc::new(ExecutionContext {
             device,
             queue,
             cfg,
             uniform_align,
+            uniform_buffer,
             batch: Mutex::new(Batch {
                 id: 1,
                 encoder: None,
@@ -288,7 +373,7 @@ impl ExecutionContext {
                 ops: 0,
                 started: None,
                 uniforms: vec![],
-                arena: None,
+                bind_groups: BindGroupCache::default(),
                 timing: None,
             }),
             inflight: Mutex::new(VecDeque::new()),
@@ -360,10 +445,17 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
-        if b.ops >= self.cfg.max_ops {
+        if b.ops >= self.cfg.max_ops || (self.cfg.due_when_idle(b.ops) && self.gpu_idle()) {
             self.submit_locked(&mut b)?;
         }
         Ok(())
+    }
+
+    /// True when fewer than `idle_inflight` submitted batches are not complete, as far as the
+    /// completion callbacks have told (the poller thread polls while work is in flight, so
+    /// this lags by at most a nap): the GPU is idle or runs its last queued batch.
+    fn gpu_idle(&self) -> bool {
+        self.submitted().saturating_sub(self.completed()) < self.cfg.idle_inflight.max(1)
     }
 
     /// Records one compute dispatch. `params` go to binding 0 (uniform); `buffers` are bound
@@ -391,7 +483,9 @@ impl ExecutionContext {
         self.dispatch_locked(b, pipeline, params, buffers, groups, offset, psize)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    // `BindKey` holds `wgpu::Buffer`s, whose handles have interior mutability; their `Hash` and
+    // `Eq` use the buffer's id only, which never changes.
+    #[allow(clippy::too_many_arguments, clippy::mutable_key_type)]
     fn dispatch_locked(
         &self,
         mut b: parking_lot::MutexGuard<'_, Batch>,
@@ -403,45 +497,59 @@ impl ExecutionContext {
         psize: u64,
     ) -> Result<()> {
         self.begin(&mut b);
-        if b.arena.is_none() {
-            let arena = self.shared.arenas.lock().pop().unwrap_or_else(|| {
-                self.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("tfwgpu uniform arena"),
-                    size: ARENA_SIZE,
-                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            });
-            b.arena = Some(arena);
-        }
         b.uniforms.resize(offset as usize, 0);
         b.uniforms.extend_from_slice(params);
         b.uniforms.resize((offset + psize) as usize, 0);
-        let arena = b.arena.clone().expect("arena set above");
-        let mut entries = Vec::with_capacity(buffers.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &arena,
-                offset,
-                size: wgpu::BufferSize::new(psize),
-            }),
-        });
-        for (i, r) in buffers.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: &r.buffer,
-                    offset: r.offset,
-                    size: wgpu::BufferSize::new(r.size.max(4).next_multiple_of(4)),
+        let cached = pipeline
+            .storage_bindings
+            .filter(|&n| {
+                n == buffers.len() && n <= MAX_CACHED_BINDINGS && self.cfg.bind_group_cache > 0
+            })
+            .map(|n| BindKey {
+                storage: n,
+                uniform_size: psize,
+                buffers: std::array::from_fn(|i| {
+                    buffers
+                        .get(i)
+                        .map(|r| (r.buffer.clone(), r.offset, binding_size(r)))
                 }),
             });
-        }
-        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: None,
-            layout: &pipeline.layout,
-            entries: &entries,
-        });
+        let (bind_group, dynamic) = match cached {
+            Some(key) => {
+                let found = b.bind_groups.map.get(&key).cloned();
+                let bg = match found {
+                    Some(bg) => bg,
+                    None => {
+                        let bg = self.bind_group(pipeline, 0, psize, buffers);
+                        let cache = &mut b.bind_groups.map;
+                        if cache.len() >= self.cfg.bind_group_cache {
+                            cache.clear();
+                        }
+                        cache.insert(key, bg.clone());
+                        bg
+                    }
+                };
+                (bg, Some(offset as u32))
+            }
+            None if pipeline
+                .storage_bindings
+                .is_some_and(|n| n != buffers.len()) =>
+            {
+                return Err(Error::Gpu(format!(
+                    "kernel {} binds {} tensors; its shader declares {}",
+                    pipeline.label,
+                    buffers.len(),
+                    pipeline.storage_bindings.unwrap_or_default()
+                )));
+            }
+            // A shared layout with a dynamic offset, but the cache is off or the dispatch binds
+            // too many tensors: a bind group of its own, still at a dynamic offset.
+            None if pipeline.storage_bindings.is_some() => (
+                self.bind_group(pipeline, 0, psize, buffers),
+                Some(offset as u32),
+            ),
+            None => (self.bind_group(pipeline, offset, psize, buffers), None),
+        };
         if b.pass.is_none() {
             let enc = b.encoder.as_mut().expect("encoder begun");
             let pass = enc
@@ -464,13 +572,52 @@ impl ExecutionContext {
             pass.write_timestamp(set, 2 * i);
         }
         pass.set_pipeline(&pipeline.pipeline);
-        pass.set_bind_group(0, &bind_group, &[]);
+        match dynamic {
+            Some(o) => pass.set_bind_group(0, &bind_group, &[o]),
+            None => pass.set_bind_group(0, &bind_group, &[]),
+        }
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
         if let (Some(i), Some(set)) = (timed, set) {
             pass.write_timestamp(set, 2 * i + 1);
         }
         self.stats.lock().dispatches += 1;
         self.after_record(b)
+    }
+
+    /// A new bind group for `pipeline`: the uniform buffer at `uniform_offset` (0 for the
+    /// shared layouts, whose offset is dynamic), then `buffers`.
+    fn bind_group(
+        &self,
+        pipeline: &Pipeline,
+        uniform_offset: u64,
+        uniform_size: u64,
+        buffers: &[BufferRange],
+    ) -> wgpu::BindGroup {
+        let mut entries = Vec::with_capacity(buffers.len() + 1);
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.uniform_buffer,
+                offset: uniform_offset,
+                size: wgpu::BufferSize::new(uniform_size),
+            }),
+        });
+        for (i, r) in buffers.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: &r.buffer,
+                    offset: r.offset,
+                    size: wgpu::BufferSize::new(binding_size(r)),
+                }),
+            });
+        }
+        self.stats.lock().bind_groups += 1;
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        })
     }
 
     /// Records a buffer-to-buffer copy (offsets and size multiples of 4).
@@ -650,6 +797,23 @@ impl ExecutionContext {
             return Ok(());
         }
         let size = data.len() as u64;
+        if self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes {
+            // A large upload (a model's input batch) goes through the queue's own staging:
+            // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
+            // zero-filling it, whereas a buffer mapped at creation is zero-filled by wgpu first
+            // (ResNet-50's 38.5 MB batch: one pass over the memory fewer). The queue runs such
+            // writes before the command buffers of the next submit, so the open batch is
+            // submitted first, under the batch lock: every command recorded before this upload
+            // runs before it, every command recorded after it runs after it. Submitting here
+            // also hands the GPU the work recorded so far before the host spends time copying.
+            let mut b = self.batch.lock();
+            if b.ops > 0 {
+                self.submit_locked(&mut b)?;
+            }
+            self.queue.write_buffer(dst, offset, data);
+            self.stats.lock().uploads += 1;
+            return self.check();
+        }
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu upload"),
             size,
@@ -692,9 +856,9 @@ impl ExecutionContext {
             encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
             bytes
         });
-        let arena = b.arena.take();
-        if let Some(arena) = &arena {
-            self.queue.write_buffer(arena, 0, &b.uniforms);
+        if !b.uniforms.is_empty() {
+            self.queue
+                .write_buffer(&self.uniform_buffer, 0, &b.uniforms);
         }
         let cb = encoder.finish();
         let id = b.id;
@@ -702,10 +866,6 @@ impl ExecutionContext {
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);
-            // The arena goes back to the pool once this batch's work has run.
-            if let Some(arena) = arena {
-                shared.arenas.lock().push(arena);
-            }
         });
         if let (Some(timing), Some(bytes)) = (timing, timing_bytes) {
             let mapped = Arc::new(Mutex::new(None));
@@ -867,10 +1027,13 @@ impl ExecutionContext {
         }
     }
 
-    fn flush_if_old(&self) {
+    /// Submits the open batch when it is older than `max_age`, or when the GPU ran out of
+    /// work and the batch holds `idle_ops` commands (see `ExecConfig::idle_ops`).
+    fn flush_if_due(&self) {
         let mut b = self.batch.lock();
         if b.ops > 0
-            && b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
+            && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
+                || (self.cfg.due_when_idle(b.ops) && self.gpu_idle()))
             && let Err(e) = self.submit_locked(&mut b)
         {
             tracing::warn!("background submit: {e}");
@@ -904,6 +1067,11 @@ impl Drop for ExecutionContext {
     }
 }
 
+/// The size a storage binding of `r` has: at least 4 bytes, whole words.
+fn binding_size(r: &BufferRange) -> u64 {
+    r.size.max(4).next_multiple_of(4)
+}
+
 /// Background thread: submits batches that grew old and polls the device so that completion
 /// callbacks run. Sleeps while there is nothing to do.
 fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
@@ -916,13 +1084,14 @@ fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
         *shared.wake_lock.lock() = false;
         let busy = {
             let Some(ctx) = weak.upgrade() else { return };
-            ctx.flush_if_old();
+            // Poll first: completions seen now let an idle GPU get the open batch at once.
             ctx.poll_once();
+            ctx.flush_if_due();
             ctx.busy()
         };
         if busy {
             std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_micros(400));
+            nap = (nap * 2).min(Duration::from_micros(100));
         } else {
             nap = Duration::from_micros(50);
             let mut w = shared.wake_lock.lock();

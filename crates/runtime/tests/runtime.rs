@@ -60,6 +60,8 @@ fn freed_memory_is_not_reused_before_the_gpu_is_done() {
         o.exec = ExecConfig {
             max_ops: 1_000_000,
             max_age: Duration::from_secs(3600),
+            idle_ops: 0,
+            ..ExecConfig::default()
         }
     });
     let d = rt.device();
@@ -389,6 +391,197 @@ fn gpu_timings_bracket_every_command() {
     d.run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&x)])
         .unwrap();
     assert!(ex.take_timings().unwrap().is_empty());
+}
+
+/// Batching that never submits by count or age: only host waits, large uploads and (when
+/// `idle_ops > 0`) an idle GPU submit.
+fn manual_batching(idle_ops: usize) -> Runtime {
+    runtime_with(|o| {
+        o.exec = ExecConfig {
+            max_ops: 1_000_000,
+            max_age: Duration::from_secs(3600),
+            idle_ops,
+            idle_inflight: 1,
+            ..ExecConfig::default()
+        }
+    })
+}
+
+#[test]
+fn large_uploads_keep_their_place_in_the_order_of_work() {
+    // Uploads of 1 MiB and more go through the queue's own staging, which runs before the next
+    // submitted batch: work recorded before the upload must still see the old bytes.
+    let rt = manual_batching(0);
+    let d = rt.device();
+    let n = 1 << 18; // 1 MiB of f32
+    let a = d.upload(&vec![1.0f32; n], &[n]).unwrap();
+    let uploads = d.exec_stats().uploads;
+    let submits = d.exec_stats().submits;
+    let before = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+    assert_eq!(
+        d.exec_stats().submits,
+        submits,
+        "Neg is recorded, not submitted"
+    );
+    let two: Vec<u8> = vec![2.0f32; n]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    d.write(a.addr(), &two).unwrap();
+    assert_eq!(d.exec_stats().uploads, uploads + 1);
+    assert_eq!(
+        d.exec_stats().submits,
+        submits + 1,
+        "the batch holding Neg was submitted before the upload"
+    );
+    let after = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+    // A small upload into the same buffer, then a large one: each lands in order.
+    d.write(a.addr(), &[0u8, 0, 64, 64]).unwrap(); // a[0] = 3.0
+    let third = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+    let four: Vec<u8> = vec![4.0f32; n]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    d.write(a.addr(), &four).unwrap();
+    let fourth = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+    let b = before[0].download::<f32>().unwrap();
+    let c = after[0].download::<f32>().unwrap();
+    let t = third[0].download::<f32>().unwrap();
+    let f = fourth[0].download::<f32>().unwrap();
+    assert!(
+        b.iter().all(|&v| v == -1.0),
+        "work before the upload saw its bytes"
+    );
+    assert!(
+        c.iter().all(|&v| v == -2.0),
+        "work after the upload saw the new bytes"
+    );
+    assert_eq!((t[0], t[1], t[n - 1]), (-3.0, -2.0, -2.0));
+    assert!(f.iter().all(|&v| v == -4.0));
+    assert_eq!(a.download::<f32>().unwrap(), vec![4.0; n]);
+}
+
+#[test]
+fn an_idle_gpu_gets_the_open_batch_without_a_host_wait() {
+    let rt = manual_batching(4);
+    let d = rt.device();
+    let x = d.upload(&[1.0f32; 64], &[64]).unwrap();
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let mut keep = vec![];
+    for _ in 0..3 {
+        keep.push(d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap());
+    }
+    assert_eq!(
+        d.exec_stats().submits,
+        submits,
+        "3 commands stay on the host"
+    );
+    keep.push(d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap());
+    assert_eq!(
+        d.exec_stats().submits,
+        submits + 1,
+        "the 4th command goes out at once: the GPU had nothing to do"
+    );
+    // 4 more while that batch may still run: submitted by the recording thread or, once the
+    // GPU is done, by the background thread; never held until a host wait.
+    for _ in 0..4 {
+        keep.push(d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap());
+    }
+    let t0 = std::time::Instant::now();
+    while d.exec_stats().submits < submits + 2 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the second batch was never submitted"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // Fewer than idle_ops commands are held back, however idle the GPU.
+    d.synchronize().unwrap();
+    let s = d.exec_stats().submits;
+    keep.push(d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap());
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(d.exec_stats().submits, s);
+    for k in keep {
+        assert_eq!(k[0].download::<f32>().unwrap(), vec![-1.0; 64]);
+    }
+}
+
+#[test]
+fn bind_groups_are_reused_for_the_same_tensors() {
+    use tfwgpu_runtime::{DType, Operand};
+    for capacity in [16384, 1, 0] {
+        let rt = runtime_with(|o| o.exec.bind_group_cache = capacity);
+        let d = rt.device();
+        let x = d.upload(&[1.0f32; 100], &[100]).unwrap();
+        let y = d.upload(&[2.0f32; 100], &[100]).unwrap();
+        let add = d.kernel("AddV2", &Attrs::new()).unwrap();
+        let outs = [
+            d.empty(DType::F32, &[100]).unwrap(),
+            d.empty(DType::F32, &[100]).unwrap(),
+        ];
+        let record = |a: &tfwgpu_runtime::Tensor, o: &tfwgpu_runtime::Tensor| {
+            let ins = [
+                Operand::Device(a.device_ref()),
+                Operand::Device(y.device_ref()),
+            ];
+            d.record(add.as_ref(), &ins, std::slice::from_ref(o.device_ref()))
+                .unwrap()
+        };
+        record(&x, &outs[0]); // compiles the pipeline
+        let created = d.exec_stats().bind_groups;
+        for _ in 0..10 {
+            record(&x, &outs[0]);
+        }
+        let same = d.exec_stats().bind_groups - created;
+        for i in 0..10 {
+            record(&x, &outs[i % 2]);
+        }
+        let alternating = d.exec_stats().bind_groups - created - same;
+        // Both outputs hold 1 + 2 = 3 now; then out1 = out0 + 2 = 5 and out0 = out1 + 2 = 7.
+        record(&outs[0], &outs[1]);
+        record(&outs[1], &outs[0]);
+        assert_eq!(outs[0].download::<f32>().unwrap(), vec![7.0; 100]);
+        assert_eq!(outs[1].download::<f32>().unwrap(), vec![5.0; 100]);
+        match capacity {
+            // The same tensors find their bind group; a second output needs one more.
+            16384 => assert_eq!((same, alternating), (0, 1)),
+            // A cache of one entry: alternating outputs clear it every time.
+            1 => assert_eq!((same, alternating), (0, 9)),
+            _ => assert_eq!((same, alternating), (10, 10)),
+        }
+    }
+}
+
+#[test]
+fn a_batch_goes_out_behind_the_last_one_the_gpu_runs() {
+    // idle_inflight 2: with one batch in flight (or none), a batch of idle_ops commands is
+    // submitted at once, without waiting for the host to learn that the GPU went idle.
+    let rt = runtime_with(|o| {
+        o.exec = ExecConfig {
+            max_ops: 1_000_000,
+            max_age: Duration::from_secs(3600),
+            idle_ops: 4,
+            idle_inflight: 2,
+            ..ExecConfig::default()
+        }
+    });
+    let d = rt.device();
+    let x = d.upload(&[1.0f32; 64], &[64]).unwrap();
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let mut keep = vec![];
+    for _ in 0..8 {
+        keep.push(d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap());
+    }
+    assert_eq!(
+        d.exec_stats().submits,
+        submits + 2,
+        "two batches of 4 went out back to back"
+    );
+    for k in keep {
+        assert_eq!(k[0].download::<f32>().unwrap(), vec![-1.0; 64]);
+    }
 }
 
 #[test]
