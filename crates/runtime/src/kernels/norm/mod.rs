@@ -47,6 +47,7 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
+const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
 
@@ -243,6 +244,27 @@ impl Plan {
         })
     }
 
+    /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
+    /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
+    fn vec4(self) -> Plan {
+        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
+        let chunk = RWG / tc * PER_THREAD;
+        Plan {
+            tc,
+            chunk,
+            splits: self.rest.div_ceil(chunk).max(1),
+            ..self
+        }
+    }
+
+    /// Whether the statistics of `dtype` can run on `stats_vec4.wgsl`.
+    fn vec4_stats(&self, ctx: &KernelContext, dtype: DType) -> bool {
+        dtype == DType::F32
+            && self.inner == 1
+            && self.c.is_multiple_of(4)
+            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
+    }
+
     /// Params of every shader; `n`/`words` for the elementwise pass, `groups_x` for the
     /// workgroup-per-item passes.
     #[allow(clippy::too_many_arguments)]
@@ -408,18 +430,39 @@ impl Run<'_> {
         let p = &self.plan;
         let grad = dy.is_some();
         let dtype = self.dtype;
+        // The plan is `Plan::vec4` exactly when the vec4 shader applies (see `record`).
+        let vec4 = p.vec4_stats(ctx, dtype);
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
-                if grad { "stats_grad" } else { "stats" },
+                match (grad, vec4) {
+                    (false, false) => "stats",
+                    (true, false) => "stats_grad",
+                    (false, true) => "stats/vec4",
+                    (true, true) => "stats_grad/vec4",
+                },
             ),
-            || crate::kernels::membound_shader(stats_shader(dtype, grad)),
+            || {
+                crate::kernels::membound_shader(if vec4 {
+                    STATS_VEC4_WGSL
+                        .replace("$NORM_COMMON", NORM_COMMON)
+                        .replace("$GRAD", if grad { "true" } else { "false" })
+                } else {
+                    stats_shader(dtype, grad)
+                })
+            },
         )?;
         let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
-        let (grid, gx) = groups("batch norm statistics", p.c.div_ceil(p.tc) * p.splits)?;
+        let tiles = if vec4 {
+            (p.c / 4).div_ceil(p.tc)
+        } else {
+            p.c.div_ceil(p.tc)
+        };
+        let (grid, gx) = groups("batch norm statistics", tiles * p.splits)?;
         let params = p.params(0, 0, 0, gx, 0, None, self.eps);
-        let unused = ctx.temp(4)?;
+        // 16 bytes: one vec4 for stats_vec4.wgsl's unused dy.
+        let unused = ctx.temp(16)?;
         ctx.dispatch(
             &pipeline,
             &params,
@@ -768,10 +811,15 @@ impl Kernel for BatchNorm {
             return Ok(());
         }
         let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let dtype = inputs[0].dtype();
         let run = Run {
             ctx,
-            plan,
-            dtype: inputs[0].dtype(),
+            plan: if plan.vec4_stats(ctx, dtype) {
+                plan.vec4()
+            } else {
+                plan
+            },
+            dtype,
             eps: self.a.epsilon,
             factor: Some(self.factor),
         };
@@ -855,10 +903,15 @@ impl Kernel for BatchNormGrad {
             return Ok(());
         }
         let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let dtype = inputs[1].dtype();
         let run = Run {
             ctx,
-            plan,
-            dtype: inputs[1].dtype(),
+            plan: if plan.vec4_stats(ctx, dtype) {
+                plan.vec4()
+            } else {
+                plan
+            },
+            dtype,
             eps: self.a.epsilon,
             factor: None,
         };
