@@ -78,9 +78,18 @@ pub struct Timing {
     /// which some command of the batch ran (gaps between commands left out), per run.
     pub gpu_ms: Option<f64>,
     pub gpu_busy_ms: Option<f64>,
+    /// GPU time per run of each pipeline (dispatch label, or `copy`/`clear`), in ms, in
+    /// first-use order: where a multi-dispatch op spends its time.
+    pub breakdown: Vec<(String, f64)>,
 }
 
-/// Times `run`: one warm-up run (pipeline compiles, first-touch of memory), then `reps`
+/// Milliseconds of back-to-back runs before a case is timed (`--warm-ms`, default 400).
+pub static WARM_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(400);
+
+/// Times `run`: one warm-up run (pipeline compiles, first-touch of memory), then back-to-back
+/// runs for `WARM_MS` (the GPU's SM clock falls to 345-800 MHz within a second of light load
+/// on the H200 and needs sustained load to return to 1980 MHz: without this, a case timed
+/// right after the host computed its reference ran at a third of its speed), then `reps`
 /// samples of `inner` back-to-back runs followed by one host wait, `inner` chosen so that a
 /// sample lasts about `target_s` (at most 1000 runs). The runtime submits batches while the
 /// host records more, so the figure is the device's throughput unless recording one run takes
@@ -93,6 +102,18 @@ pub fn time_runs(
     mut run: impl FnMut() -> Res<()>,
 ) -> Res<Timing> {
     run()?;
+    dev.synchronize().map_err(err)?;
+    let warm = std::time::Duration::from_millis(WARM_MS.load(std::sync::atomic::Ordering::Relaxed));
+    let tw = Instant::now();
+    let mut k = 0u64;
+    while tw.elapsed() < warm {
+        run()?;
+        k += 1;
+        if k.is_multiple_of(256) {
+            // Bounded queue: the host would otherwise record far ahead of a slow case.
+            dev.synchronize().map_err(err)?;
+        }
+    }
     dev.synchronize().map_err(err)?;
     let t0 = Instant::now();
     for _ in 0..3 {
@@ -112,9 +133,9 @@ pub fn time_runs(
         samples.push(t0.elapsed().as_secs_f64() / inner as f64);
     }
     samples.sort_by(f64::total_cmp);
-    let (gpu_ms, gpu_busy_ms) = match gpu_time(dev, inner, &mut run)? {
-        Some((span, busy)) => (Some(span), Some(busy)),
-        None => (None, None),
+    let (gpu_ms, gpu_busy_ms, breakdown) = match gpu_time(dev, inner, &mut run)? {
+        Some((span, busy, parts)) => (Some(span), Some(busy), parts),
+        None => (None, None, vec![]),
     };
     Ok(Timing {
         median_ms: samples[samples.len() / 2] * 1e3,
@@ -122,17 +143,17 @@ pub fn time_runs(
         inner,
         gpu_ms,
         gpu_busy_ms,
+        breakdown,
     })
 }
 
+/// (span, busy, time per label) of one run, in ms.
+type GpuTime = (f64, f64, Vec<(String, f64)>);
+
 /// One more batch of `inner` runs with GPU timestamps on (kept apart from the wall-clock
-/// samples: the timestamps add work): (span, busy) per run in ms; None where the device
-/// cannot time dispatches.
-fn gpu_time(
-    dev: &Device,
-    inner: usize,
-    run: &mut impl FnMut() -> Res<()>,
-) -> Res<Option<(f64, f64)>> {
+/// samples: the timestamps add work): (span, busy, time per label) per run in ms; None where
+/// the device cannot time dispatches.
+fn gpu_time(dev: &Device, inner: usize, run: &mut impl FnMut() -> Res<()>) -> Res<Option<GpuTime>> {
     let ex = dev.exec();
     if ex.set_timing(true).is_err() {
         return Ok(None);
@@ -150,9 +171,18 @@ fn gpu_time(
         return Ok(None);
     }
     let s = tfwgpu_runtime::exec::TimingSummary::of(&t);
+    let mut parts: Vec<(String, f64)> = vec![];
+    for d in &t {
+        let ms = (d.end_ns - d.start_ns).max(0.0) / 1e6 / inner as f64;
+        match parts.iter_mut().find(|(l, _)| **l == *d.label) {
+            Some(p) => p.1 += ms,
+            None => parts.push((d.label.to_string(), ms)),
+        }
+    }
     Ok(Some((
         s.span_ns / 1e6 / inner as f64,
         s.busy_ns / 1e6 / inner as f64,
+        parts,
     )))
 }
 
@@ -259,6 +289,8 @@ impl Row {
             "pct_copy": self.pct_copy,
             "rel_err": finite_or_null(self.rel_err), "inner": self.timing.inner,
             "reps": self.reps,
+            "gpu_breakdown": self.timing.breakdown.iter()
+                .map(|(l, ms)| json!({"label": l, "ms": ms})).collect::<Vec<_>>(),
         });
         match self.work {
             Work::Flops(f) => {

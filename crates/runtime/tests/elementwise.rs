@@ -56,6 +56,15 @@ const SHAPES: &[(&[usize], &[usize])] = &[
     (&[1, 129], &[129, 1]),
     (&[1, 1, 1], &[1]),
     (&[3, 1, 1, 5], &[1, 4, 1, 1]),
+    // vec4 loads (32-bit dtypes): same shapes with 4k elements (one vec4 per invocation left
+    // over: 12 elements), a row vector on either side, a broadcast that merges to [6, 8].
+    (&[5, 12], &[5, 12]),
+    (&[3, 4], &[3, 4]),
+    (&[1028], &[1028]),
+    (&[6, 8], &[8]),
+    (&[8], &[6, 8]),
+    (&[9, 16], &[1, 16]),
+    (&[2, 3, 8], &[8]),
     // Eight dimensions that cannot merge: the largest rank the kernel takes.
     (&[2, 1, 2, 1, 2, 1, 2, 1], &[1, 2, 1, 2, 1, 2, 1, 2]),
 ];

@@ -206,9 +206,23 @@ fn bias_add_grad() {
 
 // ---------------------------------------------------------------- Softmax family
 
-/// Additions on the longest path of the kernel's row sums: a strided partial sum of at most
-/// max(8, cols / 256) terms per invocation, then a tree over at most 256 invocations.
+/// Rounding steps (in eps of the row sum) on the longest path of the kernel's row sums: an
+/// invocation folds k = ceil(loads / t) loads of `vec` elements (4 when cols % 4 == 0, else 1)
+/// into an online (max, sum) state, t = min(256, next power of two of ceil(loads / 4)); each
+/// fold adds `vec` terms and may rescale the sum to a new maximum (one product and one exp:
+/// 1 + 4 eps); the sum is rescaled once more to the row maximum, then a tree of log2(t) <= 8
+/// additions.
 fn sum_path(cols: usize) -> f64 {
+    let vec = if cols.is_multiple_of(4) { 4 } else { 1 };
+    let loads = cols / vec;
+    let t = loads.div_ceil(4).max(1).next_power_of_two().min(256);
+    let k = loads.div_ceil(t);
+    (k * (vec + 5) + 5 + 8) as f64
+}
+
+/// The same for the cross-entropies' kernel: a strided partial sum of at most
+/// max(8, cols / 256) terms per invocation, then a tree over at most 256 invocations.
+fn xent_sum_path(cols: usize) -> f64 {
     (cols.div_ceil(256).max(8) + 8) as f64
 }
 
@@ -237,19 +251,19 @@ fn row_ref(x: &[f32]) -> Row {
 }
 
 /// Bound of a computed probability exp(d) / s: the rounding of d (|d| eps, amplified by exp),
-/// exp (2 ULP = 4 eps), the sum, the division (2.5 ULP = 5 eps); and subnormal results may be
-/// flushed.
-fn prob_tol(p: f64, d: f64, cols: usize) -> f64 {
+/// exp (2 ULP = 4 eps), the sum, the division (`div_eps`: the quotient's 2.5 ULP = 5 eps, or
+/// 6 eps for a reciprocal of the sum and a product); and subnormal results may be flushed.
+fn prob_tol(p: f64, d: f64, path: f64, div_eps: f64) -> f64 {
     if p == 0.0 {
         // exp(-inf): exactly 0.
         return 0.0;
     }
-    p * EPS * (d.abs() + 4.0 + sum_path(cols) + 4.0 + 5.0) + f32::MIN_POSITIVE as f64
+    p * EPS * (d.abs() + 4.0 + path + 4.0 + div_eps) + f32::MIN_POSITIVE as f64
 }
 
 /// Bound of log(s) as computed: log's 3 ULP (6 eps) of |log s|, and the relative error of s.
-fn log_s_tol(log_s: f64, cols: usize) -> f64 {
-    EPS * (6.0 * log_s.abs() + sum_path(cols) + 8.0)
+fn log_s_tol(log_s: f64, path: f64) -> f64 {
+    EPS * (6.0 * log_s.abs() + path + 8.0)
 }
 
 fn logits(r: &mut rand::rngs::StdRng, n: usize) -> Vec<f32> {
@@ -275,6 +289,13 @@ const ROW_SHAPES: &[&[usize]] = &[
     // Past 16 columns per invocation (4096 with 256 invocations per row): the streaming loops.
     &[2, 4097],
     &[3, 9001],
+    // Multiples of 4 columns (vec4 loads): one load per invocation, the main loop's two loads
+    // and its one-load tail, 256 invocations per row.
+    &[9, 4],
+    &[4, 8],
+    &[3, 1000],
+    &[2, 4100],
+    &[2, 8192],
     &[300, 3],
     &[0, 5],
     &[5, 0],
@@ -302,10 +323,10 @@ fn softmax_and_log_softmax() {
             for &d in &rr.d {
                 let p = d.exp() / rr.s;
                 want.push(p);
-                tol.push(prob_tol(p, d, cols));
+                tol.push(prob_tol(p, d, sum_path(cols), 6.0));
                 let lp = d - rr.log_s;
                 lwant.push(lp);
-                ltol.push(EPS * (d.abs() + lp.abs()) + log_s_tol(rr.log_s, cols));
+                ltol.push(EPS * (d.abs() + lp.abs()) + log_s_tol(rr.log_s, sum_path(cols)));
             }
         }
         assert_within(&to_f64(&sm), &want, &tol, &format!("Softmax {shape:?}"));
@@ -347,6 +368,55 @@ fn softmax_special_values() {
         &[nan, nan, nan, nan, nan, nan, -inf, 0.0, 0.0, -2000.0],
         "LogSoftmax specials",
     );
+    // The same specials in rows of 4 and 12 columns (vec4 loads): -inf before and after the
+    // finite values (a fold whose maximum is still -inf must leave the sum at 0), NaN and
+    // +inf in every lane position, a row of only -inf.
+    let rows4: &[[f32; 4]] = &[
+        [-inf, -inf, 1.0, 2.0],
+        [1.0, -inf, 2.0, -inf],
+        [nan, 1.0, 2.0, 3.0],
+        [1.0, 2.0, 3.0, inf],
+        [-inf, -inf, -inf, -inf],
+        [0.0, 1000.0, -1000.0, 0.0],
+    ];
+    let x4: Vec<f32> = rows4.iter().flatten().copied().collect();
+    let e1 = 1.0 / (1.0 + 1f64.exp());
+    let want4: Vec<[f64; 4]> = vec![
+        [0.0, 0.0, e1, 1.0 - e1],
+        [e1, 0.0, 1.0 - e1, 0.0],
+        [f64::NAN; 4],
+        [f64::NAN; 4],
+        [f64::NAN; 4],
+        [0.0, 1.0, 0.0, 0.0],
+    ];
+    let got = run("Softmax", &Attrs::new(), &[&host(&x4, &[6, 4])])[0]
+        .download::<f32>()
+        .unwrap();
+    for (r, (g, w)) in got.chunks(4).zip(&want4).enumerate() {
+        for (a, b) in g.iter().zip(w) {
+            assert!(
+                (a.is_nan() && b.is_nan()) || ((*a as f64) - b).abs() <= 1e-6,
+                "Softmax vec4 specials row {r}: got {g:?}, want {w:?}"
+            );
+        }
+    }
+    // 12 columns: three loads of a row over one invocation (main loop and tail), -inf first.
+    let mut x12 = vec![-inf; 8];
+    x12.extend([0.0, -inf, 0.0, nan]);
+    x12.extend([-inf; 8]);
+    x12.extend([0.0, -inf, 0.0, 0.0]);
+    let got = run("LogSoftmax", &Attrs::new(), &[&host(&x12, &[2, 12])])[0]
+        .download::<f32>()
+        .unwrap();
+    assert!(got[..12].iter().all(|v| v.is_nan()), "{got:?}");
+    let l3 = -(3f32.ln());
+    let want: Vec<f32> = [[-inf; 8].as_slice(), &[l3, -inf, l3, l3]].concat();
+    for (a, b) in got[12..].iter().zip(&want) {
+        assert!(
+            a == b || (a - b).abs() <= 1e-6,
+            "LogSoftmax 12 columns: {got:?}"
+        );
+    }
     let e = try_run("Softmax", &Attrs::new(), &[&host(&[1f32], &[])])
         .err()
         .unwrap();
@@ -396,12 +466,12 @@ fn check_sparse(
         let dl = rr.d[lab as usize];
         let l = rr.log_s - dl;
         lw.push(l);
-        lt.push(log_s_tol(rr.log_s, cols) + EPS * (dl.abs() + l.abs()));
+        lt.push(log_s_tol(rr.log_s, xent_sum_path(cols)) + EPS * (dl.abs() + l.abs()));
         for (j, &d) in rr.d.iter().enumerate() {
             let p = d.exp() / rr.s;
             let g = p - if j == lab as usize { 1.0 } else { 0.0 };
             bw.push(g);
-            bt.push(prob_tol(p, d, cols) + EPS * g.abs());
+            bt.push(prob_tol(p, d, xent_sum_path(cols), 5.0) + EPS * g.abs());
         }
     }
     assert_within(&to_f64(loss), &lw, &lt, &format!("{what} loss"));
@@ -598,12 +668,14 @@ fn softmax_cross_entropy_broadcasting() {
                 let term = lj * (rr.log_s - d);
                 l += term;
                 // Each term: log(s) as computed, d's rounding, the difference and product.
-                scale += lj * (log_s_tol(rr.log_s, cols) + EPS * 3.0 * (d.abs() + rr.log_s.abs()));
-                scale += sum_path(cols) * EPS * term.abs();
+                scale += lj
+                    * (log_s_tol(rr.log_s, xent_sum_path(cols))
+                        + EPS * 3.0 * (d.abs() + rr.log_s.abs()));
+                scale += xent_sum_path(cols) * EPS * term.abs();
                 let p = d.exp() / rr.s;
                 let g = p - lj;
                 bw.push(g);
-                bt.push(prob_tol(p, d, cols) + EPS * g.abs());
+                bt.push(prob_tol(p, d, xent_sum_path(cols), 5.0) + EPS * g.abs());
             }
             lw.push(l);
             lt.push(scale);

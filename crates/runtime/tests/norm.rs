@@ -240,6 +240,11 @@ fn forward_training_and_inference_shapes() {
         (&[2, 3, 2, 3, 4], true),
         // 40 channels innermost: two channel tiles (32 + 8), 19 chunks per channel.
         (&[2, 30, 40, 40], false),
+        // NHWC with C % 4 == 0: vec4 statistics and apply (rows in two-row steps and a tail,
+        // several chunks, quads past C in the last tile).
+        (&[1, 3, 3, 8], false),
+        (&[2, 33, 17, 64], false),
+        (&[2, 9, 9, 132], false),
     ];
     let mut seed = 0;
     for &(shape, cf) in shapes {
@@ -462,6 +467,9 @@ fn gradient_training_and_inference() {
         (vec![2, 3, 2, 3, 4], true),
         (vec![4, 100, 100, 2], false),
         (vec![2, 30, 40, 40], false),
+        // NHWC with C % 4 == 0: vec4 statistics and apply (one chunk, several chunks).
+        (vec![3, 6, 7, 12], false),
+        (vec![2, 20, 20, 256], false),
     ] {
         for training in [true, false] {
             for version in [1, 2, 3] {

@@ -395,6 +395,12 @@ fn leading_axis_reductions_split_over_rows() {
         (&[1031, 31], &[0]),
         (&[3000, 1], &[0]),
         (&[3, 1000, 33], &[1]),
+        // vec4 loads (reduce_vec4.wgsl): a middle axis over 8 vec4 columns, long rows split
+        // in chunks of 4096, rows of 1028 (one vec4 tail per invocation), two reduced blocks.
+        (&[3, 500, 32], &[1]),
+        (&[2, 65536], &[1]),
+        (&[256, 1028], &[1]),
+        (&[6, 20, 8], &[0, 2]),
     ];
     for &(shape, axes) in shapes {
         let n: usize = shape.iter().product();
@@ -407,6 +413,13 @@ fn leading_axis_reductions_split_over_rows() {
             check_f32(op, &data, shape, axes, false);
         }
     }
+    // NaN in every lane position of vec4 rows, and in one vec4 column.
+    let mut data = rand_f32(&mut r, 4 * 1024, -1.0, 1.0);
+    for (row, col) in [(0usize, 0usize), (1, 513), (2, 1022), (3, 1023)] {
+        data[row * 1024 + col] = f32::NAN;
+    }
+    check_f32(Op::Max, &data, &[4, 1024], &[1], false);
+    check_f32(Op::Min, &data, &[1024, 4], &[0], false);
     // NaN in one row of a split column reaches that column's Max / Sum only.
     let mut data = rand_f32(&mut r, 4096 * 64, -1.0, 1.0);
     data[3000 * 64 + 5] = f32::NAN;
@@ -430,6 +443,10 @@ fn int32_reductions_are_exact() {
         (vec![2, 3, 4, 5], vec![0, 2]),
         (vec![2, 3, 4, 5], vec![-1, 1]),
         (vec![30000], vec![0]),
+        // vec4 loads: rows of 1028, columns of 64 (split), a middle axis of 8-wide rows.
+        (vec![7, 1028], vec![1]),
+        (vec![3000, 64], vec![0]),
+        (vec![5, 100, 8], vec![1]),
     ] {
         let n: usize = shape.iter().product();
         let data = rand_i32(&mut r, n, -100_000, 100_000);

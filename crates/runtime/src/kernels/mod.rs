@@ -102,3 +102,21 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(nonzero::OPS);
     defs.extend_from_slice(fused::OPS);
 }
+
+/// The shader module of a memory-bound kernel (elementwise, reductions, softmax, batch norm,
+/// pooling). Checked by default; `TFWGPU_MEMBOUND_CHECKS=trusted` compiles them without naga's
+/// runtime checks (index clamps on private and workgroup arrays, loop bounding) to measure
+/// what those checks cost. Buffer accesses stay bounds-checked either way on Vulkan devices
+/// with robustBufferAccess2 (wgpu leaves those to the driver), and every index of these
+/// kernels is guarded by the sizes in their params.
+pub(crate) fn membound_shader(wgsl: String) -> crate::kernel_manager::ShaderSource {
+    use std::sync::OnceLock;
+    static TRUSTED: OnceLock<bool> = OnceLock::new();
+    let mut s = crate::kernel_manager::ShaderSource::new(wgsl);
+    if *TRUSTED.get_or_init(|| {
+        std::env::var("TFWGPU_MEMBOUND_CHECKS").is_ok_and(|v| v.eq_ignore_ascii_case("trusted"))
+    }) {
+        s.checks = crate::kernel_manager::Checks::Trusted;
+    }
+    s
+}

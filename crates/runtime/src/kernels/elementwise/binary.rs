@@ -10,7 +10,7 @@
 //! arithmetic.
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::PipelineKey;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
@@ -716,9 +716,32 @@ impl Kernel for Binary {
         let a = ctx.bind(inputs[0].device(self.name, 0)?)?;
         let b = ctx.bind(inputs[1].device(self.name, 1)?)?;
         let o = bind_out(ctx, self.name, out)?;
-        let flat = bc.dims.len() <= 1;
         let op = self.op;
         let multi = multi_word(dtype, out_dtype);
+        if multi
+            && let Some((ma, mb)) =
+                vec4_moduli(&bc, ctx.limits().min_storage_buffer_offset_alignment)
+        {
+            let key = PipelineKey::new("elementwise", Some(dtype), format!("{}/vec4", op.name()));
+            let pipeline = ctx.pipeline(key, || {
+                crate::kernels::membound_shader(vec4_shader(op, dtype))
+            })?;
+            let n4 = words_for(self.name, out_dtype, n)? / 4;
+            let threads = n4.div_ceil(VEC4_PER_INVOCATION);
+            let (groups, row) = grid_1d(threads as u64, WG);
+            let w = [
+                row,
+                n4,
+                threads,
+                ma,
+                mb,
+                1.0f32.to_bits(),
+                self.alpha.to_bits(),
+                0,
+            ];
+            return ctx.dispatch(&pipeline, &params(&w), &[a, b, o], groups);
+        }
+        let flat = bc.dims.len() <= 1;
         let key = PipelineKey::new(
             "elementwise",
             Some(dtype),
@@ -729,7 +752,9 @@ impl Kernel for Binary {
                 if multi { "/x4" } else { "" }
             ),
         );
-        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype, flat, multi)))?;
+        let pipeline = ctx.pipeline(key, || {
+            crate::kernels::membound_shader(shader(op, dtype, flat, multi))
+        })?;
         let words = words_for(self.name, out_dtype, n)?;
         let threads = if multi { words.div_ceil(4) } else { words };
         let (groups, row) = grid_1d(threads as u64, WG);
@@ -806,6 +831,135 @@ const STORE_X4: &str = "    if w >= p.stride {
     if w3 < p.words {
         out[w3] = bitcast<u32>(r3);
     }";
+
+/// vec4 loads and stores (`VEC4_WGSL`) for 32-bit dtypes when every operand is either the
+/// output's shape or a row vector repeated over the rows of a [rows, cols] output, with cols
+/// (and so the element count) a multiple of 4 and bindings 16-byte aligned: the vec4 index
+/// of an operand is the output's modulo (ma, mb) (the output's vec4 count for a full operand,
+/// cols / 4 for a row vector). None otherwise (a scalar operand, other broadcasts).
+fn vec4_moduli(bc: &Broadcast, align: u32) -> Option<(u32, u32)> {
+    if !align.is_multiple_of(16) {
+        return None;
+    }
+    let n = bc.num_elements();
+    let cols = *bc.dims.last()?;
+    if !cols.is_multiple_of(4) || bc.dims.len() > 2 || n / 4 > u32::MAX as usize {
+        return None;
+    }
+    let modulus = |st: &[usize]| -> Option<u32> {
+        match st {
+            [1] => Some((n / 4) as u32),
+            [s, 1] if *s == cols => Some((n / 4) as u32),
+            [0, 1] => Some((cols / 4) as u32),
+            _ => None,
+        }
+    };
+    Some((modulus(&bc.strides[0])?, modulus(&bc.strides[1])?))
+}
+
+/// vec4 loads per invocation of `VEC4_WGSL` (p.stride apart, all loads before the stores).
+const VEC4_PER_INVOCATION: u32 = 2;
+
+/// A binary op on 32-bit dtypes, four elements per load (see `vec4_moduli`), two vec4 per
+/// invocation p.stride apart with both loads issued before either result is stored (out
+/// may be one of the inputs).
+const VEC4_WGSL: &str = "struct Params {
+    row: u32,
+    n4: u32,
+    stride: u32,
+    ma: u32,
+    mb: u32,
+    one: u32,
+    alpha: u32,
+    pad0: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> a: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read_write> b: array<vec4<u32>>;
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<u32>>;
+
+$LINEAR_INDEX
+$COMMON
+
+fn opaque(v: f32) -> f32 {
+    return v * bitcast<f32>(p.one);
+}
+
+fn rt(v: f32) -> f32 {
+    return v;
+}
+
+fn alpha() -> f32 {
+    return rt(bitcast<f32>(p.alpha));
+}
+
+$EXTRA
+
+fn op(x: $T, y: $T) -> $TOUT {
+$OP
+}
+
+fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(
+        bitcast<u32>(op(bitcast<$T>(x.x), bitcast<$T>(y.x))),
+        bitcast<u32>(op(bitcast<$T>(x.y), bitcast<$T>(y.y))),
+        bitcast<u32>(op(bitcast<$T>(x.z), bitcast<$T>(y.z))),
+        bitcast<u32>(op(bitcast<$T>(x.w), bitcast<$T>(y.w))),
+    );
+}
+
+fn index(i: u32, m: u32) -> u32 {
+    if m == p.n4 {
+        return i;
+    }
+    return i % m;
+}
+
+@compute @workgroup_size($WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i0 = linear_index(gid);
+    if i0 >= p.stride {
+        return;
+    }
+    let i1 = i0 + p.stride;
+    let a0 = a[index(i0, p.ma)];
+    let b0 = b[index(i0, p.mb)];
+    var a1 = vec4<u32>();
+    var b1 = vec4<u32>();
+    if i1 < p.n4 {
+        a1 = a[index(i1, p.ma)];
+        b1 = b[index(i1, p.mb)];
+    }
+    let r0 = op4(a0, b0);
+    let r1 = op4(a1, b1);
+    out[i0] = r0;
+    if i1 < p.n4 {
+        out[i1] = r1;
+    }
+}
+";
+
+fn vec4_shader(op: BinaryOp, dtype: DType) -> String {
+    let (math, pow) = op.math();
+    let mut extra = String::new();
+    if dtype == DType::F32 && math {
+        extra.push_str(MATH_WGSL);
+    }
+    if dtype == DType::F32 && pow {
+        extra.push_str(POW_WGSL);
+    }
+    if op == BinaryOp::SeluGrad {
+        extra.push_str(&super::unary::selu_consts());
+    }
+    VEC4_WGSL
+        .replace("$LINEAR_INDEX", LINEAR_INDEX)
+        .replace("$COMMON", COMMON_WGSL)
+        .replace("$EXTRA", &extra)
+        .replace("$OP", op.wgsl(dtype))
+        .replace("$TOUT", compute_type(op.output_dtype(dtype)))
+        .replace("$T", compute_type(dtype))
+        .replace("$WG", &WG.to_string())
+}
 
 fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool) -> String {
     let float = dtype.is_float();

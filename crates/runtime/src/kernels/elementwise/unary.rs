@@ -2,7 +2,7 @@
 //! nearest even on the way out); the transcendental functions come from `math.wgsl`.
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::PipelineKey;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
@@ -312,7 +312,7 @@ impl Kernel for Unary {
         let o = bind_out(ctx, self.name, out)?;
         let (op, dtype) = (self.op, desc.dtype);
         let key = PipelineKey::new("elementwise", Some(dtype), op.name());
-        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(op, dtype)))?;
+        let pipeline = ctx.pipeline(key, || crate::kernels::membound_shader(shader(op, dtype)))?;
         let words = words_for(self.name, want.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         ctx.dispatch(

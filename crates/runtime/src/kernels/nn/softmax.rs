@@ -16,12 +16,13 @@
 //! as in TensorFlow's GPU kernel — that row's loss and every element of its gradient are NaN.
 
 use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL, fmt_shape};
 use crate::kernels::wgsl::params;
 use crate::{DType, Error, Result, bail_invalid};
 
 const SOFTMAX_WGSL: &str = include_str!("softmax.wgsl");
+const SOFTMAX_ROWS_WGSL: &str = include_str!("softmax_rows.wgsl");
 
 pub(super) const DTYPES: &[DType] = &[DType::F32];
 pub(super) const LABEL_DTYPES: &[DType] = &[DType::I32, DType::I64];
@@ -311,6 +312,57 @@ fn write_loss(r: u32, v: f32) {{
         .replace("$MATH", MATH_WGSL)
 }
 
+/// `softmax_rows.wgsl` for Softmax (`log` false) or LogSoftmax, loading `vec4` floats at a
+/// time or one.
+fn rows_shader(log: bool, vec4: bool) -> String {
+    let (v, funcs) = if vec4 {
+        (
+            "vec4<f32>",
+            "fn lanes_max(v: vec4<f32>) -> f32 {
+    return max(max(v.x, v.y), max(v.z, v.w));
+}
+fn lanes_nan(v: vec4<f32>) -> bool {
+    return any((bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u));
+}
+fn lanes_sum_exp(v: vec4<f32>, m: f32) -> f32 {
+    return ((exp_le0(v.x - m) + exp_le0(v.y - m)) + exp_le0(v.z - m)) + exp_le0(v.w - m);
+}
+fn out_vec(v: vec4<f32>, m: f32, s: f32, log_s: f32) -> vec4<f32> {
+    return vec4<f32>(out_value(v.x, m, s, log_s), out_value(v.y, m, s, log_s),
+        out_value(v.z, m, s, log_s), out_value(v.w, m, s, log_s));
+}",
+        )
+    } else {
+        (
+            "f32",
+            "fn lanes_max(v: f32) -> f32 {
+    return v;
+}
+fn lanes_nan(v: f32) -> bool {
+    return is_nan(v);
+}
+fn lanes_sum_exp(v: f32, m: f32) -> f32 {
+    return exp_le0(v - m);
+}
+fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
+    return out_value(v, m, s, log_s);
+}",
+        )
+    };
+    SOFTMAX_ROWS_WGSL
+        .replace("$VFUNCS", funcs)
+        .replace("$V", v)
+        .replace("$LOG", &log.to_string())
+        .replace("$COMMON", COMMON_WGSL)
+        .replace("$MATH", MATH_WGSL)
+}
+
+/// Invocations per row of `softmax_rows.wgsl` for rows of `loads` loads: about 4 loads (two
+/// iterations of its main loop) per invocation, a power of two, at most the workgroup size.
+fn rows_threads(loads: usize) -> usize {
+    loads.div_ceil(4).max(1).next_power_of_two().min(WG)
+}
+
 /// Invocations per row (a power of two, at most the workgroup size).
 fn threads_per_row(cols: usize) -> usize {
     cols.div_ceil(PER_THREAD).max(1).next_power_of_two().min(WG)
@@ -370,12 +422,17 @@ impl Kernel for SoftmaxKernel {
             });
         }
         let mode = self.mode;
+        if matches!(mode, Mode::Softmax | Mode::LogSoftmax) {
+            return record_rows(ctx, mode, &v, &binds);
+        }
         let key = PipelineKey::new(
             "nn",
             v.label_dtype,
             format!("softmax/{}", mode.name().to_ascii_lowercase()),
         );
-        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(mode, v.label_dtype)))?;
+        let pipeline = ctx.pipeline(key, || {
+            crate::kernels::membound_shader(shader(mode, v.label_dtype))
+        })?;
         let t = threads_per_row(v.cols);
         let g = WG / t;
         let groups = v.rows.div_ceil(g);
@@ -405,6 +462,55 @@ impl Kernel for SoftmaxKernel {
     }
 }
 
+/// Softmax / LogSoftmax of a contiguous [rows, cols] tensor through `softmax_rows.wgsl`.
+fn record_rows(
+    ctx: &KernelContext,
+    mode: Mode,
+    v: &View,
+    binds: &[crate::exec::BufferRange],
+) -> Result<()> {
+    let name = mode.name();
+    // vec4 loads need cols % 4 == 0 and 16-byte aligned bindings (rows then start aligned).
+    let vec4 = v.cols.is_multiple_of(4)
+        && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
+    let log = mode == Mode::LogSoftmax;
+    let key = PipelineKey::new(
+        "nn",
+        None,
+        format!(
+            "softmax_rows/{}{}",
+            if log { "log" } else { "softmax" },
+            if vec4 { "/vec4" } else { "" }
+        ),
+    );
+    let pipeline = ctx.pipeline(key, || {
+        crate::kernels::membound_shader(rows_shader(log, vec4))
+    })?;
+    let loads = if vec4 { v.cols / 4 } else { v.cols };
+    let t = rows_threads(loads);
+    let g = WG / t;
+    let groups = v.rows.div_ceil(g);
+    let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
+    let gy = groups.div_ceil(gx);
+    if gy > crate::kernel::MAX_GROUPS_X as usize {
+        return Err(Error::Unimplemented(format!(
+            "{name}: {} rows are more than one dispatch can cover",
+            v.rows
+        )));
+    }
+    let p = params(&[
+        v.rows as u32,
+        loads as u32,
+        g as u32,
+        t as u32,
+        gx as u32,
+        0,
+        0,
+        0,
+    ]);
+    ctx.dispatch(&pipeline, &p, binds, [gx as u32, gy as u32, 1])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,5 +521,8 @@ mod tests {
         assert_eq!(threads_per_row(10), 2);
         assert_eq!(threads_per_row(1000), 128);
         assert_eq!(threads_per_row(1 << 20), 256);
+        assert_eq!(rows_threads(1), 1);
+        assert_eq!(rows_threads(250), 64);
+        assert_eq!(rows_threads(8192), 256);
     }
 }

@@ -7,7 +7,7 @@
 //             6 mean(dy), 7 rsqrt(var + eps)^2 * mean(dy * (x - mean))
 //             (x_backprop = r5 * ((dy - r6) - (x - r4) * r7); inference: dy * r5)
 // p.mode: 0 training forward, 1 inference forward, 2 training gradient, 3 inference gradient.
-// Placeholders: NORM_COMMON.
+// Placeholders: NORM_COMMON, DIRECT_DECLS, DIRECT_PUT.
 $NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> scale: array<f32>;
@@ -15,6 +15,7 @@ $NORM_COMMON
 @group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
 @group(0) @binding(6) var<storage, read_write> res: array<f32>;
+$DIRECT_DECLS
 
 var<workgroup> sa: array<f32, 256>;
 var<workgroup> sb: array<f32, 256>;
@@ -37,8 +38,12 @@ fn merge(a: vec3<f32>, b: vec3<f32>, sums: bool) -> vec3<f32> {
     return vec3<f32>(n, a.y + d * (b.x / n), a.z + b.z + d * d * (a.x * (b.x / n)));
 }
 
+// Row `row` of the results; rows below p.words also go straight to the op's [c] outputs
+// (the "direct" variant, on devices with 11 storage bindings per stage; else a separate
+// dispatch copies them).
 fn put(row: u32, ch: u32, v: f32) {
     res[row * p.c + ch] = v;
+$DIRECT_PUT
 }
 
 @compute @workgroup_size(256)

@@ -37,7 +37,7 @@ use crate::exec::BufferRange;
 use crate::kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d,
 };
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{
     COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
 };
@@ -47,6 +47,7 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
+const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
 
@@ -243,6 +244,27 @@ impl Plan {
         })
     }
 
+    /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
+    /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
+    fn vec4(self) -> Plan {
+        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
+        let chunk = RWG / tc * PER_THREAD;
+        Plan {
+            tc,
+            chunk,
+            splits: self.rest.div_ceil(chunk).max(1),
+            ..self
+        }
+    }
+
+    /// Whether the statistics of `dtype` can run on `stats_vec4.wgsl`.
+    fn vec4_stats(&self, ctx: &KernelContext, dtype: DType) -> bool {
+        dtype == DType::F32
+            && self.inner == 1
+            && self.c.is_multiple_of(4)
+            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
+    }
+
     /// Params of every shader; `n`/`words` for the elementwise pass, `groups_x` for the
     /// workgroup-per-item passes.
     #[allow(clippy::too_many_arguments)]
@@ -333,6 +355,43 @@ const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
         out[w3] = bitcast<u32>(r3);
     }";
 
+/// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
+fn finalize_direct(ctx: &KernelContext) -> bool {
+    ctx.limits().max_storage_buffers_per_shader_stage >= 11
+}
+
+fn finalize_shader(direct: bool) -> String {
+    let (decls, put) = if direct {
+        (
+            "@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;",
+            "    if row == 0u && ch == 0u && p.n == 1u {
+        o4[0] = 0.0;
+    }
+    if row < p.words {
+        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        } else if row == 2u {
+            o2[ch] = v;
+        } else {
+            o3[ch] = v;
+        }
+    }",
+        )
+    } else {
+        ("", "")
+    };
+    FINALIZE_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$DIRECT_DECLS", decls)
+        .replace("$DIRECT_PUT", put)
+}
+
 fn apply_shader(dtype: DType) -> String {
     APPLY_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
@@ -371,18 +430,39 @@ impl Run<'_> {
         let p = &self.plan;
         let grad = dy.is_some();
         let dtype = self.dtype;
+        // The plan is `Plan::vec4` exactly when the vec4 shader applies (see `record`).
+        let vec4 = p.vec4_stats(ctx, dtype);
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
-                if grad { "stats_grad" } else { "stats" },
+                match (grad, vec4) {
+                    (false, false) => "stats",
+                    (true, false) => "stats_grad",
+                    (false, true) => "stats/vec4",
+                    (true, true) => "stats_grad/vec4",
+                },
             ),
-            || ShaderSource::new(stats_shader(dtype, grad)),
+            || {
+                crate::kernels::membound_shader(if vec4 {
+                    STATS_VEC4_WGSL
+                        .replace("$NORM_COMMON", NORM_COMMON)
+                        .replace("$GRAD", if grad { "true" } else { "false" })
+                } else {
+                    stats_shader(dtype, grad)
+                })
+            },
         )?;
         let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
-        let (grid, gx) = groups("batch norm statistics", p.c.div_ceil(p.tc) * p.splits)?;
+        let tiles = if vec4 {
+            (p.c / 4).div_ceil(p.tc)
+        } else {
+            p.c.div_ceil(p.tc)
+        };
+        let (grid, gx) = groups("batch norm statistics", tiles * p.splits)?;
         let params = p.params(0, 0, 0, gx, 0, None, self.eps);
-        let unused = ctx.temp(4)?;
+        // 16 bytes: one vec4 for stats_vec4.wgsl's unused dy.
+        let unused = ctx.temp(16)?;
         ctx.dispatch(
             &pipeline,
             &params,
@@ -397,28 +477,69 @@ impl Run<'_> {
         Ok(part)
     }
 
-    /// Dispatches `finalize.wgsl`; returns the per-channel rows.
+    /// Dispatches `finalize.wgsl`; returns the per-channel rows. Where the device allows 11
+    /// storage bindings per stage (`finalize_direct`), it also writes rows 0.. to the float32
+    /// [c] outputs `outs` (at most 4) and the scalar `space3` (V3's reserve_space_3) itself;
+    /// else `copy_rows` copies the rows (one dispatch more) and the caller fills `space3`.
     fn finalize(
         &self,
         mode: u32,
         part: Option<&BufferRange>,
         vecs: [Option<&BufferRange>; 4],
+        outs: &[DeviceRef],
+        space3: Option<&DeviceRef>,
+        name: &str,
     ) -> Result<BufferRange> {
         let ctx = self.ctx;
         let p = &self.plan;
-        let pipeline = ctx.pipeline(PipelineKey::new("norm", None, "finalize"), || {
-            ShaderSource::new(FINALIZE_WGSL.replace("$NORM_COMMON", NORM_COMMON))
-        })?;
+        let direct = finalize_direct(ctx);
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "norm",
+                None,
+                if direct {
+                    "finalize/direct"
+                } else {
+                    "finalize"
+                },
+            ),
+            || crate::kernels::membound_shader(finalize_shader(direct)),
+        )?;
         let res = ctx.temp((ROWS * p.c * 4) as u64)?;
         let (grid, gx) = groups("batch norm", p.c)?;
-        let params = p.params(0, 0, 0, gx, mode, self.factor, self.eps);
+        let rows = if direct { outs.len() as u32 } else { 0 };
+        // p.n = 1: also write V3's reserve_space_3 (a float32 0).
+        let params = p.params(
+            0,
+            space3.is_some() as usize,
+            rows,
+            gx,
+            mode,
+            self.factor,
+            self.eps,
+        );
         let unused = ctx.temp(4)?;
         let mut b = vec![part.cloned().unwrap_or_else(|| unused.clone())];
         for v in vecs {
             b.push(v.cloned().unwrap_or_else(|| unused.clone()));
         }
         b.push(res.clone());
+        if direct {
+            for k in 0..4 {
+                b.push(match outs.get(k) {
+                    Some(o) => bind_out(ctx, name, o)?,
+                    None => unused.clone(),
+                });
+            }
+            b.push(match space3 {
+                Some(o) => bind_out(ctx, name, o)?,
+                None => unused.clone(),
+            });
+        }
         ctx.dispatch(&pipeline, &params, &b, grid)?;
+        if !direct {
+            self.copy_rows(&res, outs, name)?;
+        }
         Ok(res)
     }
 
@@ -434,10 +555,43 @@ impl Run<'_> {
     ) -> Result<()> {
         let ctx = self.ctx;
         let dtype = self.dtype;
-        let pipeline = ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply"), || {
-            ShaderSource::new(apply_shader(dtype))
-        })?;
         let n = out.desc.num_elements();
+        // float32 with the channel innermost and C % 4 == 0: vec4 loads and stores (four
+        // neighbouring channels per load), two per invocation.
+        let p = &self.plan;
+        if dtype == DType::F32
+            && p.inner == 1
+            && p.c.is_multiple_of(4)
+            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
+        {
+            let pipeline =
+                ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply/vec4"), || {
+                    crate::kernels::membound_shader(
+                        APPLY_VEC4_WGSL
+                            .replace("$NORM_COMMON", NORM_COMMON)
+                            .replace("$LINEAR_INDEX", LINEAR_INDEX),
+                    )
+                })?;
+            let words = words_for(name, dtype, n)? / 4;
+            let threads = words.div_ceil(2);
+            let (grid, row) = grid_1d(threads as u64, WG);
+            let params = p.params(row, n, words, threads, mode, None, self.eps);
+            let o = bind_out(ctx, name, out)?;
+            return ctx.dispatch(
+                &pipeline,
+                &params,
+                &[
+                    x.clone(),
+                    dy.cloned().unwrap_or_else(|| x.clone()),
+                    res.clone(),
+                    o,
+                ],
+                grid,
+            );
+        }
+        let pipeline = ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply"), || {
+            crate::kernels::membound_shader(apply_shader(dtype))
+        })?;
         let words = words_for(name, dtype, n)?;
         // float32: four words per invocation (APPLY_STORE_X4), groups_x = invocations.
         let threads = if dtype == DType::F32 {
@@ -469,7 +623,7 @@ impl Run<'_> {
         let ctx = self.ctx;
         let c = self.plan.c;
         let pipeline = ctx.pipeline(PipelineKey::new("norm", None, "copy_rows"), || {
-            ShaderSource::new(COPY_ROWS_WGSL.replace("$LINEAR_INDEX", LINEAR_INDEX))
+            crate::kernels::membound_shader(COPY_ROWS_WGSL.replace("$LINEAR_INDEX", LINEAR_INDEX))
         })?;
         let mut binds = vec![res.clone()];
         for k in 0..4 {
@@ -487,6 +641,53 @@ impl Run<'_> {
         )
     }
 }
+
+/// `apply.wgsl`'s float32 NHWC case (C % 4 == 0) on vec4: the same expression per lane,
+/// four neighbouring channels per load; p.words = vec4 count, p.groups_x = invocations (two
+/// vec4 each, p.groups_x apart, both loads before the stores: out may be x).
+const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
+@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> res: array<f32>;
+@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+$LINEAR_INDEX
+
+fn coef(row: u32, ch: u32) -> vec4<f32> {
+    let b = row * p.c + ch;
+    return vec4<f32>(res[b], res[b + 1u], res[b + 2u], res[b + 3u]);
+}
+
+fn elem4(i: u32) -> vec4<f32> {
+    let ch = (i * 4u) % p.c;
+    let k = coef(5u, ch);
+    if p.mode < 2u {
+        return (x[i] - coef(4u, ch)) * k + coef(6u, ch);
+    }
+    if p.mode == 3u {
+        return dy[i] * k;
+    }
+    let xc = x[i] - coef(4u, ch);
+    return k * ((dy[i] - coef(6u, ch)) - xc * coef(7u, ch));
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i0 = linear_index(gid);
+    if i0 >= p.groups_x {
+        return;
+    }
+    let i1 = i0 + p.groups_x;
+    let r0 = elem4(i0);
+    var r1 = vec4<f32>();
+    if i1 < p.words {
+        r1 = elem4(i1);
+    }
+    out[i0] = r0;
+    if i1 < p.words {
+        out[i1] = r1;
+    }
+}
+";
 
 /// Rows 0..p.rows of the per-channel results to up to four [c] outputs.
 const COPY_ROWS_WGSL: &str = "struct Params { row: u32, c: u32, rows: u32, pad0: u32 };
@@ -593,8 +794,12 @@ impl Kernel for BatchNorm {
         let name = self.a.name;
         let (plan, want) = self.check(inputs)?;
         check_outputs(name, outputs, &want)?;
-        if self.a.version == 3 {
-            fill_f32(ctx, &outputs[5], 0)?;
+        // V3's reserve_space_3 (a float32 0): finalize writes it where it can.
+        let space3 = (self.a.version == 3).then(|| &outputs[5]);
+        if let Some(o) = space3
+            && !(finalize_direct(ctx) && plan.c > 0 && plan.rest > 0)
+        {
+            fill_f32(ctx, o, 0)?;
         }
         if plan.c == 0 {
             return Ok(());
@@ -606,10 +811,15 @@ impl Kernel for BatchNorm {
             return Ok(());
         }
         let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let dtype = inputs[0].dtype();
         let run = Run {
             ctx,
-            plan,
-            dtype: inputs[0].dtype(),
+            plan: if plan.vec4_stats(ctx, dtype) {
+                plan.vec4()
+            } else {
+                plan
+            },
+            dtype,
             eps: self.a.epsilon,
             factor: Some(self.factor),
         };
@@ -618,13 +828,11 @@ impl Kernel for BatchNorm {
         let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
         let res = if self.a.training {
             let part = run.stats(&x, None, None)?;
-            run.finalize(0, Some(&part), vecs)?
+            run.finalize(0, Some(&part), vecs, &outputs[1..5], space3, name)?
         } else {
-            run.finalize(1, None, vecs)?
+            run.finalize(1, None, vecs, &outputs[1..5], space3, name)?
         };
-        run.apply(0, &x, None, &res, &outputs[0], name)?;
-        run.copy_rows(&res, &outputs[1..5], name)?;
-        Ok(())
+        run.apply(0, &x, None, &res, &outputs[0], name)
     }
 }
 
@@ -695,10 +903,15 @@ impl Kernel for BatchNormGrad {
             return Ok(());
         }
         let dev = |i: usize| -> Result<BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
+        let dtype = inputs[1].dtype();
         let run = Run {
             ctx,
-            plan,
-            dtype: inputs[1].dtype(),
+            plan: if plan.vec4_stats(ctx, dtype) {
+                plan.vec4()
+            } else {
+                plan
+            },
+            dtype,
             eps: self.a.epsilon,
             factor: None,
         };
@@ -709,8 +922,10 @@ impl Kernel for BatchNormGrad {
             mode,
             Some(&part),
             [Some(&scale), None, Some(&mean), Some(&var)],
+            &outputs[1..3],
+            None,
+            name,
         )?;
-        run.apply(mode, &x, Some(&dy), &res, &outputs[0], name)?;
-        run.copy_rows(&res, &outputs[1..3], name)
+        run.apply(mode, &x, Some(&dy), &res, &outputs[0], name)
     }
 }

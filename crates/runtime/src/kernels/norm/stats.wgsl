@@ -4,7 +4,8 @@
 // p.chunk elements of each: invocation t works on channel t % p.tc and accumulates every
 // (256 / p.tc)-th element of the chunk (at most 16), then a tree in shared memory combines the
 // lanes of each channel.
-// Forward (GRAD false): Welford's (count, mean, M2), combined by Chan's formula.
+// Forward (GRAD false): per invocation shifted sums turned into Welford's (count, mean, M2),
+// combined by Chan's formula.
 // Gradient (GRAD true): (sum dy, sum dy * (x - mean)) with the saved mean of the channel.
 // Writes (a, b, c) per channel and chunk to part[3 * (ch * p.splits + chunk)]. Placeholders:
 // GRAD, LOAD_X, LOAD_DY, COMMON, NORM_COMMON.
@@ -76,37 +77,100 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         m = mean_in[ch];
     }
     if valid {
-        // Four elements per iteration, all loaded before the first is used (then combined in
-        // the order of the one-element loop): one load in flight per invocation left this
-        // pass latency-bound.
+        // Four elements per iteration, all loaded before the first is folded (one load in
+        // flight per invocation left this pass latency-bound), folded in the order of a
+        // one-element loop. Forward: shifted sums b = sum(x - k), c = sum((x - k)^2) about
+        // k = the invocation's first element (no division per element; at most 16 elements
+        // per invocation, so the cancellation in c - b^2 / a stays within a few ulps of
+        // the deviations' squares), turned into a Welford state below.
+        var k = 0.0;
         for (var j = start + lane; j < end; j = j + 4u * lanes) {
-            var xs = vec4<f32>(0.0);
-            var ds = vec4<f32>(0.0);
-            for (var k = 0u; k < 4u; k = k + 1u) {
-                let jk = j + k * lanes;
-                if jk < end {
-                    let e = elem_index(ch, jk);
-                    xs[k] = load_x(e);
-                    if GRAD {
-                        ds[k] = load_dy(e);
-                    }
+            let j1 = j + lanes;
+            let j2 = j1 + lanes;
+            let j3 = j2 + lanes;
+            let e0 = elem_index(ch, j);
+            let x0 = load_x(e0);
+            var x1 = 0.0;
+            var x2 = 0.0;
+            var x3 = 0.0;
+            var d0 = 0.0;
+            var d1 = 0.0;
+            var d2 = 0.0;
+            var d3 = 0.0;
+            if GRAD {
+                d0 = load_dy(e0);
+            }
+            if j1 < end {
+                let e = elem_index(ch, j1);
+                x1 = load_x(e);
+                if GRAD {
+                    d1 = load_dy(e);
                 }
             }
-            for (var k = 0u; k < 4u; k = k + 1u) {
-                if j + k * lanes < end {
-                    let xv = xs[k];
-                    if GRAD {
-                        let d = ds[k];
-                        a = a + d;
-                        b = b + d * (xv - m);
-                    } else {
-                        a = a + 1.0;
-                        let delta = xv - b;
-                        b = b + delta / a;
-                        c = c + delta * (xv - b);
-                    }
+            if j2 < end {
+                let e = elem_index(ch, j2);
+                x2 = load_x(e);
+                if GRAD {
+                    d2 = load_dy(e);
                 }
             }
+            if j3 < end {
+                let e = elem_index(ch, j3);
+                x3 = load_x(e);
+                if GRAD {
+                    d3 = load_dy(e);
+                }
+            }
+            if GRAD {
+                a = a + d0;
+                b = b + d0 * (x0 - m);
+                if j1 < end {
+                    a = a + d1;
+                    b = b + d1 * (x1 - m);
+                }
+                if j2 < end {
+                    a = a + d2;
+                    b = b + d2 * (x2 - m);
+                }
+                if j3 < end {
+                    a = a + d3;
+                    b = b + d3 * (x3 - m);
+                }
+            } else {
+                if a == 0.0 {
+                    k = x0;
+                }
+                let y0 = x0 - k;
+                a = a + 1.0;
+                b = b + y0;
+                c = c + y0 * y0;
+                if j1 < end {
+                    let y = x1 - k;
+                    a = a + 1.0;
+                    b = b + y;
+                    c = c + y * y;
+                }
+                if j2 < end {
+                    let y = x2 - k;
+                    a = a + 1.0;
+                    b = b + y;
+                    c = c + y * y;
+                }
+                if j3 < end {
+                    let y = x3 - k;
+                    a = a + 1.0;
+                    b = b + y;
+                    c = c + y * y;
+                }
+            }
+        }
+        if !GRAD && a > 0.0 {
+            // (count, mean, M2) of the invocation's elements.
+            let mean_shift = b / a;
+            // Rounding may leave a tiny negative M2; NaN stays NaN.
+            let m2 = c - b * mean_shift;
+            c = select(m2, 0.0, m2 < 0.0);
+            b = k + mean_shift;
         }
     }
     sa[t] = a;

@@ -27,7 +27,7 @@
 use crate::kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d,
 };
-use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{
     COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
 };
@@ -540,7 +540,7 @@ impl Kernel for Pool {
                 Some(dtype),
                 format!("{mode:?}").to_ascii_lowercase(),
             ),
-            || ShaderSource::new(shader(mode, dtype)),
+            || crate::kernels::membound_shader(shader(mode, dtype)),
         )?;
         let words = words_for(name, dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);

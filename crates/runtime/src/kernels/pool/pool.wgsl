@@ -145,14 +145,26 @@ fn max_pool(e: u32) -> f32 {
         let i2 = at(q.x, r.x + 2u, r.z, q.w, p.h, p.w);
         // Neighbouring columns are p.c elements apart in NHWC, 1 in NCHW.
         let dx = select(p.c, 1u, p.nchw == 1u);
-        let v = array<f32, 9>(
-            load_a(i0), load_a(i0 + dx), load_a(i0 + 2u * dx),
-            load_a(i1), load_a(i1 + dx), load_a(i1 + 2u * dx),
-            load_a(i2), load_a(i2 + dx), load_a(i2 + 2u * dx),
-        );
-        for (var k = 0u; k < 9u; k = k + 1u) {
-            m = max_step(m, v[k]);
-        }
+        let v0 = load_a(i0);
+        let v1 = load_a(i0 + dx);
+        let v2 = load_a(i0 + 2u * dx);
+        let v3 = load_a(i1);
+        let v4 = load_a(i1 + dx);
+        let v5 = load_a(i1 + 2u * dx);
+        let v6 = load_a(i2);
+        let v7 = load_a(i2 + dx);
+        let v8 = load_a(i2 + 2u * dx);
+        // Folded without an array: a dynamically indexed private array may live in local
+        // memory.
+        m = max_step(m, v0);
+        m = max_step(m, v1);
+        m = max_step(m, v2);
+        m = max_step(m, v3);
+        m = max_step(m, v4);
+        m = max_step(m, v5);
+        m = max_step(m, v6);
+        m = max_step(m, v7);
+        m = max_step(m, v8);
         return m;
     }
     for (var y = r.x; y < r.y; y = y + 1u) {

@@ -77,6 +77,7 @@ pub const OPS: &[OpDef] = &[
 ];
 
 const BOOL_WGSL: &str = include_str!("bool.wgsl");
+const REDUCE_VEC4_WGSL: &str = include_str!("reduce_vec4.wgsl");
 
 const REDUCE_WGSL: &str = include_str!("reduce.wgsl");
 
@@ -442,7 +443,7 @@ impl Reduce {
         let pipeline = ctx.pipeline(
             PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
             || {
-                ShaderSource::new(
+                crate::kernels::membound_shader(
                     REDUCE_WGSL
                         .replace("ELEM", if dtype == DType::F32 { "f32" } else { "i32" })
                         .replace("COMBINE_BODY", rop.combine_body(dtype))
@@ -451,7 +452,11 @@ impl Reduce {
                 )
             },
         )?;
-        let steps = steps(passes);
+        // vec4 loads need 16-byte aligned bindings (every binding starts at a multiple of the
+        // offset alignment).
+        let aligned =
+            (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
+        let steps = steps(passes, aligned, rop.cascade(dtype));
         for (k, st) in steps.iter().enumerate() {
             let last = k + 1 == steps.len();
             let outs = st.outer * st.split * st.inner;
@@ -460,8 +465,14 @@ impl Reduce {
             } else {
                 ctx.temp((outs * dtype.size()) as u64)?
             };
-            let (t, g) = layout(st.chunk, st.inner);
-            let groups = outs.div_ceil(g as usize);
+            // In vec4 units along the loaded axis (see reduce_vec4.wgsl).
+            let (r, inner, chunk, slots) = match st.vec4 {
+                None => (st.r, st.inner, st.chunk, outs),
+                Some(false) => (st.r / 4, 1, st.chunk / 4, outs),
+                Some(true) => (st.r, st.inner / 4, st.chunk, outs / 4),
+            };
+            let (t, g) = layout(chunk, inner);
+            let groups = slots.div_ceil(g as usize);
             let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
             let gy = groups.div_ceil(gx);
             if gy > crate::kernel::MAX_GROUPS_X as usize {
@@ -470,29 +481,65 @@ impl Reduce {
                 )));
             }
             let p = params(&[
-                to_u32(op, outs)?,
-                to_u32(op, st.r)?,
-                to_u32(op, st.inner)?,
+                to_u32(op, slots)?,
+                to_u32(op, r)?,
+                to_u32(op, inner)?,
                 g,
                 t,
-                (st.inner > 1) as u32,
+                (inner > 1) as u32,
                 gx as u32,
                 last as u32,
                 to_u32(op, count)?,
                 rop.identity_bits(dtype),
                 to_u32(op, st.split)?,
-                to_u32(op, st.chunk)?,
+                to_u32(op, chunk)?,
             ]);
-            ctx.dispatch(
-                &pipeline,
-                &p,
-                &[src, dst.clone()],
-                [gx as u32, gy as u32, 1],
-            )?;
+            let pipe = match st.vec4 {
+                None => pipeline.clone(),
+                Some(col) => ctx.pipeline(
+                    PipelineKey::new(
+                        "reduce",
+                        Some(dtype),
+                        format!(
+                            "{}/vec4{}",
+                            rop.name().to_ascii_lowercase(),
+                            if col { "/col" } else { "/row" }
+                        ),
+                    ),
+                    || crate::kernels::membound_shader(vec4_shader(rop, dtype, col)),
+                )?,
+            };
+            ctx.dispatch(&pipe, &p, &[src, dst.clone()], [gx as u32, gy as u32, 1])?;
             src = dst;
         }
         Ok(())
     }
+}
+
+/// `reduce_vec4.wgsl` for `rop` on `dtype` (f32 or i32), column mode or row mode.
+fn vec4_shader(rop: ReduceOp, dtype: DType, col: bool) -> String {
+    let elem = if dtype == DType::F32 { "f32" } else { "i32" };
+    REDUCE_VEC4_WGSL
+        .replace(
+            "OUT_T",
+            if col {
+                if dtype == DType::F32 {
+                    "vec4<f32>"
+                } else {
+                    "vec4<i32>"
+                }
+            } else {
+                elem
+            },
+        )
+        .replace(
+            "STORE_BODY",
+            if col { "y[out] = v;" } else { "y[out] = v.x;" },
+        )
+        .replace("ELEM", elem)
+        .replace("COMBINE_BODY", rop.combine_body(dtype))
+        .replace("FINALIZE_BODY", rop.finalize_body(dtype))
+        .replace("COL_FLAG", &col.to_string())
 }
 
 /// One dispatch of `reduce.wgsl`: reduce the `r` axis of an (outer, r, inner) view in `split`
@@ -504,6 +551,9 @@ struct Step {
     inner: usize,
     split: usize,
     chunk: usize,
+    /// `reduce_vec4.wgsl` in column mode (Some(true)) or row mode (Some(false)), else
+    /// `reduce.wgsl`.
+    vec4: Option<bool>,
 }
 
 /// A row-mode pass (inner == 1) with fewer outputs than this and at least `SPLIT_MIN_R` rows
@@ -520,6 +570,9 @@ const SPLIT_MAX: usize = 1024;
 const COL_G: usize = 32;
 const TARGET_GROUPS: usize = 1024;
 const MIN_PER_THREAD: usize = 16;
+/// Most vec4 one invocation of `reduce_vec4.wgsl` folds sequentially per lane in a float
+/// Sum/Mean/Prod (the rounding error of the sequential part: at most 16 additions).
+const VEC4_MAX_PER_LANE: usize = 16;
 
 /// (t, g) of a dispatch reducing chunks of `chunk` rows: t invocations per output, g outputs
 /// per workgroup (t * g == WG). Row mode (inner == 1): t from the row length, so one group
@@ -540,11 +593,28 @@ fn layout(chunk: usize, inner: usize) -> (u32, u32) {
 
 /// The dispatches of a plan's passes: a long reduction with few outputs becomes two
 /// dispatches (chunks, then the chunks' results), so that it fills the GPU.
-fn steps(passes: &[Pass]) -> Vec<Step> {
+///
+/// With `aligned` (16-byte aligned bindings), a pass whose layout allows it loads vec4
+/// (`reduce_vec4.wgsl`): a column pass with inner % 4 == 0 (split so that an invocation folds
+/// at most `VEC4_MAX_PER_LANE` rows of its chunk and the pass has about `TARGET_GROUPS`
+/// workgroups), a row pass with r % 4 == 0 (chunks rounded to multiples of 4). With
+/// `cascade` (float Sum/Mean/Prod), a step whose invocations would fold more than
+/// `VEC4_MAX_PER_LANE` vec4 sequentially stays on `reduce.wgsl` and its pairwise cascade.
+fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
     let mut out = vec![];
     for p in passes {
         let outs = p.outer * p.inner;
-        let split = if p.inner > 1 {
+        let col4 = aligned && p.inner > 1 && p.inner.is_multiple_of(4);
+        let row4 = aligned && p.inner == 1 && p.r > 0 && p.r.is_multiple_of(4);
+        let split = if col4 {
+            let (t, g) = layout(p.r, p.inner / 4);
+            let t = t as usize;
+            let groups = (outs / 4).div_ceil(g as usize).max(1);
+            // At most VEC4_MAX_PER_LANE rows per invocation, and enough workgroups to fill
+            // the GPU while every invocation keeps at least 4 rows.
+            let fill = TARGET_GROUPS.div_ceil(groups).min(p.r / (t * 4)).max(1);
+            p.r.div_ceil(t * VEC4_MAX_PER_LANE).max(fill).min(SPLIT_MAX)
+        } else if p.inner > 1 {
             let (t, g) = layout(p.r, p.inner);
             let groups = outs.div_ceil(g as usize).max(1);
             let most = p.r / (t as usize * MIN_PER_THREAD);
@@ -554,16 +624,31 @@ fn steps(passes: &[Pass]) -> Vec<Step> {
         } else {
             1
         };
+        let mut chunk = p.r.div_ceil(split.max(1));
+        if row4 {
+            chunk = chunk.next_multiple_of(4);
+        }
+        // With the chunk rounded up, fewer chunks may cover the rows.
+        let split = p.r.div_ceil(chunk.max(1)).max(1);
+        let vec4 = |r: usize, chunk: usize| -> Option<bool> {
+            let (col, loads, inner) = if col4 {
+                (true, chunk, p.inner / 4)
+            } else if row4 && r.is_multiple_of(4) && chunk.is_multiple_of(4) {
+                (false, chunk / 4, 1)
+            } else {
+                return None;
+            };
+            let (t, _) = layout(loads, inner);
+            (!cascade || loads.div_ceil(t as usize) <= VEC4_MAX_PER_LANE).then_some(col)
+        };
         if split > 1 {
-            let chunk = p.r.div_ceil(split);
-            // With the chunk rounded up, fewer chunks may cover the rows.
-            let split = p.r.div_ceil(chunk);
             out.push(Step {
                 outer: p.outer,
                 r: p.r,
                 inner: p.inner,
                 split,
                 chunk,
+                vec4: vec4(p.r, chunk),
             });
             out.push(Step {
                 outer: p.outer,
@@ -571,6 +656,7 @@ fn steps(passes: &[Pass]) -> Vec<Step> {
                 inner: p.inner,
                 split: 1,
                 chunk: split,
+                vec4: vec4(split, split),
             });
         } else {
             out.push(Step {
@@ -579,6 +665,7 @@ fn steps(passes: &[Pass]) -> Vec<Step> {
                 inner: p.inner,
                 split: 1,
                 chunk: p.r,
+                vec4: vec4(p.r, p.r),
             });
         }
     }
@@ -635,7 +722,7 @@ mod tests {
         };
         // Column mode: 4 columns per workgroup, 64 invocations per column, 1024 chunks.
         assert_eq!(layout(p.r, 3), (64, 4));
-        let st = steps(&[p]);
+        let st = steps(&[p], false, true);
         assert_eq!(st.len(), 2);
         assert_eq!((st[0].split, st[0].chunk), (1024, 1025));
         assert!(st[0].split * st[0].chunk >= p.r);
@@ -647,7 +734,7 @@ mod tests {
             r: (1 << 20) + 3,
             inner: 1,
         };
-        let st = steps(&[row]);
+        let st = steps(&[row], false, true);
         assert_eq!((st[0].split, st[0].chunk, st[1].r), (257, 4081, 257));
         // A first-axis reduction of [8192, 8192]: 32 columns per workgroup (8 invocations
         // each), 256 workgroups, split in 4 chunks of 2048 rows.
@@ -657,7 +744,7 @@ mod tests {
             inner: 8192,
         };
         assert_eq!(layout(8192, 8192), (8, 32));
-        let st = steps(&[first]);
+        let st = steps(&[first], false, true);
         assert_eq!((st[0].split, st[0].chunk, st[1].r), (4, 2048, 4));
         assert_eq!(layout(st[1].chunk, 8192), (1, 256));
         // Too short to split: every invocation would get fewer than 16 rows.
@@ -666,13 +753,92 @@ mod tests {
             r: 100,
             inner: 64,
         };
-        assert_eq!(steps(&[short_cols]).len(), 1);
+        assert_eq!(steps(&[short_cols], false, true).len(), 1);
         let short = Pass {
             outer: 600,
             r: 1 << 20,
             inner: 1,
         };
-        assert_eq!(steps(&[short]).len(), 1);
+        assert_eq!(steps(&[short], false, true).len(), 1);
+        // vec4 loads: the first-axis [8192, 8192] in 64 chunks of 128 rows (8 invocations of
+        // 32 vec4 columns fold 16 rows each), then the 64 partials; the last axis unsplit,
+        // 256 invocations per row folding 8 vec4 each.
+        let st = steps(&[first], true, true);
+        assert_eq!(
+            (st[0].split, st[0].chunk, st[0].vec4),
+            (64, 128, Some(true))
+        );
+        assert_eq!((st[1].r, st[1].vec4), (64, Some(true)));
+        let last = Pass {
+            outer: 8192,
+            r: 8192,
+            inner: 1,
+        };
+        let st = steps(&[last], true, true);
+        assert_eq!((st.len(), st[0].vec4), (1, Some(false)));
+        // A long row: 256 chunks of 4096, then the 256 partials, both with vec4 loads.
+        let st = steps(
+            &[Pass {
+                outer: 1,
+                r: 1 << 20,
+                inner: 1,
+            }],
+            true,
+            true,
+        );
+        assert_eq!(
+            (st[0].split, st[0].chunk, st[0].vec4),
+            (256, 4096, Some(false))
+        );
+        assert_eq!(st[1].vec4, Some(false));
+        // Too long per invocation for a float sum without the cascade; fine for Max.
+        let long = Pass {
+            outer: 600,
+            r: 1 << 20,
+            inner: 1,
+        };
+        assert_eq!(steps(&[long], true, true)[0].vec4, None);
+        assert_eq!(steps(&[long], true, false)[0].vec4, Some(false));
+        // Odd sizes and empty reductions stay scalar.
+        assert_eq!(
+            steps(
+                &[Pass {
+                    outer: 3,
+                    r: 7,
+                    inner: 1
+                }],
+                true,
+                true
+            )[0]
+            .vec4,
+            None
+        );
+        assert_eq!(
+            steps(
+                &[Pass {
+                    outer: 1,
+                    r: 8,
+                    inner: 6
+                }],
+                true,
+                true
+            )[0]
+            .vec4,
+            None
+        );
+        assert_eq!(
+            steps(
+                &[Pass {
+                    outer: 4,
+                    r: 0,
+                    inner: 1
+                }],
+                true,
+                true
+            )[0]
+            .vec4,
+            None
+        );
     }
 
     #[test]

@@ -1,0 +1,132 @@
+"""Memory-bound kernels changed for speed (issue 6) through TensorFlow: Softmax / LogSoftmax
+(rows read once, vec4 loads when the row length is a multiple of 4), Sum / Max / Mean over
+the last and first axes (vec4 loads), elementwise binary ops with vec4 loads (same shapes and
+row-vector broadcasts), FusedBatchNormV3 (statistics without a division per element, the
+[C] outputs written by the finalize pass) and device-to-device copies. Each on /GPU:0
+against /CPU:0, forward and gradients; the plugin's counters show the ops ran on the GPU."""
+import numpy as np
+import pytest
+
+from test_ops_poolnorm import RanOnGpu, assert_near, on
+
+rng = np.random.default_rng(6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("shape", [(3, 8), (5, 1000), (2, 4100), (4, 7), (2, 3, 12), (1, 1)])
+def test_softmax_rows(tf, op, shape):
+    x = rng.uniform(-20, 20, shape).astype(np.float32)
+    fn = getattr(tf.nn, "softmax" if op == "Softmax" else "log_softmax")
+
+    def run(v):
+        with tf.GradientTape() as t:
+            t.watch(v)
+            y = fn(v)
+            w = tf.reshape(tf.cast(tf.range(tf.size(y)) % 5, tf.float32), tf.shape(y))
+            loss = tf.reduce_sum(y * w)
+        return y, t.gradient(loss, v)
+
+    with RanOnGpu(op):
+        yg, gg = on(tf, "/GPU:0", run, x)
+    yc, gc = on(tf, "/CPU:0", run, x)
+    assert_near(yg, yc, 2e-5, 1e-6)
+    assert_near(gg, gc, 1e-4, 1e-5)
+
+
+def test_softmax_special_values(tf):
+    inf, nan = np.inf, np.nan
+    x = np.array(
+        [[-inf, -inf, 1, 2], [1, -inf, 2, -inf], [nan, 1, 2, 3], [1, 2, 3, inf], [-inf] * 4],
+        np.float32,
+    )
+    for fn in (tf.nn.softmax, tf.nn.log_softmax):
+        g = on(tf, "/GPU:0", fn, x).numpy()
+        c = on(tf, "/CPU:0", fn, x).numpy()
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(c))
+        ok = ~np.isnan(c)
+        assert_near(g[ok], c[ok], 1e-6, 1e-7)
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_max", "reduce_mean"])
+@pytest.mark.parametrize(
+    "shape,axis", [((64, 1028), 1), ((1028, 64), 0), ((3, 500, 32), 1), ((2, 65536), 1), ((37, 9), 0)]
+)
+def test_reductions(tf, op, shape, axis):
+    x = rng.uniform(-1, 1, shape).astype(np.float32)
+    name = {"reduce_sum": "Sum", "reduce_max": "Max", "reduce_mean": "Mean"}[op]
+    fn = getattr(tf, op)
+    with RanOnGpu(name):
+        g = on(tf, "/GPU:0", lambda v: fn(v, axis=axis), x)
+    c = on(tf, "/CPU:0", lambda v: fn(v, axis=axis), x)
+    assert_near(g, c, 0 if op == "reduce_max" else 2e-5, 0 if op == "reduce_max" else 1e-5)
+    xi = rng.integers(-1000, 1000, shape).astype(np.int32)
+    if op != "reduce_mean":
+        g = on(tf, "/GPU:0", lambda v: fn(v, axis=axis), xi)
+        c = on(tf, "/CPU:0", lambda v: fn(v, axis=axis), xi)
+        np.testing.assert_array_equal(g, c)
+
+
+@pytest.mark.parametrize("op", ["add", "multiply", "maximum", "subtract"])
+@pytest.mark.parametrize(
+    "sa,sb", [((6, 8), (8,)), ((8,), (6, 8)), ((5, 12), (5, 12)), ((3, 4), (3, 4)), ((2, 3, 8), (8,))]
+)
+def test_binary_vec4(tf, op, sa, sb):
+    a = rng.uniform(-5, 5, sa).astype(np.float32)
+    b = rng.uniform(-5, 5, sb).astype(np.float32)
+    a.flat[0] = np.nan
+    fn = getattr(tf.math, op)
+
+    def run(x, y):
+        with tf.GradientTape() as t:
+            t.watch([x, y])
+            z = fn(x, y)
+            loss = tf.reduce_sum(z * z)
+        return (z,) + tuple(t.gradient(loss, [x, y]))
+
+    g = on(tf, "/GPU:0", run, a, b)
+    c = on(tf, "/CPU:0", run, a, b)
+    for u, v in zip(g, c):
+        np.testing.assert_array_equal(u.numpy(), v.numpy())
+    ai = rng.integers(-1000, 1000, sa).astype(np.int32)
+    bi = rng.integers(-1000, 1000, sb).astype(np.int32)
+    np.testing.assert_array_equal(on(tf, "/GPU:0", fn, ai, bi), on(tf, "/CPU:0", fn, ai, bi))
+
+
+@pytest.mark.parametrize("shape", [(4, 5, 6, 8), (2, 3, 3, 7), (32, 2, 2, 64)])
+@pytest.mark.parametrize("training", [True, False])
+def test_fused_batch_norm_v3(tf, shape, training):
+    c = shape[-1]
+    x = (rng.uniform(-1, 1, shape) + 3).astype(np.float32)
+    scale = rng.uniform(0.5, 2, c).astype(np.float32)
+    offset = rng.uniform(-1, 1, c).astype(np.float32)
+    mean = rng.uniform(-1, 1, c).astype(np.float32)
+    var = rng.uniform(0.5, 2, c).astype(np.float32)
+
+    def run(xv, s, o, m, v):
+        with tf.GradientTape() as t:
+            t.watch([xv, s, o])
+            outs = tf.raw_ops.FusedBatchNormV3(
+                x=xv, scale=s, offset=o, mean=m, variance=v, epsilon=1e-3,
+                exponential_avg_factor=1.0, is_training=training,
+            )
+            loss = tf.reduce_sum(outs[0] * outs[0])
+        return outs[:5] + tuple(t.gradient(loss, [xv, s, o]))
+
+    with RanOnGpu("FusedBatchNormV3"):
+        g = on(tf, "/GPU:0", run, x, scale, offset, mean, var)
+    cpu = on(tf, "/CPU:0", run, x, scale, offset, mean, var)
+    # Inference: TensorFlow's CPU kernel leaves reserve_space_1/2 (outputs 3, 4) uninitialized.
+    keep = range(8) if training else [0, 1, 2, 5, 6, 7]
+    for k in keep:
+        assert_near(g[k], cpu[k], 2e-4, 2e-4)
+
+
+def test_device_copies(tf):
+    # tf.identity across a tf.function boundary and concat/slices produce device copies;
+    # large tensors land in buffers of their own.
+    x = rng.uniform(-1, 1, (3, 300, 1000)).astype(np.float32)
+    with tf.device("/GPU:0"):
+        t = tf.constant(x)
+        y = tf.identity(t)
+        z = tf.concat([y[:, 1:], y[:, :1]], axis=1)
+    np.testing.assert_array_equal(z.numpy(), np.concatenate([x[:, 1:], x[:, :1]], axis=1))
