@@ -1,7 +1,8 @@
 // Columns of the input windows (conv/gemm.rs `im2col_gemm`): col[(n, oy, ox), j] for
 // j = (r, s, c) < p.rsc is x[n, oy*sh - pt + r*dh, ox*sw - pl + s*dw, c] (zero in the
 // padding), and zero for p.rsc <= j < p.nc (the row padded to a multiple of 4). NHWC, one
-// group; one invocation per column element.
+// group; one invocation per column element. The columns of one group of images: pixel
+// indices start at p.pix_base (col row 0 is pixel p.pix_base).
 
 struct Params {
     row: u32,
@@ -20,6 +21,10 @@ struct Params {
     pl: u32,
     rsc: u32,
     nc: u32,
+    pix_base: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
@@ -34,7 +39,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let j = i % p.nc;
-    let pix = i / p.nc;
+    let pix = p.pix_base + i / p.nc;
     var v = 0.0;
     if j < p.rsc {
         let ox = pix % p.ow;
