@@ -1074,14 +1074,18 @@ fn im2col_gemm(
     }
     let x = ctx.bind(x_ref)?;
     let col = ctx.temp((pg * nc * 4) as u64)?;
-    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "im2col"), || {
-        ShaderSource::new(
-            IM2COL_WGSL
-                .replace("$LINEAR_INDEX", LINEAR_INDEX)
-                .replace("$WG", &WG.to_string()),
-        )
-    })?;
-    let total = pg * nc;
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("conv", Some(DType::F32), "im2col_v4"),
+        || {
+            ShaderSource::new(
+                IM2COL_WGSL
+                    .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                    .replace("$WG", &WG.to_string()),
+            )
+        },
+    )?;
+    // Vectors of 4 column elements (nc is a multiple of 4).
+    let total = pg * nc / 4;
     let (wgs, row) = grid_1d(total as u64, WG);
     // The columns of group `gi` (images gi * imgs ..).
     let im2col = |gi: usize| -> Result<()> {
@@ -1358,10 +1362,14 @@ fn bwd_input_col2im(
     };
     let col = ctx.temp((imgs * per_img) as u64)?;
     let dx = ctx.bind(out)?;
-    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "col2im"), || {
+    // Four channels per invocation where the depth allows (16-byte loads and stores).
+    let v = if g.c.is_multiple_of(4) { 4 } else { 1 };
+    let spec = if v == 4 { "col2im_v4" } else { "col2im" };
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), spec), || {
         ShaderSource::new(
             COL2IM_WGSL
                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$ELEM", if v == 4 { "vec4<f32>" } else { "f32" })
                 .replace("$WG", &WG.to_string()),
         )
     })?;
@@ -1384,13 +1392,13 @@ fn bwd_input_col2im(
                 batches: 1,
             };
             matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
-            let total = cnt * img_in;
+            let total = cnt * img_in / v;
             let (groups, row) = grid_1d(total as u64, WG);
             let words: Vec<u32> = [
                 total,
                 g.h,
                 g.w,
-                g.c,
+                g.c / v,
                 g.r,
                 g.s,
                 g.oh,
@@ -1401,8 +1409,8 @@ fn bwd_input_col2im(
                 g.dw,
                 g.pt,
                 g.pl,
-                nc,
-                n0 * img_in,
+                nc / v,
+                n0 * img_in / v,
                 0,
                 0,
                 0,
