@@ -647,7 +647,10 @@ fn check_conv(
     worst
 }
 
-/// Times `run`: one warm-up run, then the median over `reps` samples of `inner` back-to-back
+/// Seconds of back-to-back runs before a conv case's timings.
+const WARM_UP_S: f64 = 0.3;
+
+/// Times `run`: a warm-up (one run, then WARM_UP_S of runs), then the median over `reps` samples of `inner` back-to-back
 /// runs and one host wait (`inner` sized for ~`target` seconds per sample, at most 200).
 fn time_runs(
     dev: &Device,
@@ -658,6 +661,18 @@ fn time_runs(
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     run()?;
     dev.synchronize().map_err(e)?;
+    // Warm-up: ~0.3 s of back-to-back runs. A GPU left idle (the host checking the previous
+    // case, uploading the next one's inputs) drops its clocks and raises them again only under
+    // sustained load: on the H200 the SM clock stayed at 345-1140 MHz instead of 1980 for ~15 s
+    // of the conv table (every kernel 4-5x slower by its own timestamps; conv request 2's
+    // nvidia-smi log).
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < WARM_UP_S {
+        for _ in 0..4 {
+            run()?;
+        }
+        dev.synchronize().map_err(e)?;
+    }
     let t0 = Instant::now();
     run()?;
     dev.synchronize().map_err(e)?;

@@ -32,12 +32,21 @@ fn record_vec4(
 ) -> Result<()> {
     let o = bind_out(ctx, op, out)?;
     let total = out.desc.num_elements() / 4;
-    let mode_id = if mode == Mode::Forward { 0 } else { 1 };
+    // Forward passes of filters up to 3x3: the unrolled variant (MODE 2).
+    let mode_id = match mode {
+        Mode::Forward if g.r <= 3 && g.s <= 3 => 2,
+        Mode::Forward => 0,
+        _ => 1,
+    };
     let pipeline = ctx.pipeline(
         PipelineKey::new(
             "conv",
             Some(DType::F32),
-            ["depthwise_v4_fwd", "depthwise_v4_bwd_input"][mode_id],
+            [
+                "depthwise_v4_fwd",
+                "depthwise_v4_bwd_input",
+                "depthwise_v4_fwd3",
+            ][mode_id],
         ),
         || {
             ShaderSource::new(
@@ -133,21 +142,32 @@ fn record_bwd_filter_vec4(
     let pipeline = ctx.pipeline(
         PipelineKey::new("conv", Some(DType::F32), "depthwise_v4_bwd_filter"),
         || {
-            let (mut decl, mut taps, mut reduce) = (String::new(), String::new(), String::new());
+            let (mut decl, mut load, mut shift, mut fma, mut reduce) = (
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            );
             for r in 0..BWDF_MAX_TAPS {
                 for s in 0..BWDF_MAX_TAPS {
-                    let a = format!("a{}", r * BWDF_MAX_TAPS + s);
-                    decl.push_str(&format!("    var {a} = vec4<f32>();\n"));
-                    taps.push_str(&format!(
-                        "            {{
-                let iy = y0 + {r};
-                let ix = x0 + {s};
-                if {r}u < p.fr && {s}u < p.fs && iy >= 0 && ix >= 0 && u32(iy) < p.h && u32(ix) < p.w {{
-                    {a} = fma(x[((base + u32(iy)) * p.w + u32(ix)) * p.cv + cv], d, {a});
-                }}
-            }}
-"
+                    decl.push_str(&format!(
+                        "    var a{r}{s} = vec4<f32>();\n    var w{r}{s} = vec4<f32>();\n"
                     ));
+                    load.push_str(&format!(
+                        "                w{r}{s} = x_at(base, y0 + {r}, x0 + {s}, cv);\n"
+                    ));
+                    fma.push_str(&format!(
+                        "            a{r}{s} = fma(w{r}{s}, d, a{r}{s});\n"
+                    ));
+                }
+                shift.push_str(&format!(
+                    "                w{r}0 = w{r}1;\n                w{r}1 = w{r}2;\n                w{r}2 = x_at(base, y0 + {r}, x0 + 2, cv);\n"
+                ));
+            }
+            for r in 0..BWDF_MAX_TAPS {
+                for s in 0..BWDF_MAX_TAPS {
+                    let a = format!("a{r}{s}");
                     reduce.push_str(&format!(
                         "    {{
         red[l] = {a};
@@ -170,7 +190,9 @@ fn record_bwd_filter_vec4(
             ShaderSource::new(
                 DEPTHWISE_BWDF_WGSL
                     .replace("GEN_DECL", &decl)
-                    .replace("GEN_TAPS", &taps)
+                    .replace("GEN_LOAD", &load)
+                    .replace("GEN_SHIFT", &shift)
+                    .replace("GEN_FMA", &fma)
                     .replace("GEN_REDUCE", &reduce),
             )
         },
