@@ -21,7 +21,11 @@
 //!   A variant that fails to record is skipped; if all fail, the heuristic choice stands.
 //!
 //! Tuning never changes what is computed: every variant of a family computes the same exact
-//! float32 fma sums, in its own order.
+//! float32 fma sums, in its own order. One exception: the conv family's Winograd variants
+//! (3x3 stride-1 layers, `kernels/conv/winograd.rs`) sum transformed products (additions,
+//! subtractions and halvings of the same terms, then the same products): the same value up
+//! to rounding, with an error bound of their own (tests/conv.rs `check_winograd`);
+//! `TFWGPU_CONV_WINOGRAD=0` leaves them out of the candidates.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
