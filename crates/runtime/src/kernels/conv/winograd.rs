@@ -37,7 +37,9 @@ const MAX_PARTS_BYTES: usize = 64 << 20;
 /// Whether the Winograd filter gradient applies: 3x3, stride and dilation 1, NHWC, one group,
 /// channel counts multiples of 4, and not turned off by `TFWGPU_CONV_WINOGRAD=0`.
 pub(super) fn applies(g: &Geom) -> bool {
-    let off = std::env::var("TFWGPU_CONV_WINOGRAD").is_ok_and(|v| v.trim() == "0");
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off =
+        *OFF.get_or_init(|| std::env::var("TFWGPU_CONV_WINOGRAD").is_ok_and(|v| v.trim() == "0"));
     !off && g.r == 3
         && g.s == 3
         && g.sh == 1
