@@ -195,6 +195,11 @@ DW_CASES = [
     ("3x2_s3", (1, 10, 9, 5), (3, 2, 5, 1), 3, "SAME"),
     ("explicit", (2, 5, 6, 3), (3, 3, 3, 2), 1, [[0, 0], [1, 2], [0, 3], [0, 0]]),
     ("wide", (1, 4, 4, 67), (3, 3, 67, 1), 1, "SAME"),
+    # Multiplier 1, channels a multiple of 4, filters up to 3x3: the vector kernels (the
+    # filter gradient's per-tap sums in registers, depthwise_bwdf.wgsl).
+    ("3x3_c8", (2, 9, 7, 8), (3, 3, 8, 1), 1, "SAME"),
+    ("3x3_s2_c12", (3, 8, 9, 12), (3, 3, 12, 1), 2, "VALID"),
+    ("2x3_c260", (2, 6, 5, 260), (2, 3, 260, 1), 1, "SAME"),
 ]
 
 

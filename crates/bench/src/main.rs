@@ -6,7 +6,7 @@
 //!                     [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
 //! tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..] [--ops fwd,bwd_input,bwd_filter]
 //!                   [--reps N] [--sample-ms MS] [--tiles auto,NAME,..] [--json FILE]
-//!                   [--dtype f32|f16] [--reduced]
+//!                   [--dtype f32|f16] [--reduced] [--detail] [--no-gpu-time]
 //! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
 //! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
@@ -38,8 +38,11 @@ const USAGE: &str = "usage:
   tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..]
                     [--ops fwd,bwd_input,bwd_filter] [--reps N] [--sample-ms MS]
                     [--tiles auto,NAME,..] [--json FILE] [--dtype f32|f16] [--reduced]
+                    [--detail] [--no-gpu-time]
                                              float32 NHWC Conv2D (and DepthwiseConv2dNative) and
-                                             the gradients, TFLOP/s per case (demo1:
+                                             the gradients, TFLOP/s per case (wall time; GPU
+                                             time from timestamps where the adapter has them,
+                                             --detail: per kernel) (demo1:
                                              128x28x28x1 -> 32 3x3, demo2: 128x13x13x32 -> 64
                                              3x3, resnet: 8x56x56x64 -> 64 3x3 SAME; resnet50:
                                              the ResNet-50 layer shapes r50_* and depthwise
@@ -650,7 +653,10 @@ fn check_conv(
     worst
 }
 
-/// Times `run`: one warm-up run, then the median over `reps` samples of `inner` back-to-back
+/// Seconds of back-to-back runs before a conv case's timings.
+const WARM_UP_S: f64 = 0.3;
+
+/// Times `run`: a warm-up (one run, then WARM_UP_S of runs), then the median over `reps` samples of `inner` back-to-back
 /// runs and one host wait (`inner` sized for ~`target` seconds per sample, at most 200).
 fn time_runs(
     dev: &Device,
@@ -661,6 +667,18 @@ fn time_runs(
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     run()?;
     dev.synchronize().map_err(e)?;
+    // Warm-up: ~0.3 s of back-to-back runs. A GPU left idle (the host checking the previous
+    // case, uploading the next one's inputs) drops its clocks and raises them again only under
+    // sustained load: on the H200 the SM clock stayed at 345-1140 MHz instead of 1980 for ~15 s
+    // of the conv table (every kernel 4-5x slower by its own timestamps; conv request 2's
+    // nvidia-smi log).
+    let t0 = Instant::now();
+    while t0.elapsed().as_secs_f64() < WARM_UP_S {
+        for _ in 0..4 {
+            run()?;
+        }
+        dev.synchronize().map_err(e)?;
+    }
     let t0 = Instant::now();
     run()?;
     dev.synchronize().map_err(e)?;
@@ -678,6 +696,63 @@ fn time_runs(
     }
     samples.sort_by(f64::total_cmp);
     Ok((samples[samples.len() / 2], inner))
+}
+
+/// GPU time of one run from timestamps: from the first command's start to the last one's end
+/// (`span_ms`), the time some command ran (`busy_ms`), and per pipeline label the summed
+/// command time and count, per run.
+struct GpuTime {
+    span_ms: f64,
+    busy_ms: f64,
+    kernels: Vec<(String, f64, f64)>,
+}
+
+/// `inner` more runs with GPU timestamps on (apart from the wall-clock samples: the
+/// timestamps add work); None where the device cannot time dispatches.
+fn gpu_time_conv(
+    dev: &Device,
+    inner: usize,
+    run: &dyn Fn() -> Result<(), String>,
+) -> Result<Option<GpuTime>, String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let ex = dev.exec();
+    if ex.set_timing(true).is_err() {
+        return Ok(None);
+    }
+    let timed = (|| {
+        ex.take_timings().map_err(e)?;
+        for _ in 0..inner.max(1) {
+            run()?;
+        }
+        ex.take_timings().map_err(e)
+    })();
+    ex.set_timing(false).map_err(e)?;
+    let t = timed?;
+    if t.is_empty() {
+        return Ok(None);
+    }
+    let runs = inner.max(1) as f64;
+    let s = tfwgpu_runtime::TimingSummary::of(&t);
+    let mut kernels: Vec<(String, f64, f64)> = vec![];
+    for d in &t {
+        let ms = (d.end_ns - d.start_ns) / 1e6;
+        match kernels.iter_mut().find(|k| *k.0 == *d.label) {
+            Some(k) => {
+                k.1 += ms;
+                k.2 += 1.0;
+            }
+            None => kernels.push((d.label.to_string(), ms, 1.0)),
+        }
+    }
+    for k in &mut kernels {
+        k.1 /= runs;
+        k.2 /= runs;
+    }
+    Ok(Some(GpuTime {
+        span_ms: s.span_ns / 1e6 / runs,
+        busy_ms: s.busy_ns / 1e6 / runs,
+        kernels,
+    }))
 }
 
 fn conv(args: &[String]) -> Result<(), String> {
@@ -727,9 +802,11 @@ fn conv(args: &[String]) -> Result<(), String> {
     let rt = open()?;
     let dev = rt.device();
     let mut rng = StdRng::seed_from_u64(11);
+    let no_gpu_time = args.iter().any(|a| a == "--no-gpu-time");
+    let detail = args.iter().any(|a| a == "--detail");
     println!(
-        "{:>24} {:>10} {:>14} {:>10} {:>8} {:>8} {:>6}",
-        "case", "op", "tile", "median ms", "TFLOP/s", "rel err", "inner"
+        "{:>24} {:>10} {:>14} {:>10} {:>8} {:>8} {:>6} {:>9} {:>9}",
+        "case", "op", "tile", "median ms", "TFLOP/s", "rel err", "inner", "gpu ms", "busy ms"
     );
     let mut rows = vec![];
     for name in cases {
@@ -815,24 +892,59 @@ fn conv(args: &[String]) -> Result<(), String> {
                     let err = check_conv(c, op, (&x, &f, &dy), &got, &mut rng);
                     drop(out);
                     let (med, inner) = time_runs(dev, reps, target, &|| run().map(drop))?;
-                    Ok::<_, String>((med, err, inner))
+                    let gpu = if no_gpu_time {
+                        None
+                    } else {
+                        gpu_time_conv(dev, inner.min(50), &|| run().map(drop))?
+                    };
+                    Ok::<_, String>((med, err, inner, gpu))
                 })();
                 match result {
-                    Ok((med, err, inner)) => {
+                    Ok((med, err, inner, gpu)) => {
+                        let (gpu_ms, busy_ms) = gpu
+                            .as_ref()
+                            .map(|g| (g.span_ms, g.busy_ms))
+                            .unwrap_or((f64::NAN, f64::NAN));
                         println!(
-                            "{:>24} {:>10} {:>14} {:>10.4} {:>8.2} {:>8.1e} {:>6}",
+                            "{:>24} {:>10} {:>14} {:>10.4} {:>8.2} {:>8.1e} {:>6} {:>9.4} {:>9.4}",
                             c.name,
                             op,
                             t,
                             med * 1e3,
                             flops / med / 1e12,
                             err,
-                            inner
+                            inner,
+                            gpu_ms,
+                            busy_ms
                         );
+                        if detail && let Some(g) = &gpu {
+                            for (label, ms, n) in &g.kernels {
+                                println!("{:>40} {:>9.4} ms x{n}  {label}", "", ms);
+                            }
+                        }
+                        let kernels: Vec<serde_json::Value> = gpu
+                            .as_ref()
+                            .map(|g| {
+                                g.kernels
+                                    .iter()
+                                    .map(|(l, ms, n)| json!({"label": l, "ms": ms, "count": n}))
+                                    .collect()
+                            })
+                            .unwrap_or_default();
                         rows.push(json!({"case": c.name, "op": op, "shape": c.shape_text(),
                             "dtype": if half { "f16" } else if reduced { "f32-reduced" } else { "f32" }, "impl": "tfwgpu", "tile": t,
                             "ms": med * 1e3, "tflops": flops / med / 1e12,
-                            "rel_err": err, "inner": inner, "reps": reps}));
+                            "rel_err": err, "inner": inner, "reps": reps,
+                            "gpu_ms": gpu.as_ref().map(|g| g.span_ms),
+                            "gpu_busy_ms": gpu.as_ref().map(|g| g.busy_ms),
+                            "gpu_tflops": gpu.as_ref().map(|g| flops / g.busy_ms / 1e9),
+                            "unix_s": std::time::SystemTime::now()
+                                .duration_since(std::time::UNIX_EPOCH)
+                                .map(|d| d.as_secs_f64())
+                                .unwrap_or(0.0),
+                            "heaps": dev.allocator().stats().heaps,
+                            "reserved_mb": dev.allocator().stats().bytes_reserved >> 20,
+                            "kernels": kernels}));
                         if err > max_err {
                             return Err(format!(
                                 "{} {op} {t}: relative error {err:.1e} against the reference",

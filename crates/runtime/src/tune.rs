@@ -14,13 +14,18 @@
 //!   on everywhere. Unset: on for GPU adapters, off for CPU adapters (lavapipe, SwiftShader),
 //!   where compiling and timing every variant costs seconds of host time per shape class and
 //!   the CPU variants have their own fixed choice.
-//! - Timing: the queue is drained, then each variant runs once (warm-up, pipeline compile),
+//! - Timing: every variant runs once (pipeline compile), then ~150 ms of back-to-back runs of
+//!   the first one bring the GPU's clocks up (an idle GPU drops them), then each variant runs
 //!   once more alone to size the sample, then the median of three samples of back-to-back runs
 //!   (~2 ms each) with one host wait each: synchronous wall time (no GPU timestamps yet).
 //!   A variant that fails to record is skipped; if all fail, the heuristic choice stands.
 //!
 //! Tuning never changes what is computed: every variant of a family computes the same exact
-//! float32 fma sums, in its own order.
+//! float32 fma sums, in its own order. One exception: the conv family's Winograd variants
+//! (3x3 stride-1 layers, `kernels/conv/winograd.rs`) sum transformed products (additions,
+//! subtractions and halvings of the same terms, then the same products): the same value up
+//! to rounding, with an error bound of their own (tests/conv.rs `check_winograd`);
+//! `TFWGPU_CONV_WINOGRAD=0` leaves them out of the candidates.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -256,7 +261,38 @@ impl Tuner {
             return i;
         }
         let exec = &ctx.dev.exec;
+        // First every variant once (pipeline compilation: host time, the GPU idle), then
+        // ~WARM_UP of back-to-back runs of the first one that works: an idle GPU drops its
+        // clocks (the H200 to 345 MHz of 1980 within a second of idling, and then ramped back
+        // up only under sustained load: conv request 2), which would time the first variants
+        // at a fraction of the speed of the later ones.
+        let mut ok = vec![false; names.len()];
+        for (i, flag) in ok.iter_mut().enumerate() {
+            *flag = run(i).is_ok();
+        }
+        if exec.synchronize().is_err() {
+            return heuristic;
+        }
+        if let Some(first) = ok.iter().position(|&f| f) {
+            let t0 = Instant::now();
+            while t0.elapsed().as_secs_f64() < WARM_UP {
+                for _ in 0..4 {
+                    if run(first).is_err() {
+                        break;
+                    }
+                }
+                if exec.synchronize().is_err() {
+                    return heuristic;
+                }
+            }
+        }
         let time = |i: usize| -> Result<f64> {
+            if !ok[i] {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "variant {} failed to record",
+                    names[i]
+                )));
+            }
             exec.synchronize()?;
             run(i)?;
             exec.synchronize()?;
@@ -310,6 +346,9 @@ impl Tuner {
         }
     }
 }
+
+/// Seconds of back-to-back runs before a tuner's timings (see `Tuner::choose`).
+const WARM_UP: f64 = 0.15;
 
 /// The bucket of a size: powers of two, exact below 64 (shape classes of similar tile counts).
 pub fn bucket(v: usize) -> usize {

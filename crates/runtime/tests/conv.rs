@@ -565,6 +565,23 @@ fn conv2d_1x1_on_matmul_kernels() {
         check_conv(&configs[11], DType::F32, &extra, seed + 1);
         seed += 2;
     }
+    // The im2col columns (input depth 3) in groups of images (`_tfwgpu_col_images`): the
+    // forward pass writes each group's rows of y, the filter gradient sums every group's
+    // split slices (612 pixels a group: 2 splits; forced 3 is not aligned, 2 is taken).
+    let shallow = cfg(3, (34, 18), 3, (3, 3), 16, (1, 1), (1, 1), Pad::Same);
+    let strided = cfg(4, (11, 10), 3, (7, 7), 8, (2, 2), (1, 1), Pad::Same);
+    for (images, splits) in [(1, None), (2, None), (1, Some(3)), (3, Some(1))] {
+        let mut extra = vec![
+            ("_tfwgpu_tile", AttrValue::Str("gpu".into())),
+            ("_tfwgpu_col_images", AttrValue::Int(images)),
+        ];
+        if let Some(s) = splits {
+            extra.push(("_tfwgpu_splits", AttrValue::Int(s)));
+        }
+        check_conv(&shallow, DType::F32, &extra, seed);
+        check_conv(&strided, DType::F32, &extra, seed + 1);
+        seed += 2;
+    }
     // Forced splits: a divisor of the 832 pixels (4), and one that is not (3: the heuristic).
     for splits in [4, 3, 1] {
         let extra = [
@@ -572,6 +589,198 @@ fn conv2d_1x1_on_matmul_kernels() {
             ("_tfwgpu_splits", AttrValue::Int(splits)),
         ];
         check_conv(&configs[1], DType::F32, &extra, seed);
+        seed += 1;
+    }
+}
+
+/// Checks the Winograd filter gradient (forced) of an NHWC float32 3x3 stride-1 `c` against
+/// the f64 direct sum. Error model of the algorithm: each of the 16 transformed sums
+/// U[e] = sum over 2x2 tiles t of Xh[e] Dh[e] is an fma reduction of T terms whose sizes are
+/// bounded by W_x(t) W_d(t) (the sums of |x| over the tile's 4x4 window and of |dy| over its
+/// 2x2 block: every transformed value is a +-1/2^j combination of them), and an output
+/// element adds up to 9 of them: |error| <= 9 (T + 70) 2^-24 sum_t W_x(t) W_d(t). (Unlike
+/// the direct sum's bound it involves the whole window: a small result can come out of
+/// larger transformed terms that cancel.)
+fn check_winograd(c: &Cfg, extra: &[(&str, AttrValue)], seed: u64) {
+    let what = format!("{c:?} winograd {extra:?}");
+    let mut rng = rng(seed);
+    let (oh, ow, pt, pl) = c.out();
+    let (xs, fsh, ys) = (c.x_shape(), [c.r, c.s, c.c, c.k], c.y_shape());
+    let (x, xt) = data(&mut rng, c.n * c.h * c.w * c.c, &xs, DType::F32);
+    let (f, ft) = data(&mut rng, fsh.iter().product(), &fsh, DType::F32);
+    let (dy, dyt) = data(&mut rng, c.n * oh * ow * c.k, &ys, DType::F32);
+    let r = reference(c, &x, &f, &dy);
+    let mut attrs = c.attrs(DType::F32);
+    attrs.set("_tfwgpu_tile", AttrValue::Str("winograd".into()));
+    for (k, v) in extra {
+        attrs.set(k, v.clone());
+    }
+    let (th, tw) = (oh.div_ceil(2), ow.div_ceil(2));
+    let tiles = c.n * th * tw;
+    let mut wsum = vec![0.0f64; c.c * c.k];
+    for n in 0..c.n {
+        for ty in 0..th {
+            for tx in 0..tw {
+                let mut wx = vec![0.0f64; c.c];
+                for u in 0..4 {
+                    for v in 0..4 {
+                        let iy = (2 * ty + u) as i64 - pt as i64;
+                        let ix = (2 * tx + v) as i64 - pl as i64;
+                        if iy < 0 || ix < 0 || iy >= c.h as i64 || ix >= c.w as i64 {
+                            continue;
+                        }
+                        let b = ((n * c.h + iy as usize) * c.w + ix as usize) * c.c;
+                        for ch in 0..c.c {
+                            wx[ch] += x[b + ch].abs();
+                        }
+                    }
+                }
+                let mut wd = vec![0.0f64; c.k];
+                for i in 0..2 {
+                    for j in 0..2 {
+                        let (oy, ox) = (2 * ty + i, 2 * tx + j);
+                        if oy >= oh || ox >= ow {
+                            continue;
+                        }
+                        let b = ((n * oh + oy) * ow + ox) * c.k;
+                        for k in 0..c.k {
+                            wd[k] += dy[b + k].abs();
+                        }
+                    }
+                }
+                for ch in 0..c.c {
+                    for k in 0..c.k {
+                        wsum[ch * c.k + k] += wx[ch] * wd[k];
+                    }
+                }
+            }
+        }
+    }
+    let gamma = 9.0 * (tiles + 70) as f64 * 2f64.powi(-24);
+    let tol: Vec<f64> = (0..r.df.len())
+        .map(|i| gamma * wsum[i % (c.c * c.k)])
+        .collect();
+    let df = dev()
+        .run(
+            "Conv2DBackpropFilter",
+            &attrs,
+            &[Arg::from(&xt), Arg::from(&sizes(&fsh)), Arg::from(&dyt)],
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(df[0].shape(), fsh.as_slice(), "{what}");
+    assert_within(&download(&df[0]), &r.df, &tol, &what);
+
+    // F(2x2, 3x3) for the forward pass (x with f) and the input gradient (dy with f flipped,
+    // padding 2 - pt, 2 - pl): each of the 16 transformed sums M[e] adds Cin products bounded
+    // by W(t, ci) Gabs(ci, co) (W: the sum of |input| over the tile's 4x4 window, Gabs: the
+    // sum of |f| over the 9 taps), an output element adds up to 9 of them.
+    let corr_bound = |inp: &[f64],
+                      (ih, iw, ci): (usize, usize, usize),
+                      (h_out, w_out, co): (usize, usize, usize),
+                      (qt, ql): (usize, usize),
+                      gabs: &dyn Fn(usize, usize) -> f64| {
+        let gamma = 9.0 * (ci + 70) as f64 * 2f64.powi(-24);
+        let mut tol = vec![0.0f64; c.n * h_out * w_out * co];
+        for n in 0..c.n {
+            for ty in 0..h_out.div_ceil(2) {
+                for tx in 0..w_out.div_ceil(2) {
+                    let mut wx = vec![0.0f64; ci];
+                    for u in 0..4 {
+                        for v in 0..4 {
+                            let iy = (2 * ty + u) as i64 - qt as i64;
+                            let ix = (2 * tx + v) as i64 - ql as i64;
+                            if iy < 0 || ix < 0 || iy >= ih as i64 || ix >= iw as i64 {
+                                continue;
+                            }
+                            let b = ((n * ih + iy as usize) * iw + ix as usize) * ci;
+                            for a in 0..ci {
+                                wx[a] += inp[b + a].abs();
+                            }
+                        }
+                    }
+                    for o in 0..co {
+                        let sum: f64 = (0..ci).map(|a| wx[a] * gabs(a, o)).sum();
+                        for i in 0..2 {
+                            for j in 0..2 {
+                                let (oy, ox) = (2 * ty + i, 2 * tx + j);
+                                if oy < h_out && ox < w_out {
+                                    tol[((n * h_out + oy) * w_out + ox) * co + o] = gamma * sum;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        tol
+    };
+    let taps =
+        |a: usize, b: usize| -> f64 { (0..9).map(|rs| f[(rs * c.c + a) * c.k + b].abs()).sum() };
+    let y = dev()
+        .run("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)])
+        .unwrap_or_else(|e| panic!("Conv2D {what}: {e}"));
+    let tol = corr_bound(&x, (c.h, c.w, c.c), (oh, ow, c.k), (pt, pl), &taps);
+    assert_within(&download(&y[0]), &r.y, &tol, &format!("Conv2D {what}"));
+    if pt <= 2 && pl <= 2 {
+        let dx = dev()
+            .run(
+                "Conv2DBackpropInput",
+                &attrs,
+                &[Arg::from(&sizes(&xs)), Arg::from(&ft), Arg::from(&dyt)],
+            )
+            .unwrap_or_else(|e| panic!("Conv2DBackpropInput {what}: {e}"));
+        let tol = corr_bound(
+            &dy,
+            (oh, ow, c.k),
+            (c.h, c.w, c.c),
+            (2 - pt, 2 - pl),
+            &|k, ch| taps(ch, k),
+        );
+        assert_within(
+            &download(&dx[0]),
+            &r.dx,
+            &tol,
+            &format!("Conv2DBackpropInput {what}"),
+        );
+    }
+}
+
+/// The Winograd F(3x3, 2x2) filter gradient (`conv/winograd.rs`, forced by `_tfwgpu_tile`
+/// "winograd"): odd and even output sizes, SAME / VALID / asymmetric explicit padding, one
+/// output pixel, channel counts 4..20, chunks of the tiles (forced splits that divide them,
+/// one that does not: the heuristic) and groups of images. The other passes with the tile
+/// forced take the automatic path (checked once against the direct bounds).
+#[test]
+fn conv2d_winograd_paths() {
+    let configs = [
+        cfg(2, (9, 7), 8, (3, 3), 12, (1, 1), (1, 1), Pad::Same),
+        cfg(3, (8, 8), 4, (3, 3), 8, (1, 1), (1, 1), Pad::Valid),
+        cfg(
+            1,
+            (5, 6),
+            16,
+            (3, 3),
+            20,
+            (1, 1),
+            (1, 1),
+            Pad::Explicit(2, 0, 1, 3),
+        ),
+        cfg(4, (16, 13), 8, (3, 3), 16, (1, 1), (1, 1), Pad::Same),
+        cfg(1, (3, 3), 4, (3, 3), 4, (1, 1), (1, 1), Pad::Valid),
+    ];
+    let mut seed = 800;
+    for c in &configs {
+        check_winograd(c, &[], seed);
+        seed += 1;
+    }
+    // 4 images of 8 x 7 tiles: splits 1, 4 (divisors of 56 and 224), 5 (not: heuristic), in
+    // 1, 2 or 4 groups of images.
+    for (splits, images) in [(1, 4), (4, 1), (5, 2), (4, 2)] {
+        let extra = [
+            ("_tfwgpu_splits", AttrValue::Int(splits)),
+            ("_tfwgpu_col_images", AttrValue::Int(images)),
+        ];
+        check_winograd(&configs[3], &extra, seed);
         seed += 1;
     }
 }
@@ -845,7 +1054,8 @@ fn check_depthwise(c: &Cfg, mult: usize, dtype: DType, extra: &[(&str, AttrValue
 
 const DW_CONFIGS: &[(Cfg, usize)] = &[
     // Multiplier 1, channels a multiple of 4, NHWC: the 4-channel kernel for the forward pass
-    // (strided too) and the stride-1 input gradient.
+    // (strided too) and the stride-1 input gradient; the vector filter gradient (filters up
+    // to 3x3).
     (cfg(2, (9, 7), 8, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
     (cfg(3, (8, 9), 12, (3, 2), 0, (2, 2), (1, 1), Pad::Same), 1),
     (cfg(1, (6, 7), 4, (5, 3), 0, (1, 1), (1, 1), Pad::Valid), 1),
@@ -890,6 +1100,52 @@ const DW_CONFIGS: &[(Cfg, usize)] = &[
         3,
     ),
 ];
+
+/// The vector filter gradient (`depthwise_bwdf.wgsl`: multiplier 1, NHWC, channels a multiple
+/// of 4, filters up to 3x3): channel counts below, at and above a workgroup's 64 vectors (one
+/// to 256 lanes of positions), strides, VALID / explicit padding, 1x1 and 2x3 filters, many
+/// positions (split), and forced splits (1, 7, more splits than positions).
+#[test]
+fn depthwise_bwd_filter_vec4() {
+    let configs = [
+        (cfg(3, (17, 15), 4, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
+        (
+            cfg(2, (9, 11), 20, (3, 3), 0, (2, 2), (1, 1), Pad::Valid),
+            1,
+        ),
+        (cfg(1, (5, 6), 264, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
+        (
+            cfg(2, (7, 6), 1028, (2, 3), 0, (2, 2), (1, 1), Pad::Same),
+            1,
+        ),
+        (cfg(2, (6, 7), 8, (1, 1), 0, (1, 1), (1, 1), Pad::Valid), 1),
+        (
+            cfg(
+                2,
+                (8, 7),
+                12,
+                (3, 2),
+                0,
+                (1, 1),
+                (1, 1),
+                Pad::Explicit(2, 0, 1, 1),
+            ),
+            1,
+        ),
+        (cfg(4, (40, 33), 8, (3, 3), 0, (1, 1), (1, 1), Pad::Same), 1),
+    ];
+    let mut seed = 750;
+    for (c, mult) in &configs {
+        check_depthwise(c, *mult, DType::F32, &[], seed);
+        seed += 1;
+    }
+    for splits in [1, 7, 1000] {
+        let extra = [("_tfwgpu_splits", AttrValue::Int(splits))];
+        check_depthwise(&configs[1].0, 1, DType::F32, &extra, seed);
+        check_depthwise(&configs[6].0, 1, DType::F32, &extra, seed + 1);
+        seed += 2;
+    }
+}
 
 #[test]
 fn depthwise_f32_configs() {

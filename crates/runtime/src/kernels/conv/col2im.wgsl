@@ -1,7 +1,9 @@
 // The input gradient from columns (conv/gemm.rs `bwd_input_col2im`): col[(n, oy, ox), (r, s, c)]
 // (row length p.nc) holds dy[n, oy, ox, :] . f[r, s, c, :]; each dx element sums the taps
 // whose strided window reaches it (NHWC, one group). One invocation per dx element of the
-// images this dispatch covers; dx offsets start at p.out_base.
+// images this dispatch covers; dx offsets start at p.out_base. With ELEM vec4<f32> (input
+// depth a multiple of 4) an invocation takes 4 channels: p.c, p.nc, p.total and p.out_base
+// then count vectors.
 
 struct Params {
     row: u32,
@@ -26,8 +28,8 @@ struct Params {
     _pad2: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read_write> col: array<f32>;
-@group(0) @binding(2) var<storage, read_write> dx: array<f32>;
+@group(0) @binding(1) var<storage, read_write> col: array<$ELEM>;
+@group(0) @binding(2) var<storage, read_write> dx: array<$ELEM>;
 
 $LINEAR_INDEX
 
@@ -43,7 +45,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let t2 = t / p.w;
     let y = t2 % p.h;
     let nb = t2 / p.h;
-    var acc = 0.0;
+    var acc = $ELEM();
     for (var r = 0u; r < p.fr; r += 1u) {
         let ty = i32(y + p.pt) - i32(r * p.dh);
         if ty < 0 || u32(ty) % p.sh != 0u {

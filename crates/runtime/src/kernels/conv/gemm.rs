@@ -12,6 +12,7 @@
 //! share a word) the shader writes f32 values at the output's offsets in a temporary, one copy
 //! per split, and `finalize` sums the copies and stores the dtype.
 
+use crate::exec::BufferRange;
 use crate::kernel::{DeviceRef, KernelContext, MAX_GROUPS_X, grid_1d};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, bind_out};
@@ -22,7 +23,7 @@ use crate::kernels::matmul::{
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
-use super::{ConvAttrs, Geom};
+use super::{ConvAttrs, Geom, winograd};
 use crate::tune::{Tuner, bucket};
 
 const CONV_GEMM_WGSL: &str = include_str!("conv_gemm.wgsl");
@@ -171,6 +172,9 @@ pub(super) fn record(
     out: &DeviceRef,
 ) -> Result<()> {
     let dtype = out.desc.dtype;
+    if attrs.tile.as_deref() == Some("winograd") {
+        return winograd_forced(ctx, op, mode, g, attrs, a_ref, b_ref, out);
+    }
     let kg = g.kg();
     let (m, n, k) = match mode {
         Mode::Forward => (g.n * g.oh * g.ow, kg, g.r * g.s * g.cg),
@@ -303,6 +307,74 @@ pub(super) fn record(
     record_tile(&ctxs, &shape, tile)
 }
 
+/// The Winograd path forced (`_tfwgpu_tile` "winograd", for tests): F(2x2, 3x3) for the
+/// forward pass and the input gradient (`a_ref` is then x or dy, `b_ref` the filter), the
+/// F(3x3, 2x2) filter gradient: the heuristic
+/// product tile, `_tfwgpu_splits` chunks of each group's tiles when that divides them,
+/// `_tfwgpu_col_images` images per group when that divides the batch.
+#[allow(clippy::too_many_arguments)]
+fn winograd_forced(
+    ctx: &KernelContext,
+    op: &str,
+    mode: Mode,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    x_ref: &DeviceRef,
+    dy_ref: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    if out.desc.dtype != DType::F32 || !winograd::applies(g) {
+        return Err(Error::Unimplemented(format!(
+            "{op}: the Winograd path is for float32 NHWC 3x3 stride-1 convolutions"
+        )));
+    }
+    if mode != Mode::BackpropFilter {
+        let mut c = winograd::corr(g, mode == Mode::BackpropInput, column_budget(ctx)).ok_or_else(
+            || Error::Unimplemented(format!("{op}: no Winograd path for this geometry")),
+        )?;
+        if let Some(i) = attrs.col_images.filter(|i| g.n.is_multiple_of(*i)) {
+            c.tiles = c.tiles / c.imgs * i;
+            c.imgs = i;
+            c.groups = g.n / i;
+        }
+        let layouts = Layouts {
+            a_kfast: true,
+            b_nfast: true,
+        };
+        let t = plain_tile(16, c.tiles, c.cout, c.cin);
+        return winograd::record_forward(ctx, op, &c, Plan::Vec4(t, layouts), x_ref, dy_ref, out);
+    }
+    let mut wl = winograd::layout(g, column_budget(ctx)).ok_or_else(|| {
+        Error::Unimplemented(format!("{op}: one image's Winograd operands are too large"))
+    })?;
+    if let Some(i) = attrs.col_images.filter(|i| g.n.is_multiple_of(*i)) {
+        wl.imgs = i;
+        wl.groups = g.n / i;
+        wl.tiles = i * g.oh.div_ceil(2) * g.ow.div_ceil(2);
+    }
+    let layouts = Layouts {
+        a_kfast: false,
+        b_nfast: true,
+    };
+    let t = plain_tile(16, g.c, g.k, wl.tiles);
+    let tiles = 16 * g.c.div_ceil(t.bm as usize) * g.k.div_ceil(t.bn as usize);
+    let splits = attrs
+        .splits
+        .filter(|s| wl.tiles.is_multiple_of(*s))
+        .unwrap_or_else(|| split_count(tiles, wl.tiles, TARGET_GROUPS));
+    winograd::record(
+        ctx,
+        op,
+        g,
+        &wl,
+        Plan::Vec4(t, layouts),
+        splits,
+        x_ref,
+        dy_ref,
+        out,
+    )
+}
+
 /// The arguments of one convolution's product.
 #[derive(Clone, Copy)]
 struct Ctx<'a, 'c> {
@@ -360,7 +432,7 @@ fn record_tile(c: &Ctx, s: &Shape, tile: Tile) -> Result<()> {
         .splits
         .unwrap_or_else(|| choose_splits(g.groups * tiles_x * tiles_y, k));
     if attrs.splits.is_none() {
-        let budget = max_bind.min(256 << 20);
+        let budget = column_budget(ctx);
         splits = splits.min((budget / (out_len * 4)).max(1));
     }
     splits = splits.min(MAX_GROUPS_X as usize / g.groups).max(1);
@@ -487,15 +559,32 @@ fn plain_tile(batches: usize, m: usize, n: usize, k: usize) -> Vec4Tile {
     }
 }
 
-/// Splits of the reduction of a 1x1 filter gradient (K = pixels): a divisor of `k` (the
-/// chunks must be equal: they are batches of one product) giving about TARGET_GROUPS
-/// workgroups with chunks of at least 256 pixels; 1 when the output already fills the GPU.
+/// Splits of the reduction of a filter gradient (K = pixels): a divisor of `k` (the chunks
+/// must be equal: they are batches of one product) giving about TARGET_GROUPS workgroups
+/// with chunks of at least 256 pixels, at most 256 splits; 1 when the output already fills
+/// the GPU. (At most 64 before: the 56x56 1x1 64->64 filter gradient, one 64x64 tile, ran as
+/// 64 workgroups on 132 multiprocessors.)
 fn plain_splits(out_tiles: usize, k: usize) -> usize {
-    if out_tiles >= TARGET_GROUPS || k < 512 {
+    split_count(out_tiles, k, TARGET_GROUPS)
+}
+
+/// `plain_splits` for a target of `target` workgroups.
+pub(super) fn split_count(out_tiles: usize, k: usize, target: usize) -> usize {
+    if out_tiles >= target || k < 512 {
         return 1;
     }
-    let want = TARGET_GROUPS.div_ceil(out_tiles).min(k / 256).clamp(1, 64);
+    let want = target.div_ceil(out_tiles).min(k / 256).clamp(1, 256);
     (1..=want).rev().find(|s| k.is_multiple_of(*s)).unwrap_or(1)
+}
+
+/// The largest divisor of `k` not above `s` whose partial sums (`bytes` per split) fit the
+/// column budget.
+fn cap_splits(ctx: &KernelContext, s: usize, k: usize, bytes: usize) -> usize {
+    let budget = column_budget(ctx);
+    (1..=s.max(1))
+        .rev()
+        .find(|&d| k.is_multiple_of(d) && (d == 1 || d * bytes <= budget))
+        .unwrap_or(1)
 }
 
 /// A 1x1, stride-1, unpadded NHWC float32 convolution (or gradient) as a product of plain
@@ -533,6 +622,14 @@ fn plain_matmul(
         return Ok(None);
     };
     let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let a = ctx.bind(a_ref)?;
+    let b = ctx.bind(b_ref)?;
+    let o = ctx.bind(out)?;
+    let heuristic = Plan::Vec4(heuristic, layouts);
+    if mode == Mode::BackpropFilter && attrs.splits.is_none() {
+        return filter_products(ctx, op, (m, n, k), layouts, heuristic, splits, (&a, &b, &o))
+            .map(Some);
+    }
     let chunk = k / splits;
     let (sa, sb) = (chunk * m, chunk * n);
     let gm = Gemm {
@@ -548,15 +645,11 @@ fn plain_matmul(
         },
         batches: splits,
     };
-    let a = ctx.bind(a_ref)?;
-    let b = ctx.bind(b_ref)?;
-    let o = ctx.bind(out)?;
     let c_buf = if splits > 1 {
         ctx.temp((splits * m * n * 4) as u64)?
     } else {
         o.clone()
     };
-    let heuristic = Plan::Vec4(heuristic, layouts);
     let cands = matmul::candidates(heuristic, splits, m, n, chunk, layouts, shared);
     let plan = matmul::tuned(ctx, op, DType::F32, &gm, &cands, (&a, &b, &c_buf))?;
     tracing::debug!("{op} 1x1 as {m}x{n}x{chunk} x{splits}: {plan:?}");
@@ -565,6 +658,76 @@ fn plain_matmul(
         finalize(ctx, op, &c_buf, splits, m * n, DType::F32, &o)?;
     }
     Ok(Some(()))
+}
+
+/// A 1x1 filter gradient's product x^T dy (M = C, N = K, reduction over the K pixels) with its
+/// reduction split into equal chunks: with tuning on, every vector tile with the split counts
+/// that give it about one and two TARGET_GROUPS of workgroups (the heuristic tile's count
+/// leaves larger tiles with a fraction of the GPU); without, the heuristic plan and `splits`.
+fn filter_products(
+    ctx: &KernelContext,
+    op: &str,
+    (m, n, k): (usize, usize, usize),
+    layouts: Layouts,
+    heuristic: Plan,
+    splits: usize,
+    (a, b, o): (&BufferRange, &BufferRange, &BufferRange),
+) -> Result<()> {
+    let shared = ctx.limits().max_compute_workgroup_storage_size;
+    let record = |plan: Plan, s: usize| -> Result<()> {
+        let chunk = k / s;
+        let gm = Gemm {
+            m,
+            n,
+            k: chunk,
+            ta: !layouts.a_kfast,
+            tb: !layouts.b_nfast,
+            dims: if s > 1 {
+                vec![(s, chunk * m, chunk * n)]
+            } else {
+                vec![]
+            },
+            batches: s,
+        };
+        if s == 1 {
+            return matmul::record_plan(ctx, op, plan, DType::F32, &gm, a, b, o);
+        }
+        let part = ctx.temp((s * m * n * 4) as u64)?;
+        matmul::record_plan(ctx, op, plan, DType::F32, &gm, a, b, &part)?;
+        finalize(ctx, op, &part, s, m * n, DType::F32, o)
+    };
+    let tuner = Tuner::of(&ctx.dev.desc);
+    if !tuner.enabled() {
+        return record(heuristic, splits);
+    }
+    let mut cands: Vec<(Plan, usize)> = vec![(heuristic, splits)];
+    for plan in matmul::candidates(heuristic, splits, m, n, k / splits, layouts, shared) {
+        let Plan::Vec4(t, _) = plan else { continue };
+        let tiles = m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+        for target in [TARGET_GROUPS, 2 * TARGET_GROUPS] {
+            let s = cap_splits(ctx, split_count(tiles, k, target), k, m * n * 4);
+            if !cands.contains(&(plan, s)) {
+                cands.push((plan, s));
+            }
+        }
+    }
+    let names: Vec<String> = cands
+        .iter()
+        .map(|(p, s)| match p {
+            Plan::Vec4(t, _) => format!("{}_s{s}", t.name),
+            _ => format!("{p:?}_s{s}"),
+        })
+        .collect();
+    let key = format!(
+        "conv/f32/1x1_bwdf/m{}/n{}/k{}",
+        bucket(m),
+        bucket(n),
+        bucket(k)
+    );
+    let run = |i: usize| record(cands[i].0, cands[i].1);
+    let i = tuner.choose(ctx, &key, &names, 0, &run);
+    tracing::debug!("{op} 1x1 filter gradient {m}x{n}x{k}: {}", names[i]);
+    run(i)
 }
 
 const IMPLICIT_WGSL: &str = include_str!("implicit.wgsl");
@@ -631,22 +794,6 @@ fn implicit_vec4(
         return Ok(None);
     };
     let shared = ctx.limits().max_compute_workgroup_storage_size;
-    let chunk = k / splits;
-    // Batch offsets: A's is the first K index of the split (the hook adds it), B's (dy, plain)
-    // its first row.
-    let gm = Gemm {
-        m,
-        n,
-        k: chunk,
-        ta,
-        tb,
-        dims: if splits > 1 {
-            vec![(splits, chunk, chunk * n)]
-        } else {
-            vec![]
-        },
-        batches: splits,
-    };
     let hp: Vec<u32> = [
         g.h, g.w, g.c, g.oh, g.ow, g.k, g.s, g.sh, g.sw, g.dh, g.dw, g.pt, g.pl,
     ]
@@ -658,12 +805,29 @@ fn implicit_vec4(
     let a = ctx.bind(a_ref)?;
     let b = ctx.bind(b_ref)?;
     let o = ctx.bind(out)?;
-    let c_buf = if splits > 1 {
-        ctx.temp((splits * m * n * 4) as u64)?
-    } else {
-        o.clone()
-    };
-    let record = |plan: Plan| -> Result<()> {
+    // One candidate: a plan with its split count (filter gradients; 1 otherwise).
+    let record = |plan: Plan, splits: usize| -> Result<()> {
+        let chunk = k / splits;
+        // Batch offsets: A's is the first K index of the split (the hook adds it), B's (dy,
+        // plain) its first row.
+        let gm = Gemm {
+            m,
+            n,
+            k: chunk,
+            ta,
+            tb,
+            dims: if splits > 1 {
+                vec![(splits, chunk, chunk * n)]
+            } else {
+                vec![]
+            },
+            batches: splits,
+        };
+        let c_buf = if splits > 1 {
+            ctx.temp((splits * m * n * 4) as u64)?
+        } else {
+            o.clone()
+        };
         matmul::record_plan_hooked(
             ctx,
             op,
@@ -681,20 +845,97 @@ fn implicit_vec4(
     let heuristic = Plan::Vec4(heuristic, layouts);
     let tuner = Tuner::of(&ctx.dev.desc);
     if !tuner.enabled() {
-        record(heuristic)?;
+        record(heuristic, splits)?;
         return Ok(Some(()));
     }
     // Candidates: the vector tiles, and the implicit GEMM shader's own heuristic tile (so
-    // that tuning never does worse than that path).
-    let cands = matmul::candidates(heuristic, splits, m, n, chunk, layouts, shared);
-    let old = choose_tile(m, n, 1);
+    // that tuning never does worse than that path). Filter gradients: each tile with the
+    // split counts that give it about one and two TARGET_GROUPS of workgroups (the heuristic's
+    // count suits only its own tile: a large tile at that count leaves the GPU half idle).
+    let mut cands: Vec<(Plan, usize)> = vec![(heuristic, splits)];
+    for plan in matmul::candidates(heuristic, splits, m, n, k / splits, layouts, shared) {
+        if mode != Mode::BackpropFilter || attrs.splits.is_some() {
+            if !cands.contains(&(plan, splits)) {
+                cands.push((plan, splits));
+            }
+            continue;
+        }
+        let Plan::Vec4(t, _) = plan else { continue };
+        let tiles = m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+        for target in [TARGET_GROUPS, 2 * TARGET_GROUPS] {
+            let s = cap_splits(ctx, split_count(tiles, k, target), k, m * n * 4);
+            if !cands.contains(&(plan, s)) {
+                cands.push((plan, s));
+            }
+        }
+    }
+    // Filter gradients of 3x3 stride-1 layers: the Winograd transform too (winograd.rs),
+    // each product tile with the split counts that fill the GPU.
+    let mut wino: Vec<(Plan, usize)> = vec![];
+    let wl = if mode == Mode::BackpropFilter && attrs.splits.is_none() && winograd::applies(g) {
+        winograd::layout(g, column_budget(ctx))
+    } else {
+        None
+    };
+    if let Some(wl) = &wl {
+        let wlay = Layouts {
+            a_kfast: false,
+            b_nfast: true,
+        };
+        let wh = Plan::Vec4(plain_tile(16, g.c, g.k, wl.tiles), wlay);
+        for plan in matmul::candidates(wh, 16, g.c, g.k, wl.tiles, wlay, shared) {
+            let Plan::Vec4(t, _) = plan else { continue };
+            let tiles = 16 * g.c.div_ceil(t.bm as usize) * g.k.div_ceil(t.bn as usize);
+            for target in [TARGET_GROUPS, 2 * TARGET_GROUPS] {
+                let s = split_count(tiles, wl.tiles, target);
+                if winograd::parts_fit(g, wl, s) && !wino.contains(&(plan, s)) {
+                    wino.push((plan, s));
+                }
+            }
+        }
+    }
+    // Forward passes and stride-1 input gradients of 3x3 stride-1 layers: Winograd
+    // F(2x2, 3x3) (winograd.rs `record_forward`), each product tile.
+    let wc = match mode {
+        Mode::Forward => winograd::corr(g, false, column_budget(ctx)),
+        Mode::BackpropInput => winograd::corr(g, true, column_budget(ctx)),
+        Mode::BackpropFilter => None,
+    };
+    let mut wfw: Vec<Plan> = vec![];
+    if let Some(wc) = &wc {
+        let wlay = Layouts {
+            a_kfast: true,
+            b_nfast: true,
+        };
+        let wh = Plan::Vec4(plain_tile(16, wc.tiles, wc.cout, wc.cin), wlay);
+        if wlay.fit(wc.tiles, wc.cout, wc.cin) {
+            for plan in matmul::candidates(wh, 16, wc.tiles, wc.cout, wc.cin, wlay, shared) {
+                if !wfw.contains(&plan) {
+                    wfw.push(plan);
+                }
+            }
+        }
+    }
+    let tile_name = |p: &Plan| match p {
+        Plan::Vec4(t, _) => t.name.to_string(),
+        _ => format!("{p:?}"),
+    };
     let mut names: Vec<String> = cands
         .iter()
-        .map(|p| match p {
-            Plan::Vec4(t, _) => t.name.to_string(),
-            _ => format!("{p:?}"),
+        .map(|(p, s)| {
+            if mode == Mode::BackpropFilter {
+                format!("{}_s{s}", tile_name(p))
+            } else {
+                tile_name(p)
+            }
         })
         .collect();
+    names.extend(
+        wino.iter()
+            .map(|(p, s)| format!("wino_{}_s{s}", tile_name(p))),
+    );
+    names.extend(wfw.iter().map(|p| format!("wino_{}", tile_name(p))));
+    let old = choose_tile(m, n, 1);
     names.push(format!("gemm_{}", old.name));
     let key = format!(
         "conv/f32/{name}/r{}s{}/st{}x{}/m{}/n{}/k{}",
@@ -713,24 +954,60 @@ fn implicit_vec4(
         };
         self::record(ctx, op, mode, g, &o_attrs, a_ref, b_ref, out)
     };
-    let i = tuner.choose(ctx, &key, &names, 0, &|i| {
-        if i < cands.len() {
-            record(cands[i])
-        } else {
-            run_old()
+    let run = |i: usize| -> Result<()> {
+        if let Some(&(plan, s)) = cands.get(i) {
+            return record(plan, s);
         }
-    });
-    tracing::debug!("{op} implicit {m}x{n}x{chunk} x{splits}: {}", names[i]);
-    if i < cands.len() {
-        record(cands[i])?;
-    } else {
-        run_old()?;
-    }
+        let j = i - cands.len();
+        if let (Some(&(plan, s)), Some(wl)) = (wino.get(j), &wl) {
+            return winograd::record(ctx, op, g, wl, plan, s, a_ref, b_ref, out);
+        }
+        if let (Some(&plan), Some(wc)) = (wfw.get(j - wino.len()), &wc) {
+            return winograd::record_forward(ctx, op, wc, plan, a_ref, b_ref, out);
+        }
+        run_old()
+    };
+    let i = tuner.choose(ctx, &key, &names, 0, &run);
+    tracing::debug!("{op} implicit {m}x{n}x{k}: {}", names[i]);
+    run(i)?;
     Ok(Some(()))
 }
 
 const COL2IM_WGSL: &str = include_str!("col2im.wgsl");
 const IM2COL_WGSL: &str = include_str!("im2col.wgsl");
+
+/// The most bytes one column buffer may take: a quarter of the allocator's regular heap (and
+/// at most the binding limit), so that the columns are sub-allocated from the regular heaps
+/// and reused run after run. A larger buffer gets a dedicated heap of its own, created and
+/// released on every run (a driver allocation, zero-filled by wgpu before its first use, each
+/// time): ResNet's first layer took 2.7 ms instead of ~0.5 that way (request 1 of this round).
+pub(super) fn column_budget(ctx: &KernelContext) -> usize {
+    let heap = ctx.dev.alloc.heap_size() as usize;
+    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
+    (heap / 4).min(max_bind).min(256 << 20)
+}
+
+/// Images per column group: a divisor of `n` (equal groups: one product shape, one tuning
+/// key) whose columns (`per_img` bytes an image) fit `budget`, at most `forced`, and, when
+/// there is more than one group, whose slices of the tensors bound per group (`bytes_per_img`
+/// each) start at aligned offsets (`align`); `None` if no group size qualifies.
+pub(super) fn column_images(
+    n: usize,
+    per_img: usize,
+    budget: usize,
+    forced: Option<usize>,
+    bytes_per_img: &[usize],
+    align: usize,
+) -> Option<usize> {
+    if per_img == 0 || per_img > budget || n == 0 {
+        return None;
+    }
+    let most = forced.unwrap_or(budget / per_img).clamp(1, n);
+    (1..=most).rev().find(|&i| {
+        n.is_multiple_of(i)
+            && (i == n || bytes_per_img.iter().all(|b| (i * b).is_multiple_of(align)))
+    })
+}
 
 /// The forward pass or filter gradient of a float32 NHWC one-group convolution whose input
 /// depth is not a multiple of 4 (ResNet's first layer: 3 channels), which the implicit
@@ -739,7 +1016,8 @@ const IM2COL_WGSL: &str = include_str!("im2col.wgsl");
 /// then multiplied on the matmul vector kernels: forward col x f (the filter padded to nc rows
 /// with zeros), filter gradient col^T x dy with the pixel reduction split into equal chunks
 /// (a batch of products summed by `finalize`), its first R*S*C rows copied out. The columns
-/// must fit 256 MiB (and the binding limit) in one piece; `None`: not applicable.
+/// are written for equal groups of images at a time, each group's at most `column_budget`
+/// bytes (one buffer reused by every group); `None`: not applicable.
 #[allow(clippy::too_many_arguments)]
 fn im2col_gemm(
     ctx: &KernelContext,
@@ -756,16 +1034,35 @@ fn im2col_gemm(
     }
     let rsc = g.r * g.s * g.c;
     let nc = rsc.next_multiple_of(4);
-    let p = g.n * g.oh * g.ow;
-    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-    let budget = max_bind.min(256 << 20);
-    if rsc < 4 || p < 16 || p * nc * 4 > budget {
+    let pix = g.oh * g.ow;
+    let p = g.n * pix;
+    if rsc < 4 || p < 16 {
         return Ok(None);
     }
+    let align = ctx.limits().min_storage_buffer_offset_alignment as usize;
+    // Per group, dy (filter gradient) or y (forward) is bound at the group's first image.
+    let Some(imgs) = column_images(
+        g.n,
+        pix * nc * 4,
+        column_budget(ctx),
+        attrs.col_images,
+        &[pix * g.k * 4],
+        align,
+    ) else {
+        return Ok(None);
+    };
+    let ngroups = g.n / imgs;
+    if ngroups > 1 && !(b_ref.addr as usize).is_multiple_of(align) && mode != Mode::Forward {
+        return Ok(None);
+    }
+    if ngroups > 1 && !(out.addr as usize).is_multiple_of(align) && mode == Mode::Forward {
+        return Ok(None);
+    }
+    let pg = imgs * pix;
     let shared = ctx.limits().max_compute_workgroup_storage_size;
     let (m, n, k, ta) = match mode {
-        Mode::Forward => (p, g.k, nc, false),
-        _ => (nc, g.k, p, true),
+        Mode::Forward => (pg, g.k, nc, false),
+        _ => (nc, g.k, pg, true),
     };
     let layouts = Layouts {
         a_kfast: !ta,
@@ -776,53 +1073,63 @@ fn im2col_gemm(
         return Ok(None);
     }
     let x = ctx.bind(x_ref)?;
-    let col = ctx.temp((p * nc * 4) as u64)?;
-    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "im2col"), || {
-        ShaderSource::new(
-            IM2COL_WGSL
-                .replace("$LINEAR_INDEX", LINEAR_INDEX)
-                .replace("$WG", &WG.to_string()),
-        )
-    })?;
-    let total = p * nc;
-    let (groups, row) = grid_1d(total as u64, WG);
-    let words: Vec<u32> = [
-        row as usize,
-        total,
-        g.h,
-        g.w,
-        g.c,
-        g.s,
-        g.oh,
-        g.ow,
-        g.sh,
-        g.sw,
-        g.dh,
-        g.dw,
-        g.pt,
-        g.pl,
-        rsc,
-        nc,
-    ]
-    .iter()
-    .map(|&v| u32_of(op, v))
-    .collect::<Result<_>>()?;
-    let im2col = || {
-        ctx.dispatch(
-            &pipeline,
-            &params(&words),
-            &[x.clone(), col.clone()],
-            groups,
-        )
+    let col = ctx.temp((pg * nc * 4) as u64)?;
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("conv", Some(DType::F32), "im2col_v4"),
+        || {
+            ShaderSource::new(
+                IM2COL_WGSL
+                    .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                    .replace("$WG", &WG.to_string()),
+            )
+        },
+    )?;
+    // Vectors of 4 column elements (nc is a multiple of 4).
+    let total = pg * nc / 4;
+    let (wgs, row) = grid_1d(total as u64, WG);
+    // The columns of group `gi` (images gi * imgs ..).
+    let im2col = |gi: usize| -> Result<()> {
+        let words: Vec<u32> = [
+            row as usize,
+            total,
+            g.h,
+            g.w,
+            g.c,
+            g.s,
+            g.oh,
+            g.ow,
+            g.sh,
+            g.sw,
+            g.dh,
+            g.dw,
+            g.pt,
+            g.pl,
+            rsc,
+            nc,
+            gi * pg,
+            0,
+            0,
+            0,
+        ]
+        .iter()
+        .map(|&v| u32_of(op, v))
+        .collect::<Result<_>>()?;
+        ctx.dispatch(&pipeline, &params(&words), &[x.clone(), col.clone()], wgs)
     };
-    let b = ctx.bind(b_ref)?;
-    let o = ctx.bind(out)?;
+    // y / dy rows of group gi.
+    let rows_of = |r: &DeviceRef, gi: usize| -> Result<crate::exec::BufferRange> {
+        if ngroups == 1 {
+            return ctx.bind(r);
+        }
+        ctx.bind_bytes(r.addr + (gi * pg * g.k * 4) as u64, (pg * g.k * 4) as u64)
+    };
     let old_m = if mode == Mode::Forward { p } else { rsc };
     let old = || -> Result<()> {
         record_previous(ctx, op, mode, g, attrs, old_m, g.k, x_ref, b_ref, out)
     };
     if mode == Mode::Forward {
         // The filter as nc x K rows (zero rows past R*S*C).
+        let b = ctx.bind(b_ref)?;
         let fbytes = (rsc * g.k * 4) as u64;
         let fpad = if nc == rsc {
             b
@@ -846,30 +1153,45 @@ fn im2col_gemm(
         };
         let cands = matmul::candidates(Plan::Vec4(heuristic, layouts), 1, m, n, k, layouts, shared);
         let run = |plan: Option<Plan>| -> Result<()> {
-            match plan {
-                Some(plan) => {
-                    im2col()?;
-                    matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &o)
-                }
-                None => old(),
+            let Some(plan) = plan else {
+                return old();
+            };
+            for gi in 0..ngroups {
+                im2col(gi)?;
+                let y = rows_of(out, gi)?;
+                matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &fpad, &y)?;
             }
+            Ok(())
         };
         let key = format!(
-            "conv/f32/im2col_fwd/m{}/n{}/k{}",
+            "conv/f32/im2col_fwd/m{}/n{}/k{}/g{}",
             bucket(m),
             bucket(n),
-            bucket(k)
+            bucket(k),
+            bucket(ngroups)
         );
         let plan = tune_with_previous(ctx, &key, &cands, &run);
         run(plan)?;
         return Ok(Some(()));
     }
-    // Filter gradient: split the pixels into equal chunks (a batch of products).
+    // Filter gradient: each group's pixels split into equal chunks (a batch of products into
+    // consecutive slices of the partial sums), all slices summed by one finalize pass.
+    let o = ctx.bind(out)?;
     let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
-    let splits = attrs
+    let slice = m * n * 4;
+    let per_group = attrs
         .splits
         .filter(|s| k.is_multiple_of(*s))
         .unwrap_or_else(|| plain_splits(tiles, k));
+    // Each group's slices start at an aligned offset.
+    let budget = column_budget(ctx);
+    let Some(splits) = (1..=per_group).rev().find(|&s| {
+        k.is_multiple_of(s)
+            && (ngroups == 1 || (s * slice).is_multiple_of(align))
+            && (s == 1 || s * slice * ngroups <= budget)
+    }) else {
+        return Ok(None);
+    };
     let chunk = k / splits;
     let gm = Gemm {
         m,
@@ -884,11 +1206,12 @@ fn im2col_gemm(
         },
         batches: splits,
     };
-    let part = ctx.temp((splits * m * n * 4) as u64)?;
+    let parts = splits * ngroups;
+    let part = ctx.temp((parts * slice) as u64)?;
     let sum = if nc == rsc {
         None
     } else {
-        Some(ctx.temp((m * n * 4) as u64)?)
+        Some(ctx.temp(slice as u64)?)
     };
     let cands = matmul::candidates(
         Plan::Vec4(heuristic, layouts),
@@ -904,13 +1227,19 @@ fn im2col_gemm(
         let Some(plan) = plan else {
             return old();
         };
-        im2col()?;
-        matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &b, &part)?;
+        for gi in 0..ngroups {
+            im2col(gi)?;
+            let dy = rows_of(b_ref, gi)?;
+            let mut dst = part.clone();
+            dst.offset += (gi * splits * slice) as u64;
+            dst.size = (splits * slice) as u64;
+            matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &dy, &dst)?;
+        }
         match &sum {
-            None => finalize(ctx, op, &part, splits, m * n, DType::F32, &o),
+            None => finalize(ctx, op, &part, parts, m * n, DType::F32, &o),
             Some(sum) => {
                 // Sum into nc x K, then keep the first R*S*C rows.
-                finalize(ctx, op, &part, splits, m * n, DType::F32, sum)?;
+                finalize(ctx, op, &part, parts, m * n, DType::F32, sum)?;
                 ctx.copy(sum, &o, (len * 4) as u64)
             }
         }
@@ -920,7 +1249,7 @@ fn im2col_gemm(
         bucket(m),
         bucket(n),
         bucket(chunk),
-        bucket(splits)
+        bucket(parts)
     );
     let plan = tune_with_previous(ctx, &key, &cands, &run);
     run(plan)?;
@@ -980,7 +1309,7 @@ fn tune_with_previous(
 /// kernels (dy read row-major, f as N x K; R*S*C padded to a multiple of 4 with zero filter
 /// rows), then `col2im.wgsl` summing each dx element's taps. No work is spent on the taps that
 /// fall between strided outputs (the implicit GEMM reads them as zeros). The columns take
-/// at most 256 MiB (and the binding limit): images are processed in groups that fit.
+/// at most `column_budget` bytes: images are processed in groups that fit.
 /// `None`: not applicable (output depth not a multiple of 4, NCHW, groups). `group` (the
 /// internal `_tfwgpu_splits`, for tests) forces the images per group.
 fn bwd_input_col2im(
@@ -999,13 +1328,16 @@ fn bwd_input_col2im(
     let nc = rsc.next_multiple_of(4);
     let pix = g.oh * g.ow;
     let per_img = pix * nc * 4;
-    let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-    let budget = max_bind.min(256 << 20);
+    let budget = column_budget(ctx);
     if per_img == 0 || per_img > budget || rsc < 4 {
         return Ok(None);
     }
     let shared = ctx.limits().max_compute_workgroup_storage_size;
-    let imgs = attrs.splits.unwrap_or(budget / per_img).clamp(1, g.n);
+    let imgs = attrs
+        .col_images
+        .or(attrs.splits)
+        .unwrap_or(budget / per_img)
+        .clamp(1, g.n);
     let layouts = Layouts {
         a_kfast: true,
         b_nfast: false,
@@ -1030,10 +1362,14 @@ fn bwd_input_col2im(
     };
     let col = ctx.temp((imgs * per_img) as u64)?;
     let dx = ctx.bind(out)?;
-    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), "col2im"), || {
+    // Four channels per invocation where the depth allows (16-byte loads and stores).
+    let v = if g.c.is_multiple_of(4) { 4 } else { 1 };
+    let spec = if v == 4 { "col2im_v4" } else { "col2im" };
+    let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(DType::F32), spec), || {
         ShaderSource::new(
             COL2IM_WGSL
                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$ELEM", if v == 4 { "vec4<f32>" } else { "f32" })
                 .replace("$WG", &WG.to_string()),
         )
     })?;
@@ -1056,13 +1392,13 @@ fn bwd_input_col2im(
                 batches: 1,
             };
             matmul::record_plan(ctx, op, plan, DType::F32, &gm, &dy, &fpad, &col)?;
-            let total = cnt * img_in;
+            let total = cnt * img_in / v;
             let (groups, row) = grid_1d(total as u64, WG);
             let words: Vec<u32> = [
                 total,
                 g.h,
                 g.w,
-                g.c,
+                g.c / v,
                 g.r,
                 g.s,
                 g.oh,
@@ -1073,8 +1409,8 @@ fn bwd_input_col2im(
                 g.dw,
                 g.pt,
                 g.pl,
-                nc,
-                n0 * img_in,
+                nc / v,
+                n0 * img_in / v,
                 0,
                 0,
                 0,
@@ -1131,6 +1467,49 @@ fn bwd_input_col2im(
     Ok(Some(()))
 }
 
+const FINALIZE_WIDE_WGSL: &str = include_str!("finalize_wide.wgsl");
+
+/// `finalize` for float32 outputs with many splits (`finalize_wide.wgsl`): each output's
+/// splits spread over `lanes` invocations (a power of two, up to 64), enough of them for about
+/// 128k invocations in all, summed by a tree.
+fn finalize_wide(
+    ctx: &KernelContext,
+    op: &str,
+    part: &crate::exec::BufferRange,
+    splits: usize,
+    len: usize,
+    out: &crate::exec::BufferRange,
+) -> Result<()> {
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("conv", Some(DType::F32), "finalize_wide"),
+        || ShaderSource::new(FINALIZE_WIDE_WGSL.to_string()),
+    )?;
+    let mut lanes = 1usize;
+    while lanes < 64 && lanes * 2 <= splits && len * lanes * 2 <= 128 * 1024 {
+        lanes *= 2;
+    }
+    let per_wg = 256 / lanes;
+    let groups = len.div_ceil(per_wg);
+    let max = MAX_GROUPS_X as usize;
+    let (gx, gy) = if groups <= max {
+        (groups, 1)
+    } else {
+        (max, groups.div_ceil(max))
+    };
+    let p = params(&[
+        u32_of(op, len)?,
+        u32_of(op, splits)?,
+        lanes as u32,
+        per_wg as u32,
+    ]);
+    ctx.dispatch(
+        &pipeline,
+        &p,
+        &[part.clone(), out.clone()],
+        [gx as u32, gy as u32, 1],
+    )
+}
+
 /// Sums `splits` copies of `len` f32 values in `part` into `out` (dtype `dtype`).
 pub(super) fn finalize(
     ctx: &KernelContext,
@@ -1143,6 +1522,9 @@ pub(super) fn finalize(
 ) -> Result<()> {
     if !matches!(dtype, DType::F32 | DType::F16) {
         bail_invalid!("{op}: no finalize for {dtype}");
+    }
+    if dtype == DType::F32 && splits >= 8 {
+        return finalize_wide(ctx, op, part, splits, len, out);
     }
     let pipeline = ctx.pipeline(PipelineKey::new("conv", Some(dtype), "finalize"), || {
         let store = match dtype {
@@ -1204,19 +1586,14 @@ fn vector_plan(
     }
     // Filter gradients: the forced `splits` attribute when it divides K, else enough chunks to
     // fill the device with the heuristic's output tiles; one when the partial sums would not
-    // fit in a binding (or 256 MiB).
+    // fit the column budget (see `column_budget`: no dedicated heap per run).
     let splits = if mode == Mode::BackpropFilter {
         let tiles = m.div_ceil(heuristic.bm as usize) * n.div_ceil(heuristic.bn as usize);
         let s = attrs
             .splits
             .filter(|s| k.is_multiple_of(*s))
             .unwrap_or_else(|| plain_splits(tiles, k));
-        let max_bind = ctx.limits().max_storage_buffer_binding_size as usize;
-        if s > 1 && s * m * n * 4 > max_bind.min(256 << 20) {
-            1
-        } else {
-            s
-        }
+        cap_splits(ctx, s, k, m * n * 4)
     } else {
         1
     };
@@ -1252,7 +1629,8 @@ mod tests {
         assert_eq!(plain_tile(1, 25088, 128, 512).name, "128x128x16_8x16s1");
         // Split-K of a filter gradient: a divisor of the pixel count.
         assert_eq!(plain_splits(1, 832), 2);
-        assert_eq!(plain_splits(1, 100352), 64);
+        assert_eq!(plain_splits(1, 100352), 256);
+        assert_eq!(plain_splits(9, 100352), 28);
         assert_eq!(plain_splits(300, 100352), 1);
         assert_eq!(plain_splits(1, 300), 1);
         assert_eq!(plain_splits(4, 1021), 1, "a prime: no split");

@@ -30,6 +30,7 @@ mod coop;
 mod cpu;
 mod depthwise;
 mod gemm;
+mod winograd;
 
 pub use cpu::CPU_CONV_TILES;
 
@@ -140,6 +141,8 @@ struct ConvAttrs {
     /// Internal (`_tfwgpu_tile` "gemm"): the implicit GEMM with its heuristic tile, no tuning,
     /// 1x1 convolutions not routed to the matmul kernels.
     heuristic_gemm: bool,
+    /// Internal, for tests: the images per group of the column paths (`_tfwgpu_col_images`).
+    col_images: Option<usize>,
 }
 
 fn ints(op: &str, attrs: &Attrs, name: &str) -> Result<Option<Vec<i64>>> {
@@ -269,6 +272,13 @@ impl ConvAttrs {
                 bail_invalid!("{name}: _tfwgpu_splits must be an int in [1, 1024], got {v:?}")
             }
         };
+        let col_images = match attrs.get("_tfwgpu_col_images") {
+            None => None,
+            Some(AttrValue::Int(v)) if *v >= 1 => Some(*v as usize),
+            Some(v) => {
+                bail_invalid!("{name}: _tfwgpu_col_images must be a positive int, got {v:?}")
+            }
+        };
         Ok(ConvAttrs {
             nchw,
             strides: [strides[dh] as usize, strides[dw] as usize],
@@ -278,6 +288,7 @@ impl ConvAttrs {
             tile,
             splits,
             heuristic_gemm: false,
+            col_images,
         })
     }
 
