@@ -287,6 +287,15 @@ fn bench_matmul(
     dev.synchronize().map_err(e)?;
     let one = t0.elapsed().as_secs_f64() / 3.0;
     let inner = ((0.025 / one.max(1e-7)) as usize).clamp(1, 500);
+    // Keep the GPU busy before timing: an idle H200 runs its SM clock at a fraction of the
+    // full rate for the first few hundred ms of load (bench/NOTES-membound.md).
+    let warm = Instant::now();
+    while warm.elapsed().as_secs_f64() < WARM_UP_S {
+        for _ in 0..inner {
+            drop(run()?);
+        }
+        dev.synchronize().map_err(e)?;
+    }
     let mut samples = vec![];
     for _ in 0..reps.max(1) {
         dev.synchronize().map_err(e)?;
