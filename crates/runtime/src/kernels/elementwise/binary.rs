@@ -478,32 +478,7 @@ impl Broadcast {
                 st
             })
             .collect();
-        let mut dims: Vec<usize> = vec![];
-        let mut strides: Vec<Vec<usize>> = vec![vec![]; shapes.len()];
-        for d in 0..rank {
-            let n = out_shape[d];
-            if n == 1 {
-                continue;
-            }
-            // Merge with the previous dimension when it steps over this one exactly in every
-            // input.
-            let mergeable = !dims.is_empty()
-                && strides
-                    .iter()
-                    .zip(&full)
-                    .all(|(st, f)| *st.last().expect("same length") == f[d] * n);
-            if mergeable {
-                *dims.last_mut().expect("nonempty") *= n;
-                for (st, f) in strides.iter_mut().zip(&full) {
-                    *st.last_mut().expect("nonempty") = f[d];
-                }
-                continue;
-            }
-            dims.push(n);
-            for (st, f) in strides.iter_mut().zip(&full) {
-                st.push(f[d]);
-            }
-        }
+        let (dims, strides) = merge_dims(&out_shape, &full);
         Some(Broadcast {
             out_shape,
             dims,
@@ -997,6 +972,37 @@ fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool) -> String {
         .replace("$TOUT", compute_type(op.output_dtype(dtype)))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())
+}
+
+/// Broadcast reads of several inputs over `out`: drops size-1 dimensions and merges a dimension
+/// into the previous one when every input steps over it exactly (contiguously or not at all).
+/// `full[i][d]` is input i's element stride along dimension d of `out` (0 where it broadcasts).
+/// Returns the merged dimensions and each input's strides along them.
+pub(crate) fn merge_dims(out: &[usize], full: &[Vec<usize>]) -> (Vec<usize>, Vec<Vec<usize>>) {
+    let mut dims: Vec<usize> = vec![];
+    let mut strides: Vec<Vec<usize>> = vec![vec![]; full.len()];
+    for (d, &n) in out.iter().enumerate() {
+        if n == 1 {
+            continue;
+        }
+        let mergeable = !dims.is_empty()
+            && strides
+                .iter()
+                .zip(full)
+                .all(|(st, f)| *st.last().expect("same length") == f[d] * n);
+        if mergeable {
+            *dims.last_mut().expect("nonempty") *= n;
+            for (st, f) in strides.iter_mut().zip(full) {
+                *st.last_mut().expect("nonempty") = f[d];
+            }
+            continue;
+        }
+        dims.push(n);
+        for (st, f) in strides.iter_mut().zip(full) {
+            st.push(f[d]);
+        }
+    }
+    (dims, strides)
 }
 
 #[cfg(test)]

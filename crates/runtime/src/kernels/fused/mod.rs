@@ -599,30 +599,7 @@ impl Reads {
             }
             full.push(st);
         }
-        let mut dims: Vec<usize> = vec![];
-        let mut strides: Vec<Vec<usize>> = vec![vec![]; inputs.len()];
-        for d in 0..rank {
-            let n = out[d];
-            if n == 1 {
-                continue;
-            }
-            let mergeable = !dims.is_empty()
-                && strides
-                    .iter()
-                    .zip(&full)
-                    .all(|(st, f)| *st.last().expect("same length") == f[d] * n);
-            if mergeable {
-                *dims.last_mut().expect("nonempty") *= n;
-                for (st, f) in strides.iter_mut().zip(&full) {
-                    *st.last_mut().expect("nonempty") = f[d];
-                }
-                continue;
-            }
-            dims.push(n);
-            for (st, f) in strides.iter_mut().zip(&full) {
-                st.push(f[d]);
-            }
-        }
+        let (dims, strides) = crate::kernels::elementwise::merge_dims(out, &full);
         Some(Reads { dims, strides })
     }
 }
