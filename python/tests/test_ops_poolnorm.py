@@ -321,7 +321,9 @@ def test_keras_batch_normalization_layer(tf):
     print("Keras BatchNormalization graph ops:", sorted(gops), "ran on GPU:", sorted(gran))
     assert not any(op.startswith("FusedBatchNorm") for op in gops), sorted(gops)
     assert {"Mean", "SquaredDifference", "Rsqrt"} <= gops, sorted(gops)
-    assert {"Mean", "Rsqrt"} <= gran, sorted(gran)
+    # Rsqrt runs on the GPU by itself or inside a fused elementwise kernel (the plugin's graph
+    # pass fuses it with its neighbours unless TFWGPU_FUSION=0).
+    assert "Mean" in gran and ({"Rsqrt", "_TfwgpuFusedElementwise"} & gran), sorted(gran)
     for (gy, ggrads), (cy, cgrads) in zip(g, c):
         assert on_gpu(gy)
         assert_near(gy, cy, 1e-5)
