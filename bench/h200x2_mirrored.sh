@@ -13,6 +13,6 @@ for mode in "${@:-default}"; do
     *) env=() ;;
   esac
   echo "== $mode (per-GPU batch $b)"
-  env "${env[@]}" timeout 170 python3 bench/mirrored.py --per-gpu-batch $b --steps 60 \
-    --json $OUT/mirrored-$mode-$b.json 2>&1 | grep -E "images_per_s|speedup"
+  env "${env[@]}" timeout 170 python3 bench/mirrored.py --per-gpu-batch $b --steps ${S:-200} \
+    --json $OUT/mirrored-$mode-$b.json 2>&1 | grep -E "images_per_s|speedup|step_ms_mean|before_first"
 done

@@ -3,7 +3,8 @@
 keras.applications.ResNet50, layer for layer, timed per training and inference step.
 
     python3 bench/torch_models.py [--models mlp,cnn,resnet,resnet50] [--modes f32,tf32,f16]
-                                 [--steps 50] [--warmup 10] [--json FILE]
+                                 [--steps 50] [--warmup 10] [--feed device|pinned|pageable]
+                                 [--json FILE]
 
 What is replicated from Keras (python/tensorflow_wgpu/models.py `build`, and
 keras.applications.resnet.ResNet50): layer shapes and order, paddings, strides, activations,
@@ -26,7 +27,10 @@ order instead of NHWC: the same 1152 features in another order.
 
 Batch sizes: 64 for every model, the batch the Keras reference programs use
 (tensorflow_wgpu.models and bench/keras_models.py, and their traces in bench/traces/).
-Data: synthetic (normal images, uniform labels), made once on the GPU.
+Data: synthetic (normal images, uniform labels), made once on the GPU. With `--feed pinned`
+(or `pageable`) each training step first copies the batch from host memory to the GPU, as
+Keras `fit` does with a host-side tf.data pipeline (bench/keras_models.py): the same work per
+step as the Keras measurement; the default keeps it on the GPU.
 
 Modes: f32 = float32 with TF32 off (cuBLAS/cuDNN exact float32), tf32 = float32 with TF32 on,
 f16 = torch.autocast(float16) + GradScaler (TF32 off for what stays float32). cudnn.benchmark
@@ -217,7 +221,7 @@ def timed(fn, steps, warmup):
     return statistics.median(ms), ev[0][0].elapsed_time(ev[-1][1]) / steps, ms
 
 
-def run_one(name, mode, channels_last, steps, warmup, seed=0):
+def run_one(name, mode, channels_last, steps, warmup, seed=0, feed="device"):
     torch.manual_seed(seed)
     dev = torch.device("cuda")
     set_mode(mode)
@@ -228,16 +232,28 @@ def run_one(name, mode, channels_last, steps, warmup, seed=0):
     b = BATCH[name]
     x = torch.randn((b,) + INPUT[name], device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, CLASSES[name], (b,), device=dev)
+    # feed "device": the batch stays on the GPU. "pinned"/"pageable": every training step copies
+    # the batch from host memory first, as Keras fit does with a host-side tf.data pipeline
+    # ("pinned": what a DataLoader with pin_memory=True hands to .to(non_blocking=True)).
+    hx = hy = None
+    if feed != "device":
+        hx, hy = x.cpu(), y.cpu()
+        if feed == "pinned":
+            hx, hy = hx.pin_memory(), hy.pin_memory()
     f16 = mode == "f16"
     scaler = torch.amp.GradScaler("cuda", enabled=f16)
     probs = model.probs
     losses = []
 
     def train_step():
+        xb, yb = x, y
+        if hx is not None:
+            xb = hx.to(dev, non_blocking=feed == "pinned")
+            yb = hy.to(dev, non_blocking=feed == "pinned")
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.float16, enabled=f16):
-            out = model(x)
-        loss = loss_fn(out, y, probs)
+            out = model(xb)
+        loss = loss_fn(out, yb, probs)
         scaler.scale(loss).backward()
         scaler.step(opt)
         scaler.update()
@@ -255,6 +271,7 @@ def run_one(name, mode, channels_last, steps, warmup, seed=0):
     infer_med, infer_mean, infer_ms = timed(infer_step, steps, warmup)
     return {
         "batch": b,
+        "feed": feed,
         "channels_last": channels_last,
         "train_ms": train_med,
         "train_ms_mean": train_mean,
@@ -277,6 +294,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--layouts", choices=("both", "nchw", "channels_last"), default="both",
                    help="memory formats tried for the convolutional models (mlp: nchw only)")
+    p.add_argument("--feed", choices=("device", "pinned", "pageable"), default="device",
+                   help="training input: kept on the GPU, or copied from pinned/pageable host memory every step")
     p.add_argument("--json")
     a = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -290,6 +309,7 @@ def main(argv=None):
         "cudnn": torch.backends.cudnn.version(),
         "steps": a.steps,
         "warmup": a.warmup,
+        "feed": a.feed,
         "batch": BATCH,
         "results": {},
     }
@@ -304,7 +324,7 @@ def main(argv=None):
                 layouts = [True]
             else:
                 layouts = [False, True]
-            tries = {("channels_last" if cl else "nchw"): run_one(name, mode, cl, a.steps, a.warmup) for cl in layouts}
+            tries = {("channels_last" if cl else "nchw"): run_one(name, mode, cl, a.steps, a.warmup, feed=a.feed) for cl in layouts}
             best = min(tries.values(), key=lambda r: r["train_ms"])
             r = {k: v for k, v in best.items() if not k.endswith("_all")}
             r["layouts"] = {k: {kk: v[kk] for kk in ("train_ms", "infer_ms", "train_ms_mean", "infer_ms_mean")} for k, v in tries.items()}

@@ -174,3 +174,54 @@ def test_keras_fit_with_adam_matches_unfused(tf):
     np.testing.assert_allclose(loss_on, loss_off, rtol=1e-5)
     for a, b in zip(w_on, w_off):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+FUSED_TILED = "_TfwgpuFusedElementwiseTiled"
+
+
+def _bn_grads(tf, x, w):
+    """Keras's batch normalization in training (tf.nn.moments over N, H, W, then
+    tf.nn.batch_normalization), a ReLU, and the gradients of a weighted sum of the result."""
+    import keras
+
+    bn = keras.layers.BatchNormalization()
+    bn.build(x.shape)
+
+    @tf.function
+    def f(x, w):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = tf.nn.relu(bn(x, training=True))
+            loss = tf.reduce_sum(y * w)
+        return tape.gradient(loss, [x, bn.gamma, bn.beta])
+
+    return f
+
+
+def test_batch_norm_gradient_fuses_the_tiles_of_its_mean_gradients(tf):
+    """The gradient of a mean over N, H, W tiles a [1,1,1,C] tensor to the input's shape; the
+    pass fuses those Tiles as broadcasts (with AddN and ReluGrad) into the elementwise
+    consumers, so no full-size tiled tensor is written."""
+    rng = np.random.default_rng(5)
+    shape = (4, 5, 6, 8)
+    x = rng.standard_normal(shape).astype(np.float32) * 2 + 0.5
+    w = rng.standard_normal(shape).astype(np.float32)
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in _bn_grads(tf, tf.constant(x), tf.constant(w))(tf.constant(x), tf.constant(w))]
+    with _Fusion(True), tf.device("/GPU:0"):
+        xs, ws = tf.constant(x), tf.constant(w)
+        f = _bn_grads(tf, xs, ws)
+        f(xs, ws)
+        before = _stats()
+        got = f(xs, ws)
+        d = _delta(before, _stats())
+    assert all(on_gpu(t) for t in got)
+    assert d.get(FUSED_TILED, 0) >= 1 and "Tile" not in d, d
+    assert "AddN" not in d and "ReluGrad" not in d, d
+    # Each gradient sums 120 products per channel (means, variances, the sums of dy and
+    # dy * x_hat) in another order than the CPU: a relative error of about sqrt(120) ulp of
+    # the sums' terms; dx subtracts those means from dy * gamma / sigma, so its error is
+    # relative to the terms' size (|dy| ~ 1), not to dx's.
+    for g, wnt, name in zip(got, want, ("dx", "dgamma", "dbeta")):
+        scale = np.abs(wnt).max()
+        np.testing.assert_allclose(g.numpy(), wnt, rtol=1e-5, atol=2e-6 * scale, err_msg=name)

@@ -24,6 +24,7 @@ mod cases;
 mod ops;
 mod overhead;
 mod replay;
+mod transfer;
 
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
@@ -63,6 +64,10 @@ const USAGE: &str = "usage:
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
                                              random data: wall time (median of N), dispatches,
                                              submits, host time per op
+  tfwgpu-bench transfer [--mb 0.8,38.5] [--reps N] [--json FILE]
+                                             host-to-device and device-to-host copies through
+                                             Device::write/read (the plugin's memcpy path),
+                                             timed until the bytes arrived, checked
   tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
                                              host time per recorded kernel call (a Mul/AddV2
                                              chain on tiny tensors), apart from the drain
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Some("demo") => demo(),
         Some("overhead") => overhead::run(&args[1..]),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
+        Some("transfer") => open().and_then(|rt| transfer::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())

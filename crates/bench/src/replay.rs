@@ -237,6 +237,10 @@ impl Trace {
             if !header {
                 return Err("not a tfwgpu trace (no header line)".into());
             }
+            // Diagnosis-only events (the copier's completion of a copy between devices).
+            if ev == "copied" {
+                continue;
+            }
             if let Some(d) = v.get("dev").and_then(Value::as_i64)
                 && ev != "mark"
                 && !t.devices.contains(&d)

@@ -25,6 +25,7 @@ struct Job {
     read: ReadInFlight,
     to: &'static Device,
     dst: u64,
+    size: usize,
 }
 
 /// The copies one device's streams issued: how many, how many are done, and the first error.
@@ -60,10 +61,14 @@ fn spawn_lane(ordinal: usize) -> Lane {
         .name(format!("tfwgpu-copier-{ordinal}"))
         .spawn(move || {
             for job in rx {
+                let (size, dst) = (job.size, job.dst);
                 let r = job
                     .from
                     .finish_read(job.read, |bytes| job.to.write(job.dst, bytes))
                     .and_then(|r| r);
+                if crate::trace::on() {
+                    crate::trace::copied(ordinal as i32, dst, size as u64);
+                }
                 let lane = &lanes()[ordinal];
                 let mut st = lane.state.lock();
                 if let Err(e) = r {
@@ -115,6 +120,7 @@ pub fn start(
         read,
         to,
         dst,
+        size,
     });
     if sent.is_err() {
         let mut st = lane.state.lock();

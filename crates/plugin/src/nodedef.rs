@@ -25,7 +25,7 @@ impl<'a> Reader<'a> {
         Reader { buf, pos: 0 }
     }
 
-    fn varint(&mut self) -> Result<u64> {
+    pub(crate) fn varint(&mut self) -> Result<u64> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = *self

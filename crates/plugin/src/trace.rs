@@ -24,6 +24,9 @@
 //!   before it completes (a host sync).
 //! - `d2d`: `{"src", "dst", "size"}`: a device-to-device copy (`"to_dev"` when it crosses
 //!   devices).
+//! - `copied`: `{"dst", "size"}`: the copier thread of device `dev`'s streams finished a copy
+//!   between devices that `dev` issued (source read, destination write recorded); written for
+//!   diagnosis of the copies' latency, ignored by replay.
 //! - `fill`: `{"addr", "size", "pattern"}`: memset/memzero with a repeated 32-bit pattern.
 //! - `sync`: `{"what"}`: the host waited for the device (`block_host_until_done`,
 //!   `synchronize_all_activity`, `block_host_for_event`).
@@ -179,6 +182,12 @@ pub fn d2d(dev: i32, src: u64, dst: u64, size: u64, to_dev: Option<u32>) {
         m.insert("to_dev".into(), t.into());
     }
     emit("d2d", dev, m);
+}
+
+/// A copy between devices that the copier thread of device `dev`'s streams has finished: its
+/// source was read and its destination write recorded (diagnosis only; replay ignores it).
+pub fn copied(dev: i32, dst: u64, size: u64) {
+    emit("copied", dev, obj(json!({"dst": dst, "size": size})));
 }
 
 pub fn fill(dev: i32, addr: u64, size: u64, pattern: u32) {

@@ -93,6 +93,10 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
         Softplus => f(|v| v.exp().ln_1p()),
         Log1p => f(f64::ln_1p),
         Expm1 => f(f64::exp_m1),
+        // gradients * (features > 0): NaN features count as not positive.
+        ReluGrad => x * if y > 0.0 { 1.0 } else { 0.0 },
+        // The broadcast happens in the reads.
+        Tile => x,
     }
 }
 
@@ -297,6 +301,110 @@ fn broadcasting_inputs() {
         0.0,
         5,
     );
+}
+
+#[test]
+fn relu_grad_as_the_unfused_kernel() {
+    // Keras's step through a residual block: the sum of two gradients, then ReluGrad, then
+    // a per-channel scale; features around 0 on both sides.
+    check_f32(
+        "AddV2(i0,i1);ReluGrad(t0,i2);Mul(t1,i3)",
+        &[&[3, 5, 7, 9], &[3, 5, 7, 9], &[3, 5, 7, 9], &[9]],
+        &[(-1.0, 1.0), (-1.0, 1.0), (-1.0, 1.0), (0.5, 2.0)],
+        0.0,
+        20,
+    );
+    let nan = f32::NAN;
+    let g = [nan, 1.0, -2.0, f32::INFINITY, 3.0, nan, -1.0];
+    let f = [-1.0, nan, 0.5, -0.0, 0.0, 2.0, -3.0];
+    let (a, b) = (
+        dev().upload(&g, &[7]).unwrap(),
+        dev().upload(&f, &[7]).unwrap(),
+    );
+    let fused = run_fused("ReluGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    let unfused = run_unfused("ReluGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    assert_eq!(
+        bits(&fused.download::<f32>().unwrap()),
+        bits(&unfused.download::<f32>().unwrap())
+    );
+    // Unequal shapes are TensorFlow's error, not a broadcast.
+    let c = dev().upload(&[1.0f32; 7], &[1, 7]).unwrap();
+    let e = dev()
+        .run(
+            OP,
+            &fused_attrs("ReluGrad(i0,i1);Neg(t0)", 2, DType::F32),
+            &[Arg::from(&a), Arg::from(&c)],
+        )
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(e.contains("ReluGrad") && e.contains("same shape"), "{e}");
+}
+
+/// Runs Tile (multiples as a host input) on the device, then `op` on (scalar, tiled).
+fn tile_then(op: &str, x: &Tensor, multiples: &[i32], s: &Tensor) -> Tensor {
+    let m = HostTensor::new(multiples, &[multiples.len()]).unwrap();
+    let attrs = Attrs::new().with("T", AttrValue::Type(DType::F32));
+    let tiled = dev()
+        .run("Tile", &attrs, &[Arg::from(x), Arg::from(&m)])
+        .unwrap()
+        .remove(0);
+    dev()
+        .run(op, &attrs, &[Arg::from(s), Arg::from(&tiled)])
+        .unwrap()
+        .remove(0)
+}
+
+#[test]
+fn tiles_of_size_one_dimensions_are_broadcasts() {
+    // The gradient of a mean over N, H, W in NHWC: a [1,1,1,C] tensor tiled to the input's
+    // shape and scaled; the output's shape comes from the Tile alone.
+    let mut r = rng(21);
+    let c = 13;
+    let xv = rand_f32(&mut r, c, -1.0, 1.0);
+    let x = dev().upload(&xv, &[1, 1, 1, c]).unwrap();
+    let s = dev().upload(&[0.25f32], &[]).unwrap();
+    let fused = run_fused("Tile[3x5x7x1](i0);Mul(i1,t0)", &[&x, &s], DType::F32);
+    assert_eq!(fused.shape(), &[3, 5, 7, c]);
+    let want = tile_then("Mul", &x, &[3, 5, 7, 1], &s);
+    assert_eq!(
+        bits(&fused.download::<f32>().unwrap()),
+        bits(&want.download::<f32>().unwrap())
+    );
+    // Inside a larger tree, next to a full-size input (BatchNorm's backward pass).
+    let full = rand_f32(&mut r, 3 * 5 * 7 * c, -1.0, 1.0);
+    let f = dev().upload(&full, &[3, 5, 7, c]).unwrap();
+    let got = run_fused(
+        "Tile[3x5x7x1](i0);Mul(i1,t0);AddV2(i2,t1)",
+        &[&x, &s, &f],
+        DType::F32,
+    )
+    .download::<f32>()
+    .unwrap();
+    let want = cpu_program(
+        "Tile[3x5x7x1](i0);Mul(i1,t0);AddV2(i2,t1)",
+        &[(&xv, &[1, 1, 1, c]), (&[0.25], &[]), (&full, &[3, 5, 7, c])],
+        &[3, 5, 7, c],
+    );
+    assert_close(&got, &want, 0.0, 0.0, "tile in a tree");
+    // Multiples of 1 keep a dimension; 0 empties the output.
+    let y = dev().upload(&xv[..6], &[2, 1, 3]).unwrap();
+    let out = run_fused("Tile[1x4x1](i0);Neg(t0)", &[&y], DType::F32);
+    assert_eq!(out.shape(), &[2, 4, 3]);
+    let out = run_fused("Tile[1x0x1](i0);Neg(t0)", &[&y], DType::F32);
+    assert_eq!(out.shape(), &[2, 0, 3]);
+    // A tiled dimension of size > 1 is not a broadcast: an error, as is a rank mismatch.
+    for (program, what) in [
+        ("Tile[2x4x1](i0);Neg(t0)", "only tiles of size-1 dimensions"),
+        ("Tile[4x1](i0);Neg(t0)", "vector of length 3"),
+    ] {
+        let e = dev()
+            .run(OP, &fused_attrs(program, 1, DType::F32), &[Arg::from(&y)])
+            .err()
+            .expect("an error")
+            .to_string();
+        assert!(e.contains(what), "{program}: {e}");
+    }
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! per op. The small models' training steps are bound by their dispatch count, and an
 //! optimizer's update of each variable is a dozen elementwise ops (bench/RESULTS.md).
 //!
-//! A group is a tree of fusible nodes ([`fused::FUSIBLE`], float `T`, BiasAdd in NHWC) on one
-//! device with one `T`, whose every member but the root has exactly one data consumer node (a
+//! A group is a tree of fusible nodes ([`fused::FUSIBLE`], float `T`, BiasAdd in NHWC; AddN of
+//! up to 9 inputs, which the program adds left to right as TensorFlow's AddN does; a Tile that
+//! is a broadcast, see below) on one device with one `T`, whose every member but the root has exactly one data consumer node (a
 //! member) and is not a node to preserve (fetched, fed, kept); at most [`fused::MAX_INPUTS`]
 //! distinct input tensors. Each group of two or more nodes becomes one node that keeps the
 //! root's name (so consumers, control edges and fetches find it), its device, the members'
@@ -17,13 +18,22 @@
 //! `super::read_after`); pointing them at the fused node instead would make a cycle, as the
 //! fused node consumes the read.
 //!
+//! Tile: the gradient of a mean or sum over some axes (Keras's batch statistics) tiles a
+//! tensor of size 1 on those axes back to the input's shape, then scales and adds it: a
+//! broadcast written out in full, then read again. A Tile joins a group (as `Tile[m..](x)`,
+//! the multiples in the program) when its multiples are a constant and its input is a Reshape
+//! to a constant shape with 1 on every dimension the multiples tile: then it is a broadcast
+//! by construction, and the fused kernel reads the small input at broadcast offsets. Such
+//! groups become `_TfwgpuFusedElementwiseTiled` nodes (the same kernel), whose shape function
+//! leaves the output shape unknown (the output can be larger than every input).
+//!
 //! `TFWGPU_FUSION=0` turns the pass off.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
 
 use tfwgpu_runtime::Result;
-use tfwgpu_runtime::kernels::fused::{self, MAX_INPUTS, OP};
+use tfwgpu_runtime::kernels::fused::{self, MAX_INPUTS, OP, OP_TILED};
 use tfwgpu_sys as sys;
 
 use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
@@ -78,14 +88,33 @@ fn source(input: &str) -> (&str, u32) {
     }
 }
 
-/// What fusion may do with a node: its op's arity and its `T`, when it is fusible at all.
+/// Most inputs of an AddN the pass fuses: TensorFlow sums up to 9 inputs left to right (more
+/// in groups of 8, an order the program's chain of additions would not follow).
+const ADDN_MAX: usize = 9;
+
+/// The data inputs of a node that become operands in a program: all of them, except Tile's
+/// multiples (which the program holds).
+fn operands(n: &Node) -> impl Iterator<Item = &String> {
+    let take = if n.op == "Tile" { 1 } else { usize::MAX };
+    n.inputs.iter().filter(|i| !i.starts_with('^')).take(take)
+}
+
+/// What fusion may do with a node: its `T`, when it is fusible at all (a Tile also needs
+/// [`tile_multiples`]).
 fn fusible(n: &Node) -> Option<u64> {
     if !on_tfwgpu_gpu(&n.device) {
         return None;
     }
-    let arity = fused::fusible_arity(&n.op)?;
     let data = n.inputs.iter().filter(|i| !i.starts_with('^')).count();
-    if data != arity {
+    let arity_ok = match n.op.as_str() {
+        "AddN" => {
+            (2..=ADDN_MAX).contains(&data)
+                && n.attr("N").and_then(super::attr_int) == Some(data as i64)
+        }
+        "Tile" => data == 2,
+        op => fused::fusible_arity(op) == Some(data),
+    };
+    if !arity_ok {
         return None;
     }
     let t = attr_varint(n.attr("T")?, 6)?;
@@ -102,36 +131,139 @@ fn fusible(n: &Node) -> Option<u64> {
     Some(t)
 }
 
+/// The values of an integer Const node (int32 or int64 `value`), if `name` is one.
+fn const_ints(nodes: &[Node], by_name: &HashMap<&str, usize>, input: &str) -> Option<Vec<i64>> {
+    let (name, port) = source(input);
+    let n = &nodes[*by_name.get(name)?];
+    if n.op != "Const" || port != 0 {
+        return None;
+    }
+    let mut r = Reader::new(n.attr("value")?);
+    let tensor = loop {
+        match r.next().ok()?? {
+            (8, Field::Bytes(t)) => break t,
+            _ => continue,
+        }
+    };
+    let (mut dtype, mut count, mut content, mut vals) = (0, 1i64, None, vec![]);
+    let mut r = Reader::new(tensor);
+    while let Some((f, v)) = r.next().ok()? {
+        match (f, v) {
+            (1, Field::Varint(d)) => dtype = d,
+            (2, Field::Bytes(shape)) => {
+                let mut sr = Reader::new(shape);
+                while let Some((f, v)) = sr.next().ok()? {
+                    if let (2, Field::Bytes(dim)) = (f, v) {
+                        let mut dr = Reader::new(dim);
+                        let mut size = 0;
+                        while let Some((f, v)) = dr.next().ok()? {
+                            if let (1, Field::Varint(x)) = (f, v) {
+                                size = x as i64;
+                            }
+                        }
+                        count *= size;
+                    }
+                }
+            }
+            (4, Field::Bytes(c)) => content = Some(c),
+            // int_val (int32) or int64_val, packed or not.
+            (7 | 10, Field::Varint(x)) => vals.push(x as i64),
+            (7 | 10, Field::Bytes(packed)) => {
+                let mut pr = Reader::new(packed);
+                while pr.pos < packed.len() {
+                    vals.push(pr.varint().ok()? as i64);
+                }
+            }
+            _ => {}
+        }
+    }
+    let width = match dtype {
+        3 => 4,
+        9 => 8,
+        _ => return None,
+    };
+    let count = usize::try_from(count).ok()?;
+    let mut out: Vec<i64> = match content {
+        Some(c) if c.len() == count * width => c
+            .chunks_exact(width)
+            .map(|b| match width {
+                4 => i32::from_le_bytes(b.try_into().expect("4 bytes")) as i64,
+                _ => i64::from_le_bytes(b.try_into().expect("8 bytes")),
+            })
+            .collect(),
+        Some(_) => return None,
+        None if vals.len() == count => vals,
+        // One value stands for all (TensorFlow's compact form).
+        None if vals.len() == 1 => vec![vals[0]; count],
+        None if vals.is_empty() => vec![0; count],
+        None => return None,
+    };
+    if width == 4 {
+        // int_val holds int32 values sign-extended to 64 bits as varints.
+        for v in &mut out {
+            *v = *v as i32 as i64;
+        }
+    }
+    Some(out)
+}
+
+/// A Tile node's multiples when it is a broadcast: constant multiples, and an input that a
+/// Reshape to a constant shape makes size 1 on every dimension the multiples tile.
+fn tile_multiples(nodes: &[Node], by_name: &HashMap<&str, usize>, t: &Node) -> Option<Vec<usize>> {
+    let data: Vec<&String> = t.inputs.iter().filter(|i| !i.starts_with('^')).collect();
+    let multiples = const_ints(nodes, by_name, data.get(1)?)?;
+    let (src, port) = source(data[0]);
+    let reshape = &nodes[*by_name.get(src)?];
+    if reshape.op != "Reshape" || port != 0 {
+        return None;
+    }
+    let shape_input = reshape
+        .inputs
+        .iter()
+        .filter(|i| !i.starts_with('^'))
+        .nth(1)?;
+    let shape = const_ints(nodes, by_name, shape_input)?;
+    if shape.len() != multiples.len() {
+        return None;
+    }
+    let broadcast = multiples
+        .iter()
+        .zip(&shape)
+        .all(|(&m, &d)| m >= 0 && (m == 1 || d == 1));
+    broadcast.then(|| multiples.iter().map(|&m| m as usize).collect())
+}
+
 /// One group: its members, producers before consumers (the root last).
 struct Group {
     members: Vec<usize>,
 }
 
-/// The fused node of a group.
-fn fused_node(nodes: &[Node], g: &Group, redirect: &HashMap<String, Vec<String>>) -> Node {
+/// The fused node of a group (`tiles`: the multiples of the fusible Tile nodes).
+fn fused_node(
+    nodes: &[Node],
+    g: &Group,
+    redirect: &HashMap<String, Vec<String>>,
+    tiles: &HashMap<usize, Vec<usize>>,
+) -> Node {
     let root = &nodes[*g.members.last().expect("a group has a root")];
-    let index: HashMap<&str, usize> = g
-        .members
-        .iter()
-        .enumerate()
-        .map(|(k, &m)| (nodes[m].name.as_str(), k))
-        .collect();
     let mut externals: Vec<String> = vec![];
     let mut keys: Vec<(String, u32)> = vec![];
     let mut control: Vec<String> = vec![];
     let mut instrs: Vec<String> = vec![];
+    // Each member's result: the temporary of its last instruction.
+    let mut result: HashMap<&str, usize> = HashMap::new();
+    let mut tiled = false;
     for &m in &g.members {
         let n = &nodes[m];
-        let mut args = vec![];
-        for i in &n.inputs {
-            if i.starts_with('^') {
-                if !control.contains(i) {
-                    control.push(i.clone());
-                }
-                continue;
+        for i in n.inputs.iter().filter(|i| i.starts_with('^')) {
+            if !control.contains(i) {
+                control.push(i.clone());
             }
+        }
+        let mut args = vec![];
+        for i in operands(n) {
             let (src, port) = source(i);
-            if let (Some(&k), 0) = (index.get(src), port) {
+            if let (Some(&k), 0) = (result.get(src), port) {
                 args.push(format!("t{k}"));
                 continue;
             }
@@ -146,13 +278,29 @@ fn fused_node(nodes: &[Node], g: &Group, redirect: &HashMap<String, Vec<String>>
             };
             args.push(format!("i{k}"));
         }
-        instrs.push(format!("{}({})", n.op, args.join(",")));
+        match n.op.as_str() {
+            // TensorFlow's AddN adds up to 9 inputs left to right, rounding each sum.
+            "AddN" => {
+                let mut acc = args[0].clone();
+                for a in &args[1..] {
+                    instrs.push(format!("AddV2({acc},{a})"));
+                    acc = format!("t{}", instrs.len() - 1);
+                }
+            }
+            "Tile" => {
+                let m: Vec<String> = tiles[&m].iter().map(|v| v.to_string()).collect();
+                instrs.push(format!("Tile[{}]({})", m.join("x"), args[0]));
+                tiled = true;
+            }
+            op => instrs.push(format!("{op}({})", args.join(","))),
+        }
+        result.insert(n.name.as_str(), instrs.len() - 1);
     }
     let program = instrs.join(";");
     let control = redirected(&control, redirect);
     Node {
         name: root.name.clone(),
-        op: OP.into(),
+        op: if tiled { OP_TILED } else { OP }.into(),
         inputs: externals.iter().cloned().chain(control).collect(),
         device: root.device.clone(),
         attrs: vec![
@@ -248,14 +396,26 @@ fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The groups of a graph's nodes (each of two or more members).
-fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
+/// The groups of a graph's nodes (each of two or more members), and the multiples of the
+/// fusible Tile nodes.
+fn groups(nodes: &[Node], preserve: &HashSet<String>) -> (Vec<Group>, HashMap<usize, Vec<usize>>) {
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
-    let types: Vec<Option<u64>> = nodes.iter().map(fusible).collect();
+    let mut tiles: HashMap<usize, Vec<usize>> = HashMap::new();
+    let types: Vec<Option<u64>> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let t = fusible(n)?;
+            if n.op == "Tile" {
+                tiles.insert(i, tile_multiples(nodes, &by_name, n)?);
+            }
+            Some(t)
+        })
+        .collect();
     // Data consumers (distinct nodes) of each node; whether a consumer reads another output
     // port than 0.
     let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
@@ -297,7 +457,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
         // external inputs stay within MAX_INPUTS; a producer refused roots its own group.
         let mut members: HashSet<usize> = HashSet::from([root]);
         let mut externals: HashSet<(String, u32)> = HashSet::new();
-        for i in nodes[root].inputs.iter().filter(|i| !i.starts_with('^')) {
+        for i in operands(&nodes[root]) {
             let (s, p) = source(i);
             externals.insert((s.to_string(), p));
         }
@@ -305,7 +465,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
         let mut order = vec![];
         while let Some(m) = stack.pop() {
             order.push(m);
-            for i in nodes[m].inputs.iter().filter(|i| !i.starts_with('^')) {
+            for i in operands(&nodes[m]) {
                 let (src, _) = source(i);
                 let Some(&p) = by_name.get(src) else { continue };
                 if parent[p] != Some(m) || members.contains(&p) {
@@ -313,7 +473,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
                 }
                 let mut next = externals.clone();
                 next.remove(&(src.to_string(), 0));
-                for j in nodes[p].inputs.iter().filter(|j| !j.starts_with('^')) {
+                for j in operands(&nodes[p]) {
                     let (s, port) = source(j);
                     next.insert((s.to_string(), port));
                 }
@@ -333,7 +493,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> Vec<Group> {
             out.push(Group { members: order });
         }
     }
-    out
+    (out, tiles)
 }
 
 /// Fuses a serialized GraphDef; `None` when no group was found.
@@ -357,7 +517,7 @@ pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>>
             _ => items.push(Item::Raw(raw)),
         }
     }
-    let groups = groups(&nodes, preserve);
+    let (groups, tiles) = groups(&nodes, preserve);
     if groups.is_empty() {
         return Ok(None);
     }
@@ -371,7 +531,7 @@ pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>>
     let redirect = redirections(&nodes, &dropped);
     for g in &groups {
         let root = *g.members.last().expect("nonempty");
-        replaced.insert(root, fused_node(&nodes, g, &redirect));
+        replaced.insert(root, fused_node(&nodes, g, &redirect, &tiles));
     }
     let mut out = Vec::with_capacity(graph.len());
     for item in &items {
@@ -518,34 +678,50 @@ fn dominant(shapes: &[Option<Vec<Option<i64>>>]) -> Option<usize> {
     None
 }
 
-/// Registers `_TfwgpuFusedElementwise` with TensorFlow (before any graph is optimized).
+/// Shape function of the tiled fused op: unknown (a Tile in the program can make the output
+/// larger than every input, and the program is not visible here).
+unsafe extern "C" fn unknown_shape_fn(
+    ctx: *mut sys::TF_ShapeInferenceContext,
+    status: *mut sys::TF_Status,
+) {
+    // SAFETY: TensorFlow passes a valid context and status for the call.
+    unsafe { sys::TF_ShapeInferenceContextSetUnknownShape(ctx, status) }
+}
+
+/// Registers `_TfwgpuFusedElementwise` and `_TfwgpuFusedElementwiseTiled` with TensorFlow
+/// (before any graph is optimized).
 pub fn register_op() {
     let st = Status::new();
     let c = |s: &str| CString::new(s).expect("no NUL");
-    let (name, input, output, t, n, program) = (
-        c(OP),
+    let (input, output, t, n, program) = (
         c("x: N * T"),
         c("y: T"),
         c("T: {float, half}"),
         c("N: int >= 1"),
         c("program: string"),
     );
-    // SAFETY: plain calls into TensorFlow's op registration API with valid strings (copied by
-    // the builder); the builder is consumed by TF_RegisterOpDefinition.
-    unsafe {
-        let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
-        sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
-        sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
-        sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(shape_fn));
-        sys::TF_RegisterOpDefinition(b, st.0);
+    type ShapeFn = unsafe extern "C" fn(*mut sys::TF_ShapeInferenceContext, *mut sys::TF_Status);
+    let ops: [(&str, ShapeFn); 2] = [(OP, shape_fn), (OP_TILED, unknown_shape_fn)];
+    for (op, shape) in ops {
+        let name = c(op);
+        // SAFETY: plain calls into TensorFlow's op registration API with valid strings
+        // (copied by the builder); the builder is consumed by TF_RegisterOpDefinition.
+        unsafe {
+            let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
+            sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
+            sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
+            sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
+            sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
+            sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
+            sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(shape));
+            sys::TF_RegisterOpDefinition(b, st.0);
+        }
+        if let Err(e) = st.check("registering the fused op") {
+            tracing::warn!("{op} not registered, fusion is off: {e}");
+            return;
+        }
     }
-    match st.check("registering the fused op") {
-        Ok(()) => REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed),
-        Err(e) => tracing::warn!("{OP} not registered, fusion is off: {e}"),
-    }
+    REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Whether the fused op is registered (the pass runs only then).
@@ -553,7 +729,7 @@ pub static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 
 #[cfg(test)]
 mod tests {
-    use super::super::{type_attr, varint};
+    use super::super::{bytes_field, type_attr, varint};
     use super::*;
 
     const GPU: &str = "/job:localhost/replica:0/task:0/device:GPU:0";
@@ -701,6 +877,118 @@ mod tests {
         nchw[0].attrs[1] = ("data_format".into(), str_attr("NHWC"));
         let out = fused(&nchw, &[]).unwrap();
         assert_eq!(program(&out[0]), "BiasAdd(i0,i1);Relu(t0)");
+    }
+
+    /// A Const node holding int32 values (as `tensor_content`, or one `int_val` for all).
+    fn const_i32(name: &str, v: &[i32], compact: bool) -> Node {
+        let mut t = vec![];
+        varint(1 << 3, &mut t);
+        varint(3, &mut t); // DT_INT32
+        let mut dim = vec![];
+        varint(1 << 3, &mut dim);
+        varint(v.len() as u64, &mut dim);
+        let mut shape = vec![];
+        bytes_field(2, &dim, &mut shape);
+        bytes_field(2, &shape, &mut t);
+        if compact {
+            varint(7 << 3, &mut t);
+            varint(v[0] as i64 as u64, &mut t);
+        } else {
+            let content: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+            bytes_field(4, &content, &mut t);
+        }
+        let mut a = vec![];
+        bytes_field(8, &t, &mut a);
+        let mut n = node(name, "Const", &[], GPU, 1);
+        n.attrs = vec![("value".into(), a), ("dtype".into(), type_attr(3))];
+        n
+    }
+
+    #[test]
+    fn addn_becomes_a_chain_of_additions_in_order() {
+        let mut addn = node("s", "AddN", &["a", "b", "c"], GPU, 1);
+        addn.attrs.push(("N".into(), int_attr(3)));
+        let nodes = vec![
+            node("b", "Mul", &["x", "y"], GPU, 1),
+            addn,
+            node("r", "ReluGrad", &["s", "f"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).expect("fused");
+        assert_eq!(out.len(), 1);
+        // Producers first: b's inputs, then the AddN's others in order, then ReluGrad's.
+        assert_eq!(out[0].inputs, ["x", "y", "a", "c", "f"]);
+        let p = program(&out[0]);
+        assert_eq!(p, "Mul(i0,i1);AddV2(i2,t0);AddV2(t1,i3);ReluGrad(t2,i4)");
+        fused::Program::parse(&p, 5).unwrap();
+        // AddN with N missing or over 9 inputs stays as it is.
+        let mut bad = node("s", "AddN", &["a", "b"], GPU, 1);
+        bad.attrs.push(("N".into(), int_attr(3)));
+        assert!(fused(&[bad, node("r", "Relu", &["s"], GPU, 1)], &[]).is_none());
+        let ins: Vec<String> = (0..10).map(|k| format!("x{k}")).collect();
+        let refs: Vec<&str> = ins.iter().map(String::as_str).collect();
+        let mut ten = node("s", "AddN", &refs, GPU, 1);
+        ten.attrs.push(("N".into(), int_attr(10)));
+        assert!(fused(&[ten, node("r", "Relu", &["s"], GPU, 1)], &[]).is_none());
+    }
+
+    /// The gradient of a mean over N, H, W: Reshape to [1,1,1,C], Tile by [N,H,W,1], scale.
+    fn mean_grad(shape: &[i32], multiples: &[i32], compact: bool) -> Vec<Node> {
+        vec![
+            const_i32("shape", shape, false),
+            const_i32("mult", multiples, compact),
+            node("rs", "Reshape", &["g", "shape"], GPU, 1),
+            node("tile", "Tile", &["rs", "mult"], GPU, 1),
+            node("div", "Mul", &["inv_n", "tile"], GPU, 1),
+            node("sum", "AddV2", &["dx", "div", "^ctl"], GPU, 1),
+        ]
+    }
+
+    #[test]
+    fn a_tile_of_size_one_dimensions_fuses_as_a_broadcast() {
+        let out = fused(&mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false), &[]).expect("fused");
+        let ops: Vec<_> = out
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                ("shape", "Const"),
+                ("mult", "Const"),
+                ("rs", "Reshape"),
+                ("sum", OP_TILED)
+            ]
+        );
+        let f = &out[3];
+        // The multiples are in the program, not an input.
+        assert_eq!(f.inputs, ["rs", "inv_n", "dx", "^ctl"]);
+        let p = program(f);
+        assert_eq!(p, "Tile[4x5x6x1](i0);Mul(i1,t0);AddV2(i2,t1)");
+        fused::Program::parse(&p, 3).unwrap();
+        // Multiples given as one value for all: Tile by [3,3,3].
+        let out = fused(&mean_grad(&[1, 1, 1], &[3, 3, 3], true), &[]).expect("fused");
+        assert_eq!(program(&out[3]), "Tile[3x3x3](i0);Mul(i1,t0);AddV2(i2,t1)");
+        // Not a broadcast (a tiled dimension of size 8), multiples that are no constant, or an
+        // input whose shape is unknown: the Tile stays, the rest fuses without it.
+        for nodes in [
+            mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 2], false),
+            mean_grad(&[1, 1, 8], &[4, 5, 6, 1], false),
+            {
+                let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
+                n[3].inputs[1] = "computed".into();
+                n
+            },
+            {
+                let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
+                n[3].inputs[0] = "g".into();
+                n
+            },
+        ] {
+            let out = fused(&nodes, &[]).expect("the Mul and AddV2 fuse");
+            assert!(out.iter().any(|n| n.op == "Tile"));
+            let f = out.iter().find(|n| n.op == OP).expect("a plain fused node");
+            assert_eq!(program(f), "Mul(i0,i1);AddV2(i2,t0)");
+        }
     }
 
     #[test]

@@ -36,6 +36,10 @@ use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
 /// TensorFlow's name of the fused op (registered by the plugin).
 pub const OP: &str = "_TfwgpuFusedElementwise";
 
+/// The same kernel under the name the plugin gives groups holding a Tile (a broadcast that can
+/// make the output larger than every input), whose shape function leaves the shape unknown.
+pub const OP_TILED: &str = "_TfwgpuFusedElementwiseTiled";
+
 /// The elementwise family's f32 pow (needs `opaque`).
 const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
 
@@ -52,13 +56,22 @@ const MAX_RANK: usize = 8;
 const DTYPES: &[DType] = &[DType::F32, DType::F16];
 
 /// Registration table.
-pub const OPS: &[OpDef] = &[OpDef {
-    op: OP,
-    type_attr: "T",
-    dtypes: DTYPES,
-    host_inputs: &[],
-    factory: Fused::build,
-}];
+pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: OP,
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: Fused::build,
+    },
+    OpDef {
+        op: OP_TILED,
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: Fused::build,
+    },
+];
 
 /// The operations a program may hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +100,10 @@ pub enum FusedOp {
     Softplus,
     Log1p,
     Expm1,
+    /// gradients * (features > 0), equal shapes.
+    ReluGrad,
+    /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
+    Tile,
 }
 
 /// The TensorFlow ops a program may hold (float `T`; BiasAdd with `data_format` NHWC).
@@ -116,6 +133,8 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("Softplus", FusedOp::Softplus),
     ("Log1p", FusedOp::Log1p),
     ("Expm1", FusedOp::Expm1),
+    ("ReluGrad", FusedOp::ReluGrad),
+    ("Tile", FusedOp::Tile),
 ];
 
 /// The number of inputs of a fusible TensorFlow op; `None` for an op programs cannot hold.
@@ -135,7 +154,8 @@ impl FusedOp {
     pub fn arity(self) -> usize {
         use FusedOp::*;
         match self {
-            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd => 2,
+            Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
+            | ReluGrad => 2,
             _ => 1,
         }
     }
@@ -183,6 +203,11 @@ impl FusedOp {
             Softplus => "    return softplus_f32(x);",
             Log1p => "    return log1p_f32(x);",
             Expm1 => "    return expm1_f32(x);",
+            // As the elementwise family's ReluGrad (NaN or infinite gradients give NaN where
+            // features <= 0, negative gradients -0).
+            ReluGrad => "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y));",
+            // The broadcast is in the reads.
+            Tile => "    return x;",
         }
     }
 }
@@ -200,6 +225,8 @@ pub struct Instr {
     pub name: &'static str,
     pub op: FusedOp,
     pub args: Vec<Arg>,
+    /// Tile's multiples (empty for every other op).
+    pub multiples: Vec<usize>,
 }
 
 /// A parsed, validated program.
@@ -219,8 +246,20 @@ impl Program {
         for (k, part) in text.split(';').enumerate() {
             let bad =
                 || invalid_arg!("{OP}: instruction {k} of the program is malformed: {part:?}");
-            let (name, rest) = part.split_once('(').ok_or_else(bad)?;
+            let (head, rest) = part.split_once('(').ok_or_else(bad)?;
             let args = rest.strip_suffix(')').ok_or_else(bad)?;
+            // `Tile[m0xm1x...]`: the multiples travel in the instruction.
+            let (name, multiples) = match head.split_once('[') {
+                Some((n, m)) => {
+                    let m = m.strip_suffix(']').ok_or_else(bad)?;
+                    let m: Vec<usize> = m
+                        .split('x')
+                        .map(|v| v.parse().map_err(|_| bad()))
+                        .collect::<Result<_>>()?;
+                    (n, Some(m))
+                }
+                None => (head, None),
+            };
             let (name, op) = FUSIBLE
                 .iter()
                 .find(|(n, _)| *n == name)
@@ -248,7 +287,22 @@ impl Program {
                     args.len()
                 );
             }
-            instrs.push(Instr { name, op, args });
+            let multiples = match (op, multiples) {
+                (FusedOp::Tile, Some(m)) => m,
+                (FusedOp::Tile, None) => bail_invalid!(
+                    "{OP}: instruction {k}: Tile needs its multiples, as Tile[m0xm1x..](arg)"
+                ),
+                (_, Some(_)) => {
+                    bail_invalid!("{OP}: instruction {k}: {name} takes no bracketed values")
+                }
+                (_, None) => vec![],
+            };
+            instrs.push(Instr {
+                name,
+                op,
+                args,
+                multiples,
+            });
         }
         if instrs.len() > MAX_INSTRUCTIONS {
             bail_invalid!(
@@ -270,10 +324,22 @@ impl Program {
 
     /// The program's text (what `parse` reads).
     pub fn text(&self) -> String {
+        self.render(true)
+    }
+
+    /// The text with or without Tile's multiples (which the shader does not depend on: they
+    /// shape the output, and the broadcast is in the reads' strides).
+    fn render(&self, multiples: bool) -> String {
         let parts: Vec<String> = self
             .instrs
             .iter()
             .map(|i| {
+                let name = if multiples && i.op == FusedOp::Tile {
+                    let m: Vec<String> = i.multiples.iter().map(|m| m.to_string()).collect();
+                    format!("{}[{}]", i.name, m.join("x"))
+                } else {
+                    i.name.to_string()
+                };
                 let args: Vec<String> = i
                     .args
                     .iter()
@@ -282,7 +348,7 @@ impl Program {
                         Arg::Temp(k) => format!("t{k}"),
                     })
                     .collect();
-                format!("{}({})", i.name, args.join(","))
+                format!("{name}({})", args.join(","))
             })
             .collect();
         parts.join(";")
@@ -318,6 +384,41 @@ impl Program {
                         );
                     }
                     v
+                }
+                FusedOp::ReluGrad => {
+                    let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
+                    if a != b {
+                        bail_invalid!(
+                            "{OP}: instruction {k}: ReluGrad: gradients and features must have \
+                             the same shape: {} vs. {}",
+                            fmt_shape(&a),
+                            fmt_shape(&b)
+                        );
+                    }
+                    a
+                }
+                FusedOp::Tile => {
+                    let x = shape_of(&ins.args[0]);
+                    let m = &ins.multiples;
+                    if x.len() != m.len() {
+                        bail_invalid!(
+                            "{OP}: instruction {k}: Tile: Expected multiples argument to be a \
+                             vector of length {} but got length {}",
+                            x.len(),
+                            m.len()
+                        );
+                    }
+                    if let Some(d) = (0..x.len()).find(|&d| m[d] != 1 && x[d] != 1) {
+                        bail_invalid!(
+                            "{OP}: instruction {k}: Tile: input {} has size {} on dimension \
+                             {d}, which is tiled {} times: only tiles of size-1 dimensions \
+                             (broadcasts) are fused",
+                            fmt_shape(&x),
+                            x[d],
+                            m[d]
+                        );
+                    }
+                    x.iter().zip(m).map(|(&a, &b)| a * b).collect()
                 }
                 _ if ins.args.len() == 2 => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
@@ -611,7 +712,7 @@ const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6];
 pub struct Fused {
     program: Program,
     dtype: DType,
-    /// The program's text, for the pipeline key.
+    /// The program's text without Tile's multiples, for the pipeline key.
     text: String,
 }
 
@@ -633,7 +734,7 @@ impl Fused {
         };
         let program = Program::parse(&text, n as usize)?;
         Ok(Box::new(Fused {
-            text: program.text(),
+            text: program.render(false),
             program,
             dtype,
         }))
@@ -769,9 +870,25 @@ mod tests {
             ("Sqrt(x0)", 1),              // malformed argument
             ("Sqrt(i0)", 0),              // no inputs
             ("Sqrt(i0)", MAX_INPUTS + 1), // too many inputs
+            ("Tile(i0)", 1),              // Tile without multiples
+            ("Tile[2xa](i0)", 1),         // bad multiples
+            ("Neg[2](i0)", 1),            // bracketed values on another op
         ] {
             assert!(Program::parse(bad, n).is_err(), "{bad} with {n} inputs");
         }
+    }
+
+    #[test]
+    fn tile_keeps_its_multiples_in_the_text_but_not_in_the_key() {
+        let text = "Tile[64x7x7x1](i0);Mul(i1,t0)";
+        let p = Program::parse(text, 2).unwrap();
+        assert_eq!(p.instrs[0].multiples, vec![64, 7, 7, 1]);
+        assert_eq!(p.text(), text);
+        assert_eq!(p.render(false), "Tile(i0);Mul(i1,t0)");
+        assert_eq!(
+            p.output_shape(&[&[1, 1, 1, 5], &[]]).unwrap(),
+            vec![64, 7, 7, 5]
+        );
     }
 
     #[test]
