@@ -331,7 +331,11 @@ unsafe extern "C" fn optimize(
         if fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed) {
             // SAFETY: the item TensorFlow passed with the graph.
             let preserve = unsafe { fusion::nodes_to_preserve(item) }?;
-            if let Some(fused) = fusion::fuse(result.as_deref().unwrap_or(graph), &preserve)? {
+            if let Some(fused) = fusion::fuse(
+                result.as_deref().unwrap_or(graph),
+                &preserve,
+                fusion::max_inputs(),
+            )? {
                 result = Some(fused);
             }
         }

@@ -164,7 +164,7 @@ pub struct ExecStats {
 const ARENA_SIZE: u64 = 64 * 1024;
 
 /// Most storage bindings of a dispatch whose bind group is cached.
-const MAX_CACHED_BINDINGS: usize = 8;
+const MAX_CACHED_BINDINGS: usize = 16;
 
 /// What a cached bind group binds: the shared layout (by its number of storage bindings), the
 /// size of the uniform binding, and each storage binding's buffer, offset and size. The

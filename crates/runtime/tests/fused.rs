@@ -408,6 +408,33 @@ fn tiles_of_size_one_dimensions_are_broadcasts() {
 }
 
 #[test]
+fn programs_with_more_inputs_than_webgpus_minimum_bindings() {
+    // Twelve inputs (13 storage bindings): a sum with broadcasts, then a ReluGrad.
+    let max = tfwgpu_runtime::kernels::fused::max_inputs(dev().limits());
+    if max < 12 {
+        eprintln!(
+            "SKIPPED: the adapter binds {} tensors per fused kernel",
+            max + 1
+        );
+        return;
+    }
+    let mut program = vec!["AddV2(i0,i1)".to_string()];
+    for k in 2..11 {
+        program.push(format!("AddV2(t{},i{k})", k - 2));
+    }
+    program.push("ReluGrad(t9,i11)".to_string());
+    let program = program.join(";");
+    let full: &[usize] = &[3, 4, 33];
+    let mut shapes: Vec<&[usize]> = vec![full; 12];
+    shapes[3] = &[33];
+    shapes[7] = &[4, 1];
+    let ranges = vec![(-1.0f32, 1.0f32); 12];
+    // Twice: the second dispatch finds its bind group in the cache.
+    check_f32(&program, &shapes, &ranges, 0.0, 30);
+    check_f32(&program, &shapes, &ranges, 0.0, 30);
+}
+
+#[test]
 fn transcendental_chains_are_bit_identical_to_the_unfused_kernels() {
     // Each function as the elementwise family computes it (a few ULP against the CPU).
     let cases: &[(&str, &[(f32, f32)])] = &[

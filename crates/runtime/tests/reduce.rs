@@ -427,6 +427,18 @@ fn leading_axis_reductions_split_over_rows() {
     check_f32(Op::Sum, &data, &[4096, 64], &[0], false);
 }
 
+#[test]
+fn batch_statistics_over_many_rows_split_in_more_than_1024_chunks() {
+    // Sum and Mean over N, H, W of an NHWC tensor with 268,800 rows of 64 channels: more
+    // than 1,024 chunks of 256 rows (each invocation folds 16 vec4), then the partials.
+    let mut r = rng(8);
+    let shape = [2, 1050, 128, 64];
+    let data = rand_f32(&mut r, shape.iter().product(), -1.0, 1.0);
+    for op in [Op::Sum, Op::Mean] {
+        check_f32(op, &data, &shape, &[0, 1, 2], false);
+    }
+}
+
 fn run_i32(op: Op, data: &[i32], shape: &[usize], axes: &[i32]) -> Vec<i32> {
     let x = dev().upload(data, shape).unwrap();
     let out = run_reduce(op, &x, &HostTensor::vec_i32(axes), false).unwrap();

@@ -6,7 +6,7 @@
 //! A group is a tree of fusible nodes ([`fused::FUSIBLE`], float `T`, BiasAdd in NHWC; AddN of
 //! up to 9 inputs, which the program adds left to right as TensorFlow's AddN does; a Tile that
 //! is a broadcast, see below) on one device with one `T`, whose every member but the root has exactly one data consumer node (a
-//! member) and is not a node to preserve (fetched, fed, kept); at most [`fused::MAX_INPUTS`]
+//! member) and is not a node to preserve (fetched, fed, kept); at most [`max_inputs`]
 //! distinct input tensors. Each group of two or more nodes becomes one node that keeps the
 //! root's name (so consumers, control edges and fetches find it), its device, the members'
 //! control inputs, and a program (the members in topological order).
@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
 
 use tfwgpu_runtime::Result;
-use tfwgpu_runtime::kernels::fused::{self, MAX_INPUTS, OP, OP_TILED};
+use tfwgpu_runtime::kernels::fused::{self, OP, OP_TILED};
 use tfwgpu_sys as sys;
 
 use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
@@ -398,7 +398,11 @@ fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
 
 /// The groups of a graph's nodes (each of two or more members), and the multiples of the
 /// fusible Tile nodes.
-fn groups(nodes: &[Node], preserve: &HashSet<String>) -> (Vec<Group>, HashMap<usize, Vec<usize>>) {
+fn groups(
+    nodes: &[Node],
+    preserve: &HashSet<String>,
+    max_inputs: usize,
+) -> (Vec<Group>, HashMap<usize, Vec<usize>>) {
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
@@ -454,7 +458,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> (Vec<Group>, HashMap<us
     roots.reverse();
     while let Some(root) = roots.pop() {
         // Grow the tree from the root, each producer accepted while the group's distinct
-        // external inputs stay within MAX_INPUTS; a producer refused roots its own group.
+        // external inputs stay within max_inputs; a producer refused roots its own group.
         let mut members: HashSet<usize> = HashSet::from([root]);
         let mut externals: HashSet<(String, u32)> = HashSet::new();
         for i in operands(&nodes[root]) {
@@ -477,7 +481,7 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> (Vec<Group>, HashMap<us
                     let (s, port) = source(j);
                     next.insert((s.to_string(), port));
                 }
-                if next.len() <= MAX_INPUTS {
+                if next.len() <= max_inputs {
                     externals = next;
                     members.insert(p);
                     stack.push(p);
@@ -496,8 +500,26 @@ fn groups(nodes: &[Node], preserve: &HashSet<String>) -> (Vec<Group>, HashMap<us
     (out, tiles)
 }
 
-/// Fuses a serialized GraphDef; `None` when no group was found.
-pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
+/// The most inputs a fused node may have: what every tfwgpu device of the process binds
+/// ([`fused::max_inputs`]; 7 without a device).
+pub fn max_inputs() -> usize {
+    crate::runtime()
+        .and_then(|rt| {
+            rt.devices
+                .iter()
+                .map(|d| fused::max_inputs(d.limits()))
+                .min()
+        })
+        .unwrap_or(7)
+}
+
+/// Fuses a serialized GraphDef into groups of at most `max_inputs` inputs; `None` when no
+/// group was found.
+pub fn fuse(
+    graph: &[u8],
+    preserve: &HashSet<String>,
+    max_inputs: usize,
+) -> Result<Option<Vec<u8>>> {
     enum Item<'a> {
         Node(usize, &'a [u8], &'a [u8]),
         Raw(&'a [u8]),
@@ -517,7 +539,7 @@ pub fn fuse(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>>
             _ => items.push(Item::Raw(raw)),
         }
     }
-    let (groups, tiles) = groups(&nodes, preserve);
+    let (groups, tiles) = groups(&nodes, preserve, max_inputs);
     if groups.is_empty() {
         return Ok(None);
     }
@@ -764,7 +786,7 @@ mod tests {
 
     fn fused(nodes: &[Node], preserve: &[&str]) -> Option<Vec<Node>> {
         let keep = preserve.iter().map(|s| s.to_string()).collect();
-        fuse(&graph(nodes), &keep).unwrap().map(|g| parse(&g))
+        fuse(&graph(nodes), &keep, 7).unwrap().map(|g| parse(&g))
     }
 
     fn program(n: &Node) -> String {
@@ -1038,13 +1060,19 @@ mod tests {
         let mut total = 0;
         for n in &f {
             let inputs = n.inputs.len();
-            assert!(inputs <= MAX_INPUTS);
+            assert!(inputs <= 7);
             let p = program(n);
             fused::Program::parse(&p, inputs).unwrap();
             total += p.split(';').count();
         }
         assert_eq!(total, 9, "every node in exactly one group");
         assert_eq!(out.last().unwrap().name, "s9");
+        // Where the devices bind 16 tensors, the whole sum is one group.
+        let keep = HashSet::new();
+        let out = parse(&fuse(&graph(&nodes), &keep, 15).unwrap().unwrap());
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].inputs.len(), 10);
+        fused::Program::parse(&program(&out[0]), 10).unwrap();
     }
 
     #[test]
@@ -1061,7 +1089,7 @@ mod tests {
     fn other_graph_fields_and_untouched_nodes_are_kept_byte_for_byte() {
         let mut g = graph(&adam_var());
         bytes_field(4, b"\x08\x01", &mut g);
-        let out = fuse(&g, &HashSet::new()).unwrap().unwrap();
+        let out = fuse(&g, &HashSet::new(), 7).unwrap().unwrap();
         assert!(out.ends_with(&{
             let mut v = vec![];
             bytes_field(4, b"\x08\x01", &mut v);

@@ -43,9 +43,17 @@ pub const OP_TILED: &str = "_TfwgpuFusedElementwiseTiled";
 /// The elementwise family's f32 pow (needs `opaque`).
 const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
 
-/// Most inputs of one fused node: with the output, 8 storage bindings, the least every
-/// WebGPU adapter offers per shader stage.
-pub const MAX_INPUTS: usize = 7;
+/// Most inputs of one fused node (16 storage bindings with the output). An adapter may offer
+/// fewer (WebGPU guarantees 8 per shader stage): [`max_inputs`] is the bound for a device.
+pub const MAX_INPUTS: usize = 15;
+
+/// Most inputs of one fused node on a device with `limits` (at least 7: every WebGPU adapter
+/// has 8 storage bindings per stage).
+pub fn max_inputs(limits: &wgpu::Limits) -> usize {
+    (limits.max_storage_buffers_per_shader_stage as usize)
+        .saturating_sub(1)
+        .clamp(7, MAX_INPUTS)
+}
 
 /// Most instructions of one program.
 pub const MAX_INSTRUCTIONS: usize = 64;
@@ -706,7 +714,7 @@ impl Reads {
 }
 
 /// Input indices 0..MAX_INPUTS, for `forwardable_inputs`.
-const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6];
+const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14];
 
 /// One fused node's kernel.
 pub struct Fused {

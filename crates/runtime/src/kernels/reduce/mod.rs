@@ -563,6 +563,11 @@ const SPLIT_MIN_R: usize = 16384;
 /// Rows per chunk of a split row-mode pass (at least), and the most chunks of any pass.
 const SPLIT_CHUNK: usize = 4096;
 const SPLIT_MAX: usize = 1024;
+/// Most chunks of a vec4 column pass: enough that no invocation folds more than
+/// `VEC4_MAX_PER_LANE` rows of a long column reduction (a batch-norm statistic over
+/// N x H x W = 802,816 rows of 64 channels needs 3,136 chunks); the partials (chunks x
+/// columns) are a small fraction of the input.
+const COL4_SPLIT_MAX: usize = 65536;
 /// Column mode: at most this many neighbouring columns per workgroup (32 columns: a warp's
 /// loads of one row are one 128-byte line), and a pass is split along its rows until it has
 /// about `TARGET_GROUPS` workgroups (enough to fill a large GPU: 132 SMs x 8), as long as
@@ -613,7 +618,9 @@ fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
             // At most VEC4_MAX_PER_LANE rows per invocation, and enough workgroups to fill
             // the GPU while every invocation keeps at least 4 rows.
             let fill = TARGET_GROUPS.div_ceil(groups).min(p.r / (t * 4)).max(1);
-            p.r.div_ceil(t * VEC4_MAX_PER_LANE).max(fill).min(SPLIT_MAX)
+            p.r.div_ceil(t * VEC4_MAX_PER_LANE)
+                .max(fill)
+                .min(COL4_SPLIT_MAX)
         } else if p.inner > 1 {
             let (t, g) = layout(p.r, p.inner);
             let groups = outs.div_ceil(g as usize).max(1);
@@ -791,6 +798,23 @@ mod tests {
             (256, 4096, Some(false))
         );
         assert_eq!(st[1].vec4, Some(false));
+        // Keras's batch statistics in ResNet-50 (NHWC, over N, H, W): long columns split
+        // until every invocation folds at most 16 vec4, so they load vec4 (with 1,024
+        // chunks at most they fell back to the scalar cascade, at a fifth of the bandwidth).
+        for (r, inner, split) in [(802_816, 64, 3136), (200_704, 256, 1568), (3136, 2048, 64)] {
+            let st = steps(&[Pass { outer: 1, r, inner }], true, true);
+            assert_eq!(
+                (st[0].split, st[0].vec4),
+                (split, Some(true)),
+                "{r} x {inner}"
+            );
+            assert!(
+                st[0]
+                    .chunk
+                    .div_ceil(layout(st[0].chunk, inner / 4).0 as usize)
+                    <= 16
+            );
+        }
         // Too long per invocation for a float sum without the cascade; fine for Max.
         let long = Pass {
             outer: 600,
