@@ -225,3 +225,26 @@ def test_batch_norm_gradient_fuses_the_tiles_of_its_mean_gradients(tf):
     for g, wnt, name in zip(got, want, ("dx", "dgamma", "dbeta")):
         scale = np.abs(wnt).max()
         np.testing.assert_allclose(g.numpy(), wnt, rtol=1e-5, atol=2e-6 * scale, err_msg=name)
+
+
+def test_tile_of_data_in_a_fused_group_matches_cpu(tf):
+    """tf.tile of a real tensor (no broadcast) with constant multiples, then elementwise ops:
+    the fused kernel tiles the input first, then computes the program."""
+
+    def f(x, y):
+        return tf.tile(x, [2, 3]) * 0.5 + y
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    y = rng.standard_normal((6, 12)).astype(np.float32)
+    with tf.device("/CPU:0"):
+        want = tf.function(f)(x, y).numpy()
+    with _Fusion(True), tf.device("/GPU:0"):
+        g = tf.function(f)
+        g(tf.constant(x), tf.constant(y))
+        before = _stats()
+        got = g(tf.constant(x), tf.constant(y))
+        d = _delta(before, _stats())
+    assert on_gpu(got)
+    assert d.get(FUSED_TILED) == 1 and "Tile" not in d, d
+    np.testing.assert_array_equal(got.numpy(), want)

@@ -393,18 +393,37 @@ fn tiles_of_size_one_dimensions_are_broadcasts() {
     assert_eq!(out.shape(), &[2, 4, 3]);
     let out = run_fused("Tile[1x0x1](i0);Neg(t0)", &[&y], DType::F32);
     assert_eq!(out.shape(), &[2, 0, 3]);
-    // A tiled dimension of size > 1 is not a broadcast: an error, as is a rank mismatch.
-    for (program, what) in [
-        ("Tile[2x4x1](i0);Neg(t0)", "only tiles of size-1 dimensions"),
-        ("Tile[4x1](i0);Neg(t0)", "vector of length 3"),
-    ] {
-        let e = dev()
-            .run(OP, &fused_attrs(program, 1, DType::F32), &[Arg::from(&y)])
-            .err()
-            .expect("an error")
-            .to_string();
-        assert!(e.contains(what), "{program}: {e}");
-    }
+    // A tiled dimension of size > 1 is no broadcast: the kernel tiles that input first, with
+    // the same result as Tile, then the rest of the program.
+    let z = dev().upload(&xv[..6], &[2, 3]).unwrap();
+    let got = run_fused("Tile[2x3](i0);Mul(i1,t0)", &[&z, &s], DType::F32);
+    assert_eq!(got.shape(), &[4, 9]);
+    let want = tile_then("Mul", &z, &[2, 3], &s);
+    assert_eq!(
+        bits(&got.download::<f32>().unwrap()),
+        bits(&want.download::<f32>().unwrap())
+    );
+    // Two Tiles of one input by the same multiples read one materialized copy.
+    let got = run_fused("Tile[2x3](i0);Tile[2x3](i0);Mul(t0,t1)", &[&z], DType::F32);
+    let tz = tile_then("Mul", &z, &[2, 3], &dev().upload(&[1.0f32], &[]).unwrap());
+    let want: Vec<f32> = tz
+        .download::<f32>()
+        .unwrap()
+        .iter()
+        .map(|v| v * v)
+        .collect();
+    assert_eq!(bits(&got.download::<f32>().unwrap()), bits(&want));
+    // A rank mismatch is an error.
+    let e = dev()
+        .run(
+            OP,
+            &fused_attrs("Tile[4x1](i0);Neg(t0)", 1, DType::F32),
+            &[Arg::from(&y)],
+        )
+        .err()
+        .expect("an error")
+        .to_string();
+    assert!(e.contains("vector of length 3"), "{e}");
 }
 
 #[test]

@@ -20,12 +20,12 @@
 //!
 //! Tile: the gradient of a mean or sum over some axes (Keras's batch statistics) tiles a
 //! tensor of size 1 on those axes back to the input's shape, then scales and adds it: a
-//! broadcast written out in full, then read again. A Tile joins a group (as `Tile[m..](x)`,
-//! the multiples in the program) when its multiples are a constant and its input is a Reshape
-//! to a constant shape with 1 on every dimension the multiples tile: then it is a broadcast
-//! by construction, and the fused kernel reads the small input at broadcast offsets. Such
-//! groups become `_TfwgpuFusedElementwiseTiled` nodes (the same kernel), whose shape function
-//! leaves the output shape unknown (the output can be larger than every input).
+//! broadcast written out in full, then read again. A Tile with constant multiples joins a
+//! group (as `Tile[m..](x)`, the multiples in the program; its input stays an input of the
+//! group, one of its own): the fused kernel reads a broadcast at broadcast offsets, and
+//! materializes any other Tile with the Tile kernel first. Such groups become
+//! `_TfwgpuFusedElementwiseTiled` nodes (the same kernel), whose shape function leaves the
+//! output shape unknown (the output can be larger than every input).
 //!
 //! `TFWGPU_FUSION=0` turns the pass off.
 
@@ -207,30 +207,26 @@ fn const_ints(nodes: &[Node], by_name: &HashMap<&str, usize>, input: &str) -> Op
     Some(out)
 }
 
-/// A Tile node's multiples when it is a broadcast: constant multiples, and an input that a
-/// Reshape to a constant shape makes size 1 on every dimension the multiples tile.
+/// A Tile node's multiples, when they are a constant.
 fn tile_multiples(nodes: &[Node], by_name: &HashMap<&str, usize>, t: &Node) -> Option<Vec<usize>> {
-    let data: Vec<&String> = t.inputs.iter().filter(|i| !i.starts_with('^')).collect();
-    let multiples = const_ints(nodes, by_name, data.get(1)?)?;
-    let (src, port) = source(data[0]);
-    let reshape = &nodes[*by_name.get(src)?];
-    if reshape.op != "Reshape" || port != 0 {
-        return None;
+    let multiples = const_ints(nodes, by_name, operands_all(t).nth(1)?)?;
+    multiples.iter().map(|&m| usize::try_from(m).ok()).collect()
+}
+
+/// The identity of a group's input `input` of member `n` (node index `m`): the producer and
+/// port, except that a Tile's input is an input of its own (the kernel may replace it by the
+/// materialized Tile), shared only with Tiles by the same multiples.
+fn input_key(n: &Node, m: usize, input: &str, tiles: &HashMap<usize, Vec<usize>>) -> (String, u32) {
+    let (src, port) = source(input);
+    match tiles.get(&m) {
+        Some(mult) if n.op == "Tile" => (format!("{src}\u{0}{mult:?}"), port),
+        _ => (src.to_string(), port),
     }
-    let shape_input = reshape
-        .inputs
-        .iter()
-        .filter(|i| !i.starts_with('^'))
-        .nth(1)?;
-    let shape = const_ints(nodes, by_name, shape_input)?;
-    if shape.len() != multiples.len() {
-        return None;
-    }
-    let broadcast = multiples
-        .iter()
-        .zip(&shape)
-        .all(|(&m, &d)| m >= 0 && (m == 1 || d == 1));
-    broadcast.then(|| multiples.iter().map(|&m| m as usize).collect())
+}
+
+/// Every data input of a node.
+fn operands_all(n: &Node) -> impl Iterator<Item = &String> {
+    n.inputs.iter().filter(|i| !i.starts_with('^'))
 }
 
 /// One group: its members, producers before consumers (the root last).
@@ -267,7 +263,7 @@ fn fused_node(
                 args.push(format!("t{k}"));
                 continue;
             }
-            let key = (src.to_string(), port);
+            let key = input_key(n, m, i, tiles);
             let k = match keys.iter().position(|x| *x == key) {
                 Some(k) => k,
                 None => {
@@ -462,13 +458,17 @@ fn groups(
         let mut members: HashSet<usize> = HashSet::from([root]);
         let mut externals: HashSet<(String, u32)> = HashSet::new();
         for i in operands(&nodes[root]) {
-            let (s, p) = source(i);
-            externals.insert((s.to_string(), p));
+            externals.insert(input_key(&nodes[root], root, i, &tiles));
         }
         let mut stack = vec![root];
         let mut order = vec![];
         while let Some(m) = stack.pop() {
             order.push(m);
+            // A Tile's input stays an input of the group (the kernel may have to materialize
+            // the Tile from it).
+            if nodes[m].op == "Tile" {
+                continue;
+            }
             for i in operands(&nodes[m]) {
                 let (src, _) = source(i);
                 let Some(&p) = by_name.get(src) else { continue };
@@ -476,10 +476,9 @@ fn groups(
                     continue;
                 }
                 let mut next = externals.clone();
-                next.remove(&(src.to_string(), 0));
+                next.remove(&input_key(&nodes[m], m, i, &tiles));
                 for j in operands(&nodes[p]) {
-                    let (s, port) = source(j);
-                    next.insert((s.to_string(), port));
+                    next.insert(input_key(&nodes[p], p, j, &tiles));
                 }
                 if next.len() <= max_inputs {
                     externals = next;
@@ -966,7 +965,7 @@ mod tests {
     }
 
     #[test]
-    fn a_tile_of_size_one_dimensions_fuses_as_a_broadcast() {
+    fn tiles_with_constant_multiples_fuse() {
         let out = fused(&mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false), &[]).expect("fused");
         let ops: Vec<_> = out
             .iter()
@@ -990,27 +989,34 @@ mod tests {
         // Multiples given as one value for all: Tile by [3,3,3].
         let out = fused(&mean_grad(&[1, 1, 1], &[3, 3, 3], true), &[]).expect("fused");
         assert_eq!(program(&out[3]), "Tile[3x3x3](i0);Mul(i1,t0);AddV2(i2,t1)");
-        // Not a broadcast (a tiled dimension of size 8), multiples that are no constant, or an
-        // input whose shape is unknown: the Tile stays, the rest fuses without it.
-        for nodes in [
-            mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 2], false),
-            mean_grad(&[1, 1, 8], &[4, 5, 6, 1], false),
-            {
-                let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
-                n[3].inputs[1] = "computed".into();
-                n
-            },
-            {
-                let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
-                n[3].inputs[0] = "g".into();
-                n
-            },
-        ] {
-            let out = fused(&nodes, &[]).expect("the Mul and AddV2 fuse");
-            assert!(out.iter().any(|n| n.op == "Tile"));
-            let f = out.iter().find(|n| n.op == OP).expect("a plain fused node");
-            assert_eq!(program(f), "Mul(i0,i1);AddV2(i2,t0)");
-        }
+        // Any constant multiples join (the kernel materializes a Tile that is no broadcast);
+        // the Tile's input stays an input, even when a member could produce it.
+        let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 2], false);
+        n[2] = node("rs", "Neg", &["g"], GPU, 1);
+        let out = fused(&n, &[]).expect("fused");
+        assert!(out.iter().any(|n| n.name == "rs" && n.op == "Neg"));
+        let f = out
+            .iter()
+            .find(|n| n.op == OP_TILED)
+            .expect("a tiled group");
+        assert_eq!(program(f), "Tile[4x5x6x2](i0);Mul(i1,t0);AddV2(i2,t1)");
+        // Its input is an input of its own even where another member reads the same tensor.
+        let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
+        n[5].inputs[0] = "rs".into();
+        let out = fused(&n, &[]).expect("fused");
+        let f = out
+            .iter()
+            .find(|n| n.op == OP_TILED)
+            .expect("a tiled group");
+        assert_eq!(f.inputs, ["rs", "inv_n", "rs", "^ctl"]);
+        assert_eq!(program(f), "Tile[4x5x6x1](i0);Mul(i1,t0);AddV2(i2,t1)");
+        // Multiples that are no constant: the Tile stays, the rest fuses without it.
+        let mut n = mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false);
+        n[3].inputs[1] = "computed".into();
+        let out = fused(&n, &[]).expect("the Mul and AddV2 fuse");
+        assert!(out.iter().any(|n| n.op == "Tile"));
+        let f = out.iter().find(|n| n.op == OP).expect("a plain fused node");
+        assert_eq!(program(f), "Mul(i0,i1);AddV2(i2,t0)");
     }
 
     #[test]

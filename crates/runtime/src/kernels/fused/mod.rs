@@ -416,16 +416,6 @@ impl Program {
                             m.len()
                         );
                     }
-                    if let Some(d) = (0..x.len()).find(|&d| m[d] != 1 && x[d] != 1) {
-                        bail_invalid!(
-                            "{OP}: instruction {k}: Tile: input {} has size {} on dimension \
-                             {d}, which is tiled {} times: only tiles of size-1 dimensions \
-                             (broadcasts) are fused",
-                            fmt_shape(&x),
-                            x[d],
-                            m[d]
-                        );
-                    }
                     x.iter().zip(m).map(|(&a, &b)| a * b).collect()
                 }
                 _ if ins.args.len() == 2 => {
@@ -444,6 +434,16 @@ impl Program {
             temps.push(s);
         }
         Ok(temps.pop().expect("a program has an instruction"))
+    }
+
+    /// The shape of instruction `k`'s result for `inputs`.
+    fn temp_shape(&self, k: usize, inputs: &[Operand]) -> Result<Vec<usize>> {
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
+        let head = Program {
+            inputs: self.inputs,
+            instrs: self.instrs[..=k].to_vec(),
+        };
+        head.output_shape(&shapes)
     }
 
     /// Which instructions compute a single value (all their operands are one-element inputs
@@ -656,6 +656,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
     }
 }
 
+/// Whether Tile by `m` of a tensor of `shape` only repeats size-1 dimensions (a broadcast,
+/// which the fused kernel does in its reads).
+fn tile_is_broadcast(shape: &[usize], m: &[usize]) -> bool {
+    shape.iter().zip(m).all(|(&d, &k)| d == 1 || k == 1)
+}
+
 /// NumPy broadcast of two shapes.
 fn broadcast2(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
     let rank = a.len().max(b.len());
@@ -800,6 +806,71 @@ impl Kernel for Fused {
         if n == 0 {
             return Ok(());
         }
+        // A Tile that repeats a dimension of size > 1 is no broadcast: materialize it into a
+        // temporary with the Tile kernel, read that instead, and tile it by ones.
+        let mut program = std::borrow::Cow::Borrowed(&self.program);
+        let mut tiled: Vec<(usize, DeviceRef)> = vec![];
+        for (k, ins) in self.program.instrs.iter().enumerate() {
+            if ins.op != FusedOp::Tile {
+                continue;
+            }
+            let i = match ins.args[0] {
+                Arg::Input(i) => i,
+                // The plugin never fuses a Tile's producer into its group.
+                Arg::Temp(t) => {
+                    if tile_is_broadcast(&self.program.temp_shape(t, inputs)?, &ins.multiples) {
+                        continue;
+                    }
+                    return Err(Error::Unimplemented(format!(
+                        "{OP}: instruction {k}: Tile of a computed value that is not a broadcast"
+                    )));
+                }
+            };
+            let x = inputs[i].device(OP, i)?;
+            if tile_is_broadcast(&x.desc.shape, &ins.multiples) {
+                continue;
+            }
+            if tiled.iter().any(|(j, _)| *j == i) {
+                // Another Tile of this input by the same multiples, materialized already.
+                program.to_mut().instrs[k].multiples = vec![1; ins.multiples.len()];
+                continue;
+            }
+            // Every instruction that reads the input must be such a Tile (in a valid program
+            // no other op can combine the untiled input with the tiled one).
+            let shared = self.program.instrs.iter().any(|other| {
+                other.args.contains(&Arg::Input(i))
+                    && !(other.op == FusedOp::Tile && other.multiples == ins.multiples)
+            });
+            if shared {
+                return Err(Error::Unimplemented(format!(
+                    "{OP}: instruction {k}: Tile (not a broadcast) of input {i}, which other \
+                     instructions read too"
+                )));
+            }
+            let desc = TensorDesc::new(
+                self.dtype,
+                &x.desc
+                    .shape
+                    .iter()
+                    .zip(&ins.multiples)
+                    .map(|(a, b)| a * b)
+                    .collect::<Vec<_>>(),
+            );
+            let t = ctx.temp_tensor(desc)?;
+            crate::kernels::layout::tile_into(ctx, x, &ins.multiples, &t)?;
+            let p = program.to_mut();
+            p.instrs[k].multiples = vec![1; ins.multiples.len()];
+            tiled.push((i, t));
+        }
+        let replaced: Vec<Operand> = inputs
+            .iter()
+            .enumerate()
+            .map(|(i, op)| match tiled.iter().find(|(j, _)| *j == i) {
+                Some((_, t)) => Operand::Device(t),
+                None => *op,
+            })
+            .collect();
+        let inputs = &replaced[..];
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
         let reads = Reads::of(&shape, &shapes).ok_or_else(|| {
             invalid_arg!(
@@ -815,7 +886,7 @@ impl Kernel for Fused {
                 reads.dims.len()
             )));
         }
-        let bindings_needed = self.program.inputs as u32 + 1;
+        let bindings_needed = program.inputs as u32 + 1;
         if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
             return Err(Error::Unimplemented(format!(
                 "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
@@ -828,7 +899,7 @@ impl Kernel for Fused {
         }
         binds.push(bind_out(ctx, OP, out)?);
         let flat = reads.dims.len() <= 1;
-        let uniform = self.program.uniform_instrs(&shapes, n);
+        let uniform = program.uniform_instrs(&shapes, n);
         let mut variant = format!("{}/{}", self.text, if flat { "flat" } else { "bcast" });
         if uniform.iter().any(|&u| u) {
             variant.push_str("/uniform:");
@@ -836,7 +907,7 @@ impl Kernel for Fused {
         }
         let key = PipelineKey::new("fused", Some(self.dtype), variant);
         let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(self.program.shader(self.dtype, flat, &uniform))
+            ShaderSource::new(program.shader(self.dtype, flat, &uniform))
         })?;
         let words = words_for(OP, self.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);

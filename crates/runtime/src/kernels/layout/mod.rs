@@ -760,14 +760,26 @@ impl Kernel for Tile {
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
         let m = Self::multiples(inputs)?;
-        let x = inputs[0].device("Tile", 0)?;
+        tile_into(ctx, inputs[0].device("Tile", 0)?, &m, &outputs[0])
+    }
+}
+
+/// Records `out` = Tile(`x`, `m`) (`out` of `x`'s shape times `m`); also for the fused
+/// elementwise kernel, which materializes a Tile that is not a broadcast this way.
+pub(crate) fn tile_into(
+    ctx: &KernelContext,
+    x: &DeviceRef,
+    m: &[usize],
+    out: &DeviceRef,
+) -> Result<()> {
+    {
         let strides = strides_of(&x.desc.shape);
         let view = View {
             dims: x
                 .desc
                 .shape
                 .iter()
-                .zip(&m)
+                .zip(m)
                 .zip(strides)
                 .map(|((&n, &k), stride)| Dim {
                     size: n * k,
@@ -777,7 +789,6 @@ impl Kernel for Tile {
                 .collect(),
             base: 0,
         };
-        let out = &outputs[0];
         copy(
             ctx,
             "Tile",
