@@ -606,7 +606,9 @@ unsafe extern "C" fn memset32(
 }
 
 // ---- host callbacks ----
-// Run on one thread, in order, each after the GPU work recorded before it completed.
+// Run on one thread per device, in order, each after the GPU work recorded before it
+// completed. (One thread for all devices made a callback of one device wait behind another
+// device's GPU: with MirroredStrategy, every replica's completions queued behind the slowest.)
 
 struct Callback {
     ordinal: i32,
@@ -618,12 +620,18 @@ struct Callback {
 // SAFETY: TensorFlow's callbacks may run on any thread.
 unsafe impl Send for Callback {}
 
-fn callback_queue() -> &'static Mutex<mpsc::Sender<Callback>> {
-    static Q: OnceLock<Mutex<mpsc::Sender<Callback>>> = OnceLock::new();
-    Q.get_or_init(|| {
+/// The callback thread of device `ordinal` (started on first use).
+fn callback_queue(ordinal: i32) -> Option<&'static Mutex<mpsc::Sender<Callback>>> {
+    static Q: OnceLock<Vec<OnceLock<Mutex<mpsc::Sender<Callback>>>>> = OnceLock::new();
+    let queues = Q.get_or_init(|| {
+        let n = crate::runtime().map_or(0, |rt| rt.devices.len());
+        (0..n).map(|_| OnceLock::new()).collect()
+    });
+    let q = queues.get(usize::try_from(ordinal).ok()?)?;
+    Some(q.get_or_init(|| {
         let (tx, rx) = mpsc::channel::<Callback>();
         std::thread::Builder::new()
-            .name("tfwgpu-callbacks".into())
+            .name(format!("tfwgpu-callbacks-{ordinal}"))
             .spawn(move || {
                 for cb in rx {
                     quiet((), || {
@@ -641,9 +649,9 @@ fn callback_queue() -> &'static Mutex<mpsc::Sender<Callback>> {
                     })
                 }
             })
-            .expect("spawning the tfwgpu callback thread");
+            .expect("spawning a tfwgpu callback thread");
         Mutex::new(tx)
-    })
+    }))
 }
 
 unsafe extern "C" fn host_callback(
@@ -665,9 +673,8 @@ unsafe extern "C" fn host_callback(
             f,
             arg,
         };
-        let sent = callback_queue()
-            .lock()
-            .map(|q| q.send(cb).is_ok())
+        let sent = callback_queue(ordinal)
+            .and_then(|q| q.lock().ok().map(|q| q.send(cb).is_ok()))
             .unwrap_or(false);
         sent as u8
     })
