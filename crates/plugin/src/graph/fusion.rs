@@ -436,66 +436,111 @@ fn groups(
             }
         }
     }
-    // parent[p] = c: p may be fused into its only consumer c.
-    let parent: Vec<Option<usize>> = (0..nodes.len())
-        .map(|p| {
-            let t = types[p]?;
-            if blocked[p] || preserve.contains(&nodes[p].name) || consumers[p].len() != 1 {
-                return None;
-            }
-            let c = consumers[p][0];
-            (types[c] == Some(t) && nodes[c].device == nodes[p].device).then_some(c)
-        })
-        .collect();
-    let mut out = vec![];
-    let mut roots: Vec<usize> = (0..nodes.len())
-        .filter(|&i| types[i].is_some() && parent[i].is_none())
-        .collect();
-    roots.reverse();
-    while let Some(root) = roots.pop() {
-        // Grow the tree from the root, each producer accepted while the group's distinct
-        // external inputs stay within max_inputs; a producer refused roots its own group.
-        let mut members: HashSet<usize> = HashSet::from([root]);
-        let mut externals: HashSet<(String, u32)> = HashSet::new();
-        for i in operands(&nodes[root]) {
-            externals.insert(input_key(&nodes[root], root, i, &tiles));
-        }
-        let mut stack = vec![root];
-        let mut order = vec![];
-        while let Some(m) = stack.pop() {
-            order.push(m);
-            // A Tile's input stays an input of the group (the kernel may have to materialize
-            // the Tile from it).
-            if nodes[m].op == "Tile" {
-                continue;
-            }
-            for i in operands(&nodes[m]) {
-                let (src, _) = source(i);
-                let Some(&p) = by_name.get(src) else { continue };
-                if parent[p] != Some(m) || members.contains(&p) {
-                    continue;
-                }
-                let mut next = externals.clone();
-                next.remove(&input_key(&nodes[m], m, i, &tiles));
-                for j in operands(&nodes[p]) {
-                    next.insert(input_key(&nodes[p], p, j, &tiles));
-                }
-                if next.len() <= max_inputs {
-                    externals = next;
-                    members.insert(p);
-                    stack.push(p);
-                } else {
-                    roots.push(p);
-                }
+    // Kahn's order over the data edges (producers first); nodes on a cycle (a while loop's
+    // back edge) get none and are left alone.
+    let mut pending: Vec<usize> = vec![0; nodes.len()];
+    for (c, n) in nodes.iter().enumerate() {
+        let mut seen: Vec<usize> = vec![];
+        for i in operands_all(n) {
+            if let Some(&p) = by_name.get(source(i).0)
+                && !seen.contains(&p)
+            {
+                seen.push(p);
             }
         }
-        if order.len() >= 2 {
-            // Producers before consumers: the reverse of the growth order (each member was
-            // reached from its consumer).
-            order.reverse();
-            out.push(Group { members: order });
+        pending[c] = seen.len();
+    }
+    let mut topo: Vec<usize> = (0..nodes.len()).filter(|&i| pending[i] == 0).collect();
+    let mut k = 0;
+    while k < topo.len() {
+        let p = topo[k];
+        k += 1;
+        for &c in &consumers[p] {
+            pending[c] -= 1;
+            if pending[c] == 0 {
+                topo.push(c);
+            }
         }
     }
+    // Consumers first: a fusible node joins the group of its consumers when they all belong
+    // to one group (so the group stays a single-output subgraph: a tree or a DAG whose shared
+    // results are used only inside it), with the same T and device, no Tile reads it (a
+    // Tile's input stays an input), it is not to be preserved or read at another port, and
+    // the group's distinct inputs stay within max_inputs. Otherwise it roots a group.
+    struct Growing {
+        members: Vec<usize>,
+        externals: HashSet<(String, u32)>,
+    }
+    let mut growing: Vec<Growing> = vec![];
+    let mut group_of: Vec<Option<usize>> = vec![None; nodes.len()];
+    for &n in topo.iter().rev() {
+        let Some(t) = types[n] else { continue };
+        let node = &nodes[n];
+        let join = (|| {
+            if blocked[n] || preserve.contains(&node.name) || consumers[n].is_empty() {
+                return None;
+            }
+            let g = group_of[consumers[n][0]]?;
+            let root = growing[g].members[0];
+            let same = consumers[n]
+                .iter()
+                .all(|&c| group_of[c] == Some(g) && nodes[c].op != "Tile");
+            if !same || types[root] != Some(t) || nodes[root].device != node.device {
+                return None;
+            }
+            let mut next = growing[g].externals.clone();
+            next.remove(&(node.name.clone(), 0));
+            for i in operands(node) {
+                next.insert(input_key(node, n, i, &tiles));
+            }
+            (next.len() <= max_inputs).then_some((g, next))
+        })();
+        match join {
+            Some((g, next)) => {
+                growing[g].members.push(n);
+                growing[g].externals = next;
+                group_of[n] = Some(g);
+            }
+            None => {
+                let externals = operands(node)
+                    .map(|i| input_key(node, n, i, &tiles))
+                    .collect();
+                group_of[n] = Some(growing.len());
+                growing.push(Growing {
+                    members: vec![n],
+                    externals,
+                });
+            }
+        }
+    }
+    let out = growing
+        .into_iter()
+        .filter(|g| g.members.len() >= 2)
+        .map(|g| {
+            // Producers before consumers: post-order from the root (added first) along the
+            // operands in their order, each member once.
+            let set: HashSet<usize> = g.members.iter().copied().collect();
+            let mut members = Vec::with_capacity(set.len());
+            let mut done: HashSet<usize> = HashSet::new();
+            let mut stack = vec![(g.members[0], false)];
+            while let Some((m, expanded)) = stack.pop() {
+                if expanded {
+                    members.push(m);
+                    continue;
+                }
+                if !done.insert(m) {
+                    continue;
+                }
+                stack.push((m, true));
+                let ops: Vec<usize> = operands(&nodes[m])
+                    .filter_map(|i| by_name.get(source(i).0).copied())
+                    .filter(|p| set.contains(p) && !done.contains(p))
+                    .collect();
+                stack.extend(ops.into_iter().rev().map(|p| (p, false)));
+            }
+            Group { members }
+        })
+        .collect();
     (out, tiles)
 }
 
@@ -923,6 +968,36 @@ mod tests {
         let mut n = node(name, "Const", &[], GPU, 1);
         n.attrs = vec![("value".into(), a), ("dtype".into(), type_attr(3))];
         n
+    }
+
+    #[test]
+    fn a_result_used_twice_inside_the_group_is_computed_once() {
+        // Batch norm's apply: scale = gamma * rsqrt(var + eps) feeds x * scale and
+        // mean * scale; both uses are in the group, so scale joins it (a DAG).
+        let nodes = vec![
+            node("v", "AddV2", &["var", "eps"], GPU, 1),
+            node("r", "Rsqrt", &["v"], GPU, 1),
+            node("scale", "Mul", &["r", "gamma"], GPU, 1),
+            node("xs", "Mul", &["x", "scale"], GPU, 1),
+            node("ms", "Mul", &["mean", "scale"], GPU, 1),
+            node("shift", "Sub", &["beta", "ms"], GPU, 1),
+            node("y", "AddV2", &["xs", "shift"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).expect("fused");
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].name, "y");
+        assert_eq!(out[0].inputs, ["var", "eps", "gamma", "x", "mean", "beta"]);
+        let p = program(&out[0]);
+        assert_eq!(
+            p,
+            "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);Mul(i4,t2);Sub(i5,t4);AddV2(t3,t5)"
+        );
+        fused::Program::parse(&p, 6).unwrap();
+        // With another consumer outside, `scale` stays a node of its own.
+        let mut outside = nodes;
+        outside.push(node("other", "Exp", &["scale"], GPU, 1));
+        let out = fused(&outside, &[]).expect("fused");
+        assert!(out.iter().any(|n| n.name == "scale"));
     }
 
     #[test]
