@@ -608,6 +608,17 @@ fn layout(chunk: usize, inner: usize) -> (u32, u32) {
 fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
     let mut out = vec![];
     for p in passes {
+        push_steps(&mut out, p, aligned, cascade);
+    }
+    out
+}
+
+/// The steps of one pass: unsplit, or its chunks and then the chunks' partials, which are
+/// split again while one step over them would fold more than `VEC4_MAX_PER_LANE` rows per
+/// invocation (a single step over 1,024 partials of 64 columns runs two workgroups whose
+/// invocations each fold 128 rows one after another: latency, not bandwidth).
+fn push_steps(out: &mut Vec<Step>, p: &Pass, aligned: bool, cascade: bool) {
+    {
         let outs = p.outer * p.inner;
         let col4 = aligned && p.inner > 1 && p.inner.is_multiple_of(4);
         let row4 = aligned && p.inner == 1 && p.r > 0 && p.r.is_multiple_of(4);
@@ -648,7 +659,7 @@ fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
             let (t, _) = layout(loads, inner);
             (!cascade || loads.div_ceil(t as usize) <= VEC4_MAX_PER_LANE).then_some(col)
         };
-        if split > 1 {
+        if split > 1 && split < p.r {
             out.push(Step {
                 outer: p.outer,
                 r: p.r,
@@ -657,14 +668,30 @@ fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
                 chunk,
                 vec4: vec4(p.r, chunk),
             });
-            out.push(Step {
+            let partials = Pass {
                 outer: p.outer,
                 r: split,
                 inner: p.inner,
-                split: 1,
-                chunk: split,
-                vec4: vec4(split, split),
-            });
+            };
+            // Rows each invocation of one step over the partials would fold.
+            let units = if p.inner > 1 && col4 {
+                p.inner / 4
+            } else {
+                p.inner
+            };
+            let (t, _) = layout(split, units);
+            if split.div_ceil(t as usize) > VEC4_MAX_PER_LANE {
+                push_steps(out, &partials, aligned, cascade);
+            } else {
+                out.push(Step {
+                    outer: p.outer,
+                    r: split,
+                    inner: p.inner,
+                    split: 1,
+                    chunk: split,
+                    vec4: vec4(split, split),
+                });
+            }
         } else {
             out.push(Step {
                 outer: p.outer,
@@ -676,7 +703,6 @@ fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
             });
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -814,6 +840,23 @@ mod tests {
                     .div_ceil(layout(st[0].chunk, inner / 4).0 as usize)
                     <= 16
             );
+        }
+        // Their partials (1,024 or more chunks x 64 columns) are split again instead of
+        // folded 64-128 rows per invocation: three steps, every one on vec4 loads.
+        for r in [200_704, 802_816] {
+            let st = steps(
+                &[Pass {
+                    outer: 1,
+                    r,
+                    inner: 64,
+                }],
+                true,
+                true,
+            );
+            assert_eq!(st.len(), 3, "{r}: {st:?}");
+            assert_eq!(st[1].r, st[0].split);
+            assert_eq!(st[2].r, st[1].split);
+            assert!(st.iter().all(|s| s.vec4 == Some(true)), "{st:?}");
         }
         // Too long per invocation for a float sum without the cascade; fine for Max.
         let long = Pass {
