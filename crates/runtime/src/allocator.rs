@@ -14,6 +14,10 @@ use parking_lot::Mutex;
 use crate::exec::{BufferRange, ExecutionContext, env_parse};
 use crate::{Error, Result};
 
+/// Empty buffers of their own (allocations over half a heap) kept for reuse by an allocation
+/// of the same size.
+const SPARE_DEDICATED: usize = 4;
+
 /// Bits of an address that hold the offset inside a heap.
 pub const HEAP_SHIFT: u32 = 40;
 /// Where the device tag starts: bits 40..56 hold the heap, 56..64 the device.
@@ -334,10 +338,21 @@ impl Allocator {
             heap.pending -= p.size;
             heap.give_back(p.offset, p.size);
             if heap.dedicated && heap.is_empty() {
-                let heap = st.heaps[p.heap].take().expect("checked");
-                heap.buffer.destroy();
-                st.stats.bytes_reserved -= heap.size;
-                st.stats.heaps -= 1;
+                // Kept for the next allocation of the same size (a kernel's large temporary
+                // comes back every step; a new buffer is a driver allocation and a clear), up
+                // to `SPARE_DEDICATED` of them; `release_empty` frees them under pressure.
+                let spare = st
+                    .heaps
+                    .iter()
+                    .flatten()
+                    .filter(|h| h.dedicated && h.is_empty())
+                    .count();
+                if spare > SPARE_DEDICATED {
+                    let heap = st.heaps[p.heap].take().expect("checked");
+                    heap.buffer.destroy();
+                    st.stats.bytes_reserved -= heap.size;
+                    st.stats.heaps -= 1;
+                }
             }
         }
     }

@@ -69,3 +69,31 @@ fn copies_between_and_inside_buffers() {
         d.deallocate(x).unwrap();
     }
 }
+
+#[test]
+fn a_freed_buffer_of_its_own_serves_the_next_allocation_of_its_size() {
+    let rt = runtime();
+    let d = rt.device();
+    let big = 700 << 10;
+    let a = d.allocate(big).unwrap();
+    d.write(a, &vec![7u8; big as usize]).unwrap();
+    let before = d.memory_stats();
+    d.deallocate(a).unwrap();
+    d.synchronize().unwrap();
+    for _ in 0..3 {
+        // The same buffer again (a new one would read as zeros: wgpu clears new buffers).
+        let b = d.allocate(big).unwrap();
+        let s = d.memory_stats();
+        assert_eq!(
+            (s.heaps, s.bytes_reserved),
+            (before.heaps, before.bytes_reserved)
+        );
+        assert_eq!(d.read(b, 16).unwrap(), vec![7u8; 16], "a reused buffer");
+        d.deallocate(b).unwrap();
+        d.synchronize().unwrap();
+    }
+    // Another size gets a buffer of its own.
+    let c = d.allocate(big + 4096).unwrap();
+    assert_eq!(d.memory_stats().heaps, before.heaps + 1);
+    d.deallocate(c).unwrap();
+}
