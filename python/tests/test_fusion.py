@@ -48,6 +48,17 @@ class _Fusion:
             os.environ["TFWGPU_FUSION"] = self.old
 
 
+def _twice_on_gpu(tf, f, *args):
+    """Runs tf.function(f) on GPU:0 with fusion on: traced and optimized by a first call, then
+    the timed second call; its outputs and the kernels it ran (by op)."""
+    with _Fusion(True), tf.device("/GPU:0"):
+        g = tf.function(f)
+        g(*[tf.constant(a) for a in args])
+        before = _stats()
+        got = g(*[tf.constant(a) for a in args])
+        return got, _delta(before, _stats())
+
+
 def _chain(tf):
     def f(x, b, m, v, g, lr):
         h = tf.nn.relu(tf.nn.bias_add(x, b))
@@ -123,12 +134,7 @@ def test_fetched_and_shared_intermediates_are_kept(tf):
     y = rng.uniform(-1, 1, (9,)).astype(np.float32)
     with tf.device("/CPU:0"):
         want = [t.numpy() for t in tf.function(f)(x, y)]
-    with _Fusion(True), tf.device("/GPU:0"):
-        g = tf.function(f)
-        g(tf.constant(x), tf.constant(y))
-        before = _stats()
-        got = g(tf.constant(x), tf.constant(y))
-        d = _delta(before, _stats())
+    got, d = _twice_on_gpu(tf, f, x, y)
     # a (Mul) and b (Exp) each have two consumers: 4 kernels, (Sqrt, Sub) fused.
     assert d.get("Mul") == 1 and d.get("Exp") == 1 and d.get(FUSED) == 1, d
     # exp and sqrt are a few ulp off the CPU's; sqrt(b) - 1 and b + a cancel near 0: an
@@ -239,12 +245,7 @@ def test_tile_of_data_in_a_fused_group_matches_cpu(tf):
     y = rng.standard_normal((6, 12)).astype(np.float32)
     with tf.device("/CPU:0"):
         want = tf.function(f)(x, y).numpy()
-    with _Fusion(True), tf.device("/GPU:0"):
-        g = tf.function(f)
-        g(tf.constant(x), tf.constant(y))
-        before = _stats()
-        got = g(tf.constant(x), tf.constant(y))
-        d = _delta(before, _stats())
+    got, d = _twice_on_gpu(tf, f, x, y)
     assert on_gpu(got)
     assert d.get(FUSED_TILED) == 1 and "Tile" not in d, d
     np.testing.assert_array_equal(got.numpy(), want)

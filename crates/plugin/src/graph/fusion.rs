@@ -833,6 +833,14 @@ mod tests {
         fuse(&graph(nodes), &keep, 7).unwrap().map(|g| parse(&g))
     }
 
+    /// (name, op) of each node.
+    fn names_and_ops(nodes: &[Node]) -> Vec<(&str, &str)> {
+        nodes
+            .iter()
+            .map(|n| (n.name.as_str(), n.op.as_str()))
+            .collect()
+    }
+
     fn program(n: &Node) -> String {
         String::from_utf8(attr_str(n.attr("program").unwrap()).unwrap().to_vec()).unwrap()
     }
@@ -854,10 +862,7 @@ mod tests {
     #[test]
     fn a_tree_of_elementwise_nodes_becomes_one_node() {
         let out = fused(&adam_var(), &[]).expect("fused");
-        let ops: Vec<_> = out
-            .iter()
-            .map(|n| (n.name.as_str(), n.op.as_str()))
-            .collect();
+        let ops = names_and_ops(&out);
         assert_eq!(
             ops,
             [
@@ -1042,10 +1047,7 @@ mod tests {
     #[test]
     fn tiles_with_constant_multiples_fuse() {
         let out = fused(&mean_grad(&[1, 1, 1, 8], &[4, 5, 6, 1], false), &[]).expect("fused");
-        let ops: Vec<_> = out
-            .iter()
-            .map(|n| (n.name.as_str(), n.op.as_str()))
-            .collect();
+        let ops = names_and_ops(&out);
         assert_eq!(
             ops,
             [
@@ -1108,10 +1110,7 @@ mod tests {
             node("n", "NoOp", &["^s", "^add"], CPU, 1),
         ];
         let out = fused(&nodes, &[]).unwrap();
-        let ops: Vec<_> = out
-            .iter()
-            .map(|n| (n.name.as_str(), n.op.as_str()))
-            .collect();
+        let ops = names_and_ops(&out);
         assert_eq!(ops, [("r", "ReadVariableOp"), ("add", OP), ("n", "NoOp")]);
         // ^d -> d's inputs (s expanded to g, m and its control input c0; b).
         assert_eq!(out[0].inputs, ["v_h", "^g", "^m", "^c0", "^b", "^prev"]);
