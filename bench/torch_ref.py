@@ -72,7 +72,7 @@ def all_cases(small):
         v += binary(1024, 1024) + reduce(1024, 1024)
         v += [{"name": "softmax_1024x1000", "kind": "softmax", "rows": 1024, "cols": 1000},
               {"name": "softmax_32x32768", "kind": "softmax", "rows": 32, "cols": 32768}]
-        bn, pool = [(4, 56, 56, 64), (8, 14, 14, 256)], (4, 112, 112, 64)
+        bn, bn2, pool, pool2 = [(4, 56, 56, 64)], [(8, 14, 14, 256)], None, (4, 112, 112, 64)
     else:
         v.append({"name": "copy_256MiB", "kind": "copy", "elems": 64 << 20})
         v += [mm(0, s, s, s) for s in (512, 1024, 2048, 4096, 8192)]
@@ -82,10 +82,22 @@ def all_cases(small):
         v += binary(65536, 1024) + binary(1024, 1024) + reduce(8192, 8192)
         v += [{"name": "softmax_65536x1000", "kind": "softmax", "rows": 65536, "cols": 1000},
               {"name": "softmax_2048x32768", "kind": "softmax", "rows": 2048, "cols": 32768}]
-        bn, pool = [(32, 56, 56, 64), (32, 14, 14, 256)], (32, 112, 112, 64)
+        bn, bn2, pool, pool2 = ([(32, 56, 56, 64), (32, 14, 14, 256)], RESNET50_BN,
+                                (32, 112, 112, 64), (64, 112, 112, 64))
     v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s} for s in bn]
-    v.append({"name": f"maxpool3s2_{dims(*pool)}", "kind": "maxpool", "shape": pool})
+    for s in bn2:
+        v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s},
+              {"name": f"bn_grad_{dims(*s)}", "kind": "bn_grad", "shape": s}]
+    if pool:
+        v.append({"name": f"maxpool3s2_{dims(*pool)}", "kind": "maxpool", "shape": pool})
+    v += [{"name": f"maxpool3s2_{dims(*pool2)}", "kind": "maxpool", "shape": pool2},
+          {"name": f"maxpoolgrad3s2_{dims(*pool2)}", "kind": "maxpool_grad", "shape": pool2}]
     return v
+
+
+# Batch-norm shapes of ResNet-50 at batch 64 (NHWC): forward and gradient cases.
+RESNET50_BN = [(64, 112, 112, 64), (64, 56, 56, 256), (64, 28, 28, 512), (64, 14, 14, 1024),
+               (64, 7, 7, 2048)]
 
 
 # ---- timing ----
@@ -219,6 +231,50 @@ def run_membound(c, gen, reps):
         scale = (xd.abs() + mean.abs()) * inv.abs() + beta.double().abs().view(1, -1, 1, 1)
         return "FusedBatchNormV3", [[n, h, w, ch], [ch], [ch], [ch], [ch]], \
             (2.0 * x.numel() + 7 * ch) * 4, fn, max_rel(y, want, scale)
+    if kind == "bn_grad":
+        # The training backward kernel alone (aten's native_batch_norm_backward: cuDNN's or
+        # the native channels-last kernel), given the saved mean and inverse std.
+        n, h, w, ch = c["shape"]
+        x = (uniform(gen, n, h, w, ch) + 2).permute(0, 3, 1, 2)
+        dy = uniform(gen, n, h, w, ch).permute(0, 3, 1, 2)
+        gamma = uniform(gen, ch)
+        xd = x.double()
+        mean = xd.mean((0, 2, 3))
+        var = xd.var((0, 2, 3), unbiased=False)
+        invstd = (var + 1e-3).rsqrt()
+        sm, si = mean.float(), invstd.float()
+        fn = lambda: torch.ops.aten.native_batch_norm_backward(  # noqa: E731
+            dy, x, gamma, None, None, sm, si, True, 1e-3, [True, True, True])
+        dx, dg, db = fn()
+        v = lambda t: t.view(1, -1, 1, 1)  # noqa: E731
+        dyd, xc = dy.double(), xd - v(mean)
+        r = n * h * w
+        sdy, sdyx = dyd.sum((0, 2, 3)), (dyd * xc).sum((0, 2, 3))
+        ady = dyd.abs().sum((0, 2, 3))
+        adx = (dyd.abs() * (xd.abs() + v(mean).abs())).sum((0, 2, 3))
+        k = gamma.double() * invstd
+        want = v(k) * ((dyd - v(sdy) / r) - xc * v(invstd ** 2 * sdyx / r))
+        scale = v(k).abs() * (dyd.abs() + v(ady) / r + (xd.abs() + v(mean).abs()) * v(invstd ** 2 * adx / r))
+        err = max(max_rel(dx, want, scale), max_rel(dg, sdyx * invstd, adx * invstd), max_rel(db, sdy, ady))
+        return "FusedBatchNormGradV3", [[n, h, w, ch], [n, h, w, ch], [ch], [ch], [ch]], \
+            (3.0 * x.numel() + 5 * ch) * 4, fn, err
+    if kind == "maxpool_grad":
+        # max_pool2d's backward kernel given the indices (what autograd runs).
+        n, h, w, ch = c["shape"]
+        x = uniform(gen, n, h, w, ch).permute(0, 3, 1, 2)
+        y, idx = F.max_pool2d(x, 3, 2, padding=1, return_indices=True)
+        g = torch.rand(y.shape, device="cuda", generator=gen).contiguous(memory_format=torch.channels_last)
+        fn = lambda: torch.ops.aten.max_pool2d_with_indices_backward(  # noqa: E731
+            g, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+        dx = fn()
+        want = torch.zeros_like(x, dtype=torch.float64).flatten(2)
+        want.scatter_add_(2, idx.flatten(2), g.double().flatten(2))
+        want = want.view(x.shape)
+        scale = torch.zeros_like(want).flatten(2)
+        scale.scatter_add_(2, idx.flatten(2), g.double().abs().flatten(2))
+        # Bytes as for ours: every input read once (x, y, grad) and dx written once.
+        return "MaxPoolGrad", [[n, h, w, ch], list(y.shape), list(y.shape)], \
+            (2.0 * x.numel() + 2.0 * y.numel()) * 4, fn, max_rel(dx, want, scale.view(x.shape))
     if kind == "maxpool":
         n, h, w, ch = c["shape"]
         x = uniform(gen, n, h, w, ch).permute(0, 3, 1, 2)

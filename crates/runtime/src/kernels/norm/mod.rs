@@ -58,6 +58,20 @@ const DTYPES: &[DType] = &[DType::F32, DType::F16];
 const RWG: usize = 256;
 /// Elements per invocation in one chunk of `stats.wgsl`.
 const PER_THREAD: usize = 16;
+/// Workgroups `stats_vec4.wgsl` aims at (at least) before it gives each invocation fewer rows:
+/// 8 per SM of a 132-SM GPU. `TFWGPU_NORM_TARGET_GROUPS` overrides it (read once; 1 gives
+/// every invocation PER_THREAD rows: tests use it to reach the long loops on small tensors,
+/// benchmarks to compare).
+fn target_groups() -> usize {
+    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("TFWGPU_NORM_TARGET_GROUPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1024)
+            .max(1)
+    })
+}
 /// Most channels one workgroup of `stats.wgsl` covers.
 const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
@@ -247,8 +261,20 @@ impl Plan {
     /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
     /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
     fn vec4(self) -> Plan {
-        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
-        let chunk = RWG / tc * PER_THREAD;
+        let quads = self.c / 4;
+        let tc = quads.next_power_of_two().min(MAX_TC);
+        let lanes = RWG / tc;
+        // Rows per invocation: PER_THREAD, or fewer (a multiple of 4, the shader's step, and
+        // at least 4) while that leaves the grid under `target_groups()` workgroups: a 25 MB
+        // tensor in 16-row chunks is ~400 workgroups, 3 per SM on an H200, each invocation
+        // with 8 loads to wait for in turn.
+        let want_splits = target_groups().div_ceil(quads.div_ceil(tc));
+        let per = self
+            .rest
+            .div_ceil(lanes * want_splits)
+            .next_multiple_of(4)
+            .clamp(4, PER_THREAD);
+        let chunk = lanes * per;
         Plan {
             tc,
             chunk,
@@ -573,7 +599,9 @@ impl Run<'_> {
                     )
                 })?;
             let words = words_for(name, dtype, n)? / 4;
-            let threads = words.div_ceil(2);
+            // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
+            // one quad's); S <= words as words is a multiple of the quads.
+            let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -643,32 +671,16 @@ impl Run<'_> {
 }
 
 /// `apply.wgsl`'s float32 NHWC case (C % 4 == 0) on vec4: the same expression per lane,
-/// four neighbouring channels per load; p.words = vec4 count, p.groups_x = invocations (two
-/// vec4 each, p.groups_x apart, both loads before the stores: out may be x).
+/// four neighbouring channels per load; p.words = vec4 count, p.groups_x = S, the invocations,
+/// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
+/// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
+/// start at multiples of 4); both data loads come before the stores (out may be x).
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> res: array<f32>;
+@group(0) @binding(3) var<storage, read_write> res: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
 $LINEAR_INDEX
-
-fn coef(row: u32, ch: u32) -> vec4<f32> {
-    let b = row * p.c + ch;
-    return vec4<f32>(res[b], res[b + 1u], res[b + 2u], res[b + 3u]);
-}
-
-fn elem4(i: u32) -> vec4<f32> {
-    let ch = (i * 4u) % p.c;
-    let k = coef(5u, ch);
-    if p.mode < 2u {
-        return (x[i] - coef(4u, ch)) * k + coef(6u, ch);
-    }
-    if p.mode == 3u {
-        return dy[i] * k;
-    }
-    let xc = x[i] - coef(4u, ch);
-    return k * ((dy[i] - coef(6u, ch)) - xc * coef(7u, ch));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -676,14 +688,40 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if i0 >= p.groups_x {
         return;
     }
+    let quads = p.c / 4u;
+    let q = i0 % quads;
     let i1 = i0 + p.groups_x;
-    let r0 = elem4(i0);
-    var r1 = vec4<f32>();
-    if i1 < p.words {
-        r1 = elem4(i1);
+    let two = i1 < p.words;
+    let mean = res[4u * quads + q];
+    let k = res[5u * quads + q];
+    let r6 = res[6u * quads + q];
+    let x0 = x[i0];
+    var x1 = vec4<f32>();
+    if two {
+        x1 = x[i1];
+    }
+    var r0: vec4<f32>;
+    var r1: vec4<f32>;
+    if p.mode < 2u {
+        r0 = (x0 - mean) * k + r6;
+        r1 = (x1 - mean) * k + r6;
+    } else {
+        let d0 = dy[i0];
+        var d1 = vec4<f32>();
+        if two {
+            d1 = dy[i1];
+        }
+        if p.mode == 3u {
+            r0 = d0 * k;
+            r1 = d1 * k;
+        } else {
+            let r7 = res[7u * quads + q];
+            r0 = k * ((d0 - r6) - (x0 - mean) * r7);
+            r1 = k * ((d1 - r6) - (x1 - mean) * r7);
+        }
     }
     out[i0] = r0;
-    if i1 < p.words {
+    if two {
         out[i1] = r1;
     }
 }
