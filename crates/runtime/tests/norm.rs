@@ -56,7 +56,14 @@ fn forward_training_and_inference_shapes() {
 #[test]
 fn forward_f16() {
     let mut seed = 100;
-    for (shape, cf) in [(vec![2, 5, 3, 6], false), (vec![3, 4, 5, 7], true)] {
+    // The last three: NHWC with C % 4 == 0, the vec4 statistics and apply on four halves.
+    for (shape, cf) in [
+        (vec![2, 5, 3, 6], false),
+        (vec![3, 4, 5, 7], true),
+        (vec![1, 3, 3, 8], false),
+        (vec![2, 33, 17, 64], false),
+        (vec![2, 9, 9, 132], false),
+    ] {
         for training in [true, false] {
             for version in [2, 3] {
                 seed += 1;
@@ -158,7 +165,12 @@ fn gradient_training_and_inference() {
 #[test]
 fn gradient_f16() {
     let mut seed = 300;
-    for (shape, cf) in [(vec![2, 5, 3, 6], false), (vec![3, 4, 5, 7], true)] {
+    for (shape, cf) in [
+        (vec![2, 5, 3, 6], false),
+        (vec![3, 4, 5, 7], true),
+        (vec![3, 6, 7, 12], false),
+        (vec![2, 20, 20, 256], false),
+    ] {
         for training in [true, false] {
             seed += 1;
             check_grad(

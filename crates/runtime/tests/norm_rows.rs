@@ -1,5 +1,5 @@
 //! norm family, float32 NHWC with C % 4 == 0 (the vec4 statistics and apply), with
-//! `TFWGPU_NORM_TARGET_GROUPS=1`: every invocation of the statistics takes the most rows it
+//! `TFWGPU_NORM_TARGET_GROUPS=1` (float32, and float16 in training): every invocation of the statistics takes the most rows it
 //! can (16), so the four-row main loop runs several times and the one-row tail after it, on
 //! tensors small enough for lavapipe (with the default target of 1024 workgroups, only
 //! tensors of 12M+ elements reach 16 rows per invocation). Same references and error bounds
@@ -29,13 +29,13 @@ fn vec4_statistics_with_sixteen_rows_per_invocation() {
     ];
     let mut seed = 500;
     for &shape in shapes {
-        for training in [true, false] {
+        for (training, half) in [(true, false), (false, false), (true, true)] {
             seed += 1;
             check_forward(
                 &FwdCase {
                     shape: shape.to_vec(),
                     cf: false,
-                    half: false,
+                    half,
                     training,
                     factor: 1.0,
                     eps: 1e-3,
@@ -49,7 +49,7 @@ fn vec4_statistics_with_sixteen_rows_per_invocation() {
                 &GradCase {
                     shape: shape.to_vec(),
                     cf: false,
-                    half: false,
+                    half,
                     training,
                     version: 3,
                 },

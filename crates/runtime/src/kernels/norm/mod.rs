@@ -285,7 +285,7 @@ impl Plan {
 
     /// Whether the statistics of `dtype` can run on `stats_vec4.wgsl`.
     fn vec4_stats(&self, ctx: &KernelContext, dtype: DType) -> bool {
-        dtype == DType::F32
+        matches!(dtype, DType::F32 | DType::F16)
             && self.inner == 1
             && self.c.is_multiple_of(4)
             && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
@@ -381,6 +381,38 @@ const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
         out[w3] = bitcast<u32>(r3);
     }";
 
+/// Fills the vec4 shaders' element type and conversions: `$XT` (a float32 vec4, or four
+/// float16 in a vec2<u32>), `ld` (to vec4<f32>, exact), `st` (from vec4<f32>: float16 rounds
+/// to nearest even once, `f32_to_f16`), and `$COMMON`.
+fn vec4_io(src: String, dtype: DType) -> String {
+    let (xt, ld) = if dtype == DType::F16 {
+        (
+            "vec2<u32>",
+            "fn ld(v: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(f16_to_f32(v.x & 0xffffu), f16_to_f32(v.x >> 16u),
+        f16_to_f32(v.y & 0xffffu), f16_to_f32(v.y >> 16u));
+}
+fn st(r: vec4<f32>) -> vec2<u32> {
+    return vec2<u32>(f32_to_f16(r.x) | (f32_to_f16(r.y) << 16u),
+        f32_to_f16(r.z) | (f32_to_f16(r.w) << 16u));
+}",
+        )
+    } else {
+        (
+            "vec4<f32>",
+            "fn ld(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}
+fn st(r: vec4<f32>) -> vec4<f32> {
+    return r;
+}",
+        )
+    };
+    src.replace("$XT", xt)
+        .replace("$LD", ld)
+        .replace("$COMMON", COMMON_WGSL)
+}
+
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
 fn finalize_direct(ctx: &KernelContext) -> bool {
     ctx.limits().max_storage_buffers_per_shader_stage >= 11
@@ -471,9 +503,12 @@ impl Run<'_> {
             ),
             || {
                 crate::kernels::membound_shader(if vec4 {
-                    STATS_VEC4_WGSL
-                        .replace("$NORM_COMMON", NORM_COMMON)
-                        .replace("$GRAD", if grad { "true" } else { "false" })
+                    vec4_io(
+                        STATS_VEC4_WGSL
+                            .replace("$NORM_COMMON", NORM_COMMON)
+                            .replace("$GRAD", if grad { "true" } else { "false" }),
+                        dtype,
+                    )
                 } else {
                     stats_shader(dtype, grad)
                 })
@@ -582,23 +617,22 @@ impl Run<'_> {
         let ctx = self.ctx;
         let dtype = self.dtype;
         let n = out.desc.num_elements();
-        // float32 with the channel innermost and C % 4 == 0: vec4 loads and stores (four
-        // neighbouring channels per load), two per invocation.
+        // float32 or float16 with the channel innermost and C % 4 == 0: vec4 loads and stores
+        // (four neighbouring channels per load), two per invocation.
         let p = &self.plan;
-        if dtype == DType::F32
-            && p.inner == 1
-            && p.c.is_multiple_of(4)
-            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
-        {
+        if p.vec4_stats(ctx, dtype) {
             let pipeline =
                 ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply/vec4"), || {
-                    crate::kernels::membound_shader(
+                    crate::kernels::membound_shader(vec4_io(
                         APPLY_VEC4_WGSL
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
-                    )
+                        dtype,
+                    ))
                 })?;
-            let words = words_for(name, dtype, n)? / 4;
+            words_for(name, dtype, n)?;
+            // Channel quads (C % 4 == 0, so n is a multiple of 4).
+            let words = (n / 4) as u32;
             // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
             // one quad's); S <= words as words is a multiple of the quads.
             let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
@@ -670,17 +704,20 @@ impl Run<'_> {
     }
 }
 
-/// `apply.wgsl`'s float32 NHWC case (C % 4 == 0) on vec4: the same expression per lane,
-/// four neighbouring channels per load; p.words = vec4 count, p.groups_x = S, the invocations,
+/// `apply.wgsl`'s NHWC case with C % 4 == 0 (float32, or float16 as four halves in a vec2<u32>,
+/// see `vec4_io`) on vec4: the same expression per lane, four neighbouring channels per load;
+/// p.words = vec4 count, p.groups_x = S, the invocations,
 /// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
 /// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
 /// start at multiples of 4); both data loads come before the stores (out may be x).
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(3) var<storage, read_write> res: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
 $LINEAR_INDEX
+$COMMON
+$LD
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -695,10 +732,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let mean = res[4u * quads + q];
     let k = res[5u * quads + q];
     let r6 = res[6u * quads + q];
-    let x0 = x[i0];
+    let x0 = ld(x[i0]);
     var x1 = vec4<f32>();
     if two {
-        x1 = x[i1];
+        x1 = ld(x[i1]);
     }
     var r0: vec4<f32>;
     var r1: vec4<f32>;
@@ -706,10 +743,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         r0 = (x0 - mean) * k + r6;
         r1 = (x1 - mean) * k + r6;
     } else {
-        let d0 = dy[i0];
+        let d0 = ld(dy[i0]);
         var d1 = vec4<f32>();
         if two {
-            d1 = dy[i1];
+            d1 = ld(dy[i1]);
         }
         if p.mode == 3u {
             r0 = d0 * k;
@@ -720,9 +757,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             r1 = k * ((d1 - r6) - (x1 - mean) * r7);
         }
     }
-    out[i0] = r0;
+    out[i0] = st(r0);
     if two {
-        out[i1] = r1;
+        out[i1] = st(r1);
     }
 }
 ";

@@ -1,21 +1,27 @@
-// stats.wgsl for float32 with the channel innermost (NHWC) and C % 4 == 0: an invocation owns
-// four neighbouring channels (one vec4 load per row), so a row of a workgroup's p.tc channel
-// quads is p.tc consecutive vec4. A workgroup covers p.tc quads (a power of two, at most 32)
-// and one chunk of p.chunk rows of them; invocation t takes quad t % p.tc and every
-// (256 / p.tc)-th row of the chunk (at most 16; fewer when that gives the GPU more workgroups),
-// four rows per loop iteration (all loaded before any is folded), then a tree in shared memory
-// combines the rows' lanes.
+// stats.wgsl for float32 or float16 with the channel innermost (NHWC) and C % 4 == 0: an
+// invocation owns four neighbouring channels (one vec4 load per row), so a row of a
+// workgroup's p.tc channel quads is p.tc consecutive vec4. A workgroup covers p.tc quads (a
+// power of two, at most 32) and one chunk of p.chunk rows of them; invocation t takes quad
+// t % p.tc and every (256 / p.tc)-th row of the chunk (at most 16; fewer when that gives the
+// GPU more workgroups), four rows per loop iteration (all loaded before any is folded), then a
+// tree in shared memory combines the rows' lanes.
 // Forward: per-invocation shifted sums about its first row turned into Welford states
 // (count, mean, M2), combined by Chan's formula; gradient: (sum dy, sum dy * (x - mean)).
 // Writes part[3 * (ch * p.splits + chunk)] for each of the four channels, as stats.wgsl.
-// Placeholders: GRAD, NORM_COMMON.
+// float16 (T = half) loads four halves (8 bytes, a vec2<u32>) per row instead, exactly
+// converted to f32 (`ld`).
+// Placeholders: GRAD, NORM_COMMON, XT and LD (the load type and its conversion), COMMON.
 $NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(3) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const GRAD: bool = $GRAD;
+
+$COMMON
+
+$LD
 
 var<workgroup> sa: array<f32, 256>;
 var<workgroup> sb: array<vec4<f32>, 256>;
@@ -88,7 +94,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         var j = start + lane;
         if !GRAD && j < end {
-            k = x[j * quads + q];
+            k = ld(x[j * quads + q]);
         }
         // Four rows per iteration, all loads before any fold and no guard inside (full
         // groups only), then the remaining rows one at a time; the sums run in row order.
@@ -98,15 +104,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             let e1 = e0 + step;
             let e2 = e1 + step;
             let e3 = e2 + step;
-            let x0 = x[e0];
-            let x1 = x[e1];
-            let x2 = x[e2];
-            let x3 = x[e3];
+            let x0 = ld(x[e0]);
+            let x1 = ld(x[e1]);
+            let x2 = ld(x[e2]);
+            let x3 = ld(x[e3]);
             if GRAD {
-                let d0 = dy[e0];
-                let d1 = dy[e1];
-                let d2 = dy[e2];
-                let d3 = dy[e3];
+                let d0 = ld(dy[e0]);
+                let d1 = ld(dy[e1]);
+                let d2 = ld(dy[e2]);
+                let d3 = ld(dy[e3]);
                 b = b + d0;
                 c = c + d0 * (x0 - m);
                 b = b + d1;
@@ -134,9 +140,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         while j < end {
             let e0 = j * quads + q;
-            let x0 = x[e0];
+            let x0 = ld(x[e0]);
             if GRAD {
-                let d0 = dy[e0];
+                let d0 = ld(dy[e0]);
                 b = b + d0;
                 c = c + d0 * (x0 - m);
             } else {
