@@ -788,10 +788,11 @@ fn errors_name_the_op_and_shapes() {
     assert!(try_run("MaxPool", &a, &[&xi]).is_err());
 }
 
-/// float32 NHWC with C % 4 == 0 runs MaxPool / MaxPoolGrad four channels per invocation
-/// (pool_vec4.wgsl): every window shape and padding of `configs`, ties and uniform data.
+/// NHWC with C % 4 == 0 runs MaxPool / MaxPoolGrad four channels per invocation
+/// (pool_vec4.wgsl): window shapes and paddings as `configs`, ties and uniform data, float32
+/// and (every other config) float16.
 #[test]
-fn pool_f32_vec4_channels() {
+fn pool_vec4_channels_f32_and_f16() {
     let wins = [
         (1, 1, 1, 1),
         (2, 2, 2, 2),
@@ -821,6 +822,9 @@ fn pool_f32_vec4_channels() {
                     nchw: false,
                 };
                 check_all_ops(&cfg, false, 900 + k);
+                if k % 2 == 0 {
+                    check_all_ops(&cfg, true, 1900 + k);
+                }
             }
         }
     }

@@ -381,10 +381,11 @@ const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
         out[w3] = bitcast<u32>(r3);
     }";
 
-/// Fills the vec4 shaders' element type and conversions: `$XT` (a float32 vec4, or four
-/// float16 in a vec2<u32>), `ld` (to vec4<f32>, exact), `st` (from vec4<f32>: float16 rounds
-/// to nearest even once, `f32_to_f16`), and `$COMMON`.
-fn vec4_io(src: String, dtype: DType) -> String {
+/// Fills the vec4 shaders' element type and conversions (also pool's `pool_vec4.wgsl`): `$XT`
+/// (a float32 vec4, or four float16 in a vec2<u32>), `$LD`: `ld` (to vec4<f32>, exact), `st`
+/// (from vec4<f32>: float16 rounds to nearest even once, `f32_to_f16`) and `rt` (rounds to T),
+/// and `$COMMON`.
+pub(crate) fn vec4_io(src: String, dtype: DType) -> String {
     let (xt, ld) = if dtype == DType::F16 {
         (
             "vec2<u32>",
@@ -395,6 +396,9 @@ fn vec4_io(src: String, dtype: DType) -> String {
 fn st(r: vec4<f32>) -> vec2<u32> {
     return vec2<u32>(f32_to_f16(r.x) | (f32_to_f16(r.y) << 16u),
         f32_to_f16(r.z) | (f32_to_f16(r.w) << 16u));
+}
+fn rt(r: vec4<f32>) -> vec4<f32> {
+    return ld(st(r));
 }",
         )
     } else {
@@ -404,6 +408,9 @@ fn st(r: vec4<f32>) -> vec2<u32> {
     return v;
 }
 fn st(r: vec4<f32>) -> vec4<f32> {
+    return r;
+}
+fn rt(r: vec4<f32>) -> vec4<f32> {
     return r;
 }",
         )

@@ -1,8 +1,8 @@
 //! pool family: MaxPool, MaxPoolV2, AvgPool and the gradients MaxPoolGrad, MaxPoolGradV2,
 //! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2 (2-D, NHWC or NCHW, SAME / VALID, and
 //! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
-//! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on float32 NHWC with
-//! C % 4 == 0 run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
+//! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
+//! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
@@ -537,11 +537,11 @@ impl Kernel for Pool {
         };
         let o = bind_out(ctx, name, out)?;
         let mode = self.mode;
-        // MaxPool / MaxPoolGrad on float32 NHWC with C % 4 == 0: `pool_vec4.wgsl`, four
+        // MaxPool / MaxPoolGrad on NHWC with C % 4 == 0: `pool_vec4.wgsl`, four
         // channels per invocation (bit-identical results); MaxPoolGrad in two passes (argmax
         // codes per output, 8 bits per channel, then the gather), so windows of at most 255
         // elements.
-        if dtype == DType::F32
+        if matches!(dtype, DType::F32 | DType::F16)
             && !self.nchw
             && g.c.is_multiple_of(4)
             && (mode == Mode::Max || (mode == Mode::MaxGrad && g.kh * g.kw <= 255))
@@ -552,11 +552,20 @@ impl Kernel for Pool {
                 let pipeline = ctx.pipeline(
                     PipelineKey::new("pool", Some(dtype), format!("max_vec4/{pass}")),
                     || {
-                        crate::kernels::membound_shader(
+                        crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
                             POOL_VEC4_WGSL
                                 .replace("$MODE", &pass.to_string())
-                                .replace("$LINEAR_INDEX", LINEAR_INDEX),
-                        )
+                                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                                .replace(
+                                    "$LOWEST",
+                                    if dtype == DType::F16 {
+                                        "-65504.0"
+                                    } else {
+                                        "bitcast<f32>(0xff7fffffu)"
+                                    },
+                                ),
+                            dtype,
+                        ))
                     },
                 )?;
                 let (groups, row) = grid_1d(words as u64, WG);

@@ -1,14 +1,16 @@
-// MaxPool and MaxPoolGrad over NHWC float32 with C % 4 == 0, four neighbouring channels per
-// invocation (one vec4 load per window element), lane by lane TensorFlow's rules as in
+// MaxPool and MaxPoolGrad over NHWC float32 or float16 with C % 4 == 0, four neighbouring
+// channels per invocation (one vec4 load per window element; float16: four halves in a
+// vec2<u32>, widened exactly by `ld`, stored by `st`), lane by lane TensorFlow's rules as in
 // pool.wgsl, so the results are bit-identical to pool.wgsl's:
-// - MODE 0, MaxPool: per output, the maximum from the lowest finite value, taking an element
+// - MODE 0, MaxPool: per output, the maximum from the lowest finite value of T, taking an element
 //   only when it is greater (NaN never taken);
 // - MODE 5, the argmax codes: per output and lane, the position of TensorFlow's argmax (the
 //   window's first element, replaced only by a strictly greater one; NaN neither replaces nor
 //   is replaced) as (y - y0) * kw + (x - x0) in the in-bounds window starting at (y0, x0),
 //   8 bits per lane, four lanes in a u32 (0xff for an empty window);
 // - MODE 2, MaxPoolGrad from the codes: per input, the grads of the covering outputs whose
-//   code names this input, summed in TensorFlow's order (outputs row by row).
+//   code names this input, summed in TensorFlow's order (outputs row by row; float16 rounds
+//   after every addition, `rt`, as Eigen's half).
 // MaxPoolGrad is MODE 5 then MODE 2: each window's argmax is computed once (one invocation
 // per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
 // gradient pass reads one code word per covering output.
@@ -16,7 +18,7 @@
 // Comparisons run on integer keys (the float's bits made monotonic, -0 mapped to +0, so
 // IEEE's -0 == +0 holds), decided independently of the driver's float compare.
 //
-// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX.
+// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, LOWEST.
 struct Params {
     row: u32,
     n: u32,
@@ -37,17 +39,19 @@ struct Params {
 };
 @group(0) @binding(0) var<uniform> p: Params;
 // The input (MaxPool, codes).
-@group(0) @binding(1) var<storage, read_write> a: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> a: array<$XT>;
 // MaxPoolGrad: grad (output shaped).
-@group(0) @binding(2) var<storage, read_write> b: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> b: array<$XT>;
 // The argmax codes: written by MODE 5, read by MODE 2.
 @group(0) @binding(3) var<storage, read_write> codes: array<u32>;
 // MaxPool's output, MaxPoolGrad's dx.
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
 
 const MODE: u32 = $MODEu;
 
 $LINEAR_INDEX
+$COMMON
+$LD
 
 // Order keys of the four lanes: x < y (IEEE, non-NaN) iff key(x) < key(y); -0 keys as +0;
 // NaN keys as i32 min, below every number, so a NaN is never greater than anything.
@@ -118,7 +122,7 @@ fn max_pool(e: u32) -> vec4<f32> {
     let oy = t2 % p.oh;
     let n = t2 / p.oh;
     let r = window(oy, ox);
-    let lowest = vec4<f32>(bitcast<f32>(0xff7fffffu));
+    let lowest = vec4<f32>($LOWEST);
     var m = Max4(lowest, key4(lowest));
     if r.y - r.x == 3u && r.w - r.z == 3u {
         // A whole 3x3 window: the nine loads first, then folded row by row.
@@ -126,15 +130,15 @@ fn max_pool(e: u32) -> vec4<f32> {
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = a[i0];
-        let v1 = a[i0 + quads];
-        let v2 = a[i0 + 2u * quads];
-        let v3 = a[i1];
-        let v4 = a[i1 + quads];
-        let v5 = a[i1 + 2u * quads];
-        let v6 = a[i2];
-        let v7 = a[i2 + quads];
-        let v8 = a[i2 + 2u * quads];
+        let v0 = ld(a[i0]);
+        let v1 = ld(a[i0 + quads]);
+        let v2 = ld(a[i0 + 2u * quads]);
+        let v3 = ld(a[i1]);
+        let v4 = ld(a[i1 + quads]);
+        let v5 = ld(a[i1 + 2u * quads]);
+        let v6 = ld(a[i2]);
+        let v7 = ld(a[i2 + quads]);
+        let v8 = ld(a[i2 + 2u * quads]);
         m = max4(m, v0);
         m = max4(m, v1);
         m = max4(m, v2);
@@ -148,7 +152,7 @@ fn max_pool(e: u32) -> vec4<f32> {
     }
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
-            m = max4(m, a[((n * p.h + y) * p.w + x) * quads + qd]);
+            m = max4(m, ld(a[((n * p.h + y) * p.w + x) * quads + qd]));
         }
     }
     return m.v;
@@ -176,15 +180,15 @@ fn argmax_codes(e: u32) -> u32 {
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = a[i0];
-        let v1 = a[i0 + quads];
-        let v2 = a[i0 + 2u * quads];
-        let v3 = a[i1];
-        let v4 = a[i1 + quads];
-        let v5 = a[i1 + 2u * quads];
-        let v6 = a[i2];
-        let v7 = a[i2 + quads];
-        let v8 = a[i2 + 2u * quads];
+        let v0 = ld(a[i0]);
+        let v1 = ld(a[i0 + quads]);
+        let v2 = ld(a[i0 + 2u * quads]);
+        let v3 = ld(a[i1]);
+        let v4 = ld(a[i1 + quads]);
+        let v5 = ld(a[i1 + 2u * quads]);
+        let v6 = ld(a[i2]);
+        let v7 = ld(a[i2 + quads]);
+        let v8 = ld(a[i2 + 2u * quads]);
         let kw = p.kw;
         var s = arg_first(v0);
         s = arg4(s, v1, 1u);
@@ -197,11 +201,11 @@ fn argmax_codes(e: u32) -> u32 {
         s = arg4(s, v8, 2u * kw + 2u);
         return pack_codes(s.code);
     }
-    var s = arg_first(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]);
+    var s = arg_first(ld(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]));
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
             if y != r.x || x != r.z {
-                s = arg4(s, a[((n * p.h + y) * p.w + x) * quads + qd], (y - r.x) * p.kw + (x - r.z));
+                s = arg4(s, ld(a[((n * p.h + y) * p.w + x) * quads + qd]), (y - r.x) * p.kw + (x - r.z));
             }
         }
     }
@@ -228,7 +232,7 @@ fn max_pool_grad(e: u32) -> vec4<f32> {
             let code = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
             let hit = code == vec4<u32>(mine);
             if any(hit) {
-                acc = select(acc, acc + b[o], hit);
+                acc = select(acc, rt(acc + ld(b[o])), hit);
             }
         }
     }
@@ -242,10 +246,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     if MODE == 0u {
-        out[e] = max_pool(e);
+        out[e] = st(max_pool(e));
     } else if MODE == 5u {
         codes[e] = argmax_codes(e);
     } else {
-        out[e] = max_pool_grad(e);
+        out[e] = st(max_pool_grad(e));
     }
 }
