@@ -9,7 +9,7 @@
 use rand::{SeedableRng, rngs::StdRng};
 use tfwgpu_runtime::{
     Arg, AttrValue, Attrs, DType, Device, DeviceRef, HostTensor, Kernel, KernelContext, Operand,
-    PipelineKey, TensorDesc,
+    PipelineKey, TensorDesc, f16,
     kernel::grid_1d,
     kernel_manager::{Checks, ShaderSource},
 };
@@ -67,15 +67,18 @@ enum Kind {
         rows: usize,
         cols: usize,
     },
-    /// FusedBatchNormV3 (`grad`: FusedBatchNormGradV3), training, NHWC.
+    /// FusedBatchNormV3 (`grad`: FusedBatchNormGradV3), training, NHWC; `half`: T = float16
+    /// (U float32), as Keras' mixed precision runs it.
     BatchNorm {
         shape: [usize; 4],
         grad: bool,
+        half: bool,
     },
-    /// MaxPool (`grad`: MaxPoolGrad) 3x3, stride 2, SAME, NHWC.
+    /// MaxPool (`grad`: MaxPoolGrad) 3x3, stride 2, SAME, NHWC; `half`: float16.
     MaxPool {
         shape: [usize; 4],
         grad: bool,
+        half: bool,
     },
     Copy {
         elems: usize,
@@ -142,15 +145,17 @@ impl Kind {
                 dims(&[rows, cols])
             ),
             Kind::Softmax { rows, cols } => format!("softmax_{}", dims(&[rows, cols])),
-            Kind::BatchNorm { shape, grad } => format!(
-                "bn_{}_{}",
+            Kind::BatchNorm { shape, grad, half } => format!(
+                "bn_{}_{}{}",
                 if grad { "grad" } else { "train" },
-                dims(&shape)
+                dims(&shape),
+                if half { "_f16" } else { "" }
             ),
-            Kind::MaxPool { shape, grad } => format!(
-                "maxpool{}3s2_{}",
+            Kind::MaxPool { shape, grad, half } => format!(
+                "maxpool{}3s2_{}{}",
                 if grad { "grad" } else { "" },
-                dims(&shape)
+                dims(&shape),
+                if half { "_f16" } else { "" }
             ),
             Kind::Copy { elems, how } => format!(
                 "copy_{}_{}MiB",
@@ -215,7 +220,11 @@ fn all_cases(small: bool) -> Vec<Kind> {
             rows: 32,
             cols: 32768,
         });
-        v.extend(bn_cases(&[[4, 56, 56, 64]], &[[8, 14, 14, 256]]));
+        v.extend(bn_cases(
+            &[[4, 56, 56, 64]],
+            &[[8, 14, 14, 256]],
+            &[[8, 14, 14, 256]],
+        ));
         v.extend(pool_cases(None, [4, 112, 112, 64]));
     } else {
         v.extend(copy(64 << 20));
@@ -243,6 +252,7 @@ fn all_cases(small: bool) -> Vec<Kind> {
         v.extend(bn_cases(
             &[[32, 56, 56, 64], [32, 14, 14, 256]],
             &RESNET50_BN,
+            &[[64, 56, 56, 256], [64, 14, 14, 1024]],
         ));
         v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
     }
@@ -279,34 +289,47 @@ const RESNET50_BN: [[usize; 4]; 5] = [
     [64, 7, 7, 2048],
 ];
 
-/// FusedBatchNormV3 training on `fwd_only`, then forward and gradient on `both`.
-fn bn_cases(fwd_only: &[[usize; 4]], both: &[[usize; 4]]) -> Vec<Kind> {
+/// FusedBatchNormV3 training on `fwd_only`, then forward and gradient on `both`, then
+/// forward and gradient in float16 on `half`.
+fn bn_cases(fwd_only: &[[usize; 4]], both: &[[usize; 4]], half: &[[usize; 4]]) -> Vec<Kind> {
     let mut v: Vec<Kind> = fwd_only
         .iter()
-        .map(|&shape| Kind::BatchNorm { shape, grad: false })
+        .map(|&shape| Kind::BatchNorm {
+            shape,
+            grad: false,
+            half: false,
+        })
         .collect();
-    for &shape in both {
-        for grad in [false, true] {
-            v.push(Kind::BatchNorm { shape, grad });
+    for (list, half) in [(both, false), (half, true)] {
+        for &shape in list {
+            for grad in [false, true] {
+                v.push(Kind::BatchNorm { shape, grad, half });
+            }
         }
     }
     v
 }
 
-/// MaxPool 3x3/2 SAME on `fwd_only`, then MaxPool and MaxPoolGrad on `both`.
+/// MaxPool 3x3/2 SAME on `fwd_only`, then MaxPool and MaxPoolGrad on `both` in float32 and
+/// float16.
 fn pool_cases(fwd_only: Option<[usize; 4]>, both: [usize; 4]) -> Vec<Kind> {
     let mut v: Vec<Kind> = fwd_only
-        .map(|shape| Kind::MaxPool { shape, grad: false })
+        .map(|shape| Kind::MaxPool {
+            shape,
+            grad: false,
+            half: false,
+        })
         .into_iter()
         .collect();
-    v.push(Kind::MaxPool {
-        shape: both,
-        grad: false,
-    });
-    v.push(Kind::MaxPool {
-        shape: both,
-        grad: true,
-    });
+    for half in [false, true] {
+        for grad in [false, true] {
+            v.push(Kind::MaxPool {
+                shape: both,
+                grad,
+                half,
+            });
+        }
+    }
     v
 }
 
@@ -438,8 +461,16 @@ fn copy_gbps(rows: &[Row]) -> Option<f64> {
 fn tolerance(k: &Kind) -> f64 {
     match k {
         Kind::Copy { .. } | Kind::MaxPool { grad: false, .. } => 0.0,
-        // Sums of up to 4 gradients, in TensorFlow's order on the GPU, f64 here.
-        Kind::MaxPool { grad: true, .. } => 3e-7,
+        // Sums of up to 4 gradients, in TensorFlow's order on the GPU (float16: rounded after
+        // each addition), f64 here.
+        Kind::MaxPool {
+            grad: true,
+            half: false,
+            ..
+        } => 3e-7,
+        Kind::MaxPool { grad: true, .. } => 2e-3,
+        // float16 outputs: one rounding to half (2^-11 relative) on top of float32's error.
+        Kind::BatchNorm { half: true, .. } => 1e-3,
         Kind::Binary { .. } => 1.2e-7,
         Kind::Reduce { op, .. } if *op == "Max" => 0.0,
         Kind::Reduce { .. } | Kind::MatMul { .. } => 1e-5,
@@ -471,9 +502,31 @@ fn measure(
     reps: usize,
     check: impl FnOnce(&[&[f32]], &[Vec<f32>]) -> f64,
 ) -> Res<Measured> {
+    measure_t(dev, kernel, inputs, &[], host, reps, check)
+}
+
+/// `measure` with the inputs at indices `half` uploaded as float16 (their values must be
+/// halves already, see `to_half`) and float16 outputs downloaded as f32.
+fn measure_t(
+    dev: &Device,
+    kernel: &dyn Kernel,
+    inputs: &[(Vec<f32>, Vec<usize>)],
+    half: &[usize],
+    host: &[HostTensor],
+    reps: usize,
+    check: impl FnOnce(&[&[f32]], &[Vec<f32>]) -> f64,
+) -> Res<Measured> {
     let tensors = inputs
         .iter()
-        .map(|(d, s)| dev.upload(d, s).map_err(err))
+        .enumerate()
+        .map(|(i, (d, s))| {
+            if half.contains(&i) {
+                let h: Vec<f16> = d.iter().map(|&v| f16::from_f32(v)).collect();
+                dev.upload(&h, s).map_err(err)
+            } else {
+                dev.upload(d, s).map_err(err)
+            }
+        })
         .collect::<Res<Vec<_>>>()?;
     let mut args: Vec<Arg> = tensors.iter().map(Arg::from).collect();
     args.extend(host.iter().map(Arg::from));
@@ -481,12 +534,15 @@ fn measure(
     record(dev, kernel, &args, &outs)?;
     let got = outs
         .iter()
-        .map(|t| {
-            if t.dtype() == DType::F32 {
-                t.download::<f32>().map_err(err)
-            } else {
-                Ok(vec![])
-            }
+        .map(|t| match t.dtype() {
+            DType::F32 => t.download::<f32>().map_err(err),
+            DType::F16 => Ok(t
+                .download::<f16>()
+                .map_err(err)?
+                .into_iter()
+                .map(f16::to_f32)
+                .collect()),
+            _ => Ok(vec![]),
         })
         .collect::<Res<Vec<_>>>()?;
     let host_in: Vec<&[f32]> = inputs.iter().map(|(d, _)| d.as_slice()).collect();
@@ -501,6 +557,16 @@ type Case = (String, Vec<Vec<usize>>, Work, Measured);
 
 fn f32b(n: usize) -> f64 {
     (n * 4) as f64
+}
+
+/// Bytes of `n` elements of float16 (`half`) or float32.
+fn tb(half: bool, n: usize) -> f64 {
+    if half { (n * 2) as f64 } else { f32b(n) }
+}
+
+/// The values rounded to float16 (so that the host reference sees what the GPU gets).
+fn to_half(v: Vec<f32>) -> Vec<f32> {
+    v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect()
 }
 
 fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
@@ -638,8 +704,16 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 meas,
             )
         }
-        Kind::BatchNorm { shape, grad: true } => bn_grad_case(dev, shape, reps, rng)?,
-        Kind::BatchNorm { shape, grad: false } => {
+        Kind::BatchNorm {
+            shape,
+            grad: true,
+            half,
+        } => bn_grad_case(dev, shape, half, reps, rng)?,
+        Kind::BatchNorm {
+            shape,
+            grad: false,
+            half,
+        } => {
             let c = shape[3];
             let n = shape.iter().product::<usize>();
             let eps = 0.001f32;
@@ -655,6 +729,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 .map_err(err)?;
             // x = 2 + uniform(-1, 1): a mean far from 0, as activations have.
             let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
+            let x = if half { to_half(x) } else { x };
             let inputs = [
                 (x, shape.to_vec()),
                 (random(rng, c), vec![c]),
@@ -662,7 +737,8 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 (vec![0.0; c], vec![c]),
                 (vec![1.0; c], vec![c]),
             ];
-            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+            let hx: &[usize] = if half { &[0] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
                 let (x, gamma, beta) = (i[0], i[1], i[2]);
                 let rest = n / c;
                 let mut mean = vec![0.0f64; c];
@@ -696,12 +772,20 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             (
                 "FusedBatchNormV3".into(),
                 vec![shape.to_vec(), vec![c], vec![c], vec![c], vec![c]],
-                Work::Bytes(f32b(2 * n + 7 * c)),
+                Work::Bytes(tb(half, 2 * n) + f32b(7 * c)),
                 meas,
             )
         }
-        Kind::MaxPool { shape, grad: true } => pool_grad_case(dev, shape, reps, rng)?,
-        Kind::MaxPool { shape, grad: false } => {
+        Kind::MaxPool {
+            shape,
+            grad: true,
+            half,
+        } => pool_grad_case(dev, shape, half, reps, rng)?,
+        Kind::MaxPool {
+            shape,
+            grad: false,
+            half,
+        } => {
             let [bn, h, w, c] = shape;
             let (oh, ow) = (h.div_ceil(2), w.div_ceil(2));
             // SAME: pad_before = (total padding) / 2.
@@ -717,8 +801,11 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                     ]),
                 )
                 .map_err(err)?;
-            let inputs = [(random(rng, bn * h * w * c), shape.to_vec())];
-            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+            let x = random(rng, bn * h * w * c);
+            let x = if half { to_half(x) } else { x };
+            let inputs = [(x, shape.to_vec())];
+            let hx: &[usize] = if half { &[0] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
                 let x = i[0];
                 rel_err(&o[0], |e| {
                     let ch = e % c;
@@ -745,7 +832,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             (
                 "MaxPool".into(),
                 vec![shape.to_vec()],
-                Work::Bytes(f32b(bn * h * w * c + bn * oh * ow * c)),
+                Work::Bytes(tb(half, bn * h * w * c + bn * oh * ow * c)),
                 meas,
             )
         }
@@ -802,11 +889,15 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             )
         }
     };
+    let half = matches!(
+        k,
+        Kind::BatchNorm { half: true, .. } | Kind::MaxPool { half: true, .. }
+    );
     Ok(Row {
         case: k.name(),
         op,
         shape,
-        dtype: DType::F32,
+        dtype: if half { DType::F16 } else { DType::F32 },
         timing: m.timing,
         work,
         rel_err: m.rel_err,
@@ -823,7 +914,13 @@ fn same_3s2(h: usize) -> (usize, usize) {
 
 /// FusedBatchNormGradV3 (is_training, NHWC): dy, x, scale, the batch mean and the biased
 /// batch variance (reserve_space_1 / 2, as the forward op saves them), reserve_space_3.
-fn bn_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) -> Res<Case> {
+fn bn_grad_case(
+    dev: &Device,
+    shape: [usize; 4],
+    half: bool,
+    reps: usize,
+    rng: &mut StdRng,
+) -> Res<Case> {
     let c = shape[3];
     let n = shape.iter().product::<usize>();
     let rest = n / c;
@@ -840,6 +937,11 @@ fn bn_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) 
         .map_err(err)?;
     let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
     let dy = random(rng, n);
+    let (x, dy) = if half {
+        (to_half(x), to_half(dy))
+    } else {
+        (x, dy)
+    };
     // The saved statistics of x (f64, rounded once), as the forward op would give them.
     let mut mean = vec![0.0f64; c];
     for (e, &v) in x.iter().enumerate() {
@@ -861,7 +963,8 @@ fn bn_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) 
         (var32, vec![c]),
         (vec![0.0], vec![]),
     ];
-    let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+    let hx: &[usize] = if half { &[0, 1] } else { &[] };
+    let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
         let (dy, x, gamma, m, v) = (i[0], i[1], i[2], i[3], i[4]);
         // Per channel: sum dy, sum dy (x - m), and the magnitudes their rounding scales with.
         let (mut sdy, mut sdyx, mut adx, mut ady) = (
@@ -904,7 +1007,7 @@ fn bn_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) 
     Ok((
         "FusedBatchNormGradV3".into(),
         vec![shape.to_vec(), shape.to_vec(), vec![c], vec![c], vec![c]],
-        Work::Bytes(f32b(3 * n + 5 * c)),
+        Work::Bytes(tb(half, 3 * n) + f32b(5 * c)),
         meas,
     ))
 }
@@ -912,7 +1015,13 @@ fn bn_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) 
 /// MaxPoolGrad 3x3 / stride 2 SAME (NHWC): orig_input, orig_output, grad. The reference
 /// routes each gradient to TensorFlow's argmax (the first window element in row-major order,
 /// replaced only by a strictly greater one) and sums in f64.
-fn pool_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng) -> Res<Case> {
+fn pool_grad_case(
+    dev: &Device,
+    shape: [usize; 4],
+    half: bool,
+    reps: usize,
+    rng: &mut StdRng,
+) -> Res<Case> {
     let [bn, h, w, c] = shape;
     let ((oh, pad_h), (ow, pad_w)) = (same_3s2(h), same_3s2(w));
     let pool_attrs = attrs(&[
@@ -924,6 +1033,7 @@ fn pool_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng
     let n = bn * h * w * c;
     let m = bn * oh * ow * c;
     let x = random(rng, n);
+    let x = if half { to_half(x) } else { x };
     // orig_output: the forward max (only its shape matters to the kernel).
     let mut argmax = vec![0usize; m];
     let mut out = vec![0.0f32; m];
@@ -951,6 +1061,7 @@ fn pool_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng
         *o = x[*a];
     }
     let grad = random(rng, m);
+    let grad = if half { to_half(grad) } else { grad };
     let mut want = vec![(0.0f64, 0.0f64); n];
     for (e, &a) in argmax.iter().enumerate() {
         want[a].0 += grad[e] as f64;
@@ -962,13 +1073,14 @@ fn pool_grad_case(dev: &Device, shape: [usize; 4], reps: usize, rng: &mut StdRng
         (out, vec![bn, oh, ow, c]),
         (grad, vec![bn, oh, ow, c]),
     ];
-    let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |_, o| {
+    let hx: &[usize] = if half { &[0, 1, 2] } else { &[] };
+    let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |_, o| {
         rel_err(&o[0], |e| want[e])
     })?;
     Ok((
         "MaxPoolGrad".into(),
         vec![shape.to_vec(), vec![bn, oh, ow, c], vec![bn, oh, ow, c]],
-        Work::Bytes(f32b(2 * n + 2 * m)),
+        Work::Bytes(tb(half, 2 * n + 2 * m)),
         meas,
     ))
 }
