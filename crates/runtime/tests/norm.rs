@@ -4,12 +4,229 @@
 //! trees (at most 16 serial steps per invocation, then log2 levels), so their error is bounded
 //! by K * eps * sum|terms| with K = 16 + log2(n) + a few operations.
 mod common;
-mod norm_check;
 mod refs;
 
-use norm_check::*;
+use common::*;
+use rand::Rng;
 use refs::*;
-use tfwgpu_runtime::{AttrValue, Attrs, DType};
+use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, Tensor, f16};
+
+/// The (outer, c, inner) view of a shape.
+fn view(shape: &[usize], channels_first: bool) -> (usize, usize, usize) {
+    let cd = if channels_first { 1 } else { shape.len() - 1 };
+    (
+        shape[..cd].iter().product(),
+        shape[cd],
+        shape[cd + 1..].iter().product(),
+    )
+}
+
+/// Indices of channel `ch`'s elements.
+fn channel_indices(shape: &[usize], cf: bool, ch: usize) -> Vec<usize> {
+    let (outer, c, inner) = view(shape, cf);
+    let mut v = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            v.push((o * c + ch) * inner + i);
+        }
+    }
+    v
+}
+
+/// Reduction error factor: K * eps with K from the tree depth.
+fn kred(n: usize) -> f64 {
+    (16.0 + (n.max(2) as f64).log2() + 8.0) * EPS
+}
+
+fn attrs(t: DType, training: bool, cf: bool, rank5: bool, eps: f32, factor: f32) -> Attrs {
+    let fmt = match (cf, rank5) {
+        (false, false) => "NHWC",
+        (true, false) => "NCHW",
+        (false, true) => "NDHWC",
+        (true, true) => "NCDHW",
+    };
+    Attrs::new()
+        .with("T", AttrValue::Type(t))
+        .with("U", AttrValue::Type(DType::F32))
+        .with("epsilon", AttrValue::Float(eps))
+        .with("exponential_avg_factor", AttrValue::Float(factor))
+        .with("data_format", AttrValue::Str(fmt.into()))
+        .with("is_training", AttrValue::Bool(training))
+}
+
+fn tensor_t(v: &[f32], shape: &[usize], half: bool) -> HostTensor {
+    if half {
+        host(&f16s(v), shape)
+    } else {
+        host(v, shape)
+    }
+}
+
+fn down_t(t: &Tensor, half: bool) -> Vec<f64> {
+    if half {
+        f16_to_f64(&t.download::<f16>().unwrap())
+    } else {
+        to_f64(&t.download::<f32>().unwrap())
+    }
+}
+
+fn down_f32(t: &Tensor) -> Vec<f64> {
+    assert_eq!(t.dtype(), DType::F32);
+    to_f64(&t.download::<f32>().unwrap())
+}
+
+struct FwdCase {
+    shape: Vec<usize>,
+    cf: bool,
+    half: bool,
+    training: bool,
+    factor: f32,
+    eps: f32,
+    /// Mean and spread of the data.
+    center: f32,
+    spread: f32,
+    version: u8,
+}
+
+fn check_forward(case: &FwdCase, seed: u64) {
+    let mut r = rng(seed);
+    let shape = &case.shape;
+    let n: usize = shape.iter().product();
+    let (outer, c, inner) = view(shape, case.cf);
+    let rest = outer * inner;
+    let x: Vec<f32> = (0..n)
+        .map(|_| {
+            let v = case.center + r.random_range(-case.spread..case.spread);
+            if case.half { rh(v) } else { v }
+        })
+        .collect();
+    let scale = rand_f32(&mut r, c, 0.5, 2.0);
+    let offset = rand_f32(&mut r, c, -1.0, 1.0);
+    let old_mean = rand_f32(&mut r, c, -1.0, 1.0);
+    let old_var = rand_f32(&mut r, c, 0.5, 2.0);
+    let empty_stats = case.training && case.factor == 1.0 && seed.is_multiple_of(2);
+    let (mi, vi) = if empty_stats {
+        (host::<f32>(&[], &[0]), host::<f32>(&[], &[0]))
+    } else {
+        (host(&old_mean, &[c]), host(&old_var, &[c]))
+    };
+    let t = if case.half { DType::F16 } else { DType::F32 };
+    let op = match case.version {
+        1 => "FusedBatchNorm",
+        2 => "FusedBatchNormV2",
+        _ => "FusedBatchNormV3",
+    };
+    let a = attrs(
+        t,
+        case.training,
+        case.cf,
+        shape.len() == 5,
+        case.eps,
+        case.factor,
+    );
+    let out = run(
+        op,
+        &a,
+        &[
+            &tensor_t(&x, shape, case.half),
+            &host(&scale, &[c]),
+            &host(&offset, &[c]),
+            &mi,
+            &vi,
+        ],
+    );
+    let what = format!(
+        "{op} {shape:?} cf={} half={} training={} f={}",
+        case.cf, case.half, case.training, case.factor
+    );
+    assert_eq!(out.len(), if case.version == 3 { 6 } else { 5 }, "{what}");
+    assert_eq!(out[0].shape(), &shape[..]);
+    for o in &out[1..5] {
+        assert_eq!(o.shape(), &[c], "{what}");
+    }
+    if case.version == 3 {
+        assert_eq!(out[5].shape(), &[] as &[usize]);
+        assert_eq!(out[5].download::<f32>().unwrap(), vec![0.0]);
+    }
+    let y = down_t(&out[0], case.half);
+    let (bm, bv, sm, sv) = (
+        down_f32(&out[1]),
+        down_f32(&out[2]),
+        down_f32(&out[3]),
+        down_f32(&out[4]),
+    );
+    let k = kred(rest);
+    let eps64 = case.eps as f64;
+    for ch in 0..c {
+        let idx = channel_indices(shape, case.cf, ch);
+        let xs: Vec<f64> = idx.iter().map(|&i| x[i] as f64).collect();
+        let (mean, var, tol_mean, tol_var) = if case.training {
+            let mean = xs.iter().sum::<f64>() / rest as f64;
+            let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / rest as f64;
+            let maxabs = xs.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            let maxdev = xs.iter().fold(0.0f64, |m, v| m.max((v - mean).abs()));
+            // Welford/Chan: the mean to K eps |x|; M2 to K eps of max deviation^2 plus the
+            // mean's error times the deviations.
+            let tm = k * maxabs;
+            (mean, var, tm, k * maxdev * maxdev + 2.0 * tm * maxdev)
+        } else {
+            (old_mean[ch] as f64, old_var[ch] as f64, 0.0, 0.0)
+        };
+        let adjust = rest as f64 / (rest.max(2) - 1) as f64;
+        let f = case.factor as f64;
+        let (want_bm, want_bv, tbm, tbv) = if !case.training {
+            (mean, var, 0.0, 0.0)
+        } else if case.factor == 1.0 {
+            (
+                mean,
+                var * adjust,
+                tol_mean,
+                tol_var * adjust + 4.0 * EPS * var,
+            )
+        } else {
+            (
+                (1.0 - f) * old_mean[ch] as f64 + f * mean,
+                (1.0 - f) * old_var[ch] as f64 + f * adjust * var,
+                f * tol_mean + 4.0 * EPS,
+                f * adjust * tol_var + 8.0 * EPS * 4.0,
+            )
+        };
+        let w = |v: &[f64], want: f64, tol: f64, name: &str| {
+            assert_within(
+                &[v[ch]],
+                &[want],
+                &[tol + 2.0 * EPS * want.abs()],
+                &format!("{what} {name}[{ch}]"),
+            );
+        };
+        w(&bm, want_bm, tbm, "batch_mean");
+        w(&bv, want_bv, tbv, "batch_variance");
+        w(&sm, mean, tol_mean, "reserve_space_1");
+        w(&sv, var, tol_var, "reserve_space_2");
+        // y = (x - mean) * rsqrt(var + eps) * scale + offset.
+        let kk = scale[ch] as f64 / (var + eps64).sqrt();
+        let mut want = vec![];
+        let mut tol = vec![];
+        let mut got = vec![];
+        for &i in &idx {
+            let xc = x[i] as f64 - mean;
+            let v = xc * kk + offset[ch] as f64;
+            // mean error, relative variance error (halved by the square root), rsqrt (a few
+            // ULP on Vulkan), the products and the sum.
+            let mut t = kk.abs()
+                * (tol_mean + xc.abs() * (0.5 * tol_var / (var + eps64) + 8.0 * EPS))
+                + 4.0 * EPS * (offset[ch] as f64).abs()
+                + 4.0 * EPS * v.abs();
+            if case.half {
+                t += v.abs() * 2f64.powi(-11) + 2f64.powi(-25);
+            }
+            want.push(v);
+            tol.push(t);
+            got.push(y[i]);
+        }
+        assert_within(&got, &want, &tol, &format!("{what} y[channel {ch}]"));
+    }
+}
 
 #[test]
 fn forward_training_and_inference_shapes() {
@@ -129,6 +346,123 @@ fn forward_empty_x_gives_nan_statistics() {
     assert_eq!(out[5].download::<f32>().unwrap(), vec![0.0]);
 }
 
+struct GradCase {
+    shape: Vec<usize>,
+    cf: bool,
+    half: bool,
+    training: bool,
+    version: u8,
+}
+
+fn check_grad(case: &GradCase, seed: u64) {
+    let mut r = rng(seed);
+    let shape = &case.shape;
+    let n: usize = shape.iter().product();
+    let (outer, c, inner) = view(shape, case.cf);
+    let rest = outer * inner;
+    let round = |v: f32| if case.half { rh(v) } else { v };
+    let x: Vec<f32> = (0..n)
+        .map(|_| round(r.random_range(-2.0f32..3.0)))
+        .collect();
+    let dy: Vec<f32> = (0..n)
+        .map(|_| round(r.random_range(-1.0f32..1.0)))
+        .collect();
+    let scale = rand_f32(&mut r, c, 0.5, 2.0);
+    let mean = rand_f32(&mut r, c, 0.0, 1.0);
+    let var = rand_f32(&mut r, c, 0.5, 2.0);
+    let eps = 1e-3f32;
+    let t = if case.half { DType::F16 } else { DType::F32 };
+    let op = match case.version {
+        1 => "FusedBatchNormGrad",
+        2 => "FusedBatchNormGradV2",
+        _ => "FusedBatchNormGradV3",
+    };
+    let a = attrs(t, case.training, case.cf, shape.len() == 5, eps, 1.0);
+    let (dyt, xt) = (
+        tensor_t(&dy, shape, case.half),
+        tensor_t(&x, shape, case.half),
+    );
+    let (st, mt, vt) = (host(&scale, &[c]), host(&mean, &[c]), host(&var, &[c]));
+    let r3 = host(&[0.0f32], &[]);
+    let mut args = vec![&dyt, &xt, &st, &mt, &vt];
+    if case.version == 3 {
+        args.push(&r3);
+    }
+    let out = run(op, &a, &args);
+    let what = format!(
+        "{op} {shape:?} cf={} half={} training={}",
+        case.cf, case.half, case.training
+    );
+    assert_eq!(out.len(), 5);
+    assert_eq!(out[0].shape(), &shape[..]);
+    assert_eq!(out[1].shape(), &[c]);
+    assert_eq!(out[2].shape(), &[c]);
+    assert_eq!(out[3].shape(), &[0]);
+    assert_eq!(out[4].shape(), &[0]);
+    let dx = down_t(&out[0], case.half);
+    let (ds, doff) = (down_f32(&out[1]), down_f32(&out[2]));
+    let k = kred(rest);
+    for ch in 0..c {
+        let idx = channel_indices(shape, case.cf, ch);
+        let m = mean[ch] as f64;
+        let coef0 = 1.0 / (var[ch] as f64 + eps as f64).sqrt();
+        let sum_dy: f64 = idx.iter().map(|&i| dy[i] as f64).sum();
+        let abs_dy: f64 = idx.iter().map(|&i| (dy[i] as f64).abs()).sum();
+        let sum_dyxc: f64 = idx.iter().map(|&i| dy[i] as f64 * (x[i] as f64 - m)).sum();
+        let abs_dyxc: f64 = idx
+            .iter()
+            .map(|&i| (dy[i] as f64 * (x[i] as f64 - m)).abs())
+            .sum();
+        let (t_dy, t_dyxc) = (k * abs_dy, k * abs_dyxc + 2.0 * EPS * abs_dyxc);
+        assert_within(
+            &[doff[ch]],
+            &[sum_dy],
+            &[t_dy],
+            &format!("{what} offset_backprop[{ch}]"),
+        );
+        assert_within(
+            &[ds[ch]],
+            &[sum_dyxc * coef0],
+            &[(t_dyxc + 8.0 * EPS * abs_dyxc) * coef0],
+            &format!("{what} scale_backprop[{ch}]"),
+        );
+        let c1 = scale[ch] as f64 * coef0;
+        let mut got = vec![];
+        let mut want = vec![];
+        let mut tol = vec![];
+        for &i in &idx {
+            let d = dy[i] as f64;
+            let xc = x[i] as f64 - m;
+            let (v, mut t) = if case.training {
+                let mdy = sum_dy / rest as f64;
+                let c2 = coef0 * coef0 * sum_dyxc / rest as f64;
+                let v = c1 * ((d - mdy) - xc * c2);
+                let terms = d.abs() + mdy.abs() + (xc * c2).abs();
+                let t = c1.abs()
+                    * (t_dy / rest as f64
+                        + xc.abs() * coef0 * coef0 * t_dyxc / rest as f64
+                        + 12.0 * EPS * terms);
+                (v, t)
+            } else {
+                let v = d * c1;
+                (v, 8.0 * EPS * v.abs())
+            };
+            if case.half {
+                t += v.abs() * 2f64.powi(-11) + 2f64.powi(-25);
+            }
+            got.push(dx[i]);
+            want.push(v);
+            tol.push(t);
+        }
+        assert_within(
+            &got,
+            &want,
+            &tol,
+            &format!("{what} x_backprop[channel {ch}]"),
+        );
+    }
+}
+
 #[test]
 fn gradient_training_and_inference() {
     let mut seed = 200;
@@ -178,6 +512,55 @@ fn gradient_f16() {
                     shape: shape.clone(),
                     cf,
                     half: true,
+                    training,
+                    version: 3,
+                },
+                seed,
+            );
+        }
+    }
+}
+
+/// float32 and float16 NHWC with C % 4 == 0 (the vec4 statistics: 16 rows per invocation,
+/// four per loop iteration and a one-row tail), forward and gradient, with chunk counts and
+/// row counts around those steps.
+#[test]
+fn vec4_statistics_row_loops() {
+    let shapes: &[&[usize]] = &[
+        // 16 quads per workgroup, 16 lanes: 5 chunks of 256 rows, the last of 98.
+        &[2, 33, 17, 64],
+        // 2 quads, 128 lanes: 2000 rows, 15-16 per invocation (main loop and tail).
+        &[1, 40, 50, 8],
+        // 33 quads: a second tile with one quad, lanes of 8.
+        &[2, 9, 9, 132],
+        // 3 quads (tc 4, one past C), 105 rows: one 4-row step or a tail only.
+        &[3, 7, 5, 12],
+        // One row.
+        &[1, 1, 1, 4],
+    ];
+    let mut seed = 500;
+    for &shape in shapes {
+        for (training, half) in [(true, false), (false, false), (true, true)] {
+            seed += 1;
+            check_forward(
+                &FwdCase {
+                    shape: shape.to_vec(),
+                    cf: false,
+                    half,
+                    training,
+                    factor: 1.0,
+                    eps: 1e-3,
+                    center: 3.0,
+                    spread: 2.0,
+                    version: 3,
+                },
+                seed,
+            );
+            check_grad(
+                &GradCase {
+                    shape: shape.to_vec(),
+                    cf: false,
+                    half,
                     training,
                     version: 3,
                 },

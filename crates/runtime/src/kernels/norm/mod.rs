@@ -58,20 +58,6 @@ const DTYPES: &[DType] = &[DType::F32, DType::F16];
 const RWG: usize = 256;
 /// Elements per invocation in one chunk of `stats.wgsl`.
 const PER_THREAD: usize = 16;
-/// Workgroups `stats_vec4.wgsl` aims at (at least) before it gives each invocation fewer rows:
-/// 8 per SM of a 132-SM GPU. `TFWGPU_NORM_TARGET_GROUPS` overrides it (read once; 1 gives
-/// every invocation PER_THREAD rows: tests use it to reach the long loops on small tensors,
-/// benchmarks to compare).
-fn target_groups() -> usize {
-    static T: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *T.get_or_init(|| {
-        std::env::var("TFWGPU_NORM_TARGET_GROUPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(1024)
-            .max(1)
-    })
-}
 /// Most channels one workgroup of `stats.wgsl` covers.
 const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
@@ -261,20 +247,11 @@ impl Plan {
     /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
     /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
     fn vec4(self) -> Plan {
-        let quads = self.c / 4;
-        let tc = quads.next_power_of_two().min(MAX_TC);
-        let lanes = RWG / tc;
-        // Rows per invocation: PER_THREAD, or fewer (a multiple of 4, the shader's step, and
-        // at least 4) while that leaves the grid under `target_groups()` workgroups: a 25 MB
-        // tensor in 16-row chunks is ~400 workgroups, 3 per SM on an H200, each invocation
-        // with 8 loads to wait for in turn.
-        let want_splits = target_groups().div_ceil(quads.div_ceil(tc));
-        let per = self
-            .rest
-            .div_ceil(lanes * want_splits)
-            .next_multiple_of(4)
-            .clamp(4, PER_THREAD);
-        let chunk = lanes * per;
+        // Always PER_THREAD rows per invocation: fewer rows and more workgroups (tried with
+        // at least 1024 workgroups, request bn2-1) made the small tensors' statistics slower
+        // (64x7x7x2048: 16 -> 21 us) and the large ones no faster.
+        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
+        let chunk = RWG / tc * PER_THREAD;
         Plan {
             tc,
             chunk,

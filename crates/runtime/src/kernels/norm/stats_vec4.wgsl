@@ -2,9 +2,9 @@
 // invocation owns four neighbouring channels (one vec4 load per row), so a row of a
 // workgroup's p.tc channel quads is p.tc consecutive vec4. A workgroup covers p.tc quads (a
 // power of two, at most 32) and one chunk of p.chunk rows of them; invocation t takes quad
-// t % p.tc and every (256 / p.tc)-th row of the chunk (at most 16; fewer when that gives the
-// GPU more workgroups), four rows per loop iteration (all loaded before any is folded), then a
-// tree in shared memory combines the rows' lanes.
+// t % p.tc and every (256 / p.tc)-th row of the chunk (at most 16), four rows per loop
+// iteration (all loaded before any is folded; the remaining rows one at a time), then a tree
+// in shared memory combines the rows' lanes.
 // Forward: per-invocation shifted sums about its first row turned into Welford states
 // (count, mean, M2), combined by Chan's formula; gradient: (sum dy, sum dy * (x - mean)).
 // Writes part[3 * (ch * p.splits + chunk)] for each of the four channels, as stats.wgsl.
