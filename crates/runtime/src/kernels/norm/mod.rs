@@ -5,9 +5,13 @@
 //! Three shaders: `stats.wgsl` accumulates per-channel partials over chunks of the N*H*W
 //! elements (one workgroup per chunk and tile of channels: up to 32 neighbouring channels when
 //! the channel is innermost (NHWC), so reads are contiguous, else one; each invocation at most
-//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials (again strided, then a
-//! tree) and computes the per-channel outputs and coefficients, `apply.wgsl` the elementwise
-//! output. The forward statistics are Welford states (count, mean, M2) merged by Chan's
+//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials
+//! (again strided, then a tree) and computes the per-channel outputs and coefficients,
+//! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
+//! `stats_vec4.wgsl` and `APPLY_VEC4_WGSL` instead: four channels per load, four rows per loop
+//! iteration in the statistics, whose chunks run from the end of the tensor to its start while
+//! the apply pass runs from the start (each pass begins on what the one before left in L2).
+//! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
 //! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
 //! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
