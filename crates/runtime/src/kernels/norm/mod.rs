@@ -621,9 +621,9 @@ impl Run<'_> {
             words_for(name, dtype, n)?;
             // Channel quads (C % 4 == 0, so n is a multiple of 4).
             let words = (n / 4) as u32;
-            // One invocation per quad and pair of rows.
-            let quads = (p.c / 4) as u32;
-            let threads = (words / quads).div_ceil(2) * quads;
+            // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
+            // one quad's); S <= words as words is a multiple of the quads.
+            let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -694,11 +694,10 @@ impl Run<'_> {
 
 /// `apply.wgsl`'s NHWC case with C % 4 == 0 (float32, or float16 as four halves in a vec2<u32>,
 /// see `vec4_io`) on vec4: the same expression per lane, four neighbouring channels per load;
-/// p.words = vec4 count, p.groups_x = the invocations, one per channel quad and pair of rows:
-/// invocation t takes quad q = t % (C / 4) of rows 2 (t / (C / 4)) and the next, so it loads
-/// the quad's coefficients once (as vec4: `res` rows of C floats start at multiples of 4), and
-/// the grid walks memory from start to end, as the statistics pass leaves it in L2 (its
-/// chunks go from end to start); both data loads come before the stores (out may be x).
+/// p.words = vec4 count, p.groups_x = S, the invocations,
+/// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
+/// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
+/// start at multiples of 4); both data loads come before the stores (out may be x).
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<$XT>;
 @group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
@@ -710,14 +709,13 @@ $LD
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let t = linear_index(gid);
-    if t >= p.groups_x {
+    let i0 = linear_index(gid);
+    if i0 >= p.groups_x {
         return;
     }
     let quads = p.c / 4u;
-    let q = t % quads;
-    let i0 = (t / quads) * 2u * quads + q;
-    let i1 = i0 + quads;
+    let q = i0 % quads;
+    let i1 = i0 + p.groups_x;
     let two = i1 < p.words;
     let mean = res[4u * quads + q];
     let k = res[5u * quads + q];

@@ -78,11 +78,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lanes = 256u / p.tc;
     let lane = t / p.tc;
     let q = (g / p.splits) * p.tc + t % p.tc;
-    // Chunks from the end of the tensor to its start (workgroups start roughly in id order):
-    // the op that wrote x (or dy) and the apply pass after this one both go from the start,
-    // so this pass meets the part that op wrote last still in L2, and leaves the start there
-    // for the apply pass.
-    let split = p.splits - 1u - g % p.splits;
+    let split = g % p.splits;
     let valid = q < quads;
     let start = split * p.chunk;
     let end = min(start + p.chunk, p.rest);
