@@ -9,8 +9,8 @@
 //! (again strided, then a tree) and computes the per-channel outputs and coefficients,
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
 //! `stats_vec4.wgsl` and `APPLY_VEC4_WGSL` instead: four channels per load, four rows per loop
-//! iteration in the statistics, whose chunks run from the end of the tensor to its start while
-//! the apply pass runs from the start (each pass begins on what the one before left in L2).
+//! iteration in the statistics, one channel quad's coefficients loaded once per apply
+//! invocation.
 //! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
 //! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
