@@ -950,3 +950,73 @@ fn max_pool_vec4_random_nan() {
         "MaxPoolGrad NaN vec4",
     );
 }
+
+/// float16: the four-channel kernels compare the halves' own 16-bit keys; against the
+/// one-channel kernels (which widen to f32), bit for bit, on NaN, -0 / +0, subnormal halves,
+/// -inf and ties; MaxPoolGrad too.
+#[test]
+fn max_pool_vec4_f16_specials_match_one_channel() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    // 2^-24 and 3 * 2^-24: half subnormals.
+    let s1 = f32::from_bits(0x3380_0000);
+    let s3 = 3.0 * s1;
+    let cases: [[f32; 4]; 12] = [
+        [1.0, 1.0, 1.0, 1.0],
+        [nan, 1.0, 2.0, 3.0],
+        [1.0, nan, 2.0, 3.0],
+        [nan, nan, nan, nan],
+        [-inf, -inf, -inf, -inf],
+        [-0.0, 0.0, -0.0, 0.0],
+        [0.0, -0.0, s1, -s1],
+        [-s3, -s1, -s3, -0.0],
+        [s1, s3, s3, s1],
+        [-65504.0, -inf, -65504.0, -inf],
+        [65504.0, inf, 2.0, inf],
+        [-2.0, -1.5, nan, -1.5],
+    ];
+    let attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F16))
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("padding", AttrValue::Str("VALID".into()));
+    let g = [1.0f32, 2.0, 3.0, 4.0];
+    for group in cases.chunks(4) {
+        let mut x = vec![0.0f32; 16];
+        for (ch, v) in group.iter().enumerate() {
+            for (e, &val) in v.iter().enumerate() {
+                x[e * 4 + ch] = val;
+            }
+        }
+        let (_, y) = run_t("MaxPool", &attrs, true, &[(&x, &[1, 2, 2, 4])], &[]);
+        let (_, dx) = run_t(
+            "MaxPoolGrad",
+            &attrs,
+            true,
+            &[
+                (&x, &[1, 2, 2, 4]),
+                (&y, &[1, 1, 1, 4]),
+                (&g, &[1, 1, 1, 4]),
+            ],
+            &[],
+        );
+        for (ch, v) in group.iter().enumerate() {
+            let (_, y1) = run_t("MaxPool", &attrs, true, &[(v, &[1, 2, 2, 1])], &[]);
+            let (_, dx1) = run_t(
+                "MaxPoolGrad",
+                &attrs,
+                true,
+                &[
+                    (v, &[1, 2, 2, 1]),
+                    (&y1, &[1, 1, 1, 1]),
+                    (&g[ch..ch + 1], &[1, 1, 1, 1]),
+                ],
+                &[],
+            );
+            assert_eq!(y[ch].to_bits(), y1[0].to_bits(), "MaxPool f16 {v:?}");
+            let got: Vec<u32> = (0..4).map(|e| dx[e * 4 + ch].to_bits()).collect();
+            let want: Vec<u32> = dx1.iter().map(|d| d.to_bits()).collect();
+            assert_eq!(got, want, "MaxPoolGrad f16 {v:?}");
+        }
+    }
+}

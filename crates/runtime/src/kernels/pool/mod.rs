@@ -475,6 +475,38 @@ impl Pool {
     }
 }
 
+/// `pool_vec4.wgsl`'s order keys of four stored elements (`keyx`), their bits per lane
+/// (`bitsx`) and back (`from_bitsx`): float32 through `key4`; float16 on the halves' own bits
+/// (sign and magnitude: -x keys as -|x| - 1, -0 as +0, NaN as i32 min), never widened.
+fn vec4_keys(dtype: DType) -> &'static str {
+    if dtype == DType::F16 {
+        "fn bitsx(v: vec2<u32>) -> vec4<u32> {
+    return vec4<u32>(v.x & 0xffffu, v.x >> 16u, v.y & 0xffffu, v.y >> 16u);
+}
+fn from_bitsx(b: vec4<u32>) -> vec2<u32> {
+    return vec2<u32>(b.x | (b.y << 16u), b.z | (b.w << 16u));
+}
+fn keyx(v: vec2<u32>) -> vec4<i32> {
+    let h = bitsx(v);
+    let mag = h & vec4<u32>(0x7fffu);
+    let neg = (h & vec4<u32>(0x8000u)) != vec4<u32>(0u);
+    let m = bitcast<vec4<i32>>(mag);
+    let k = select(m, -m - vec4<i32>(1), neg & (mag != vec4<u32>(0u)));
+    return select(k, vec4<i32>(-2147483647 - 1), mag > vec4<u32>(0x7c00u));
+}"
+    } else {
+        "fn bitsx(v: vec4<f32>) -> vec4<u32> {
+    return bitcast<vec4<u32>>(v);
+}
+fn from_bitsx(b: vec4<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(b);
+}
+fn keyx(v: vec4<f32>) -> vec4<i32> {
+    return key4(v);
+}"
+    }
+}
+
 fn num(shape: &[usize]) -> usize {
     shape.iter().product()
 }
@@ -556,12 +588,13 @@ impl Kernel for Pool {
                             POOL_VEC4_WGSL
                                 .replace("$MODE", &pass.to_string())
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                                .replace("$KEYS", vec4_keys(dtype))
                                 .replace(
-                                    "$LOWEST",
+                                    "$LOWEST_BITS",
                                     if dtype == DType::F16 {
-                                        "-65504.0"
+                                        "0xfbff"
                                     } else {
-                                        "bitcast<f32>(0xff7fffffu)"
+                                        "0xff7fffff"
                                     },
                                 ),
                             dtype,

@@ -15,10 +15,13 @@
 // per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
 // gradient pass reads one code word per covering output.
 //
-// Comparisons run on integer keys (the float's bits made monotonic, -0 mapped to +0, so
-// IEEE's -0 == +0 holds), decided independently of the driver's float compare.
+// Comparisons run on integer keys of the stored bits (the float's bits made monotonic, -0
+// mapped to +0, so IEEE's -0 == +0 holds, NaN below everything), decided independently of
+// the driver's float compare; MaxPool and the codes never widen the elements (float16
+// compares its halves' own 16-bit keys) and MaxPool stores the selected element's bits.
 //
-// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, LOWEST.
+// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, KEYS
+// (keyx, bitsx, from_bitsx for XT), LOWEST_BITS (the lowest finite value of T).
 struct Params {
     row: u32,
     n: u32,
@@ -83,16 +86,18 @@ fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32) -> vec2<u32> {
     return vec2<u32>(lo, hi);
 }
 
-// The running maximum (value and key) per lane; v replaces where key(v) > key (MaxPool).
+$KEYS
+
+// The running maximum (bits and key) per lane; v replaces where key(v) > key (MaxPool).
 struct Max4 {
-    v: vec4<f32>,
+    b: vec4<u32>,
     k: vec4<i32>,
 };
 
-fn max4(s: Max4, v: vec4<f32>) -> Max4 {
-    let kv = key4(v);
+fn max4(s: Max4, v: $XT) -> Max4 {
+    let kv = keyx(v);
     let r = kv > s.k;
-    return Max4(select(s.v, v, r), select(s.k, kv, r));
+    return Max4(select(s.b, bitsx(v), r), select(s.k, kv, r));
 }
 
 // The argmax scan per lane: key of the best and its code.
@@ -101,19 +106,20 @@ struct Arg4 {
     code: vec4<u32>,
 };
 
-fn arg4(s: Arg4, v: vec4<f32>, code: u32) -> Arg4 {
-    let kv = key4(v);
+fn arg4(s: Arg4, v: $XT, code: u32) -> Arg4 {
+    let kv = keyx(v);
     let r = kv > s.k;
     return Arg4(select(s.k, kv, r), select(s.code, vec4<u32>(code), r));
 }
 
 // The first element of a window: its key, except that a NaN is never replaced (i32 max).
-fn arg_first(v: vec4<f32>) -> Arg4 {
-    let nan = (bitcast<vec4<u32>>(v) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
-    return Arg4(select(key4(v), vec4<i32>(2147483647), nan), vec4<u32>(0u));
+fn arg_first(v: $XT) -> Arg4 {
+    // Only NaN has the key i32 min.
+    let k = keyx(v);
+    return Arg4(select(k, vec4<i32>(2147483647), k == vec4<i32>(-2147483647 - 1)), vec4<u32>(0u));
 }
 
-fn max_pool(e: u32) -> vec4<f32> {
+fn max_pool(e: u32) -> $XT {
     let quads = p.c / 4u;
     let qd = e % quads;
     let t = e / quads;
@@ -122,23 +128,23 @@ fn max_pool(e: u32) -> vec4<f32> {
     let oy = t2 % p.oh;
     let n = t2 / p.oh;
     let r = window(oy, ox);
-    let lowest = vec4<f32>($LOWEST);
-    var m = Max4(lowest, key4(lowest));
+    let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
+    var m = Max4(bitsx(lowest), keyx(lowest));
     if r.y - r.x == 3u && r.w - r.z == 3u {
         // A whole 3x3 window: the nine loads first, then folded row by row.
         let row = p.w * quads;
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = ld(a[i0]);
-        let v1 = ld(a[i0 + quads]);
-        let v2 = ld(a[i0 + 2u * quads]);
-        let v3 = ld(a[i1]);
-        let v4 = ld(a[i1 + quads]);
-        let v5 = ld(a[i1 + 2u * quads]);
-        let v6 = ld(a[i2]);
-        let v7 = ld(a[i2 + quads]);
-        let v8 = ld(a[i2 + 2u * quads]);
+        let v0 = a[i0];
+        let v1 = a[i0 + quads];
+        let v2 = a[i0 + 2u * quads];
+        let v3 = a[i1];
+        let v4 = a[i1 + quads];
+        let v5 = a[i1 + 2u * quads];
+        let v6 = a[i2];
+        let v7 = a[i2 + quads];
+        let v8 = a[i2 + 2u * quads];
         m = max4(m, v0);
         m = max4(m, v1);
         m = max4(m, v2);
@@ -148,14 +154,14 @@ fn max_pool(e: u32) -> vec4<f32> {
         m = max4(m, v6);
         m = max4(m, v7);
         m = max4(m, v8);
-        return m.v;
+        return from_bitsx(m.b);
     }
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
-            m = max4(m, ld(a[((n * p.h + y) * p.w + x) * quads + qd]));
+            m = max4(m, a[((n * p.h + y) * p.w + x) * quads + qd]);
         }
     }
-    return m.v;
+    return from_bitsx(m.b);
 }
 
 // Four 8-bit lane codes in one word, lane 0 in the low byte.
@@ -180,15 +186,15 @@ fn argmax_codes(e: u32) -> u32 {
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = ld(a[i0]);
-        let v1 = ld(a[i0 + quads]);
-        let v2 = ld(a[i0 + 2u * quads]);
-        let v3 = ld(a[i1]);
-        let v4 = ld(a[i1 + quads]);
-        let v5 = ld(a[i1 + 2u * quads]);
-        let v6 = ld(a[i2]);
-        let v7 = ld(a[i2 + quads]);
-        let v8 = ld(a[i2 + 2u * quads]);
+        let v0 = a[i0];
+        let v1 = a[i0 + quads];
+        let v2 = a[i0 + 2u * quads];
+        let v3 = a[i1];
+        let v4 = a[i1 + quads];
+        let v5 = a[i1 + 2u * quads];
+        let v6 = a[i2];
+        let v7 = a[i2 + quads];
+        let v8 = a[i2 + 2u * quads];
         let kw = p.kw;
         var s = arg_first(v0);
         s = arg4(s, v1, 1u);
@@ -201,11 +207,11 @@ fn argmax_codes(e: u32) -> u32 {
         s = arg4(s, v8, 2u * kw + 2u);
         return pack_codes(s.code);
     }
-    var s = arg_first(ld(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]));
+    var s = arg_first(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]);
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
             if y != r.x || x != r.z {
-                s = arg4(s, ld(a[((n * p.h + y) * p.w + x) * quads + qd]), (y - r.x) * p.kw + (x - r.z));
+                s = arg4(s, a[((n * p.h + y) * p.w + x) * quads + qd], (y - r.x) * p.kw + (x - r.z));
             }
         }
     }
@@ -246,7 +252,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     if MODE == 0u {
-        out[e] = st(max_pool(e));
+        out[e] = max_pool(e);
     } else if MODE == 5u {
         codes[e] = argmax_codes(e);
     } else {
