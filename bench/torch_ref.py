@@ -72,7 +72,8 @@ def all_cases(small):
         v += binary(1024, 1024) + reduce(1024, 1024)
         v += [{"name": "softmax_1024x1000", "kind": "softmax", "rows": 1024, "cols": 1000},
               {"name": "softmax_32x32768", "kind": "softmax", "rows": 32, "cols": 32768}]
-        bn, pool = [(4, 56, 56, 64), (8, 14, 14, 256)], (4, 112, 112, 64)
+        bn, bn2, bn16, pool, pool2 = ([(4, 56, 56, 64)], [(8, 14, 14, 256)], [(8, 14, 14, 256)],
+                                      None, (4, 112, 112, 64))
     else:
         v.append({"name": "copy_256MiB", "kind": "copy", "elems": 64 << 20})
         v += [mm(0, s, s, s) for s in (512, 1024, 2048, 4096, 8192)]
@@ -82,10 +83,28 @@ def all_cases(small):
         v += binary(65536, 1024) + binary(1024, 1024) + reduce(8192, 8192)
         v += [{"name": "softmax_65536x1000", "kind": "softmax", "rows": 65536, "cols": 1000},
               {"name": "softmax_2048x32768", "kind": "softmax", "rows": 2048, "cols": 32768}]
-        bn, pool = [(32, 56, 56, 64), (32, 14, 14, 256)], (32, 112, 112, 64)
+        bn, bn2, bn16, pool, pool2 = ([(32, 56, 56, 64), (32, 14, 14, 256)], RESNET50_BN,
+                                      [(64, 56, 56, 256), (64, 14, 14, 1024)],
+                                      (32, 112, 112, 64), (64, 112, 112, 64))
     v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s} for s in bn]
-    v.append({"name": f"maxpool3s2_{dims(*pool)}", "kind": "maxpool", "shape": pool})
+    for half, shapes in ((False, bn2), (True, bn16)):
+        sfx = "_f16" if half else ""
+        for s in shapes:
+            v += [{"name": f"bn_train_{dims(*s)}{sfx}", "kind": "bn", "shape": s, "half": half},
+                  {"name": f"bn_grad_{dims(*s)}{sfx}", "kind": "bn_grad", "shape": s, "half": half}]
+    if pool:
+        v.append({"name": f"maxpool3s2_{dims(*pool)}", "kind": "maxpool", "shape": pool})
+    for half in (False, True):
+        sfx = "_f16" if half else ""
+        v += [{"name": f"maxpool3s2_{dims(*pool2)}{sfx}", "kind": "maxpool", "shape": pool2, "half": half},
+              {"name": f"maxpoolgrad3s2_{dims(*pool2)}{sfx}", "kind": "maxpool_grad", "shape": pool2,
+               "half": half}]
     return v
+
+
+# Batch-norm shapes of ResNet-50 at batch 64 (NHWC): forward and gradient cases.
+RESNET50_BN = [(64, 112, 112, 64), (64, 56, 56, 256), (64, 28, 28, 512), (64, 14, 14, 1024),
+               (64, 7, 7, 2048)]
 
 
 # ---- timing ----
@@ -202,9 +221,13 @@ def run_membound(c, gen, reps):
         out = fn()
         want = torch.softmax(x.double(), dim=-1)
         return "Softmax", [list(x.shape)], 2.0 * x.numel() * 4, fn, max_rel(out, want, want)
+    # float16 cases: T = half tensors, float32 statistics and parameters (cuDNN's mixed mode,
+    # what Keras' mixed precision runs); the bytes count 2 per element.
+    half = c.get("half", False)
+    dt, esize = (torch.float16, 2) if half else (torch.float32, 4)
     if kind == "bn":
         n, h, w, ch = c["shape"]
-        x = (uniform(gen, n, h, w, ch) + 2).permute(0, 3, 1, 2)  # NCHW view of NHWC memory
+        x = (uniform(gen, n, h, w, ch) + 2).to(dt).permute(0, 3, 1, 2)  # NCHW view of NHWC memory
         assert x.is_contiguous(memory_format=torch.channels_last)
         gamma, beta = uniform(gen, ch), uniform(gen, ch)
         rm, rv = torch.zeros(ch, device="cuda"), torch.ones(ch, device="cuda")
@@ -218,14 +241,60 @@ def run_membound(c, gen, reps):
         # x - mean rounds relative to |x| + |mean|, not |x - mean| (which cancels).
         scale = (xd.abs() + mean.abs()) * inv.abs() + beta.double().abs().view(1, -1, 1, 1)
         return "FusedBatchNormV3", [[n, h, w, ch], [ch], [ch], [ch], [ch]], \
-            (2.0 * x.numel() + 7 * ch) * 4, fn, max_rel(y, want, scale)
+            2.0 * x.numel() * esize + 7 * ch * 4, fn, max_rel(y, want, scale)
+    if kind == "bn_grad":
+        # The training backward kernel alone (aten's native_batch_norm_backward: cuDNN's or
+        # the native channels-last kernel), given the saved mean and inverse std.
+        n, h, w, ch = c["shape"]
+        x = (uniform(gen, n, h, w, ch) + 2).to(dt).permute(0, 3, 1, 2)
+        dy = uniform(gen, n, h, w, ch).to(dt).permute(0, 3, 1, 2)
+        gamma = uniform(gen, ch)
+        xd = x.double()
+        mean = xd.mean((0, 2, 3))
+        var = xd.var((0, 2, 3), unbiased=False)
+        invstd = (var + 1e-3).rsqrt()
+        sm, si = mean.float(), invstd.float()
+        fn = lambda: torch.ops.aten.native_batch_norm_backward(  # noqa: E731
+            dy, x, gamma, None, None, sm, si, True, 1e-3, [True, True, True])
+        dx, dg, db = fn()
+        v = lambda t: t.view(1, -1, 1, 1)  # noqa: E731
+        dyd, xc = dy.double(), xd - v(mean)
+        r = n * h * w
+        sdy, sdyx = dyd.sum((0, 2, 3)), (dyd * xc).sum((0, 2, 3))
+        ady = dyd.abs().sum((0, 2, 3))
+        adx = (dyd.abs() * (xd.abs() + v(mean).abs())).sum((0, 2, 3))
+        k = gamma.double() * invstd
+        want = v(k) * ((dyd - v(sdy) / r) - xc * v(invstd ** 2 * sdyx / r))
+        scale = v(k).abs() * (dyd.abs() + v(ady) / r + (xd.abs() + v(mean).abs()) * v(invstd ** 2 * adx / r))
+        err = max(max_rel(dx, want, scale), max_rel(dg, sdyx * invstd, adx * invstd), max_rel(db, sdy, ady))
+        return "FusedBatchNormGradV3", [[n, h, w, ch], [n, h, w, ch], [ch], [ch], [ch]], \
+            3.0 * x.numel() * esize + 5 * ch * 4, fn, err
+    if kind == "maxpool_grad":
+        # max_pool2d's backward kernel given the indices (what autograd runs).
+        n, h, w, ch = c["shape"]
+        x = uniform(gen, n, h, w, ch).to(dt).permute(0, 3, 1, 2)
+        y, idx = F.max_pool2d(x, 3, 2, padding=1, return_indices=True)
+        g = torch.rand(y.shape, device="cuda", generator=gen).to(dt).contiguous(
+            memory_format=torch.channels_last)
+        fn = lambda: torch.ops.aten.max_pool2d_with_indices_backward(  # noqa: E731
+            g, x, [3, 3], [2, 2], [1, 1], [1, 1], False, idx)
+        dx = fn()
+        want = torch.zeros_like(x, dtype=torch.float64).flatten(2)
+        want.scatter_add_(2, idx.flatten(2), g.double().flatten(2))
+        want = want.view(x.shape)
+        scale = torch.zeros_like(want).flatten(2)
+        scale.scatter_add_(2, idx.flatten(2), g.double().abs().flatten(2))
+        # Bytes as for ours: every input read once (x, y, grad) and dx written once.
+        return "MaxPoolGrad", [[n, h, w, ch], list(y.shape), list(y.shape)], \
+            (2.0 * x.numel() + 2.0 * y.numel()) * esize, fn, max_rel(dx, want, scale.view(x.shape))
     if kind == "maxpool":
         n, h, w, ch = c["shape"]
-        x = uniform(gen, n, h, w, ch).permute(0, 3, 1, 2)
+        x = uniform(gen, n, h, w, ch).to(dt).permute(0, 3, 1, 2)
         fn = lambda: F.max_pool2d(x, 3, 2, padding=1)  # noqa: E731
         y = fn()
         want = F.max_pool2d(x.double(), 3, 2, padding=1)
-        return "MaxPool", [[n, h, w, ch]], (x.numel() + y.numel()) * 4.0, fn, max_rel(y, want, want)
+        return "MaxPool", [[n, h, w, ch]], (x.numel() + y.numel()) * float(esize), fn, \
+            max_rel(y, want, want)
     raise ValueError(kind)
 
 
@@ -265,15 +334,22 @@ def main():
         if c["kind"] == "matmul":
             new = run_matmul(c, gen, args.reps)
         else:
-            op, shape, nbytes, fn, err = run_membound(c, gen, args.reps)
-            med, lo, inner = time_fn(fn, args.reps)
+            try:
+                op, shape, nbytes, fn, err = run_membound(c, gen, args.reps)
+                med, lo, inner = time_fn(fn, args.reps)
+            except (RuntimeError, TypeError) as e:  # one unsupported case must not end the run
+                print(f"{c['name']:<28} failed: {e}", flush=True)
+                torch.cuda.empty_cache()
+                continue
             gbps = nbytes / med / 1e9
             pct = None
             if c["kind"] == "copy":
                 copy_gbps = max(copy_gbps or 0.0, gbps)
             elif copy_gbps:
                 pct = gbps / copy_gbps * 100
-            new = [{"case": c["name"], "op": op, "shape": shape, "dtype": "float32", "mode": "f32",
+            half = c.get("half", False)
+            new = [{"case": c["name"], "op": op, "shape": shape,
+                    "dtype": "float16" if half else "float32", "mode": "f16" if half else "f32",
                     "ms": med * 1e3, "min_ms": lo * 1e3, "bytes": nbytes, "gbps": gbps,
                     "pct_copy": pct, "rel_err": err, "inner": inner, "reps": args.reps}]
         for r in new:

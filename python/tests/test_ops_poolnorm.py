@@ -63,6 +63,9 @@ POOL_CASES = [
     ((3, 4, 6, 2), (3, 2), 1, "VALID"),
     ((1, 5, 11, 7), 2, (3, 4), "SAME"),
     ((2, 6, 6, 1), 4, 3, "VALID"),
+    # NHWC with C % 4 == 0: the four-channel kernels (MaxPoolGrad through argmax codes).
+    ((2, 9, 8, 8), 3, 2, "SAME"),
+    ((1, 7, 6, 4), 2, (1, 2), "VALID"),
 ]
 
 
@@ -215,7 +218,9 @@ def fbn(tf, x, scale, offset, mean, var, training, fmt, factor=1.0):
 
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("training,factor", [(True, 1.0), (True, 0.3), (False, 1.0)])
-@pytest.mark.parametrize("shape,fmt", [((2, 5, 3, 7), "NHWC"), ((3, 6, 4, 5), "NCHW"), ((1, 1, 1, 3), "NHWC")])
+@pytest.mark.parametrize("shape,fmt", [((2, 5, 3, 7), "NHWC"), ((3, 6, 4, 5), "NCHW"), ((1, 1, 1, 3), "NHWC"),
+                                       # C % 4 == 0, NHWC: the vec4 statistics and apply.
+                                       ((2, 9, 7, 8), "NHWC"), ((1, 5, 3, 12), "NHWC")])
 def test_fused_batch_norm(tf, dtype, training, shape, fmt, factor):
     c = shape[3] if fmt == "NHWC" else shape[1]
     x = rng.normal(0.5, 2.0, shape).astype(dtype)

@@ -9,7 +9,7 @@
 use rand::{SeedableRng, rngs::StdRng};
 use tfwgpu_runtime::{
     Arg, AttrValue, Attrs, DType, Device, DeviceRef, HostTensor, Kernel, KernelContext, Operand,
-    PipelineKey, TensorDesc,
+    PipelineKey, TensorDesc, f16,
     kernel::grid_1d,
     kernel_manager::{Checks, ShaderSource},
 };
@@ -67,13 +67,18 @@ enum Kind {
         rows: usize,
         cols: usize,
     },
-    /// FusedBatchNormV3, training, NHWC.
+    /// FusedBatchNormV3 (`grad`: FusedBatchNormGradV3), training, NHWC; `half`: T = float16
+    /// (U float32), as Keras' mixed precision runs it.
     BatchNorm {
         shape: [usize; 4],
+        grad: bool,
+        half: bool,
     },
-    /// MaxPool 3x3, stride 2, SAME, NHWC.
+    /// MaxPool (`grad`: MaxPoolGrad) 3x3, stride 2, SAME, NHWC; `half`: float16.
     MaxPool {
         shape: [usize; 4],
+        grad: bool,
+        half: bool,
     },
     Copy {
         elems: usize,
@@ -140,8 +145,18 @@ impl Kind {
                 dims(&[rows, cols])
             ),
             Kind::Softmax { rows, cols } => format!("softmax_{}", dims(&[rows, cols])),
-            Kind::BatchNorm { shape } => format!("bn_train_{}", dims(&shape)),
-            Kind::MaxPool { shape } => format!("maxpool3s2_{}", dims(&shape)),
+            Kind::BatchNorm { shape, grad, half } => format!(
+                "bn_{}_{}{}",
+                if grad { "grad" } else { "train" },
+                dims(&shape),
+                if half { "_f16" } else { "" }
+            ),
+            Kind::MaxPool { shape, grad, half } => format!(
+                "maxpool{}3s2_{}{}",
+                if grad { "grad" } else { "" },
+                dims(&shape),
+                if half { "_f16" } else { "" }
+            ),
             Kind::Copy { elems, how } => format!(
                 "copy_{}_{}MiB",
                 match how {
@@ -205,15 +220,12 @@ fn all_cases(small: bool) -> Vec<Kind> {
             rows: 32,
             cols: 32768,
         });
-        v.push(Kind::BatchNorm {
-            shape: [4, 56, 56, 64],
-        });
-        v.push(Kind::BatchNorm {
-            shape: [8, 14, 14, 256],
-        });
-        v.push(Kind::MaxPool {
-            shape: [4, 112, 112, 64],
-        });
+        v.extend(bn_cases(
+            &[[4, 56, 56, 64]],
+            &[[8, 14, 14, 256]],
+            &[[8, 14, 14, 256]],
+        ));
+        v.extend(pool_cases(None, [4, 112, 112, 64]));
     } else {
         v.extend(copy(64 << 20));
         for s in [512, 1024, 2048, 4096, 8192] {
@@ -237,15 +249,12 @@ fn all_cases(small: bool) -> Vec<Kind> {
             rows: 2048,
             cols: 32768,
         });
-        v.push(Kind::BatchNorm {
-            shape: [32, 56, 56, 64],
-        });
-        v.push(Kind::BatchNorm {
-            shape: [32, 14, 14, 256],
-        });
-        v.push(Kind::MaxPool {
-            shape: [32, 112, 112, 64],
-        });
+        v.extend(bn_cases(
+            &[[32, 56, 56, 64], [32, 14, 14, 256]],
+            &RESNET50_BN,
+            &[[64, 56, 56, 256], [64, 14, 14, 1024]],
+        ));
+        v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
     }
     v
 }
@@ -267,6 +276,59 @@ fn binary_cases(rows: usize, cols: usize, also: Option<(usize, usize)>) -> Vec<K
             cols: c,
             bcast: false,
         });
+    }
+    v
+}
+
+/// Batch-norm shapes of Keras ResNet-50 at batch 64 (NHWC), forward and gradient.
+const RESNET50_BN: [[usize; 4]; 5] = [
+    [64, 112, 112, 64],
+    [64, 56, 56, 256],
+    [64, 28, 28, 512],
+    [64, 14, 14, 1024],
+    [64, 7, 7, 2048],
+];
+
+/// FusedBatchNormV3 training on `fwd_only`, then forward and gradient on `both`, then
+/// forward and gradient in float16 on `half`.
+fn bn_cases(fwd_only: &[[usize; 4]], both: &[[usize; 4]], half: &[[usize; 4]]) -> Vec<Kind> {
+    let mut v: Vec<Kind> = fwd_only
+        .iter()
+        .map(|&shape| Kind::BatchNorm {
+            shape,
+            grad: false,
+            half: false,
+        })
+        .collect();
+    for (list, half) in [(both, false), (half, true)] {
+        for &shape in list {
+            for grad in [false, true] {
+                v.push(Kind::BatchNorm { shape, grad, half });
+            }
+        }
+    }
+    v
+}
+
+/// MaxPool 3x3/2 SAME on `fwd_only`, then MaxPool and MaxPoolGrad on `both` in float32 and
+/// float16.
+fn pool_cases(fwd_only: Option<[usize; 4]>, both: [usize; 4]) -> Vec<Kind> {
+    let mut v: Vec<Kind> = fwd_only
+        .map(|shape| Kind::MaxPool {
+            shape,
+            grad: false,
+            half: false,
+        })
+        .into_iter()
+        .collect();
+    for half in [false, true] {
+        for grad in [false, true] {
+            v.push(Kind::MaxPool {
+                shape: both,
+                grad,
+                half,
+            });
+        }
     }
     v
 }
@@ -398,7 +460,17 @@ fn copy_gbps(rows: &[Row]) -> Option<f64> {
 /// eps-sized bounds hold), of exp/rsqrt chains (softmax, batch norm).
 fn tolerance(k: &Kind) -> f64 {
     match k {
-        Kind::Copy { .. } | Kind::MaxPool { .. } => 0.0,
+        Kind::Copy { .. } | Kind::MaxPool { grad: false, .. } => 0.0,
+        // Sums of up to 4 gradients, in TensorFlow's order on the GPU (float16: rounded after
+        // each addition), f64 here.
+        Kind::MaxPool {
+            grad: true,
+            half: false,
+            ..
+        } => 3e-7,
+        Kind::MaxPool { grad: true, .. } => 2e-3,
+        // float16 outputs: one rounding to half (2^-11 relative) on top of float32's error.
+        Kind::BatchNorm { half: true, .. } => 1e-3,
         Kind::Binary { .. } => 1.2e-7,
         Kind::Reduce { op, .. } if *op == "Max" => 0.0,
         Kind::Reduce { .. } | Kind::MatMul { .. } => 1e-5,
@@ -430,9 +502,31 @@ fn measure(
     reps: usize,
     check: impl FnOnce(&[&[f32]], &[Vec<f32>]) -> f64,
 ) -> Res<Measured> {
+    measure_t(dev, kernel, inputs, &[], host, reps, check)
+}
+
+/// `measure` with the inputs at indices `half` uploaded as float16 (their values must be
+/// halves already, see `to_half`) and float16 outputs downloaded as f32.
+fn measure_t(
+    dev: &Device,
+    kernel: &dyn Kernel,
+    inputs: &[(Vec<f32>, Vec<usize>)],
+    half: &[usize],
+    host: &[HostTensor],
+    reps: usize,
+    check: impl FnOnce(&[&[f32]], &[Vec<f32>]) -> f64,
+) -> Res<Measured> {
     let tensors = inputs
         .iter()
-        .map(|(d, s)| dev.upload(d, s).map_err(err))
+        .enumerate()
+        .map(|(i, (d, s))| {
+            if half.contains(&i) {
+                let h: Vec<f16> = d.iter().map(|&v| f16::from_f32(v)).collect();
+                dev.upload(&h, s).map_err(err)
+            } else {
+                dev.upload(d, s).map_err(err)
+            }
+        })
         .collect::<Res<Vec<_>>>()?;
     let mut args: Vec<Arg> = tensors.iter().map(Arg::from).collect();
     args.extend(host.iter().map(Arg::from));
@@ -440,12 +534,15 @@ fn measure(
     record(dev, kernel, &args, &outs)?;
     let got = outs
         .iter()
-        .map(|t| {
-            if t.dtype() == DType::F32 {
-                t.download::<f32>().map_err(err)
-            } else {
-                Ok(vec![])
-            }
+        .map(|t| match t.dtype() {
+            DType::F32 => t.download::<f32>().map_err(err),
+            DType::F16 => Ok(t
+                .download::<f16>()
+                .map_err(err)?
+                .into_iter()
+                .map(f16::to_f32)
+                .collect()),
+            _ => Ok(vec![]),
         })
         .collect::<Res<Vec<_>>>()?;
     let host_in: Vec<&[f32]> = inputs.iter().map(|(d, _)| d.as_slice()).collect();
@@ -455,9 +552,25 @@ fn measure(
     Ok(Measured { timing, rel_err })
 }
 
+/// What one case measured: (op, input shapes, work, timing and error).
+type Case = (String, Vec<Vec<usize>>, Work, Measured);
+
+fn f32b(n: usize) -> f64 {
+    (n * 4) as f64
+}
+
+/// Bytes of `n` elements of float16 (`half`) or float32.
+fn tb(half: bool, n: usize) -> f64 {
+    if half { (n * 2) as f64 } else { f32b(n) }
+}
+
+/// The values rounded to float16 (so that the host reference sees what the GPU gets).
+fn to_half(v: Vec<f32>) -> Vec<f32> {
+    v.into_iter().map(|x| f16::from_f32(x).to_f32()).collect()
+}
+
 fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
-    let f32b = |n: usize| (n * 4) as f64;
-    let (op, shape, work, m): (String, Vec<Vec<usize>>, Work, Measured) = match *k {
+    let (op, shape, work, m): Case = match *k {
         Kind::MatMul {
             batch,
             m,
@@ -591,7 +704,16 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 meas,
             )
         }
-        Kind::BatchNorm { shape } => {
+        Kind::BatchNorm {
+            shape,
+            grad: true,
+            half,
+        } => bn_grad_case(dev, shape, half, reps, rng)?,
+        Kind::BatchNorm {
+            shape,
+            grad: false,
+            half,
+        } => {
             let c = shape[3];
             let n = shape.iter().product::<usize>();
             let eps = 0.001f32;
@@ -607,6 +729,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 .map_err(err)?;
             // x = 2 + uniform(-1, 1): a mean far from 0, as activations have.
             let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
+            let x = if half { to_half(x) } else { x };
             let inputs = [
                 (x, shape.to_vec()),
                 (random(rng, c), vec![c]),
@@ -614,7 +737,8 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 (vec![0.0; c], vec![c]),
                 (vec![1.0; c], vec![c]),
             ];
-            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+            let hx: &[usize] = if half { &[0] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
                 let (x, gamma, beta) = (i[0], i[1], i[2]);
                 let rest = n / c;
                 let mut mean = vec![0.0f64; c];
@@ -648,11 +772,20 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             (
                 "FusedBatchNormV3".into(),
                 vec![shape.to_vec(), vec![c], vec![c], vec![c], vec![c]],
-                Work::Bytes(f32b(2 * n + 7 * c)),
+                Work::Bytes(tb(half, 2 * n) + f32b(7 * c)),
                 meas,
             )
         }
-        Kind::MaxPool { shape } => {
+        Kind::MaxPool {
+            shape,
+            grad: true,
+            half,
+        } => pool_grad_case(dev, shape, half, reps, rng)?,
+        Kind::MaxPool {
+            shape,
+            grad: false,
+            half,
+        } => {
             let [bn, h, w, c] = shape;
             let (oh, ow) = (h.div_ceil(2), w.div_ceil(2));
             // SAME: pad_before = (total padding) / 2.
@@ -668,8 +801,11 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                     ]),
                 )
                 .map_err(err)?;
-            let inputs = [(random(rng, bn * h * w * c), shape.to_vec())];
-            let meas = measure(dev, kernel.as_ref(), &inputs, &[], reps, |i, o| {
+            let x = random(rng, bn * h * w * c);
+            let x = if half { to_half(x) } else { x };
+            let inputs = [(x, shape.to_vec())];
+            let hx: &[usize] = if half { &[0] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
                 let x = i[0];
                 rel_err(&o[0], |e| {
                     let ch = e % c;
@@ -696,7 +832,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             (
                 "MaxPool".into(),
                 vec![shape.to_vec()],
-                Work::Bytes(f32b(bn * h * w * c + bn * oh * ow * c)),
+                Work::Bytes(tb(half, bn * h * w * c + bn * oh * ow * c)),
                 meas,
             )
         }
@@ -753,17 +889,200 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             )
         }
     };
+    let half = matches!(
+        k,
+        Kind::BatchNorm { half: true, .. } | Kind::MaxPool { half: true, .. }
+    );
     Ok(Row {
         case: k.name(),
         op,
         shape,
-        dtype: DType::F32,
+        dtype: if half { DType::F16 } else { DType::F32 },
         timing: m.timing,
         work,
         rel_err: m.rel_err,
         reps,
         pct_copy: None,
     })
+}
+
+/// SAME padding before the data of a 3x3 / stride 2 window over `h` rows: (out, pad).
+fn same_3s2(h: usize) -> (usize, usize) {
+    let o = h.div_ceil(2);
+    (o, ((o - 1) * 2 + 3).saturating_sub(h) / 2)
+}
+
+/// FusedBatchNormGradV3 (is_training, NHWC): dy, x, scale, the batch mean and the biased
+/// batch variance (reserve_space_1 / 2, as the forward op saves them), reserve_space_3.
+fn bn_grad_case(
+    dev: &Device,
+    shape: [usize; 4],
+    half: bool,
+    reps: usize,
+    rng: &mut StdRng,
+) -> Res<Case> {
+    let c = shape[3];
+    let n = shape.iter().product::<usize>();
+    let rest = n / c;
+    let eps = 0.001f32;
+    let kernel = dev
+        .kernel(
+            "FusedBatchNormGradV3",
+            &attrs(&[
+                ("epsilon", AttrValue::Float(eps)),
+                ("is_training", AttrValue::Bool(true)),
+                ("data_format", AttrValue::Str("NHWC".into())),
+            ]),
+        )
+        .map_err(err)?;
+    let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
+    let dy = random(rng, n);
+    let (x, dy) = if half {
+        (to_half(x), to_half(dy))
+    } else {
+        (x, dy)
+    };
+    // The saved statistics of x (f64, rounded once), as the forward op would give them.
+    let mut mean = vec![0.0f64; c];
+    for (e, &v) in x.iter().enumerate() {
+        mean[e % c] += v as f64;
+    }
+    mean.iter_mut().for_each(|m| *m /= rest as f64);
+    let mut var = vec![0.0f64; c];
+    for (e, &v) in x.iter().enumerate() {
+        var[e % c] += (v as f64 - mean[e % c]).powi(2);
+    }
+    var.iter_mut().for_each(|v| *v /= rest as f64);
+    let mean32: Vec<f32> = mean.iter().map(|&m| m as f32).collect();
+    let var32: Vec<f32> = var.iter().map(|&v| v as f32).collect();
+    let inputs = [
+        (dy, shape.to_vec()),
+        (x, shape.to_vec()),
+        (random(rng, c), vec![c]),
+        (mean32, vec![c]),
+        (var32, vec![c]),
+        (vec![0.0], vec![]),
+    ];
+    let hx: &[usize] = if half { &[0, 1] } else { &[] };
+    let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
+        let (dy, x, gamma, m, v) = (i[0], i[1], i[2], i[3], i[4]);
+        // Per channel: sum dy, sum dy (x - m), and the magnitudes their rounding scales with.
+        let (mut sdy, mut sdyx, mut adx, mut ady) = (
+            vec![0.0f64; c],
+            vec![0.0f64; c],
+            vec![0.0f64; c],
+            vec![0.0f64; c],
+        );
+        for e in 0..n {
+            let ch = e % c;
+            let (d, xv) = (dy[e] as f64, x[e] as f64);
+            let xc = xv - m[ch] as f64;
+            sdy[ch] += d;
+            sdyx[ch] += d * xc;
+            ady[ch] += d.abs();
+            adx[ch] += d.abs() * (xv.abs() + (m[ch] as f64).abs());
+        }
+        let coef0: Vec<f64> = v
+            .iter()
+            .map(|&v| 1.0 / (v as f64 + eps as f64).sqrt())
+            .collect();
+        let r = rest as f64;
+        let dx = rel_err(&o[0], |e| {
+            let ch = e % c;
+            let k = gamma[ch] as f64 * coef0[ch];
+            let c2 = coef0[ch] * coef0[ch];
+            let xv = x[e] as f64;
+            let xc = xv - m[ch] as f64;
+            let want = k * ((dy[e] as f64 - sdy[ch] / r) - xc * c2 * (sdyx[ch] / r));
+            let scale = k.abs()
+                * ((dy[e] as f64).abs()
+                    + ady[ch] / r
+                    + (xv.abs() + (m[ch] as f64).abs()) * c2 * (adx[ch] / r));
+            (want, scale)
+        });
+        let ds = rel_err(&o[1], |ch| (sdyx[ch] * coef0[ch], adx[ch] * coef0[ch]));
+        let db = rel_err(&o[2], |ch| (sdy[ch], ady[ch]));
+        dx.max(ds).max(db)
+    })?;
+    Ok((
+        "FusedBatchNormGradV3".into(),
+        vec![shape.to_vec(), shape.to_vec(), vec![c], vec![c], vec![c]],
+        Work::Bytes(tb(half, 3 * n) + f32b(5 * c)),
+        meas,
+    ))
+}
+
+/// MaxPoolGrad 3x3 / stride 2 SAME (NHWC): orig_input, orig_output, grad. The reference
+/// routes each gradient to TensorFlow's argmax (the first window element in row-major order,
+/// replaced only by a strictly greater one) and sums in f64.
+fn pool_grad_case(
+    dev: &Device,
+    shape: [usize; 4],
+    half: bool,
+    reps: usize,
+    rng: &mut StdRng,
+) -> Res<Case> {
+    let [bn, h, w, c] = shape;
+    let ((oh, pad_h), (ow, pad_w)) = (same_3s2(h), same_3s2(w));
+    let pool_attrs = attrs(&[
+        ("ksize", AttrValue::Ints(vec![1, 3, 3, 1])),
+        ("strides", AttrValue::Ints(vec![1, 2, 2, 1])),
+        ("padding", AttrValue::Str("SAME".into())),
+    ]);
+    let kernel = dev.kernel("MaxPoolGrad", &pool_attrs).map_err(err)?;
+    let n = bn * h * w * c;
+    let m = bn * oh * ow * c;
+    let x = random(rng, n);
+    let x = if half { to_half(x) } else { x };
+    // orig_output: the forward max (only its shape matters to the kernel).
+    let mut argmax = vec![0usize; m];
+    let mut out = vec![0.0f32; m];
+    for (e, (a, o)) in argmax.iter_mut().zip(out.iter_mut()).enumerate() {
+        let ch = e % c;
+        let ox = (e / c) % ow;
+        let oy = (e / c / ow) % oh;
+        let b = e / c / ow / oh;
+        let mut best: Option<usize> = None;
+        for dy in 0..3 {
+            for dx in 0..3 {
+                let (y, xx) = (
+                    (oy * 2 + dy) as i64 - pad_h as i64,
+                    (ox * 2 + dx) as i64 - pad_w as i64,
+                );
+                if y >= 0 && xx >= 0 && (y as usize) < h && (xx as usize) < w {
+                    let i = ((b * h + y as usize) * w + xx as usize) * c + ch;
+                    if best.is_none_or(|k| x[i] > x[k]) {
+                        best = Some(i);
+                    }
+                }
+            }
+        }
+        *a = best.expect("SAME windows are never empty");
+        *o = x[*a];
+    }
+    let grad = random(rng, m);
+    let grad = if half { to_half(grad) } else { grad };
+    let mut want = vec![(0.0f64, 0.0f64); n];
+    for (e, &a) in argmax.iter().enumerate() {
+        want[a].0 += grad[e] as f64;
+        want[a].1 += (grad[e] as f64).abs();
+    }
+    drop(argmax);
+    let inputs = [
+        (x, shape.to_vec()),
+        (out, vec![bn, oh, ow, c]),
+        (grad, vec![bn, oh, ow, c]),
+    ];
+    let hx: &[usize] = if half { &[0, 1, 2] } else { &[] };
+    let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |_, o| {
+        rel_err(&o[0], |e| want[e])
+    })?;
+    Ok((
+        "MaxPoolGrad".into(),
+        vec![shape.to_vec(), vec![bn, oh, ow, c], vec![bn, oh, ow, c]],
+        Work::Bytes(tb(half, 2 * n + 2 * m)),
+        meas,
+    ))
 }
 
 /// Largest relative error of 256 sampled output entries against f64 dot products, scaled by

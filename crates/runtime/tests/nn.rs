@@ -431,6 +431,72 @@ fn softmax_special_values() {
     assert!(matches!(e, Error::Unimplemented(_)), "{e:?}");
 }
 
+/// The special values in long rows, on both sides of the registers variant's limit (4 loads
+/// per invocation, 256 invocations: 4096 columns on vec4, 1024 on scalar loads) and so
+/// through both kernels: NaN or +inf anywhere makes the row NaN, a row of only -inf is NaN,
+/// -inf logits get probability 0 (LogSoftmax -inf), and the other rows match an f64
+/// reference.
+#[test]
+fn softmax_special_values_long_rows() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    for cols in [4096usize, 4100, 1024, 1027] {
+        let base = |r: usize, c: usize| ((r * 31 + c * 17) % 23) as f32 * 0.5 - 5.0;
+        let mut x = vec![];
+        for r in 0..5 {
+            for c in 0..cols {
+                let mut v = base(r, c);
+                match r {
+                    1 if c == cols - 2 => v = nan,
+                    2 if c == cols / 2 + 1 => v = inf,
+                    3 => v = -inf,
+                    // -inf in the first 300 columns and every 7th one.
+                    4 if c < 300 || c % 7 == 0 => v = -inf,
+                    _ => {}
+                }
+                x.push(v);
+            }
+        }
+        for op in ["Softmax", "LogSoftmax"] {
+            let got = run(op, &Attrs::new(), &[&host(&x, &[5, cols])])[0]
+                .download::<f32>()
+                .unwrap();
+            for r in 1..4 {
+                assert!(
+                    got[r * cols..(r + 1) * cols].iter().all(|v| v.is_nan()),
+                    "{op} {cols} columns: row {r} must be NaN"
+                );
+            }
+            for r in [0, 4] {
+                let row = &x[r * cols..(r + 1) * cols];
+                let rr = row_ref(row);
+                for (c, &d) in rr.d.iter().enumerate() {
+                    let g = got[r * cols + c];
+                    if d == f64::NEG_INFINITY {
+                        let want = if op == "Softmax" { 0.0 } else { -inf };
+                        assert_eq!(g, want, "{op} {cols} columns: row {r} col {c}");
+                        continue;
+                    }
+                    let (want, tol) = if op == "Softmax" {
+                        let p = d.exp() / rr.s;
+                        (p, prob_tol(p, d, sum_path(cols), 6.0))
+                    } else {
+                        let lp = d - rr.log_s;
+                        (
+                            lp,
+                            EPS * (d.abs() + lp.abs()) + log_s_tol(rr.log_s, sum_path(cols)),
+                        )
+                    };
+                    assert!(
+                        ((g as f64) - want).abs() <= tol,
+                        "{op} {cols} columns: row {r} col {c}: got {g}, want {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- cross-entropies
 
 fn sparse_attrs(t: DType) -> Attrs {

@@ -273,7 +273,14 @@ fn forward_training_and_inference_shapes() {
 #[test]
 fn forward_f16() {
     let mut seed = 100;
-    for (shape, cf) in [(vec![2, 5, 3, 6], false), (vec![3, 4, 5, 7], true)] {
+    // The last three: NHWC with C % 4 == 0, the vec4 statistics and apply on four halves.
+    for (shape, cf) in [
+        (vec![2, 5, 3, 6], false),
+        (vec![3, 4, 5, 7], true),
+        (vec![1, 3, 3, 8], false),
+        (vec![2, 33, 17, 64], false),
+        (vec![2, 9, 9, 132], false),
+    ] {
         for training in [true, false] {
             for version in [2, 3] {
                 seed += 1;
@@ -492,7 +499,12 @@ fn gradient_training_and_inference() {
 #[test]
 fn gradient_f16() {
     let mut seed = 300;
-    for (shape, cf) in [(vec![2, 5, 3, 6], false), (vec![3, 4, 5, 7], true)] {
+    for (shape, cf) in [
+        (vec![2, 5, 3, 6], false),
+        (vec![3, 4, 5, 7], true),
+        (vec![3, 6, 7, 12], false),
+        (vec![2, 20, 20, 256], false),
+    ] {
         for training in [true, false] {
             seed += 1;
             check_grad(
@@ -500,6 +512,55 @@ fn gradient_f16() {
                     shape: shape.clone(),
                     cf,
                     half: true,
+                    training,
+                    version: 3,
+                },
+                seed,
+            );
+        }
+    }
+}
+
+/// float32 and float16 NHWC with C % 4 == 0 (the vec4 statistics: 16 rows per invocation,
+/// four per loop iteration and a one-row tail), forward and gradient, with chunk counts and
+/// row counts around those steps.
+#[test]
+fn vec4_statistics_row_loops() {
+    let shapes: &[&[usize]] = &[
+        // 16 quads per workgroup, 16 lanes: 5 chunks of 256 rows, the last of 98.
+        &[2, 33, 17, 64],
+        // 2 quads, 128 lanes: 2000 rows, 15-16 per invocation (main loop and tail).
+        &[1, 40, 50, 8],
+        // 33 quads: a second tile with one quad, lanes of 8.
+        &[2, 9, 9, 132],
+        // 3 quads (tc 4, one past C), 105 rows: one 4-row step or a tail only.
+        &[3, 7, 5, 12],
+        // One row.
+        &[1, 1, 1, 4],
+    ];
+    let mut seed = 500;
+    for &shape in shapes {
+        for (training, half) in [(true, false), (false, false), (true, true)] {
+            seed += 1;
+            check_forward(
+                &FwdCase {
+                    shape: shape.to_vec(),
+                    cf: false,
+                    half,
+                    training,
+                    factor: 1.0,
+                    eps: 1e-3,
+                    center: 3.0,
+                    spread: 2.0,
+                    version: 3,
+                },
+                seed,
+            );
+            check_grad(
+                &GradCase {
+                    shape: shape.to_vec(),
+                    cf: false,
+                    half,
                     training,
                     version: 3,
                 },

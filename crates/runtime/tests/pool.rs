@@ -787,3 +787,236 @@ fn errors_name_the_op_and_shapes() {
     let xi = host(&[0i32; 16], &[1, 4, 4, 1]);
     assert!(try_run("MaxPool", &a, &[&xi]).is_err());
 }
+
+/// NHWC with C % 4 == 0 runs MaxPool / MaxPoolGrad four channels per invocation
+/// (pool_vec4.wgsl): window shapes and paddings as `configs`, ties and uniform data, float32
+/// and (every other config) float16.
+#[test]
+fn pool_vec4_channels_f32_and_f16() {
+    let wins = [
+        (1, 1, 1, 1),
+        (2, 2, 2, 2),
+        (3, 3, 2, 2),
+        (3, 3, 1, 1),
+        (2, 3, 3, 4),
+        (4, 4, 3, 3),
+    ];
+    let mut k = 0;
+    for &(n, h, w, c) in &[(1, 7, 5, 4), (2, 9, 8, 8), (1, 1, 1, 4), (1, 6, 6, 12)] {
+        for &(kh, kw, sh, sw) in &wins {
+            for pad in [Pad::Same, Pad::Valid] {
+                if matches!(pad, Pad::Valid) && (h + 2 * sh <= kh || w + 2 * sw <= kw) {
+                    continue;
+                }
+                k += 1;
+                let cfg = Cfg {
+                    n,
+                    h,
+                    w,
+                    c,
+                    kh,
+                    kw,
+                    sh,
+                    sw,
+                    pad,
+                    nchw: false,
+                };
+                check_all_ops(&cfg, false, 900 + k);
+                if k % 2 == 0 {
+                    check_all_ops(&cfg, true, 1900 + k);
+                }
+            }
+        }
+    }
+    // A 16x16 window (256 elements: more than the 8-bit argmax codes hold, so MaxPoolGrad
+    // takes the one-channel kernel) next to a 15x17 one (255: the codes).
+    for (i, &(kh, kw)) in [(16, 16), (15, 17)].iter().enumerate() {
+        let cfg = Cfg {
+            n: 1,
+            h: 17,
+            w: 18,
+            c: 4,
+            kh,
+            kw,
+            sh: 1,
+            sw: 2,
+            pad: Pad::Same,
+            nchw: false,
+        };
+        check_all_ops(&cfg, false, 990 + i as u64);
+    }
+}
+
+/// The four-channel kernels against the one-channel ones (whose ties and NaN rules the test
+/// above checks against TensorFlow's CPU): each channel of a [1, 2, 2, 4] window holds one
+/// case, results bit for bit, including -0 / +0 ties, NaN first or later, -inf and
+/// subnormals.
+#[test]
+fn max_pool_vec4_ties_and_nan_match_one_channel() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    let sub = f32::from_bits(1);
+    let cases: [[f32; 4]; 12] = [
+        [1.0, 1.0, 1.0, 1.0],
+        [0.0, 2.0, 2.0, 1.0],
+        [nan, 1.0, 2.0, 3.0],
+        [1.0, nan, 2.0, 3.0],
+        [3.0, nan, 2.0, 1.0],
+        [1.0, 2.0, 3.0, nan],
+        [nan, nan, 1.0, 2.0],
+        [nan, nan, nan, nan],
+        [-inf, -inf, -inf, -inf],
+        [-0.0, 0.0, -0.0, 0.0],
+        [0.0, sub, -sub, sub],
+        [-sub, -0.0, 1.0, inf],
+    ];
+    let attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F32))
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("padding", AttrValue::Str("VALID".into()));
+    for group in cases.chunks(4) {
+        // x[y][x][ch] = group[ch][2y + x].
+        let mut x = vec![0.0f32; 16];
+        for (ch, v) in group.iter().enumerate() {
+            for (e, &val) in v.iter().enumerate() {
+                x[e * 4 + ch] = val;
+            }
+        }
+        let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &[1, 2, 2, 4])], &[]);
+        let g = [1.0f32, 2.0, 3.0, 4.0];
+        let (_, dx) = run_t(
+            "MaxPoolGrad",
+            &attrs,
+            false,
+            &[
+                (&x, &[1, 2, 2, 4]),
+                (&y, &[1, 1, 1, 4]),
+                (&g, &[1, 1, 1, 4]),
+            ],
+            &[],
+        );
+        for (ch, v) in group.iter().enumerate() {
+            let (y1, dx1) = max_window(*v);
+            assert_eq!(y[ch].to_bits(), y1.to_bits(), "MaxPool {v:?}");
+            let want: Vec<f32> = dx1.iter().map(|d| d * g[ch]).collect();
+            let got: Vec<f32> = (0..4).map(|e| dx[e * 4 + ch]).collect();
+            assert_eq!(got, want, "MaxPoolGrad {v:?}");
+        }
+    }
+}
+
+/// NaN scattered through a 3x3 / 2 SAME pool over 8 channels (the four-channel kernels).
+#[test]
+fn max_pool_vec4_random_nan() {
+    let cfg = Cfg {
+        n: 2,
+        h: 7,
+        w: 6,
+        c: 8,
+        kh: 3,
+        kw: 3,
+        sh: 2,
+        sw: 2,
+        pad: Pad::Same,
+        nchw: false,
+    };
+    let mut r = rng(19);
+    let n: usize = cfg.in_shape().iter().product();
+    let mut x = data(&mut r, n, true, false);
+    for v in x.iter_mut() {
+        if r.random_range(0..4) == 0 {
+            *v = f32::NAN;
+        }
+    }
+    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
+    let attrs = cfg.attrs(DType::F32);
+    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
+    assert_same_f32(&y, &ref_max(&cfg, &x, f32::MIN), "MaxPool NaN vec4");
+    let (_, dx) = run_t(
+        "MaxPoolGrad",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&g, &cfg.out_shape()),
+        ],
+        &[],
+    );
+    assert_same_f32(
+        &dx,
+        &ref_max_grad(&cfg, &x, &g, false),
+        "MaxPoolGrad NaN vec4",
+    );
+}
+
+/// float16: the four-channel kernels compare the halves' own 16-bit keys; against the
+/// one-channel kernels (which widen to f32), bit for bit, on NaN, -0 / +0, subnormal halves,
+/// -inf and ties; MaxPoolGrad too.
+#[test]
+fn max_pool_vec4_f16_specials_match_one_channel() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    // 2^-24 and 3 * 2^-24: half subnormals.
+    let s1 = f32::from_bits(0x3380_0000);
+    let s3 = 3.0 * s1;
+    let cases: [[f32; 4]; 12] = [
+        [1.0, 1.0, 1.0, 1.0],
+        [nan, 1.0, 2.0, 3.0],
+        [1.0, nan, 2.0, 3.0],
+        [nan, nan, nan, nan],
+        [-inf, -inf, -inf, -inf],
+        [-0.0, 0.0, -0.0, 0.0],
+        [0.0, -0.0, s1, -s1],
+        [-s3, -s1, -s3, -0.0],
+        [s1, s3, s3, s1],
+        [-65504.0, -inf, -65504.0, -inf],
+        [65504.0, inf, 2.0, inf],
+        [-2.0, -1.5, nan, -1.5],
+    ];
+    let attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F16))
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("padding", AttrValue::Str("VALID".into()));
+    let g = [1.0f32, 2.0, 3.0, 4.0];
+    for group in cases.chunks(4) {
+        let mut x = vec![0.0f32; 16];
+        for (ch, v) in group.iter().enumerate() {
+            for (e, &val) in v.iter().enumerate() {
+                x[e * 4 + ch] = val;
+            }
+        }
+        let (_, y) = run_t("MaxPool", &attrs, true, &[(&x, &[1, 2, 2, 4])], &[]);
+        let (_, dx) = run_t(
+            "MaxPoolGrad",
+            &attrs,
+            true,
+            &[
+                (&x, &[1, 2, 2, 4]),
+                (&y, &[1, 1, 1, 4]),
+                (&g, &[1, 1, 1, 4]),
+            ],
+            &[],
+        );
+        for (ch, v) in group.iter().enumerate() {
+            let (_, y1) = run_t("MaxPool", &attrs, true, &[(v, &[1, 2, 2, 1])], &[]);
+            let (_, dx1) = run_t(
+                "MaxPoolGrad",
+                &attrs,
+                true,
+                &[
+                    (v, &[1, 2, 2, 1]),
+                    (&y1, &[1, 1, 1, 1]),
+                    (&g[ch..ch + 1], &[1, 1, 1, 1]),
+                ],
+                &[],
+            );
+            assert_eq!(y[ch].to_bits(), y1[0].to_bits(), "MaxPool f16 {v:?}");
+            let got: Vec<u32> = (0..4).map(|e| dx[e * 4 + ch].to_bits()).collect();
+            let want: Vec<u32> = dx1.iter().map(|d| d.to_bits()).collect();
+            assert_eq!(got, want, "MaxPoolGrad f16 {v:?}");
+        }
+    }
+}

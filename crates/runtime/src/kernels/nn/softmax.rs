@@ -313,8 +313,8 @@ fn write_loss(r: u32, v: f32) {{
 }
 
 /// `softmax_rows.wgsl` for Softmax (`log` false) or LogSoftmax, loading `vec4` floats at a
-/// time or one.
-fn rows_shader(log: bool, vec4: bool) -> String {
+/// time or one; `cached`: rows of at most 4 loads per invocation, kept in registers.
+fn rows_shader(log: bool, vec4: bool, cached: bool) -> String {
     let (v, funcs) = if vec4 {
         (
             "vec4<f32>",
@@ -326,6 +326,15 @@ fn lanes_nan(v: vec4<f32>) -> bool {
 }
 fn lanes_sum_exp(v: vec4<f32>, m: f32) -> f32 {
     return ((exp_le0(v.x - m) + exp_le0(v.y - m)) + exp_le0(v.z - m)) + exp_le0(v.w - m);
+}
+fn lanes_exp(v: vec4<f32>, m: f32) -> vec4<f32> {
+    return vec4<f32>(exp_le0(v.x - m), exp_le0(v.y - m), exp_le0(v.z - m), exp_le0(v.w - m));
+}
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return ((v.x + v.y) + v.z) + v.w;
+}
+fn lanes_splat(v: f32) -> vec4<f32> {
+    return vec4<f32>(v);
 }
 fn out_vec(v: vec4<f32>, m: f32, s: f32, log_s: f32) -> vec4<f32> {
     return vec4<f32>(out_value(v.x, m, s, log_s), out_value(v.y, m, s, log_s),
@@ -344,6 +353,15 @@ fn lanes_nan(v: f32) -> bool {
 fn lanes_sum_exp(v: f32, m: f32) -> f32 {
     return exp_le0(v - m);
 }
+fn lanes_exp(v: f32, m: f32) -> f32 {
+    return exp_le0(v - m);
+}
+fn lanes_sum(v: f32) -> f32 {
+    return v;
+}
+fn lanes_splat(v: f32) -> f32 {
+    return v;
+}
 fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
     return out_value(v, m, s, log_s);
 }",
@@ -353,6 +371,7 @@ fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
         .replace("$VFUNCS", funcs)
         .replace("$V", v)
         .replace("$LOG", &log.to_string())
+        .replace("$CACHED", &cached.to_string())
         .replace("$COMMON", COMMON_WGSL)
         .replace("$MATH", MATH_WGSL)
 }
@@ -474,20 +493,23 @@ fn record_rows(
     let vec4 = v.cols.is_multiple_of(4)
         && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
     let log = mode == Mode::LogSoftmax;
+    let loads = if vec4 { v.cols / 4 } else { v.cols };
+    let t = rows_threads(loads);
+    // At most 4 loads per invocation: the registers variant (one exp per element).
+    let cached = loads <= 4 * t;
     let key = PipelineKey::new(
         "nn",
         None,
         format!(
-            "softmax_rows/{}{}",
+            "softmax_rows/{}{}{}",
             if log { "log" } else { "softmax" },
-            if vec4 { "/vec4" } else { "" }
+            if vec4 { "/vec4" } else { "" },
+            if cached { "/cached" } else { "" }
         ),
     );
     let pipeline = ctx.pipeline(key, || {
-        crate::kernels::membound_shader(rows_shader(log, vec4))
+        crate::kernels::membound_shader(rows_shader(log, vec4, cached))
     })?;
-    let loads = if vec4 { v.cols / 4 } else { v.cols };
-    let t = rows_threads(loads);
     let g = WG / t;
     let groups = v.rows.div_ceil(g);
     let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);

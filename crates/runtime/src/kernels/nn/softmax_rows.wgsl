@@ -16,8 +16,13 @@
 // and log probability -inf (exp_le0(-inf) = 0; a state whose maximum is still -inf keeps s = 0
 // instead of adding exp(-inf - -inf) = NaN).
 //
-// Placeholders: V (the load type), VFUNCS (lanes_max, lanes_sum_exp and out_vec for V), LOG
-// (LogSoftmax), COMMON and MATH (shared WGSL).
+// Rows of at most 4 loads per invocation (CACHED: up to 4096 columns on vec4) keep their loads
+// in registers instead: pass 1 computes exp(x - m) once per element against the invocation's
+// own maximum m, and pass 3 multiplies those by exp(m - M) / S, so each element costs one exp
+// instead of two (and LogSoftmax none in pass 3).
+//
+// Placeholders: V (the load type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum,
+// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, COMMON and MATH (shared WGSL).
 struct Params {
     rows: u32,
     vcols: u32,
@@ -33,6 +38,10 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> out: array<$V>;
 
 const LOG: bool = $LOG;
+// Rows of at most 4 loads per invocation: the loads stay in registers (c0..c3), their exps
+// (e0..e3, relative to the invocation's own maximum) are computed once and rescaled for the
+// output: one exp per element instead of two.
+const CACHED: bool = $CACHED;
 const NEG_INF_BITS: u32 = 0xff800000u;
 
 var<workgroup> sh: array<f32, 256>;
@@ -65,13 +74,15 @@ fn exp_le0(d: f32) -> f32 {
     }
     let k = round(d * LOG2E);
     let r = (d - k * LN2_HI) - k * LN2_LO;
-    var q = 1.0 + r * (1.0 / 7.0);
-    q = 1.0 + r * (1.0 / 6.0) * q;
-    q = 1.0 + r * (1.0 / 5.0) * q;
-    q = 1.0 + r * (1.0 / 4.0) * q;
-    q = 1.0 + r * (1.0 / 3.0) * q;
-    q = 1.0 + r * (1.0 / 2.0) * q;
-    q = 1.0 + r * q;
+    // sum r^i / i! for i <= 7 by Horner on the coefficients: one multiply-add per degree
+    // (fma) where the nested form 1 + r / i * q took two multiplies and an add.
+    var q = fma(r, 1.0 / 5040.0, 1.0 / 720.0);
+    q = fma(q, r, 1.0 / 120.0);
+    q = fma(q, r, 1.0 / 24.0);
+    q = fma(q, r, 1.0 / 6.0);
+    q = fma(q, r, 0.5);
+    q = fma(q, r, 1.0);
+    q = fma(q, r, 1.0);
     // 2^k (k in [-151, 0]) in two normal factors: subnormal results round once, as in exp_f32.
     let ki = i32(k);
     let k1 = ki >> 1u;
@@ -99,6 +110,14 @@ fn fold(st: vec3<f32>, v: $V) -> vec3<f32> {
     return vec3<f32>(mv, s + lanes_sum_exp(v, mv), flag);
 }
 
+// CACHED's output of a load: its exps times f (Softmax), or (x - M) - log S (LogSoftmax).
+fn cached_out(c: $V, e: $V, m: f32, f: f32, log_s: f32) -> $V {
+    if LOG {
+        return (c - lanes_splat(m)) - lanes_splat(log_s);
+    }
+    return e * f;
+}
+
 fn out_value(v: f32, m: f32, inv_s: f32, log_s: f32) -> f32 {
     let d = v - m;
     if LOG {
@@ -117,7 +136,46 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let n = p.vcols;
     let t = p.t;
     var st = vec3<f32>(bitcast<f32>(NEG_INF_BITS), 0.0, 0.0);
-    if valid {
+    let ninf = lanes_splat(bitcast<f32>(NEG_INF_BITS));
+    var c0 = ninf;
+    var c1 = ninf;
+    var c2 = ninf;
+    var c3 = ninf;
+    var e0 = lanes_splat(0.0);
+    var e1 = e0;
+    var e2 = e0;
+    var e3 = e0;
+    if CACHED && valid {
+        // Loads tid, tid + t, tid + 2t, tid + 3t of the row (n <= 4t); missing ones stay -inf.
+        let j = base + tid;
+        if tid < n {
+            c0 = x[j];
+        }
+        if tid + t < n {
+            c1 = x[j + t];
+        }
+        if tid + 2u * t < n {
+            c2 = x[j + 2u * t];
+        }
+        if tid + 3u * t < n {
+            c3 = x[j + 3u * t];
+        }
+        let mv = max(max(lanes_max(c0), lanes_max(c1)), max(lanes_max(c2), lanes_max(c3)));
+        var flag = 0.0;
+        if lanes_nan(c0) || lanes_nan(c1) || lanes_nan(c2) || lanes_nan(c3) {
+            flag = 1.0;
+        }
+        if bitcast<u32>(mv) != NEG_INF_BITS {
+            e0 = lanes_exp(c0, mv);
+            e1 = lanes_exp(c1, mv);
+            e2 = lanes_exp(c2, mv);
+            e3 = lanes_exp(c3, mv);
+            st = vec3<f32>(mv, ((lanes_sum(e0) + lanes_sum(e1)) + lanes_sum(e2)) + lanes_sum(e3), flag);
+        } else {
+            // Only -inf here (or nothing): no sum, and the exps stay 0.
+            st = vec3<f32>(mv, 0.0, flag);
+        }
+    } else if valid {
         var j = tid;
         // Two loads per iteration, both issued before the first fold.
         while j + t < n {
@@ -170,6 +228,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let log_s = log_f32(total);
     // One reciprocal per row, a product per element (3 ulp instead of the quotient's 2.5).
     let inv = 1.0 / total;
+    if CACHED {
+        // Softmax: exp(x - mine) * (exp(mine - M) / S), the first factor from pass 1 (a NaN
+        // or -inf-only row has a NaN total, so every output is NaN; an invocation of only
+        // -inf has zero exps and a zero factor). LogSoftmax: (x - M) - log S.
+        let f = exp_le0(st.x - m) * inv;
+        let j = base + tid;
+        if tid < n {
+            out[j] = cached_out(c0, e0, m, f, log_s);
+        }
+        if tid + t < n {
+            out[j + t] = cached_out(c1, e1, m, f, log_s);
+        }
+        if tid + 2u * t < n {
+            out[j + 2u * t] = cached_out(c2, e2, m, f, log_s);
+        }
+        if tid + 3u * t < n {
+            out[j + 3u * t] = cached_out(c3, e3, m, f, log_s);
+        }
+        return;
+    }
     var j = tid;
     while j + t < n {
         let a = x[base + j];

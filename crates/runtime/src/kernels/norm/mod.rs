@@ -5,9 +5,13 @@
 //! Three shaders: `stats.wgsl` accumulates per-channel partials over chunks of the N*H*W
 //! elements (one workgroup per chunk and tile of channels: up to 32 neighbouring channels when
 //! the channel is innermost (NHWC), so reads are contiguous, else one; each invocation at most
-//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials (again strided, then a
-//! tree) and computes the per-channel outputs and coefficients, `apply.wgsl` the elementwise
-//! output. The forward statistics are Welford states (count, mean, M2) merged by Chan's
+//! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials
+//! (again strided, then a tree) and computes the per-channel outputs and coefficients,
+//! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
+//! `stats_vec4.wgsl` and `APPLY_VEC4_WGSL` instead: four channels per load, four rows per loop
+//! iteration in the statistics, one channel quad's coefficients loaded once per apply
+//! invocation.
+//! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
 //! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
 //! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
@@ -247,6 +251,9 @@ impl Plan {
     /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
     /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
     fn vec4(self) -> Plan {
+        // Always PER_THREAD rows per invocation: fewer rows and more workgroups (tried with
+        // at least 1024 workgroups, request bn2-1) made the small tensors' statistics slower
+        // (64x7x7x2048: 16 -> 21 us) and the large ones no faster.
         let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
         let chunk = RWG / tc * PER_THREAD;
         Plan {
@@ -259,7 +266,7 @@ impl Plan {
 
     /// Whether the statistics of `dtype` can run on `stats_vec4.wgsl`.
     fn vec4_stats(&self, ctx: &KernelContext, dtype: DType) -> bool {
-        dtype == DType::F32
+        matches!(dtype, DType::F32 | DType::F16)
             && self.inner == 1
             && self.c.is_multiple_of(4)
             && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
@@ -355,6 +362,45 @@ const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
         out[w3] = bitcast<u32>(r3);
     }";
 
+/// Fills the vec4 shaders' element type and conversions (also pool's `pool_vec4.wgsl`): `$XT`
+/// (a float32 vec4, or four float16 in a vec2<u32>), `$LD`: `ld` (to vec4<f32>, exact), `st`
+/// (from vec4<f32>: float16 rounds to nearest even once, `f32_to_f16`) and `rt` (rounds to T),
+/// and `$COMMON`.
+pub(crate) fn vec4_io(src: String, dtype: DType) -> String {
+    let (xt, ld) = if dtype == DType::F16 {
+        (
+            "vec2<u32>",
+            "fn ld(v: vec2<u32>) -> vec4<f32> {
+    return vec4<f32>(f16_to_f32(v.x & 0xffffu), f16_to_f32(v.x >> 16u),
+        f16_to_f32(v.y & 0xffffu), f16_to_f32(v.y >> 16u));
+}
+fn st(r: vec4<f32>) -> vec2<u32> {
+    return vec2<u32>(f32_to_f16(r.x) | (f32_to_f16(r.y) << 16u),
+        f32_to_f16(r.z) | (f32_to_f16(r.w) << 16u));
+}
+fn rt(r: vec4<f32>) -> vec4<f32> {
+    return ld(st(r));
+}",
+        )
+    } else {
+        (
+            "vec4<f32>",
+            "fn ld(v: vec4<f32>) -> vec4<f32> {
+    return v;
+}
+fn st(r: vec4<f32>) -> vec4<f32> {
+    return r;
+}
+fn rt(r: vec4<f32>) -> vec4<f32> {
+    return r;
+}",
+        )
+    };
+    src.replace("$XT", xt)
+        .replace("$LD", ld)
+        .replace("$COMMON", COMMON_WGSL)
+}
+
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
 fn finalize_direct(ctx: &KernelContext) -> bool {
     ctx.limits().max_storage_buffers_per_shader_stage >= 11
@@ -445,9 +491,12 @@ impl Run<'_> {
             ),
             || {
                 crate::kernels::membound_shader(if vec4 {
-                    STATS_VEC4_WGSL
-                        .replace("$NORM_COMMON", NORM_COMMON)
-                        .replace("$GRAD", if grad { "true" } else { "false" })
+                    vec4_io(
+                        STATS_VEC4_WGSL
+                            .replace("$NORM_COMMON", NORM_COMMON)
+                            .replace("$GRAD", if grad { "true" } else { "false" }),
+                        dtype,
+                    )
                 } else {
                     stats_shader(dtype, grad)
                 })
@@ -556,24 +605,25 @@ impl Run<'_> {
         let ctx = self.ctx;
         let dtype = self.dtype;
         let n = out.desc.num_elements();
-        // float32 with the channel innermost and C % 4 == 0: vec4 loads and stores (four
-        // neighbouring channels per load), two per invocation.
+        // float32 or float16 with the channel innermost and C % 4 == 0: vec4 loads and stores
+        // (four neighbouring channels per load), two per invocation.
         let p = &self.plan;
-        if dtype == DType::F32
-            && p.inner == 1
-            && p.c.is_multiple_of(4)
-            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
-        {
+        if p.vec4_stats(ctx, dtype) {
             let pipeline =
                 ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply/vec4"), || {
-                    crate::kernels::membound_shader(
+                    crate::kernels::membound_shader(vec4_io(
                         APPLY_VEC4_WGSL
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
-                    )
+                        dtype,
+                    ))
                 })?;
-            let words = words_for(name, dtype, n)? / 4;
-            let threads = words.div_ceil(2);
+            words_for(name, dtype, n)?;
+            // Channel quads (C % 4 == 0, so n is a multiple of 4).
+            let words = (n / 4) as u32;
+            // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
+            // one quad's); S <= words as words is a multiple of the quads.
+            let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -642,33 +692,20 @@ impl Run<'_> {
     }
 }
 
-/// `apply.wgsl`'s float32 NHWC case (C % 4 == 0) on vec4: the same expression per lane,
-/// four neighbouring channels per load; p.words = vec4 count, p.groups_x = invocations (two
-/// vec4 each, p.groups_x apart, both loads before the stores: out may be x).
+/// `apply.wgsl`'s NHWC case with C % 4 == 0 (float32, or float16 as four halves in a vec2<u32>,
+/// see `vec4_io`) on vec4: the same expression per lane, four neighbouring channels per load;
+/// p.words = vec4 count, p.groups_x = S, the invocations,
+/// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
+/// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
+/// start at multiples of 4); both data loads come before the stores (out may be x).
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> res: array<f32>;
-@group(0) @binding(4) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(3) var<storage, read_write> res: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
 $LINEAR_INDEX
-
-fn coef(row: u32, ch: u32) -> vec4<f32> {
-    let b = row * p.c + ch;
-    return vec4<f32>(res[b], res[b + 1u], res[b + 2u], res[b + 3u]);
-}
-
-fn elem4(i: u32) -> vec4<f32> {
-    let ch = (i * 4u) % p.c;
-    let k = coef(5u, ch);
-    if p.mode < 2u {
-        return (x[i] - coef(4u, ch)) * k + coef(6u, ch);
-    }
-    if p.mode == 3u {
-        return dy[i] * k;
-    }
-    let xc = x[i] - coef(4u, ch);
-    return k * ((dy[i] - coef(6u, ch)) - xc * coef(7u, ch));
-}
+$COMMON
+$LD
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -676,15 +713,41 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if i0 >= p.groups_x {
         return;
     }
+    let quads = p.c / 4u;
+    let q = i0 % quads;
     let i1 = i0 + p.groups_x;
-    let r0 = elem4(i0);
-    var r1 = vec4<f32>();
-    if i1 < p.words {
-        r1 = elem4(i1);
+    let two = i1 < p.words;
+    let mean = res[4u * quads + q];
+    let k = res[5u * quads + q];
+    let r6 = res[6u * quads + q];
+    let x0 = ld(x[i0]);
+    var x1 = vec4<f32>();
+    if two {
+        x1 = ld(x[i1]);
     }
-    out[i0] = r0;
-    if i1 < p.words {
-        out[i1] = r1;
+    var r0: vec4<f32>;
+    var r1: vec4<f32>;
+    if p.mode < 2u {
+        r0 = (x0 - mean) * k + r6;
+        r1 = (x1 - mean) * k + r6;
+    } else {
+        let d0 = ld(dy[i0]);
+        var d1 = vec4<f32>();
+        if two {
+            d1 = ld(dy[i1]);
+        }
+        if p.mode == 3u {
+            r0 = d0 * k;
+            r1 = d1 * k;
+        } else {
+            let r7 = res[7u * quads + q];
+            r0 = k * ((d0 - r6) - (x0 - mean) * r7);
+            r1 = k * ((d1 - r6) - (x1 - mean) * r7);
+        }
+    }
+    out[i0] = st(r0);
+    if two {
+        out[i1] = st(r1);
     }
 }
 ";

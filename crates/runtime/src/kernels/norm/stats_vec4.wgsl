@@ -1,20 +1,27 @@
-// stats.wgsl for float32 with the channel innermost (NHWC) and C % 4 == 0: an invocation owns
-// four neighbouring channels (one vec4 load per row), so a row of a workgroup's p.tc channel
-// quads is p.tc consecutive vec4. A workgroup covers p.tc quads (a power of two, at most 32)
-// and one chunk of p.chunk rows of them; invocation t takes quad t % p.tc and every
-// (256 / p.tc)-th row of the chunk (at most 16), two rows per loop iteration (both loaded
-// before either is folded), then a tree in shared memory combines the rows' lanes.
+// stats.wgsl for float32 or float16 with the channel innermost (NHWC) and C % 4 == 0: an
+// invocation owns four neighbouring channels (one vec4 load per row), so a row of a
+// workgroup's p.tc channel quads is p.tc consecutive vec4. A workgroup covers p.tc quads (a
+// power of two, at most 32) and one chunk of p.chunk rows of them; invocation t takes quad
+// t % p.tc and every (256 / p.tc)-th row of the chunk (at most 16), four rows per loop
+// iteration (all loaded before any is folded; the remaining rows one at a time), then a tree
+// in shared memory combines the rows' lanes.
 // Forward: per-invocation shifted sums about its first row turned into Welford states
 // (count, mean, M2), combined by Chan's formula; gradient: (sum dy, sum dy * (x - mean)).
 // Writes part[3 * (ch * p.splits + chunk)] for each of the four channels, as stats.wgsl.
-// Placeholders: GRAD, NORM_COMMON.
+// float16 (T = half) loads four halves (8 bytes, a vec2<u32>) per row instead, exactly
+// converted to f32 (`ld`).
+// Placeholders: GRAD, NORM_COMMON, XT and LD (the load type and its conversion), COMMON.
 $NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> dy: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(3) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const GRAD: bool = $GRAD;
+
+$COMMON
+
+$LD
 
 var<workgroup> sa: array<f32, 256>;
 var<workgroup> sb: array<vec4<f32>, 256>;
@@ -87,36 +94,55 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         var j = start + lane;
         if !GRAD && j < end {
-            k = x[j * quads + q];
+            k = ld(x[j * quads + q]);
         }
-        while j + lanes < end {
+        // Four rows per iteration, all loads before any fold and no guard inside (full
+        // groups only), then the remaining rows one at a time; the sums run in row order.
+        let step = lanes * quads;
+        while j + 3u * lanes < end {
             let e0 = j * quads + q;
-            let e1 = e0 + lanes * quads;
-            let x0 = x[e0];
-            let x1 = x[e1];
+            let e1 = e0 + step;
+            let e2 = e1 + step;
+            let e3 = e2 + step;
+            let x0 = ld(x[e0]);
+            let x1 = ld(x[e1]);
+            let x2 = ld(x[e2]);
+            let x3 = ld(x[e3]);
             if GRAD {
-                let d0 = dy[e0];
-                let d1 = dy[e1];
+                let d0 = ld(dy[e0]);
+                let d1 = ld(dy[e1]);
+                let d2 = ld(dy[e2]);
+                let d3 = ld(dy[e3]);
                 b = b + d0;
                 c = c + d0 * (x0 - m);
                 b = b + d1;
                 c = c + d1 * (x1 - m);
+                b = b + d2;
+                c = c + d2 * (x2 - m);
+                b = b + d3;
+                c = c + d3 * (x3 - m);
             } else {
                 let y0 = x0 - k;
                 let y1 = x1 - k;
+                let y2 = x2 - k;
+                let y3 = x3 - k;
                 b = b + y0;
                 c = c + y0 * y0;
                 b = b + y1;
                 c = c + y1 * y1;
-                a = a + 2.0;
+                b = b + y2;
+                c = c + y2 * y2;
+                b = b + y3;
+                c = c + y3 * y3;
+                a = a + 4.0;
             }
-            j += 2u * lanes;
+            j += 4u * lanes;
         }
-        if j < end {
+        while j < end {
             let e0 = j * quads + q;
-            let x0 = x[e0];
+            let x0 = ld(x[e0]);
             if GRAD {
-                let d0 = dy[e0];
+                let d0 = ld(dy[e0]);
                 b = b + d0;
                 c = c + d0 * (x0 - m);
             } else {
@@ -125,6 +151,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 c = c + y0 * y0;
                 a = a + 1.0;
             }
+            j += lanes;
         }
         if !GRAD && a > 0.0 {
             // (count, mean, M2) of the invocation's rows; rounding may leave a tiny negative

@@ -1,7 +1,9 @@
 //! pool family: MaxPool, MaxPoolV2, AvgPool and the gradients MaxPoolGrad, MaxPoolGradV2,
 //! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2 (2-D, NHWC or NCHW, SAME / VALID, and
-//! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), all one shader,
-//! `pool.wgsl`, one invocation per output word.
+//! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
+//! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
+//! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
+//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -35,6 +37,7 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 const POOL_WGSL: &str = include_str!("pool.wgsl");
+const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
@@ -472,6 +475,38 @@ impl Pool {
     }
 }
 
+/// `pool_vec4.wgsl`'s order keys of four stored elements (`keyx`), their bits per lane
+/// (`bitsx`) and back (`from_bitsx`): float32 through `key4`; float16 on the halves' own bits
+/// (sign and magnitude: -x keys as -|x| - 1, -0 as +0, NaN as i32 min), never widened.
+fn vec4_keys(dtype: DType) -> &'static str {
+    if dtype == DType::F16 {
+        "fn bitsx(v: vec2<u32>) -> vec4<u32> {
+    return vec4<u32>(v.x & 0xffffu, v.x >> 16u, v.y & 0xffffu, v.y >> 16u);
+}
+fn from_bitsx(b: vec4<u32>) -> vec2<u32> {
+    return vec2<u32>(b.x | (b.y << 16u), b.z | (b.w << 16u));
+}
+fn keyx(v: vec2<u32>) -> vec4<i32> {
+    let h = bitsx(v);
+    let mag = h & vec4<u32>(0x7fffu);
+    let neg = (h & vec4<u32>(0x8000u)) != vec4<u32>(0u);
+    let m = bitcast<vec4<i32>>(mag);
+    let k = select(m, -m - vec4<i32>(1), neg & (mag != vec4<u32>(0u)));
+    return select(k, vec4<i32>(-2147483647 - 1), mag > vec4<u32>(0x7c00u));
+}"
+    } else {
+        "fn bitsx(v: vec4<f32>) -> vec4<u32> {
+    return bitcast<vec4<u32>>(v);
+}
+fn from_bitsx(b: vec4<u32>) -> vec4<f32> {
+    return bitcast<vec4<f32>>(b);
+}
+fn keyx(v: vec4<f32>) -> vec4<i32> {
+    return key4(v);
+}"
+    }
+}
+
 fn num(shape: &[usize]) -> usize {
     shape.iter().product()
 }
@@ -534,6 +569,79 @@ impl Kernel for Pool {
         };
         let o = bind_out(ctx, name, out)?;
         let mode = self.mode;
+        // MaxPool / MaxPoolGrad on NHWC with C % 4 == 0: `pool_vec4.wgsl`, four
+        // channels per invocation (bit-identical results); MaxPoolGrad in two passes (argmax
+        // codes per output, 8 bits per channel, then the gather), so windows of at most 255
+        // elements.
+        if matches!(dtype, DType::F32 | DType::F16)
+            && !self.nchw
+            && g.c.is_multiple_of(4)
+            && (mode == Mode::Max || (mode == Mode::MaxGrad && g.kh * g.kw <= 255))
+            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
+        {
+            let u = |v: usize| v as u32;
+            let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+                let pipeline = ctx.pipeline(
+                    PipelineKey::new("pool", Some(dtype), format!("max_vec4/{pass}")),
+                    || {
+                        crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
+                            POOL_VEC4_WGSL
+                                .replace("$MODE", &pass.to_string())
+                                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                                .replace("$KEYS", vec4_keys(dtype))
+                                .replace(
+                                    "$LOWEST_BITS",
+                                    if dtype == DType::F16 {
+                                        "0xfbff"
+                                    } else {
+                                        "0xff7fffff"
+                                    },
+                                ),
+                            dtype,
+                        ))
+                    },
+                )?;
+                let (groups, row) = grid_1d(words as u64, WG);
+                let p = params(&[
+                    row,
+                    u(n),
+                    u(words),
+                    0,
+                    u(g.n),
+                    u(g.h),
+                    u(g.w),
+                    u(g.c),
+                    u(g.oh),
+                    u(g.ow),
+                    u(g.kh),
+                    u(g.kw),
+                    u(g.sh),
+                    u(g.sw),
+                    u(g.pt),
+                    u(g.pl),
+                ]);
+                ctx.dispatch(&pipeline, &p, &binds, groups)
+            };
+            if mode == Mode::Max {
+                // Binding 2 (a vec4 array) unused: 16 bytes.
+                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, c, o]);
+            }
+            // MaxPoolGrad: grad (b) has the output's n * oh * ow * c elements; one code
+            // word per output vec4.
+            let outs = g.n * g.oh * g.ow * g.c;
+            if outs == 0 {
+                // No output covers any input: dx is zero.
+                return crate::kernels::fill::fill_bytes(ctx, out.addr, out.desc.byte_size(), 0);
+            }
+            let codes = ctx.temp((outs as u64).max(16))?;
+            let unused = ctx.temp(16)?;
+            vec4_pass(
+                5,
+                outs / 4,
+                [a.clone(), unused.clone(), codes.clone(), unused],
+            )?;
+            return vec4_pass(2, n / 4, [a, b, codes, o]);
+        }
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "pool",

@@ -1,0 +1,261 @@
+// MaxPool and MaxPoolGrad over NHWC float32 or float16 with C % 4 == 0, four neighbouring
+// channels per invocation (one vec4 load per window element; float16: four halves in a
+// vec2<u32>, widened exactly by `ld`, stored by `st`), lane by lane TensorFlow's rules as in
+// pool.wgsl, so the results are bit-identical to pool.wgsl's:
+// - MODE 0, MaxPool: per output, the maximum from the lowest finite value of T, taking an element
+//   only when it is greater (NaN never taken);
+// - MODE 5, the argmax codes: per output and lane, the position of TensorFlow's argmax (the
+//   window's first element, replaced only by a strictly greater one; NaN neither replaces nor
+//   is replaced) as (y - y0) * kw + (x - x0) in the in-bounds window starting at (y0, x0),
+//   8 bits per lane, four lanes in a u32 (0xff for an empty window);
+// - MODE 2, MaxPoolGrad from the codes: per input, the grads of the covering outputs whose
+//   code names this input, summed in TensorFlow's order (outputs row by row; float16 rounds
+//   after every addition, `rt`, as Eigen's half).
+// MaxPoolGrad is MODE 5 then MODE 2: each window's argmax is computed once (one invocation
+// per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
+// gradient pass reads one code word per covering output.
+//
+// Comparisons run on integer keys of the stored bits (the float's bits made monotonic, -0
+// mapped to +0, so IEEE's -0 == +0 holds, NaN below everything), decided independently of
+// the driver's float compare; MaxPool and the codes never widen the elements (float16
+// compares its halves' own 16-bit keys) and MaxPool stores the selected element's bits.
+//
+// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, KEYS
+// (keyx, bitsx, from_bitsx for XT), LOWEST_BITS (the lowest finite value of T).
+struct Params {
+    row: u32,
+    n: u32,
+    words: u32,
+    nchw: u32,
+    batch: u32,
+    h: u32,
+    w: u32,
+    c: u32,
+    oh: u32,
+    ow: u32,
+    kh: u32,
+    kw: u32,
+    sh: u32,
+    sw: u32,
+    pt: u32,
+    pl: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+// The input (MaxPool, codes).
+@group(0) @binding(1) var<storage, read_write> a: array<$XT>;
+// MaxPoolGrad: grad (output shaped).
+@group(0) @binding(2) var<storage, read_write> b: array<$XT>;
+// The argmax codes: written by MODE 5, read by MODE 2.
+@group(0) @binding(3) var<storage, read_write> codes: array<u32>;
+// MaxPool's output, MaxPoolGrad's dx.
+@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
+
+const MODE: u32 = $MODEu;
+
+$LINEAR_INDEX
+$COMMON
+$LD
+
+// Order keys of the four lanes: x < y (IEEE, non-NaN) iff key(x) < key(y); -0 keys as +0;
+// NaN keys as i32 min, below every number, so a NaN is never greater than anything.
+fn key4(x: vec4<f32>) -> vec4<i32> {
+    let u = bitcast<vec4<u32>>(x);
+    let b = select(u, vec4<u32>(0u), u == vec4<u32>(0x80000000u));
+    let k = bitcast<vec4<i32>>(b ^ ((b >> vec4<u32>(31u)) * vec4<u32>(0x7fffffffu)));
+    let nan = (u & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+    return select(k, vec4<i32>(-2147483647 - 1), nan);
+}
+
+// The in-bounds window of output (oy, ox): rows [r.x, r.y), columns [r.z, r.w).
+fn window(oy: u32, ox: u32) -> vec4<u32> {
+    let ys = i32(oy * p.sh) - i32(p.pt);
+    let xs = i32(ox * p.sw) - i32(p.pl);
+    let ye = min(ys + i32(p.kh), i32(p.h));
+    let xe = min(xs + i32(p.kw), i32(p.w));
+    return vec4<u32>(u32(max(ys, 0)), u32(max(ye, 0)), u32(max(xs, 0)), u32(max(xe, 0)));
+}
+
+// The outputs whose window covers input row (or column) `v`: [lo, hi).
+fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32) -> vec2<u32> {
+    let vp = v + pad;
+    var lo = 0u;
+    if vp >= k {
+        lo = (vp - k) / s + 1u;
+    }
+    let hi = min(vp / s + 1u, n_out);
+    return vec2<u32>(lo, hi);
+}
+
+$KEYS
+
+// The running maximum (bits and key) per lane; v replaces where key(v) > key (MaxPool).
+struct Max4 {
+    b: vec4<u32>,
+    k: vec4<i32>,
+};
+
+fn max4(s: Max4, v: $XT) -> Max4 {
+    let kv = keyx(v);
+    let r = kv > s.k;
+    return Max4(select(s.b, bitsx(v), r), select(s.k, kv, r));
+}
+
+// The argmax scan per lane: key of the best and its code.
+struct Arg4 {
+    k: vec4<i32>,
+    code: vec4<u32>,
+};
+
+fn arg4(s: Arg4, v: $XT, code: u32) -> Arg4 {
+    let kv = keyx(v);
+    let r = kv > s.k;
+    return Arg4(select(s.k, kv, r), select(s.code, vec4<u32>(code), r));
+}
+
+// The first element of a window: its key, except that a NaN is never replaced (i32 max).
+fn arg_first(v: $XT) -> Arg4 {
+    // Only NaN has the key i32 min.
+    let k = keyx(v);
+    return Arg4(select(k, vec4<i32>(2147483647), k == vec4<i32>(-2147483647 - 1)), vec4<u32>(0u));
+}
+
+fn max_pool(e: u32) -> $XT {
+    let quads = p.c / 4u;
+    let qd = e % quads;
+    let t = e / quads;
+    let ox = t % p.ow;
+    let t2 = t / p.ow;
+    let oy = t2 % p.oh;
+    let n = t2 / p.oh;
+    let r = window(oy, ox);
+    let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
+    var m = Max4(bitsx(lowest), keyx(lowest));
+    if r.y - r.x == 3u && r.w - r.z == 3u {
+        // A whole 3x3 window: the nine loads first, then folded row by row.
+        let row = p.w * quads;
+        let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
+        let i1 = i0 + row;
+        let i2 = i1 + row;
+        let v0 = a[i0];
+        let v1 = a[i0 + quads];
+        let v2 = a[i0 + 2u * quads];
+        let v3 = a[i1];
+        let v4 = a[i1 + quads];
+        let v5 = a[i1 + 2u * quads];
+        let v6 = a[i2];
+        let v7 = a[i2 + quads];
+        let v8 = a[i2 + 2u * quads];
+        m = max4(m, v0);
+        m = max4(m, v1);
+        m = max4(m, v2);
+        m = max4(m, v3);
+        m = max4(m, v4);
+        m = max4(m, v5);
+        m = max4(m, v6);
+        m = max4(m, v7);
+        m = max4(m, v8);
+        return from_bitsx(m.b);
+    }
+    for (var y = r.x; y < r.y; y = y + 1u) {
+        for (var x = r.z; x < r.w; x = x + 1u) {
+            m = max4(m, a[((n * p.h + y) * p.w + x) * quads + qd]);
+        }
+    }
+    return from_bitsx(m.b);
+}
+
+// Four 8-bit lane codes in one word, lane 0 in the low byte.
+fn pack_codes(c: vec4<u32>) -> u32 {
+    return c.x | (c.y << 8u) | (c.z << 16u) | (c.w << 24u);
+}
+
+fn argmax_codes(e: u32) -> u32 {
+    let quads = p.c / 4u;
+    let qd = e % quads;
+    let t = e / quads;
+    let ox = t % p.ow;
+    let t2 = t / p.ow;
+    let oy = t2 % p.oh;
+    let n = t2 / p.oh;
+    let r = window(oy, ox);
+    if r.y <= r.x || r.w <= r.z {
+        return 0xffffffffu;
+    }
+    if r.y - r.x == 3u && r.w - r.z == 3u {
+        let row = p.w * quads;
+        let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
+        let i1 = i0 + row;
+        let i2 = i1 + row;
+        let v0 = a[i0];
+        let v1 = a[i0 + quads];
+        let v2 = a[i0 + 2u * quads];
+        let v3 = a[i1];
+        let v4 = a[i1 + quads];
+        let v5 = a[i1 + 2u * quads];
+        let v6 = a[i2];
+        let v7 = a[i2 + quads];
+        let v8 = a[i2 + 2u * quads];
+        let kw = p.kw;
+        var s = arg_first(v0);
+        s = arg4(s, v1, 1u);
+        s = arg4(s, v2, 2u);
+        s = arg4(s, v3, kw);
+        s = arg4(s, v4, kw + 1u);
+        s = arg4(s, v5, kw + 2u);
+        s = arg4(s, v6, 2u * kw);
+        s = arg4(s, v7, 2u * kw + 1u);
+        s = arg4(s, v8, 2u * kw + 2u);
+        return pack_codes(s.code);
+    }
+    var s = arg_first(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]);
+    for (var y = r.x; y < r.y; y = y + 1u) {
+        for (var x = r.z; x < r.w; x = x + 1u) {
+            if y != r.x || x != r.z {
+                s = arg4(s, a[((n * p.h + y) * p.w + x) * quads + qd], (y - r.x) * p.kw + (x - r.z));
+            }
+        }
+    }
+    return pack_codes(s.code);
+}
+
+fn max_pool_grad(e: u32) -> vec4<f32> {
+    let quads = p.c / 4u;
+    let qd = e % quads;
+    let t = e / quads;
+    let x = t % p.w;
+    let t2 = t / p.w;
+    let y = t2 % p.h;
+    let n = t2 / p.h;
+    let rows = covering(y, p.pt, p.kh, p.sh, p.oh);
+    let cols = covering(x, p.pl, p.kw, p.sw, p.ow);
+    var acc = vec4<f32>(0.0);
+    for (var oy = rows.x; oy < rows.y; oy = oy + 1u) {
+        for (var ox = cols.x; ox < cols.y; ox = ox + 1u) {
+            let o = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
+            let r = window(oy, ox);
+            let mine = (y - r.x) * p.kw + (x - r.z);
+            let w = codes[o];
+            let code = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+            let hit = code == vec4<u32>(mine);
+            if any(hit) {
+                acc = select(acc, rt(acc + ld(b[o])), hit);
+            }
+        }
+    }
+    return acc;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = linear_index(gid);
+    if e >= p.words {
+        return;
+    }
+    if MODE == 0u {
+        out[e] = max_pool(e);
+    } else if MODE == 5u {
+        codes[e] = argmax_codes(e);
+    } else {
+        out[e] = st(max_pool_grad(e));
+    }
+}
