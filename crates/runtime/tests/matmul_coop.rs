@@ -19,7 +19,7 @@ use std::io::Write;
 use tfwgpu_runtime::kernels::matmul::coop::{
     COOP_TILES, CoopSpec, Input, all_specs, choose_tile, device_supports,
 };
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, f16};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
 
 fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
@@ -48,7 +48,8 @@ fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
 /// default tile for subgroups of 16 and 64. (All variants take minutes with a debug naga.)
 fn covered(s: &CoopSpec) -> bool {
     let default = choose_tile(1, 4096, 4096);
-    let simple = s.a_kfast && s.b_nfast && s.wa == 4 && s.wb == 4 && s.input == Input::F16;
+    let w = if s.tile.wide { 8 } else { 4 };
+    let simple = s.a_kfast && s.b_nfast && s.wa == w && s.wb == w && s.input == Input::F16;
     if s.lanes != 32 {
         return s.tile == default && simple && !s.conv;
     }
@@ -492,4 +493,131 @@ fn coop_conv2d_forward() {
         );
     }
     check_conv_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 45);
+}
+
+/// Conv2DBackpropInput NHWC float16 (dx [n, h, w, c] from f [r, s, c, k] and dy
+/// [n, oh, ow, k]) against an f64 reference of the f16 inputs; tolerance as for MatMul with
+/// K = r * s * k.
+#[allow(clippy::too_many_arguments)]
+fn check_bwd_input_f16(
+    (n, h, w, c): (usize, usize, usize, usize),
+    (r, s, k): (usize, usize, usize),
+    stride: usize,
+    dil: usize,
+    pad: &str,
+    tile: Option<&str>,
+    seed: u64,
+) {
+    let d = dev();
+    let mut g = rng(seed);
+    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
+    let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
+    let (oh, ow, pt, pl) = if pad == "SAME" {
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        let ph = ((oh - 1) * stride + er).saturating_sub(h);
+        let pw = ((ow - 1) * stride + es).saturating_sub(w);
+        (oh, ow, ph / 2, pw / 2)
+    } else {
+        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
+    };
+    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
+    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
+    let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
+    let sizes = HostTensor::vec_i32(&[n as i32, h as i32, w as i32, c as i32]);
+    let mut attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F16))
+        .with(
+            "strides",
+            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
+        )
+        .with(
+            "dilations",
+            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
+        )
+        .with("padding", AttrValue::Str(pad.into()))
+        .with("data_format", AttrValue::Str("NHWC".into()));
+    if let Some(t) = tile {
+        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
+    }
+    let what = format!(
+        "Conv2DBackpropInput dx[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
+    );
+    let dx = d
+        .run(
+            "Conv2DBackpropInput",
+            &attrs,
+            &[Arg::from(&sizes), Arg::from(&ft), Arg::from(&dyt)],
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(dx[0].shape(), &[n, h, w, c], "{what}");
+    let got = dx[0].download::<f16>().unwrap();
+    // Scatter form of the reference: every (output position, tap) adds dy * f to the input
+    // position it read in the forward pass.
+    let mut want = vec![0.0f64; n * h * w * c];
+    let mut scale = vec![0.0f64; n * h * w * c];
+    for b in 0..n {
+        for oy in 0..oh {
+            for ox in 0..ow {
+                for i in 0..r {
+                    for j in 0..s {
+                        let iy = (oy * stride + i * dil) as isize - pt as isize;
+                        let ix = (ox * stride + j * dil) as isize - pl as isize;
+                        if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                            continue;
+                        }
+                        let o = ((b * h + iy as usize) * w + ix as usize) * c;
+                        for ci in 0..c {
+                            for ko in 0..k {
+                                let p = dy[((b * oh + oy) * ow + ox) * k + ko] as f64
+                                    * f[((i * s + j) * c + ci) * k + ko] as f64;
+                                want[o + ci] += p;
+                                scale[o + ci] += p.abs();
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let u = 2f64.powi(-23);
+    let kk = (r * s * k) as f64;
+    for (e, (&wv, &sc)) in want.iter().zip(&scale).enumerate() {
+        let acc = kk * u * sc;
+        let tol = 2f64.powi(-11) * (wv.abs() + acc) + acc + 2f64.powi(-25);
+        let gv = got[e].to_f64();
+        assert!(
+            (gv - wv).abs() <= tol,
+            "{what} [{e}]: got {gv}, want {wv} (tol {tol:e})"
+        );
+    }
+}
+
+#[test]
+fn f16_conv2d_backprop_input_any_device() {
+    // Cooperative where the adapter has it (stride 1, k a multiple of the K tile), the f32
+    // GEMM elsewhere.
+    check_bwd_input_f16((2, 9, 7, 8), (3, 3, 32), 1, 1, "SAME", None, 51);
+    check_bwd_input_f16((1, 6, 5, 3), (2, 2, 5), 2, 1, "VALID", None, 52);
+}
+
+#[test]
+fn coop_conv2d_backprop_input() {
+    if skip() {
+        return;
+    }
+    // Channel counts for load widths 8, 4 and 1 (k = 32, 64: K tiles within one tap; k = 40
+    // takes the GEMM); dilations, both paddings, 1x1.
+    for tile in COOP_TILES {
+        for (x, f, dil, pad, seed) in [
+            ((2, 12, 11, 16), (3, 3, 32), 1, "SAME", 61),
+            ((2, 10, 9, 12), (3, 3, 64), 1, "SAME", 62),
+            ((2, 13, 12, 3), (5, 5, 64), 2, "VALID", 63),
+            ((2, 8, 8, 64), (1, 1, 64), 1, "VALID", 64),
+            ((1, 7, 6, 8), (3, 3, 40), 1, "SAME", 65),
+        ] {
+            check_bwd_input_f16(x, f, 1, dil, pad, Some(tile.name), seed);
+        }
+    }
+    check_bwd_input_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 66);
 }
