@@ -39,6 +39,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 input: Input::F16,
                 conv,
                 bwd_input,
+                emulate: false,
             };
             if spec.is_valid() {
                 v.push((format!("coop_{}", spec.specialization()), spec.wgsl()));

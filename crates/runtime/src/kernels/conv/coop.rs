@@ -6,7 +6,8 @@
 
 use crate::kernel::{DeviceRef, KernelContext};
 use crate::kernels::matmul::coop::{
-    self, COOP_TILES, CoopSpec, Input, Launch, choose_tile, coop_lanes, fits, load_width,
+    self, COOP_64X64_2X2V, COOP_128X128_2X4VG, COOP_128X128X64_2X4VG1, COOP_TILES, CoopSpec,
+    CoopTile, Input, Launch, coop_mode, fits, load_width,
 };
 use crate::{DType, Result};
 
@@ -76,7 +77,7 @@ fn try_implicit(
             None => return Ok(false),
         },
     };
-    let Some(lanes) = coop_lanes(ctx) else {
+    let Some((lanes, emulate)) = coop_mode(ctx) else {
         return Ok(false);
     };
     if g.nchw || g.groups != 1 || a.desc.dtype != out.desc.dtype || f.desc.dtype != out.desc.dtype {
@@ -94,7 +95,7 @@ fn try_implicit(
     if k == 0 {
         return Ok(false);
     }
-    let tile = forced.unwrap_or_else(|| choose_tile(1, m, n));
+    let tile = forced.unwrap_or_else(|| choose_conv_tile(input, bwd_input, m, n, ac));
     let spec = CoopSpec {
         tile,
         lanes,
@@ -105,6 +106,7 @@ fn try_implicit(
         input,
         conv: true,
         bwd_input,
+        emulate,
     };
     // Backprop input: each K tile within one tap of the filter.
     if !fits(ctx, &spec) || (bwd_input && !ac.is_multiple_of(tile.bk as usize)) {
@@ -169,4 +171,20 @@ fn try_implicit(
     tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
     coop::launch(ctx, op, &spec, &l, a, f, out)?;
     Ok(true)
+}
+
+/// The tile of an implicit product of M x N (measured on the H200, NOTES-coop.md, v3):
+/// 64 x 64 where M or N is at most 64; Conv2D forward `c128x128x32_2x4vg` (wide:
+/// 85.6 TFLOP/s against 81.9 for the K-64 tile); backprop input on float16 with dy channels
+/// `ac` a multiple of 64 (the K tile must lie within one tap) `c128x128x64_2x4vg1`
+/// (81.5 / 87.9 / 48.0 against 79.0 / 85.6 / 45.6 on wide, r50_14_3x3_256_256,
+/// r50_7_3x3_512_512).
+fn choose_conv_tile(input: Input, bwd_input: bool, m: usize, n: usize, ac: usize) -> CoopTile {
+    if n <= 64 || m <= 64 {
+        COOP_64X64_2X2V
+    } else if bwd_input && input == Input::F16 && ac.is_multiple_of(64) {
+        COOP_128X128X64_2X4VG1
+    } else {
+        COOP_128X128_2X4VG
+    }
 }

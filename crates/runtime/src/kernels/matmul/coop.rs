@@ -223,20 +223,6 @@ pub const COOP_128X128X64_2X4VG1: CoopTile = CoopTile {
     nbuf: 1,
     ..COOP_128X128_2X4VG
 };
-/// 16 subgroups of 32 x 32 (512 invocations: twice the warps to hide latency, less reuse
-/// per fragment load).
-pub const COOP_128X128_4X4VG: CoopTile = CoopTile {
-    name: "c128x128x32_4x4vg",
-    sg_m: 4,
-    sg_n: 4,
-    ..COOP_128X128_2X4VG
-};
-/// 16 subgroups of 32 x 32 loading two K tiles ahead.
-pub const COOP_128X128_4X4VG2: CoopTile = CoopTile {
-    name: "c128x128x32_4x4vg2",
-    depth: 2,
-    ..COOP_128X128_4X4VG
-};
 /// The default geometry with 16-byte global loads.
 pub const COOP_128X128_2X4WG: CoopTile = CoopTile {
     name: "c128x128x32_2x4wg",
@@ -254,12 +240,6 @@ pub const COOP_128X128X64_2X4WG1: CoopTile = CoopTile {
     name: "c128x128x64_2x4wg1",
     wide: true,
     ..COOP_128X128X64_2X4VG1
-};
-/// 16 subgroups, 16-byte global loads, two K tiles ahead.
-pub const COOP_128X128_4X4WG2: CoopTile = CoopTile {
-    name: "c128x128x32_4x4wg2",
-    wide: true,
-    ..COOP_128X128_4X4VG2
 };
 /// 64 x 64 with 16-byte global loads, two K tiles ahead.
 pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
@@ -284,12 +264,9 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_256X128X16_4X2VG,
     COOP_128X128_2X4VG2,
     COOP_128X128X64_2X4VG1,
-    COOP_128X128_4X4VG,
-    COOP_128X128_4X4VG2,
     COOP_128X128_2X4WG,
     COOP_128X128_2X4WG2,
     COOP_128X128X64_2X4WG1,
-    COOP_128X128_4X4WG2,
     COOP_64X64_2X2W2,
 ];
 
@@ -326,6 +303,13 @@ pub struct CoopSpec {
     /// output channels, checked at launch), whose offset (`p.ftap` elements per tap) is
     /// computed once per tile.
     pub bwd_input: bool,
+    /// Test form for adapters without cooperative matrices (`TFWGPU_COOP_EMULATE=1`): the
+    /// same staging, loop, barriers and epilogue, with each 16 x 16 accumulator held as
+    /// 256 / `lanes` floats per invocation and the fragment loads and products replaced by
+    /// plain loops over the workgroup arrays that follow SPV_KHR_cooperative_matrix's
+    /// layout rules (row- or column-major, strides in array elements); subgroups are
+    /// `lanes` consecutive invocations. Slow; for checking the generator on lavapipe.
+    pub emulate: bool,
 }
 
 /// The elements per global load of an operand whose contiguous dimension has `len`
@@ -468,12 +452,13 @@ impl CoopSpec {
             && (br * bc / self.wb).is_multiple_of(wg)
             && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
             && (!self.bwd_input || (self.conv && !self.b_nfast))
+            && (!self.emulate || 256 % self.lanes == 0)
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}",
+            "{}{}_l{}_{}{}_w{}x{}_{}{}",
             match (self.conv, self.bwd_input) {
                 (true, true) => "convbi_",
                 (true, false) => "conv_",
@@ -488,7 +473,8 @@ impl CoopSpec {
             match self.input {
                 Input::F16 => "h",
                 Input::F32 => "f",
-            }
+            },
+            if self.emulate { "_emu" } else { "" },
         )
     }
 
@@ -501,6 +487,63 @@ impl CoopSpec {
             (Input::F32, 4) => "vec4<f32>",
             (Input::F32, _) => "f32",
         }
+    }
+
+    /// The emulated 16 x 16 x 16 product of the `emulate` form: invocation `lane` of a
+    /// subgroup owns elements e = lane + q * lanes (row e / 16, column e % 16) of the
+    /// accumulator; A and B are read at their fragment origins `ia`, `ib` (in array elements)
+    /// with the layouts and strides the cooperative loads would use.
+    fn emu_mma(&self) -> String {
+        use std::fmt::Write;
+        let unit = self.tile.smem.unit();
+        let (_, ac) = self.a_dims();
+        let (_, bc) = self.b_dims();
+        let (sa_h, sb_h) = (ac + PAD, bc + PAD);
+        // Half offsets of A(r, k) and B(k, c) from the fragment origins.
+        let a_off = if self.a_kfast {
+            format!("r * {sa_h}u + k")
+        } else {
+            format!("k * {sa_h}u + r")
+        };
+        let b_off = if self.b_nfast {
+            format!("k * {sb_h}u + c")
+        } else {
+            format!("c * {sb_h}u + k")
+        };
+        let el = |arr: &str, idx: &str| match self.tile.smem {
+            Smem::Half => format!("{arr}[{idx}]"),
+            Smem::Vec4 => format!("{arr}[({idx}) / 4u][({idx}) % 4u]"),
+        };
+        // The 16 steps of k unrolled, the loop over the invocation's elements kept (with a
+        // trip count the compiler cannot see, p._pad2 being 0): fully unrolled, the many
+        // inlined copies take lavapipe's LLVM minutes to compile; as two loops, llvmpipe's
+        // loop limiter (65535 iterations) cuts long K loops short.
+        let mut steps = String::new();
+        for k in 0..16 {
+            let fa = a_off.replace('k', &format!("{k}u"));
+            let fb = b_off.replace('k', &format!("{k}u"));
+            let _ = writeln!(
+                steps,
+                "        sum += f32({}) * f32({});",
+                el("sa", &format!("ia * {unit}u + {fa}")),
+                el("sb", &format!("ib * {unit}u + {fb}"))
+            );
+        }
+        format!(
+            "
+fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {{
+    for (var q = 0u; q < {per}u + p._pad2; q += 1u) {{
+        let e = lane + q * {lanes}u;
+        let r = e / 16u;
+        let c = e % 16u;
+        var sum = (*acc)[q];
+{steps}        (*acc)[q] = sum;
+    }}
+}}
+",
+            per = 256 / self.lanes,
+            lanes = self.lanes,
+        )
     }
 
     /// The WGSL source.
@@ -525,7 +568,12 @@ impl CoopSpec {
             Smem::Vec4 => "vec4<f16>",
         };
         let mut s = String::new();
-        s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
+        let emu = self.emulate;
+        if emu {
+            s.push_str("enable f16;\n\n");
+        } else {
+            s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
+        }
         s.push_str(COOP_COMMON_WGSL);
         let _ = write!(
             s,
@@ -537,14 +585,12 @@ impl CoopSpec {
 var<workgroup> sa: array<{smem_ty}, {sa_len}>;
 var<workgroup> sb: array<{smem_ty}, {sb_len}>;
 var<workgroup> sc: array<f32, {sc_len}>;
-
+{emu_fn}
 @compute @workgroup_size({wg})
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-) {{
+{sg_params}) {{{sg_lets}
     var tile = wid.xy;
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
@@ -577,10 +623,28 @@ fn main(
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            emu_fn = if emu { self.emu_mma() } else { String::new() },
+            sg_params = if emu {
+                ""
+            } else {
+                "    @builtin(subgroup_id) sg: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n"
+            },
+            sg_lets = if emu {
+                format!(
+                    "\n    let sg = lid / {l}u;\n    let lane = lid % {l}u;",
+                    l = self.lanes
+                )
+            } else {
+                String::new()
+            },
         );
         for i in 0..tm {
             for j in 0..tn {
-                let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
+                if emu {
+                    let _ = writeln!(s, "    var acc_{i}_{j}: array<f32, {}>;", 256 / self.lanes);
+                } else {
+                    let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
+                }
             }
         }
         // How one operand is staged: its tile's rows and contiguous columns, load width,
@@ -828,10 +892,13 @@ fn main(
                             "coopLoad",
                         )
                     };
-                    let _ = writeln!(
-                        s,
-                        "        let ia{kk}_{i} = abase + {off};\n        let fa{kk}_{i} = {f}<coop_mat16x16<f16, A>>(&sa[ia{kk}_{i}], sa_stride);"
-                    );
+                    let _ = writeln!(s, "        let ia{kk}_{i} = abase + {off};");
+                    if !emu {
+                        let _ = writeln!(
+                            s,
+                            "        let fa{kk}_{i} = {f}<coop_mat16x16<f16, A>>(&sa[ia{kk}_{i}], sa_stride);"
+                        );
+                    }
                 }
                 for j in 0..tn {
                     let (off, f) = if self.b_nfast {
@@ -845,17 +912,27 @@ fn main(
                             "coopLoad",
                         )
                     };
-                    let _ = writeln!(
-                        s,
-                        "        let ib{kk}_{j} = bbase + {off};\n        let fb{kk}_{j} = {f}<coop_mat16x16<f16, B>>(&sb[ib{kk}_{j}], sb_stride);"
-                    );
+                    let _ = writeln!(s, "        let ib{kk}_{j} = bbase + {off};");
+                    if !emu {
+                        let _ = writeln!(
+                            s,
+                            "        let fb{kk}_{j} = {f}<coop_mat16x16<f16, B>>(&sb[ib{kk}_{j}], sb_stride);"
+                        );
+                    }
                 }
                 for i in 0..tm {
                     for j in 0..tn {
-                        let _ = writeln!(
-                            s,
-                            "        acc_{i}_{j} = coopMultiplyAdd(fa{kk}_{i}, fb{kk}_{j}, acc_{i}_{j});"
-                        );
+                        if emu {
+                            let _ = writeln!(
+                                s,
+                                "        emu_mma(&acc_{i}_{j}, ia{kk}_{i}, ib{kk}_{j}, lane);"
+                            );
+                        } else {
+                            let _ = writeln!(
+                                s,
+                                "        acc_{i}_{j} = coopMultiplyAdd(fa{kk}_{i}, fb{kk}_{j}, acc_{i}_{j});"
+                            );
+                        }
                     }
                 }
             }
@@ -941,10 +1018,22 @@ fn main(
         };
         for i in 0..tm {
             for j in 0..tn {
+                if emu {
+                    let _ = write!(
+                        s,
+                        "    for (var q = 0u; q < {per}u; q += 1u) {{
+        sc[sc_base + lane + q * {lanes}u] = acc_{i}_{j}[q];
+    }}
+",
+                        per = 256 / self.lanes,
+                        lanes = self.lanes
+                    );
+                } else {
+                    let _ = writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
+                }
                 let _ = write!(
                     s,
-                    "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);
-    workgroupBarrier();
+                    "    workgroupBarrier();
     for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
@@ -970,6 +1059,29 @@ fn main(
 /// configuration listed by the adapter, `SHADER_F16`, and subgroups of one fixed size.
 pub fn coop_lanes(ctx: &KernelContext) -> Option<u32> {
     lanes_of(ctx.features(), &ctx.dev.desc)
+}
+
+/// The environment variable that runs the cooperative kernels in their emulated form
+/// (`CoopSpec::emulate`) on any device with `SHADER_F16`: for tests on lavapipe.
+pub const EMULATE_VAR: &str = "TFWGPU_COOP_EMULATE";
+
+/// Whether `TFWGPU_COOP_EMULATE=1` was set (read once per process).
+pub fn emulation_requested() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var(EMULATE_VAR).is_ok_and(|v| v.trim() == "1"))
+}
+
+/// The subgroup size and form of the cooperative kernels on this device: the emulated form
+/// with subgroups of 32 where `TFWGPU_COOP_EMULATE=1` is set (and the device has
+/// `SHADER_F16`), else [`coop_lanes`] with real cooperative matrices.
+pub(crate) fn coop_mode(ctx: &KernelContext) -> Option<(u32, bool)> {
+    if emulation_requested() {
+        return ctx
+            .features()
+            .contains(wgpu::Features::SHADER_F16)
+            .then_some((32, true));
+    }
+    coop_lanes(ctx).map(|l| (l, false))
 }
 
 /// Whether `dev` runs float16 MatMul on cooperative matrices ([`coop_lanes`]).
@@ -999,15 +1111,29 @@ pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
     })
 }
 
-/// The tile for `batches` products of M x N: 128 x 128 unless M or N is at most 64.
-pub fn choose_tile(batches: usize, m: usize, n: usize) -> CoopTile {
-    let _ = batches;
-    // Measured on the H200 (NOTES-coop.md, v1): 128 x 128 beats 64 x 64 even at 1024^2
-    // (64 workgroups); 64 x 64 wins for 64-wide outputs (Conv2D with 64 channels).
-    if n > 64 && m > 64 {
-        COOP_128X128_2X4VG
+/// The tile for `batches` products of M x N with `input` operands (measured on the H200,
+/// NOTES-coop.md, v3):
+/// - M or N at most 64: 64 x 64 (`c64x64x32_2x2v`; Conv2D with 64 channels);
+/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4vg1` (K tiles of 64 in one
+///   buffer: 152 TFLOP/s at 4096, 155 at 8192, against 136 for `c128x128x32_2x4vg`);
+/// - float16, fewer (1024^2: 64 tiles for 132 SMs): 64 x 64 with 16-byte loads two K tiles
+///   ahead (`c64x64x32_2x2w2`: 67.9 TFLOP/s at 1024 against 56.2 and 53.5);
+/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tile's float32 staging registers were
+///   not measured).
+pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile {
+    if n <= 64 || m <= 64 {
+        return COOP_64X64_2X2V;
+    }
+    if input == Input::F32 {
+        return COOP_128X128_2X4VG;
+    }
+    let tiles = batches
+        .saturating_mul(m.div_ceil(128))
+        .saturating_mul(n.div_ceil(128));
+    if tiles < 128 {
+        COOP_64X64_2X2W2
     } else {
-        COOP_64X64_2X2V
+        COOP_128X128X64_2X4VG1
     }
 }
 
@@ -1096,9 +1222,9 @@ impl Kernel for CoopMatMul {
             .tile
             .as_deref()
             .and_then(|n| COOP_TILES.iter().find(|t| t.name == n));
-        let lanes = coop_lanes(ctx);
+        let mode = coop_mode(ctx);
         let dtypes_ok = inputs.len() == 2 && inputs.iter().all(|i| i.dtype() == want);
-        if lanes.is_none() || !dtypes_ok || (self.tile.is_some() && forced.is_none()) {
+        if mode.is_none() || !dtypes_ok || (self.tile.is_some() && forced.is_none()) {
             // (A non-cooperative `_tfwgpu_tile` went to the fallback, which applies it.)
             if forced.is_some() {
                 return Err(Error::Unimplemented(format!(
@@ -1109,7 +1235,7 @@ impl Kernel for CoopMatMul {
             }
             return self.fallback.record(ctx, inputs, outputs);
         }
-        let lanes = lanes.unwrap_or(32);
+        let (lanes, emulate) = mode.unwrap_or((32, false));
         let (a_ref, b_ref) = (inputs[0].device(op, 0)?, inputs[1].device(op, 1)?);
         let (a32, b32) = (as_f32(a_ref), as_f32(b_ref));
         let g = self
@@ -1125,7 +1251,7 @@ impl Kernel for CoopMatMul {
         let (a_len, b_len) = (if ta { g.m } else { g.k }, if tb { g.k } else { g.n });
         let tile = forced
             .copied()
-            .unwrap_or_else(|| choose_tile(batches, g.m, g.n));
+            .unwrap_or_else(|| choose_tile(self.input, batches, g.m, g.n));
         let spec = CoopSpec {
             tile,
             lanes,
@@ -1136,6 +1262,7 @@ impl Kernel for CoopMatMul {
             input: self.input,
             conv: false,
             bwd_input: false,
+            emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
             if forced.is_some() && g.k != 0 {
@@ -1297,6 +1424,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             input,
                             conv: false,
                             bwd_input: false,
+                            emulate: false,
                         };
                         for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
                             let s = CoopSpec {
