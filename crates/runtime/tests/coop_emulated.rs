@@ -5,16 +5,18 @@
 //! workgroup arrays with the layouts and strides of the cooperative loads), so the cases of
 //! `matmul_coop.rs` (`coop_cases/mod.rs`) check the load widths, one- and two-tile-ahead
 //! loads, one or two buffers, partial tiles, odd K tile counts, batches, layouts and the
-//! Conv2D forms without a tensor core. Tiles: the 64 x 64 ones (the 128 x 128 ones need more
-//! than lavapipe's 32 KiB of workgroup memory); the automatic choice falls back to the
-//! float32 kernels where its tile does not fit.
+//! Conv2D forms without a tensor core. Tiles: 64 x 64 ones (the 128 x 128 ones need more
+//! than lavapipe's 32 KiB of workgroup memory; `c64x64x64_2x2v1` stands in for the default
+//! `c128x128x64_2x4vg1`); the automatic choice falls back to the float32 kernels where its
+//! tile does not fit.
 mod common;
 mod coop_cases;
 
 use std::sync::Once;
 
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X64_2X2, COOP_64X64_2X2V, COOP_64X64_2X2W2, CoopTile, EMULATE_VAR, emulation_requested,
+    COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, CoopTile, EMULATE_VAR,
+    emulation_requested,
 };
 
 /// Sets `TFWGPU_COOP_EMULATE=1` before any test of this binary records a kernel.
@@ -28,7 +30,9 @@ fn setup() {
     assert!(emulation_requested());
 }
 
-const TILES: &[CoopTile] = &[COOP_64X64_2X2, COOP_64X64_2X2V, COOP_64X64_2X2W2];
+/// The defaults where M or N is at most 64 (`2x2v`) and for few tiles (`2x2w2`), and the
+/// 64 x 64 form of the large default (K tiles of 64 in one buffer).
+const TILES: &[CoopTile] = &[COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1];
 
 #[test]
 fn emulated_matmul_shapes_layouts_tiles() {

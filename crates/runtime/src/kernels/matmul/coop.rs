@@ -241,6 +241,14 @@ pub const COOP_128X128X64_2X4WG1: CoopTile = CoopTile {
     wide: true,
     ..COOP_128X128X64_2X4VG1
 };
+/// 64 x 64 with K tiles of 64 in one buffer: the form of `c128x128x64_2x4vg1` that fits
+/// lavapipe's 32 KiB of workgroup memory (its emulated test), 22.5 KiB.
+pub const COOP_64X64X64_2X2V1: CoopTile = CoopTile {
+    name: "c64x64x64_2x2v1",
+    bk: 64,
+    nbuf: 1,
+    ..COOP_64X64_2X2V
+};
 /// 64 x 64 with 16-byte global loads, two K tiles ahead.
 pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
     name: "c64x64x32_2x2w2",
@@ -268,6 +276,7 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4WG2,
     COOP_128X128X64_2X4WG1,
     COOP_64X64_2X2W2,
+    COOP_64X64X64_2X2V1,
 ];
 
 /// The element type of the operands in memory.
