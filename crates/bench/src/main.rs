@@ -188,9 +188,13 @@ fn check_matmul(
     rng: &mut StdRng,
 ) -> f64 {
     let mut worst = 0.0f64;
-    for _ in 0..256 {
-        let i = rng.random_range(0..m);
-        let j = rng.random_range(0..n);
+    // The four corners (the last, partial tiles) and 256 random elements.
+    let corners = [(0, 0), (0, n - 1), (m - 1, 0), (m - 1, n - 1)];
+    for s in 0..corners.len() + 256 {
+        let (i, j) = match corners.get(s) {
+            Some(&c) => c,
+            None => (rng.random_range(0..m), rng.random_range(0..n)),
+        };
         let mut want = 0.0f64;
         let mut scale = 0.0f64;
         for p in 0..k {

@@ -5,7 +5,9 @@
 //! - float16 MatMul/BatchMatMulV2/V3 against an f64 reference of the (exactly representable)
 //!   f16 inputs, every transpose combination, awkward shapes and broadcast batches. On an
 //!   adapter without cooperative matrices (lavapipe) this checks the fallback; the tests that
-//!   force cooperative tiles print "skipped: no cooperative matrix" there.
+//!   force cooperative tiles print "skipped: no cooperative matrix" there (`coop_emulated.rs`
+//!   runs the same cases through the emulated cooperative kernels on such adapters). The
+//!   cases live in `coop_cases/mod.rs`.
 //!
 //! Tolerance (not tuned): the f16 inputs are exact and their products exact in f32; the f32
 //! accumulation of K products errs by at most K * u * sum|a b| (u = 2^-23, one unit of f32
@@ -13,13 +15,15 @@
 //! rounds y (the f32 sum) with |fl16(y) - y| <= 2^-11 |y| + 2^-25 (half the subnormal
 //! spacing).
 mod common;
+mod coop_cases;
 use common::*;
+use coop_cases::reference;
 use std::io::Write;
 
 use tfwgpu_runtime::kernels::matmul::coop::{
     COOP_TILES, CoopSpec, Input, all_specs, choose_tile, device_supports,
 };
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, f16};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType};
 
 fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
@@ -47,8 +51,9 @@ fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
 /// default tile (layouts, load widths, input types, Conv2D), one of every other tile, and the
 /// default tile for subgroups of 16 and 64. (All variants take minutes with a debug naga.)
 fn covered(s: &CoopSpec) -> bool {
-    let default = choose_tile(1, 4096, 4096);
-    let simple = s.a_kfast && s.b_nfast && s.wa == 4 && s.wb == 4 && s.input == Input::F16;
+    let default = choose_tile(Input::F16, 1, 4096, 4096);
+    let w = if s.tile.wide { 8 } else { 4 };
+    let simple = s.a_kfast && s.b_nfast && s.wa == w && s.wb == w && s.input == Input::F16;
     if s.lanes != 32 {
         return s.tile == default && simple && !s.conv;
     }
@@ -73,175 +78,6 @@ fn coop_shaders_translate_offline() {
     assert!(n >= 2 * 48 + COOP_TILES.len() - 2 + 2, "only {n} variants");
 }
 
-/// `v` rounded to f16.
-fn halves(v: &[f32]) -> Vec<f16> {
-    v.iter().map(|&x| f16::from_f32(x)).collect()
-}
-
-/// Reference product of stored A ([.., M, K] or [.., K, M] if `ta`) and B, with NumPy batch
-/// broadcasting; returns (exact sums, sums of |products|) per output element.
-#[allow(clippy::too_many_arguments)]
-fn reference(
-    a: &[f32],
-    b: &[f32],
-    sa: &[usize],
-    sb: &[usize],
-    ta: bool,
-    tb: bool,
-) -> (Vec<usize>, Vec<f64>, Vec<f64>) {
-    let (ra, rb) = (sa.len(), sb.len());
-    let (m, k) = if ta {
-        (sa[ra - 1], sa[ra - 2])
-    } else {
-        (sa[ra - 2], sa[ra - 1])
-    };
-    let n = if tb { sb[rb - 2] } else { sb[rb - 1] };
-    let rank = (ra - 2).max(rb - 2);
-    let pad = |s: &[usize]| {
-        let mut v = vec![1; rank - s.len()];
-        v.extend_from_slice(s);
-        v
-    };
-    let (ba, bb) = (pad(&sa[..ra - 2]), pad(&sb[..rb - 2]));
-    let batch: Vec<usize> = ba.iter().zip(&bb).map(|(&x, &y)| x.max(y)).collect();
-    let count: usize = batch.iter().product();
-    let (mut want, mut scale) = (vec![], vec![]);
-    for bi in 0..count {
-        // Decompose bi over `batch` (row-major) into operand batch indices.
-        let (mut rem, mut ia, mut ib, mut stra, mut strb) = (bi, 0, 0, 1, 1);
-        for d in (0..rank).rev() {
-            let idx = rem % batch[d];
-            rem /= batch[d];
-            if ba[d] != 1 {
-                ia += idx * stra;
-            }
-            if bb[d] != 1 {
-                ib += idx * strb;
-            }
-            stra *= ba[d];
-            strb *= bb[d];
-        }
-        let (oa, ob) = (ia * m * k, ib * k * n);
-        for i in 0..m {
-            for j in 0..n {
-                let (mut s, mut t) = (0.0f64, 0.0f64);
-                for p in 0..k {
-                    let x = if ta {
-                        a[oa + p * m + i]
-                    } else {
-                        a[oa + i * k + p]
-                    };
-                    let y = if tb {
-                        b[ob + j * k + p]
-                    } else {
-                        b[ob + p * n + j]
-                    };
-                    let prod = x as f64 * y as f64;
-                    s += prod;
-                    t += prod.abs();
-                }
-                want.push(s);
-                scale.push(t);
-            }
-        }
-    }
-    let mut shape = batch;
-    shape.extend([m, n]);
-    (shape, want, scale)
-}
-
-/// Runs `op` on f16 operands of the given stored shapes and checks it (tolerance in the
-/// module's doc); `tile` forces a `_tfwgpu_tile`.
-#[allow(clippy::too_many_arguments)]
-fn check_f16(
-    op: &str,
-    sa: &[usize],
-    sb: &[usize],
-    ta: bool,
-    tb: bool,
-    tile: Option<&str>,
-    seed: u64,
-) {
-    let d = dev();
-    let mut r = rng(seed);
-    let na: usize = sa.iter().product();
-    let nb: usize = sb.iter().product();
-    let a: Vec<f32> = halves(&rand_f32(&mut r, na, -1.0, 1.0))
-        .iter()
-        .map(|h| h.to_f32())
-        .collect();
-    let b: Vec<f32> = halves(&rand_f32(&mut r, nb, -1.0, 1.0))
-        .iter()
-        .map(|h| h.to_f32())
-        .collect();
-    let ga = d.upload(&halves(&a), sa).unwrap();
-    let gb = d.upload(&halves(&b), sb).unwrap();
-    let (tname, fa, fb) = if op == "MatMul" {
-        ("T", "transpose_a", "transpose_b")
-    } else if op == "BatchMatMulV3" {
-        ("Ta", "adj_x", "adj_y")
-    } else {
-        ("T", "adj_x", "adj_y")
-    };
-    let mut attrs = Attrs::new()
-        .with(tname, AttrValue::Type(DType::F16))
-        .with(fa, AttrValue::Bool(ta))
-        .with(fb, AttrValue::Bool(tb));
-    if op == "BatchMatMulV3" {
-        attrs.set("Tb", AttrValue::Type(DType::F16));
-        attrs.set("Tout", AttrValue::Type(DType::F16));
-    }
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
-    let out = d
-        .run(op, &attrs, &[Arg::from(&ga), Arg::from(&gb)])
-        .unwrap_or_else(|e| panic!("{op} {sa:?} x {sb:?} ({ta}, {tb}, {tile:?}): {e}"));
-    let (shape, want, scale) = reference(&a, &b, sa, sb, ta, tb);
-    assert_eq!(out[0].shape(), shape.as_slice());
-    let got = out[0].download::<f16>().unwrap();
-    let k = if ta {
-        sa[sa.len() - 2]
-    } else {
-        sa[sa.len() - 1]
-    };
-    let u = 2f64.powi(-23);
-    for (i, ((g, &w), &s)) in got.iter().zip(&want).zip(&scale).enumerate() {
-        let acc = k as f64 * u * s;
-        let tol = 2f64.powi(-11) * (w.abs() + acc) + acc + 2f64.powi(-25);
-        let g = g.to_f64();
-        assert!(
-            (g - w).abs() <= tol,
-            "{op} {sa:?} x {sb:?} ({ta}, {tb}, {tile:?}) [{i}]: got {g}, want {w} (tol {tol:e})"
-        );
-    }
-}
-
-const FLAGS: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
-
-/// The stored shape of an M x K (or K x M) operand.
-fn stored(rows: usize, cols: usize, t: bool) -> [usize; 2] {
-    if t { [cols, rows] } else { [rows, cols] }
-}
-
-#[test]
-fn f16_matmul_any_device() {
-    // The automatic choice: cooperative where the adapter has it, else the fallback.
-    for &(m, k, n) in &[(1, 1, 1), (7, 9, 5), (33, 64, 17), (20, 0, 3)] {
-        for (ta, tb) in FLAGS {
-            check_f16(
-                "MatMul",
-                &stored(m, k, ta),
-                &stored(k, n, tb),
-                ta,
-                tb,
-                None,
-                (m * 100 + k * 10 + n) as u64,
-            );
-        }
-    }
-}
-
 fn skip() -> bool {
     if device_supports(dev()) {
         return false;
@@ -253,90 +89,6 @@ fn skip() -> bool {
         dev().description().name
     );
     true
-}
-
-#[test]
-fn coop_matmul_shapes_layouts_tiles() {
-    if skip() {
-        return;
-    }
-    // Load widths 8 / 2 / 1 (K 64, 66, 67 and M/N likewise), partial tiles, tiny shapes.
-    let shapes = [
-        (1, 1, 1),
-        (16, 16, 16),
-        (7, 9, 5),
-        (129, 64, 130),
-        (130, 66, 129),
-        (64, 67, 200),
-        (257, 300, 96),
-    ];
-    // Every tile on the awkward shapes, the default choice on all of them.
-    for tile in COOP_TILES.iter().map(|t| Some(t.name)).chain([None]) {
-        let shapes = if tile.is_some() {
-            &shapes[3..6]
-        } else {
-            &shapes[..]
-        };
-        for &(m, k, n) in shapes {
-            for (ta, tb) in FLAGS {
-                check_f16(
-                    "MatMul",
-                    &stored(m, k, ta),
-                    &stored(k, n, tb),
-                    ta,
-                    tb,
-                    tile,
-                    (m + k + n) as u64,
-                );
-            }
-        }
-    }
-}
-
-#[test]
-fn coop_batch_matmul_broadcast() {
-    if skip() {
-        return;
-    }
-    // [3,1] x [1,2] batches, adjoints, both ops; and a plain batch of 5.
-    for op in ["BatchMatMulV2", "BatchMatMulV3"] {
-        for (ta, tb) in FLAGS {
-            let (m, k, n) = (40, 72, 24);
-            let mut sa = vec![3, 1];
-            sa.extend(stored(m, k, ta));
-            let mut sb = vec![1, 2];
-            sb.extend(stored(k, n, tb));
-            check_f16(op, &sa, &sb, ta, tb, None, 11);
-        }
-    }
-    check_f16(
-        "BatchMatMulV2",
-        &[5, 33, 48],
-        &[5, 48, 65],
-        false,
-        false,
-        None,
-        12,
-    );
-    check_f16(
-        "BatchMatMulV2",
-        &[5, 33, 48],
-        &[48, 65],
-        false,
-        false,
-        None,
-        13,
-    );
-}
-
-#[test]
-fn coop_large_k() {
-    if skip() {
-        return;
-    }
-    // A long K: the accumulation bound grows with K.
-    check_f16("MatMul", &[128, 4100], &[4100, 128], false, false, None, 21);
-    check_f16("MatMul", &[4100, 128], &[128, 4100], true, true, None, 22);
 }
 
 #[test]
@@ -364,95 +116,38 @@ fn f32_matmul_keeps_full_precision_without_opt_in() {
     }
 }
 
-/// Conv2D NHWC float16 (x [n, h, w, c], f [r, s, c, k]) against an f64 reference of the f16
-/// inputs; tolerance as for MatMul with K = r * s * c. `pad`: "SAME" or "VALID".
-#[allow(clippy::too_many_arguments)]
-fn check_conv_f16(
-    (n, h, w, c): (usize, usize, usize, usize),
-    (r, s, k): (usize, usize, usize),
-    stride: usize,
-    dil: usize,
-    pad: &str,
-    tile: Option<&str>,
-    seed: u64,
-) {
-    let d = dev();
-    let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
-    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
-    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
-    let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
-    let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
+#[test]
+fn f16_matmul_any_device() {
+    coop_cases::f16_matmul_any();
+}
+
+#[test]
+fn coop_matmul_shapes_layouts_tiles() {
+    if skip() {
+        return;
     }
-    let what = format!("Conv2D x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad}");
-    let y = d
-        .run("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)])
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert_eq!(y[0].shape(), &[n, oh, ow, k], "{what}");
-    let got = y[0].download::<f16>().unwrap();
-    let u = 2f64.powi(-23);
-    let kk = r * s * c;
-    for b in 0..n {
-        for oy in 0..oh {
-            for ox in 0..ow {
-                for o in 0..k {
-                    let (mut want, mut scale) = (0.0f64, 0.0f64);
-                    for i in 0..r {
-                        for j in 0..s {
-                            let iy = (oy * stride + i * dil) as isize - pt as isize;
-                            let ix = (ox * stride + j * dil) as isize - pl as isize;
-                            if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
-                                continue;
-                            }
-                            for ci in 0..c {
-                                let xv = x[((b * h + iy as usize) * w + ix as usize) * c + ci];
-                                let p = xv as f64 * f[((i * s + j) * c + ci) * k + o] as f64;
-                                want += p;
-                                scale += p.abs();
-                            }
-                        }
-                    }
-                    let acc = kk as f64 * u * scale;
-                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
-                    let gv = got[((b * oh + oy) * ow + ox) * k + o].to_f64();
-                    assert!(
-                        (gv - want).abs() <= tol,
-                        "{what} [{b},{oy},{ox},{o}]: got {gv}, want {want} (tol {tol:e})"
-                    );
-                }
-            }
-        }
+    coop_cases::matmul_shapes_layouts_tiles(COOP_TILES);
+}
+
+#[test]
+fn coop_batch_matmul_broadcast() {
+    if skip() {
+        return;
     }
+    coop_cases::batch_matmul_broadcast();
+}
+
+#[test]
+fn coop_large_k() {
+    if skip() {
+        return;
+    }
+    coop_cases::large_k();
 }
 
 #[test]
 fn f16_conv2d_any_device() {
-    // Cooperative where the adapter has it, the f32 GEMM elsewhere.
-    check_conv_f16((2, 9, 7, 8), (3, 3, 16), 1, 1, "SAME", None, 31);
-    check_conv_f16((1, 6, 5, 3), (2, 2, 5), 2, 1, "VALID", None, 32);
+    coop_cases::f16_conv2d_any();
 }
 
 #[test]
@@ -460,36 +155,18 @@ fn coop_conv2d_forward() {
     if skip() {
         return;
     }
-    // Channel counts for load widths 8, 2 and 1; strides, dilations, both paddings.
-    for tile in COOP_TILES {
-        check_conv_f16(
-            (2, 12, 11, 16),
-            (3, 3, 40),
-            1,
-            1,
-            "SAME",
-            Some(tile.name),
-            41,
-        );
-        check_conv_f16((3, 10, 9, 6), (3, 3, 17), 2, 1, "SAME", Some(tile.name), 42);
-        check_conv_f16(
-            (2, 13, 12, 3),
-            (5, 5, 8),
-            1,
-            2,
-            "VALID",
-            Some(tile.name),
-            43,
-        );
-        check_conv_f16(
-            (2, 8, 8, 64),
-            (1, 1, 64),
-            1,
-            1,
-            "VALID",
-            Some(tile.name),
-            44,
-        );
+    coop_cases::conv2d_forward(COOP_TILES);
+}
+
+#[test]
+fn f16_conv2d_backprop_input_any_device() {
+    coop_cases::f16_conv2d_backprop_input_any();
+}
+
+#[test]
+fn coop_conv2d_backprop_input() {
+    if skip() {
+        return;
     }
-    check_conv_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 45);
+    coop_cases::conv2d_backprop_input(COOP_TILES);
 }

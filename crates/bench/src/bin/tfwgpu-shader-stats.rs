@@ -1,7 +1,7 @@
 //! tfwgpu-shader-stats: what the Vulkan driver made of each matmul shader variant.
 //!
 //! ```text
-//! tfwgpu-shader-stats [--filter SUBSTRING] [--ir FILE] [--dump DIR]
+//! tfwgpu-shader-stats [--filter SUBSTRING,..] [--ir FILE] [--dump DIR]
 //! ```
 //!
 //! Translates each variant's WGSL to SPIR-V with naga (the options wgpu's Vulkan backend uses
@@ -18,7 +18,36 @@ use std::process::ExitCode;
 
 use ash::vk;
 use tfwgpu_runtime::DType;
+use tfwgpu_runtime::kernels::matmul::coop::{COOP_TILES, CoopSpec, Input};
 use tfwgpu_runtime::kernels::matmul::{Layouts, SCALAR_TILES, VEC4_TILES};
+
+/// The cooperative-matrix variants (names start with `coop_`): every tile for subgroups of
+/// 32, float16 operands in the default layouts at the tile's widest loads, the MatMul, the
+/// Conv2D forward and the Conv2DBackpropInput forms.
+fn coop_variants() -> Vec<(String, String)> {
+    let mut v = vec![];
+    for &tile in COOP_TILES {
+        let w = if tile.wide { 8 } else { 4 };
+        for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
+            let spec = CoopSpec {
+                tile,
+                lanes: 32,
+                a_kfast: true,
+                b_nfast: !bwd_input,
+                wa: w,
+                wb: w,
+                input: Input::F16,
+                conv,
+                bwd_input,
+                emulate: false,
+            };
+            if spec.is_valid() {
+                v.push((format!("coop_{}", spec.specialization()), spec.wgsl()));
+            }
+        }
+    }
+    v
+}
 
 fn variants() -> Vec<(String, String)> {
     let mut v = vec![];
@@ -31,10 +60,13 @@ fn variants() -> Vec<(String, String)> {
             v.push((t.specialization(l), t.wgsl(DType::F32, l)));
         }
     }
+    v.extend(coop_variants());
     v
 }
 
-fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
+/// SPIR-V 1.6 for the cooperative-matrix variants (what wgpu uses on Vulkan 1.3 devices),
+/// 1.3 for the others.
+fn spirv(wgsl: &str, coop: bool) -> Result<Vec<u32>, String> {
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
     let info = naga::valid::Validator::new(
         naga::valid::ValidationFlags::all(),
@@ -43,7 +75,7 @@ fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
     .validate(&module)
     .map_err(|e| format!("{e:?}"))?;
     let mut opts = naga::back::spv::Options {
-        lang_version: (1, 3),
+        lang_version: if coop { (1, 6) } else { (1, 3) },
         ..Default::default()
     };
     opts.flags = naga::back::spv::WriterFlags::empty();
@@ -93,8 +125,12 @@ fn run() -> Result<(), String> {
     // Translate (and so validate) every variant first; this needs no device.
     let mut shaders = vec![];
     for (vname, wgsl) in variants() {
-        if filter.as_ref().is_none_or(|f| vname.contains(f.as_str())) {
-            let words = spirv(&wgsl).map_err(|e| format!("{vname}: {e}"))?;
+        if filter
+            .as_ref()
+            .is_none_or(|f| f.split(',').any(|f| vname.contains(f)))
+        {
+            let words =
+                spirv(&wgsl, vname.starts_with("coop_")).map_err(|e| format!("{vname}: {e}"))?;
             if let Some(d) = &dump {
                 let w = |ext: &str, bytes: &[u8]| {
                     let p = format!("{d}/{vname}.{ext}");
@@ -109,7 +145,7 @@ fn run() -> Result<(), String> {
     println!("{} variants translated to SPIR-V", shaders.len());
     unsafe {
         let entry = ash::Entry::load().map_err(|e| e.to_string())?;
-        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_2);
+        let app = vk::ApplicationInfo::default().api_version(vk::API_VERSION_1_3);
         let instance = entry
             .create_instance(
                 &vk::InstanceCreateInfo::default().application_info(&app),
@@ -146,7 +182,35 @@ fn run() -> Result<(), String> {
         let qinfo = [vk::DeviceQueueCreateInfo::default()
             .queue_family_index(qf)
             .queue_priorities(&prio)];
-        let ext_names = [name.as_ptr()];
+        // Every feature the device has (float16 arithmetic and storage, 16-bit storage,
+        // the memory model, subgroups...) and cooperative matrices where listed, so that the
+        // cooperative-matrix variants compile as they do under wgpu.
+        let coop_name = ash::khr::cooperative_matrix::NAME;
+        let has_coop = instance
+            .enumerate_device_extension_properties(pd)
+            .map_err(vk_err)?
+            .iter()
+            .any(|e| cstr(&e.extension_name) == coop_name.to_string_lossy());
+        let mut ext_names = vec![name.as_ptr()];
+        if has_coop {
+            ext_names.push(coop_name.as_ptr());
+        }
+        println!(
+            "cooperative matrices: {}",
+            if has_coop { "enabled" } else { "absent" }
+        );
+        let mut v11 = vk::PhysicalDeviceVulkan11Features::default();
+        let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
+        let mut v13 = vk::PhysicalDeviceVulkan13Features::default();
+        let mut cm = vk::PhysicalDeviceCooperativeMatrixFeaturesKHR::default();
+        let mut f2 = vk::PhysicalDeviceFeatures2::default()
+            .push_next(&mut v11)
+            .push_next(&mut v12)
+            .push_next(&mut v13);
+        if has_coop {
+            f2 = f2.push_next(&mut cm);
+        }
+        instance.get_physical_device_features2(pd, &mut f2);
         let mut pep = vk::PhysicalDevicePipelineExecutablePropertiesFeaturesKHR::default()
             .pipeline_executable_info(true);
         let device = instance
@@ -155,7 +219,8 @@ fn run() -> Result<(), String> {
                 &vk::DeviceCreateInfo::default()
                     .queue_create_infos(&qinfo)
                     .enabled_extension_names(&ext_names)
-                    .push_next(&mut pep),
+                    .push_next(&mut pep)
+                    .push_next(&mut f2),
                 None,
             )
             .map_err(vk_err)?;
@@ -187,6 +252,10 @@ fn run() -> Result<(), String> {
             )
             .map_err(vk_err)?;
         for (vname, words) in shaders {
+            if vname.starts_with("coop_") && !has_coop {
+                println!("{vname:<28} skipped: no cooperative matrices");
+                continue;
+            }
             let module = device
                 .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
                 .map_err(vk_err)?;
@@ -197,10 +266,12 @@ fn run() -> Result<(), String> {
             let info = vk::ComputePipelineCreateInfo::default()
                 .stage(stage)
                 .layout(pl)
-                .flags(
+                .flags(if ir_path.is_some() {
                     vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
-                        | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR,
-                );
+                        | vk::PipelineCreateFlags::CAPTURE_INTERNAL_REPRESENTATIONS_KHR
+                } else {
+                    vk::PipelineCreateFlags::CAPTURE_STATISTICS_KHR
+                });
             let t0 = std::time::Instant::now();
             let pipe = device
                 .create_compute_pipelines(vk::PipelineCache::null(), &[info], None)

@@ -700,6 +700,19 @@ impl Kernel for Conv {
                 };
                 &auto_gemm
             }
+            // A cooperative-matrix tile where that path does not apply (shape, dtype,
+            // device): the GEMM with its own choice.
+            Some(t)
+                if crate::kernels::matmul::coop::COOP_TILES
+                    .iter()
+                    .any(|c| c.name == t) =>
+            {
+                auto_gemm = ConvAttrs {
+                    tile: None,
+                    ..self.a.clone()
+                };
+                &auto_gemm
+            }
             _ => &self.a,
         };
         let mode = match self.op {
@@ -740,6 +753,12 @@ impl Kernel for Conv {
         if self.op == Op::Conv2D
             && !forced_cpu
             && coop::try_forward(ctx, name, &g, &self.a, dev(0)?, dev(1)?, out)?
+        {
+            return Ok(());
+        }
+        if self.op == Op::Conv2DBackpropInput
+            && !forced_cpu
+            && coop::try_backprop_input(ctx, name, &g, &self.a, dev(2)?, dev(1)?, out)?
         {
             return Ok(());
         }

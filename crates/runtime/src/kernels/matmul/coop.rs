@@ -10,13 +10,15 @@
 //! One shader, generated per tile and layout (`CoopSpec::wgsl`): a workgroup computes a
 //! BM x BN block of C with `sg_m x sg_n` subgroups, each owning (BM / sg_m) x (BN / sg_n) of
 //! it as 16 x 16 accumulators (`coop_mat16x16<f32, C>`). The K loop stages BM x BK of A and
-//! BK x BN of B through workgroup memory (two buffers, one barrier per K tile; the next tile's
-//! global loads are issued before the current tile's products), keeping each operand's
-//! contiguous dimension contiguous there, so that transposed operands only switch between
-//! `coopLoad` (column-major) and `coopLoadT` (row-major). Global loads read 4 elements
-//! (`vec4<f16>` or `vec4<f32>`) or 1 at a time, as the contiguous dimensions allow; out-of-range elements are
-//! staged as zeros, so any M, N, K works. Each accumulator is written back through a 16 x 16
-//! float32 scratch in workgroup memory, with bounds checks, converted to the output type.
+//! BK x BN of B through workgroup memory (two buffers, one barrier per K tile, the next tile's
+//! global loads issued one or two tiles ahead of its products; or one buffer, two barriers
+//! per K tile), keeping each operand's contiguous dimension contiguous there, so that
+//! transposed operands only switch between `coopLoad` (column-major) and `coopLoadT`
+//! (row-major). Global loads read 8 halves (`vec4<u32>` words, `wide` tiles), 4 elements
+//! (`vec4<f16>` or `vec4<f32>`) or 1 at a time, as the contiguous dimensions allow;
+//! out-of-range elements are staged as zeros, so any M, N, K works. Each accumulator is
+//! written back through a 16 x 16 float32 scratch in workgroup memory, with bounds checks,
+//! converted to the output type. Variants and their H200 figures: bench/NOTES-coop.md.
 
 use std::sync::{Once, OnceLock};
 
@@ -61,12 +63,48 @@ pub struct CoopTile {
     pub sg_m: u32,
     /// Subgroups along N.
     pub sg_n: u32,
-    /// Workgroup arrays of `vec4<f16>` (8-byte stores; fragment loads through vector
-    /// pointers, strides in vectors) rather than of `f16`.
-    pub vec_smem: bool,
+    /// The element type of the workgroup arrays (and so of the fragment pointers).
+    pub smem: Smem,
     /// Launch order: groups of this many tile rows walked column by column (tiles that share
     /// operand rows and columns run together, for the L2 cache); 0: row-major.
     pub group: u32,
+    /// Staging buffers: 2 (one barrier per K tile; the next tile is stored to the other
+    /// buffer after the products) or 1 (two barriers per K tile, half the memory, so K
+    /// tiles twice as deep fit).
+    pub nbuf: u32,
+    /// K tiles between a global load and its shared store: 1 (the next tile's loads are
+    /// issued before the current tile's products) or 2 (two register sets: the loads of
+    /// tile t + 2 are issued before the products of tile t and stored after those of tile
+    /// t + 1, so their latency overlaps two tiles' products; two buffers only).
+    pub depth: u32,
+    /// 16-byte global loads of float16 operands (`vec4<u32>`: 8 packed halves) where the
+    /// contiguous dimension is a multiple of 8, unpacked into two `vec4<f16>` shared stores
+    /// (`unpack2x16float` and back to f16, exact); `Smem::Vec4` only.
+    pub wide: bool,
+}
+
+/// The element type of the staged tiles in workgroup memory.
+///
+/// (16-byte elements are out: NVIDIA's driver computes wrong products through pointers to
+/// `mat2x4<f16>` elements and fails to compile (NVVM) loads of f16 fragments through
+/// pointers to `vec4<u32>` words; see NOTES-coop.md.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Smem {
+    /// `f16`: one 2-byte store per staged half.
+    Half,
+    /// `vec4<f16>`: 8-byte stores; fragment loads through vector pointers, strides in
+    /// vectors.
+    Vec4,
+}
+
+impl Smem {
+    /// Halves per workgroup array element.
+    pub const fn unit(self) -> u32 {
+        match self {
+            Smem::Half => 1,
+            Smem::Vec4 => 4,
+        }
+    }
 }
 
 impl CoopTile {
@@ -89,8 +127,11 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     bk: 32,
     sg_m: 2,
     sg_n: 4,
-    vec_smem: false,
+    smem: Smem::Half,
     group: 0,
+    nbuf: 2,
+    depth: 1,
+    wide: false,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
 pub const COOP_128X128_2X2: CoopTile = CoopTile {
@@ -107,24 +148,27 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     bk: 32,
     sg_m: 2,
     sg_n: 2,
-    vec_smem: false,
+    smem: Smem::Half,
     group: 0,
+    nbuf: 2,
+    depth: 1,
+    wide: false,
 };
 
 /// The same tiles with `vec4<f16>` workgroup arrays.
 pub const COOP_128X128_2X4V: CoopTile = CoopTile {
     name: "c128x128x32_2x4v",
-    vec_smem: true,
+    smem: Smem::Vec4,
     ..COOP_128X128_2X4
 };
 pub const COOP_128X128_2X2V: CoopTile = CoopTile {
     name: "c128x128x32_2x2v",
-    vec_smem: true,
+    smem: Smem::Vec4,
     ..COOP_128X128_2X2
 };
 pub const COOP_64X64_2X2V: CoopTile = CoopTile {
     name: "c64x64x32_2x2v",
-    vec_smem: true,
+    smem: Smem::Vec4,
     ..COOP_64X64_2X2
 };
 
@@ -165,6 +209,54 @@ pub const COOP_256X128X16_4X2VG: CoopTile = CoopTile {
     ..COOP_128X128_2X4VG
 };
 
+/// Loads two K tiles ahead (`depth` 2).
+pub const COOP_128X128_2X4VG2: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vg2",
+    depth: 2,
+    ..COOP_128X128_2X4VG
+};
+/// One staging buffer with K tiles of 64 (two barriers per 64 of K, twice the products
+/// between them): 43 KiB.
+pub const COOP_128X128X64_2X4VG1: CoopTile = CoopTile {
+    name: "c128x128x64_2x4vg1",
+    bk: 64,
+    nbuf: 1,
+    ..COOP_128X128_2X4VG
+};
+/// The default geometry with 16-byte global loads.
+pub const COOP_128X128_2X4WG: CoopTile = CoopTile {
+    name: "c128x128x32_2x4wg",
+    wide: true,
+    ..COOP_128X128_2X4VG
+};
+/// 16-byte global loads, two K tiles ahead.
+pub const COOP_128X128_2X4WG2: CoopTile = CoopTile {
+    name: "c128x128x32_2x4wg2",
+    wide: true,
+    ..COOP_128X128_2X4VG2
+};
+/// 16-byte global loads, K tiles of 64 in one buffer.
+pub const COOP_128X128X64_2X4WG1: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1",
+    wide: true,
+    ..COOP_128X128X64_2X4VG1
+};
+/// 64 x 64 with K tiles of 64 in one buffer: the form of `c128x128x64_2x4vg1` that fits
+/// lavapipe's 32 KiB of workgroup memory (its emulated test), 22.5 KiB.
+pub const COOP_64X64X64_2X2V1: CoopTile = CoopTile {
+    name: "c64x64x64_2x2v1",
+    bk: 64,
+    nbuf: 1,
+    ..COOP_64X64_2X2V
+};
+/// 64 x 64 with 16-byte global loads, two K tiles ahead.
+pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
+    name: "c64x64x32_2x2w2",
+    wide: true,
+    depth: 2,
+    ..COOP_64X64_2X2V
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -178,6 +270,13 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X64_2X2VG,
     COOP_128X128X16_2X4VG,
     COOP_256X128X16_4X2VG,
+    COOP_128X128_2X4VG2,
+    COOP_128X128X64_2X4VG1,
+    COOP_128X128_2X4WG,
+    COOP_128X128_2X4WG2,
+    COOP_128X128X64_2X4WG1,
+    COOP_64X64_2X2W2,
+    COOP_64X64X64_2X2V1,
 ];
 
 /// The element type of the operands in memory.
@@ -205,15 +304,36 @@ pub struct CoopSpec {
     pub input: Input,
     /// A is the windows of an NHWC Conv2D input (rows m = (n, oy, ox), columns k = (r, s, c);
     /// `wa` divides the channels), B the HWIO filter: Conv2D forward as an implicit product.
+    /// (Conv2DBackpropInput with stride 1 takes the same A: the windows of dy, with the
+    /// dilations and paddings negated in the params.)
     pub conv: bool,
+    /// Conv2DBackpropInput: B[k = (r, s, kc), n = c] = f[r, s, c, kc] (HWIO filter), stored
+    /// N x K per tap (`!b_nfast`); a K tile lies within one tap (BK divides the filter's
+    /// output channels, checked at launch), whose offset (`p.ftap` elements per tap) is
+    /// computed once per tile.
+    pub bwd_input: bool,
+    /// Test form for adapters without cooperative matrices (`TFWGPU_COOP_EMULATE=1`): the
+    /// same staging, loop, barriers and epilogue, with each 16 x 16 accumulator held as
+    /// 256 / `lanes` floats per invocation and the fragment loads and products replaced by
+    /// plain loops over the workgroup arrays that follow SPV_KHR_cooperative_matrix's
+    /// layout rules (row- or column-major, strides in array elements); subgroups are
+    /// `lanes` consecutive invocations. Slow; for checking the generator on lavapipe.
+    pub emulate: bool,
 }
 
-/// The widest load that divides a contiguous dimension of `len` elements: 4 (a `vec4` of
-/// halves or floats) or 1. (naga 30 translates `bitcast` from u32 to f16 vectors wrongly, so
-/// wider loads of packed words are not an option.)
-pub fn load_width(input: Input, len: usize) -> u32 {
-    let _ = input;
-    if len.is_multiple_of(4) { 4 } else { 1 }
+/// The elements per global load of an operand whose contiguous dimension has `len`
+/// elements: 8 (a `vec4<u32>` of packed halves) for a `wide` tile's float16 operands where
+/// 8 divides `len`, else the widest of 4 (a `vec4` of halves or floats) and 1 that divides
+/// `len`. (naga 30 translates `bitcast` from u32 words to f16 vectors wrongly, so the packed
+/// words are unpacked through `unpack2x16float`.)
+pub fn load_width(input: Input, tile: &CoopTile, len: usize) -> u32 {
+    if tile.wide && input == Input::F16 && len.is_multiple_of(8) {
+        8
+    } else if len.is_multiple_of(4) {
+        4
+    } else {
+        1
+    }
 }
 
 /// The params both forms take: the matmul fields (as `matmul_common.wgsl`), then those of a
@@ -255,7 +375,8 @@ const COOP_COMMON_WGSL: &str = "struct Params {
     xw: u32,
     ih: u32,
     iw: u32,
-    _pad3: u32,
+    // Conv2DBackpropInput: filter elements per tap (c * k).
+    ftap: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
 
@@ -311,7 +432,7 @@ impl CoopSpec {
     /// Bytes of workgroup memory.
     pub fn shared_bytes(&self) -> u32 {
         let (a, b) = self.stage_sizes();
-        2 * (a + b) * 2 + self.tile.subgroups() * 256 * 4
+        self.tile.nbuf * (a + b) * 2 + self.tile.subgroups() * 256 * 4
     }
 
     /// Whether the generated shader's loops cover its tiles exactly.
@@ -320,8 +441,14 @@ impl CoopSpec {
         let wg = self.threads();
         let (ar, ac) = self.a_dims();
         let (br, bc) = self.b_dims();
-        let width_ok = |w: u32| w == 1 || w == 4;
+        let width_ok = |w: u32| {
+            w == 1
+                || w == 4
+                || (w == 8 && t.wide && t.smem == Smem::Vec4 && self.input == Input::F16)
+        };
         t.bk.is_multiple_of(16)
+            && (t.nbuf == 1 || t.nbuf == 2)
+            && (t.depth == 1 || (t.depth == 2 && t.nbuf == 2))
             && t.bm.is_multiple_of(16 * t.sg_m)
             && t.bn.is_multiple_of(16 * t.sg_n)
             && self.lanes > 0
@@ -333,13 +460,19 @@ impl CoopSpec {
             && (ar * ac / self.wa).is_multiple_of(wg)
             && (br * bc / self.wb).is_multiple_of(wg)
             && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
+            && (!self.bwd_input || (self.conv && !self.b_nfast))
+            && (!self.emulate || 256 % self.lanes == 0)
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}",
-            if self.conv { "conv_" } else { "" },
+            "{}{}_l{}_{}{}_w{}x{}_{}{}",
+            match (self.conv, self.bwd_input) {
+                (true, true) => "convbi_",
+                (true, false) => "conv_",
+                _ => "",
+            },
             self.tile.name,
             self.lanes,
             if self.a_kfast { "ak" } else { "am" },
@@ -349,18 +482,77 @@ impl CoopSpec {
             match self.input {
                 Input::F16 => "h",
                 Input::F32 => "f",
-            }
+            },
+            if self.emulate { "_emu" } else { "" },
         )
     }
 
     /// The WGSL type of one global load of `w` elements.
     fn load_type(&self, w: u32) -> &'static str {
         match (self.input, w) {
+            (Input::F16, 8) => "vec4<u32>",
             (Input::F16, 4) => "vec4<f16>",
             (Input::F16, _) => "f16",
             (Input::F32, 4) => "vec4<f32>",
             (Input::F32, _) => "f32",
         }
+    }
+
+    /// The emulated 16 x 16 x 16 product of the `emulate` form: invocation `lane` of a
+    /// subgroup owns elements e = lane + q * lanes (row e / 16, column e % 16) of the
+    /// accumulator; A and B are read at their fragment origins `ia`, `ib` (in array elements)
+    /// with the layouts and strides the cooperative loads would use.
+    fn emu_mma(&self) -> String {
+        use std::fmt::Write;
+        let unit = self.tile.smem.unit();
+        let (_, ac) = self.a_dims();
+        let (_, bc) = self.b_dims();
+        let (sa_h, sb_h) = (ac + PAD, bc + PAD);
+        // Half offsets of A(r, k) and B(k, c) from the fragment origins.
+        let a_off = if self.a_kfast {
+            format!("r * {sa_h}u + k")
+        } else {
+            format!("k * {sa_h}u + r")
+        };
+        let b_off = if self.b_nfast {
+            format!("k * {sb_h}u + c")
+        } else {
+            format!("c * {sb_h}u + k")
+        };
+        let el = |arr: &str, idx: &str| match self.tile.smem {
+            Smem::Half => format!("{arr}[{idx}]"),
+            Smem::Vec4 => format!("{arr}[({idx}) / 4u][({idx}) % 4u]"),
+        };
+        // The 16 steps of k unrolled, the loop over the invocation's elements kept (with a
+        // trip count the compiler cannot see, p._pad2 being 0): fully unrolled, the many
+        // inlined copies take lavapipe's LLVM minutes to compile; as two loops, llvmpipe's
+        // loop limiter (65535 iterations) cuts long K loops short.
+        let mut steps = String::new();
+        for k in 0..16 {
+            let fa = a_off.replace('k', &format!("{k}u"));
+            let fb = b_off.replace('k', &format!("{k}u"));
+            let _ = writeln!(
+                steps,
+                "        sum += f32({}) * f32({});",
+                el("sa", &format!("ia * {unit}u + {fa}")),
+                el("sb", &format!("ib * {unit}u + {fb}"))
+            );
+        }
+        format!(
+            "
+fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {{
+    for (var q = 0u; q < {per}u + p._pad2; q += 1u) {{
+        let e = lane + q * {lanes}u;
+        let r = e / 16u;
+        let c = e % 16u;
+        var sum = (*acc)[q];
+{steps}        (*acc)[q] = sum;
+    }}
+}}
+",
+            per = 256 / self.lanes,
+            lanes = self.lanes,
+        )
     }
 
     /// The WGSL source.
@@ -375,15 +567,22 @@ impl CoopSpec {
         let (sa_stride, sb_stride) = (ac + PAD, bc + PAD);
         // Workgroup arrays of vec4<f16> (fragment pointers and strides then count vectors)
         // or of f16.
-        let vs = t.vec_smem;
-        let unit = if vs { 4 } else { 1 };
+        let unit = t.smem.unit();
         let out_ty = match self.input {
             Input::F16 => "f16",
             Input::F32 => "f32",
         };
-        let smem_ty = if vs { "vec4<f16>" } else { "f16" };
+        let smem_ty = match t.smem {
+            Smem::Half => "f16",
+            Smem::Vec4 => "vec4<f16>",
+        };
         let mut s = String::new();
-        s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
+        let emu = self.emulate;
+        if emu {
+            s.push_str("enable f16;\n\n");
+        } else {
+            s.push_str("enable f16;\nenable wgpu_cooperative_matrix;\n\n");
+        }
         s.push_str(COOP_COMMON_WGSL);
         let _ = write!(
             s,
@@ -395,14 +594,12 @@ impl CoopSpec {
 var<workgroup> sa: array<{smem_ty}, {sa_len}>;
 var<workgroup> sb: array<{smem_ty}, {sb_len}>;
 var<workgroup> sc: array<f32, {sc_len}>;
-
+{emu_fn}
 @compute @workgroup_size({wg})
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_id) sg: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-) {{
+{sg_params}) {{{sg_lets}
     var tile = wid.xy;
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
@@ -425,8 +622,8 @@ fn main(
 ",
             ea = self.load_type(self.wa),
             eb = self.load_type(self.wb),
-            sa_len = 2 * asz / unit,
-            sb_len = 2 * bsz / unit,
+            sa_len = t.nbuf * asz / unit,
+            sb_len = t.nbuf * bsz / unit,
             sc_len = t.subgroups() * 256,
             bm = t.bm,
             bn = t.bn,
@@ -435,10 +632,28 @@ fn main(
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            emu_fn = if emu { self.emu_mma() } else { String::new() },
+            sg_params = if emu {
+                ""
+            } else {
+                "    @builtin(subgroup_id) sg: u32,\n    @builtin(subgroup_invocation_id) lane: u32,\n"
+            },
+            sg_lets = if emu {
+                format!(
+                    "\n    let sg = lid / {l}u;\n    let lane = lid % {l}u;",
+                    l = self.lanes
+                )
+            } else {
+                String::new()
+            },
         );
         for i in 0..tm {
             for j in 0..tn {
-                let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
+                if emu {
+                    let _ = writeln!(s, "    var acc_{i}_{j}: array<f32, {}>;", 256 / self.lanes);
+                } else {
+                    let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
+                }
             }
         }
         // How one operand is staged: its tile's rows and contiguous columns, load width,
@@ -486,10 +701,13 @@ fn main(
             stage: bsz,
         };
         let zero = |ty: &str| -> String { format!("{ty}()") };
-        // Registers of the staged loads.
+        // Registers of the staged loads: one set per K tile in flight.
+        let sets: &[&str] = if t.depth == 2 { &["x", "y"] } else { &[""] };
         for op in [&a_op, &b_op] {
-            for it in 0..op.rows * op.cols / op.w / wg {
-                let _ = writeln!(s, "    var r{}{it}: {};", op.name, op.ty);
+            for set in sets {
+                for it in 0..op.rows * op.cols / op.w / wg {
+                    let _ = writeln!(s, "    var r{}{set}{it}: {};", op.name, op.ty);
+                }
             }
         }
         let conv = self.conv;
@@ -525,8 +743,12 @@ fn main(
             );
         }
         // Global -> registers for the K tile starting at `k0`.
-        let load = |s: &mut String, op: &Op| {
+        let bwd_input = self.bwd_input;
+        let load = |s: &mut String, op: &Op, set: &str| {
             let per_row = op.cols / op.w;
+            if bwd_input && op.name == "b" {
+                s.push_str("        let btap = k0 / p.cg;\n");
+            }
             for it in 0..op.rows * op.cols / op.w / wg {
                 let n = op.name;
                 let (q0, w, z) = (it * wg, op.w, zero(op.ty));
@@ -534,13 +756,13 @@ fn main(
                     let _ = write!(
                         s,
                         "        {{
-            ra{it} = {z};
+            ra{set}{it} = {z};
             if cok{it} && k0 + ckc < p.k {{
                 let iy = cy{it} + i32(cr * p.dh);
                 let ix = cx{it} + i32(cs * p.dw);
                 if iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw {{
                     let e = cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc;
-                    ra{it} = a[e / {w}u];
+                    ra{set}{it} = a[e / {w}u];
                 }}
             }}
         }}
@@ -564,16 +786,23 @@ fn main(
                     }
                     continue;
                 }
+                // Conv2DBackpropInput's B: the tap of the tile (k0 / (channels of dy)) picks
+                // the filter's [c, kc] matrix, whose row stride (`ld`) is kc.
+                let e = if bwd_input && n == "b" {
+                    "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                } else {
+                    format!("{} + gr * {} + gc", op.off, op.ld)
+                };
                 let _ = write!(
                     s,
                     "        {{
             let q = lid + {q0}u;
             let gr = {row0} + q / {per_row}u;
             let gc = {col0} + (q % {per_row}u) * {w}u;
-            r{n}{it} = {z};
+            r{n}{set}{it} = {z};
             if gr < {rlim} && gc < {clim} {{
-                let e = {off} + gr * {ld} + gc;
-                r{n}{it} = {n}[e / {w}u];
+                let e = {e};
+                r{n}{set}{it} = {n}[e / {w}u];
             }}
         }}
 ",
@@ -581,14 +810,13 @@ fn main(
                     col0 = op.col0,
                     rlim = op.rlim,
                     clim = op.clim,
-                    off = op.off,
-                    ld = op.ld,
                 );
             }
         };
         // Registers -> workgroup buffer `buf` (halves converted from f32 where needed).
         let input = self.input;
-        let store = |s: &mut String, op: &Op, buf: &str| {
+        let smem = t.smem;
+        let store = |s: &mut String, op: &Op, set: &str, buf: &str| {
             let per_row = op.cols / op.w;
             let stride = op.cols + PAD;
             for it in 0..op.rows * op.cols / op.w / wg {
@@ -604,18 +832,27 @@ fn main(
                     w = op.w,
                 );
                 let v = match (input, op.w) {
-                    (Input::F16, _) => format!("r{n}{it}"),
-                    (Input::F32, 4) => format!("vec4<f16>(r{n}{it})"),
-                    (Input::F32, _) => format!("f16(r{n}{it})"),
+                    (Input::F16, _) => format!("r{n}{set}{it}"),
+                    (Input::F32, 4) => format!("vec4<f16>(r{n}{set}{it})"),
+                    (Input::F32, _) => format!("f16(r{n}{set}{it})"),
                 };
-                match (vs, op.w) {
-                    (true, 4) => {
+                match (smem, op.w) {
+                    (Smem::Vec4, 8) => {
+                        let _ = write!(
+                            s,
+                            "            let h = {v};
+            s{n}[o / 4u] = vec4<f16>(vec2<f16>(unpack2x16float(h.x)), vec2<f16>(unpack2x16float(h.y)));
+            s{n}[o / 4u + 1u] = vec4<f16>(vec2<f16>(unpack2x16float(h.z)), vec2<f16>(unpack2x16float(h.w)));
+"
+                        );
+                    }
+                    (Smem::Vec4, 4) => {
                         let _ = writeln!(s, "            s{n}[o / 4u] = {v};");
                     }
-                    (true, _) => {
+                    (Smem::Vec4, _) => {
                         let _ = writeln!(s, "            s{n}[o / 4u][o % 4u] = {v};");
                     }
-                    (false, 4) => {
+                    (Smem::Half, 4) => {
                         let _ = write!(
                             s,
                             "            let h = {v};
@@ -626,92 +863,159 @@ fn main(
 "
                         );
                     }
-                    (false, _) => {
+                    (Smem::Half, _) => {
                         let _ = writeln!(s, "            s{n}[o] = {v};");
                     }
                 }
                 s.push_str("        }\n");
             }
         };
-        // Prologue: K tile 0 into buffer 0.
+        // Prologue: K tile 0 into buffer 0 (and, two tiles ahead, tile 1 into registers).
         s.push_str("    {\n        let k0 = 0u;\n");
-        load(&mut s, &a_op);
-        load(&mut s, &b_op);
-        store(&mut s, &a_op, "0u");
-        store(&mut s, &b_op, "0u");
-        let _ = write!(
-            s,
-            "    }}
-    workgroupBarrier();
+        load(&mut s, &a_op, sets[0]);
+        load(&mut s, &b_op, sets[0]);
+        store(&mut s, &a_op, sets[0], "0u");
+        store(&mut s, &b_op, sets[0], "0u");
+        s.push_str("    }\n");
+        // Products of the buffer `cur` (offsets in units of the workgroup arrays).
+        let products = |s: &mut String, cur: &str| {
+            let _ = writeln!(
+                s,
+                "        let abase = {cur} * {ab}u;\n        let bbase = {cur} * {bb}u;\n        let sa_stride = {sas}u;\n        let sb_stride = {sbs}u;",
+                ab = asz / unit,
+                bb = bsz / unit,
+                sas = sa_stride / unit,
+                sbs = sb_stride / unit,
+            );
+            for kk in 0..t.bk / 16 {
+                let k = kk * 16;
+                for i in 0..tm {
+                    let (off, f) = if self.a_kfast {
+                        (
+                            format!("((sg_row + {}u) * {sa_stride}u + {k}u) / {unit}u", i * 16),
+                            "coopLoadT",
+                        )
+                    } else {
+                        (
+                            format!("({}u + sg_row + {}u) / {unit}u", k * sa_stride, i * 16),
+                            "coopLoad",
+                        )
+                    };
+                    let _ = writeln!(s, "        let ia{kk}_{i} = abase + {off};");
+                    if !emu {
+                        let _ = writeln!(
+                            s,
+                            "        let fa{kk}_{i} = {f}<coop_mat16x16<f16, A>>(&sa[ia{kk}_{i}], sa_stride);"
+                        );
+                    }
+                }
+                for j in 0..tn {
+                    let (off, f) = if self.b_nfast {
+                        (
+                            format!("({}u + sg_col + {}u) / {unit}u", k * sb_stride, j * 16),
+                            "coopLoadT",
+                        )
+                    } else {
+                        (
+                            format!("((sg_col + {}u) * {sb_stride}u + {k}u) / {unit}u", j * 16),
+                            "coopLoad",
+                        )
+                    };
+                    let _ = writeln!(s, "        let ib{kk}_{j} = bbase + {off};");
+                    if !emu {
+                        let _ = writeln!(
+                            s,
+                            "        let fb{kk}_{j} = {f}<coop_mat16x16<f16, B>>(&sb[ib{kk}_{j}], sb_stride);"
+                        );
+                    }
+                }
+                for i in 0..tm {
+                    for j in 0..tn {
+                        if emu {
+                            let _ = writeln!(
+                                s,
+                                "        emu_mma(&acc_{i}_{j}, ia{kk}_{i}, ib{kk}_{j}, lane);"
+                            );
+                        } else {
+                            let _ = writeln!(
+                                s,
+                                "        acc_{i}_{j} = coopMultiplyAdd(fa{kk}_{i}, fb{kk}_{j}, acc_{i}_{j});"
+                            );
+                        }
+                    }
+                }
+            }
+        };
+        if t.depth == 1 {
+            let _ = write!(
+                s,
+                "    workgroupBarrier();
     for (var t = 0u; t < ntiles; t += 1u) {{
-        let cur = t & 1u;
+        let cur = {cur};
         let more = t + 1u < ntiles;
         if more {{
             let k0 = (t + 1u) * {bk}u;
 ",
-            bk = t.bk
-        );
-        load(&mut s, &a_op);
-        load(&mut s, &b_op);
-        s.push_str("        }\n");
-        // Products of the current buffer (offsets in units of the workgroup arrays).
-        let _ = writeln!(
-            s,
-            "        let abase = cur * {ab}u;\n        let bbase = cur * {bb}u;\n        let sa_stride = {sas}u;\n        let sb_stride = {sbs}u;",
-            ab = asz / unit,
-            bb = bsz / unit,
-            sas = sa_stride / unit,
-            sbs = sb_stride / unit,
-        );
-        for kk in 0..t.bk / 16 {
-            let k = kk * 16;
-            for i in 0..tm {
-                let (off, f) = if self.a_kfast {
-                    (
-                        format!("((sg_row + {}u) * {sa_stride}u + {k}u) / {unit}u", i * 16),
-                        "coopLoadT",
-                    )
-                } else {
-                    (
-                        format!("({}u + sg_row + {}u) / {unit}u", k * sa_stride, i * 16),
-                        "coopLoad",
-                    )
-                };
-                let _ = writeln!(
+                bk = t.bk,
+                cur = if t.nbuf == 2 { "t & 1u" } else { "0u" },
+            );
+            load(&mut s, &a_op, "");
+            load(&mut s, &b_op, "");
+            s.push_str("        }\n");
+            products(&mut s, "cur");
+            // Two buffers: the next tile goes to the other one (read last before the
+            // previous barrier); one buffer: after every subgroup's products.
+            let next = if t.nbuf == 2 {
+                "(1u - cur)"
+            } else {
+                s.push_str("        workgroupBarrier();\n");
+                "0u"
+            };
+            s.push_str("        if more {\n");
+            store(&mut s, &a_op, "", next);
+            store(&mut s, &b_op, "", next);
+            s.push_str("        }\n        workgroupBarrier();\n    }\n");
+        } else {
+            // Tile j's loads go to register set j % 2 and its products use buffer j % 2;
+            // the loop is unrolled by 2 so that both are fixed in each half. The halves
+            // are unconditional (naga wants cooperative operations in uniform control
+            // flow, and a condition on the loop counter is not uniform to it): an odd
+            // count of K tiles gets one more, beyond K, which is staged as zeros.
+            let _ = write!(
+                s,
+                "    let ntiles2 = (ntiles + 1u) & ~1u;
+    if ntiles2 > 1u {{
+        let k0 = {bk}u;
+",
+                bk = t.bk
+            );
+            load(&mut s, &a_op, "y");
+            load(&mut s, &b_op, "y");
+            s.push_str(
+                "    }\n    workgroupBarrier();\n    for (var t = 0u; t < ntiles2; t += 2u) {\n",
+            );
+            for (half, (ld, st)) in [("x", "y"), ("y", "x")].into_iter().enumerate() {
+                let _ = write!(
                     s,
-                    "        let ia{kk}_{i} = abase + {off};\n        let fa{kk}_{i} = {f}<coop_mat16x16<f16, A>>(&sa[ia{kk}_{i}], sa_stride);"
+                    "    {{
+        let tt = t + {half}u;
+        if tt + 2u < ntiles2 {{
+            let k0 = (tt + 2u) * {bk}u;
+",
+                    bk = t.bk
                 );
+                load(&mut s, &a_op, ld);
+                load(&mut s, &b_op, ld);
+                s.push_str("        }\n");
+                products(&mut s, if half == 0 { "0u" } else { "1u" });
+                let next = if half == 0 { "1u" } else { "0u" };
+                s.push_str("        if tt + 1u < ntiles2 {\n");
+                store(&mut s, &a_op, st, next);
+                store(&mut s, &b_op, st, next);
+                s.push_str("        }\n        workgroupBarrier();\n    }\n");
             }
-            for j in 0..tn {
-                let (off, f) = if self.b_nfast {
-                    (
-                        format!("({}u + sg_col + {}u) / {unit}u", k * sb_stride, j * 16),
-                        "coopLoadT",
-                    )
-                } else {
-                    (
-                        format!("((sg_col + {}u) * {sb_stride}u + {k}u) / {unit}u", j * 16),
-                        "coopLoad",
-                    )
-                };
-                let _ = writeln!(
-                    s,
-                    "        let ib{kk}_{j} = bbase + {off};\n        let fb{kk}_{j} = {f}<coop_mat16x16<f16, B>>(&sb[ib{kk}_{j}], sb_stride);"
-                );
-            }
-            for i in 0..tm {
-                for j in 0..tn {
-                    let _ = writeln!(
-                        s,
-                        "        acc_{i}_{j} = coopMultiplyAdd(fa{kk}_{i}, fb{kk}_{j}, acc_{i}_{j});"
-                    );
-                }
-            }
+            s.push_str("    }\n");
         }
-        s.push_str("        if more {\n");
-        store(&mut s, &a_op, "(1u - cur)");
-        store(&mut s, &b_op, "(1u - cur)");
-        s.push_str("        }\n        workgroupBarrier();\n    }\n");
         // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
         let _ = writeln!(
             s,
@@ -723,10 +1027,22 @@ fn main(
         };
         for i in 0..tm {
             for j in 0..tn {
+                if emu {
+                    let _ = write!(
+                        s,
+                        "    for (var q = 0u; q < {per}u; q += 1u) {{
+        sc[sc_base + lane + q * {lanes}u] = acc_{i}_{j}[q];
+    }}
+",
+                        per = 256 / self.lanes,
+                        lanes = self.lanes
+                    );
+                } else {
+                    let _ = writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
+                }
                 let _ = write!(
                     s,
-                    "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);
-    workgroupBarrier();
+                    "    workgroupBarrier();
     for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
@@ -752,6 +1068,29 @@ fn main(
 /// configuration listed by the adapter, `SHADER_F16`, and subgroups of one fixed size.
 pub fn coop_lanes(ctx: &KernelContext) -> Option<u32> {
     lanes_of(ctx.features(), &ctx.dev.desc)
+}
+
+/// The environment variable that runs the cooperative kernels in their emulated form
+/// (`CoopSpec::emulate`) on any device with `SHADER_F16`: for tests on lavapipe.
+pub const EMULATE_VAR: &str = "TFWGPU_COOP_EMULATE";
+
+/// Whether `TFWGPU_COOP_EMULATE=1` was set (read once per process).
+pub fn emulation_requested() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var(EMULATE_VAR).is_ok_and(|v| v.trim() == "1"))
+}
+
+/// The subgroup size and form of the cooperative kernels on this device: the emulated form
+/// with subgroups of 32 where `TFWGPU_COOP_EMULATE=1` is set (and the device has
+/// `SHADER_F16`), else [`coop_lanes`] with real cooperative matrices.
+pub(crate) fn coop_mode(ctx: &KernelContext) -> Option<(u32, bool)> {
+    if emulation_requested() {
+        return ctx
+            .features()
+            .contains(wgpu::Features::SHADER_F16)
+            .then_some((32, true));
+    }
+    coop_lanes(ctx).map(|l| (l, false))
 }
 
 /// Whether `dev` runs float16 MatMul on cooperative matrices ([`coop_lanes`]).
@@ -781,15 +1120,29 @@ pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
     })
 }
 
-/// The tile for `batches` products of M x N: 128 x 128 unless M or N is at most 64.
-pub fn choose_tile(batches: usize, m: usize, n: usize) -> CoopTile {
-    let _ = batches;
-    // Measured on the H200 (NOTES-coop.md, v1): 128 x 128 beats 64 x 64 even at 1024^2
-    // (64 workgroups); 64 x 64 wins for 64-wide outputs (Conv2D with 64 channels).
-    if n > 64 && m > 64 {
-        COOP_128X128_2X4VG
+/// The tile for `batches` products of M x N with `input` operands (measured on the H200,
+/// NOTES-coop.md, v3):
+/// - M or N at most 64: 64 x 64 (`c64x64x32_2x2v`; Conv2D with 64 channels);
+/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4vg1` (K tiles of 64 in one
+///   buffer: 152 TFLOP/s at 4096, 155 at 8192, against 136 for `c128x128x32_2x4vg`);
+/// - float16, fewer (1024^2: 64 tiles for 132 SMs): 64 x 64 with 16-byte loads two K tiles
+///   ahead (`c64x64x32_2x2w2`: 67.9 TFLOP/s at 1024 against 56.2 and 53.5);
+/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tile's float32 staging registers were
+///   not measured).
+pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile {
+    if n <= 64 || m <= 64 {
+        return COOP_64X64_2X2V;
+    }
+    if input == Input::F32 {
+        return COOP_128X128_2X4VG;
+    }
+    let tiles = batches
+        .saturating_mul(m.div_ceil(128))
+        .saturating_mul(n.div_ceil(128));
+    if tiles < 128 {
+        COOP_64X64_2X2W2
     } else {
-        COOP_64X64_2X2V
+        COOP_128X128X64_2X4VG1
     }
 }
 
@@ -878,9 +1231,9 @@ impl Kernel for CoopMatMul {
             .tile
             .as_deref()
             .and_then(|n| COOP_TILES.iter().find(|t| t.name == n));
-        let lanes = coop_lanes(ctx);
+        let mode = coop_mode(ctx);
         let dtypes_ok = inputs.len() == 2 && inputs.iter().all(|i| i.dtype() == want);
-        if lanes.is_none() || !dtypes_ok || (self.tile.is_some() && forced.is_none()) {
+        if mode.is_none() || !dtypes_ok || (self.tile.is_some() && forced.is_none()) {
             // (A non-cooperative `_tfwgpu_tile` went to the fallback, which applies it.)
             if forced.is_some() {
                 return Err(Error::Unimplemented(format!(
@@ -891,7 +1244,7 @@ impl Kernel for CoopMatMul {
             }
             return self.fallback.record(ctx, inputs, outputs);
         }
-        let lanes = lanes.unwrap_or(32);
+        let (lanes, emulate) = mode.unwrap_or((32, false));
         let (a_ref, b_ref) = (inputs[0].device(op, 0)?, inputs[1].device(op, 1)?);
         let (a32, b32) = (as_f32(a_ref), as_f32(b_ref));
         let g = self
@@ -904,18 +1257,21 @@ impl Kernel for CoopMatMul {
         let dims = batch_dims(&g);
         let batches: usize = g.batch.iter().product();
         let (ta, tb) = (self.geom.ta, self.geom.tb);
+        let (a_len, b_len) = (if ta { g.m } else { g.k }, if tb { g.k } else { g.n });
         let tile = forced
             .copied()
-            .unwrap_or_else(|| choose_tile(batches, g.m, g.n));
+            .unwrap_or_else(|| choose_tile(self.input, batches, g.m, g.n));
         let spec = CoopSpec {
             tile,
             lanes,
             a_kfast: !ta,
             b_nfast: !tb,
-            wa: load_width(self.input, if ta { g.m } else { g.k }),
-            wb: load_width(self.input, if tb { g.k } else { g.n }),
+            wa: load_width(self.input, &tile, a_len),
+            wb: load_width(self.input, &tile, b_len),
             input: self.input,
             conv: false,
+            bwd_input: false,
+            emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
             if forced.is_some() && g.k != 0 {
@@ -1063,7 +1419,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
     let mut v = vec![];
     for &tile in COOP_TILES {
         for input in [Input::F16, Input::F32] {
-            let widths: &[u32] = &[4, 1];
+            let widths: &[u32] = &[8, 4, 1];
             for (a_kfast, b_nfast) in [(true, true), (false, false), (true, false), (false, true)] {
                 for &wa in widths {
                     for &wb in widths {
@@ -1076,9 +1432,15 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             wb,
                             input,
                             conv: false,
+                            bwd_input: false,
+                            emulate: false,
                         };
-                        for conv in [false, true] {
-                            let s = CoopSpec { conv, ..s };
+                        for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
+                            let s = CoopSpec {
+                                conv,
+                                bwd_input,
+                                ..s
+                            };
                             if s.is_valid() {
                                 v.push(s);
                             }

@@ -1,0 +1,68 @@
+//! The cooperative-matrix kernels' generator checked on any adapter with float16 shaders
+//! (lavapipe in CI): `TFWGPU_COOP_EMULATE=1` makes the MatMul and Conv2D paths run the
+//! emulated form of the cooperative shaders (`CoopSpec::emulate`: the same staging, K loop,
+//! barriers, launch and epilogue; each 16 x 16 x 16 product as plain loops over the
+//! workgroup arrays with the layouts and strides of the cooperative loads), so the cases of
+//! `matmul_coop.rs` (`coop_cases/mod.rs`) check the load widths, one- and two-tile-ahead
+//! loads, one or two buffers, partial tiles, odd K tile counts, batches, layouts and the
+//! Conv2D forms without a tensor core. Tiles: 64 x 64 ones (the 128 x 128 ones need more
+//! than lavapipe's 32 KiB of workgroup memory; `c64x64x64_2x2v1` stands in for the default
+//! `c128x128x64_2x4vg1`); the automatic choice falls back to the float32 kernels where its
+//! tile does not fit.
+mod common;
+mod coop_cases;
+
+use std::sync::Once;
+
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, CoopTile, EMULATE_VAR,
+    emulation_requested,
+};
+
+/// Sets `TFWGPU_COOP_EMULATE=1` before any test of this binary records a kernel.
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
+        // others until the variable is set, so no other thread reads the environment then.
+        unsafe { std::env::set_var(EMULATE_VAR, "1") };
+    });
+    assert!(emulation_requested());
+}
+
+/// The defaults where M or N is at most 64 (`2x2v`) and for few tiles (`2x2w2`), and the
+/// 64 x 64 form of the large default (K tiles of 64 in one buffer).
+const TILES: &[CoopTile] = &[COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1];
+
+#[test]
+fn emulated_matmul_shapes_layouts_tiles() {
+    setup();
+    coop_cases::matmul_shapes_layouts_tiles(TILES);
+}
+
+#[test]
+fn emulated_matmul_auto_and_batches() {
+    setup();
+    coop_cases::f16_matmul_any();
+    coop_cases::batch_matmul_broadcast();
+}
+
+#[test]
+fn emulated_large_k() {
+    setup();
+    coop_cases::large_k();
+}
+
+#[test]
+fn emulated_conv2d_forward() {
+    setup();
+    coop_cases::f16_conv2d_any();
+    coop_cases::conv2d_forward(TILES);
+}
+
+#[test]
+fn emulated_conv2d_backprop_input() {
+    setup();
+    coop_cases::f16_conv2d_backprop_input_any();
+    coop_cases::conv2d_backprop_input(TILES);
+}
