@@ -1099,8 +1099,8 @@ const DW_CONFIGS: &[(Cfg, usize)] = &[
         )),
         3,
     ),
-    // Four output columns per invocation (stride 1, filters up to 3x3): widths leaving 1, 2
-    // and 3 columns in the last group, a 2x2 filter, asymmetric explicit padding.
+    // The 4-channel forward pass at stride 1: widths of 9, 10 and 8 output columns, a 2x2
+    // filter, asymmetric explicit padding.
     (cfg(2, (5, 9), 8, (2, 2), 0, (1, 1), (1, 1), Pad::Same), 1),
     (cfg(1, (6, 10), 4, (3, 3), 0, (1, 1), (1, 1), Pad::Valid), 1),
     (

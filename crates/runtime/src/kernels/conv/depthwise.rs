@@ -31,19 +31,12 @@ fn record_vec4(
     out: &DeviceRef,
 ) -> Result<()> {
     let o = bind_out(ctx, op, out)?;
-    // Forward passes of filters up to 3x3: the unrolled variant (MODE 2), with a horizontal
-    // stride of 1 four output columns per invocation (MODE 3).
+    let total = out.desc.num_elements() / 4;
+    // Forward passes of filters up to 3x3: the unrolled variant (MODE 2).
     let mode_id = match mode {
-        Mode::Forward if g.r <= 3 && g.s <= 3 && g.sw == 1 => 3,
         Mode::Forward if g.r <= 3 && g.s <= 3 => 2,
         Mode::Forward => 0,
         _ => 1,
-    };
-    let ow4 = g.ow.div_ceil(4);
-    let total = if mode_id == 3 {
-        g.n * g.oh * ow4 * (g.c / 4)
-    } else {
-        out.desc.num_elements() / 4
     };
     let pipeline = ctx.pipeline(
         PipelineKey::new(
@@ -53,7 +46,6 @@ fn record_vec4(
                 "depthwise_v4_fwd",
                 "depthwise_v4_bwd_input",
                 "depthwise_v4_fwd3",
-                "depthwise_v4_fwd3x4",
             ][mode_id],
         ),
         || {
@@ -79,7 +71,7 @@ fn record_vec4(
         g.sw,
         g.pt,
         g.pl,
-        ow4,
+        0,
         0,
         0,
     ]

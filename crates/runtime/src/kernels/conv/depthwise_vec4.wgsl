@@ -3,10 +3,6 @@
 // output pixel, 16-byte loads, the taps in the same order as depthwise.wgsl (same results).
 // MODE 0: y[n, oy, ox, c] = sum_{r, s} x[n, oy*sh - pt + r, ox*sw - pl + s, c] f[r, s, c]
 // MODE 1: dx[n, y, x, c] = sum_{r, s} dy[n, y + pt - r, x + pl - s, c] f[r, s, c] (stride 1)
-// MODE 2: MODE 0 for filters up to 3x3 (loops of constant trip counts).
-// MODE 3: MODE 2 with a horizontal stride of 1, four neighbouring output columns per
-// invocation: per filter row, the six input columns they read are loaded once and the three
-// taps once (a third of MODE 2's loads); each output's taps in MODE 2's order.
 
 struct Params {
     row: u32,
@@ -22,8 +18,7 @@ struct Params {
     sw: u32,
     pt: u32,
     pl: u32,
-    // MODE 3: output columns in groups of four (ceil(ow / 4)).
-    ow4: u32,
+    _pad0: u32,
     _pad1: u32,
     _pad2: u32,
 };
@@ -45,51 +40,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let c = i % p.c4;
     let t = i / p.c4;
     var acc = vec4<f32>();
-    if MODE == 3u {
-        let ox0 = (t % p.ow4) * 4u;
-        let t2 = t / p.ow4;
-        let oy = t2 % p.oh;
-        let nb = t2 / p.oh;
-        let y0 = i32(oy * p.sh) - i32(p.pt);
-        let x0 = i32(ox0) - i32(p.pl);
-        var accs = array<vec4<f32>, 4>();
-        for (var r = 0u; r < 3u; r += 1u) {
-            let iy = y0 + i32(r);
-            if r >= p.fr || iy < 0 || u32(iy) >= p.ih {
-                continue;
-            }
-            let rowb = (nb * p.ih + u32(iy)) * p.iw;
-            var f = array<vec4<f32>, 3>();
-            for (var s = 0u; s < 3u; s += 1u) {
-                if s < p.fs {
-                    f[s] = filt[(r * p.fs + s) * p.c4 + c];
-                }
-            }
-            var v = array<vec4<f32>, 6>();
-            var ok = array<bool, 6>();
-            for (var j = 0u; j < 6u; j += 1u) {
-                let ix = x0 + i32(j);
-                ok[j] = ix >= 0 && u32(ix) < p.iw;
-                if ok[j] {
-                    v[j] = src[(rowb + u32(ix)) * p.c4 + c];
-                }
-            }
-            for (var q = 0u; q < 4u; q += 1u) {
-                for (var s = 0u; s < 3u; s += 1u) {
-                    if s < p.fs && ok[q + s] {
-                        accs[q] = fma(v[q + s], f[s], accs[q]);
-                    }
-                }
-            }
-        }
-        for (var q = 0u; q < 4u; q += 1u) {
-            let ox = ox0 + q;
-            if ox < p.ow {
-                out[((nb * p.oh + oy) * p.ow + ox) * p.c4 + c] = accs[q];
-            }
-        }
-        return;
-    }
     if MODE == 2u {
         // The forward pass of filters up to 3x3: loops of constant trip counts (unrolled by
         // the compiler: constant filter offsets, no loop control), taps past the filter
