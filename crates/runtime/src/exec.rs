@@ -37,6 +37,14 @@ pub struct ExecConfig {
     /// time than they saved, in a noisy call (bench/RESULTS.md, 2026-11-30): 1 stays the
     /// default until a quiet measurement says otherwise.
     pub idle_inflight: u64,
+    /// Submit a batch of any size once it is this old while the GPU is idle
+    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; `None`, the default: off). With two GPUs under
+    /// MirroredStrategy the tail of each backward pass waited in its open batch for
+    /// `max_age` while the collective waited for it (`TFWGPU_BATCH_US=100` for every batch cut
+    /// the two-GPU step 28% but slowed the ResNet-50 replay, whose GPU stays busy:
+    /// bench/RESULTS.md, session 5); this rule shortens the wait only when the GPU has nothing
+    /// to do. Not measured yet, so not on by default.
+    pub idle_age: Option<Duration>,
     /// Bind groups kept for reuse (`TFWGPU_BIND_GROUP_CACHE`, entries; 0: a new bind group
     /// for every dispatch). See [`ExecutionContext::dispatch`].
     pub bind_group_cache: usize,
@@ -52,6 +60,7 @@ impl Default for ExecConfig {
             max_age: Duration::from_micros(500),
             idle_ops: 16,
             idle_inflight: 1,
+            idle_age: None,
             bind_group_cache: 16384,
             direct_upload_bytes: 1 << 20,
         }
@@ -60,7 +69,7 @@ impl Default for ExecConfig {
 
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
-    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BIND_GROUP_CACHE` and
+    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE` and
     /// `TFWGPU_DIRECT_UPLOAD_BYTES`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
@@ -76,6 +85,9 @@ impl ExecConfig {
         if let Some(n) = env_parse::<u64>("TFWGPU_BATCH_IDLE_INFLIGHT") {
             c.idle_inflight = n.max(1);
         }
+        if let Some(us) = env_parse::<u64>("TFWGPU_BATCH_IDLE_US") {
+            c.idle_age = (us > 0).then(|| Duration::from_micros(us));
+        }
         if let Some(n) = env_parse::<usize>("TFWGPU_BIND_GROUP_CACHE") {
             c.bind_group_cache = n;
         }
@@ -85,9 +97,14 @@ impl ExecConfig {
         c
     }
 
-    /// True when a batch of `ops` commands is due for submission on a GPU with nothing to do.
-    fn due_when_idle(&self, ops: usize) -> bool {
-        self.idle_ops > 0 && ops >= self.idle_ops
+    /// True when a batch of `ops` commands begun at `started` is due for submission on a GPU
+    /// with nothing to do.
+    fn due_when_idle(&self, ops: usize, started: Option<Instant>) -> bool {
+        (self.idle_ops > 0 && ops >= self.idle_ops)
+            || self
+                .idle_age
+                .zip(started)
+                .is_some_and(|(age, t)| ops > 0 && t.elapsed() >= age)
     }
 }
 
@@ -445,7 +462,9 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
-        if b.ops >= self.cfg.max_ops || (self.cfg.due_when_idle(b.ops) && self.gpu_idle()) {
+        if b.ops >= self.cfg.max_ops
+            || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
+        {
             self.submit_locked(&mut b)?;
         }
         Ok(())
@@ -1044,7 +1063,7 @@ impl ExecutionContext {
         let mut b = self.batch.lock();
         if b.ops > 0
             && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
-                || (self.cfg.due_when_idle(b.ops) && self.gpu_idle()))
+                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle()))
             && let Err(e) = self.submit_locked(&mut b)
         {
             tracing::warn!("background submit: {e}");

@@ -408,6 +408,50 @@ fn manual_batching(idle_ops: usize) -> Runtime {
 }
 
 #[test]
+fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
+    // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 2 ms age while idle.
+    let rt = runtime_with(|o| {
+        o.exec = ExecConfig {
+            max_ops: 1_000_000,
+            max_age: Duration::from_secs(3600),
+            idle_ops: 0,
+            idle_inflight: 1,
+            idle_age: Some(Duration::from_millis(2)),
+            ..ExecConfig::default()
+        }
+    });
+    let d = rt.device();
+    let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let y = d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+    assert_eq!(
+        d.exec_stats().submits,
+        submits,
+        "younger than the age: held"
+    );
+    let t0 = std::time::Instant::now();
+    while d.exec_stats().submits == submits {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the batch was never submitted"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(t0.elapsed() >= Duration::from_millis(1));
+    assert_eq!(y[0].download::<f32>().unwrap(), vec![-2.0; 16]);
+    // Without the age (the default), the same command waits for a host sync.
+    let rt = manual_batching(0);
+    let d = rt.device();
+    let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let _y = d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(d.exec_stats().submits, submits);
+}
+
+#[test]
 fn large_uploads_keep_their_place_in_the_order_of_work() {
     // Uploads of 1 MiB and more go through the queue's own staging, which runs before the next
     // submitted batch: work recorded before the upload must still see the old bytes.
