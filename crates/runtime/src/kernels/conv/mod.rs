@@ -715,6 +715,11 @@ impl Kernel for Conv {
             }
             _ => &self.a,
         };
+        let coop_forced = self.a.tile.as_deref().is_some_and(|t| {
+            crate::kernels::matmul::coop::COOP_TILES
+                .iter()
+                .any(|c| c.name == t)
+        });
         let mode = match self.op {
             Op::Conv2D => Some((gemm::Mode::Forward, 0, 1)),
             Op::Conv2DBackpropInput => Some((gemm::Mode::BackpropInput, 2, 1)),
@@ -761,6 +766,21 @@ impl Kernel for Conv {
             && coop::try_backprop_input(ctx, name, &g, &self.a, dev(2)?, dev(1)?, out)?
         {
             return Ok(());
+        }
+        if coop_forced {
+            // Reported, once per op and tile: whoever forced the tile (a benchmark) gets the
+            // GEMM's time under that tile's name otherwise.
+            static SEEN: std::sync::OnceLock<
+                parking_lot::Mutex<std::collections::HashSet<String>>,
+            > = std::sync::OnceLock::new();
+            let key = format!("{name} {}", self.a.tile.as_deref().unwrap_or_default());
+            if SEEN.get_or_init(Default::default).lock().insert(key) {
+                tracing::warn!(
+                    "{name}: the forced cooperative-matrix tile {:?} does not apply here; the \
+                     GEMM runs instead",
+                    self.a.tile
+                );
+            }
         }
         match self.op {
             Op::Conv2D => gemm::record(
