@@ -571,6 +571,57 @@ fn max_pool_ties_and_nan_like_tensorflow_cpu() {
     assert_eq!(gdx, vec![0.0, 1.0, 0.0, 0.0]);
 }
 
+/// MaxPool and MaxPoolGrad (and MaxPoolGradGrad with `grad_grad`) on an input with a NaN in
+/// about every fourth element, against the references, bit for bit.
+fn check_random_nan(cfg: &Cfg, seed: u64, what: &str, grad_grad: bool) {
+    let mut r = rng(seed);
+    let n: usize = cfg.in_shape().iter().product();
+    let mut x = data(&mut r, n, true, false);
+    for v in x.iter_mut() {
+        if r.random_range(0..4) == 0 {
+            *v = f32::NAN;
+        }
+    }
+    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
+    let attrs = cfg.attrs(DType::F32);
+    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
+    assert_same_f32(&y, &ref_max(cfg, &x, f32::MIN), &format!("MaxPool {what}"));
+    let (_, dx) = run_t(
+        "MaxPoolGrad",
+        &attrs,
+        false,
+        &[
+            (&x, &cfg.in_shape()),
+            (&y, &cfg.out_shape()),
+            (&g, &cfg.out_shape()),
+        ],
+        &[],
+    );
+    assert_same_f32(
+        &dx,
+        &ref_max_grad(cfg, &x, &g, false),
+        &format!("MaxPoolGrad {what}"),
+    );
+    if grad_grad {
+        let (_, ddy) = run_t(
+            "MaxPoolGradGrad",
+            &attrs,
+            false,
+            &[
+                (&x, &cfg.in_shape()),
+                (&y, &cfg.out_shape()),
+                (&x, &cfg.in_shape()),
+            ],
+            &[],
+        );
+        assert_same_f32(
+            &ddy,
+            &ref_grad_grad(cfg, &x, &y, &x),
+            &format!("MaxPoolGradGrad {what}"),
+        );
+    }
+}
+
 #[test]
 fn max_pool_random_nan() {
     let cfg = Cfg {
@@ -585,47 +636,7 @@ fn max_pool_random_nan() {
         pad: Pad::Same,
         nchw: false,
     };
-    let mut r = rng(9);
-    let n: usize = cfg.in_shape().iter().product();
-    let mut x = data(&mut r, n, true, false);
-    for v in x.iter_mut() {
-        if r.random_range(0..4) == 0 {
-            *v = f32::NAN;
-        }
-    }
-    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
-    let attrs = cfg.attrs(DType::F32);
-    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
-    let want_y = ref_max(&cfg, &x, f32::MIN);
-    assert_same_f32(&y, &want_y, "MaxPool NaN");
-    let (_, dx) = run_t(
-        "MaxPoolGrad",
-        &attrs,
-        false,
-        &[
-            (&x, &cfg.in_shape()),
-            (&y, &cfg.out_shape()),
-            (&g, &cfg.out_shape()),
-        ],
-        &[],
-    );
-    assert_same_f32(&dx, &ref_max_grad(&cfg, &x, &g, false), "MaxPoolGrad NaN");
-    let (_, ddy) = run_t(
-        "MaxPoolGradGrad",
-        &attrs,
-        false,
-        &[
-            (&x, &cfg.in_shape()),
-            (&y, &cfg.out_shape()),
-            (&x, &cfg.in_shape()),
-        ],
-        &[],
-    );
-    assert_same_f32(
-        &ddy,
-        &ref_grad_grad(&cfg, &x, &y, &x),
-        "MaxPoolGradGrad NaN",
-    );
+    check_random_nan(&cfg, 9, "NaN", true);
 }
 
 #[test]
@@ -921,34 +932,7 @@ fn max_pool_vec4_random_nan() {
         pad: Pad::Same,
         nchw: false,
     };
-    let mut r = rng(19);
-    let n: usize = cfg.in_shape().iter().product();
-    let mut x = data(&mut r, n, true, false);
-    for v in x.iter_mut() {
-        if r.random_range(0..4) == 0 {
-            *v = f32::NAN;
-        }
-    }
-    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
-    let attrs = cfg.attrs(DType::F32);
-    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
-    assert_same_f32(&y, &ref_max(&cfg, &x, f32::MIN), "MaxPool NaN vec4");
-    let (_, dx) = run_t(
-        "MaxPoolGrad",
-        &attrs,
-        false,
-        &[
-            (&x, &cfg.in_shape()),
-            (&y, &cfg.out_shape()),
-            (&g, &cfg.out_shape()),
-        ],
-        &[],
-    );
-    assert_same_f32(
-        &dx,
-        &ref_max_grad(&cfg, &x, &g, false),
-        "MaxPoolGrad NaN vec4",
-    );
+    check_random_nan(&cfg, 19, "NaN vec4", false);
 }
 
 /// float16: the four-channel kernels compare the halves' own 16-bit keys; against the
