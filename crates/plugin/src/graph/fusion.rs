@@ -96,7 +96,7 @@ const ADDN_MAX: usize = 9;
 /// multiples (which the program holds).
 fn operands(n: &Node) -> impl Iterator<Item = &String> {
     let take = if n.op == "Tile" { 1 } else { usize::MAX };
-    n.inputs.iter().filter(|i| !i.starts_with('^')).take(take)
+    operands_all(n).take(take)
 }
 
 /// What fusion may do with a node: its `T`, when it is fusible at all (a Tile also needs
@@ -105,7 +105,7 @@ fn fusible(n: &Node) -> Option<u64> {
     if !on_tfwgpu_gpu(&n.device) {
         return None;
     }
-    let data = n.inputs.iter().filter(|i| !i.starts_with('^')).count();
+    let data = operands_all(n).count();
     let arity_ok = match n.op.as_str() {
         "AddN" => {
             (2..=ADDN_MAX).contains(&data)

@@ -618,90 +618,88 @@ fn steps(passes: &[Pass], aligned: bool, cascade: bool) -> Vec<Step> {
 /// invocation (a single step over 1,024 partials of 64 columns runs two workgroups whose
 /// invocations each fold 128 rows one after another: latency, not bandwidth).
 fn push_steps(out: &mut Vec<Step>, p: &Pass, aligned: bool, cascade: bool) {
-    {
-        let outs = p.outer * p.inner;
-        let col4 = aligned && p.inner > 1 && p.inner.is_multiple_of(4);
-        let row4 = aligned && p.inner == 1 && p.r > 0 && p.r.is_multiple_of(4);
-        let split = if col4 {
-            let (t, g) = layout(p.r, p.inner / 4);
-            let t = t as usize;
-            let groups = (outs / 4).div_ceil(g as usize).max(1);
-            // At most VEC4_MAX_PER_LANE rows per invocation, and enough workgroups to fill
-            // the GPU while every invocation keeps at least 4 rows.
-            let fill = TARGET_GROUPS.div_ceil(groups).min(p.r / (t * 4)).max(1);
-            p.r.div_ceil(t * VEC4_MAX_PER_LANE)
-                .max(fill)
-                .min(COL4_SPLIT_MAX)
-        } else if p.inner > 1 {
-            let (t, g) = layout(p.r, p.inner);
-            let groups = outs.div_ceil(g as usize).max(1);
-            let most = p.r / (t as usize * MIN_PER_THREAD);
-            TARGET_GROUPS.div_ceil(groups).min(most).min(SPLIT_MAX)
-        } else if outs < SPLIT_MAX_OUTPUTS && p.r >= SPLIT_MIN_R {
-            p.r.div_ceil(SPLIT_CHUNK).min(SPLIT_MAX)
+    let outs = p.outer * p.inner;
+    let col4 = aligned && p.inner > 1 && p.inner.is_multiple_of(4);
+    let row4 = aligned && p.inner == 1 && p.r > 0 && p.r.is_multiple_of(4);
+    let split = if col4 {
+        let (t, g) = layout(p.r, p.inner / 4);
+        let t = t as usize;
+        let groups = (outs / 4).div_ceil(g as usize).max(1);
+        // At most VEC4_MAX_PER_LANE rows per invocation, and enough workgroups to fill
+        // the GPU while every invocation keeps at least 4 rows.
+        let fill = TARGET_GROUPS.div_ceil(groups).min(p.r / (t * 4)).max(1);
+        p.r.div_ceil(t * VEC4_MAX_PER_LANE)
+            .max(fill)
+            .min(COL4_SPLIT_MAX)
+    } else if p.inner > 1 {
+        let (t, g) = layout(p.r, p.inner);
+        let groups = outs.div_ceil(g as usize).max(1);
+        let most = p.r / (t as usize * MIN_PER_THREAD);
+        TARGET_GROUPS.div_ceil(groups).min(most).min(SPLIT_MAX)
+    } else if outs < SPLIT_MAX_OUTPUTS && p.r >= SPLIT_MIN_R {
+        p.r.div_ceil(SPLIT_CHUNK).min(SPLIT_MAX)
+    } else {
+        1
+    };
+    let mut chunk = p.r.div_ceil(split.max(1));
+    if row4 {
+        chunk = chunk.next_multiple_of(4);
+    }
+    // With the chunk rounded up, fewer chunks may cover the rows.
+    let split = p.r.div_ceil(chunk.max(1)).max(1);
+    let vec4 = |r: usize, chunk: usize| -> Option<bool> {
+        let (col, loads, inner) = if col4 {
+            (true, chunk, p.inner / 4)
+        } else if row4 && r.is_multiple_of(4) && chunk.is_multiple_of(4) {
+            (false, chunk / 4, 1)
         } else {
-            1
+            return None;
         };
-        let mut chunk = p.r.div_ceil(split.max(1));
-        if row4 {
-            chunk = chunk.next_multiple_of(4);
-        }
-        // With the chunk rounded up, fewer chunks may cover the rows.
-        let split = p.r.div_ceil(chunk.max(1)).max(1);
-        let vec4 = |r: usize, chunk: usize| -> Option<bool> {
-            let (col, loads, inner) = if col4 {
-                (true, chunk, p.inner / 4)
-            } else if row4 && r.is_multiple_of(4) && chunk.is_multiple_of(4) {
-                (false, chunk / 4, 1)
-            } else {
-                return None;
-            };
-            let (t, _) = layout(loads, inner);
-            (!cascade || loads.div_ceil(t as usize) <= VEC4_MAX_PER_LANE).then_some(col)
+        let (t, _) = layout(loads, inner);
+        (!cascade || loads.div_ceil(t as usize) <= VEC4_MAX_PER_LANE).then_some(col)
+    };
+    if split > 1 && split < p.r {
+        out.push(Step {
+            outer: p.outer,
+            r: p.r,
+            inner: p.inner,
+            split,
+            chunk,
+            vec4: vec4(p.r, chunk),
+        });
+        let partials = Pass {
+            outer: p.outer,
+            r: split,
+            inner: p.inner,
         };
-        if split > 1 && split < p.r {
+        // Rows each invocation of one step over the partials would fold.
+        let units = if p.inner > 1 && col4 {
+            p.inner / 4
+        } else {
+            p.inner
+        };
+        let (t, _) = layout(split, units);
+        if split.div_ceil(t as usize) > VEC4_MAX_PER_LANE {
+            push_steps(out, &partials, aligned, cascade);
+        } else {
             out.push(Step {
-                outer: p.outer,
-                r: p.r,
-                inner: p.inner,
-                split,
-                chunk,
-                vec4: vec4(p.r, chunk),
-            });
-            let partials = Pass {
                 outer: p.outer,
                 r: split,
                 inner: p.inner,
-            };
-            // Rows each invocation of one step over the partials would fold.
-            let units = if p.inner > 1 && col4 {
-                p.inner / 4
-            } else {
-                p.inner
-            };
-            let (t, _) = layout(split, units);
-            if split.div_ceil(t as usize) > VEC4_MAX_PER_LANE {
-                push_steps(out, &partials, aligned, cascade);
-            } else {
-                out.push(Step {
-                    outer: p.outer,
-                    r: split,
-                    inner: p.inner,
-                    split: 1,
-                    chunk: split,
-                    vec4: vec4(split, split),
-                });
-            }
-        } else {
-            out.push(Step {
-                outer: p.outer,
-                r: p.r,
-                inner: p.inner,
                 split: 1,
-                chunk: p.r,
-                vec4: vec4(p.r, p.r),
+                chunk: split,
+                vec4: vec4(split, split),
             });
         }
+    } else {
+        out.push(Step {
+            outer: p.outer,
+            r: p.r,
+            inner: p.inner,
+            split: 1,
+            chunk: p.r,
+            vec4: vec4(p.r, p.r),
+        });
     }
 }
 
