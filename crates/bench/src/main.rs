@@ -24,6 +24,7 @@ mod cases;
 mod ops;
 mod overhead;
 mod replay;
+mod replay_multi;
 mod transfer;
 
 const USAGE: &str = "usage:
@@ -60,10 +61,12 @@ const USAGE: &str = "usage:
                                              inputs with poisoned outputs. --small: sizes for
                                              CPU adapters (lavapipe); --list: the case names
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
-  tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
+  tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each] [--per-device]
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
                                              random data: wall time (median of N), dispatches,
-                                             submits, host time per op
+                                             submits, host time per op; --per-device: each traced
+                                             device on its own adapter, one thread per device,
+                                             steps per mark label and <n>gpu scaling
   tfwgpu-bench transfer [--mb 0.8,38.5] [--reps N] [--json FILE]
                                              host-to-device and device-to-host copies through
                                              Device::write/read (the plugin's memcpy path),
@@ -89,7 +92,7 @@ fn main() -> ExitCode {
         Some("ops") => ops::run(&args[1..]),
         Some("demo") => demo(),
         Some("overhead") => overhead::run(&args[1..]),
-        Some("replay") => open().and_then(|rt| replay::run(&args[1..], rt.device())),
+        Some("replay") => open().and_then(|rt| replay::run(&args[1..], &rt)),
         Some("transfer") => open().and_then(|rt| transfer::run(&args[1..], rt.device())),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");

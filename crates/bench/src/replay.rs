@@ -15,8 +15,8 @@ use std::time::Instant;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
 use tfwgpu_runtime::{
-    AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, TensorDesc,
-    TimingSummary, f16,
+    AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, Runtime,
+    TensorDesc, TimingSummary, f16,
 };
 
 #[derive(Debug)]
@@ -62,6 +62,9 @@ pub enum Event {
         src: u64,
         dst: u64,
         size: u64,
+        /// The destination's device when the copy crosses devices (the source is on the
+        /// issuing device).
+        to_dev: Option<i64>,
     },
     Fill {
         addr: u64,
@@ -80,7 +83,10 @@ pub enum Event {
 #[derive(Debug, Default)]
 pub struct Trace {
     pub events: Vec<Event>,
-    /// Devices (ordinals) the trace used; the replay runs all of them on one device.
+    /// The device (TensorFlow ordinal) of each event; -1 for marks.
+    pub dev_of: Vec<i64>,
+    /// Devices (ordinals) the trace used; the replay runs all of them on one device unless
+    /// `--per-device` maps each to an adapter of its own.
     pub devices: Vec<i64>,
 }
 
@@ -241,12 +247,15 @@ impl Trace {
             if ev == "copied" {
                 continue;
             }
-            if let Some(d) = v.get("dev").and_then(Value::as_i64)
-                && ev != "mark"
-                && !t.devices.contains(&d)
-            {
-                t.devices.push(d);
+            let dev = if ev == "mark" {
+                -1
+            } else {
+                v.get("dev").and_then(Value::as_i64).unwrap_or(0)
+            };
+            if dev >= 0 && !t.devices.contains(&dev) {
+                t.devices.push(dev);
             }
+            t.dev_of.push(dev);
             t.events.push(match ev {
                 "alloc" => Event::Alloc {
                     addr: u(&v, "addr", line)?,
@@ -268,6 +277,10 @@ impl Trace {
                     src: u(&v, "src", line)?,
                     dst: u(&v, "dst", line)?,
                     size: u(&v, "size", line)?,
+                    to_dev: v
+                        .get("to_dev")
+                        .and_then(Value::as_i64)
+                        .filter(|&t| t != dev),
                 },
                 "fill" => Event::Fill {
                     addr: u(&v, "addr", line)?,
@@ -429,7 +442,7 @@ pub struct Pass {
     pub mark_batches: Vec<u64>,
 }
 
-fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
+pub(crate) fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
     ExecStats {
         submits: a.submits - b.submits,
         dispatches: a.dispatches - b.dispatches,
@@ -441,7 +454,7 @@ fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
 }
 
 /// Maps traced addresses to this replay's allocations.
-struct Memory<'d> {
+pub(crate) struct Memory<'d> {
     dev: &'d Device,
     /// traced base -> (size, new base)
     regions: BTreeMap<u64, (u64, u64)>,
@@ -449,8 +462,21 @@ struct Memory<'d> {
     dummy: Option<u64>,
 }
 
-impl Memory<'_> {
-    fn map(&mut self, addr: u64, len: u64, seq: &dyn Fn() -> String) -> Result<u64, String> {
+impl<'d> Memory<'d> {
+    pub(crate) fn new(dev: &'d Device) -> Self {
+        Memory {
+            dev,
+            regions: BTreeMap::new(),
+            dummy: None,
+        }
+    }
+
+    pub(crate) fn map(
+        &mut self,
+        addr: u64,
+        len: u64,
+        seq: &dyn Fn() -> String,
+    ) -> Result<u64, String> {
         if let Some((&base, &(size, new))) = self.regions.range(..=addr).next_back()
             && addr + len <= base + size
             && (addr < base + size || len == 0)
@@ -469,7 +495,7 @@ impl Memory<'_> {
         ))
     }
 
-    fn free_all(&mut self) -> Result<(), String> {
+    pub(crate) fn free_all(&mut self) -> Result<(), String> {
         for (_, (_, new)) in std::mem::take(&mut self.regions) {
             self.dev.deallocate(new).map_err(|e| e.to_string())?;
         }
@@ -480,7 +506,7 @@ impl Memory<'_> {
     }
 }
 
-fn random_bytes(rng: &mut StdRng, dt: Option<DType>, size: u64) -> Vec<u8> {
+pub(crate) fn random_bytes(rng: &mut StdRng, dt: Option<DType>, size: u64) -> Vec<u8> {
     let size = size as usize;
     let mut out = Vec::with_capacity(size);
     match dt {
@@ -510,11 +536,7 @@ pub fn replay_once(
 ) -> Result<Pass, String> {
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut mem = Memory {
-        dev,
-        regions: BTreeMap::new(),
-        dummy: None,
-    };
+    let mut mem = Memory::new(dev);
     let mut pass = Pass::default();
     // The host-to-device payloads are drawn before the clock starts: in the traced program the
     // data was ready on the host (tf.data); drawing ResNet-50's 38.5 MB input batch inside the
@@ -537,54 +559,12 @@ pub fn replay_once(
     let t0 = Instant::now();
     let result = (|| -> Result<(), String> {
         for (i, ev) in trace.events.iter().enumerate() {
-            let at = || format!("event {i}");
-            match ev {
-                Event::Alloc { addr, size } => {
-                    let new = dev.allocate(*size).map_err(e)?;
-                    if let Some((_, old)) = mem.regions.insert(*addr, (*size, new)) {
-                        // Freed without a traced free (should not happen): free ours too.
-                        dev.deallocate(old).map_err(e)?;
-                    }
-                }
-                Event::Free { addr } => {
-                    if let Some((_, new)) = mem.regions.remove(addr) {
-                        dev.deallocate(new).map_err(e)?;
-                    }
-                }
-                Event::H2d { dst, size, .. } => {
-                    let a = mem.map(*dst, *size, &at)?;
-                    let data = payloads.next().expect("one payload per h2d event");
-                    dev.write(a, &data).map_err(e)?;
-                }
-                Event::D2h { src, size } => {
-                    let a = mem.map(*src, *size, &at)?;
-                    dev.read(a, *size as usize).map_err(e)?;
-                    pass.host_syncs += 1;
-                }
-                Event::D2d { src, dst, size } => {
-                    let s = mem.map(*src, *size, &at)?;
-                    let d = mem.map(*dst, *size, &at)?;
-                    dev.copy(s, d, *size).map_err(e)?;
-                }
-                Event::Fill {
-                    addr,
-                    size,
-                    pattern,
-                } => {
-                    let a = mem.map(*addr, *size, &at)?;
-                    dev.fill_u32(a, *size, *pattern).map_err(e)?;
-                }
-                Event::Sync => {
-                    dev.synchronize().map_err(e)?;
-                    pass.host_syncs += 1;
-                }
-                Event::HostKernel => pass.host_kernels += 1,
-                Event::Mark(label) => {
-                    dev.synchronize().map_err(e)?;
-                    pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
-                    pass.mark_batches.push(dev.exec().submitted());
-                }
-                Event::Kernel(k) => replay_kernel(dev, k, cache, &mut mem, &mut pass)?,
+            if let Event::Mark(label) = ev {
+                dev.synchronize().map_err(e)?;
+                pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                pass.mark_batches.push(dev.exec().submitted());
+            } else {
+                apply_event(dev, i, ev, cache, &mut mem, &mut payloads, &mut pass)?;
             }
         }
         dev.synchronize().map_err(e)
@@ -595,6 +575,66 @@ pub fn replay_once(
     result?;
     freed?;
     Ok(pass)
+}
+
+/// Replays one event on `dev` (everything but marks; a copy between devices is replayed as a
+/// copy on `dev`). `payloads` yields the data of each host-to-device copy, in order.
+pub(crate) fn apply_event(
+    dev: &Device,
+    i: usize,
+    ev: &Event,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    mem: &mut Memory,
+    payloads: &mut dyn Iterator<Item = Vec<u8>>,
+    pass: &mut Pass,
+) -> Result<(), String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let at = || format!("event {i}");
+    match ev {
+        Event::Alloc { addr, size } => {
+            let new = dev.allocate(*size).map_err(e)?;
+            if let Some((_, old)) = mem.regions.insert(*addr, (*size, new)) {
+                // Freed without a traced free (should not happen): free ours too.
+                dev.deallocate(old).map_err(e)?;
+            }
+        }
+        Event::Free { addr } => {
+            if let Some((_, new)) = mem.regions.remove(addr) {
+                dev.deallocate(new).map_err(e)?;
+            }
+        }
+        Event::H2d { dst, size, .. } => {
+            let a = mem.map(*dst, *size, &at)?;
+            let data = payloads.next().expect("one payload per h2d event");
+            dev.write(a, &data).map_err(e)?;
+        }
+        Event::D2h { src, size } => {
+            let a = mem.map(*src, *size, &at)?;
+            dev.read(a, *size as usize).map_err(e)?;
+            pass.host_syncs += 1;
+        }
+        Event::D2d { src, dst, size, .. } => {
+            let s = mem.map(*src, *size, &at)?;
+            let d = mem.map(*dst, *size, &at)?;
+            dev.copy(s, d, *size).map_err(e)?;
+        }
+        Event::Fill {
+            addr,
+            size,
+            pattern,
+        } => {
+            let a = mem.map(*addr, *size, &at)?;
+            dev.fill_u32(a, *size, *pattern).map_err(e)?;
+        }
+        Event::Sync => {
+            dev.synchronize().map_err(e)?;
+            pass.host_syncs += 1;
+        }
+        Event::HostKernel => pass.host_kernels += 1,
+        Event::Mark(_) => unreachable!("marks are the caller's"),
+        Event::Kernel(k) => replay_kernel(dev, k, cache, mem, pass)?,
+    }
+    Ok(())
 }
 
 fn replay_kernel(
@@ -721,7 +761,7 @@ fn report_synced(p: &Pass, top: usize) {
 
 /// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
 /// ms}}`); nothing when the trace has fewer than two marks.
-fn report_steps(passes: &[Pass]) -> Value {
+pub(crate) fn report_steps(passes: &[Pass]) -> Value {
     let steps = step_times(passes);
     let mut doc = serde_json::Map::new();
     for (label, ms) in &steps {
@@ -890,23 +930,29 @@ fn timed_pass(
     })
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     s[s.len() / 2]
 }
 
 /// The `replay` command.
-pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
-    const USAGE: &str =
-        "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each]";
+pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
+    const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
+                         [--sync-each] [--per-device]";
+    let dev = rt.device();
     let mut path = None;
+    let mut per_device = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" => i += 2,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
+                i += 1;
+            }
+            "--per-device" => {
+                per_device = true;
                 i += 1;
             }
             a if a.starts_with("--") => return Err(format!("unknown flag {a:?}\n{USAGE}")),
@@ -933,9 +979,19 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
     let trace = Trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
     let traced_kernels = trace.kernels().count() as u64;
     let traced_dispatches: u64 = trace.kernels().map(|k| k.dispatches).sum();
+    if per_device {
+        return crate::replay_multi::run(
+            path,
+            &trace,
+            rt,
+            repeat,
+            flag("--json").map(|s| s.as_str()),
+        );
+    }
     if trace.devices.len() > 1 {
         eprintln!(
-            "the trace used {} devices; replaying all of their work on one",
+            "the trace used {} devices; replaying all of their work on one (--per-device: one \
+             adapter each)",
             trace.devices.len()
         );
     }
