@@ -939,14 +939,14 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// The `replay` command.
 pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
-                         [--sync-each] [--per-device]";
+                         [--sync-each] [--per-device [--timeline FILE]]";
     let dev = rt.device();
     let mut path = None;
     let mut per_device = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--repeat" | "--json" | "--top" => i += 2,
+            "--repeat" | "--json" | "--top" | "--timeline" => i += 2,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
                 i += 1;
@@ -986,6 +986,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             rt,
             repeat,
             flag("--json").map(|s| s.as_str()),
+            flag("--timeline").map(|s| s.as_str()),
         );
     }
     if trace.devices.len() > 1 {

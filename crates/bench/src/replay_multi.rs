@@ -242,10 +242,29 @@ pub struct MultiPass {
     pub devices: Vec<Pass>,
     /// Per slot: copies it issued to other devices, and their bytes.
     pub cross_copies: Vec<(u64, u64)>,
+    /// Per slot: when its thread replayed each of its events.
+    pub timelines: Vec<Vec<Span>>,
 }
 
-/// One device's counters and the (count, bytes) of the copies it issued to other devices.
-type DeviceResult = Result<(Pass, (u64, u64)), String>;
+/// When one device's thread replayed an event (microseconds since the pass began): it began,
+/// the copies it waited for had landed, it was done.
+#[derive(Clone, Debug)]
+pub struct Span {
+    pub event: usize,
+    pub start_us: f64,
+    pub landed_us: f64,
+    pub end_us: f64,
+}
+
+/// One device's counters, the (count, bytes) of the copies it issued to other devices, and
+/// its timeline.
+struct DeviceRun {
+    pass: Pass,
+    issued: (u64, u64),
+    timeline: Vec<Span>,
+}
+
+type DeviceResult = Result<DeviceRun, String>;
 
 #[allow(clippy::too_many_arguments)]
 fn device_thread(
@@ -263,6 +282,7 @@ fn device_thread(
     let mut mem = Memory::new(dev);
     let mut pass = Pass::default();
     let mut issued = (0u64, 0u64);
+    let mut timeline = Vec::with_capacity(plan.lists[s].len());
     let mut payloads = payloads.into_iter();
     let before = dev.exec_stats();
     pass.first_dispatch = before.dispatches;
@@ -281,11 +301,13 @@ fn device_thread(
     };
     let result = (|| -> Result<(), String> {
         for &i in &plan.lists[s] {
+            let t_in = t0.elapsed().as_secs_f64();
             if let Some(ids) = plan.waits.get(&(s, i)) {
                 for &id in ids {
                     land(id, &mut mem)?;
                 }
             }
+            let t_landed = t0.elapsed().as_secs_f64();
             match &trace.events[i] {
                 Event::Mark(label) => {
                     dev.synchronize().map_err(e)?;
@@ -310,6 +332,12 @@ fn device_thread(
                 }
                 ev => apply_event(dev, i, ev, cache, &mut mem, &mut payloads, &mut pass)?,
             }
+            timeline.push(Span {
+                event: i,
+                start_us: t_in * 1e6,
+                landed_us: t_landed * 1e6,
+                end_us: t0.elapsed().as_secs_f64() * 1e6,
+            });
         }
         for &id in &plan.tail[s] {
             land(id, &mut mem)?;
@@ -324,7 +352,11 @@ fn device_thread(
     let freed = mem.free_all();
     result?;
     freed?;
-    Ok((pass, issued))
+    Ok(DeviceRun {
+        pass,
+        issued,
+        timeline,
+    })
 }
 
 /// Replays the trace once with slot `s` on `devs[s]`, one thread per device.
@@ -393,14 +425,55 @@ pub fn replay_multi(
     {
         return Err(err.clone());
     }
-    let (devices, cross_copies) = results.into_iter().map(Result::unwrap).unzip();
-    let marks = std::mem::take(&mut shared.lock().marks);
-    Ok(MultiPass {
+    let mut out = MultiPass {
         wall_s,
-        marks,
-        devices,
-        cross_copies,
-    })
+        marks: std::mem::take(&mut shared.lock().marks),
+        ..MultiPass::default()
+    };
+    for r in results.into_iter().map(Result::unwrap) {
+        out.devices.push(r.pass);
+        out.cross_copies.push(r.issued);
+        out.timelines.push(r.timeline);
+    }
+    Ok(out)
+}
+
+/// Writes the median pass's timeline: one JSON line per replayed event and device thread,
+/// `{"dev", "event", "ev", "op"?, "size"?, "to_dev"?, "start_us", "landed_us", "end_us"}`,
+/// then the marks (`{"mark", "t_us"}`), for reading where each thread waited.
+fn write_timeline(out: &str, trace: &Trace, p: &MultiPass) -> Result<(), String> {
+    let mut text = String::new();
+    for (s, tl) in p.timelines.iter().enumerate() {
+        for sp in tl {
+            let mut v = json!({
+                "dev": trace.devices[s], "event": sp.event,
+                "start_us": sp.start_us, "landed_us": sp.landed_us, "end_us": sp.end_us,
+            });
+            let (kind, extra) = match &trace.events[sp.event] {
+                Event::Kernel(k) => ("kernel", json!({"op": k.op})),
+                Event::D2d { size, to_dev, .. } => ("d2d", json!({"size": size, "to_dev": to_dev})),
+                Event::H2d { size, .. } => ("h2d", json!({"size": size})),
+                Event::D2h { size, .. } => ("d2h", json!({"size": size})),
+                Event::Sync => ("sync", json!({})),
+                Event::Mark(l) => ("mark", json!({"label": l})),
+                Event::Alloc { .. } => ("alloc", json!({})),
+                Event::Free { .. } => ("free", json!({})),
+                Event::Fill { .. } => ("fill", json!({})),
+                Event::HostKernel => ("host_kernel", json!({})),
+            };
+            v["ev"] = json!(kind);
+            if let (Some(o), Some(e)) = (v.as_object_mut(), extra.as_object()) {
+                o.extend(e.clone());
+            }
+            text += &v.to_string();
+            text.push('\n');
+        }
+    }
+    for (l, t) in &p.marks {
+        text += &json!({"mark": l, "t_us": t * 1e6}).to_string();
+        text.push('\n');
+    }
+    std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))
 }
 
 /// Images-per-step scaling between steps labelled `<n>gpu`: for each such label other than
@@ -429,6 +502,7 @@ pub fn run(
     rt: &Runtime,
     repeat: usize,
     json_out: Option<&str>,
+    timeline_out: Option<&str>,
 ) -> Result<(), String> {
     let mut devs = vec![];
     for &o in &trace.devices {
@@ -503,6 +577,9 @@ pub fn run(
     let scale = scaling(&steps);
     for (label, x) in &scale {
         println!("  {label} against 1gpu: {x:.2}x the images per second");
+    }
+    if let Some(out) = timeline_out {
+        write_timeline(out, trace, p)?;
     }
     if let Some(out) = json_out {
         let doc = json!({
@@ -627,6 +704,15 @@ mod tests {
             assert_eq!(p.devices[1].kernels, 2);
             assert_eq!(p.devices[0].host_syncs, 1, "the d2h");
             assert!(p.devices.iter().all(|d| d.dispatch_mismatches == 0));
+            for (tl, list) in p.timelines.iter().zip(&plan.lists) {
+                let events: Vec<usize> = tl.iter().map(|sp| sp.event).collect();
+                assert_eq!(&events, list, "one span per event, in order");
+                assert!(
+                    tl.iter()
+                        .all(|sp| sp.start_us <= sp.landed_us && sp.landed_us <= sp.end_us)
+                );
+                assert!(tl.windows(2).all(|w| w[0].end_us <= w[1].start_us));
+            }
         }
         assert_eq!(caches[1].len(), 2, "kernels are built once per device");
         let now: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
