@@ -67,10 +67,11 @@ const USAGE: &str = "usage:
                                              submits, host time per op; --per-device: each traced
                                              device on its own adapter, one thread per device,
                                              steps per mark label and <n>gpu scaling
-  tfwgpu-bench transfer [--mb 0.8,38.5] [--reps N] [--json FILE]
+  tfwgpu-bench transfer [--mb 0.8,38.5] [--reps N] [--latency N] [--json FILE]
                                              host-to-device and device-to-host copies through
                                              Device::write/read (the plugin's memcpy path),
-                                             timed until the bytes arrived, checked
+                                             timed until the bytes arrived, checked; --latency:
+                                             N host syncs after a small fill (read, synchronize)
   tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
                                              host time per recorded kernel call (a Mul/AddV2
                                              chain on tiny tensors), apart from the drain

@@ -79,10 +79,57 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
                          "d2h_ms": d * 1e3, "d2h_gb_s": bytes as f64 / d / 1e9, "reps": reps}),
         );
     }
+    // Latency of a host sync on an almost idle GPU: one small fill, then a 4-byte read back
+    // (the plugin's memcpy_dtoh of a loss or a step counter) or a synchronize.
+    let n: usize = flag("--latency")
+        .map_or(Ok(0), |s| s.parse())
+        .map_err(|_| "bad --latency")?;
+    let mut latency = json!(null);
+    if n > 0 {
+        let addr = dev.allocate(256).map_err(g)?;
+        let (mut read, mut sync) = (Vec::new(), Vec::new());
+        for rep in 0..n + 1 {
+            dev.fill_u32(addr, 4, rep as u32).map_err(g)?;
+            let t = Instant::now();
+            let back = dev.read(addr, 4).map_err(g)?;
+            let tr = t.elapsed().as_secs_f64();
+            if back != (rep as u32).to_le_bytes() {
+                return Err("latency: the word read back differs".into());
+            }
+            dev.fill_u32(addr, 4, !(rep as u32)).map_err(g)?;
+            let t = Instant::now();
+            dev.synchronize().map_err(g)?;
+            let ts = t.elapsed().as_secs_f64();
+            if rep > 0 {
+                read.push(tr);
+                sync.push(ts);
+            }
+        }
+        dev.deallocate(addr).map_err(g)?;
+        let pct = |v: &mut Vec<f64>, q: f64| {
+            v.sort_by(f64::total_cmp);
+            v[((v.len() - 1) as f64 * q) as usize] * 1e6
+        };
+        let (r50, r10, r90) = (
+            pct(&mut read, 0.5),
+            pct(&mut read, 0.1),
+            pct(&mut read, 0.9),
+        );
+        let (s50, s10, s90) = (
+            pct(&mut sync, 0.5),
+            pct(&mut sync, 0.1),
+            pct(&mut sync, 0.9),
+        );
+        println!(
+            "host sync after one small fill ({n} samples): 4-byte read {r50:.1} us (p10 {r10:.1}, p90 {r90:.1}), synchronize {s50:.1} us (p10 {s10:.1}, p90 {s90:.1})"
+        );
+        latency = json!({"samples": n, "read_us": {"p10": r10, "p50": r50, "p90": r90},
+            "sync_us": {"p10": s10, "p50": s50, "p90": s90}});
+    }
     if let Some(path) = flag("--json") {
         std::fs::write(
             path,
-            serde_json::to_string_pretty(&json!({"transfer": rows})).unwrap(),
+            serde_json::to_string_pretty(&json!({"transfer": rows, "latency": latency})).unwrap(),
         )
         .map_err(|e| format!("{path}: {e}"))?;
     }

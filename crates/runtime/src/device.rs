@@ -165,7 +165,13 @@ impl Device {
             desc.driver,
             limit >> 20
         );
-        let exec = ExecutionContext::new(device.clone(), queue, opts.exec.clone());
+        let mut cfg = opts.exec.clone();
+        cfg.spin.get_or_insert(if desc.device_type == "cpu" {
+            std::time::Duration::ZERO
+        } else {
+            crate::exec::DEFAULT_SPIN
+        });
+        let exec = ExecutionContext::new(device.clone(), queue, cfg);
         let inner = DeviceInner {
             limits: device.limits(),
             features: device.features(),

@@ -51,7 +51,18 @@ pub struct ExecConfig {
     /// Uploads of at least this many bytes go through the queue's own staging
     /// (`TFWGPU_DIRECT_UPLOAD_BYTES`; 0: never). See [`ExecutionContext::upload`].
     pub direct_upload_bytes: u64,
+    /// How long a host waiting for the GPU ([`ExecutionContext::wait`]: reads, host syncs)
+    /// polls for completion before it blocks in the driver (`TFWGPU_SPIN_US`, microseconds;
+    /// 0: block at once; `None`: [`DEFAULT_SPIN`] on a GPU, 0 on a CPU adapter, whose
+    /// execution threads need the cores a spinning host would take). A blocked thread wakes
+    /// some time after the GPU finished (H200: a 4-byte read back after a small fill took
+    /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
+    /// and a training step of a small model waits for the GPU several times.
+    pub spin: Option<Duration>,
 }
+
+/// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for ExecConfig {
     fn default() -> Self {
@@ -63,6 +74,7 @@ impl Default for ExecConfig {
             idle_age: None,
             bind_group_cache: 16384,
             direct_upload_bytes: 1 << 20,
+            spin: None,
         }
     }
 }
@@ -70,7 +82,7 @@ impl Default for ExecConfig {
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
     /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE` and
-    /// `TFWGPU_DIRECT_UPLOAD_BYTES`.
+    /// `TFWGPU_DIRECT_UPLOAD_BYTES` and `TFWGPU_SPIN_US`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
         if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
@@ -93,6 +105,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u64>("TFWGPU_DIRECT_UPLOAD_BYTES") {
             c.direct_upload_bytes = n;
+        }
+        if let Some(us) = env_parse::<u64>("TFWGPU_SPIN_US") {
+            c.spin = Some(Duration::from_micros(us));
         }
         c
     }
@@ -335,6 +350,18 @@ pub struct ExecutionContext {
     stats: Mutex<ExecStats>,
     timing: Timing,
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Staging buffers of large uploads, mapped and ready for the next one (see `upload`).
+    upload_pool: Arc<Mutex<Vec<wgpu::Buffer>>>,
+}
+
+/// Staging buffers kept for large uploads, at most.
+const UPLOAD_POOL_BUFFERS: usize = 4;
+
+/// `TFWGPU_UPLOAD_POOL=0` sends large uploads through `Queue::write_buffer_with` (a fresh
+/// staging allocation per upload) instead of the pool, for comparison.
+fn upload_pool_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| env_parse::<u64>("TFWGPU_UPLOAD_POOL") != Some(0))
 }
 
 impl ExecutionContext {
@@ -399,6 +426,7 @@ impl ExecutionContext {
             stats: Mutex::new(ExecStats::default()),
             timing: Timing::default(),
             poller: Mutex::new(None),
+            upload_pool: Arc::new(Mutex::new(Vec::new())),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -816,6 +844,12 @@ impl ExecutionContext {
             return Ok(());
         }
         let size = data.len() as u64;
+        if self.cfg.direct_upload_bytes > 0
+            && size >= self.cfg.direct_upload_bytes
+            && upload_pool_on()
+        {
+            return self.upload_pooled(dst, offset, data);
+        }
         if self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes {
             // A large upload (a model's input batch) goes through the queue's own staging:
             // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
@@ -861,6 +895,66 @@ impl ExecutionContext {
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
+    }
+
+    /// A large upload (a model's input batch, every step) through a staging buffer of the
+    /// pool: the host copies into memory that stays mapped between uploads (a fresh staging
+    /// allocation per upload, as `Queue::write_buffer` makes, costs the host a page fault per
+    /// 4 KiB the first time it is written: ResNet-50's 38.5 MB batch ~9,400), with a few
+    /// threads (one thread writes ~9 GB/s into the H200's write-combined upload memory). The
+    /// batch recorded so far is submitted first, so that the GPU runs it while the host copies;
+    /// the copy into `dst` is recorded and submitted after, and the staging buffer goes back to
+    /// the pool once the GPU has read it (its mapping for the next write completes then).
+    fn upload_pooled(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let size = data.len() as u64;
+        self.flush()?;
+        let staging = {
+            let mut pool = self.upload_pool.lock();
+            // The smallest free buffer that holds the data; else a new one, dropping the
+            // smallest free one when the pool is full.
+            let best = (0..pool.len())
+                .filter(|&i| pool[i].size() >= size)
+                .min_by_key(|&i| pool[i].size());
+            match best {
+                Some(i) => pool.swap_remove(i),
+                None => {
+                    if pool.len() >= UPLOAD_POOL_BUFFERS
+                        && let Some(i) = (0..pool.len()).min_by_key(|&i| pool[i].size())
+                    {
+                        pool.swap_remove(i);
+                    }
+                    tracing::debug!("upload staging: a new buffer for {size} bytes");
+                    self.device.create_buffer(&wgpu::BufferDescriptor {
+                        label: Some("tfwgpu upload staging"),
+                        size: size.next_multiple_of(1 << 20),
+                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                        mapped_at_creation: true,
+                    })
+                }
+            }
+        };
+        {
+            let mut view = staging
+                .slice(..size)
+                .get_mapped_range_mut()
+                .map_err(|e| Error::Gpu(format!("mapping an upload buffer: {e}")))?;
+            parallel_copy(view.slice(..), data, upload_threads());
+        }
+        staging.unmap();
+        self.copy(&staging, 0, dst, offset, size)?;
+        self.stats.lock().uploads += 1;
+        // `map_async` on a buffer that a recorded but unsubmitted command uses would fail
+        // that submit: submit first.
+        self.flush()?;
+        let pool = Arc::clone(&self.upload_pool);
+        let again = staging.clone();
+        staging.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+            let mut pool = pool.lock();
+            if r.is_ok() && pool.len() < UPLOAD_POOL_BUFFERS {
+                pool.push(again);
+            }
+        });
+        self.check()
     }
 
     /// Submits the current batch (if it holds anything); returns the id up to which all recorded
@@ -946,6 +1040,17 @@ impl ExecutionContext {
             }
             q.iter().find(|(i, _)| *i >= id).map(|(_, s)| s.clone())
         };
+        let spin = self.cfg.spin.unwrap_or_default();
+        if !spin.is_zero() {
+            let t0 = Instant::now();
+            while t0.elapsed() < spin {
+                let _ = self.device.poll(wgpu::PollType::Poll);
+                if self.completed() >= id {
+                    return self.check();
+                }
+                std::hint::spin_loop();
+            }
+        }
         if let Some(index) = index {
             self.device
                 .poll(wgpu::PollType::Wait {
