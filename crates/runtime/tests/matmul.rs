@@ -272,7 +272,8 @@ fn twin(t: &Vec4Tile) -> Option<&'static Vec4Tile> {
 }
 
 /// Every vector tile (`matmul_vec4.wgsl`), or its twin where the device's workgroup memory is
-/// too small for it.
+/// too small for it. `TFWGPU_TEST_TILES=NAME,..` restricts the run to those tiles (lavapipe
+/// takes minutes for all of them).
 #[test]
 fn vec4_tiles_edge_shapes_and_every_transpose() {
     let mut seed = 500;
@@ -514,7 +515,12 @@ fn int32_vec4_tiles_are_exact() {
         let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
         let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
         let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
-        for tile in ["128x128x8_8x8s1", "64x64x16_4x4"] {
+        for tile in [
+            "128x128x8_8x8s1",
+            "64x64x16_4x4",
+            "128x256x8_8x16h",
+            "64x64x16_4x4w",
+        ] {
             let at = attrs("MatMul", ta, tb, DType::I32)
                 .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
             let out = dev()
