@@ -14,6 +14,8 @@
 // registers; they are stored after the products, to the other buffer (one barrier per tile)
 // or, with one buffer, after a second barrier. With `parts`, the next tile is loaded and
 // stored in parts around as many slices of the products (1 / parts of the staging registers).
+// The staging runs unconditionally, also after the last tile (its loads are past K: zeros, and
+// go to a buffer nobody reads any more), so that the loop body has no branches.
 //
 // Layouts (compile-time, named in the specialization): A is "ak" (row-major M x K, K % 4 == 0)
 // or "am" (transposed, stored K x M, M % 4 == 0); B is "bn" (row-major K x N, N % 4 == 0) or
