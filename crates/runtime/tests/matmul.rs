@@ -1,6 +1,6 @@
 mod common;
 use common::*;
-use tfwgpu_runtime::kernels::matmul::VEC4_TILES;
+use tfwgpu_runtime::kernels::matmul::{VEC4_TILES, Vec4Tile};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, Tensor};
 
 const EPS: f64 = f32::EPSILON as f64 / 2.0; // unit roundoff of float32
@@ -207,48 +207,92 @@ fn batch_len(a: &[usize], b: &[usize]) -> usize {
         .product()
 }
 
-/// The vector tiles (`matmul_vec4.wgsl`), each forced, on shapes with contiguous dimensions
-/// that are multiples of 4 but not of the tiles: partial tiles in M, N and K, K shorter than
-/// one K tile, every transpose, and broadcast batches.
+/// Checks vector tile `tile` (forced) on shapes with contiguous dimensions that are multiples
+/// of 4 but not of the tiles: partial tiles in M, N and K, K shorter than one K tile, every
+/// transpose, and broadcast batches.
+fn check_vec4_tile(tile: &str, seed: &mut u64) {
+    for &(m, k, n) in &[(4, 4, 4), (132, 20, 68), (68, 36, 132)] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            check_f32_tile("MatMul", Some(tile), &[], &[], m, k, n, ta, tb, *seed);
+            *seed += 1;
+        }
+    }
+    // Many tile rows (the grouped launch order's last, partial group).
+    check_f32_tile(
+        "MatMul",
+        Some(tile),
+        &[],
+        &[],
+        1100,
+        8,
+        264,
+        false,
+        false,
+        *seed,
+    );
+    *seed += 1;
+    // Rows of A not a multiple of 4 (only K and N need to be, A and B untransposed).
+    check_f32_tile(
+        "MatMul",
+        Some(tile),
+        &[],
+        &[],
+        7,
+        12,
+        8,
+        false,
+        false,
+        *seed,
+    );
+    check_f32_tile(
+        "BatchMatMulV2",
+        Some(tile),
+        &[2, 1],
+        &[3],
+        20,
+        12,
+        136,
+        false,
+        true,
+        *seed + 1,
+    );
+    *seed += 2;
+}
+
+/// Tiles whose workgroup memory exceeds the test device's are checked through a twin of half
+/// the size: the same generated code (layouts, parts, padding, per-invocation block), so
+/// every code path runs here.
+fn twin(t: &Vec4Tile) -> Option<&'static Vec4Tile> {
+    VEC4_TILES.iter().find(|u| {
+        u.name != t.name
+            && (u.tm, u.tn, u.bk, u.stages, u.parts, u.pad)
+                == (t.tm, t.tn, t.bk, t.stages, t.parts, t.pad)
+            && u.shared_bytes() <= dev().limits().max_compute_workgroup_storage_size
+    })
+}
+
+/// Every vector tile (`matmul_vec4.wgsl`), or its twin where the device's workgroup memory is
+/// too small for it. `TFWGPU_TEST_TILES=NAME,..` restricts the run to those tiles (lavapipe
+/// takes minutes for all of them).
 #[test]
 fn vec4_tiles_edge_shapes_and_every_transpose() {
     let mut seed = 500;
-    for tile in VEC4_TILES.iter().map(|t| t.name) {
-        for &(m, k, n) in &[(4, 4, 4), (132, 20, 68), (68, 36, 132)] {
-            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                check_f32_tile("MatMul", Some(tile), &[], &[], m, k, n, ta, tb, seed);
-                seed += 1;
-            }
+    let shared = dev().limits().max_compute_workgroup_storage_size;
+    let only = std::env::var("TFWGPU_TEST_TILES").ok();
+    for t in VEC4_TILES {
+        if only
+            .as_deref()
+            .is_some_and(|o| !o.split(',').any(|x| x == t.name))
+        {
+            continue;
         }
-        // Many tile rows (the grouped launch order's last, partial group).
-        check_f32_tile(
-            "MatMul",
-            Some(tile),
-            &[],
-            &[],
-            1100,
-            8,
-            264,
-            false,
-            false,
-            seed,
-        );
-        seed += 1;
-        // Rows of A not a multiple of 4 (only K and N need to be, A and B untransposed).
-        check_f32_tile("MatMul", Some(tile), &[], &[], 7, 12, 8, false, false, seed);
-        check_f32_tile(
-            "BatchMatMulV2",
-            Some(tile),
-            &[2, 1],
-            &[3],
-            20,
-            12,
-            136,
-            false,
-            true,
-            seed + 1,
-        );
-        seed += 2;
+        if t.shared_bytes() <= shared {
+            check_vec4_tile(t.name, &mut seed);
+        } else {
+            let u =
+                twin(t).unwrap_or_else(|| panic!("{} needs a twin that fits {shared} B", t.name));
+            check_vec4_tile(u.name, &mut seed);
+        }
     }
 }
 
@@ -471,7 +515,12 @@ fn int32_vec4_tiles_are_exact() {
         let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
         let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
         let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
-        for tile in ["128x128x8_8x8s1", "64x64x16_4x4"] {
+        for tile in [
+            "128x128x8_8x8s1",
+            "64x64x16_4x4",
+            "128x256x8_8x16h",
+            "64x64x16_4x4w",
+        ] {
             let at = attrs("MatMul", ta, tb, DType::I32)
                 .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
             let out = dev()

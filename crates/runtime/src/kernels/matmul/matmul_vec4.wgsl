@@ -8,11 +8,14 @@
 // distinct 16-byte vectors (one 128-byte wavefront).
 //
 // K is walked in tiles of BK through STAGES (1 or 2) shared-memory buffers (k-major: As[k][m],
-// Bs[k][n], rows padded by one vector so that the transposing stores spread over the banks).
+// Bs[k][n], rows padded by one vector (`pad`) so that the transposing stores spread over the
+// banks).
 // While the invocations multiply out one buffer, the next tile's global loads are in flight in
 // registers; they are stored after the products, to the other buffer (one barrier per tile)
-// or, with one buffer, after a second barrier. With `split`, the next tile is loaded and
-// stored in two halves around the two halves of the products (half the staging registers).
+// or, with one buffer, after a second barrier. With `parts`, the next tile is loaded and
+// stored in parts around as many slices of the products (1 / parts of the staging registers).
+// The staging runs unconditionally, also after the last tile (its loads are past K: zeros, and
+// go to a buffer nobody reads any more), so that the loop body has no branches.
 //
 // Layouts (compile-time, named in the specialization): A is "ak" (row-major M x K, K % 4 == 0)
 // or "am" (transposed, stored K x M, M % 4 == 0); B is "bn" (row-major K x N, N % 4 == 0) or
@@ -40,9 +43,10 @@ const NT: u32 = TX * TY;
 const STAGES: u32 = TILE_STAGESu;
 // Tile rows per launch group (0: plain row-major launch order).
 const GROUP: u32 = TILE_GROUPu;
-// Row strides of the shared tiles, in vectors (one vector of padding).
-const SA: u32 = BM / 4u + 1u;
-const SB: u32 = BN / 4u + 1u;
+// Row strides of the shared tiles, in vectors (PAD: 0 or 1 vector of padding).
+const PAD: u32 = TILE_PADu;
+const SA: u32 = BM / 4u + PAD;
+const SB: u32 = BN / 4u + PAD;
 
 var<workgroup> As: array<vec4<ELEM>, STAGES * BK * SA>;
 var<workgroup> Bs: array<vec4<ELEM>, STAGES * BK * SB>;

@@ -169,12 +169,17 @@ pub const TILE_8X8X8: Tile = Tile {
 const _: () = assert!(TILE_64X64X8.is_valid() && TILE_8X8X8.is_valid());
 
 /// Register-blocked vector tiles (`matmul_vec4.wgsl`), named "BMxBNxBK_TMxTN" (outputs per
-/// workgroup, K depth, outputs per invocation), "s1" for one shared-memory buffer, "g8" for the
-/// grouped launch order. The measurements that chose them, and those of the variants tried
-/// and dropped, are in bench/NOTES-matmul.md.
+/// workgroup, K depth, outputs per invocation), then the K loop's form: "s1" one shared-memory
+/// buffer (two barriers per K tile); "h", "q", "w" two buffers with the next K tile staged in
+/// halves, quarters or whole during the products (one barrier per K tile); no letter two
+/// buffers with the loop unrolled by two; "p0" unpadded shared rows. The measurements that
+/// chose them, and those of the variants tried and dropped (whose knobs remain: tile sizes,
+/// stages, parts, padding, launch grouping are fields of `Vec4Tile`), are in
+/// bench/NOTES-matmul.md.
 ///
-/// 128x256, 8x16 per invocation, 256 invocations: the H200's best at 2048 and 4096 (the
-/// driver gives it ~240 registers, one workgroup per multiprocessor).
+/// 128x256, 8x16 per invocation, 256 invocations, one buffer: the H200's best at 2048 and 4096
+/// up to v6 (~240 registers, one workgroup per multiprocessor); 41.6 TFLOP/s at 4096 once
+/// branch-free (v7).
 pub const V4_128X256X16_8X16S1: Vec4Tile = Vec4Tile {
     name: "128x256x16_8x16s1",
     bm: 128,
@@ -184,7 +189,8 @@ pub const V4_128X256X16_8X16S1: Vec4Tile = Vec4Tile {
     tn: 16,
     stages: 1,
     group: 8,
-    split: false,
+    parts: 0,
+    pad: true,
 };
 /// Its transpose, for outputs with more rows than columns.
 pub const V4_256X128X16_16X8S1: Vec4Tile = Vec4Tile {
@@ -203,7 +209,8 @@ pub const V4_128X128X16_8X16S1: Vec4Tile = Vec4Tile {
     ..V4_128X256X16_8X16S1
 };
 /// 128x128, 8x8 per invocation, 256 invocations: exactly 128 registers on the H200 (two
-/// workgroups per multiprocessor), but shared-memory bound (4 LDS.128 per 64 FFMA).
+/// workgroups per multiprocessor), but shared-memory bound (4 LDS.128 per 64 FFMA); the
+/// large tile that fits WebGPU's default 16 KiB of workgroup memory.
 pub const V4_128X128X8_8X8S1: Vec4Tile = Vec4Tile {
     name: "128x128x8_8x8s1",
     bk: 8,
@@ -220,34 +227,88 @@ pub const V4_64X64X32_4X4S1: Vec4Tile = Vec4Tile {
     tn: 4,
     stages: 1,
     group: 0,
-    split: false,
+    parts: 0,
+    pad: true,
 };
 pub const V4_64X64X16_4X4S1: Vec4Tile = Vec4Tile {
     name: "64x64x16_4x4s1",
     bk: 16,
     ..V4_64X64X32_4X4S1
 };
-/// Two shared-memory buffers (one barrier per K tile): never the fastest on the H200, where
-/// the larger tiles then exceed their register budget, but kept (and tested) for adapters
-/// with other budgets.
+/// Two shared-memory buffers, the loop unrolled by two (every shared offset a constant):
+/// kept (and tested) for adapters with other register budgets.
 pub const V4_64X64X16_4X4: Vec4Tile = Vec4Tile {
     name: "64x64x16_4x4",
     stages: 2,
     ..V4_64X64X16_4X4S1
 };
-/// Two buffers with the next tile staged in halves ("h"): one barrier per K tile at the
-/// register cost of half a tile. On the H200 +5% over the one-buffer 128x128x8_8x16 tile,
-/// but BK 8 trails the BK 16 tiles; with BK 16 or 32 it ran at half speed (NOTES v6).
-pub const V4_128X128X8_8X16H: Vec4Tile = Vec4Tile {
-    name: "128x128x8_8x16h",
+
+// v7: two buffers, the next K tile staged during the products (bench/NOTES-matmul.md).
+/// 128x256, 8x16 per invocation, BK 8, two padded buffers (25 KiB), the next tile staged in
+/// halves: the H200's default at 2048 and up (213 registers, one workgroup of 8 warps per
+/// multiprocessor; 42.7-43.0 TFLOP/s at 4096, 0.85-0.86 of PyTorch's float32).
+pub const V4_128X256X8_8X16H: Vec4Tile = Vec4Tile {
+    name: "128x256x8_8x16h",
     bk: 8,
     stages: 2,
-    split: true,
-    ..V4_128X128X16_8X16S1
+    parts: 2,
+    ..V4_128X256X16_8X16S1
+};
+/// 128x256 at BK 16 in quarters, two unpadded buffers: 48 KiB (devices with more than
+/// lavapipe's 32 KiB; tested through its twin 64x128x16_8x16qp0). As fast as 128x256x8_8x16h
+/// at 4096 (42.4-42.9); a tuning candidate.
+pub const V4_128X256X16_8X16QP0: Vec4Tile = Vec4Tile {
+    name: "128x256x16_8x16qp0",
+    stages: 2,
+    parts: 4,
+    pad: false,
+    ..V4_128X256X16_8X16S1
+};
+/// The half-size twin of 128x256x16_8x16qp0 (the same generated code at 24 KiB).
+pub const V4_64X128X16_8X16QP0: Vec4Tile = Vec4Tile {
+    name: "64x128x16_8x16qp0",
+    bm: 64,
+    bn: 128,
+    ..V4_128X256X16_8X16QP0
+};
+/// 128x128, 8x16 per invocation, BK 8, two buffers, whole next tile staged (17 KiB, two
+/// workgroups per multiprocessor): 40.2 at 4096, for outputs with too few 128x256 tiles.
+pub const V4_128X128X8_8X16W: Vec4Tile = Vec4Tile {
+    name: "128x128x8_8x16w",
+    bn: 128,
+    parts: 1,
+    ..V4_128X256X8_8X16H
+};
+/// The same staged in halves (39.1 at 4096): the split path at 128 invocations.
+pub const V4_128X128X8_8X16H: Vec4Tile = Vec4Tile {
+    name: "128x128x8_8x16h",
+    parts: 2,
+    ..V4_128X128X8_8X16W
+};
+/// 64x64, 4x4 per invocation, BK 16, two buffers, whole next tile staged (17 KiB): the
+/// H200's default below 2048 (29.4-29.6 at 1024, 0.77 of PyTorch).
+pub const V4_64X64X16_4X4W: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4w",
+    stages: 2,
+    parts: 1,
+    ..V4_64X64X16_4X4S1
+};
+/// The same unpadded: 16 KiB, WebGPU's default workgroup memory.
+pub const V4_64X64X16_4X4WP0: Vec4Tile = Vec4Tile {
+    name: "64x64x16_4x4wp0",
+    pad: false,
+    ..V4_64X64X16_4X4W
 };
 
 /// Every vector tile, for `_tfwgpu_tile`.
 pub const VEC4_TILES: &[Vec4Tile] = &[
+    V4_128X256X8_8X16H,
+    V4_128X256X16_8X16QP0,
+    V4_64X128X16_8X16QP0,
+    V4_128X128X8_8X16W,
+    V4_128X128X8_8X16H,
+    V4_64X64X16_4X4W,
+    V4_64X64X16_4X4WP0,
     V4_128X256X16_8X16S1,
     V4_256X128X16_16X8S1,
     V4_128X128X16_8X16S1,
@@ -255,7 +316,6 @@ pub const VEC4_TILES: &[Vec4Tile] = &[
     V4_64X64X32_4X4S1,
     V4_64X64X16_4X4S1,
     V4_64X64X16_4X4,
-    V4_128X128X8_8X16H,
 ];
 
 /// Every scalar tile, for `_tfwgpu_tile`.
@@ -312,30 +372,29 @@ fn choose_tile(m: usize, n: usize) -> Tile {
 /// The plan for `batches` products of M x N x K in `layouts`, on a device with `shared` bytes
 /// of workgroup memory.
 ///
-/// Measured on an H200 (bench/NOTES-matmul.md, v2-v5): the 128x256 (or 256x128) tile wins
-/// once it gives about one workgroup per multiprocessor (2048^2 and up), then 128x128; below
+/// Measured on an H200 (bench/NOTES-matmul.md, v2-v7): the 128x256 tile wins once it gives
+/// about one workgroup per multiprocessor (2048^2 and up), then 128x128; below
 /// that, 64x64 tiles with 4x4 per invocation keep the GPU full (1024^2: 64 tiles of 128x128
-/// would leave half of 132 multiprocessors idle). Shapes under 64 keep the scalar kernel.
-/// Other adapters get the same choice, bounded by their workgroup memory; none has been
-/// measured yet.
+/// would leave half of 132 multiprocessors idle). Since v7 each is the two-buffer form with
+/// the next K tile staged during the products (one barrier per K tile). Shapes under 64 keep
+/// the scalar kernel. Other adapters get the same choice, bounded by their workgroup memory
+/// (the one-buffer and unpadded tiles are the fallbacks); none has been measured yet.
 pub fn choose(batches: usize, m: usize, n: usize, k: usize, layouts: Layouts, shared: u32) -> Plan {
     let tiles = |bm: usize, bn: usize| batches * m.div_ceil(bm) * n.div_ceil(bn);
-    let small: &[Vec4Tile] = if k >= 32 {
-        &[V4_64X64X32_4X4S1, V4_64X64X16_4X4S1]
-    } else {
-        &[V4_64X64X16_4X4S1]
-    };
+    // Outputs computed per output wanted (partial tiles).
+    let padded =
+        |bm: usize, bn: usize| (m.div_ceil(bm) * bm * n.div_ceil(bn) * bn) as f64 / (m * n) as f64;
     let mut preferred: Vec<Vec4Tile> = vec![];
     if m >= 64 && n >= 64 && layouts.fit(m, n, k) {
-        if n >= m && tiles(128, 256) >= 120 {
-            preferred.push(V4_128X256X16_8X16S1);
-        } else if m > n && tiles(256, 128) >= 120 {
-            preferred.push(V4_256X128X16_16X8S1);
+        // The 128x256 tile in either orientation of the output (its 16x8 transpose measured
+        // 23% slower, v7), unless its partial tiles waste >10% more than 128x128's.
+        if tiles(128, 256) >= 120 && padded(128, 256) <= 1.1 * padded(128, 128) {
+            preferred.push(V4_128X256X8_8X16H);
         }
         if tiles(128, 128) >= 192 {
-            preferred.extend([V4_128X128X16_8X16S1, V4_128X128X8_8X8S1]);
+            preferred.extend([V4_128X128X8_8X16W, V4_128X128X8_8X8S1]);
         }
-        preferred.extend_from_slice(small);
+        preferred.extend([V4_64X64X16_4X4W, V4_64X64X16_4X4WP0, V4_64X64X16_4X4S1]);
     }
     // The first that fits the device's workgroup memory.
     preferred
@@ -811,12 +870,12 @@ pub(crate) fn candidates(
         return out;
     }
     for t in [
-        V4_128X256X16_8X16S1,
+        V4_128X256X8_8X16H,
+        V4_128X256X16_8X16QP0,
         V4_256X128X16_16X8S1,
-        V4_128X128X16_8X16S1,
-        V4_128X128X8_8X8S1,
+        V4_128X128X8_8X16W,
+        V4_64X64X16_4X4W,
         V4_64X64X32_4X4S1,
-        V4_64X64X16_4X4S1,
     ] {
         // Tiles far larger than the output waste most of their work.
         let waste = t.bm as usize > 2 * m.max(32) || t.bn as usize > 2 * n.max(32);
@@ -899,7 +958,8 @@ pub(crate) fn record_plan_hooked(
     // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
     // of the inner loop). The indexing is in range by construction: shared and private
     // arrays are indexed by loop counters below their constant sizes (the tile loads cover
-    // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`); global reads happen
+    // BM*BK and BN*BK exactly, `Tile::is_valid`, `Vec4Tile::is_valid`; the two-buffer
+    // offsets are 0 or BK rows of STAGES * BK); global reads happen
     // only for gm < M, gn < N, gk < K at batch offsets of batch indices below the grid's
     // batch count, so they stay inside A (M*K per batch) and B (K*N); stores only for
     // gm < M, gn < N. All of these fit u32 (`to_u32` on every tensor's element count
@@ -1036,23 +1096,26 @@ mod tests {
         );
         assert_eq!(
             name(choose(1, 4096, 4096, 4096, nn, big)),
-            name(choose(1, 4096, 4096, 4096, nn, big)),
-            "128x256x16_8x16s1"
+            "128x256x8_8x16h"
         );
+        // Tall outputs too (the 16x8 transpose is slower).
         assert_eq!(
             name(choose(1, 4096, 1024, 4096, nn, big)),
-            "256x128x16_16x8s1"
+            "128x256x8_8x16h"
+        );
+        // 4.5 column tiles of 256: 11% padding against none with 128x128.
+        assert_eq!(
+            name(choose(1, 4096, 1152, 4096, nn, big)),
+            "128x128x8_8x16w"
         );
         assert_eq!(
-            name(choose(1, 2048, 2048, 64, nn, big)),
-            "128x256x16_8x16s1"
+            name(choose(1, 4096, 1408, 4096, nn, big)),
+            "128x256x8_8x16h"
         );
-        assert_eq!(name(choose(1, 1024, 1024, 1024, nn, big)), "64x64x32_4x4s1");
-        assert_eq!(name(choose(1, 1024, 1024, 16, nn, big)), "64x64x16_4x4s1");
-        assert_eq!(
-            name(choose(64, 256, 256, 256, nn, big)),
-            "128x256x16_8x16s1"
-        );
+        assert_eq!(name(choose(1, 2048, 2048, 64, nn, big)), "128x256x8_8x16h");
+        assert_eq!(name(choose(1, 1024, 1024, 1024, nn, big)), "64x64x16_4x4w");
+        assert_eq!(name(choose(1, 1024, 1024, 16, nn, big)), "64x64x16_4x4w");
+        assert_eq!(name(choose(64, 256, 256, 256, nn, big)), "128x256x8_8x16h");
         // K % 4 != 0 with A row-major: the scalar kernel.
         assert_eq!(name(choose(1, 1024, 1024, 1023, nn, big)), "64x64x8");
         assert_eq!(name(choose(1, 8, 8, 8, nn, big)), "8x8x8");
@@ -1063,13 +1126,15 @@ mod tests {
         );
         assert_eq!(
             name(choose(1, 1024, 1024, 1024, nn, 16384)),
-            "64x64x16_4x4s1"
+            "64x64x16_4x4wp0"
         );
         for t in VEC4_TILES {
             assert!(t.is_valid(), "{}", t.name);
+            // Vulkan's common 48 KiB (NVIDIA); tiles above lavapipe's 32 KiB are tested
+            // through a half-size twin (tests/matmul.rs).
             assert!(
-                t.shared_bytes() <= 32 * 1024,
-                "{} must fit lavapipe",
+                t.shared_bytes() <= 48 * 1024,
+                "{} must fit 48 KiB of workgroup memory",
                 t.name
             );
         }
