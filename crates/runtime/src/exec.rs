@@ -38,12 +38,13 @@ pub struct ExecConfig {
     /// default until a quiet measurement says otherwise.
     pub idle_inflight: u64,
     /// Submit a batch of any size once it is this old while the GPU is idle
-    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; `None`, the default: off). With two GPUs under
+    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; default 50; 0: off). With two GPUs under
     /// MirroredStrategy the tail of each backward pass waited in its open batch for
     /// `max_age` while the collective waited for it (`TFWGPU_BATCH_US=100` for every batch cut
     /// the two-GPU step 28% but slowed the ResNet-50 replay, whose GPU stays busy:
     /// bench/RESULTS.md, session 5); this rule shortens the wait only when the GPU has nothing
-    /// to do. Not measured yet, so not on by default.
+    /// to do. Session 6 (bench/RESULTS.md): the replayed two-GPU CNN step 6.4-7.1 -> 3.6-4.2 ms
+    /// (one GPU unchanged within noise), the ResNet-50 replay unchanged (73.5-74.0 ms).
     pub idle_age: Option<Duration>,
     /// Bind groups kept for reuse (`TFWGPU_BIND_GROUP_CACHE`, entries; 0: a new bind group
     /// for every dispatch). See [`ExecutionContext::dispatch`].
@@ -71,7 +72,7 @@ impl Default for ExecConfig {
             max_age: Duration::from_micros(500),
             idle_ops: 16,
             idle_inflight: 1,
-            idle_age: None,
+            idle_age: Some(Duration::from_micros(50)),
             bind_group_cache: 16384,
             direct_upload_bytes: 1 << 20,
             spin: None,

@@ -402,6 +402,7 @@ fn manual_batching(idle_ops: usize) -> Runtime {
             max_age: Duration::from_secs(3600),
             idle_ops,
             idle_inflight: 1,
+            idle_age: None,
             ..ExecConfig::default()
         }
     })
@@ -409,14 +410,15 @@ fn manual_batching(idle_ops: usize) -> Runtime {
 
 #[test]
 fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
-    // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 2 ms age while idle.
+    // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 300 ms age while idle
+    // (long enough that a loaded machine records the command well within it).
     let rt = runtime_with(|o| {
         o.exec = ExecConfig {
             max_ops: 1_000_000,
             max_age: Duration::from_secs(3600),
             idle_ops: 0,
             idle_inflight: 1,
-            idle_age: Some(Duration::from_millis(2)),
+            idle_age: Some(Duration::from_millis(300)),
             ..ExecConfig::default()
         }
     });
@@ -438,9 +440,9 @@ fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
         );
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(t0.elapsed() >= Duration::from_millis(1));
+    assert!(t0.elapsed() >= Duration::from_millis(100));
     assert_eq!(y[0].download::<f32>().unwrap(), vec![-2.0; 16]);
-    // Without the age (the default), the same command waits for a host sync.
+    // Without the age, the same command waits for a host sync.
     let rt = manual_batching(0);
     let d = rt.device();
     let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
@@ -674,6 +676,7 @@ fn a_batch_goes_out_behind_the_last_one_the_gpu_runs() {
             max_age: Duration::from_secs(3600),
             idle_ops: 4,
             idle_inflight: 2,
+            idle_age: None,
             ..ExecConfig::default()
         }
     });
