@@ -1199,10 +1199,16 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             }))).collect::<serde_json::Map<_, _>>(),
         });
         doc["steps"] = steps;
-        std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
-            .map_err(|e| format!("{out}: {e}"))?;
-        eprintln!("wrote {out}");
+        write_json(out, &doc)?;
     }
+    Ok(())
+}
+
+/// Writes `doc` as pretty JSON to `out` and says so on stderr.
+pub(crate) fn write_json(out: &str, doc: &Value) -> Result<(), String> {
+    std::fs::write(out, serde_json::to_string_pretty(doc).expect("json"))
+        .map_err(|e| format!("{out}: {e}"))?;
+    eprintln!("wrote {out}");
     Ok(())
 }
 

@@ -27,6 +27,7 @@ use tfwgpu_runtime::{Device, Kernel, ReadInFlight, Runtime};
 
 use crate::replay::{
     Event, Input, Memory, Pass, Trace, apply_event, median, random_bytes, report_steps, sub,
+    write_json,
 };
 
 /// A copy between devices: issued by slot `from` (its source lives there), landing on slot `to`.
@@ -590,9 +591,7 @@ pub fn run(
             "steps": steps,
             "scaling": scale.iter().map(|(l, x)| (l.clone(), json!(x))).collect::<serde_json::Map<_, _>>(),
         });
-        std::fs::write(out, serde_json::to_string_pretty(&doc).expect("json"))
-            .map_err(|e| format!("{out}: {e}"))?;
-        eprintln!("wrote {out}");
+        write_json(out, &doc)?;
     }
     Ok(())
 }
