@@ -975,7 +975,14 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     let top: usize = flag("--top")
         .map_or(Ok(15), |s| s.parse())
         .map_err(|_| "bad --top")?;
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let bytes = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    if bytes.starts_with(&[0x1f, 0x8b]) {
+        return Err(format!(
+            "{path} is gzip-compressed: decompress it first (zcat {path} > trace), or pass \
+             <(zcat {path})"
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| format!("{path}: not a text trace: {e}"))?;
     let trace = Trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
     let traced_kernels = trace.kernels().count() as u64;
     let traced_dispatches: u64 = trace.kernels().map(|k| k.dispatches).sum();
