@@ -1,5 +1,5 @@
 //! `tfwgpu-bench transfer`: host-to-device and device-to-host copies through the runtime's
-//! address-level API (`Device::write`, `Device::read`: what the plugin's `memcpy_htod` and
+//! address-level API (`Device::write`, `Device::read_into`: what the plugin's `memcpy_htod` and
 //! `memcpy_dtoh` call), timed until the bytes are on the other side (`synchronize` after the
 //! write). A model's input batch crosses this path every training step (ResNet-50 at batch 64:
 //! 38.5 MB), so its bandwidth is part of the step (issue 7).
@@ -50,8 +50,9 @@ pub fn run(args: &[String], dev: &Device) -> Result<(), String> {
             dev.write(addr, &host).map_err(g)?;
             dev.synchronize().map_err(g)?;
             let tu = t.elapsed().as_secs_f64();
+            let mut back = vec![0u8; bytes];
             let t = Instant::now();
-            let back = dev.read(addr, bytes).map_err(g)?;
+            dev.read_into(addr, &mut back).map_err(g)?;
             let td = t.elapsed().as_secs_f64();
             if back != host {
                 return Err(format!(

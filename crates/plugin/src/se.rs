@@ -451,10 +451,10 @@ unsafe extern "C" fn sync_memcpy_dtoh(
         if crate::trace::on() {
             crate::trace::d2h(ordinal(device), src, size);
         }
-        let bytes = dev(device)?.read(src, size as usize)?;
-        // SAFETY: TensorFlow's host buffer holds `size` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len()) };
-        Ok(())
+        // SAFETY: TensorFlow's host buffer holds `size` bytes, and nothing else writes it
+        // during the copy.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
+        dev(device)?.read_into(src, dst)
     })
 }
 

@@ -274,6 +274,13 @@ impl Device {
         self.finish_read(pending, |bytes| bytes.to_vec())
     }
 
+    /// Copies `dst.len()` bytes at `addr` back into `dst`, waiting for the work that produces
+    /// them; large reads are copied out of the mapped memory by several threads.
+    pub fn read_into(&self, addr: u64, dst: &mut [u8]) -> Result<()> {
+        let pending = self.read_async(addr, dst.len())?;
+        self.finish_read(pending, |bytes| crate::exec::parallel_read(dst, bytes))
+    }
+
     /// Starts copying `len` bytes at `addr` back to the host without waiting: the copy is
     /// ordered after the work recorded so far and submitted. Finish it with
     /// [`Device::finish_read`].

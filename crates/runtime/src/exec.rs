@@ -1213,6 +1213,25 @@ fn upload_threads() -> usize {
     })
 }
 
+/// Copies mapped readback memory `src` into `dst` (of the same length) with up to
+/// `threads` threads (`TFWGPU_UPLOAD_THREADS`), each taking a contiguous part of at least
+/// 4 MiB. Reading mapped memory is slow for one core (the H200's readback memory: ~1.4 GB/s
+/// for one thread): several threads keep more reads in flight.
+pub(crate) fn parallel_read(dst: &mut [u8], src: &[u8]) {
+    const MIN_PART: usize = 4 << 20;
+    let parts = upload_threads().min(src.len() / MIN_PART).max(1);
+    if parts == 1 || dst.len() != src.len() {
+        dst.copy_from_slice(src);
+        return;
+    }
+    let part = src.len().div_ceil(parts);
+    std::thread::scope(|s| {
+        for (d, c) in dst.chunks_mut(part).zip(src.chunks(part)) {
+            s.spawn(move || d.copy_from_slice(c));
+        }
+    });
+}
+
 /// Copies `src` into `dst` (of the same length) with up to `threads` threads, each taking a
 /// contiguous part of at least 4 MiB.
 fn parallel_copy(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], threads: usize) {

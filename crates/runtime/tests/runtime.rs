@@ -699,6 +699,23 @@ fn a_batch_goes_out_behind_the_last_one_the_gpu_runs() {
 }
 
 #[test]
+fn reads_into_a_host_buffer_copy_every_byte_of_large_and_odd_sizes() {
+    // Device::read_into (the plugin's memcpy_dtoh): reads of >= 8 MiB are copied out of the
+    // mapped memory by several threads; odd lengths and offsets inside an allocation too.
+    let rt = Runtime::new().unwrap();
+    let d = rt.device();
+    for len in [3usize, 4096 + 1, (9 << 20) + 3] {
+        let bytes: Vec<u8> = (0..len + 8).map(|i| (i * 131 + len) as u8).collect();
+        let addr = d.allocate((len + 8) as u64).unwrap();
+        d.write(addr, &bytes[..(len + 8) / 4 * 4]).unwrap();
+        let mut back = vec![0u8; len];
+        d.read_into(addr + 4, &mut back).unwrap();
+        assert!(back == bytes[4..4 + len], "{len} bytes read back differ");
+        d.deallocate(addr).unwrap();
+    }
+}
+
+#[test]
 fn asynchronous_reads_see_the_data_of_their_place_in_the_queue() {
     let rt = Runtime::new().unwrap();
     let d = rt.device();
