@@ -161,6 +161,8 @@ pub struct Pipeline {
 #[must_use = "a pending read holds a staging buffer until it is finished"]
 pub struct PendingRead {
     staging: Option<wgpu::Buffer>,
+    /// The bytes read (the staging buffer may be larger).
+    size: u64,
     id: u64,
     mapped: Option<std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>>,
 }
@@ -170,6 +172,7 @@ impl PendingRead {
     pub(crate) fn empty() -> PendingRead {
         PendingRead {
             staging: None,
+            size: 0,
             id: 0,
             mapped: None,
         }
@@ -353,7 +356,14 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Staging buffers of large uploads, mapped and ready for the next one (see `upload`).
     upload_pool: Arc<Mutex<Vec<wgpu::Buffer>>>,
+    /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
+    read_pool: Mutex<Vec<wgpu::Buffer>>,
 }
+
+/// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
+/// to a power of two, at least 256 bytes), which keeps at most `READ_POOL_BUFFERS`.
+const READ_POOL_MAX_BYTES: u64 = 1 << 20;
+const READ_POOL_BUFFERS: usize = 16;
 
 /// Staging buffers kept for large uploads, at most.
 const UPLOAD_POOL_BUFFERS: usize = 4;
@@ -428,6 +438,7 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             upload_pool: Arc::new(Mutex::new(Vec::new())),
+            read_pool: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -1090,11 +1101,27 @@ impl ExecutionContext {
         if size == 0 {
             return Ok(PendingRead::empty());
         }
-        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tfwgpu readback"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
+        // A host sync of a small value (a loss, a step counter) is on the critical path of a
+        // training step: reuse readback buffers instead of creating one per read.
+        let class = if size <= READ_POOL_MAX_BYTES {
+            size.next_power_of_two().max(256)
+        } else {
+            size
+        };
+        let pooled = (class <= READ_POOL_MAX_BYTES)
+            .then(|| {
+                let mut pool = self.read_pool.lock();
+                let i = pool.iter().position(|b| b.size() == class)?;
+                Some(pool.swap_remove(i))
+            })
+            .flatten();
+        let staging = pooled.unwrap_or_else(|| {
+            self.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tfwgpu readback"),
+                size: class,
+                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
         });
         self.copy(src, offset, &staging, 0, size)?;
         let id = self.flush()?;
@@ -1104,6 +1131,7 @@ impl ExecutionContext {
         });
         Ok(PendingRead {
             staging: Some(staging),
+            size,
             id,
             mapped: Some(rx),
         })
@@ -1130,12 +1158,18 @@ impl ExecutionContext {
         result.map_err(|e| Error::Gpu(format!("mapping a readback buffer: {e}")))?;
         let out = {
             let view = staging
-                .slice(..)
+                .slice(..pending.size)
                 .get_mapped_range()
                 .map_err(|e| Error::Gpu(format!("reading a readback buffer: {e}")))?;
             f(&view)
         };
         staging.unmap();
+        if staging.size() <= READ_POOL_MAX_BYTES {
+            let mut pool = self.read_pool.lock();
+            if pool.len() < READ_POOL_BUFFERS {
+                pool.push(staging);
+            }
+        }
         self.stats.lock().reads += 1;
         Ok(out)
     }

@@ -716,6 +716,26 @@ fn reads_into_a_host_buffer_copy_every_byte_of_large_and_odd_sizes() {
 }
 
 #[test]
+fn reused_readback_buffers_never_return_stale_or_extra_bytes() {
+    // Small reads take their readback buffer from a pool (power-of-two classes): reads of
+    // sizes that share a class, in turn, with new contents each round.
+    let rt = Runtime::new().unwrap();
+    let d = rt.device();
+    let addr = d.allocate(8192).unwrap();
+    for round in 0..4u8 {
+        for len in [4usize, 12, 200, 256, 260, 1000, 4096, 5000] {
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| (i as u8) ^ round.wrapping_mul(37))
+                .collect();
+            d.write(addr, &bytes).unwrap();
+            let back = d.read(addr, len).unwrap();
+            assert_eq!(back, bytes, "round {round}, {len} bytes");
+        }
+    }
+    d.deallocate(addr).unwrap();
+}
+
+#[test]
 fn asynchronous_reads_see_the_data_of_their_place_in_the_queue() {
     let rt = Runtime::new().unwrap();
     let d = rt.device();
