@@ -588,3 +588,175 @@ fn bad_inputs_are_errors() {
             .is_err()
     );
 }
+
+/// Runs a multi-output program fused (`_TfwgpuFusedElementwiseMulti`).
+fn run_multi(program: &str, exports: &[usize], inputs: &[&Tensor], dtype: DType) -> Vec<Tensor> {
+    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
+    let attrs = fused_attrs(program, inputs.len(), dtype)
+        .with("M", AttrValue::Int(exports.len() as i64 + 1))
+        .with(
+            "exports",
+            AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
+        );
+    dev()
+        .run(tfwgpu_runtime::kernels::fused::OP_MULTI, &attrs, &args)
+        .unwrap_or_else(|e| panic!("{program} exports {exports:?}: {e}"))
+}
+
+/// Every instruction's result, one op (one kernel) at a time.
+fn run_unfused_all(
+    program: &str,
+    inputs: &[&Tensor],
+    exports: &[usize],
+    dtype: DType,
+) -> Vec<Tensor> {
+    let p = Program::parse_multi(program, inputs.len(), exports).unwrap();
+    let attrs = Attrs::new().with("T", AttrValue::Type(dtype));
+    let mut temps: Vec<Tensor> = vec![];
+    for ins in &p.instrs {
+        let args: Vec<Arg> = ins
+            .args
+            .iter()
+            .map(|a| match *a {
+                PArg::Input(i) => Arg::from(inputs[i]),
+                PArg::Temp(t) => Arg::from(&temps[t]),
+            })
+            .collect();
+        let mut out = if ins.op == FusedOp::Tile {
+            let m: Vec<i32> = ins.multiples.iter().map(|&m| m as i32).collect();
+            let mt = HostTensor::new(&m, &[m.len()]).unwrap();
+            dev()
+                .run("Tile", &attrs, &[args[0], Arg::from(&mt)])
+                .unwrap()
+        } else {
+            dev().run(ins.name, &attrs, &args).unwrap()
+        };
+        temps.push(out.remove(0));
+    }
+    temps
+}
+
+/// Checks a multi-output program: each output has the shape of its instruction's result and
+/// the bits the unfused kernels give.
+fn check_multi(program: &str, exports: &[usize], shapes: &[&[usize]], dtype: DType, seed: u64) {
+    let mut r = rng(seed);
+    let tensors: Vec<Tensor> = shapes
+        .iter()
+        .map(|s| {
+            let d = rand_f32(&mut r, s.iter().product(), 0.1, 2.0);
+            match dtype {
+                DType::F16 => {
+                    let h: Vec<f16> = d.iter().map(|&x| f16::from_f32(x)).collect();
+                    dev().upload(&h, s).unwrap()
+                }
+                _ => dev().upload(&d, s).unwrap(),
+            }
+        })
+        .collect();
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let got = run_multi(program, exports, &refs, dtype);
+    let temps = run_unfused_all(program, &refs, exports, dtype);
+    let p = Program::parse_multi(program, refs.len(), exports).unwrap();
+    let outs = p.output_instrs();
+    assert_eq!(got.len(), outs.len(), "{program}: outputs");
+    for (k, (g, &o)) in got.iter().zip(&outs).enumerate() {
+        let w = &temps[o];
+        let what = format!("{program} exports {exports:?} {shapes:?} {dtype}: output {k}");
+        assert_eq!(g.shape(), w.shape(), "{what}: shape");
+        match dtype {
+            DType::F16 => {
+                let (a, b) = (g.download::<f16>().unwrap(), w.download::<f16>().unwrap());
+                let a: Vec<u16> = a.iter().map(|x| x.to_bits()).collect();
+                let b: Vec<u16> = b.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(a, b, "{what}");
+            }
+            _ => {
+                let (a, b) = (g.download::<f32>().unwrap(), w.download::<f32>().unwrap());
+                assert_eq!(bits(&a), bits(&b), "{what}");
+            }
+        }
+    }
+}
+
+/// Keras SGD with momentum after the AssignAdd rewrite: m' = m * momentum - g * lr, assigned
+/// to m and added to the variable: both values leave the group.
+const SGD: &str = "Mul(i0,i1);Mul(i2,i3);Sub(t0,t1);AddV2(i4,t2)";
+
+#[test]
+fn multi_output_sgd_update_at_awkward_sizes() {
+    for (k, n) in [1usize, 7, 129, 1000, 4099].into_iter().enumerate() {
+        for dtype in [DType::F32, DType::F16] {
+            check_multi(
+                SGD,
+                &[2],
+                &[&[n], &[], &[n], &[], &[n]],
+                dtype,
+                70 + k as u64,
+            );
+        }
+    }
+}
+
+#[test]
+fn multi_output_values_of_other_shapes_take_their_own_dispatch() {
+    // Batch norm's scale: r = rsqrt(var + eps) and scale = r * gamma ([1,1,1,C]) leave the
+    // group, the output is x * scale + shift ([N,H,W,C]).
+    let p = "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);AddV2(t3,i4)";
+    for dtype in [DType::F32, DType::F16] {
+        for c in [1usize, 3, 8, 67] {
+            let v: &[usize] = &[1, 1, 1, c];
+            let x: &[usize] = &[2, 3, 5, c];
+            check_multi(p, &[1, 2], &[v, &[], v, x, v], dtype, 90 + c as u64);
+            // The output order is the exports' order, not the instructions'.
+            check_multi(p, &[2, 0, 1], &[v, &[], v, x, v], dtype, 91 + c as u64);
+        }
+    }
+    // Values of three shapes: a scalar, a vector and the broadcast output.
+    let p = "Mul(i0,i1);Exp(t0);AddV2(t1,i2);Mul(t2,i3)";
+    check_multi(p, &[1, 2], &[&[], &[], &[9], &[4, 9]], DType::F32, 95);
+    // The exported value is needed after the output's dispatch: in order regardless.
+    check_multi(p, &[0], &[&[], &[], &[9], &[4, 9]], DType::F32, 96);
+}
+
+#[test]
+fn multi_output_with_an_empty_output() {
+    // The main output is empty, the exported vector is not.
+    let p = "Mul(i0,i1);AddV2(t0,i2)";
+    let mut r = rng(97);
+    let a = dev().upload(&rand_f32(&mut r, 5, -1.0, 1.0), &[5]).unwrap();
+    let b = dev().upload(&rand_f32(&mut r, 5, -1.0, 1.0), &[5]).unwrap();
+    let e = dev().upload::<f32>(&[], &[0, 5]).unwrap();
+    let out = run_multi(p, &[0], &[&a, &b, &e], DType::F32);
+    assert_eq!(out[0].shape(), &[0, 5]);
+    assert_eq!(out[1].shape(), &[5]);
+    let (av, bv) = (a.download::<f32>().unwrap(), b.download::<f32>().unwrap());
+    let want: Vec<f32> = av.iter().zip(&bv).map(|(x, y)| x * y).collect();
+    assert_eq!(bits(&out[1].download::<f32>().unwrap()), bits(&want));
+}
+
+#[test]
+fn multi_output_programs_are_validated() {
+    let p = "Mul(i0,i1);Sqrt(t0);AddV2(t1,i0)";
+    assert!(Program::parse_multi(p, 2, &[1]).is_ok());
+    for bad in [&[2usize][..], &[3], &[1, 1]] {
+        assert!(Program::parse_multi(p, 2, bad).is_err(), "{bad:?}");
+    }
+    // An unused result is fine once it is an output.
+    assert!(Program::parse("Mul(i0,i1);Sqrt(i0)", 2).is_err());
+    assert!(Program::parse_multi("Mul(i0,i1);Sqrt(i0)", 2, &[0]).is_ok());
+    // M must match the exports.
+    let mut r = rng(98);
+    let a = dev().upload(&rand_f32(&mut r, 3, 0.0, 1.0), &[3]).unwrap();
+    let attrs = fused_attrs(p, 2, DType::F32)
+        .with("M", AttrValue::Int(3))
+        .with("exports", AttrValue::Ints(vec![1]));
+    let e = match dev().run(
+        tfwgpu_runtime::kernels::fused::OP_MULTI,
+        &attrs,
+        &[Arg::from(&a), Arg::from(&a)],
+    ) {
+        Ok(_) => panic!("M = 3 with one export accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("M = 3"), "{e}");
+}
