@@ -302,6 +302,9 @@ def test_batch_norm_gradient_fuses_the_tiles_of_its_mean_gradients(tf):
     assert all(on_gpu(t) for t in got)
     assert d.get(FUSED_TILED, 0) >= 1 and "Tile" not in d, d
     assert "AddN" not in d and "ReluGrad" not in d, d
+    # The statistics' gradients (RsqrtGrad and the products around it) and the values both
+    # passes use are outputs of multi-output kernels.
+    assert "RsqrtGrad" not in d and "Neg" not in d and d.get(MULTI, 0) >= 2, d
     # Each gradient sums 120 products per channel (means, variances, the sums of dy and
     # dy * x_hat) in another order than the CPU: a relative error of about sqrt(120) ulp of
     # the sums' terms; dx subtracts those means from dy * gamma / sigma, so its error is

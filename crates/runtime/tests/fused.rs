@@ -95,6 +95,14 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
         Expm1 => f(f64::exp_m1),
         // gradients * (features > 0): NaN features count as not positive.
         ReluGrad => x * if y > 0.0 { 1.0 } else { 0.0 },
+        // (y = rsqrt(v), dy): -0.5 * dy * y^3, 0 where dy is 0.
+        RsqrtGrad => {
+            if y == 0.0 {
+                0.0
+            } else {
+                ((-0.5 * (y as f64) * (x as f64)) * (x as f64) * (x as f64)) as f32
+            }
+        }
         // The broadcast happens in the reads.
         Tile => x,
     }
@@ -759,4 +767,41 @@ fn multi_output_programs_are_validated() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("M = 3"), "{e}");
+}
+
+#[test]
+fn rsqrt_grad_as_the_unfused_kernel() {
+    // Batch norm's gradient of the variance: dvar = RsqrtGrad(r, dr) with r = rsqrt(var +
+    // eps) and dr = dgamma_part * gamma; dy = 0 gives 0 (also where y is inf or NaN).
+    for (k, c) in [1usize, 7, 64, 129].into_iter().enumerate() {
+        let v: &[usize] = &[1, 1, 1, c];
+        // rsqrt within 3 ulp enters y^3 three times, then four roundings (the sum, the
+        // products): 16 ulp against the CPU (bit for bit against the unfused kernels).
+        check_f32(
+            "AddV2(i0,i1);Rsqrt(t0);Mul(i2,i3);RsqrtGrad(t1,t2)",
+            &[v, &[], v, v],
+            &[(0.1, 2.0), (0.001, 0.0011), (-1.0, 1.0), (0.5, 1.5)],
+            16.0 * f32::EPSILON,
+            120 + k as u64,
+        );
+    }
+    let a = dev()
+        .upload(&[4.0f32, f32::INFINITY, f32::NAN, 2.0], &[4])
+        .unwrap();
+    let b = dev().upload(&[0.0f32, 0.0, 0.0, -0.0], &[4]).unwrap();
+    let got = run_fused("RsqrtGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    let want = run_unfused("RsqrtGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    assert_eq!(
+        bits(&got.download::<f32>().unwrap()),
+        bits(&want.download::<f32>().unwrap())
+    );
+    assert_eq!(got.download::<f32>().unwrap(), [-0.0f32; 4]);
+    // Shapes must be equal (TensorFlow's rule), as for ReluGrad.
+    let c = dev().upload(&[1.0f32; 4], &[1, 4]).unwrap();
+    let args = [Arg::from(&a), Arg::from(&c)];
+    let e = match dev().run(OP, &fused_attrs("RsqrtGrad(i0,i1)", 2, DType::F32), &args) {
+        Ok(_) => panic!("RsqrtGrad of [4] and [1,4] accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("RsqrtGrad") && e.contains("same shape"), "{e}");
 }

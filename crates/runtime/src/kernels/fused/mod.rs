@@ -126,6 +126,8 @@ pub enum FusedOp {
     Expm1,
     /// gradients * (features > 0), equal shapes.
     ReluGrad,
+    /// The gradient of Rsqrt from its result y and dy, equal shapes (TensorFlow's rule).
+    RsqrtGrad,
     /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
     Tile,
 }
@@ -158,6 +160,7 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("Log1p", FusedOp::Log1p),
     ("Expm1", FusedOp::Expm1),
     ("ReluGrad", FusedOp::ReluGrad),
+    ("RsqrtGrad", FusedOp::RsqrtGrad),
     ("Tile", FusedOp::Tile),
 ];
 
@@ -179,7 +182,7 @@ impl FusedOp {
         use FusedOp::*;
         match self {
             Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
-            | ReluGrad => 2,
+            | ReluGrad | RsqrtGrad => 2,
             _ => 1,
         }
     }
@@ -230,6 +233,13 @@ impl FusedOp {
             // As the elementwise family's ReluGrad (NaN or infinite gradients give NaN where
             // features <= 0, negative gradients -0).
             ReluGrad => "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y));",
+            // As the elementwise family's: (-0.5 * (dy * y)) * (y * y), 0 where dy is 0.
+            RsqrtGrad => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return rt(-0.5 * rt(y * x)) * rt(x * x);"
+            }
             // The broadcast is in the reads.
             Tile => "    return x;",
         }
@@ -511,12 +521,18 @@ impl Program {
                     }
                     v
                 }
-                FusedOp::ReluGrad => {
+                FusedOp::ReluGrad | FusedOp::RsqrtGrad => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
                     if a != b {
+                        let what = if ins.op == FusedOp::ReluGrad {
+                            "gradients and features"
+                        } else {
+                            "y and dy"
+                        };
                         bail_invalid!(
-                            "{OP}: instruction {k}: ReluGrad: gradients and features must have \
-                             the same shape: {} vs. {}",
+                            "{OP}: instruction {k}: {}: {what} must have the same shape: {} \
+                             vs. {}",
+                            ins.name,
                             fmt_shape(&a),
                             fmt_shape(&b)
                         );
