@@ -648,17 +648,19 @@ fn run_unfused_all(
 /// the bits the unfused kernels give.
 fn check_multi(program: &str, exports: &[usize], shapes: &[&[usize]], dtype: DType, seed: u64) {
     let mut r = rng(seed);
+    let data: Vec<Vec<f32>> = shapes
+        .iter()
+        .map(|s| rand_f32(&mut r, s.iter().product(), 0.1, 2.0))
+        .collect();
     let tensors: Vec<Tensor> = shapes
         .iter()
-        .map(|s| {
-            let d = rand_f32(&mut r, s.iter().product(), 0.1, 2.0);
-            match dtype {
-                DType::F16 => {
-                    let h: Vec<f16> = d.iter().map(|&x| f16::from_f32(x)).collect();
-                    dev().upload(&h, s).unwrap()
-                }
-                _ => dev().upload(&d, s).unwrap(),
+        .zip(&data)
+        .map(|(s, d)| match dtype {
+            DType::F16 => {
+                let h: Vec<f16> = d.iter().map(|&x| f16::from_f32(x)).collect();
+                dev().upload(&h, s).unwrap()
             }
+            _ => dev().upload(d, s).unwrap(),
         })
         .collect();
     let refs: Vec<&Tensor> = tensors.iter().collect();
@@ -681,6 +683,15 @@ fn check_multi(program: &str, exports: &[usize], shapes: &[&[usize]], dtype: DTy
             _ => {
                 let (a, b) = (g.download::<f32>().unwrap(), w.download::<f32>().unwrap());
                 assert_eq!(bits(&a), bits(&b), "{what}");
+                // Against the CPU: the program that computes only this output (the ops of
+                // these tests: products, sums, exp and rsqrt within a few ulp).
+                let (sub, map) = p.restrict(&[o]);
+                let ins: Vec<(&[f32], &[usize])> = map
+                    .iter()
+                    .map(|&i| (data[i].as_slice(), shapes[i]))
+                    .collect();
+                let want = cpu_program(&sub.text(), &ins, g.shape());
+                assert_close(&a, &want, 8.0 * f32::EPSILON, 0.0, &what);
             }
         }
     }
@@ -804,4 +815,43 @@ fn rsqrt_grad_as_the_unfused_kernel() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("RsqrtGrad") && e.contains("same shape"), "{e}");
+}
+
+#[test]
+fn multi_output_dispatches_once_per_output_shape() {
+    // Its own device: the dispatch counter is not shared with the other tests.
+    let rt = tfwgpu_runtime::Runtime::new().unwrap();
+    let d = rt.device();
+    let mut r = rng(130);
+    let up = |r: &mut _, s: &[usize]| {
+        d.upload(&rand_f32(r, s.iter().product(), 0.1, 2.0), s)
+            .unwrap()
+    };
+    let dispatches = |program: &str, exports: &[usize], ins: &[&Tensor]| {
+        let args: Vec<Arg> = ins.iter().map(|t| Arg::from(*t)).collect();
+        let attrs = fused_attrs(program, ins.len(), DType::F32)
+            .with("M", AttrValue::Int(exports.len() as i64 + 1))
+            .with(
+                "exports",
+                AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
+            );
+        let before = d.exec_stats().dispatches;
+        let out = d
+            .run(tfwgpu_runtime::kernels::fused::OP_MULTI, &attrs, &args)
+            .unwrap();
+        d.synchronize().unwrap();
+        assert_eq!(out.len(), exports.len() + 1);
+        d.exec_stats().dispatches - before
+    };
+    let (v, s) = (up(&mut r, &[1000]), up(&mut r, &[]));
+    // SGD: both outputs [1000]: one dispatch.
+    assert_eq!(dispatches(SGD, &[2], &[&s, &v, &s, &v, &v]), 1);
+    // Batch norm: r and scale [1,1,1,8], the output [2,3,5,8]: two.
+    let (c, x, e) = (
+        up(&mut r, &[1, 1, 1, 8]),
+        up(&mut r, &[2, 3, 5, 8]),
+        up(&mut r, &[]),
+    );
+    let p = "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);AddV2(t3,i4)";
+    assert_eq!(dispatches(p, &[1, 2], &[&c, &e, &c, &x, &c]), 2);
 }
