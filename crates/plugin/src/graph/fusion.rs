@@ -27,7 +27,21 @@
 //! `_TfwgpuFusedElementwiseTiled` nodes (the same kernel), whose shape function leaves the
 //! output shape unknown (the output can be larger than every input).
 //!
-//! `TFWGPU_FUSION=0` turns the pass off.
+//! Multi-output groups: a group whose root is also used outside the group that consumes it
+//! joins that group, and the fused node exports its value as one more output
+//! (`_TfwgpuFusedElementwiseMulti`: `M` outputs, output k >= 1 the result of instruction
+//! `exports[k-1]`; consumers read `root:k`, control edges on it wait for its inputs as for an
+//! interior member). Keras's batch norm computes scale = gamma * rsqrt(var + eps) once for the
+//! forward and the gradient, SGD's momentum m' is assigned and added to the variable (after
+//! `super::forward_assigned_reads`), a ReluGrad feeds two reductions and a product: each was a
+//! group of its own, one dispatch more. Merges are tried consumers first (chains collapse), and
+//! made only where no path leaves the merged group and comes back (through other nodes, data
+//! or control edges, where every other group counts as one node: see `acyclic`) and the
+//! inputs and outputs fit the bindings. The runtime computes outputs of the root's shape in the
+//! same dispatch, others in one dispatch per shape. `TFWGPU_FUSION_MULTI=0` keeps the
+//! single-output groups (and the reads as they are).
+//!
+//! `TFWGPU_FUSION=0` turns the pass off (and everything above).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
