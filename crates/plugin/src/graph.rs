@@ -326,10 +326,12 @@ unsafe extern "C" fn free_buffer(data: *mut c_void, _len: usize) {
 ///
 /// The read stays, with its control input: it keeps the assignment in the graph (TensorFlow
 /// prunes what no fetch or control output reaches, and a function's control outputs are the
-/// read's consumers, not the assignment). So that the read stays reachable, the nodes that
-/// depend on its consumers (data or control) get a control edge from it; a read that is
-/// fetched or has control consumers is reachable already; a read with a consumer on which
-/// nothing depends is not forwarded. The consumers themselves no longer wait for the
+/// read's consumers, not the assignment). So that the read stays reachable, the graph's
+/// control output (a preserved NoOp nothing depends on) gets a control edge from it; without
+/// one, the nodes that depend on its consumers (data or control) do (which can make a cycle
+/// with a fused group that both computes the value and consumes the read's consumer: the
+/// fusion pass then leaves them apart); a read that is fetched or has control consumers is
+/// reachable already; a read with a consumer on which nothing depends is not forwarded. The consumers themselves no longer wait for the
 /// assignment, only for the value's producer: the variables' values are the same, only the
 /// order of two writes to different variables is no longer fixed. Returns `None` when no read
 /// qualifies.
@@ -374,6 +376,12 @@ pub fn forward_assigned_reads(
     fn handle(s: &str) -> (&str, u32) {
         fusion::source(s)
     }
+    // Preserved NoOps nothing depends on: a function's control outputs.
+    let sinks: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            nodes[i].op == "NoOp" && preserve.contains(&nodes[i].name) && dependents[i].is_empty()
+        })
+        .collect();
     // Read -> the assigned value; node -> reads it must wait for.
     let mut value: HashMap<String, String> = HashMap::new();
     let mut keep_alive: HashMap<usize, Vec<String>> = HashMap::new();
@@ -400,7 +408,10 @@ pub fn forward_assigned_reads(
         }
         let reached = preserve.contains(&n.name) || dependents[ri].iter().any(|&(_, c)| c);
         let mut waits: Vec<usize> = vec![];
-        if !reached {
+        if !reached && let Some(&s) = sinks.first() {
+            // The function's control output: it waits for the read (and so the assignment).
+            waits.push(s);
+        } else if !reached {
             let mut ok = true;
             for &(c, _) in &dependents[ri] {
                 if dependents[c].is_empty() {
@@ -462,7 +473,8 @@ pub fn forward_assigned_reads(
 }
 
 /// With `TFWGPU_DUMP_GRAPHS=DIR`, writes each graph the optimizer is given (`in`) and returns
-/// (`out`) as a serialized GraphDef, DIR/<n>-<which>.pb (a debugging aid).
+/// (`out`) as a serialized GraphDef, DIR/<n>-<which>.pb, and the names of the nodes to
+/// preserve (`preserve`, one a line) (a debugging aid).
 fn dump(which: &str, graph: &[u8]) {
     static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let Ok(dir) = std::env::var("TFWGPU_DUMP_GRAPHS") else {
@@ -495,27 +507,36 @@ unsafe extern "C" fn optimize(
         dump("in", graph);
         let fusing =
             fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed);
-        let forwarded = if fusing && fusion::multi_output() {
+        let multi = fusing && fusion::multi_output();
+        let preserve = if fusing {
             // SAFETY: the item TensorFlow passed with the graph.
-            let preserve = unsafe { fusion::nodes_to_preserve(item) }?;
-            forward_assigned_reads(graph, &preserve)?
+            unsafe { fusion::nodes_to_preserve(item) }?
         } else {
-            None
+            Default::default()
         };
-        let graph = forwarded.as_deref().unwrap_or(graph);
-        let mut result = rewrite(graph)?;
         if fusing {
-            // SAFETY: the item TensorFlow passed with the graph.
-            let preserve = unsafe { fusion::nodes_to_preserve(item) }?;
-            if let Some(fused) = fusion::fuse(
-                result.as_deref().unwrap_or(graph),
-                &preserve,
-                fusion::max_inputs(),
-            )? {
-                result = Some(fused);
-            }
+            let mut names: Vec<&String> = preserve.iter().collect();
+            names.sort();
+            let list: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+            dump("preserve", list.join("\n").as_bytes());
         }
-        let bytes: &[u8] = result.as_deref().unwrap_or(graph);
+        let mut cur: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(graph);
+        // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
+        // read by the variable's AssignAdd, whose read must not wait for m's read), and after
+        // it (Adam's m and v are AssignAdds, then read by the variable's update).
+        if multi && let Some(g) = forward_assigned_reads(&cur, &preserve)? {
+            cur = g.into();
+        }
+        if let Some(g) = rewrite(&cur)? {
+            cur = g.into();
+        }
+        if multi && let Some(g) = forward_assigned_reads(&cur, &preserve)? {
+            cur = g.into();
+        }
+        if fusing && let Some(g) = fusion::fuse(&cur, &preserve, fusion::max_inputs())? {
+            cur = g.into();
+        }
+        let bytes: &[u8] = &cur;
         dump("out", bytes);
         // SAFETY: a malloc'd copy owned by the output buffer, freed by its deallocator.
         unsafe {
@@ -654,6 +675,28 @@ mod tests {
         // What waits for the consumer waits for the read (and so for the assignment) too.
         assert_eq!(got[4].inputs, ["^add", "^read"]);
         assert_eq!(got[9].inputs, ["r2", "r3", "r4", "r5"]);
+        // With the graph's control output (a preserved NoOp nothing depends on), that waits
+        // for the read instead.
+        let out: std::collections::HashSet<String> = ["done".to_string()].into();
+        let got = decode(
+            &forward_assigned_reads(&encode(&nodes), &out)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(got[3].inputs, ["var", "sub"]);
+        assert_eq!(got[4].inputs, ["^add", "^read"]);
+        let mut mid = nodes.to_vec();
+        mid[3] = node("add", "Mul", &["read", "x"], gpu, vec![]);
+        mid.insert(4, node("neg", "Neg", &["add"], gpu, vec![]));
+        mid[5].inputs = vec!["^neg".into()];
+        let got = decode(
+            &forward_assigned_reads(&encode(&mid), &out)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(got[3].inputs, ["sub", "x"]);
+        assert_eq!(got[4].inputs, ["add"], "not the consumer's consumer");
+        assert_eq!(got[5].inputs, ["^neg", "^read"]);
         // A read that something waits for by a control edge, or that is fetched, stays
         // reachable by itself: no edge added.
         let mut waited = nodes.to_vec();

@@ -1667,7 +1667,7 @@ mod tests {
             node("shift", "Sub", &["beta", "ms"], GPU, 1),
             node("sum", "AddV2", &["xs", "shift"], GPU, 1),
             node("y", "Relu", &["sum"], GPU, 1),
-            node("gr", "RsqrtGrad", &["r", "dr"], GPU, 1),
+            node("gr", "SqrtGrad", &["r", "dr"], GPU, 1),
             node("gs", "Conv2D", &["dy", "scale"], GPU, 1),
         ];
         // 6 inputs and 3 outputs: more than 8 bindings.
@@ -1675,10 +1675,7 @@ mod tests {
         assert!(out.iter().any(|n| n.name == "r" && n.op == OP));
         let out = fused_with(&nodes, &[], 15, true).expect("fused");
         let ops = names_and_ops(&out);
-        assert_eq!(
-            ops,
-            [("y", OP_MULTI), ("gr", "RsqrtGrad"), ("gs", "Conv2D")]
-        );
+        assert_eq!(ops, [("y", OP_MULTI), ("gr", "SqrtGrad"), ("gs", "Conv2D")]);
         let f = &out[0];
         let p = program(f);
         assert_eq!(

@@ -914,6 +914,31 @@ const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 
 pub struct Fused {
     program: Program,
     dtype: DType,
+    /// The program's key text (see [`key_text`]).
+    text: String,
+    /// Programs restricted to the outputs of one shape (by their instructions, in dispatch
+    /// order), with their inputs and key text: computed once per set of outputs.
+    restricted: std::sync::Mutex<Vec<(Vec<usize>, std::sync::Arc<Restricted>)>>,
+}
+
+/// A program restricted to some of the outputs, its inputs in the whole program and its key
+/// text.
+struct Restricted {
+    program: Program,
+    inputs: Vec<usize>,
+    text: String,
+}
+
+/// The part of the pipeline key a program decides: its text without Tile's multiples (the
+/// shader does not depend on them: they shape the output, and the broadcast is in the reads'
+/// strides) and its exported instructions.
+fn key_text(program: &Program) -> String {
+    let mut t = program.render(false);
+    if !program.exports.is_empty() {
+        let e: Vec<String> = program.exports.iter().map(|e| e.to_string()).collect();
+        t.push_str(&format!("/out:{}", e.join(",")));
+    }
+    t
 }
 
 impl Fused {
@@ -951,7 +976,12 @@ impl Fused {
             );
         }
         let program = Program::parse_multi(&text, n as usize, &exports)?;
-        Ok(Box::new(Fused { program, dtype }))
+        Ok(Box::new(Fused {
+            text: key_text(&program),
+            program,
+            dtype,
+            restricted: Default::default(),
+        }))
     }
 
     /// Validates the inputs; the shape of every instruction's result.
@@ -976,12 +1006,41 @@ impl Fused {
         Ok(temps)
     }
 
+    /// `program` restricted to the results of instructions `values` (see
+    /// [`Program::restrict`]); cached unless `fresh` (a program whose Tiles were materialized).
+    fn restricted(
+        &self,
+        program: &Program,
+        values: &[usize],
+        fresh: bool,
+    ) -> std::sync::Arc<Restricted> {
+        let make = || {
+            let (program, inputs) = program.restrict(values);
+            std::sync::Arc::new(Restricted {
+                text: key_text(&program),
+                program,
+                inputs,
+            })
+        };
+        if fresh {
+            return make();
+        }
+        let mut cache = self.restricted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = cache.iter().find(|(v, _)| v == values) {
+            return r.clone();
+        }
+        let r = make();
+        cache.push((values.to_vec(), r.clone()));
+        r
+    }
+
     /// One dispatch of `program` (every instruction's result of `shape` or broadcasting to
     /// it) writing its outputs `outs` in order.
     fn dispatch(
         &self,
         ctx: &KernelContext,
         program: &Program,
+        text: &str,
         inputs: &[Operand],
         shape: &[usize],
         outs: &[&DeviceRef],
@@ -1021,17 +1080,7 @@ impl Fused {
         }
         let flat = reads.dims.len() <= 1;
         let uniform = program.uniform_instrs(&shapes, n);
-        // The program without Tile's multiples (the shader does not depend on them: they shape
-        // the output, and the broadcast is in the reads' strides).
-        let mut variant = format!(
-            "{}/{}",
-            program.render(false),
-            if flat { "flat" } else { "bcast" }
-        );
-        if !program.exports.is_empty() {
-            let e: Vec<String> = program.exports.iter().map(|e| e.to_string()).collect();
-            variant.push_str(&format!("/out:{}", e.join(",")));
-        }
+        let mut variant = format!("{text}/{}", if flat { "flat" } else { "bcast" });
         if uniform.iter().any(|&u| u) {
             variant.push_str("/uniform:");
             variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
@@ -1169,14 +1218,15 @@ impl Kernel for Fused {
                 None => *op,
             })
             .collect();
-        if out_instrs.len() == 1 {
-            let shape = &temps[out_instrs[0]];
-            return self.dispatch(ctx, &program, &replaced, shape, &[&outputs[0]]);
+        let root_shape = &temps[out_instrs[0]];
+        if out_instrs.iter().all(|&o| &temps[o] == root_shape) {
+            // One dispatch writes every output (a single-output program, or SGD's update).
+            let outs: Vec<&DeviceRef> = outputs.iter().collect();
+            return self.dispatch(ctx, &program, &self.text, &replaced, root_shape, &outs);
         }
         // Outputs by shape: those of output 0's shape in the last dispatch (output 0 may be
         // written over an input, which the other dispatches read), the others one dispatch
         // per shape, each computing only what its outputs depend on.
-        let root_shape = &temps[out_instrs[0]];
         let mut classes: Vec<(&Vec<usize>, Vec<usize>)> = vec![];
         for (k, &o) in out_instrs.iter().enumerate().skip(1) {
             if &temps[o] == root_shape {
@@ -1197,10 +1247,10 @@ impl Kernel for Fused {
             let mut ks = ks.clone();
             ks.sort_by_key(|&k| std::cmp::Reverse(out_instrs[k]));
             let values: Vec<usize> = ks.iter().map(|&k| out_instrs[k]).collect();
-            let (sub, input_map) = program.restrict(&values);
-            let sub_inputs: Vec<Operand> = input_map.iter().map(|&i| replaced[i]).collect();
+            let sub = self.restricted(&program, &values, !tiled.is_empty());
+            let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| replaced[i]).collect();
             let outs: Vec<&DeviceRef> = ks.iter().map(|&k| &outputs[k]).collect();
-            self.dispatch(ctx, &sub, &sub_inputs, shape, &outs)?;
+            self.dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, &outs)?;
         }
         Ok(())
     }
