@@ -19,6 +19,12 @@ Checked by rewriting a batch-2 capture to batch 64 and comparing it with a batch
 the same program (ops, shapes, host tensors, programs, transfer sizes equal step by step):
 
     python3 bench/trace_rebatch.py IN.trace OUT.trace --from 2 --to 64 [--check REF.trace]
+
+bench/traces/resnet50-b2to64-{single,multi}.trace.gz were made so from the batch-2 lavapipe
+captures bench/data/2026-11-30-mofuse-lavapipe-r50-b2-{single,multi}.trace.gz (keras_models.py
+--models resnet50 --trace DIR --trace-steps 2 --resnet50-batch 2; single: TFWGPU_FUSION_MULTI=0,
+the grouping of before multi-output fusion; multi: branch mofuse). The single one's steps equal
+bench/traces/resnet50.trace.gz's (the H200 capture) call for call (--check).
 """
 import argparse, gzip, json, re, struct, sys
 
