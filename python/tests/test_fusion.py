@@ -10,6 +10,11 @@ as the unfused kernels do, rounding after each (no FMA contraction across ops), 
 graphs give equal bits; but grappler's arithmetic optimizer runs on the unfused graph after
 the plugin's pass (e.g. x / sqrt(y) -> x * rsqrt(y)) and not inside a fused node, so the two
 runs may differ by an ulp per step in the updates: rtol 1e-5 on losses after a few steps.
+
+Multi-output groups (`_TfwgpuFusedElementwiseMulti`, off with TFWGPU_FUSION_MULTI=0): values a
+group computes that are also used outside it are more outputs of its kernel, and a variable's
+read right after an assignment gives the assigned value (SGD's m', Adam's m and v). With them on
+and off the same kernels' arithmetic runs on the same values: equal bits.
 """
 import os
 
