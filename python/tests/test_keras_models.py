@@ -51,7 +51,7 @@ def test_marks_frame_the_steps(captured):
     for label, ops in zip(marks, ops_between):
         # BiasAdd + Relu of a hidden Dense layer run as one fused kernel (the plugin's
         # elementwise fusion; TFWGPU_FUSION=0 turns it off).
-        fused_relu = ops & {"Relu", "_TfwgpuFusedElementwise"}
+        fused_relu = ops & {"Relu", "_TfwgpuFusedElementwise", "_TfwgpuFusedElementwiseMulti"}
         if label == "train_step":
             # forward, backward and Adam's update
             assert {"MatMul", "BiasAdd", "BiasAddGrad"} <= ops and fused_relu, ops

@@ -86,7 +86,8 @@ def test_trace_has_kernels_with_shapes_and_addresses(traced):
     # The dense layers' forward and backward passes, the optimizer's update (BiasAdd + Relu
     # may run as one fused kernel: the plugin's elementwise fusion).
     assert {"MatMul", "BiasAddGrad"} <= ops, ops
-    assert ops & {"Relu", "_TfwgpuFusedElementwise"} and ops & {"BiasAdd", "_TfwgpuFusedElementwise"}, ops
+    fused = {"_TfwgpuFusedElementwise", "_TfwgpuFusedElementwiseMulti"}
+    assert ops & ({"Relu"} | fused) and ops & ({"BiasAdd"} | fused), ops
     allocs = [(r["addr"], r["size"]) for r in recs if r["ev"] == "alloc"]
     assert allocs and all(s > 0 for _, s in allocs)
     for k in kernels:

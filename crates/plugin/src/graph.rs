@@ -42,7 +42,7 @@ pub(crate) fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
 }
 
 /// The parts of a NodeDef the rewrite needs; `attrs` keeps each map entry's encoded value.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Node {
     name: String,
     op: String,
@@ -316,6 +316,183 @@ unsafe extern "C" fn free_buffer(data: *mut c_void, _len: usize) {
     unsafe { libc::free(data) };
 }
 
+/// Reads of a variable right after an assignment to it return the assigned tensor: a
+/// `ReadVariableOp` on a tfwgpu GPU whose only control input is an `AssignVariableOp` of the
+/// same handle (TensorFlow's automatic control dependencies chain the ops on one resource, so
+/// nothing writes the variable in between) gives its data consumers the assigned value
+/// instead. Keras's SGD with momentum assigns m' to m, then adds m (read again) to the
+/// variable: with the value itself, m' and the update of the variable fuse into one kernel of
+/// two outputs.
+///
+/// The read stays, with its control input: it keeps the assignment in the graph (TensorFlow
+/// prunes what no fetch or control output reaches, and a function's control outputs are the
+/// read's consumers, not the assignment). So that the read stays reachable, the graph's
+/// control output (a preserved NoOp nothing depends on) gets a control edge from it; without
+/// one, the nodes that depend on its consumers (data or control) do (which can make a cycle
+/// with a fused group that both computes the value and consumes the read's consumer: the
+/// fusion pass then leaves them apart); a read that is fetched or has control consumers is
+/// reachable already; a read with a consumer on which nothing depends is not forwarded. The consumers themselves no longer wait for the
+/// assignment, only for the value's producer: the variables' values are the same, only the
+/// order of two writes to different variables is no longer fixed. Returns `None` when no read
+/// qualifies.
+pub fn forward_assigned_reads(
+    graph: &[u8],
+    preserve: &std::collections::HashSet<String>,
+) -> Result<Option<Vec<u8>>> {
+    use std::collections::HashMap;
+    let mut r = Reader::new(graph);
+    let mut items: Vec<(Option<usize>, &[u8], &[u8])> = vec![];
+    let mut nodes = vec![];
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        match (f, v) {
+            (1, Field::Bytes(nb)) => {
+                items.push((Some(nodes.len()), raw, nb));
+                nodes.push(Node::parse(nb)?);
+            }
+            _ => items.push((None, raw, raw)),
+        }
+    }
+    let by_name: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    // Every node that depends on each node (data or control), and whether by control.
+    let mut dependents: Vec<Vec<(usize, bool)>> = vec![vec![]; nodes.len()];
+    for (c, n) in nodes.iter().enumerate() {
+        for i in &n.inputs {
+            let (src, control) = match i.strip_prefix('^') {
+                Some(s) => (s, true),
+                None => (fusion::source(i).0, false),
+            };
+            if let Some(&p) = by_name.get(src) {
+                dependents[p].push((c, control));
+            }
+        }
+    }
+    fn handle(s: &str) -> (&str, u32) {
+        fusion::source(s)
+    }
+    // Preserved NoOps nothing depends on: a function's control outputs.
+    let sinks: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            nodes[i].op == "NoOp" && preserve.contains(&nodes[i].name) && dependents[i].is_empty()
+        })
+        .collect();
+    // Read -> the assigned value; node -> reads it must wait for.
+    let mut value: HashMap<String, String> = HashMap::new();
+    let mut keep_alive: HashMap<usize, Vec<String>> = HashMap::new();
+    for (ri, n) in nodes.iter().enumerate() {
+        if n.op != "ReadVariableOp" || !on_tfwgpu_gpu(&n.device) {
+            continue;
+        }
+        let [h, ctl] = n.inputs.as_slice() else {
+            continue;
+        };
+        let Some(a) = ctl.strip_prefix('^').and_then(|a| by_name.get(a)) else {
+            continue;
+        };
+        let a = &nodes[*a];
+        let data: Vec<&String> = a.inputs.iter().filter(|i| !i.starts_with('^')).collect();
+        if a.op != "AssignVariableOp"
+            || a.device != n.device
+            || data.len() != 2
+            || handle(data[0]) != handle(h)
+            || a.attr("dtype").is_none()
+            || a.attr("dtype") != n.attr("dtype")
+        {
+            continue;
+        }
+        let reached = preserve.contains(&n.name) || dependents[ri].iter().any(|&(_, c)| c);
+        let mut waits: Vec<usize> = vec![];
+        if !reached && let Some(&s) = sinks.first() {
+            // The function's control output: it waits for the read (and so the assignment).
+            waits.push(s);
+        } else if !reached {
+            let mut ok = true;
+            for &(c, _) in &dependents[ri] {
+                if dependents[c].is_empty() {
+                    ok = false;
+                }
+                waits.extend(dependents[c].iter().map(|&(d, _)| d));
+            }
+            if !ok || waits.is_empty() {
+                continue;
+            }
+        }
+        for d in waits {
+            let w = keep_alive.entry(d).or_default();
+            let edge = format!("^{}", n.name);
+            if !w.contains(&edge) {
+                w.push(edge);
+            }
+        }
+        value.insert(n.name.clone(), data[1].clone());
+    }
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(graph.len());
+    for (i, raw, nb) in items {
+        let Some(i) = i else {
+            out.extend_from_slice(raw);
+            continue;
+        };
+        let n = &nodes[i];
+        let reads = n.inputs.iter().any(|x| {
+            let (src, port) = fusion::source(x);
+            !x.starts_with('^') && port == 0 && value.contains_key(src)
+        });
+        let waits = keep_alive.get(&i);
+        if !reads && waits.is_none() {
+            out.extend_from_slice(raw);
+            continue;
+        }
+        let mut inputs: Vec<String> = n
+            .inputs
+            .iter()
+            .map(|x| {
+                let (src, port) = fusion::source(x);
+                match value.get(src) {
+                    Some(v) if !x.starts_with('^') && port == 0 => v.clone(),
+                    _ => x.clone(),
+                }
+            })
+            .collect();
+        for w in waits.into_iter().flatten() {
+            if !inputs.contains(w) {
+                inputs.push(w.clone());
+            }
+        }
+        out.extend_from_slice(&fusion::with_inputs(nb, &inputs)?);
+    }
+    Ok(Some(out))
+}
+
+/// With `TFWGPU_DUMP_GRAPHS=DIR`, writes each graph the optimizer is given (`in`) and returns
+/// (`out`) as a serialized GraphDef, DIR/<n>-<which>.pb, and the names of the nodes to
+/// preserve (`preserve`, one a line) (a debugging aid).
+fn dump(which: &str, graph: &[u8]) {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let Ok(dir) = std::env::var("TFWGPU_DUMP_GRAPHS") else {
+        return;
+    };
+    let n = if which == "in" {
+        COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    } else {
+        COUNT
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .saturating_sub(1)
+    };
+    let path = std::path::Path::new(&dir).join(format!("{n}-{which}.pb"));
+    if let Err(e) = std::fs::write(&path, graph) {
+        tracing::warn!("TFWGPU_DUMP_GRAPHS: {}: {e}", path.display());
+    }
+}
+
 unsafe extern "C" fn optimize(
     _: *mut c_void,
     input: *const sys::TF_Buffer,
@@ -327,19 +504,40 @@ unsafe extern "C" fn optimize(
         // SAFETY: TensorFlow passes the serialized input graph and an empty output buffer.
         let inb = unsafe { &*input };
         let graph = unsafe { std::slice::from_raw_parts(inb.data as *const u8, inb.length) };
-        let mut result = rewrite(graph)?;
-        if fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed) {
+        dump("in", graph);
+        let fusing =
+            fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed);
+        let multi = fusing && fusion::multi_output();
+        let preserve = if fusing {
             // SAFETY: the item TensorFlow passed with the graph.
-            let preserve = unsafe { fusion::nodes_to_preserve(item) }?;
-            if let Some(fused) = fusion::fuse(
-                result.as_deref().unwrap_or(graph),
-                &preserve,
-                fusion::max_inputs(),
-            )? {
-                result = Some(fused);
-            }
+            unsafe { fusion::nodes_to_preserve(item) }?
+        } else {
+            Default::default()
+        };
+        if fusing {
+            let mut names: Vec<&String> = preserve.iter().collect();
+            names.sort();
+            let list: Vec<&str> = names.iter().map(|s| s.as_str()).collect();
+            dump("preserve", list.join("\n").as_bytes());
         }
-        let bytes: &[u8] = result.as_deref().unwrap_or(graph);
+        let mut cur: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(graph);
+        // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
+        // read by the variable's AssignAdd, whose read must not wait for m's read), and after
+        // it (Adam's m and v are AssignAdds, then read by the variable's update).
+        if multi && let Some(g) = forward_assigned_reads(&cur, &preserve)? {
+            cur = g.into();
+        }
+        if let Some(g) = rewrite(&cur)? {
+            cur = g.into();
+        }
+        if multi && let Some(g) = forward_assigned_reads(&cur, &preserve)? {
+            cur = g.into();
+        }
+        if fusing && let Some(g) = fusion::fuse(&cur, &preserve, fusion::max_inputs())? {
+            cur = g.into();
+        }
+        let bytes: &[u8] = &cur;
+        dump("out", bytes);
         // SAFETY: a malloc'd copy owned by the output buffer, freed by its deallocator.
         unsafe {
             let p = libc::malloc(bytes.len().max(1)) as *mut u8;
@@ -411,6 +609,131 @@ mod tests {
             device: device.into(),
             attrs,
         }
+    }
+
+    #[test]
+    fn reads_right_after_an_assignment_give_the_assigned_value() {
+        let gpu = "/job:localhost/replica:0/task:0/device:GPU:0";
+        let dt = || vec![("dtype".to_string(), type_attr(1))];
+        let nodes = [
+            node(
+                "sub",
+                "Sub",
+                &["a", "b"],
+                gpu,
+                vec![("T".into(), type_attr(1))],
+            ),
+            node("assign", "AssignVariableOp", &["m", "sub", "^c"], gpu, dt()),
+            node("read", "ReadVariableOp", &["m", "^assign"], gpu, dt()),
+            node("add", "AssignAddVariableOp", &["var", "read:0"], gpu, dt()),
+            // The function's control output: waits for the update of var only.
+            node("done", "NoOp", &["^add"], gpu, vec![]),
+            // Another handle, another control input, another dtype, another device: kept.
+            node("r2", "ReadVariableOp", &["other", "^assign"], gpu, dt()),
+            node("r3", "ReadVariableOp", &["m", "^assign", "^c"], gpu, dt()),
+            node(
+                "r4",
+                "ReadVariableOp",
+                &["m", "^assign"],
+                gpu,
+                vec![("dtype".into(), type_attr(19))],
+            ),
+            node(
+                "r5",
+                "ReadVariableOp",
+                &["m", "^assign"],
+                "/device:CPU:0",
+                dt(),
+            ),
+            node("use", "Pack", &["r2", "r3", "r4", "r5"], gpu, vec![]),
+            node("ret", "Identity", &["use"], gpu, vec![]),
+        ];
+        let encode = |nodes: &[Node]| {
+            let mut g = vec![];
+            for n in nodes {
+                n.encode(&mut g);
+            }
+            g
+        };
+        let decode = |g: &[u8]| {
+            let mut r = Reader::new(g);
+            let mut got = vec![];
+            while let Some((1, Field::Bytes(b))) = r.next().unwrap() {
+                got.push(Node::parse(b).unwrap());
+            }
+            got
+        };
+        let none = std::collections::HashSet::new();
+        let got = decode(
+            &forward_assigned_reads(&encode(&nodes), &none)
+                .unwrap()
+                .expect("rewritten"),
+        );
+        assert_eq!(got.len(), nodes.len());
+        assert_eq!(got[2].inputs, ["m", "^assign"], "the read stays");
+        assert_eq!(got[3].inputs, ["var", "sub"]);
+        // What waits for the consumer waits for the read (and so for the assignment) too.
+        assert_eq!(got[4].inputs, ["^add", "^read"]);
+        assert_eq!(got[9].inputs, ["r2", "r3", "r4", "r5"]);
+        // With the graph's control output (a preserved NoOp nothing depends on), that waits
+        // for the read instead.
+        let out: std::collections::HashSet<String> = ["done".to_string()].into();
+        let got = decode(
+            &forward_assigned_reads(&encode(&nodes), &out)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(got[3].inputs, ["var", "sub"]);
+        assert_eq!(got[4].inputs, ["^add", "^read"]);
+        let mut mid = nodes.to_vec();
+        mid[3] = node("add", "Mul", &["read", "x"], gpu, vec![]);
+        mid.insert(4, node("neg", "Neg", &["add"], gpu, vec![]));
+        mid[5].inputs = vec!["^neg".into()];
+        let got = decode(
+            &forward_assigned_reads(&encode(&mid), &out)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(got[3].inputs, ["sub", "x"]);
+        assert_eq!(got[4].inputs, ["add"], "not the consumer's consumer");
+        assert_eq!(got[5].inputs, ["^neg", "^read"]);
+        // A read that something waits for by a control edge, or that is fetched, stays
+        // reachable by itself: no edge added.
+        let mut waited = nodes.to_vec();
+        waited.push(node("w", "NoOp", &["^read"], gpu, vec![]));
+        let got = decode(
+            &forward_assigned_reads(&encode(&waited), &none)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(
+            (&got[3].inputs, &got[4].inputs),
+            (
+                &vec!["var".to_string(), "sub".into()],
+                &vec!["^add".to_string()]
+            )
+        );
+        let fetched: std::collections::HashSet<String> = ["read".to_string()].into();
+        let got = decode(
+            &forward_assigned_reads(&encode(&nodes), &fetched)
+                .unwrap()
+                .unwrap(),
+        );
+        assert_eq!(got[4].inputs, ["^add"]);
+        // A consumer nothing depends on: the read is not forwarded.
+        let mut alone = nodes.to_vec();
+        alone.remove(4);
+        assert!(
+            forward_assigned_reads(&encode(&alone), &none)
+                .unwrap()
+                .is_none()
+        );
+        // Nothing to forward: None.
+        assert!(
+            forward_assigned_reads(&encode(&nodes[5..]), &none)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

@@ -95,6 +95,14 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
         Expm1 => f(f64::exp_m1),
         // gradients * (features > 0): NaN features count as not positive.
         ReluGrad => x * if y > 0.0 { 1.0 } else { 0.0 },
+        // (y = rsqrt(v), dy): -0.5 * dy * y^3, 0 where dy is 0.
+        RsqrtGrad => {
+            if y == 0.0 {
+                0.0
+            } else {
+                ((-0.5 * (y as f64) * (x as f64)) * (x as f64) * (x as f64)) as f32
+            }
+        }
         // The broadcast happens in the reads.
         Tile => x,
     }
@@ -587,4 +595,263 @@ fn bad_inputs_are_errors() {
             )
             .is_err()
     );
+}
+
+/// Runs a multi-output program fused (`_TfwgpuFusedElementwiseMulti`).
+fn run_multi(program: &str, exports: &[usize], inputs: &[&Tensor], dtype: DType) -> Vec<Tensor> {
+    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
+    let attrs = fused_attrs(program, inputs.len(), dtype)
+        .with("M", AttrValue::Int(exports.len() as i64 + 1))
+        .with(
+            "exports",
+            AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
+        );
+    dev()
+        .run(tfwgpu_runtime::kernels::fused::OP_MULTI, &attrs, &args)
+        .unwrap_or_else(|e| panic!("{program} exports {exports:?}: {e}"))
+}
+
+/// Every instruction's result, one op (one kernel) at a time.
+fn run_unfused_all(
+    program: &str,
+    inputs: &[&Tensor],
+    exports: &[usize],
+    dtype: DType,
+) -> Vec<Tensor> {
+    let p = Program::parse_multi(program, inputs.len(), exports).unwrap();
+    let attrs = Attrs::new().with("T", AttrValue::Type(dtype));
+    let mut temps: Vec<Tensor> = vec![];
+    for ins in &p.instrs {
+        let args: Vec<Arg> = ins
+            .args
+            .iter()
+            .map(|a| match *a {
+                PArg::Input(i) => Arg::from(inputs[i]),
+                PArg::Temp(t) => Arg::from(&temps[t]),
+            })
+            .collect();
+        let mut out = if ins.op == FusedOp::Tile {
+            let m: Vec<i32> = ins.multiples.iter().map(|&m| m as i32).collect();
+            let mt = HostTensor::new(&m, &[m.len()]).unwrap();
+            dev()
+                .run("Tile", &attrs, &[args[0], Arg::from(&mt)])
+                .unwrap()
+        } else {
+            dev().run(ins.name, &attrs, &args).unwrap()
+        };
+        temps.push(out.remove(0));
+    }
+    temps
+}
+
+/// Checks a multi-output program: each output has the shape of its instruction's result and
+/// the bits the unfused kernels give.
+fn check_multi(program: &str, exports: &[usize], shapes: &[&[usize]], dtype: DType, seed: u64) {
+    let mut r = rng(seed);
+    let data: Vec<Vec<f32>> = shapes
+        .iter()
+        .map(|s| rand_f32(&mut r, s.iter().product(), 0.1, 2.0))
+        .collect();
+    let tensors: Vec<Tensor> = shapes
+        .iter()
+        .zip(&data)
+        .map(|(s, d)| match dtype {
+            DType::F16 => {
+                let h: Vec<f16> = d.iter().map(|&x| f16::from_f32(x)).collect();
+                dev().upload(&h, s).unwrap()
+            }
+            _ => dev().upload(d, s).unwrap(),
+        })
+        .collect();
+    let refs: Vec<&Tensor> = tensors.iter().collect();
+    let got = run_multi(program, exports, &refs, dtype);
+    let temps = run_unfused_all(program, &refs, exports, dtype);
+    let p = Program::parse_multi(program, refs.len(), exports).unwrap();
+    let outs = p.output_instrs();
+    assert_eq!(got.len(), outs.len(), "{program}: outputs");
+    for (k, (g, &o)) in got.iter().zip(&outs).enumerate() {
+        let w = &temps[o];
+        let what = format!("{program} exports {exports:?} {shapes:?} {dtype}: output {k}");
+        assert_eq!(g.shape(), w.shape(), "{what}: shape");
+        match dtype {
+            DType::F16 => {
+                let (a, b) = (g.download::<f16>().unwrap(), w.download::<f16>().unwrap());
+                let a: Vec<u16> = a.iter().map(|x| x.to_bits()).collect();
+                let b: Vec<u16> = b.iter().map(|x| x.to_bits()).collect();
+                assert_eq!(a, b, "{what}");
+            }
+            _ => {
+                let (a, b) = (g.download::<f32>().unwrap(), w.download::<f32>().unwrap());
+                assert_eq!(bits(&a), bits(&b), "{what}");
+                // Against the CPU: the program that computes only this output (the ops of
+                // these tests: products, sums, exp and rsqrt within a few ulp).
+                let (sub, map) = p.restrict(&[o]);
+                let ins: Vec<(&[f32], &[usize])> = map
+                    .iter()
+                    .map(|&i| (data[i].as_slice(), shapes[i]))
+                    .collect();
+                let want = cpu_program(&sub.text(), &ins, g.shape());
+                assert_close(&a, &want, 8.0 * f32::EPSILON, 0.0, &what);
+            }
+        }
+    }
+}
+
+/// Keras SGD with momentum after the AssignAdd rewrite: m' = m * momentum - g * lr, assigned
+/// to m and added to the variable: both values leave the group.
+const SGD: &str = "Mul(i0,i1);Mul(i2,i3);Sub(t0,t1);AddV2(i4,t2)";
+
+#[test]
+fn multi_output_sgd_update_at_awkward_sizes() {
+    for (k, n) in [1usize, 7, 129, 1000, 4099].into_iter().enumerate() {
+        for dtype in [DType::F32, DType::F16] {
+            check_multi(
+                SGD,
+                &[2],
+                &[&[n], &[], &[n], &[], &[n]],
+                dtype,
+                70 + k as u64,
+            );
+        }
+    }
+}
+
+#[test]
+fn multi_output_values_of_other_shapes_take_their_own_dispatch() {
+    // Batch norm's scale: r = rsqrt(var + eps) and scale = r * gamma ([1,1,1,C]) leave the
+    // group, the output is x * scale + shift ([N,H,W,C]).
+    let p = "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);AddV2(t3,i4)";
+    for dtype in [DType::F32, DType::F16] {
+        for c in [1usize, 3, 8, 67] {
+            let v: &[usize] = &[1, 1, 1, c];
+            let x: &[usize] = &[2, 3, 5, c];
+            check_multi(p, &[1, 2], &[v, &[], v, x, v], dtype, 90 + c as u64);
+            // The output order is the exports' order, not the instructions'.
+            check_multi(p, &[2, 0, 1], &[v, &[], v, x, v], dtype, 91 + c as u64);
+        }
+    }
+    // Values of three shapes: a scalar, a vector and the broadcast output.
+    let p = "Mul(i0,i1);Exp(t0);AddV2(t1,i2);Mul(t2,i3)";
+    check_multi(p, &[1, 2], &[&[], &[], &[9], &[4, 9]], DType::F32, 95);
+    // The exported value is needed after the output's dispatch: in order regardless.
+    check_multi(p, &[0], &[&[], &[], &[9], &[4, 9]], DType::F32, 96);
+}
+
+#[test]
+fn multi_output_with_an_empty_output() {
+    // The main output is empty, the exported vector is not.
+    let p = "Mul(i0,i1);AddV2(t0,i2)";
+    let mut r = rng(97);
+    let a = dev().upload(&rand_f32(&mut r, 5, -1.0, 1.0), &[5]).unwrap();
+    let b = dev().upload(&rand_f32(&mut r, 5, -1.0, 1.0), &[5]).unwrap();
+    let e = dev().upload::<f32>(&[], &[0, 5]).unwrap();
+    let out = run_multi(p, &[0], &[&a, &b, &e], DType::F32);
+    assert_eq!(out[0].shape(), &[0, 5]);
+    assert_eq!(out[1].shape(), &[5]);
+    let (av, bv) = (a.download::<f32>().unwrap(), b.download::<f32>().unwrap());
+    let want: Vec<f32> = av.iter().zip(&bv).map(|(x, y)| x * y).collect();
+    assert_eq!(bits(&out[1].download::<f32>().unwrap()), bits(&want));
+}
+
+#[test]
+fn multi_output_programs_are_validated() {
+    let p = "Mul(i0,i1);Sqrt(t0);AddV2(t1,i0)";
+    assert!(Program::parse_multi(p, 2, &[1]).is_ok());
+    for bad in [&[2usize][..], &[3], &[1, 1]] {
+        assert!(Program::parse_multi(p, 2, bad).is_err(), "{bad:?}");
+    }
+    // An unused result is fine once it is an output.
+    assert!(Program::parse("Mul(i0,i1);Sqrt(i0)", 2).is_err());
+    assert!(Program::parse_multi("Mul(i0,i1);Sqrt(i0)", 2, &[0]).is_ok());
+    // M must match the exports.
+    let mut r = rng(98);
+    let a = dev().upload(&rand_f32(&mut r, 3, 0.0, 1.0), &[3]).unwrap();
+    let attrs = fused_attrs(p, 2, DType::F32)
+        .with("M", AttrValue::Int(3))
+        .with("exports", AttrValue::Ints(vec![1]));
+    let e = match dev().run(
+        tfwgpu_runtime::kernels::fused::OP_MULTI,
+        &attrs,
+        &[Arg::from(&a), Arg::from(&a)],
+    ) {
+        Ok(_) => panic!("M = 3 with one export accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("M = 3"), "{e}");
+}
+
+#[test]
+fn rsqrt_grad_as_the_unfused_kernel() {
+    // Batch norm's gradient of the variance: dvar = RsqrtGrad(r, dr) with r = rsqrt(var +
+    // eps) and dr = dgamma_part * gamma; dy = 0 gives 0 (also where y is inf or NaN).
+    for (k, c) in [1usize, 7, 64, 129].into_iter().enumerate() {
+        let v: &[usize] = &[1, 1, 1, c];
+        // rsqrt within 3 ulp enters y^3 three times, then four roundings (the sum, the
+        // products): 16 ulp against the CPU (bit for bit against the unfused kernels).
+        check_f32(
+            "AddV2(i0,i1);Rsqrt(t0);Mul(i2,i3);RsqrtGrad(t1,t2)",
+            &[v, &[], v, v],
+            &[(0.1, 2.0), (0.001, 0.0011), (-1.0, 1.0), (0.5, 1.5)],
+            16.0 * f32::EPSILON,
+            120 + k as u64,
+        );
+    }
+    let a = dev()
+        .upload(&[4.0f32, f32::INFINITY, f32::NAN, 2.0], &[4])
+        .unwrap();
+    let b = dev().upload(&[0.0f32, 0.0, 0.0, -0.0], &[4]).unwrap();
+    let got = run_fused("RsqrtGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    let want = run_unfused("RsqrtGrad(i0,i1);Neg(t0)", &[&a, &b], DType::F32);
+    assert_eq!(
+        bits(&got.download::<f32>().unwrap()),
+        bits(&want.download::<f32>().unwrap())
+    );
+    assert_eq!(got.download::<f32>().unwrap(), [-0.0f32; 4]);
+    // Shapes must be equal (TensorFlow's rule), as for ReluGrad.
+    let c = dev().upload(&[1.0f32; 4], &[1, 4]).unwrap();
+    let args = [Arg::from(&a), Arg::from(&c)];
+    let e = match dev().run(OP, &fused_attrs("RsqrtGrad(i0,i1)", 2, DType::F32), &args) {
+        Ok(_) => panic!("RsqrtGrad of [4] and [1,4] accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(e.contains("RsqrtGrad") && e.contains("same shape"), "{e}");
+}
+
+#[test]
+fn multi_output_dispatches_once_per_output_shape() {
+    // Its own device: the dispatch counter is not shared with the other tests.
+    let rt = tfwgpu_runtime::Runtime::new().unwrap();
+    let d = rt.device();
+    let mut r = rng(130);
+    let up = |r: &mut _, s: &[usize]| {
+        d.upload(&rand_f32(r, s.iter().product(), 0.1, 2.0), s)
+            .unwrap()
+    };
+    let dispatches = |program: &str, exports: &[usize], ins: &[&Tensor]| {
+        let args: Vec<Arg> = ins.iter().map(|t| Arg::from(*t)).collect();
+        let attrs = fused_attrs(program, ins.len(), DType::F32)
+            .with("M", AttrValue::Int(exports.len() as i64 + 1))
+            .with(
+                "exports",
+                AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
+            );
+        let before = d.exec_stats().dispatches;
+        let out = d
+            .run(tfwgpu_runtime::kernels::fused::OP_MULTI, &attrs, &args)
+            .unwrap();
+        d.synchronize().unwrap();
+        assert_eq!(out.len(), exports.len() + 1);
+        d.exec_stats().dispatches - before
+    };
+    let (v, s) = (up(&mut r, &[1000]), up(&mut r, &[]));
+    // SGD: both outputs [1000]: one dispatch.
+    assert_eq!(dispatches(SGD, &[2], &[&s, &v, &s, &v, &v]), 1);
+    // Batch norm: r and scale [1,1,1,8], the output [2,3,5,8]: two.
+    let (c, x, e) = (
+        up(&mut r, &[1, 1, 1, 8]),
+        up(&mut r, &[2, 3, 5, 8]),
+        up(&mut r, &[]),
+    );
+    let p = "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);AddV2(t3,i4)";
+    assert_eq!(dispatches(p, &[1, 2], &[&c, &e, &c, &x, &c]), 2);
 }

@@ -27,13 +27,27 @@
 //! `_TfwgpuFusedElementwiseTiled` nodes (the same kernel), whose shape function leaves the
 //! output shape unknown (the output can be larger than every input).
 //!
-//! `TFWGPU_FUSION=0` turns the pass off.
+//! Multi-output groups: a group whose root is also used outside the group that consumes it
+//! joins that group, and the fused node exports its value as one more output
+//! (`_TfwgpuFusedElementwiseMulti`: `M` outputs, output k >= 1 the result of instruction
+//! `exports[k-1]`; consumers read `root:k`, control edges on it wait for its inputs as for an
+//! interior member). Keras's batch norm computes scale = gamma * rsqrt(var + eps) once for the
+//! forward and the gradient, SGD's momentum m' is assigned and added to the variable (after
+//! `super::forward_assigned_reads`), a ReluGrad feeds two reductions and a product: each was a
+//! group of its own, one dispatch more. Merges are tried consumers first (chains collapse), and
+//! made only where no path leaves the merged group and comes back (through other nodes, data
+//! or control edges, where every other group counts as one node: see `acyclic`) and the
+//! inputs and outputs fit the bindings. The runtime computes outputs of the root's shape in the
+//! same dispatch, others in one dispatch per shape. `TFWGPU_FUSION_MULTI=0` keeps the
+//! single-output groups (and the reads as they are).
+//!
+//! `TFWGPU_FUSION=0` turns the pass off (and everything above).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
 
 use tfwgpu_runtime::Result;
-use tfwgpu_runtime::kernels::fused::{self, OP, OP_TILED};
+use tfwgpu_runtime::kernels::fused::{self, OP, OP_MULTI, OP_TILED};
 use tfwgpu_sys as sys;
 
 use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
@@ -78,7 +92,7 @@ fn str_attr(s: &str) -> Vec<u8> {
 }
 
 /// (producer node, output port) of a data input.
-fn source(input: &str) -> (&str, u32) {
+pub(super) fn source(input: &str) -> (&str, u32) {
     match input.rsplit_once(':') {
         Some((n, p)) => match p.parse() {
             Ok(port) => (n, port),
@@ -229,9 +243,11 @@ fn operands_all(n: &Node) -> impl Iterator<Item = &String> {
     n.inputs.iter().filter(|i| !i.starts_with('^'))
 }
 
-/// One group: its members, producers before consumers (the root last).
+/// One group: its members, producers before consumers (the root last), and the members
+/// whose results are also used outside the group (outputs 1.. of the fused node, in order).
 struct Group {
     members: Vec<usize>,
+    exports: Vec<usize>,
 }
 
 /// The fused node of a group (`tiles`: the multiples of the fusible Tile nodes).
@@ -239,6 +255,7 @@ fn fused_node(
     nodes: &[Node],
     g: &Group,
     redirect: &HashMap<String, Vec<String>>,
+    renamed: &HashMap<String, String>,
     tiles: &HashMap<usize, Vec<usize>>,
 ) -> Node {
     let root = &nodes[*g.members.last().expect("a group has a root")];
@@ -294,20 +311,56 @@ fn fused_node(
     }
     let program = instrs.join(";");
     let control = redirected(&control, redirect);
+    // Inputs that are outputs of other fused nodes now.
+    let externals = externals.into_iter().map(|i| {
+        let (src, port) = source(&i);
+        match renamed.get(src) {
+            Some(to) if port == 0 => to.clone(),
+            _ => i,
+        }
+    });
+    let mut attrs = vec![
+        (
+            "T".into(),
+            root.attr("T").expect("fusible nodes have T").to_vec(),
+        ),
+        ("N".into(), int_attr(keys.len() as i64)),
+        ("program".into(), str_attr(&program)),
+    ];
+    let op = if !g.exports.is_empty() {
+        let exports: Vec<i64> = g
+            .exports
+            .iter()
+            .map(|e| result[nodes[*e].name.as_str()] as i64)
+            .collect();
+        attrs.push(("M".into(), int_attr(exports.len() as i64 + 1)));
+        attrs.push(("exports".into(), ints_attr(&exports)));
+        OP_MULTI
+    } else if tiled {
+        OP_TILED
+    } else {
+        OP
+    };
     Node {
         name: root.name.clone(),
-        op: if tiled { OP_TILED } else { OP }.into(),
-        inputs: externals.iter().cloned().chain(control).collect(),
+        op: op.into(),
+        inputs: externals.chain(control).collect(),
         device: root.device.clone(),
-        attrs: vec![
-            (
-                "T".into(),
-                root.attr("T").expect("fusible nodes have T").to_vec(),
-            ),
-            ("N".into(), int_attr(externals.len() as i64)),
-            ("program".into(), str_attr(&program)),
-        ],
+        attrs,
     }
+}
+
+/// An encoded AttrValue holding a list of ints.
+fn ints_attr(v: &[i64]) -> Vec<u8> {
+    let mut packed = vec![];
+    for &x in v {
+        super::varint(x as u64, &mut packed);
+    }
+    let mut list = vec![];
+    bytes_field(3, &packed, &mut list);
+    let mut out = vec![];
+    bytes_field(1, &list, &mut out);
+    out
 }
 
 /// `inputs` with each control edge from an interior member replaced by that member's
@@ -364,7 +417,7 @@ fn redirections(nodes: &[Node], interior: &HashSet<usize>) -> HashMap<String, Ve
 }
 
 /// A serialized NodeDef with its inputs replaced, every other field kept as it was.
-fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
+pub(super) fn with_inputs(nb: &[u8], inputs: &[String]) -> Result<Vec<u8>> {
     let mut r = Reader::new(nb);
     let mut b = Vec::with_capacity(nb.len() + 64);
     let mut done = false;
@@ -398,6 +451,7 @@ fn groups(
     nodes: &[Node],
     preserve: &HashSet<String>,
     max_inputs: usize,
+    multi: bool,
 ) -> (Vec<Group>, HashMap<usize, Vec<usize>>) {
     let by_name: HashMap<&str, usize> = nodes
         .iter()
@@ -513,6 +567,64 @@ fn groups(
             }
         }
     }
+    // Multi-output merges: a group whose root is also used outside the group that consumes it
+    // (batch-norm statistics read by the forward and the gradient; SGD's new momentum, both
+    // assigned and added to the variable) joins that group, its root becoming one more output
+    // of the fused node. Groups are tried consumers first (the order they were made in), so
+    // that chains of such groups collapse.
+    let mut control_consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+    for (c, n) in nodes.iter().enumerate() {
+        for i in n.inputs.iter().filter_map(|i| i.strip_prefix('^')) {
+            if let Some(&p) = by_name.get(i)
+                && !control_consumers[p].contains(&c)
+            {
+                control_consumers[p].push(c);
+            }
+        }
+    }
+    let mut sets: Vec<Vec<usize>> = growing.iter().map(|g| g.members.clone()).collect();
+    let mut alive = vec![true; sets.len()];
+    for p in 0..sets.len() {
+        if !alive[p] || !multi {
+            continue;
+        }
+        let r = sets[p][0];
+        if blocked[r] || preserve.contains(&nodes[r].name) {
+            continue;
+        }
+        let mut candidates: Vec<usize> = vec![];
+        for &c in &consumers[r] {
+            if let Some(g) = group_of[c]
+                && g != p
+                && !candidates.contains(&g)
+            {
+                candidates.push(g);
+            }
+        }
+        for c in candidates {
+            let root = sets[c][0];
+            if types[root] != types[r] || nodes[root].device != nodes[r].device {
+                continue;
+            }
+            let merged: Vec<usize> = sets[c].iter().chain(&sets[p]).copied().collect();
+            if !mergeable(nodes, &by_name, &merged, &consumers, &tiles, max_inputs) {
+                continue;
+            }
+            if !acyclic(&merged, &group_of, &sets, &consumers, &control_consumers) {
+                continue;
+            }
+            for &m in &sets[p] {
+                group_of[m] = Some(c);
+            }
+            sets[c] = merged;
+            sets[p].clear();
+            alive[p] = false;
+            break;
+        }
+    }
+    for (g, s) in growing.iter_mut().zip(sets) {
+        g.members = s;
+    }
     let out = growing
         .into_iter()
         .filter(|g| g.members.len() >= 2)
@@ -538,10 +650,122 @@ fn groups(
                     .collect();
                 stack.extend(ops.into_iter().rev().map(|p| (p, false)));
             }
-            Group { members }
+            let root = g.members[0];
+            let exports = members
+                .iter()
+                .copied()
+                .filter(|&m| m != root && consumers[m].iter().any(|c| !set.contains(c)))
+                .collect();
+            Group { members, exports }
         })
         .collect();
     (out, tiles)
+}
+
+/// Whether groups may have several outputs (`TFWGPU_FUSION_MULTI=0` turns that off: groups
+/// are then the single-output groups of before).
+pub fn multi_output() -> bool {
+    std::env::var("TFWGPU_FUSION_MULTI").map_or(true, |v| v.trim() != "0")
+}
+
+/// Whether `members` (the root first) can be one fused node: no Tile reads a member (a
+/// Tile's input stays an input), its distinct inputs and its outputs fit the bindings, and
+/// its program the instruction limit.
+fn mergeable(
+    nodes: &[Node],
+    by_name: &HashMap<&str, usize>,
+    members: &[usize],
+    consumers: &[Vec<usize>],
+    tiles: &HashMap<usize, Vec<usize>>,
+    max_inputs: usize,
+) -> bool {
+    let set: HashSet<usize> = members.iter().copied().collect();
+    let mut externals: HashSet<(String, u32)> = HashSet::new();
+    let mut instrs = 0;
+    for &m in members {
+        let n = &nodes[m];
+        instrs += if n.op == "AddN" {
+            operands(n).count() - 1
+        } else {
+            1
+        };
+        for i in operands(n) {
+            let (src, port) = source(i);
+            let member = by_name.get(src).is_some_and(|p| set.contains(p));
+            if member && n.op == "Tile" {
+                return false;
+            }
+            if !(member && port == 0) {
+                externals.insert(input_key(n, m, i, tiles));
+            }
+        }
+    }
+    let root = members[0];
+    let exports = members
+        .iter()
+        .filter(|&&m| m != root && consumers[m].iter().any(|c| !set.contains(c)))
+        .count();
+    externals.len() + exports <= max_inputs && instrs <= fused::MAX_INSTRUCTIONS
+}
+
+/// Most nodes [`acyclic`] visits before it gives up (and the merge is not made).
+const CYCLE_CHECK_BUDGET: usize = 200_000;
+
+/// Whether the group of `members` (the root first) would be on no cycle once fused: no path
+/// leaves it (through the data consumers of its members, or the control consumers of its
+/// root; control edges from other members are redirected to their inputs) and comes back,
+/// where each existing group counts as one node (all its members' consumers, data and
+/// control, leave it).
+fn acyclic(
+    members: &[usize],
+    group_of: &[Option<usize>],
+    sets: &[Vec<usize>],
+    consumers: &[Vec<usize>],
+    control_consumers: &[Vec<usize>],
+) -> bool {
+    let set: HashSet<usize> = members.iter().copied().collect();
+    let mut stack: Vec<usize> = vec![];
+    for &m in members {
+        stack.extend(consumers[m].iter().filter(|c| !set.contains(c)));
+    }
+    stack.extend(
+        control_consumers[members[0]]
+            .iter()
+            .filter(|c| !set.contains(c)),
+    );
+    let mut seen_nodes: HashSet<usize> = HashSet::new();
+    let mut seen_groups: HashSet<usize> = HashSet::new();
+    let mut budget = CYCLE_CHECK_BUDGET;
+    while let Some(y) = stack.pop() {
+        if set.contains(&y) {
+            return false;
+        }
+        let single;
+        let unit: &[usize] = match group_of[y] {
+            Some(g) => {
+                if !seen_groups.insert(g) {
+                    continue;
+                }
+                &sets[g]
+            }
+            None => {
+                if !seen_nodes.insert(y) {
+                    continue;
+                }
+                single = [y];
+                &single
+            }
+        };
+        for &u in unit {
+            budget = match budget.checked_sub(1 + consumers[u].len() + control_consumers[u].len()) {
+                Some(b) => b,
+                None => return false,
+            };
+            stack.extend(&consumers[u]);
+            stack.extend(&control_consumers[u]);
+        }
+    }
+    true
 }
 
 /// The most inputs a fused node may have: what every tfwgpu device of the process binds
@@ -557,12 +781,23 @@ pub fn max_inputs() -> usize {
         .unwrap_or(7)
 }
 
-/// Fuses a serialized GraphDef into groups of at most `max_inputs` inputs; `None` when no
-/// group was found.
+/// Fuses a serialized GraphDef into groups of at most `max_inputs` inputs (inputs and outputs
+/// beyond the first together), with several outputs where [`multi_output`] allows; `None`
+/// when no group was found.
 pub fn fuse(
     graph: &[u8],
     preserve: &HashSet<String>,
     max_inputs: usize,
+) -> Result<Option<Vec<u8>>> {
+    fuse_with(graph, preserve, max_inputs, multi_output())
+}
+
+/// [`fuse`], with multi-output groups (`multi`) or without.
+pub fn fuse_with(
+    graph: &[u8],
+    preserve: &HashSet<String>,
+    max_inputs: usize,
+    multi: bool,
 ) -> Result<Option<Vec<u8>>> {
     enum Item<'a> {
         Node(usize, &'a [u8], &'a [u8]),
@@ -583,7 +818,7 @@ pub fn fuse(
             _ => items.push(Item::Raw(raw)),
         }
     }
-    let (groups, tiles) = groups(&nodes, preserve, max_inputs);
+    let (groups, tiles) = groups(&nodes, preserve, max_inputs, multi);
     if groups.is_empty() {
         return Ok(None);
     }
@@ -595,9 +830,17 @@ pub fn fuse(
         dropped.extend(interior.iter().copied());
     }
     let redirect = redirections(&nodes, &dropped);
+    // Members used outside their group: their consumers read output k of the fused node.
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    for g in &groups {
+        let root = &nodes[*g.members.last().expect("nonempty")].name;
+        for (k, &e) in g.exports.iter().enumerate() {
+            renamed.insert(nodes[e].name.clone(), format!("{root}:{}", k + 1));
+        }
+    }
     for g in &groups {
         let root = *g.members.last().expect("nonempty");
-        replaced.insert(root, fused_node(&nodes, g, &redirect, &tiles));
+        replaced.insert(root, fused_node(&nodes, g, &redirect, &renamed, &tiles));
     }
     let mut out = Vec::with_capacity(graph.len());
     for item in &items {
@@ -616,8 +859,21 @@ pub fn fuse(
                     x.strip_prefix('^')
                         .is_some_and(|n| redirect.contains_key(n))
                 });
-                if waits_on_interior {
-                    out.extend_from_slice(&with_inputs(nb, &redirected(inputs, &redirect))?);
+                let reads_exported = inputs
+                    .iter()
+                    .any(|x| !x.starts_with('^') && renamed.contains_key(source(x).0));
+                if waits_on_interior || reads_exported {
+                    let inputs: Vec<String> = inputs
+                        .iter()
+                        .map(|x| {
+                            let (src, port) = source(x);
+                            match renamed.get(src) {
+                                Some(to) if !x.starts_with('^') && port == 0 => to.clone(),
+                                _ => x.clone(),
+                            }
+                        })
+                        .collect();
+                    out.extend_from_slice(&with_inputs(nb, &redirected(&inputs, &redirect))?);
                 } else {
                     out.extend_from_slice(raw);
                 }
@@ -787,6 +1043,31 @@ pub fn register_op() {
             return;
         }
     }
+    // The multi-output op: M outputs, output k >= 1 the result of instruction exports[k-1];
+    // shapes unknown (each output has its own, which the program decides).
+    let (outputs, m, exports, name) = (
+        c("y: M * T"),
+        c("M: int >= 2"),
+        c("exports: list(int)"),
+        c(OP_MULTI),
+    );
+    // SAFETY: as above.
+    unsafe {
+        let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
+        sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
+        sys::TF_OpDefinitionBuilderAddOutput(b, outputs.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, m.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
+        sys::TF_OpDefinitionBuilderAddAttr(b, exports.as_ptr());
+        sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(unknown_shape_fn));
+        sys::TF_RegisterOpDefinition(b, st.0);
+    }
+    if let Err(e) = st.check("registering the fused op") {
+        tracing::warn!("{OP_MULTI} not registered, fusion is off: {e}");
+        return;
+    }
     REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
@@ -829,8 +1110,56 @@ mod tests {
     }
 
     fn fused(nodes: &[Node], preserve: &[&str]) -> Option<Vec<Node>> {
+        fused_with(nodes, preserve, 7, true)
+    }
+
+    fn fused_with(
+        nodes: &[Node],
+        preserve: &[&str],
+        max_inputs: usize,
+        multi: bool,
+    ) -> Option<Vec<Node>> {
         let keep = preserve.iter().map(|s| s.to_string()).collect();
-        fuse(&graph(nodes), &keep, 7).unwrap().map(|g| parse(&g))
+        let out = fuse_with(&graph(nodes), &keep, max_inputs, multi)
+            .unwrap()
+            .map(|g| parse(&g));
+        if let Some(o) = &out {
+            assert_acyclic(o);
+        }
+        out
+    }
+
+    /// Every input names a node of the graph (or a placeholder the test left out), and the
+    /// data and control edges make no cycle.
+    fn assert_acyclic(nodes: &[Node]) {
+        let by_name: HashMap<&str, usize> = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut pending = vec![0; nodes.len()];
+        let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+        for (c, n) in nodes.iter().enumerate() {
+            for i in &n.inputs {
+                let src = i.strip_prefix('^').unwrap_or_else(|| source(i).0);
+                if let Some(&p) = by_name.get(src) {
+                    pending[c] += 1;
+                    consumers[p].push(c);
+                }
+            }
+        }
+        let mut ready: Vec<usize> = (0..nodes.len()).filter(|&i| pending[i] == 0).collect();
+        let mut done = 0;
+        while let Some(p) = ready.pop() {
+            done += 1;
+            for &c in &consumers[p] {
+                pending[c] -= 1;
+                if pending[c] == 0 {
+                    ready.push(c);
+                }
+            }
+        }
+        assert_eq!(done, nodes.len(), "a cycle: {:?}", names_and_ops(nodes));
     }
 
     /// (name, op) of each node.
@@ -922,8 +1251,11 @@ mod tests {
         // Interior node with two consumers.
         let mut two = chain(GPU, 1);
         two.push(node("c", "Exp", &["a"], GPU, 1));
-        let out = fused(&two, &[]);
+        let out = fused_with(&two, &[], 7, false);
         assert!(out.is_none(), "a has two consumers");
+        // With multi-output groups, a is output 1 of one of its consumers' group.
+        let out = fused(&two, &[]).expect("fused");
+        assert_eq!(out.iter().filter(|n| n.op == OP_MULTI).count(), 1);
         // Interior node fetched (to preserve).
         assert!(fused(&chain(GPU, 1), &["a"]).is_none());
 
@@ -998,11 +1330,15 @@ mod tests {
             "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);Mul(i4,t2);Sub(i5,t4);AddV2(t3,t5)"
         );
         fused::Program::parse(&p, 6).unwrap();
-        // With another consumer outside, `scale` stays a node of its own.
+        // With another consumer outside, `scale` stays a node of its own without
+        // multi-output groups, and is output 1 of the group with them.
         let mut outside = nodes;
         outside.push(node("other", "Exp", &["scale"], GPU, 1));
-        let out = fused(&outside, &[]).expect("fused");
+        let out = fused_with(&outside, &[], 7, false).expect("fused");
         assert!(out.iter().any(|n| n.name == "scale"));
+        let out = fused(&outside, &[]).expect("fused");
+        assert_eq!(names_and_ops(&out), [("y", OP_MULTI), ("other", "Exp")]);
+        assert_eq!(out[1].inputs, ["y:1"]);
     }
 
     #[test]
@@ -1178,6 +1514,179 @@ mod tests {
         let mut first = vec![];
         adam_var()[0].encode(&mut first);
         assert!(out.starts_with(&first));
+    }
+
+    /// Keras SGD with momentum after the AssignAdd rewrite: m' = m * mom - g * lr is assigned
+    /// to m and added to the variable, whose read waits for m' (`^d`).
+    fn sgd_var() -> Vec<Node> {
+        vec![
+            node("mm", "Mul", &["m", "mom"], GPU, 1),
+            node("gl", "Mul", &["g", "lr"], GPU, 1),
+            node("d", "Sub", &["mm", "gl"], GPU, 1),
+            node("assign_m", "AssignVariableOp", &["m_h", "d"], GPU, 1),
+            node("read", "ReadVariableOp", &["var_h", "^d", "^c"], GPU, 1),
+            node("add", "AddV2", &["read", "d"], GPU, 1),
+            node("assign", "AssignVariableOp", &["var_h", "add"], GPU, 1),
+            node("done", "NoOp", &["^assign", "^assign_m", "^d"], CPU, 1),
+        ]
+    }
+
+    fn ints(n: &Node, key: &str) -> Vec<i64> {
+        let mut r = Reader::new(n.attr(key).unwrap());
+        let Some((1, Field::Bytes(list))) = r.next().unwrap() else {
+            panic!("{key} is no list")
+        };
+        let mut r = Reader::new(list);
+        let mut out = vec![];
+        while let Some((f, v)) = r.next().unwrap() {
+            match (f, v) {
+                (3, Field::Bytes(packed)) => {
+                    let mut p = Reader::new(packed);
+                    while p.pos < packed.len() {
+                        out.push(p.varint().unwrap() as i64);
+                    }
+                }
+                (3, Field::Varint(x)) => out.push(x as i64),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn values_used_outside_become_more_outputs() {
+        let out = fused(&sgd_var(), &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [
+                ("assign_m", "AssignVariableOp"),
+                ("read", "ReadVariableOp"),
+                ("add", OP_MULTI),
+                ("assign", "AssignVariableOp"),
+                ("done", "NoOp"),
+            ]
+        );
+        let f = &out[2];
+        assert_eq!(f.inputs, ["m", "mom", "g", "lr", "read"]);
+        let p = program(f);
+        assert_eq!(p, "Mul(i0,i1);Mul(i2,i3);Sub(t0,t1);AddV2(i4,t2)");
+        assert_eq!(f.attr("M"), Some(int_attr(2).as_slice()));
+        assert_eq!(ints(f, "exports"), [2]);
+        fused::Program::parse_multi(&p, 4 + 1, &[2]).unwrap();
+        // m' is output 1 of the fused node; control edges from it wait for its inputs.
+        assert_eq!(out[0].inputs, ["m_h", "add:1"]);
+        assert_eq!(out[1].inputs, ["var_h", "^m", "^mom", "^g", "^lr", "^c"]);
+        assert_eq!(
+            out[4].inputs,
+            ["^assign", "^assign_m", "^m", "^mom", "^g", "^lr"]
+        );
+        // Off: the single-output groups of before.
+        let off = fused_with(&sgd_var(), &[], 7, false).expect("fused");
+        assert!(off.iter().any(|n| n.name == "d" && n.op == OP));
+        assert!(off.iter().all(|n| n.op != OP_MULTI));
+    }
+
+    #[test]
+    fn what_must_not_become_an_output() {
+        // A fetched (preserved) value keeps its node.
+        let out = fused(&sgd_var(), &["d"]).expect("the Sub group fuses");
+        assert!(out.iter().any(|n| n.name == "d" && n.op == OP));
+        assert!(out.iter().all(|n| n.op != OP_MULTI));
+        // The value's outside consumer feeds the group back (data): a cycle.
+        let mut cyc = sgd_var();
+        cyc[3] = node("assign_m", "Exp2", &["d"], GPU, 1);
+        cyc[4] = node("read", "ReadVariableOp", &["var_h", "assign_m"], GPU, 1);
+        let out = fused(&cyc, &[]).expect("the Sub group fuses");
+        assert!(
+            out.iter().all(|n| n.op != OP_MULTI),
+            "{:?}",
+            names_and_ops(&out)
+        );
+        // ... or through a control edge.
+        let mut cyc = sgd_var();
+        cyc[4].inputs.push("^assign_m".into());
+        let out = fused(&cyc, &[]).expect("the Sub group fuses");
+        assert!(
+            out.iter().all(|n| n.op != OP_MULTI),
+            "{:?}",
+            names_and_ops(&out)
+        );
+        // ... or through another group only: j1 reads m' and j2 feeds the variable's read
+        // (through k); j1 and j2 are in no path, but in one group once j2 is an output of
+        // jr's group. One of the two merges is made, not both.
+        let mut via = sgd_var();
+        via.push(node("j1", "Neg", &["d"], GPU, 1));
+        via.push(node("j2", "Exp", &["w"], GPU, 1));
+        via.push(node("jr", "AddV2", &["j1", "j2"], GPU, 1));
+        via.push(node("k", "Pack", &["j2"], GPU, 1));
+        via[4].inputs.push("^k".into());
+        let out = fused(&via, &[]).expect("fused");
+        let multi: Vec<&str> = out
+            .iter()
+            .filter(|n| n.op == OP_MULTI)
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(multi.len(), 1, "{:?}", names_and_ops(&out));
+        // Another device or dtype.
+        let mut dev = sgd_var();
+        dev[5].device = CPU.into();
+        let out = fused(&dev, &[]).expect("the Sub group fuses");
+        assert!(out.iter().all(|n| n.op != OP_MULTI));
+        let mut half = sgd_var();
+        half[5].attrs = vec![("T".into(), type_attr(19))];
+        let out = fused(&half, &[]).expect("the Sub group fuses");
+        assert!(out.iter().all(|n| n.op != OP_MULTI));
+        // Read at another port: no output 0 to export.
+        let mut port = sgd_var();
+        port[3].inputs[1] = "d:1".into();
+        let out = fused(&port, &[]);
+        assert!(out.is_none_or(|o| o.iter().all(|n| n.op != OP_MULTI)));
+        // Over the binding limit: 7 inputs and 2 outputs do not fit 8 bindings.
+        let mut wide = sgd_var();
+        wide[0] = node("mm", "Mul", &["m", "mom"], GPU, 1);
+        wide.insert(0, node("s1", "AddV2", &["a1", "a2"], GPU, 1));
+        wide.insert(0, node("s2", "AddV2", &["s1", "a3"], GPU, 1));
+        let k = wide.iter().position(|n| n.name == "gl").unwrap();
+        wide[k] = node("gl", "Mul", &["g", "s2"], GPU, 1);
+        let out = fused(&wide, &[]).expect("fused");
+        let f = out.iter().find(|n| n.name == "d").expect("d stays a node");
+        assert_eq!(f.inputs.len(), 6);
+    }
+
+    #[test]
+    fn chains_of_outside_uses_collapse_into_one_node() {
+        // Batch norm: r = rsqrt(var + eps) and scale = r * gamma are used by the gradient too;
+        // y = relu(x * scale + (beta - mean * scale)).
+        let nodes = vec![
+            node("v", "AddV2", &["var", "eps"], GPU, 1),
+            node("r", "Rsqrt", &["v"], GPU, 1),
+            node("scale", "Mul", &["r", "gamma"], GPU, 1),
+            node("xs", "Mul", &["x", "scale"], GPU, 1),
+            node("ms", "Mul", &["mean", "scale"], GPU, 1),
+            node("shift", "Sub", &["beta", "ms"], GPU, 1),
+            node("sum", "AddV2", &["xs", "shift"], GPU, 1),
+            node("y", "Relu", &["sum"], GPU, 1),
+            node("gr", "SqrtGrad", &["r", "dr"], GPU, 1),
+            node("gs", "Conv2D", &["dy", "scale"], GPU, 1),
+        ];
+        // 6 inputs and 3 outputs: more than 8 bindings.
+        let out = fused(&nodes, &[]).expect("fused");
+        assert!(out.iter().any(|n| n.name == "r" && n.op == OP));
+        let out = fused_with(&nodes, &[], 15, true).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(ops, [("y", OP_MULTI), ("gr", "SqrtGrad"), ("gs", "Conv2D")]);
+        let f = &out[0];
+        let p = program(f);
+        assert_eq!(
+            p,
+            "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);Mul(i4,t2);Sub(i5,t4);AddV2(t3,t5);Relu(t6)"
+        );
+        // scale (output 1) joined first, then r (output 2): outputs in program order.
+        assert_eq!(ints(f, "exports"), [1, 2]);
+        assert_eq!(out[1].inputs, ["y:1", "dr"]);
+        assert_eq!(out[2].inputs, ["dy", "y:2"]);
+        fused::Program::parse_multi(&p, 6, &[1, 2]).unwrap();
     }
 
     #[test]

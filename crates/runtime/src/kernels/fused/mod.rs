@@ -40,6 +40,15 @@ pub const OP: &str = "_TfwgpuFusedElementwise";
 /// make the output larger than every input), whose shape function leaves the shape unknown.
 pub const OP_TILED: &str = "_TfwgpuFusedElementwiseTiled";
 
+/// The same kernel with several outputs (`M` of them): output 0 is the last instruction's
+/// result, output k (k >= 1) the result of instruction `exports[k - 1]` (a group whose
+/// intermediate values are also used outside it: batch-norm statistics, an optimizer's new
+/// state that is both assigned and applied). Each output has its own shape. Outputs of the
+/// last instruction's shape are written by the same invocations, in one dispatch; outputs of
+/// another shape take one more dispatch per shape, which computes only the instructions they
+/// depend on.
+pub const OP_MULTI: &str = "_TfwgpuFusedElementwiseMulti";
+
 /// The elementwise family's f32 pow (needs `opaque`).
 const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
 
@@ -79,6 +88,13 @@ pub const OPS: &[OpDef] = &[
         host_inputs: &[],
         factory: Fused::build,
     },
+    OpDef {
+        op: OP_MULTI,
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: Fused::build,
+    },
 ];
 
 /// The operations a program may hold.
@@ -110,6 +126,8 @@ pub enum FusedOp {
     Expm1,
     /// gradients * (features > 0), equal shapes.
     ReluGrad,
+    /// The gradient of Rsqrt from its result y and dy, equal shapes (TensorFlow's rule).
+    RsqrtGrad,
     /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
     Tile,
 }
@@ -142,6 +160,7 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("Log1p", FusedOp::Log1p),
     ("Expm1", FusedOp::Expm1),
     ("ReluGrad", FusedOp::ReluGrad),
+    ("RsqrtGrad", FusedOp::RsqrtGrad),
     ("Tile", FusedOp::Tile),
 ];
 
@@ -163,7 +182,7 @@ impl FusedOp {
         use FusedOp::*;
         match self {
             Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
-            | ReluGrad => 2,
+            | ReluGrad | RsqrtGrad => 2,
             _ => 1,
         }
     }
@@ -214,6 +233,13 @@ impl FusedOp {
             // As the elementwise family's ReluGrad (NaN or infinite gradients give NaN where
             // features <= 0, negative gradients -0).
             ReluGrad => "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y));",
+            // As the elementwise family's: (-0.5 * (dy * y)) * (y * y), 0 where dy is 0.
+            RsqrtGrad => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return rt(-0.5 * rt(y * x)) * rt(x * x);"
+            }
             // The broadcast is in the reads.
             Tile => "    return x;",
         }
@@ -242,11 +268,19 @@ pub struct Instr {
 pub struct Program {
     pub inputs: usize,
     pub instrs: Vec<Instr>,
+    /// The instructions whose results are outputs 1.. (output 0 is the last instruction's).
+    pub exports: Vec<usize>,
 }
 
 impl Program {
-    /// Parses and validates `text` for `inputs` inputs.
+    /// Parses and validates `text` for `inputs` inputs (one output).
     pub fn parse(text: &str, inputs: usize) -> Result<Program> {
+        Program::parse_multi(text, inputs, &[])
+    }
+
+    /// Parses and validates `text` for `inputs` inputs, with the results of instructions
+    /// `exports` as outputs 1.. (each an instruction before the last, at most once).
+    pub fn parse_multi(text: &str, inputs: usize, exports: &[usize]) -> Result<Program> {
         if inputs == 0 || inputs > MAX_INPUTS {
             bail_invalid!("{OP}: N = {inputs}; 1 to {MAX_INPUTS} inputs are supported");
         }
@@ -319,15 +353,103 @@ impl Program {
             );
         }
         let last = instrs.len() - 1;
+        if inputs + 1 + exports.len() > MAX_INPUTS + 1 {
+            bail_invalid!(
+                "{OP}: {inputs} inputs and {} outputs; at most {} tensors are supported",
+                exports.len() + 1,
+                MAX_INPUTS + 1
+            );
+        }
+        for (j, &e) in exports.iter().enumerate() {
+            if e >= last || exports[..j].contains(&e) {
+                bail_invalid!(
+                    "{OP}: output {} exports instruction {e}: outputs must be distinct \
+                     instructions before the last ({last})",
+                    j + 1
+                );
+            }
+        }
         for k in 0..last {
             let used = instrs[k + 1..]
                 .iter()
                 .any(|i| i.args.contains(&Arg::Temp(k)));
-            if !used {
+            if !used && !exports.contains(&k) {
                 bail_invalid!("{OP}: the result of instruction {k} is never used");
             }
         }
-        Ok(Program { inputs, instrs })
+        Ok(Program {
+            inputs,
+            instrs,
+            exports: exports.to_vec(),
+        })
+    }
+
+    /// The instruction computing each output (output 0: the last one).
+    pub fn output_instrs(&self) -> Vec<usize> {
+        std::iter::once(self.instrs.len() - 1)
+            .chain(self.exports.iter().copied())
+            .collect()
+    }
+
+    /// The program that computes only the results of instructions `values` (the last of them
+    /// its output 0, the others exported in the given order): the instructions they depend
+    /// on, renumbered, reading only the inputs they use; and for each of its inputs, the
+    /// index of that input in this program.
+    pub fn restrict(&self, values: &[usize]) -> (Program, Vec<usize>) {
+        let mut needed = vec![false; self.instrs.len()];
+        for &v in values {
+            needed[v] = true;
+        }
+        for k in (0..self.instrs.len()).rev() {
+            if needed[k] {
+                for a in &self.instrs[k].args {
+                    if let Arg::Temp(t) = *a {
+                        needed[t] = true;
+                    }
+                }
+            }
+        }
+        let mut temp_map = vec![usize::MAX; self.instrs.len()];
+        let mut input_map: Vec<usize> = vec![];
+        let mut instrs = vec![];
+        for (k, ins) in self.instrs.iter().enumerate() {
+            if !needed[k] {
+                continue;
+            }
+            let args = ins
+                .args
+                .iter()
+                .map(|a| match *a {
+                    Arg::Temp(t) => Arg::Temp(temp_map[t]),
+                    Arg::Input(i) => Arg::Input(match input_map.iter().position(|&x| x == i) {
+                        Some(j) => j,
+                        None => {
+                            input_map.push(i);
+                            input_map.len() - 1
+                        }
+                    }),
+                })
+                .collect();
+            temp_map[k] = instrs.len();
+            instrs.push(Instr {
+                args,
+                ..ins.clone()
+            });
+        }
+        let root = *values.iter().max().expect("a value to compute");
+        let exports = values
+            .iter()
+            .filter(|&&v| v != root)
+            .map(|&v| temp_map[v])
+            .collect();
+        (
+            Program {
+                inputs: input_map.len(),
+                instrs,
+                exports,
+            },
+            input_map,
+        )
     }
 
     /// The program's text (what `parse` reads).
@@ -365,6 +487,12 @@ impl Program {
     /// The output shape for inputs of `shapes`: each instruction's shape as its op defines
     /// it; errors name the instruction's op and the shapes.
     pub fn output_shape(&self, shapes: &[&[usize]]) -> Result<Vec<usize>> {
+        let mut temps = self.temp_shapes(shapes)?;
+        Ok(temps.pop().expect("a program has an instruction"))
+    }
+
+    /// The shape of every instruction's result for inputs of `shapes`.
+    pub fn temp_shapes(&self, shapes: &[&[usize]]) -> Result<Vec<Vec<usize>>> {
         let mut temps: Vec<Vec<usize>> = Vec::with_capacity(self.instrs.len());
         for (k, ins) in self.instrs.iter().enumerate() {
             let shape_of = |a: &Arg| -> Vec<usize> {
@@ -393,12 +521,18 @@ impl Program {
                     }
                     v
                 }
-                FusedOp::ReluGrad => {
+                FusedOp::ReluGrad | FusedOp::RsqrtGrad => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
                     if a != b {
+                        let what = if ins.op == FusedOp::ReluGrad {
+                            "gradients and features"
+                        } else {
+                            "y and dy"
+                        };
                         bail_invalid!(
-                            "{OP}: instruction {k}: ReluGrad: gradients and features must have \
-                             the same shape: {} vs. {}",
+                            "{OP}: instruction {k}: {}: {what} must have the same shape: {} \
+                             vs. {}",
+                            ins.name,
                             fmt_shape(&a),
                             fmt_shape(&b)
                         );
@@ -433,17 +567,7 @@ impl Program {
             };
             temps.push(s);
         }
-        Ok(temps.pop().expect("a program has an instruction"))
-    }
-
-    /// The shape of instruction `k`'s result for `inputs`.
-    fn temp_shape(&self, k: usize, inputs: &[Operand]) -> Result<Vec<usize>> {
-        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
-        let head = Program {
-            inputs: self.inputs,
-            instrs: self.instrs[..=k].to_vec(),
-        };
-        head.output_shape(&shapes)
+        Ok(temps)
     }
 
     /// Which instructions compute a single value (all their operands are one-element inputs
@@ -495,10 +619,19 @@ impl Program {
                 k + 1
             ));
         }
-        s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read_write> out: array<u32>;\n",
-            n + 1
-        ));
+        // Output 0 is `out` (what `store_stmt` writes), output k `out{k}`.
+        let outs = self.output_instrs();
+        for k in 0..outs.len() {
+            let name = if k == 0 {
+                "out".to_string()
+            } else {
+                format!("out{k}")
+            };
+            s.push_str(&format!(
+                "@group(0) @binding({}) var<storage, read_write> {name}: array<u32>;\n",
+                n + 1 + k
+            ));
+        }
         s.push_str(LINEAR_INDEX);
         s.push_str(COMMON_WGSL);
         s.push_str(MATH_WGSL);
@@ -539,7 +672,12 @@ fn fence(v: f32) -> f32 {{
                 ins.op.wgsl()
             ));
         }
-        s.push_str("fn elem(e: u32) -> f32 {\n");
+        let k_out = outs.len();
+        if k_out == 1 {
+            s.push_str("fn elem(e: u32) -> f32 {\n");
+        } else {
+            s.push_str(&format!("fn elem(e: u32) -> array<f32, {k_out}> {{\n"));
+        }
         if flat {
             for k in 0..n {
                 s.push_str(&format!("    let o{k} = e * p.st[{}].x;\n", 2 * k));
@@ -610,7 +748,15 @@ fn fence(v: f32) -> f32 {{
             }
         }
         body(&mut s, false);
-        s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
+        if k_out == 1 {
+            s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
+        } else {
+            let vals: Vec<String> = outs.iter().map(|o| format!("t{o}")).collect();
+            s.push_str(&format!(
+                "    return array<f32, {k_out}>({});\n}}\n",
+                vals.join(", ")
+            ));
+        }
         let any_uniform = uniform.iter().any(|&u| u);
         if any_uniform {
             s.push_str(&format!(
@@ -650,10 +796,52 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
 {}
 }}
 ",
-            store_stmt(dtype)
+            if k_out == 1 {
+                store_stmt(dtype).to_string()
+            } else {
+                store_multi(dtype, k_out)
+            }
         ));
         s
     }
+}
+
+/// WGSL statements writing word `w` of each of `k` outputs from `elem(e)` (an array of the
+/// outputs' values at element `e`), as `store_stmt` writes one.
+fn store_multi(dtype: DType, k: usize) -> String {
+    let mut s = String::new();
+    if dtype == DType::F16 {
+        s.push_str(&format!(
+            "    let e0 = w * 2u;
+    let lo = elem(e0);
+    var hi = array<f32, {k}>();
+    if e0 + 1u < p.n {{
+        hi = elem(e0 + 1u);
+    }}
+"
+        ));
+        for j in 0..k {
+            let name = if j == 0 {
+                "out".to_string()
+            } else {
+                format!("out{j}")
+            };
+            s.push_str(&format!(
+                "    {name}[w] = f32_to_f16(lo[{j}]) | (f32_to_f16(hi[{j}]) << 16u);\n"
+            ));
+        }
+    } else {
+        s.push_str("    let v = elem(w);\n");
+        for j in 0..k {
+            let name = if j == 0 {
+                "out".to_string()
+            } else {
+                format!("out{j}")
+            };
+            s.push_str(&format!("    {name}[w] = bitcast<u32>(v[{j}]);\n"));
+        }
+    }
+    s
 }
 
 /// Whether Tile by `m` of a tensor of `shape` only repeats size-1 dimensions (a broadcast,
@@ -726,8 +914,31 @@ const INDICES: [usize; MAX_INPUTS] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 
 pub struct Fused {
     program: Program,
     dtype: DType,
-    /// The program's text without Tile's multiples, for the pipeline key.
+    /// The program's key text (see [`key_text`]).
     text: String,
+    /// Programs restricted to the outputs of one shape (by their instructions, in dispatch
+    /// order), with their inputs and key text: computed once per set of outputs.
+    restricted: std::sync::Mutex<Vec<(Vec<usize>, std::sync::Arc<Restricted>)>>,
+}
+
+/// A program restricted to some of the outputs, its inputs in the whole program and its key
+/// text.
+struct Restricted {
+    program: Program,
+    inputs: Vec<usize>,
+    text: String,
+}
+
+/// The part of the pipeline key a program decides: its text without Tile's multiples (the
+/// shader does not depend on them: they shape the output, and the broadcast is in the reads'
+/// strides) and its exported instructions.
+fn key_text(program: &Program) -> String {
+    let mut t = program.render(false);
+    if !program.exports.is_empty() {
+        let e: Vec<String> = program.exports.iter().map(|e| e.to_string()).collect();
+        t.push_str(&format!("/out:{}", e.join(",")));
+    }
+    t
 }
 
 impl Fused {
@@ -746,15 +957,35 @@ impl Fused {
             Some(crate::AttrValue::Str(s)) => s.clone(),
             _ => bail_invalid!("{OP}: string attribute program missing"),
         };
-        let program = Program::parse(&text, n as usize)?;
+        let exports: Vec<usize> = match attrs.get("exports") {
+            None => vec![],
+            Some(crate::AttrValue::Ints(v)) => v
+                .iter()
+                .map(|&e| {
+                    usize::try_from(e)
+                        .map_err(|_| invalid_arg!("{OP_MULTI}: exports holds {e}, not an index"))
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => bail_invalid!("{OP_MULTI}: attribute exports is not a list of ints"),
+        };
+        let m = attrs.int_or("M", 1)?;
+        if m != exports.len() as i64 + 1 {
+            bail_invalid!(
+                "{OP_MULTI}: M = {m} outputs but exports names {} instructions (M - 1 expected)",
+                exports.len()
+            );
+        }
+        let program = Program::parse_multi(&text, n as usize, &exports)?;
         Ok(Box::new(Fused {
-            text: program.render(false),
+            text: key_text(&program),
             program,
             dtype,
+            restricted: Default::default(),
         }))
     }
 
-    fn check(&self, inputs: &[Operand]) -> Result<Vec<usize>> {
+    /// Validates the inputs; the shape of every instruction's result.
+    fn check(&self, inputs: &[Operand]) -> Result<Vec<Vec<usize>>> {
         if inputs.len() != self.program.inputs {
             bail_invalid!(
                 "{OP} takes {} inputs, got {}",
@@ -768,9 +999,112 @@ impl Fused {
             }
         }
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
-        let out = self.program.output_shape(&shapes)?;
-        words_for(OP, self.dtype, out.iter().product())?;
-        Ok(out)
+        let temps = self.program.temp_shapes(&shapes)?;
+        for o in self.program.output_instrs() {
+            words_for(OP, self.dtype, temps[o].iter().product())?;
+        }
+        Ok(temps)
+    }
+
+    /// `program` restricted to the results of instructions `values` (see
+    /// [`Program::restrict`]); cached unless `fresh` (a program whose Tiles were materialized).
+    fn restricted(
+        &self,
+        program: &Program,
+        values: &[usize],
+        fresh: bool,
+    ) -> std::sync::Arc<Restricted> {
+        let make = || {
+            let (program, inputs) = program.restrict(values);
+            std::sync::Arc::new(Restricted {
+                text: key_text(&program),
+                program,
+                inputs,
+            })
+        };
+        if fresh {
+            return make();
+        }
+        let mut cache = self.restricted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, r)) = cache.iter().find(|(v, _)| v == values) {
+            return r.clone();
+        }
+        let r = make();
+        cache.push((values.to_vec(), r.clone()));
+        r
+    }
+
+    /// One dispatch of `program` (every instruction's result of `shape` or broadcasting to
+    /// it) writing its outputs `outs` in order.
+    fn dispatch(
+        &self,
+        ctx: &KernelContext,
+        program: &Program,
+        text: &str,
+        inputs: &[Operand],
+        shape: &[usize],
+        outs: &[&DeviceRef],
+    ) -> Result<()> {
+        let n: usize = shape.iter().product();
+        if n == 0 {
+            return Ok(());
+        }
+        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
+        let reads = Reads::of(shape, &shapes).ok_or_else(|| {
+            invalid_arg!(
+                "{OP}: an input does not broadcast to the output {}",
+                fmt_shape(shape)
+            )
+        })?;
+        if reads.dims.len() > MAX_RANK {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: the broadcast to {} needs {} dimensions after merging; at most \
+                 {MAX_RANK} are supported",
+                fmt_shape(shape),
+                reads.dims.len()
+            )));
+        }
+        let bindings_needed = (program.inputs + outs.len()) as u32;
+        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
+                ctx.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
+        let mut binds = Vec::with_capacity(inputs.len() + outs.len());
+        for (k, i) in inputs.iter().enumerate() {
+            binds.push(ctx.bind(i.device(OP, k)?)?);
+        }
+        for o in outs {
+            binds.push(bind_out(ctx, OP, o)?);
+        }
+        let flat = reads.dims.len() <= 1;
+        let uniform = program.uniform_instrs(&shapes, n);
+        let mut variant = format!("{text}/{}", if flat { "flat" } else { "bcast" });
+        if uniform.iter().any(|&u| u) {
+            variant.push_str("/uniform:");
+            variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
+        }
+        let key = PipelineKey::new("fused", Some(self.dtype), variant);
+        let pipeline = ctx.pipeline(key, || {
+            ShaderSource::new(program.shader(self.dtype, flat, &uniform))
+        })?;
+        let words = words_for(OP, self.dtype, n)?;
+        let (groups, row) = grid_1d(words as u64, WG);
+        let mut w = vec![row, n as u32, reads.dims.len() as u32, words, 0, 0, 0, 0];
+        let mut a8 = [0u32; MAX_RANK];
+        for (dst, &src) in a8.iter_mut().zip(&reads.dims) {
+            *dst = src as u32;
+        }
+        w.extend_from_slice(&a8);
+        for st in &reads.strides {
+            let mut a8 = [0u32; MAX_RANK];
+            for (dst, &src) in a8.iter_mut().zip(st) {
+                *dst = src as u32;
+            }
+            w.extend_from_slice(&a8);
+        }
+        ctx.dispatch(&pipeline, &params(&w), &binds, groups)
     }
 }
 
@@ -779,31 +1113,45 @@ impl Kernel for Fused {
         OP
     }
 
-    /// An input of the output's shape is read at the output's element index only, by the
-    /// invocation that writes that element's word, before it writes.
+    /// An input of output 0's shape is read at the output's element index only, by the
+    /// invocation that writes that element's word, before it writes; outputs of other shapes
+    /// are computed by dispatches recorded before the one that writes output 0.
     fn forwardable_inputs(&self) -> &'static [usize] {
         &INDICES[..self.program.inputs]
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        let out = self.check(inputs)?;
-        Ok(vec![TensorDesc::new(self.dtype, &out)])
+        let temps = self.check(inputs)?;
+        Ok(self
+            .program
+            .output_instrs()
+            .into_iter()
+            .map(|o| TensorDesc::new(self.dtype, &temps[o]))
+            .collect())
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
-        let shape = self.check(inputs)?;
-        let out = &outputs[0];
-        if out.desc != TensorDesc::new(self.dtype, &shape) {
+        let temps = self.check(inputs)?;
+        let out_instrs = self.program.output_instrs();
+        if outputs.len() != out_instrs.len() {
             bail_invalid!(
-                "{OP}: output is {} {} but the program computes {} {}",
-                out.desc.dtype,
-                fmt_shape(&out.desc.shape),
-                self.dtype,
-                fmt_shape(&shape)
+                "{OP}: {} outputs given, the program has {}",
+                outputs.len(),
+                out_instrs.len()
             );
         }
-        let n: usize = shape.iter().product();
-        if n == 0 {
+        for (k, (out, &o)) in outputs.iter().zip(&out_instrs).enumerate() {
+            if out.desc != TensorDesc::new(self.dtype, &temps[o]) {
+                bail_invalid!(
+                    "{OP}: output {k} is {} {} but the program computes {} {}",
+                    out.desc.dtype,
+                    fmt_shape(&out.desc.shape),
+                    self.dtype,
+                    fmt_shape(&temps[o])
+                );
+            }
+        }
+        if outputs.iter().all(|o| o.desc.num_elements() == 0) {
             return Ok(());
         }
         // A Tile that repeats a dimension of size > 1 is no broadcast: materialize it into a
@@ -818,7 +1166,7 @@ impl Kernel for Fused {
                 Arg::Input(i) => i,
                 // The plugin never fuses a Tile's producer into its group.
                 Arg::Temp(t) => {
-                    if tile_is_broadcast(&self.program.temp_shape(t, inputs)?, &ins.multiples) {
+                    if tile_is_broadcast(&temps[t], &ins.multiples) {
                         continue;
                     }
                     return Err(Error::Unimplemented(format!(
@@ -870,61 +1218,41 @@ impl Kernel for Fused {
                 None => *op,
             })
             .collect();
-        let inputs = &replaced[..];
-        let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
-        let reads = Reads::of(&shape, &shapes).ok_or_else(|| {
-            invalid_arg!(
-                "{OP}: an input does not broadcast to the output {}",
-                fmt_shape(&shape)
-            )
-        })?;
-        if reads.dims.len() > MAX_RANK {
-            return Err(Error::Unimplemented(format!(
-                "{OP}: the broadcast to {} needs {} dimensions after merging; at most \
-                 {MAX_RANK} are supported",
-                fmt_shape(&shape),
-                reads.dims.len()
-            )));
+        let root_shape = &temps[out_instrs[0]];
+        if out_instrs.iter().all(|&o| &temps[o] == root_shape) {
+            // One dispatch writes every output (a single-output program, or SGD's update).
+            let outs: Vec<&DeviceRef> = outputs.iter().collect();
+            return self.dispatch(ctx, &program, &self.text, &replaced, root_shape, &outs);
         }
-        let bindings_needed = program.inputs as u32 + 1;
-        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
-            return Err(Error::Unimplemented(format!(
-                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
-                ctx.limits().max_storage_buffers_per_shader_stage
-            )));
-        }
-        let mut binds = Vec::with_capacity(inputs.len() + 1);
-        for (k, i) in inputs.iter().enumerate() {
-            binds.push(ctx.bind(i.device(OP, k)?)?);
-        }
-        binds.push(bind_out(ctx, OP, out)?);
-        let flat = reads.dims.len() <= 1;
-        let uniform = program.uniform_instrs(&shapes, n);
-        let mut variant = format!("{}/{}", self.text, if flat { "flat" } else { "bcast" });
-        if uniform.iter().any(|&u| u) {
-            variant.push_str("/uniform:");
-            variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
-        }
-        let key = PipelineKey::new("fused", Some(self.dtype), variant);
-        let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(program.shader(self.dtype, flat, &uniform))
-        })?;
-        let words = words_for(OP, self.dtype, n)?;
-        let (groups, row) = grid_1d(words as u64, WG);
-        let mut w = vec![row, n as u32, reads.dims.len() as u32, words, 0, 0, 0, 0];
-        let mut a8 = [0u32; MAX_RANK];
-        for (dst, &src) in a8.iter_mut().zip(&reads.dims) {
-            *dst = src as u32;
-        }
-        w.extend_from_slice(&a8);
-        for st in &reads.strides {
-            let mut a8 = [0u32; MAX_RANK];
-            for (dst, &src) in a8.iter_mut().zip(st) {
-                *dst = src as u32;
+        // Outputs by shape: those of output 0's shape in the last dispatch (output 0 may be
+        // written over an input, which the other dispatches read), the others one dispatch
+        // per shape, each computing only what its outputs depend on.
+        let mut classes: Vec<(&Vec<usize>, Vec<usize>)> = vec![];
+        for (k, &o) in out_instrs.iter().enumerate().skip(1) {
+            if &temps[o] == root_shape {
+                continue;
             }
-            w.extend_from_slice(&a8);
+            match classes.iter_mut().find(|(s, _)| *s == &temps[o]) {
+                Some((_, ks)) => ks.push(k),
+                None => classes.push((&temps[o], vec![k])),
+            }
         }
-        ctx.dispatch(&pipeline, &params(&w), &binds, groups)
+        let main: Vec<usize> = (0..out_instrs.len())
+            .filter(|&k| &temps[out_instrs[k]] == root_shape)
+            .collect();
+        classes.push((root_shape, main));
+        for (shape, ks) in &classes {
+            // The values in order of their instructions (the restricted program's output 0
+            // is the last of them).
+            let mut ks = ks.clone();
+            ks.sort_by_key(|&k| std::cmp::Reverse(out_instrs[k]));
+            let values: Vec<usize> = ks.iter().map(|&k| out_instrs[k]).collect();
+            let sub = self.restricted(&program, &values, !tiled.is_empty());
+            let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| replaced[i]).collect();
+            let outs: Vec<&DeviceRef> = ks.iter().map(|&k| &outputs[k]).collect();
+            self.dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, &outs)?;
+        }
+        Ok(())
     }
 }
 
