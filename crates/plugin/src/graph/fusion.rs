@@ -1010,31 +1010,36 @@ unsafe extern "C" fn unknown_shape_fn(
     unsafe { sys::TF_ShapeInferenceContextSetUnknownShape(ctx, status) }
 }
 
-/// Registers `_TfwgpuFusedElementwise` and `_TfwgpuFusedElementwiseTiled` with TensorFlow
-/// (before any graph is optimized).
+/// Registers `_TfwgpuFusedElementwise`, `_TfwgpuFusedElementwiseTiled` and
+/// `_TfwgpuFusedElementwiseMulti` with TensorFlow (before any graph is optimized).
 pub fn register_op() {
-    let st = Status::new();
+    type ShapeFn = unsafe extern "C" fn(*mut sys::TF_ShapeInferenceContext, *mut sys::TF_Status);
     let c = |s: &str| CString::new(s).expect("no NUL");
-    let (input, output, t, n, program) = (
-        c("x: N * T"),
-        c("y: T"),
+    let common = [
         c("T: {float, half}"),
         c("N: int >= 1"),
         c("program: string"),
-    );
-    type ShapeFn = unsafe extern "C" fn(*mut sys::TF_ShapeInferenceContext, *mut sys::TF_Status);
-    let ops: [(&str, ShapeFn); 2] = [(OP, shape_fn), (OP_TILED, unknown_shape_fn)];
-    for (op, shape) in ops {
-        let name = c(op);
+    ];
+    // The multi-output op: M outputs, output k >= 1 the result of instruction exports[k-1];
+    // shapes unknown (each output has its own, which the program decides).
+    let multi = [c("M: int >= 2"), c("exports: list(int)")];
+    let ops: [(&str, &str, &[CString], ShapeFn); 3] = [
+        (OP, "y: T", &[], shape_fn),
+        (OP_TILED, "y: T", &[], unknown_shape_fn),
+        (OP_MULTI, "y: M * T", &multi, unknown_shape_fn),
+    ];
+    let (input, st) = (c("x: N * T"), Status::new());
+    for (op, output, extra, shape) in ops {
+        let (name, output) = (c(op), c(output));
         // SAFETY: plain calls into TensorFlow's op registration API with valid strings
         // (copied by the builder); the builder is consumed by TF_RegisterOpDefinition.
         unsafe {
             let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
             sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
             sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
-            sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
-            sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
-            sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
+            for attr in common.iter().chain(extra) {
+                sys::TF_OpDefinitionBuilderAddAttr(b, attr.as_ptr());
+            }
             sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(shape));
             sys::TF_RegisterOpDefinition(b, st.0);
         }
@@ -1042,31 +1047,6 @@ pub fn register_op() {
             tracing::warn!("{op} not registered, fusion is off: {e}");
             return;
         }
-    }
-    // The multi-output op: M outputs, output k >= 1 the result of instruction exports[k-1];
-    // shapes unknown (each output has its own, which the program decides).
-    let (outputs, m, exports, name) = (
-        c("y: M * T"),
-        c("M: int >= 2"),
-        c("exports: list(int)"),
-        c(OP_MULTI),
-    );
-    // SAFETY: as above.
-    unsafe {
-        let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
-        sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
-        sys::TF_OpDefinitionBuilderAddOutput(b, outputs.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, t.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, n.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, m.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, program.as_ptr());
-        sys::TF_OpDefinitionBuilderAddAttr(b, exports.as_ptr());
-        sys::TF_OpDefinitionBuilderSetShapeInferenceFunction(b, Some(unknown_shape_fn));
-        sys::TF_RegisterOpDefinition(b, st.0);
-    }
-    if let Err(e) = st.check("registering the fused op") {
-        tracing::warn!("{OP_MULTI} not registered, fusion is off: {e}");
-        return;
     }
     REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
 }
