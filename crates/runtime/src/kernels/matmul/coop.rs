@@ -81,6 +81,17 @@ pub struct CoopTile {
     /// contiguous dimension is a multiple of 8, unpacked into two `vec4<f16>` shared stores
     /// (`unpack2x16float` and back to f16, exact); `Smem::Vec4` only.
     pub wide: bool,
+    /// Branch-free K loop (`depth` 1 only): 0, the next tile's staging under `if more`
+    /// (skipped after the last tile) and each global load under its own bounds check; 1
+    /// (`f`), the staging unconditional (past the last tile its loads are out of range, so
+    /// zeros, and its stores go to a buffer nobody reads any more); 2 (`fs`), also each load
+    /// unconditional: the index is replaced by 0 where out of range and the value by zero
+    /// with `select` (no branch in the loop body).
+    pub free: u32,
+    /// Epilogue scratch slots (16 x 16 floats, 1 KiB each): 0, one per subgroup; fewer
+    /// (`e<slots>`), the subgroups write their accumulators back in turns, which frees
+    /// workgroup memory for the K loop's buffers.
+    pub slots: u32,
 }
 
 /// The element type of the staged tiles in workgroup memory.
@@ -132,6 +143,8 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     nbuf: 2,
     depth: 1,
     wide: false,
+    free: 0,
+    slots: 0,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
 pub const COOP_128X128_2X2: CoopTile = CoopTile {
@@ -153,6 +166,8 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     nbuf: 2,
     depth: 1,
     wide: false,
+    free: 0,
+    slots: 0,
 };
 
 /// The same tiles with `vec4<f16>` workgroup arrays.
@@ -257,6 +272,184 @@ pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
     ..COOP_64X64_2X2V
 };
 
+/// The K-64 default with a branch-free K loop: staging unconditional (`f`), and each load
+/// unconditional too (`fs`).
+pub const COOP_128X128X64_2X4VG1F: CoopTile = CoopTile {
+    name: "c128x128x64_2x4vg1f",
+    free: 1,
+    ..COOP_128X128X64_2X4VG1
+};
+pub const COOP_128X128X64_2X4VG1FS: CoopTile = CoopTile {
+    name: "c128x128x64_2x4vg1fs",
+    free: 2,
+    ..COOP_128X128X64_2X4VG1
+};
+/// 16-byte loads, K tiles of 64 in one buffer, branch-free.
+pub const COOP_128X128X64_2X4WG1FS: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1fs",
+    free: 2,
+    ..COOP_128X128X64_2X4WG1
+};
+/// Two buffers of K 32, one barrier per K tile, branch-free (float32 v7's loop).
+pub const COOP_128X128_2X4VGF: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vgf",
+    free: 1,
+    ..COOP_128X128_2X4VG
+};
+pub const COOP_128X128_2X4VGFS: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vgfs",
+    free: 2,
+    ..COOP_128X128_2X4VG
+};
+/// One buffer of K 32 (26.5 KiB with the epilogue scratch): two workgroups per SM if the
+/// driver keeps it at 128 registers or fewer.
+pub const COOP_128X128_2X4VG1FS: CoopTile = CoopTile {
+    name: "c128x128x32_2x4vg1fs",
+    nbuf: 1,
+    free: 2,
+    ..COOP_128X128_2X4VG
+};
+/// 16 subgroups of 32 x 32 (512 invocations, 2 x 2 accumulators each), one buffer of K 32:
+/// 34.5 KiB with 16 KiB of epilogue scratch; twice the warps per SM.
+pub const COOP_128X128_4X4VG1FS: CoopTile = CoopTile {
+    name: "c128x128x32_4x4vg1fs",
+    sg_m: 4,
+    sg_n: 4,
+    nbuf: 1,
+    free: 2,
+    ..COOP_128X128_2X4VG
+};
+/// 128 x 64 in 4 subgroups of 64 x 32 (the default's subgroup tile), K tiles of 64 in one
+/// buffer: 31 KiB, so two workgroups per SM (each barrier then stalls half of the SM's
+/// warps, not all).
+pub const COOP_128X64X64_2X2VG1FS: CoopTile = CoopTile {
+    name: "c128x64x64_2x2vg1fs",
+    bn: 64,
+    sg_n: 2,
+    ..COOP_128X128X64_2X4VG1FS
+};
+/// The same with 16-byte global loads.
+pub const COOP_128X64X64_2X2WG1FS: CoopTile = CoopTile {
+    name: "c128x64x64_2x2wg1fs",
+    wide: true,
+    ..COOP_128X64X64_2X2VG1FS
+};
+/// 64 x 128 in 4 subgroups of 32 x 64, K tiles of 64 in one buffer (30 KiB).
+pub const COOP_64X128X64_2X2VG1FS: CoopTile = CoopTile {
+    name: "c64x128x64_2x2vg1fs",
+    bm: 64,
+    sg_n: 2,
+    ..COOP_128X128X64_2X4VG1FS
+};
+/// Two buffers of K 32 (one barrier per K tile) in 31 KiB: 128 x 64 in 4 subgroups of
+/// 64 x 32 with the epilogue in two turns of 2 KiB of scratch (two workgroups per SM), and
+/// 64 x 128 in 4 subgroups of 32 x 64.
+pub const COOP_128X64_2X2VGFSE2: CoopTile = CoopTile {
+    name: "c128x64x32_2x2vgfse2",
+    bn: 64,
+    sg_n: 2,
+    slots: 2,
+    ..COOP_128X128_2X4VGFS
+};
+pub const COOP_64X128_2X2VGFS: CoopTile = CoopTile {
+    name: "c64x128x32_2x2vgfs",
+    bm: 64,
+    sg_n: 2,
+    ..COOP_128X128_2X4VGFS
+};
+/// 16 subgroups of 32 x 32 with the epilogue in two turns of 8 KiB: K tiles of 64 in one
+/// buffer (43 KiB) or two buffers of K 32 (45 KiB, one barrier per K tile).
+pub const COOP_128X128X64_4X4VG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4vg1fse8",
+    sg_m: 4,
+    sg_n: 4,
+    slots: 8,
+    ..COOP_128X128X64_2X4VG1FS
+};
+pub const COOP_128X128_4X4VGFSE8: CoopTile = CoopTile {
+    name: "c128x128x32_4x4vgfse8",
+    sg_m: 4,
+    sg_n: 4,
+    slots: 8,
+    ..COOP_128X128_2X4VGFS
+};
+/// Request 2 (after `wg1fs` 180 and `4x4vg1fse8` 173 TFLOP/s at 4096): 16-byte loads
+/// through `select` with 16 subgroups (K 64, one buffer, 43 KiB); the `wg1fs` default with
+/// staging unconditional but loads under their `if` (`wg1f`); K tiles of 80 (five steps of
+/// 16 between barriers, 47 KiB with 4 KiB of scratch in two turns).
+pub const COOP_128X128X64_4X4WG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4wg1fse8",
+    wide: true,
+    ..COOP_128X128X64_4X4VG1FSE8
+};
+pub const COOP_128X128X64_2X4WG1F: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1f",
+    free: 1,
+    ..COOP_128X128X64_2X4WG1
+};
+pub const COOP_128X128X80_2X4WG1FSE4: CoopTile = CoopTile {
+    name: "c128x128x80_2x4wg1fse4",
+    bk: 80,
+    slots: 4,
+    ..COOP_128X128X64_2X4WG1FS
+};
+/// 64 x 64 with 16-byte loads through `select`, K 64 in one buffer (for few tiles; the
+/// lavapipe form of `c128x128x64_2x4wg1fs`), its 16-subgroup form (lavapipe form of
+/// `c128x128x64_4x4wg1fse8`), and K tiles of 80 (lavapipe form of the K-80 tile).
+pub const COOP_64X64X64_2X2W1FS: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1fs",
+    wide: true,
+    ..COOP_64X64X64_2X2V1FS
+};
+pub const COOP_64X64X64_4X4W1FSE4: CoopTile = CoopTile {
+    name: "c64x64x64_4x4w1fse4",
+    sg_m: 4,
+    sg_n: 4,
+    slots: 4,
+    ..COOP_64X64X64_2X2W1FS
+};
+pub const COOP_64X64X80_2X2W1FSE2: CoopTile = CoopTile {
+    name: "c64x64x80_2x2w1fse2",
+    bk: 80,
+    slots: 2,
+    ..COOP_64X64X64_2X2W1FS
+};
+/// 64 x 128 with 16-byte loads through `select`, K 64 in one buffer (for few tiles).
+pub const COOP_64X128X64_2X2WG1FS: CoopTile = CoopTile {
+    name: "c64x128x64_2x2wg1fs",
+    wide: true,
+    ..COOP_64X128X64_2X2VG1FS
+};
+/// The 64 x 64 form of the 16-subgroup two-buffer tile, epilogue in four turns (lavapipe).
+pub const COOP_64X64_4X4VFSE4: CoopTile = CoopTile {
+    name: "c64x64x32_4x4vfse4",
+    sg_m: 4,
+    sg_n: 4,
+    free: 2,
+    slots: 4,
+    ..COOP_64X64_2X2V
+};
+/// Lavapipe-sized forms of the branch-free tiles (same generator paths) for the emulated
+/// tests: one buffer of K 64, two buffers of K 32, 16 subgroups of 16 x 16.
+pub const COOP_64X64X64_2X2V1FS: CoopTile = CoopTile {
+    name: "c64x64x64_2x2v1fs",
+    free: 2,
+    ..COOP_64X64X64_2X2V1
+};
+pub const COOP_64X64_2X2VF: CoopTile = CoopTile {
+    name: "c64x64x32_2x2vf",
+    free: 1,
+    ..COOP_64X64_2X2V
+};
+pub const COOP_64X64_4X4V1FS: CoopTile = CoopTile {
+    name: "c64x64x32_4x4v1fs",
+    sg_m: 4,
+    sg_n: 4,
+    nbuf: 1,
+    free: 2,
+    ..COOP_64X64_2X2V
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -277,6 +470,31 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128X64_2X4WG1,
     COOP_64X64_2X2W2,
     COOP_64X64X64_2X2V1,
+    COOP_128X128X64_2X4VG1F,
+    COOP_128X128X64_2X4VG1FS,
+    COOP_128X128X64_2X4WG1FS,
+    COOP_128X128_2X4VGF,
+    COOP_128X128_2X4VGFS,
+    COOP_128X128_2X4VG1FS,
+    COOP_128X128_4X4VG1FS,
+    COOP_128X64X64_2X2VG1FS,
+    COOP_128X64X64_2X2WG1FS,
+    COOP_64X128X64_2X2VG1FS,
+    COOP_64X64X64_2X2V1FS,
+    COOP_64X64_2X2VF,
+    COOP_64X64_4X4V1FS,
+    COOP_128X64_2X2VGFSE2,
+    COOP_64X128_2X2VGFS,
+    COOP_128X128X64_4X4VG1FSE8,
+    COOP_128X128_4X4VGFSE8,
+    COOP_64X64_4X4VFSE4,
+    COOP_128X128X64_4X4WG1FSE8,
+    COOP_128X128X64_2X4WG1F,
+    COOP_128X128X80_2X4WG1FSE4,
+    COOP_64X64X64_2X2W1FS,
+    COOP_64X64X64_4X4W1FSE4,
+    COOP_64X64X80_2X2W1FSE2,
+    COOP_64X128X64_2X2WG1FS,
 ];
 
 /// The element type of the operands in memory.
@@ -432,7 +650,17 @@ impl CoopSpec {
     /// Bytes of workgroup memory.
     pub fn shared_bytes(&self) -> u32 {
         let (a, b) = self.stage_sizes();
-        self.tile.nbuf * (a + b) * 2 + self.tile.subgroups() * 256 * 4
+        self.tile.nbuf * (a + b) * 2 + self.scratch_slots() * 256 * 4
+    }
+
+    /// 16 x 16 float32 epilogue scratch slots: one per subgroup unless `slots` is set.
+    pub fn scratch_slots(&self) -> u32 {
+        let t = &self.tile;
+        if t.slots == 0 || t.slots > t.subgroups() {
+            t.subgroups()
+        } else {
+            t.slots
+        }
     }
 
     /// Whether the generated shader's loops cover its tiles exactly.
@@ -449,6 +677,8 @@ impl CoopSpec {
         t.bk.is_multiple_of(16)
             && (t.nbuf == 1 || t.nbuf == 2)
             && (t.depth == 1 || (t.depth == 2 && t.nbuf == 2))
+            && (t.free == 0 || (t.free <= 2 && t.depth == 1))
+            && t.subgroups().is_multiple_of(self.scratch_slots())
             && t.bm.is_multiple_of(16 * t.sg_m)
             && t.bn.is_multiple_of(16 * t.sg_n)
             && self.lanes > 0
@@ -624,7 +854,7 @@ fn main(
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
             sb_len = t.nbuf * bsz / unit,
-            sc_len = t.subgroups() * 256,
+            sc_len = self.scratch_slots() * 256,
             bm = t.bm,
             bn = t.bn,
             bk = t.bk,
@@ -744,6 +974,7 @@ fn main(
         }
         // Global -> registers for the K tile starting at `k0`.
         let bwd_input = self.bwd_input;
+        let free = t.free;
         let load = |s: &mut String, op: &Op, set: &str| {
             let per_row = op.cols / op.w;
             if bwd_input && op.name == "b" {
@@ -793,6 +1024,28 @@ fn main(
                 } else {
                     format!("{} + gr * {} + gc", op.off, op.ld)
                 };
+                if free == 2 {
+                    // No branch: an out-of-range element reads element 0 (every binding
+                    // holds one load's width: the widths divide the contiguous dimension)
+                    // and is replaced by zero.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let q = lid + {q0}u;
+            let gr = {row0} + q / {per_row}u;
+            let gc = {col0} + (q % {per_row}u) * {w}u;
+            let ok = gr < {rlim} && gc < {clim};
+            let e = select(0u, {e}, ok);
+            r{n}{set}{it} = select({z}, {n}[e / {w}u], ok);
+        }}
+",
+                        row0 = op.row0,
+                        col0 = op.col0,
+                        rlim = op.rlim,
+                        clim = op.clim,
+                    );
+                    continue;
+                }
                 let _ = write!(
                     s,
                     "        {{
@@ -947,17 +1200,23 @@ fn main(
             }
         };
         if t.depth == 1 {
+            // With `free`, the staging of the tile after the last one runs too (its loads
+            // are past K: zeros; its stores go to a buffer no product reads any more).
             let _ = write!(
                 s,
                 "    workgroupBarrier();
     for (var t = 0u; t < ntiles; t += 1u) {{
         let cur = {cur};
-        let more = t + 1u < ntiles;
-        if more {{
+{cond}{{
             let k0 = (t + 1u) * {bk}u;
 ",
                 bk = t.bk,
                 cur = if t.nbuf == 2 { "t & 1u" } else { "0u" },
+                cond = if t.free > 0 {
+                    "        "
+                } else {
+                    "        let more = t + 1u < ntiles;\n        if more "
+                },
             );
             load(&mut s, &a_op, "");
             load(&mut s, &b_op, "");
@@ -971,7 +1230,11 @@ fn main(
                 s.push_str("        workgroupBarrier();\n");
                 "0u"
             };
-            s.push_str("        if more {\n");
+            s.push_str(if t.free > 0 {
+                "        {\n"
+            } else {
+                "        if more {\n"
+            });
             store(&mut s, &a_op, "", next);
             store(&mut s, &b_op, "", next);
             s.push_str("        }\n        workgroupBarrier();\n    }\n");
@@ -1019,43 +1282,65 @@ fn main(
         // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
         let _ = writeln!(
             s,
-            "    let cbase = bidx * p.m * p.n;\n    let sc_base = sg * 256u;\n    let sc_stride = 16u;"
+            "    let cbase = bidx * p.m * p.n;\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            if self.scratch_slots() == t.subgroups() {
+                "sg".to_string()
+            } else {
+                format!("(sg % {}u)", self.scratch_slots())
+            }
         );
         let conv_out = match self.input {
             Input::F16 => "f16",
             Input::F32 => "",
         };
+        // With fewer scratch slots than subgroups, the subgroups take turns (`rounds`),
+        // each turn between workgroup barriers (in uniform control flow; the cooperative
+        // store under a condition on the subgroup index is uniform within the subgroup).
+        let slots = self.scratch_slots();
+        let rounds = t.subgroups() / slots;
         for i in 0..tm {
             for j in 0..tn {
-                if emu {
-                    let _ = write!(
-                        s,
-                        "    for (var q = 0u; q < {per}u; q += 1u) {{
+                for r in 0..rounds {
+                    let (open, close) = if rounds > 1 {
+                        (format!("    if sg / {slots}u == {r}u {{\n"), "    }\n")
+                    } else {
+                        (String::new(), "")
+                    };
+                    s.push_str(&open);
+                    if emu {
+                        let _ = write!(
+                            s,
+                            "    for (var q = 0u; q < {per}u; q += 1u) {{
         sc[sc_base + lane + q * {lanes}u] = acc_{i}_{j}[q];
     }}
 ",
-                        per = 256 / self.lanes,
-                        lanes = self.lanes
-                    );
-                } else {
-                    let _ = writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
-                }
-                let _ = write!(
-                    s,
-                    "    workgroupBarrier();
-    for (var e = lane; e < 256u; e += {lanes}u) {{
+                            per = 256 / self.lanes,
+                            lanes = self.lanes
+                        );
+                    } else {
+                        let _ =
+                            writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
+                    }
+                    s.push_str(close);
+                    s.push_str("    workgroupBarrier();\n");
+                    s.push_str(&open);
+                    let _ = write!(
+                        s,
+                        "    for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
         if gm < p.m && gn < p.n {{
             c[cbase + gm * p.n + gn] = {conv_out}(sc[sc_base + e]);
         }}
     }}
-    workgroupBarrier();
 ",
-                    lanes = self.lanes,
-                    r0 = i * 16,
-                    c0 = j * 16,
-                );
+                        lanes = self.lanes,
+                        r0 = i * 16,
+                        c0 = j * 16,
+                    );
+                    s.push_str(close);
+                    s.push_str("    workgroupBarrier();\n");
+                }
             }
         }
         s.push_str("}\n");
