@@ -16,9 +16,12 @@
 //! transposed operands only switch between `coopLoad` (column-major) and `coopLoadT`
 //! (row-major). Global loads read 8 halves (`vec4<u32>` words, `wide` tiles), 4 elements
 //! (`vec4<f16>` or `vec4<f32>`) or 1 at a time, as the contiguous dimensions allow;
-//! out-of-range elements are staged as zeros, so any M, N, K works. Each accumulator is
-//! written back through a 16 x 16 float32 scratch in workgroup memory, with bounds checks,
-//! converted to the output type. Variants and their H200 figures: bench/NOTES-coop.md.
+//! out-of-range elements are staged as zeros, so any M, N, K works (`free` tiles: without a
+//! branch in the loop body, the staging also runs past the last tile and each load reads
+//! through an index `select`ed in range). Each accumulator is written back through a
+//! 16 x 16 float32 scratch in workgroup memory (one per subgroup, or fewer taken in turns),
+//! with bounds checks, converted to the output type. Variants and their H200 figures:
+//! bench/NOTES-coop.md.
 
 use std::sync::{Once, OnceLock};
 
@@ -272,134 +275,60 @@ pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
     ..COOP_64X64_2X2V
 };
 
-/// The K-64 default with a branch-free K loop: staging unconditional (`f`), and each load
-/// unconditional too (`fs`).
-pub const COOP_128X128X64_2X4VG1F: CoopTile = CoopTile {
-    name: "c128x128x64_2x4vg1f",
-    free: 1,
-    ..COOP_128X128X64_2X4VG1
-};
-pub const COOP_128X128X64_2X4VG1FS: CoopTile = CoopTile {
-    name: "c128x128x64_2x4vg1fs",
-    free: 2,
-    ..COOP_128X128X64_2X4VG1
-};
-/// 16-byte loads, K tiles of 64 in one buffer, branch-free.
-pub const COOP_128X128X64_2X4WG1FS: CoopTile = CoopTile {
-    name: "c128x128x64_2x4wg1fs",
-    free: 2,
-    ..COOP_128X128X64_2X4WG1
-};
-/// Two buffers of K 32, one barrier per K tile, branch-free (float32 v7's loop).
-pub const COOP_128X128_2X4VGF: CoopTile = CoopTile {
-    name: "c128x128x32_2x4vgf",
-    free: 1,
-    ..COOP_128X128_2X4VG
-};
-pub const COOP_128X128_2X4VGFS: CoopTile = CoopTile {
-    name: "c128x128x32_2x4vgfs",
-    free: 2,
-    ..COOP_128X128_2X4VG
-};
-/// One buffer of K 32 (26.5 KiB with the epilogue scratch): two workgroups per SM if the
-/// driver keeps it at 128 registers or fewer.
-pub const COOP_128X128_2X4VG1FS: CoopTile = CoopTile {
-    name: "c128x128x32_2x4vg1fs",
-    nbuf: 1,
-    free: 2,
-    ..COOP_128X128_2X4VG
-};
-/// 16 subgroups of 32 x 32 (512 invocations, 2 x 2 accumulators each), one buffer of K 32:
-/// 34.5 KiB with 16 KiB of epilogue scratch; twice the warps per SM.
-pub const COOP_128X128_4X4VG1FS: CoopTile = CoopTile {
-    name: "c128x128x32_4x4vg1fs",
-    sg_m: 4,
-    sg_n: 4,
-    nbuf: 1,
-    free: 2,
-    ..COOP_128X128_2X4VG
-};
-/// 128 x 64 in 4 subgroups of 64 x 32 (the default's subgroup tile), K tiles of 64 in one
-/// buffer: 31 KiB, so two workgroups per SM (each barrier then stalls half of the SM's
-/// warps, not all).
-pub const COOP_128X64X64_2X2VG1FS: CoopTile = CoopTile {
-    name: "c128x64x64_2x2vg1fs",
-    bn: 64,
-    sg_n: 2,
-    ..COOP_128X128X64_2X4VG1FS
-};
-/// The same with 16-byte global loads.
-pub const COOP_128X64X64_2X2WG1FS: CoopTile = CoopTile {
-    name: "c128x64x64_2x2wg1fs",
-    wide: true,
-    ..COOP_128X64X64_2X2VG1FS
-};
-/// 64 x 128 in 4 subgroups of 32 x 64, K tiles of 64 in one buffer (30 KiB).
-pub const COOP_64X128X64_2X2VG1FS: CoopTile = CoopTile {
-    name: "c64x128x64_2x2vg1fs",
-    bm: 64,
-    sg_n: 2,
-    ..COOP_128X128X64_2X4VG1FS
-};
-/// Two buffers of K 32 (one barrier per K tile) in 31 KiB: 128 x 64 in 4 subgroups of
-/// 64 x 32 with the epilogue in two turns of 2 KiB of scratch (two workgroups per SM), and
-/// 64 x 128 in 4 subgroups of 32 x 64.
-pub const COOP_128X64_2X2VGFSE2: CoopTile = CoopTile {
-    name: "c128x64x32_2x2vgfse2",
-    bn: 64,
-    sg_n: 2,
-    slots: 2,
-    ..COOP_128X128_2X4VGFS
-};
-pub const COOP_64X128_2X2VGFS: CoopTile = CoopTile {
-    name: "c64x128x32_2x2vgfs",
-    bm: 64,
-    sg_n: 2,
-    ..COOP_128X128_2X4VGFS
-};
-/// 16 subgroups of 32 x 32 with the epilogue in two turns of 8 KiB: K tiles of 64 in one
-/// buffer (43 KiB) or two buffers of K 32 (45 KiB, one barrier per K tile).
-pub const COOP_128X128X64_4X4VG1FSE8: CoopTile = CoopTile {
-    name: "c128x128x64_4x4vg1fse8",
-    sg_m: 4,
-    sg_n: 4,
-    slots: 8,
-    ..COOP_128X128X64_2X4VG1FS
-};
-pub const COOP_128X128_4X4VGFSE8: CoopTile = CoopTile {
-    name: "c128x128x32_4x4vgfse8",
-    sg_m: 4,
-    sg_n: 4,
-    slots: 8,
-    ..COOP_128X128_2X4VGFS
-};
-/// Request 2 (after `wg1fs` 180 and `4x4vg1fse8` 173 TFLOP/s at 4096): 16-byte loads
-/// through `select` with 16 subgroups (K 64, one buffer, 43 KiB); the `wg1fs` default with
-/// staging unconditional but loads under their `if` (`wg1f`); K tiles of 80 (five steps of
-/// 16 between barriers, 47 KiB with 4 KiB of scratch in two turns).
-pub const COOP_128X128X64_4X4WG1FSE8: CoopTile = CoopTile {
-    name: "c128x128x64_4x4wg1fse8",
-    wide: true,
-    ..COOP_128X128X64_4X4VG1FSE8
-};
+/// v4 (NOTES-coop.md): branch-free K loops (`free`) with 16-byte loads and K tiles of 64 in
+/// one buffer. `wg1f`: the staging unconditional, each load under its bounds check (the
+/// float16 default for at least 128 tiles: 196 TFLOP/s at 4096 on the H200); `wg1fs`: the
+/// loads through `select` too (181).
 pub const COOP_128X128X64_2X4WG1F: CoopTile = CoopTile {
     name: "c128x128x64_2x4wg1f",
     free: 1,
     ..COOP_128X128X64_2X4WG1
 };
+pub const COOP_128X128X64_2X4WG1FS: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1fs",
+    free: 2,
+    ..COOP_128X128X64_2X4WG1
+};
+/// 16 subgroups of 32 x 32 (512 invocations: the driver holds them at 128 registers, 16
+/// warps per SM) with the epilogue in two turns of 8 KiB (43 KiB): `vec4<f16>` loads (173)
+/// and 16-byte loads (189).
+pub const COOP_128X128X64_4X4VG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4vg1fse8",
+    sg_m: 4,
+    sg_n: 4,
+    free: 2,
+    slots: 8,
+    ..COOP_128X128X64_2X4VG1
+};
+pub const COOP_128X128X64_4X4WG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4wg1fse8",
+    wide: true,
+    ..COOP_128X128X64_4X4VG1FSE8
+};
+/// K tiles of 80 (five steps of 16 between barriers; 47 KiB with 4 KiB of scratch in two
+/// turns): 169.
 pub const COOP_128X128X80_2X4WG1FSE4: CoopTile = CoopTile {
     name: "c128x128x80_2x4wg1fse4",
     bk: 80,
     slots: 4,
     ..COOP_128X128X64_2X4WG1FS
 };
-/// 64 x 64 with 16-byte loads through `select`, K 64 in one buffer (for few tiles; the
-/// lavapipe form of `c128x128x64_2x4wg1fs`), its 16-subgroup form (lavapipe form of
-/// `c128x128x64_4x4wg1fse8`), and K tiles of 80 (lavapipe form of the K-80 tile).
+/// 64 x 64 with 16-byte loads through `select`, K 64 in one buffer: the float16 default for
+/// fewer than 128 tiles of 128 x 128 (93 TFLOP/s at 1024), and the lavapipe form of the
+/// 128 x 128 `wg1fs` tile.
 pub const COOP_64X64X64_2X2W1FS: CoopTile = CoopTile {
     name: "c64x64x64_2x2w1fs",
     wide: true,
-    ..COOP_64X64X64_2X2V1FS
+    free: 2,
+    ..COOP_64X64X64_2X2V1
+};
+/// Lavapipe forms (the same generator paths within its 32 KiB) for the emulated tests: of
+/// the `wg1f` default, of the 16-subgroup tiles (epilogue in four turns), of the K-80 tile
+/// (two turns), and `free` 1 with two buffers.
+pub const COOP_64X64X64_2X2W1F: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1f",
+    free: 1,
+    ..COOP_64X64X64_2X2W1FS
 };
 pub const COOP_64X64X64_4X4W1FSE4: CoopTile = CoopTile {
     name: "c64x64x64_4x4w1fse4",
@@ -414,39 +343,9 @@ pub const COOP_64X64X80_2X2W1FSE2: CoopTile = CoopTile {
     slots: 2,
     ..COOP_64X64X64_2X2W1FS
 };
-/// 64 x 128 with 16-byte loads through `select`, K 64 in one buffer (for few tiles).
-pub const COOP_64X128X64_2X2WG1FS: CoopTile = CoopTile {
-    name: "c64x128x64_2x2wg1fs",
-    wide: true,
-    ..COOP_64X128X64_2X2VG1FS
-};
-/// The 64 x 64 form of the 16-subgroup two-buffer tile, epilogue in four turns (lavapipe).
-pub const COOP_64X64_4X4VFSE4: CoopTile = CoopTile {
-    name: "c64x64x32_4x4vfse4",
-    sg_m: 4,
-    sg_n: 4,
-    free: 2,
-    slots: 4,
-    ..COOP_64X64_2X2V
-};
-/// Lavapipe-sized forms of the branch-free tiles (same generator paths) for the emulated
-/// tests: one buffer of K 64, two buffers of K 32, 16 subgroups of 16 x 16.
-pub const COOP_64X64X64_2X2V1FS: CoopTile = CoopTile {
-    name: "c64x64x64_2x2v1fs",
-    free: 2,
-    ..COOP_64X64X64_2X2V1
-};
 pub const COOP_64X64_2X2VF: CoopTile = CoopTile {
     name: "c64x64x32_2x2vf",
     free: 1,
-    ..COOP_64X64_2X2V
-};
-pub const COOP_64X64_4X4V1FS: CoopTile = CoopTile {
-    name: "c64x64x32_4x4v1fs",
-    sg_m: 4,
-    sg_n: 4,
-    nbuf: 1,
-    free: 2,
     ..COOP_64X64_2X2V
 };
 
@@ -470,31 +369,16 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128X64_2X4WG1,
     COOP_64X64_2X2W2,
     COOP_64X64X64_2X2V1,
-    COOP_128X128X64_2X4VG1F,
-    COOP_128X128X64_2X4VG1FS,
-    COOP_128X128X64_2X4WG1FS,
-    COOP_128X128_2X4VGF,
-    COOP_128X128_2X4VGFS,
-    COOP_128X128_2X4VG1FS,
-    COOP_128X128_4X4VG1FS,
-    COOP_128X64X64_2X2VG1FS,
-    COOP_128X64X64_2X2WG1FS,
-    COOP_64X128X64_2X2VG1FS,
-    COOP_64X64X64_2X2V1FS,
-    COOP_64X64_2X2VF,
-    COOP_64X64_4X4V1FS,
-    COOP_128X64_2X2VGFSE2,
-    COOP_64X128_2X2VGFS,
-    COOP_128X128X64_4X4VG1FSE8,
-    COOP_128X128_4X4VGFSE8,
-    COOP_64X64_4X4VFSE4,
-    COOP_128X128X64_4X4WG1FSE8,
     COOP_128X128X64_2X4WG1F,
+    COOP_128X128X64_2X4WG1FS,
+    COOP_128X128X64_4X4VG1FSE8,
+    COOP_128X128X64_4X4WG1FSE8,
     COOP_128X128X80_2X4WG1FSE4,
     COOP_64X64X64_2X2W1FS,
+    COOP_64X64X64_2X2W1F,
     COOP_64X64X64_4X4W1FSE4,
     COOP_64X64X80_2X2W1FSE2,
-    COOP_64X128X64_2X2WG1FS,
+    COOP_64X64_2X2VF,
 ];
 
 /// The element type of the operands in memory.
@@ -1406,14 +1290,16 @@ pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
 }
 
 /// The tile for `batches` products of M x N with `input` operands (measured on the H200,
-/// NOTES-coop.md, v3):
+/// NOTES-coop.md, v4):
 /// - M or N at most 64: 64 x 64 (`c64x64x32_2x2v`; Conv2D with 64 channels);
-/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4vg1` (K tiles of 64 in one
-///   buffer: 152 TFLOP/s at 4096, 155 at 8192, against 136 for `c128x128x32_2x4vg`);
-/// - float16, fewer (1024^2: 64 tiles for 132 SMs): 64 x 64 with 16-byte loads two K tiles
-///   ahead (`c64x64x32_2x2w2`: 67.9 TFLOP/s at 1024 against 56.2 and 53.5);
-/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tile's float32 staging registers were
-///   not measured).
+/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4wg1f` (16-byte loads, K tiles
+///   of 64 in one buffer, no branch around the staging: 196 TFLOP/s at 4096 against 152 for
+///   v3's `c128x128x64_2x4vg1`; 179 at 2048);
+/// - float16, fewer (1024^2: 64 tiles for 132 SMs): `c64x64x64_2x2w1fs` (64 x 64, 16-byte
+///   loads through `select`, K 64 in one buffer: 93 TFLOP/s at 1024 against 69 for v3's
+///   `c64x64x32_2x2w2`);
+/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tiles' float32 staging registers were
+///   not measured; 16-byte loads are for float16 only).
 pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile {
     if n <= 64 || m <= 64 {
         return COOP_64X64_2X2V;
@@ -1425,9 +1311,9 @@ pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile
         .saturating_mul(m.div_ceil(128))
         .saturating_mul(n.div_ceil(128));
     if tiles < 128 {
-        COOP_64X64_2X2W2
+        COOP_64X64X64_2X2W1FS
     } else {
-        COOP_128X128X64_2X4VG1
+        COOP_128X128X64_2X4WG1F
     }
 }
 
