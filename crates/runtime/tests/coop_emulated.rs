@@ -6,16 +6,17 @@
 //! `matmul_coop.rs` (`coop_cases/mod.rs`) check the load widths, one- and two-tile-ahead
 //! loads, one or two buffers, partial tiles, odd K tile counts, batches, layouts and the
 //! Conv2D forms without a tensor core. Tiles: 64 x 64 ones (the 128 x 128 ones need more
-//! than lavapipe's 32 KiB of workgroup memory; `c64x64x64_2x2v1` stands in for the default
-//! `c128x128x64_2x4vg1`); the automatic choice falls back to the float32 kernels where its
-//! tile does not fit.
+//! than lavapipe's 32 KiB of workgroup memory; `c64x64x64_2x2w1f` stands in for the large
+//! default `c128x128x64_2x4wg1f`, the small default `c64x64x64_2x2w1fs` runs as it is); the
+//! automatic choice falls back to the float32 kernels where its tile does not fit.
 mod common;
 mod coop_cases;
 
 use std::sync::Once;
 
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, CoopTile, EMULATE_VAR,
+    COOP_64X64_2X2V, COOP_64X64_2X2VF, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, COOP_64X64X64_2X2W1F,
+    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4, COOP_64X64X80_2X2W1FSE2, CoopTile, EMULATE_VAR,
     emulation_requested,
 };
 
@@ -30,9 +31,36 @@ fn setup() {
     assert!(emulation_requested());
 }
 
-/// The defaults where M or N is at most 64 (`2x2v`) and for few tiles (`2x2w2`), and the
-/// 64 x 64 form of the large default (K tiles of 64 in one buffer).
+/// The default where M or N is at most 64 (`2x2v`), v3's default for few tiles (`2x2w2`),
+/// and the 64 x 64 form of v3's large default (K tiles of 64 in one buffer).
 const TILES: &[CoopTile] = &[COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1];
+
+/// The branch-free K loops of v4 in their lavapipe-sized forms: 16-byte loads with K 64 in
+/// one buffer, the staging unconditional (`c128x128x64_2x4wg1f`, the large default) and the
+/// loads through `select` too (`c64x64x64_2x2w1fs`, the small default itself), with 16
+/// subgroups and the epilogue in turns (`c128x128x64_4x4wg1fse8`), with K tiles of 80 (a
+/// partial K tile for most K; `c128x128x80_2x4wg1fse4`), and the unconditional staging of
+/// two buffers (`free` 1).
+const FREE_TILES: &[CoopTile] = &[
+    COOP_64X64X64_2X2W1F,
+    COOP_64X64X64_2X2W1FS,
+    COOP_64X64X64_4X4W1FSE4,
+    COOP_64X64X80_2X2W1FSE2,
+    COOP_64X64_2X2VF,
+];
+
+#[test]
+fn emulated_branch_free_matmul() {
+    setup();
+    coop_cases::matmul_shapes_layouts_tiles(FREE_TILES);
+}
+
+#[test]
+fn emulated_branch_free_conv2d() {
+    setup();
+    coop_cases::conv2d_forward(FREE_TILES);
+    coop_cases::conv2d_backprop_input(FREE_TILES);
+}
 
 #[test]
 fn emulated_matmul_shapes_layouts_tiles() {

@@ -16,9 +16,12 @@
 //! transposed operands only switch between `coopLoad` (column-major) and `coopLoadT`
 //! (row-major). Global loads read 8 halves (`vec4<u32>` words, `wide` tiles), 4 elements
 //! (`vec4<f16>` or `vec4<f32>`) or 1 at a time, as the contiguous dimensions allow;
-//! out-of-range elements are staged as zeros, so any M, N, K works. Each accumulator is
-//! written back through a 16 x 16 float32 scratch in workgroup memory, with bounds checks,
-//! converted to the output type. Variants and their H200 figures: bench/NOTES-coop.md.
+//! out-of-range elements are staged as zeros, so any M, N, K works (`free` tiles: without a
+//! branch in the loop body, the staging also runs past the last tile and each load reads
+//! through an index `select`ed in range). Each accumulator is written back through a
+//! 16 x 16 float32 scratch in workgroup memory (one per subgroup, or fewer taken in turns),
+//! with bounds checks, converted to the output type. Variants and their H200 figures:
+//! bench/NOTES-coop.md.
 
 use std::sync::{Once, OnceLock};
 
@@ -81,6 +84,17 @@ pub struct CoopTile {
     /// contiguous dimension is a multiple of 8, unpacked into two `vec4<f16>` shared stores
     /// (`unpack2x16float` and back to f16, exact); `Smem::Vec4` only.
     pub wide: bool,
+    /// Branch-free K loop (`depth` 1 only): 0, the next tile's staging under `if more`
+    /// (skipped after the last tile) and each global load under its own bounds check; 1
+    /// (`f`), the staging unconditional (past the last tile its loads are out of range, so
+    /// zeros, and its stores go to a buffer nobody reads any more); 2 (`fs`), also each load
+    /// unconditional: the index is replaced by 0 where out of range and the value by zero
+    /// with `select` (no branch in the loop body).
+    pub free: u32,
+    /// Epilogue scratch slots (16 x 16 floats, 1 KiB each): 0, one per subgroup; fewer
+    /// (`e<slots>`), the subgroups write their accumulators back in turns, which frees
+    /// workgroup memory for the K loop's buffers.
+    pub slots: u32,
 }
 
 /// The element type of the staged tiles in workgroup memory.
@@ -132,6 +146,8 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     nbuf: 2,
     depth: 1,
     wide: false,
+    free: 0,
+    slots: 0,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
 pub const COOP_128X128_2X2: CoopTile = CoopTile {
@@ -153,6 +169,8 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     nbuf: 2,
     depth: 1,
     wide: false,
+    free: 0,
+    slots: 0,
 };
 
 /// The same tiles with `vec4<f16>` workgroup arrays.
@@ -257,6 +275,80 @@ pub const COOP_64X64_2X2W2: CoopTile = CoopTile {
     ..COOP_64X64_2X2V
 };
 
+/// v4 (NOTES-coop.md): branch-free K loops (`free`) with 16-byte loads and K tiles of 64 in
+/// one buffer. `wg1f`: the staging unconditional, each load under its bounds check (the
+/// float16 default for at least 128 tiles: 196 TFLOP/s at 4096 on the H200); `wg1fs`: the
+/// loads through `select` too (181).
+pub const COOP_128X128X64_2X4WG1F: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1f",
+    free: 1,
+    ..COOP_128X128X64_2X4WG1
+};
+pub const COOP_128X128X64_2X4WG1FS: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1fs",
+    free: 2,
+    ..COOP_128X128X64_2X4WG1
+};
+/// 16 subgroups of 32 x 32 (512 invocations: the driver holds them at 128 registers, 16
+/// warps per SM) with the epilogue in two turns of 8 KiB (43 KiB): `vec4<f16>` loads (173)
+/// and 16-byte loads (189).
+pub const COOP_128X128X64_4X4VG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4vg1fse8",
+    sg_m: 4,
+    sg_n: 4,
+    free: 2,
+    slots: 8,
+    ..COOP_128X128X64_2X4VG1
+};
+pub const COOP_128X128X64_4X4WG1FSE8: CoopTile = CoopTile {
+    name: "c128x128x64_4x4wg1fse8",
+    wide: true,
+    ..COOP_128X128X64_4X4VG1FSE8
+};
+/// K tiles of 80 (five steps of 16 between barriers; 47 KiB with 4 KiB of scratch in two
+/// turns): 169.
+pub const COOP_128X128X80_2X4WG1FSE4: CoopTile = CoopTile {
+    name: "c128x128x80_2x4wg1fse4",
+    bk: 80,
+    slots: 4,
+    ..COOP_128X128X64_2X4WG1FS
+};
+/// 64 x 64 with 16-byte loads through `select`, K 64 in one buffer: the float16 default for
+/// fewer than 128 tiles of 128 x 128 (93 TFLOP/s at 1024), and the lavapipe form of the
+/// 128 x 128 `wg1fs` tile.
+pub const COOP_64X64X64_2X2W1FS: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1fs",
+    wide: true,
+    free: 2,
+    ..COOP_64X64X64_2X2V1
+};
+/// Lavapipe forms (the same generator paths within its 32 KiB) for the emulated tests: of
+/// the `wg1f` default, of the 16-subgroup tiles (epilogue in four turns), of the K-80 tile
+/// (two turns), and `free` 1 with two buffers.
+pub const COOP_64X64X64_2X2W1F: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1f",
+    free: 1,
+    ..COOP_64X64X64_2X2W1FS
+};
+pub const COOP_64X64X64_4X4W1FSE4: CoopTile = CoopTile {
+    name: "c64x64x64_4x4w1fse4",
+    sg_m: 4,
+    sg_n: 4,
+    slots: 4,
+    ..COOP_64X64X64_2X2W1FS
+};
+pub const COOP_64X64X80_2X2W1FSE2: CoopTile = CoopTile {
+    name: "c64x64x80_2x2w1fse2",
+    bk: 80,
+    slots: 2,
+    ..COOP_64X64X64_2X2W1FS
+};
+pub const COOP_64X64_2X2VF: CoopTile = CoopTile {
+    name: "c64x64x32_2x2vf",
+    free: 1,
+    ..COOP_64X64_2X2V
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -277,6 +369,16 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128X64_2X4WG1,
     COOP_64X64_2X2W2,
     COOP_64X64X64_2X2V1,
+    COOP_128X128X64_2X4WG1F,
+    COOP_128X128X64_2X4WG1FS,
+    COOP_128X128X64_4X4VG1FSE8,
+    COOP_128X128X64_4X4WG1FSE8,
+    COOP_128X128X80_2X4WG1FSE4,
+    COOP_64X64X64_2X2W1FS,
+    COOP_64X64X64_2X2W1F,
+    COOP_64X64X64_4X4W1FSE4,
+    COOP_64X64X80_2X2W1FSE2,
+    COOP_64X64_2X2VF,
 ];
 
 /// The element type of the operands in memory.
@@ -432,7 +534,17 @@ impl CoopSpec {
     /// Bytes of workgroup memory.
     pub fn shared_bytes(&self) -> u32 {
         let (a, b) = self.stage_sizes();
-        self.tile.nbuf * (a + b) * 2 + self.tile.subgroups() * 256 * 4
+        self.tile.nbuf * (a + b) * 2 + self.scratch_slots() * 256 * 4
+    }
+
+    /// 16 x 16 float32 epilogue scratch slots: one per subgroup unless `slots` is set.
+    pub fn scratch_slots(&self) -> u32 {
+        let t = &self.tile;
+        if t.slots == 0 || t.slots > t.subgroups() {
+            t.subgroups()
+        } else {
+            t.slots
+        }
     }
 
     /// Whether the generated shader's loops cover its tiles exactly.
@@ -449,6 +561,8 @@ impl CoopSpec {
         t.bk.is_multiple_of(16)
             && (t.nbuf == 1 || t.nbuf == 2)
             && (t.depth == 1 || (t.depth == 2 && t.nbuf == 2))
+            && (t.free == 0 || (t.free <= 2 && t.depth == 1))
+            && t.subgroups().is_multiple_of(self.scratch_slots())
             && t.bm.is_multiple_of(16 * t.sg_m)
             && t.bn.is_multiple_of(16 * t.sg_n)
             && self.lanes > 0
@@ -624,7 +738,7 @@ fn main(
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
             sb_len = t.nbuf * bsz / unit,
-            sc_len = t.subgroups() * 256,
+            sc_len = self.scratch_slots() * 256,
             bm = t.bm,
             bn = t.bn,
             bk = t.bk,
@@ -744,6 +858,7 @@ fn main(
         }
         // Global -> registers for the K tile starting at `k0`.
         let bwd_input = self.bwd_input;
+        let free = t.free;
         let load = |s: &mut String, op: &Op, set: &str| {
             let per_row = op.cols / op.w;
             if bwd_input && op.name == "b" {
@@ -793,6 +908,28 @@ fn main(
                 } else {
                     format!("{} + gr * {} + gc", op.off, op.ld)
                 };
+                if free == 2 {
+                    // No branch: an out-of-range element reads element 0 (every binding
+                    // holds one load's width: the widths divide the contiguous dimension)
+                    // and is replaced by zero.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let q = lid + {q0}u;
+            let gr = {row0} + q / {per_row}u;
+            let gc = {col0} + (q % {per_row}u) * {w}u;
+            let ok = gr < {rlim} && gc < {clim};
+            let e = select(0u, {e}, ok);
+            r{n}{set}{it} = select({z}, {n}[e / {w}u], ok);
+        }}
+",
+                        row0 = op.row0,
+                        col0 = op.col0,
+                        rlim = op.rlim,
+                        clim = op.clim,
+                    );
+                    continue;
+                }
                 let _ = write!(
                     s,
                     "        {{
@@ -947,17 +1084,23 @@ fn main(
             }
         };
         if t.depth == 1 {
+            // With `free`, the staging of the tile after the last one runs too (its loads
+            // are past K: zeros; its stores go to a buffer no product reads any more).
             let _ = write!(
                 s,
                 "    workgroupBarrier();
     for (var t = 0u; t < ntiles; t += 1u) {{
         let cur = {cur};
-        let more = t + 1u < ntiles;
-        if more {{
+{cond}{{
             let k0 = (t + 1u) * {bk}u;
 ",
                 bk = t.bk,
                 cur = if t.nbuf == 2 { "t & 1u" } else { "0u" },
+                cond = if t.free > 0 {
+                    "        "
+                } else {
+                    "        let more = t + 1u < ntiles;\n        if more "
+                },
             );
             load(&mut s, &a_op, "");
             load(&mut s, &b_op, "");
@@ -971,7 +1114,11 @@ fn main(
                 s.push_str("        workgroupBarrier();\n");
                 "0u"
             };
-            s.push_str("        if more {\n");
+            s.push_str(if t.free > 0 {
+                "        {\n"
+            } else {
+                "        if more {\n"
+            });
             store(&mut s, &a_op, "", next);
             store(&mut s, &b_op, "", next);
             s.push_str("        }\n        workgroupBarrier();\n    }\n");
@@ -1019,43 +1166,65 @@ fn main(
         // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
         let _ = writeln!(
             s,
-            "    let cbase = bidx * p.m * p.n;\n    let sc_base = sg * 256u;\n    let sc_stride = 16u;"
+            "    let cbase = bidx * p.m * p.n;\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            if self.scratch_slots() == t.subgroups() {
+                "sg".to_string()
+            } else {
+                format!("(sg % {}u)", self.scratch_slots())
+            }
         );
         let conv_out = match self.input {
             Input::F16 => "f16",
             Input::F32 => "",
         };
+        // With fewer scratch slots than subgroups, the subgroups take turns (`rounds`),
+        // each turn between workgroup barriers (in uniform control flow; the cooperative
+        // store under a condition on the subgroup index is uniform within the subgroup).
+        let slots = self.scratch_slots();
+        let rounds = t.subgroups() / slots;
         for i in 0..tm {
             for j in 0..tn {
-                if emu {
-                    let _ = write!(
-                        s,
-                        "    for (var q = 0u; q < {per}u; q += 1u) {{
+                for r in 0..rounds {
+                    let (open, close) = if rounds > 1 {
+                        (format!("    if sg / {slots}u == {r}u {{\n"), "    }\n")
+                    } else {
+                        (String::new(), "")
+                    };
+                    s.push_str(&open);
+                    if emu {
+                        let _ = write!(
+                            s,
+                            "    for (var q = 0u; q < {per}u; q += 1u) {{
         sc[sc_base + lane + q * {lanes}u] = acc_{i}_{j}[q];
     }}
 ",
-                        per = 256 / self.lanes,
-                        lanes = self.lanes
-                    );
-                } else {
-                    let _ = writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
-                }
-                let _ = write!(
-                    s,
-                    "    workgroupBarrier();
-    for (var e = lane; e < 256u; e += {lanes}u) {{
+                            per = 256 / self.lanes,
+                            lanes = self.lanes
+                        );
+                    } else {
+                        let _ =
+                            writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
+                    }
+                    s.push_str(close);
+                    s.push_str("    workgroupBarrier();\n");
+                    s.push_str(&open);
+                    let _ = write!(
+                        s,
+                        "    for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
         if gm < p.m && gn < p.n {{
             c[cbase + gm * p.n + gn] = {conv_out}(sc[sc_base + e]);
         }}
     }}
-    workgroupBarrier();
 ",
-                    lanes = self.lanes,
-                    r0 = i * 16,
-                    c0 = j * 16,
-                );
+                        lanes = self.lanes,
+                        r0 = i * 16,
+                        c0 = j * 16,
+                    );
+                    s.push_str(close);
+                    s.push_str("    workgroupBarrier();\n");
+                }
             }
         }
         s.push_str("}\n");
@@ -1121,14 +1290,16 @@ pub fn has_f16_config(props: &[wgpu::CooperativeMatrixProperties]) -> bool {
 }
 
 /// The tile for `batches` products of M x N with `input` operands (measured on the H200,
-/// NOTES-coop.md, v3):
+/// NOTES-coop.md, v4):
 /// - M or N at most 64: 64 x 64 (`c64x64x32_2x2v`; Conv2D with 64 channels);
-/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4vg1` (K tiles of 64 in one
-///   buffer: 152 TFLOP/s at 4096, 155 at 8192, against 136 for `c128x128x32_2x4vg`);
-/// - float16, fewer (1024^2: 64 tiles for 132 SMs): 64 x 64 with 16-byte loads two K tiles
-///   ahead (`c64x64x32_2x2w2`: 67.9 TFLOP/s at 1024 against 56.2 and 53.5);
-/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tile's float32 staging registers were
-///   not measured).
+/// - float16, at least 128 tiles of 128 x 128: `c128x128x64_2x4wg1f` (16-byte loads, K tiles
+///   of 64 in one buffer, no branch around the staging: 196 TFLOP/s at 4096 against 152 for
+///   v3's `c128x128x64_2x4vg1`; 179 at 2048);
+/// - float16, fewer (1024^2: 64 tiles for 132 SMs): `c64x64x64_2x2w1fs` (64 x 64, 16-byte
+///   loads through `select`, K 64 in one buffer: 93 TFLOP/s at 1024 against 69 for v3's
+///   `c64x64x32_2x2w2`);
+/// - float32 opt-in: `c128x128x32_2x4vg` (the K-64 tiles' float32 staging registers were
+///   not measured; 16-byte loads are for float16 only).
 pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile {
     if n <= 64 || m <= 64 {
         return COOP_64X64_2X2V;
@@ -1140,9 +1311,9 @@ pub fn choose_tile(input: Input, batches: usize, m: usize, n: usize) -> CoopTile
         .saturating_mul(m.div_ceil(128))
         .saturating_mul(n.div_ceil(128));
     if tiles < 128 {
-        COOP_64X64_2X2W2
+        COOP_64X64X64_2X2W1FS
     } else {
-        COOP_128X128X64_2X4VG1
+        COOP_128X128X64_2X4WG1F
     }
 }
 
