@@ -354,8 +354,6 @@ pub struct ExecutionContext {
     stats: Mutex<ExecStats>,
     timing: Timing,
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
-    /// Staging buffers of large uploads, mapped and ready for the next one (see `upload`).
-    upload_pool: Arc<Mutex<Vec<wgpu::Buffer>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
 }
@@ -364,16 +362,6 @@ pub struct ExecutionContext {
 /// to a power of two, at least 256 bytes), which keeps at most `READ_POOL_BUFFERS`.
 const READ_POOL_MAX_BYTES: u64 = 1 << 20;
 const READ_POOL_BUFFERS: usize = 16;
-
-/// Staging buffers kept for large uploads, at most.
-const UPLOAD_POOL_BUFFERS: usize = 4;
-
-/// `TFWGPU_UPLOAD_POOL=0` sends large uploads through `Queue::write_buffer_with` (a fresh
-/// staging allocation per upload) instead of the pool, for comparison.
-fn upload_pool_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| env_parse::<u64>("TFWGPU_UPLOAD_POOL") != Some(0))
-}
 
 impl ExecutionContext {
     pub(crate) fn new(device: wgpu::Device, queue: wgpu::Queue, cfg: ExecConfig) -> Arc<Self> {
@@ -437,7 +425,6 @@ impl ExecutionContext {
             stats: Mutex::new(ExecStats::default()),
             timing: Timing::default(),
             poller: Mutex::new(None),
-            upload_pool: Arc::new(Mutex::new(Vec::new())),
             read_pool: Mutex::new(Vec::new()),
         });
         let weak = Arc::downgrade(&ctx);
@@ -856,12 +843,6 @@ impl ExecutionContext {
             return Ok(());
         }
         let size = data.len() as u64;
-        if self.cfg.direct_upload_bytes > 0
-            && size >= self.cfg.direct_upload_bytes
-            && upload_pool_on()
-        {
-            return self.upload_pooled(dst, offset, data);
-        }
         if self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes {
             // A large upload (a model's input batch) goes through the queue's own staging:
             // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
@@ -907,66 +888,6 @@ impl ExecutionContext {
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
-    }
-
-    /// A large upload (a model's input batch, every step) through a staging buffer of the
-    /// pool: the host copies into memory that stays mapped between uploads (a fresh staging
-    /// allocation per upload, as `Queue::write_buffer` makes, costs the host a page fault per
-    /// 4 KiB the first time it is written: ResNet-50's 38.5 MB batch ~9,400), with a few
-    /// threads (one thread writes ~9 GB/s into the H200's write-combined upload memory). The
-    /// batch recorded so far is submitted first, so that the GPU runs it while the host copies;
-    /// the copy into `dst` is recorded and submitted after, and the staging buffer goes back to
-    /// the pool once the GPU has read it (its mapping for the next write completes then).
-    fn upload_pooled(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
-        let size = data.len() as u64;
-        self.flush()?;
-        let staging = {
-            let mut pool = self.upload_pool.lock();
-            // The smallest free buffer that holds the data; else a new one, dropping the
-            // smallest free one when the pool is full.
-            let best = (0..pool.len())
-                .filter(|&i| pool[i].size() >= size)
-                .min_by_key(|&i| pool[i].size());
-            match best {
-                Some(i) => pool.swap_remove(i),
-                None => {
-                    if pool.len() >= UPLOAD_POOL_BUFFERS
-                        && let Some(i) = (0..pool.len()).min_by_key(|&i| pool[i].size())
-                    {
-                        pool.swap_remove(i);
-                    }
-                    tracing::debug!("upload staging: a new buffer for {size} bytes");
-                    self.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("tfwgpu upload staging"),
-                        size: size.next_multiple_of(1 << 20),
-                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: true,
-                    })
-                }
-            }
-        };
-        {
-            let mut view = staging
-                .slice(..size)
-                .get_mapped_range_mut()
-                .map_err(|e| Error::Gpu(format!("mapping an upload buffer: {e}")))?;
-            parallel_copy(view.slice(..), data, upload_threads());
-        }
-        staging.unmap();
-        self.copy(&staging, 0, dst, offset, size)?;
-        self.stats.lock().uploads += 1;
-        // `map_async` on a buffer that a recorded but unsubmitted command uses would fail
-        // that submit: submit first.
-        self.flush()?;
-        let pool = Arc::clone(&self.upload_pool);
-        let again = staging.clone();
-        staging.slice(..).map_async(wgpu::MapMode::Write, move |r| {
-            let mut pool = pool.lock();
-            if r.is_ok() && pool.len() < UPLOAD_POOL_BUFFERS {
-                pool.push(again);
-            }
-        });
-        self.check()
     }
 
     /// Submits the current batch (if it holds anything); returns the id up to which all recorded

@@ -475,9 +475,10 @@ fn large_uploads_keep_their_place_in_the_order_of_work() {
         .collect();
     d.write(a.addr(), &two).unwrap();
     assert_eq!(d.exec_stats().uploads, uploads + 1);
-    assert!(
-        d.exec_stats().submits > submits,
-        "the batch holding Neg was submitted with the upload"
+    assert_eq!(
+        d.exec_stats().submits,
+        submits + 1,
+        "the batch holding Neg was submitted before the upload"
     );
     let after = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
     // A small upload into the same buffer, then a large one: each lands in order.
@@ -507,10 +508,9 @@ fn large_uploads_keep_their_place_in_the_order_of_work() {
 }
 
 #[test]
-fn large_uploads_reuse_staging_memory_without_mixing_their_bytes() {
-    // Uploads of >= 1 MiB go through staging buffers that are reused once the GPU has read
-    // them: back-to-back uploads while earlier ones are in flight, sizes that fit an earlier
-    // buffer and sizes that do not, then the same again after a sync (reuse).
+fn back_to_back_large_uploads_keep_their_bytes_apart() {
+    // Uploads of >= 1 MiB go through the queue's staging: back-to-back uploads of several
+    // sizes while earlier ones are in flight, with work reading each in between, in rounds.
     let rt = manual_batching(0);
     let d = rt.device();
     let sizes = [
