@@ -714,14 +714,43 @@ fn replay_kernel(
     sync_each_kernel(dev, t0, o)
 }
 
+/// A replay pass: its wall time and its marks (a one-device [`Pass`] or a per-device
+/// `MultiPass`).
+pub trait Timed {
+    fn wall_s(&self) -> f64;
+    /// Each mark's label and its time in seconds since the pass began.
+    fn marks(&self) -> &[(String, f64)];
+}
+
+impl Timed for Pass {
+    fn wall_s(&self) -> f64 {
+        self.wall_s
+    }
+    fn marks(&self) -> &[(String, f64)] {
+        &self.marks
+    }
+}
+
+/// The passes' wall times, their median, and the pass whose wall time is the median (its
+/// counters are the ones reported).
+pub(crate) fn median_pass<P: Timed>(passes: &[P]) -> (Vec<f64>, f64, &P) {
+    let walls: Vec<f64> = passes.iter().map(Timed::wall_s).collect();
+    let med = median(&walls);
+    let p = passes
+        .iter()
+        .find(|p| p.wall_s() == med)
+        .unwrap_or(&passes[0]);
+    (walls, med, p)
+}
+
 /// Per-step times: the intervals between consecutive marks of each pass, grouped by the label
 /// of the mark that opens the interval, in ms. Passes after the first only when there are
 /// several (the first compiles pipelines).
-pub fn step_times(passes: &[Pass]) -> BTreeMap<String, Vec<f64>> {
+pub fn step_times<P: Timed>(passes: &[P]) -> BTreeMap<String, Vec<f64>> {
     let mut out: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     let skip = usize::from(passes.len() > 1);
     for p in &passes[skip..] {
-        for w in p.marks.windows(2) {
+        for w in p.marks().windows(2) {
             out.entry(w[0].0.clone())
                 .or_default()
                 .push((w[1].1 - w[0].1) * 1e3);
@@ -761,7 +790,7 @@ fn report_synced(p: &Pass, top: usize) {
 
 /// Prints the per-step times and returns them as JSON (`{label: {steps, median_ms, min_ms,
 /// ms}}`); nothing when the trace has fewer than two marks.
-pub(crate) fn report_steps(passes: &[Pass]) -> Value {
+pub(crate) fn report_steps<P: Timed>(passes: &[P]) -> Value {
     let steps = step_times(passes);
     let mut doc = serde_json::Map::new();
     for (label, ms) in &steps {
@@ -1008,13 +1037,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     for r in 0..repeat.max(1) {
         passes.push(replay_once(dev, &trace, &mut cache, r as u64)?);
     }
-    let walls: Vec<f64> = passes.iter().map(|p| p.wall_s).collect();
-    let med = median(&walls);
-    // The pass whose wall time is the median: its counters and per-op times are reported.
-    let p = passes
-        .iter()
-        .find(|p| p.wall_s == med)
-        .unwrap_or(&passes[0]);
+    let (walls, med, p) = median_pass(&passes);
     let timestamps = dev
         .description()
         .useful_features()

@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 use tfwgpu_runtime::{Device, Kernel, ReadInFlight, Runtime};
 
 use crate::replay::{
-    Event, Input, Memory, Pass, Trace, apply_event, median, random_bytes, report_steps, sub,
-    write_json,
+    Event, Input, Memory, Pass, Timed, Trace, apply_event, median_pass, random_bytes, report_steps,
+    sub, write_json,
 };
 
 /// A copy between devices: issued by slot `from` (its source lives there), landing on slot `to`.
@@ -477,6 +477,15 @@ fn write_timeline(out: &str, trace: &Trace, p: &MultiPass) -> Result<(), String>
     std::fs::write(out, text).map_err(|e| format!("{out}: {e}"))
 }
 
+impl Timed for MultiPass {
+    fn wall_s(&self) -> f64 {
+        self.wall_s
+    }
+    fn marks(&self) -> &[(String, f64)] {
+        &self.marks
+    }
+}
+
 /// Images-per-step scaling between steps labelled `<n>gpu`: for each such label other than
 /// `1gpu`, `(n / median ms) / (1 / median ms of 1gpu)`.
 pub fn scaling(steps: &Value) -> Vec<(String, f64)> {
@@ -526,12 +535,7 @@ pub fn run(
     for r in 0..repeat.max(1) {
         passes.push(replay_multi(&devs, trace, &plan, &mut caches, r as u64)?);
     }
-    let walls: Vec<f64> = passes.iter().map(|p| p.wall_s).collect();
-    let med = median(&walls);
-    let p = passes
-        .iter()
-        .find(|p| p.wall_s == med)
-        .unwrap_or(&passes[0]);
+    let (walls, med, p) = median_pass(&passes);
     println!(
         "trace {path}: {} events, {} devices, {} copies between devices",
         trace.events.len(),
@@ -566,15 +570,7 @@ pub fn run(
             "dispatch_mismatches": q.dispatch_mismatches, "shape_mismatches": q.shape_mismatches,
         }));
     }
-    let as_passes: Vec<Pass> = passes
-        .iter()
-        .map(|m| Pass {
-            wall_s: m.wall_s,
-            marks: m.marks.clone(),
-            ..Pass::default()
-        })
-        .collect();
-    let steps = report_steps(&as_passes);
+    let steps = report_steps(&passes);
     let scale = scaling(&steps);
     for (label, x) in &scale {
         println!("  {label} against 1gpu: {x:.2}x the images per second");

@@ -1029,13 +1029,11 @@ impl ExecutionContext {
         } else {
             size
         };
-        let pooled = (class <= READ_POOL_MAX_BYTES)
-            .then(|| {
-                let mut pool = self.read_pool.lock();
-                let i = pool.iter().position(|b| b.size() == class)?;
-                Some(pool.swap_remove(i))
-            })
-            .flatten();
+        let pooled = {
+            let mut pool = self.read_pool.lock();
+            let i = pool.iter().position(|b| b.size() == class);
+            i.map(|i| pool.swap_remove(i))
+        };
         let staging = pooled.unwrap_or_else(|| {
             self.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("tfwgpu readback"),
@@ -1168,13 +1166,18 @@ fn upload_threads() -> usize {
     })
 }
 
+/// Into how many parts of at least 4 MiB, at most `threads`, a host copy of `len` bytes splits.
+fn copy_parts(len: usize, threads: usize) -> usize {
+    const MIN_PART: usize = 4 << 20;
+    threads.min(len / MIN_PART).max(1)
+}
+
 /// Copies mapped readback memory `src` into `dst` (of the same length) with up to
 /// `threads` threads (`TFWGPU_UPLOAD_THREADS`), each taking a contiguous part of at least
 /// 4 MiB. Reading mapped memory is slow for one core (the H200's readback memory: ~1.4 GB/s
 /// for one thread): several threads keep more reads in flight.
 pub(crate) fn parallel_read(dst: &mut [u8], src: &[u8]) {
-    const MIN_PART: usize = 4 << 20;
-    let parts = upload_threads().min(src.len() / MIN_PART).max(1);
+    let parts = copy_parts(src.len(), upload_threads());
     if parts == 1 || dst.len() != src.len() {
         dst.copy_from_slice(src);
         return;
@@ -1190,8 +1193,7 @@ pub(crate) fn parallel_read(dst: &mut [u8], src: &[u8]) {
 /// Copies `src` into `dst` (of the same length) with up to `threads` threads, each taking a
 /// contiguous part of at least 4 MiB.
 fn parallel_copy(mut dst: wgpu::WriteOnly<'_, [u8]>, src: &[u8], threads: usize) {
-    const MIN_PART: usize = 4 << 20;
-    let parts = threads.min(src.len() / MIN_PART).max(1);
+    let parts = copy_parts(src.len(), threads);
     if parts == 1 || dst.len() != src.len() {
         dst.copy_from_slice(src);
         return;
