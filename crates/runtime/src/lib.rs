@@ -27,6 +27,7 @@ pub mod host_ops;
 pub mod kernel;
 pub mod kernel_manager;
 pub mod kernels;
+mod mirror;
 pub mod tune;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};

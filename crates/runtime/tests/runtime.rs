@@ -5,7 +5,8 @@ use common::*;
 use std::time::Duration;
 
 use tfwgpu_runtime::{
-    AdapterDescription, Arg, Attrs, Error, ExecConfig, Runtime, RuntimeOptions, Selection,
+    AdapterDescription, Arg, Attrs, DType, DeviceRef, Error, ExecConfig, Operand, Runtime,
+    RuntimeOptions, Selection, TensorDesc,
 };
 
 fn runtime_with(f: impl FnOnce(&mut RuntimeOptions)) -> Runtime {
@@ -768,4 +769,93 @@ fn asynchronous_reads_see_the_data_of_their_place_in_the_queue() {
     // A read of nothing waits for nothing.
     let none = d.read_async(t.addr(), 0).unwrap();
     assert!(d.finish_read(none, |b| b.is_empty()).unwrap());
+}
+
+#[test]
+fn small_host_writes_are_read_back_without_the_gpu_until_written_over() {
+    // A read of bytes the host wrote is answered from the host's copy: no read goes to the
+    // GPU and the open batch stays open. Every other write to the range (a kernel's output,
+    // a device-to-device copy, a fill) must end that, or the read would return stale bytes.
+    let rt = manual_batching(0);
+    let d = rt.device();
+    let n = 6usize;
+    let desc = TensorDesc::new(DType::F32, &[n]);
+    let addr = d.allocate(desc.byte_size()).unwrap();
+    let other = d.allocate(desc.byte_size()).unwrap();
+    let vals = [1.5f32, -2.0, 3.25, 4.0, -5.5, 6.0];
+    let bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let floats = |b: Vec<u8>| {
+        b.chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect::<Vec<f32>>()
+    };
+    d.write(addr, &bytes(&vals)).unwrap();
+    d.write(other, &bytes(&[9.0; 6])).unwrap();
+    // Work recorded and not submitted: a GPU read would have to submit it.
+    let neg = d.kernel("Neg", &Attrs::new()).unwrap();
+    let src = DeviceRef {
+        desc: desc.clone(),
+        addr,
+    };
+    let dst = DeviceRef {
+        desc: desc.clone(),
+        addr: other,
+    };
+    d.record(
+        neg.as_ref(),
+        &[Operand::Device(&src)],
+        std::slice::from_ref(&dst),
+    )
+    .unwrap();
+    let s = d.exec_stats();
+    assert_eq!(floats(d.read(addr + 4, 8).unwrap()), vals[1..3].to_vec());
+    let mut whole = vec![0u8; 24];
+    d.read_into(addr, &mut whole).unwrap();
+    assert_eq!(floats(whole), vals.to_vec());
+    let after = d.exec_stats();
+    assert_eq!(
+        (after.submits, after.reads),
+        (s.submits, s.reads),
+        "reads of host-written bytes went to the GPU"
+    );
+    // `other` was written by the host, then by Neg: its read must see Neg's output.
+    let want: Vec<f32> = vals.iter().map(|v| -v).collect();
+    assert_eq!(floats(d.read(other, 24).unwrap()), want, "kernel output");
+    // A copy over `addr`, then a fill over `other`.
+    d.copy(other, addr, 24).unwrap();
+    assert_eq!(floats(d.read(addr, 24).unwrap()), want, "copy");
+    d.fill_u32(other, 24, 0x3f80_0000).unwrap();
+    assert_eq!(floats(d.read(other, 24).unwrap()), vec![1.0; 6], "fill");
+    // A host write after those is mirrored again, and an unaligned one keeps its exact bytes.
+    d.write(addr, &[1, 2, 3, 4, 5]).unwrap();
+    assert_eq!(d.read(addr, 5).unwrap(), vec![1, 2, 3, 4, 5]);
+    let reads = d.exec_stats().reads;
+    assert_eq!(d.read(addr + 1, 3).unwrap(), vec![2, 3, 4]);
+    assert_eq!(d.exec_stats().reads, reads);
+    // With the mirror off every read goes to the GPU.
+    let off = runtime_with(|o| o.host_mirror_bytes = 0);
+    let d = off.device();
+    let a = d.allocate(16).unwrap();
+    d.write(a, &[7; 16]).unwrap();
+    let r = d.exec_stats().reads;
+    assert_eq!(d.read(a, 16).unwrap(), vec![7; 16]);
+    assert_eq!(d.exec_stats().reads, r + 1);
+}
+
+#[test]
+fn writes_of_any_length_keep_the_other_bytes_of_their_last_word() {
+    // 1-3 trailing bytes go in with a byte-masked fill: the rest of their word must stay.
+    // The mirror is off so that every read comes from the GPU.
+    let rt = runtime_with(|o| o.host_mirror_bytes = 0);
+    let d = rt.device();
+    let a = d.allocate(32).unwrap();
+    d.write(a, &[0xAA; 32]).unwrap();
+    d.write(a + 4, &[1]).unwrap();
+    d.write(a + 8, &[2, 3, 4]).unwrap();
+    d.write(a + 16, &[5, 6, 7, 8, 9, 10]).unwrap();
+    let mut want = vec![0xAAu8; 32];
+    want[4] = 1;
+    want[8..11].copy_from_slice(&[2, 3, 4]);
+    want[16..22].copy_from_slice(&[5, 6, 7, 8, 9, 10]);
+    assert_eq!(d.read(a, 32).unwrap(), want);
 }
