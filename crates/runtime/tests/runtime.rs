@@ -456,7 +456,7 @@ fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
 
 #[test]
 fn large_uploads_keep_their_place_in_the_order_of_work() {
-    // Uploads of 1 MiB and more go through the queue's own staging, which runs before the next
+    // Uploads of 64 KiB and more go through the queue's own staging, which runs before the next
     // submitted batch: work recorded before the upload must still see the old bytes.
     let rt = manual_batching(0);
     let d = rt.device();
@@ -510,8 +510,9 @@ fn large_uploads_keep_their_place_in_the_order_of_work() {
 
 #[test]
 fn back_to_back_large_uploads_keep_their_bytes_apart() {
-    // Uploads of >= 1 MiB go through the queue's staging: back-to-back uploads of several
-    // sizes while earlier ones are in flight, with work reading each in between, in rounds.
+    // Uploads of >= 64 KiB go through the queue's staging: back-to-back uploads of several
+    // sizes (both sides of that threshold) while earlier ones are in flight, with work reading
+    // each in between, in rounds.
     let rt = manual_batching(0);
     let d = rt.device();
     let sizes = [
@@ -521,6 +522,9 @@ fn back_to_back_large_uploads_keep_their_bytes_apart() {
         1 << 18,
         (1 << 19) + 1,
         5 << 16,
+        (1 << 14) + 3,
+        1 << 15,
+        (1 << 14) - 1,
     ];
     for round in 0..3u32 {
         let mut tensors = vec![];
