@@ -65,13 +65,10 @@ $VFUNCS
 // exp(d) for d <= 0 (every argument here is x - max <= 0), NaN for NaN, 0 below -104 and
 // for -inf: exp_f32's Cody-Waite reduction with a degree-7 Taylor polynomial (|r| <= ln(2)/2,
 // truncation < 5.2e-9 relative, below 0.1 ulp) instead of degree 10, and no overflow branch.
+// No branch at all: a NaN d makes r and q NaN, so the result is NaN whatever 2^k became
+// (the integer conversion of a NaN k is some integer); -inf and d < -104 (whose exp rounds
+// to 0) are selected to 0 at the end.
 fn exp_le0(d: f32) -> f32 {
-    if is_nan(d) {
-        return d;
-    }
-    if d < -104.0 {
-        return 0.0;
-    }
     let k = round(d * LOG2E);
     let r = (d - k * LN2_HI) - k * LN2_LO;
     // sum r^i / i! for i <= 7 by Horner on the coefficients: one multiply-add per degree
@@ -84,30 +81,32 @@ fn exp_le0(d: f32) -> f32 {
     q = fma(q, r, 1.0);
     q = fma(q, r, 1.0);
     // 2^k (k in [-151, 0]) in two normal factors: subnormal results round once, as in exp_f32.
-    let ki = i32(k);
+    // k is clamped so that the factors stay normal for any d the select discards.
+    let ki = clamp(i32(k), -252, 0);
     let k1 = ki >> 1u;
-    return q * pow2i(k1) * pow2i(ki - k1);
+    return select(q * pow2i(k1) * pow2i(ki - k1), 0.0, d < -104.0);
 }
 
-// Folds the elements of v into the state (m, s, NaN seen). The maximum uses the built-in max
-// (no NaN test per element): a NaN only sets the flag, and a flagged invocation reports a NaN
-// maximum to the row (so the row is NaN throughout, whatever m and s became).
-fn fold(st: vec3<f32>, v: $V) -> vec3<f32> {
-    var flag = st.z;
-    if lanes_nan(v) {
-        flag = 1.0;
-    }
+// Folds the elements of v into the state (m, s). The maximum uses the built-in max (no NaN
+// test per element; a driver may drop a NaN operand): a NaN element still makes its
+// exp(x - m) NaN, so s becomes NaN and stays NaN (rescaling multiplies it, exps add to it),
+// and a NaN s makes the row's sum, hence every output, NaN. Only while the maximum is still
+// -inf (no exp is added) is the NaN test made.
+fn fold(st: vec2<f32>, v: $V) -> vec2<f32> {
     let mv = max(st.x, lanes_max(v));
     if bitcast<u32>(mv) == NEG_INF_BITS {
-        // Only -inf so far: the sum stays 0.
-        return vec3<f32>(st.x, st.y, flag);
+        // Only -inf (or NaN) so far: the sum stays 0, or becomes NaN.
+        if lanes_nan(v) {
+            return vec2<f32>(st.x, bitcast<f32>(0x7fc00000u));
+        }
+        return st;
     }
     var s = st.y;
     if mv > st.x {
         // A larger maximum: rescale what was summed (s = 0 while st.x was -inf).
         s = s * exp_le0(st.x - mv);
     }
-    return vec3<f32>(mv, s + lanes_sum_exp(v, mv), flag);
+    return vec2<f32>(mv, s + lanes_sum_exp(v, mv));
 }
 
 // CACHED's output of a load: its exps times f (Softmax), or (x - M) - log S (LogSoftmax).
@@ -135,7 +134,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = row * p.vcols;
     let n = p.vcols;
     let t = p.t;
-    var st = vec3<f32>(bitcast<f32>(NEG_INF_BITS), 0.0, 0.0);
+    var st = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
     let ninf = lanes_splat(bitcast<f32>(NEG_INF_BITS));
     var c0 = ninf;
     var c1 = ninf;
@@ -161,19 +160,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             c3 = x[j + 3u * t];
         }
         let mv = max(max(lanes_max(c0), lanes_max(c1)), max(lanes_max(c2), lanes_max(c3)));
-        var flag = 0.0;
-        if lanes_nan(c0) || lanes_nan(c1) || lanes_nan(c2) || lanes_nan(c3) {
-            flag = 1.0;
-        }
         if bitcast<u32>(mv) != NEG_INF_BITS {
             e0 = lanes_exp(c0, mv);
             e1 = lanes_exp(c1, mv);
             e2 = lanes_exp(c2, mv);
             e3 = lanes_exp(c3, mv);
-            st = vec3<f32>(mv, ((lanes_sum(e0) + lanes_sum(e1)) + lanes_sum(e2)) + lanes_sum(e3), flag);
+            // A NaN element has a NaN exp (see fold), so the sum is NaN.
+            st = vec2<f32>(mv, ((lanes_sum(e0) + lanes_sum(e1)) + lanes_sum(e2)) + lanes_sum(e3));
         } else {
-            // Only -inf here (or nothing): no sum, and the exps stay 0.
-            st = vec3<f32>(mv, 0.0, flag);
+            // Only -inf here (or nothing, or NaN the maximum dropped): no sum, the exps stay
+            // 0; a NaN makes the sum NaN.
+            st = vec2<f32>(mv, 0.0);
+            if lanes_nan(c0) || lanes_nan(c1) || lanes_nan(c2) || lanes_nan(c3) {
+                st.y = bitcast<f32>(0x7fc00000u);
+            }
         }
     } else if valid {
         var j = tid;
@@ -188,9 +188,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             st = fold(st, x[base + j]);
         }
     }
-    if st.z != 0.0 {
-        st.x = bitcast<f32>(0x7fc00000u);
-    }
     // Row maximum.
     let first = gi * t;
     sh[l] = st.x;
@@ -204,9 +201,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let m = sh[first];
     workgroupBarrier();
     // Row sum, each invocation's sum rescaled to the row maximum first.
-    var mine = 0.0;
+    // exp(NaN) (a NaN or +inf in the row) makes the sum NaN, as it must; an invocation that
+    // saw only -inf contributes its s (0, or NaN if it saw a NaN).
+    var mine = st.y;
     if bitcast<u32>(st.x) != NEG_INF_BITS {
-        // exp(NaN) (a NaN or +inf in the row) makes the sum NaN, as it must.
         mine = st.y * exp_le0(st.x - m);
     }
     sh[l] = mine;
