@@ -16,13 +16,19 @@
 // and log probability -inf (exp_le0(-inf) = 0; a state whose maximum is still -inf keeps s = 0
 // instead of adding exp(-inf - -inf) = NaN).
 //
-// Rows of at most 4 loads per invocation (CACHED: up to 4096 columns on vec4) keep their loads
-// in registers instead: pass 1 computes exp(x - m) once per element against the invocation's
-// own maximum m, and pass 3 multiplies those by exp(m - M) / S, so each element costs one exp
-// instead of two (and LogSoftmax none in pass 3).
+// Rows of at most K loads per invocation (CACHED: K = 4 in workgroups of 256 invocations, up
+// to 4096 columns on vec4; K = 8 in workgroups of 1024 where the device allows, up to 32768
+// columns) keep their loads in registers instead: pass 1 computes exp(x - m) once per element
+// against the invocation's own maximum m, and pass 3 multiplies those by exp(m - M) / S, so
+// each element costs one exp instead of two (and LogSoftmax none in pass 3), and the row is
+// read from memory once. Without the registers, a long row is read again in pass 3, from L2
+// only while it is still there: 2048 rows of 32768 floats in flight as 256-invocation
+// workgroups (~1000 rows, 128 KiB each) are ~2.7 times the H200's 50 MB L2.
 //
 // Placeholders: V (the load type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum,
-// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, COMMON and MATH (shared WGSL).
+// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, WGS (the workgroup size), the
+// CACHED code for its K loads (C_DECLS, C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE),
+// COMMON and MATH (shared WGSL).
 struct Params {
     rows: u32,
     vcols: u32,
@@ -42,9 +48,10 @@ const LOG: bool = $LOG;
 // (e0..e3, relative to the invocation's own maximum) are computed once and rescaled for the
 // output: one exp per element instead of two.
 const CACHED: bool = $CACHED;
+const WGS: u32 = $WGSu;
 const NEG_INF_BITS: u32 = 0xff800000u;
 
-var<workgroup> sh: array<f32, 256>;
+var<workgroup> sh: array<f32, WGS>;
 
 $COMMON
 $MATH
@@ -125,7 +132,7 @@ fn out_value(v: f32, m: f32, inv_s: f32, log_s: f32) -> f32 {
     return exp_le0(d) * inv_s;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WGS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let tid = l % p.t;
     let gi = l / p.t;
@@ -136,42 +143,22 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let t = p.t;
     var st = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
     let ninf = lanes_splat(bitcast<f32>(NEG_INF_BITS));
-    var c0 = ninf;
-    var c1 = ninf;
-    var c2 = ninf;
-    var c3 = ninf;
-    var e0 = lanes_splat(0.0);
-    var e1 = e0;
-    var e2 = e0;
-    var e3 = e0;
+$C_DECLS
     if CACHED && valid {
-        // Loads tid, tid + t, tid + 2t, tid + 3t of the row (n <= 4t); missing ones stay -inf.
+        // Loads tid, tid + t, ..., tid + (K - 1) t of the row (n <= K t); missing ones stay
+        // -inf.
         let j = base + tid;
-        if tid < n {
-            c0 = x[j];
-        }
-        if tid + t < n {
-            c1 = x[j + t];
-        }
-        if tid + 2u * t < n {
-            c2 = x[j + 2u * t];
-        }
-        if tid + 3u * t < n {
-            c3 = x[j + 3u * t];
-        }
-        let mv = max(max(lanes_max(c0), lanes_max(c1)), max(lanes_max(c2), lanes_max(c3)));
+$C_LOADS
+        let mv = $C_MAX;
         if bitcast<u32>(mv) != NEG_INF_BITS {
-            e0 = lanes_exp(c0, mv);
-            e1 = lanes_exp(c1, mv);
-            e2 = lanes_exp(c2, mv);
-            e3 = lanes_exp(c3, mv);
+$C_EXP
             // A NaN element has a NaN exp (see fold), so the sum is NaN.
-            st = vec2<f32>(mv, ((lanes_sum(e0) + lanes_sum(e1)) + lanes_sum(e2)) + lanes_sum(e3));
+            st = vec2<f32>(mv, $C_SUM);
         } else {
             // Only -inf here (or nothing, or NaN the maximum dropped): no sum, the exps stay
             // 0; a NaN makes the sum NaN.
             st = vec2<f32>(mv, 0.0);
-            if lanes_nan(c0) || lanes_nan(c1) || lanes_nan(c2) || lanes_nan(c3) {
+            if $C_NAN {
                 st.y = bitcast<f32>(0x7fc00000u);
             }
         }
@@ -232,18 +219,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // -inf has zero exps and a zero factor). LogSoftmax: (x - M) - log S.
         let f = exp_le0(st.x - m) * inv;
         let j = base + tid;
-        if tid < n {
-            out[j] = cached_out(c0, e0, m, f, log_s);
-        }
-        if tid + t < n {
-            out[j + t] = cached_out(c1, e1, m, f, log_s);
-        }
-        if tid + 2u * t < n {
-            out[j + 2u * t] = cached_out(c2, e2, m, f, log_s);
-        }
-        if tid + 3u * t < n {
-            out[j + 3u * t] = cached_out(c3, e3, m, f, log_s);
-        }
+$C_STORE
         return;
     }
     var j = tid;
