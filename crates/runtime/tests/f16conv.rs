@@ -18,7 +18,7 @@ fn set_mode(mode: &str) {
     unsafe { std::env::set_var("TFWGPU_F16_CONVERSIONS", mode) };
 }
 
-/// Bits of a float16 tensor; every NaN as 0x7e00 with its sign (NaN payloads are not part of
+/// Bits of a float16 tensor; every NaN as 0x7e00 (a NaN's sign and payload are not part of
 /// what the conversions promise).
 fn bits16(t: &Tensor) -> Vec<u16> {
     t.download::<f16>()
@@ -26,11 +26,7 @@ fn bits16(t: &Tensor) -> Vec<u16> {
         .iter()
         .map(|h| {
             let b = h.to_bits();
-            if (b & 0x7fff) > 0x7c00 {
-                (b & 0x8000) | 0x7e00
-            } else {
-                b
-            }
+            if (b & 0x7fff) > 0x7c00 { 0x7e00 } else { b }
         })
         .collect()
 }
@@ -39,13 +35,7 @@ fn bits32(t: &Tensor) -> Vec<u32> {
     t.download::<f32>()
         .unwrap()
         .iter()
-        .map(|x| {
-            if x.is_nan() {
-                0x7fc0_0000 | (x.to_bits() & 0x8000_0000)
-            } else {
-                x.to_bits()
-            }
-        })
+        .map(|x| if x.is_nan() { 0x7fc0_0000 } else { x.to_bits() })
         .collect()
 }
 

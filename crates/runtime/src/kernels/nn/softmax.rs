@@ -564,7 +564,10 @@ fn record_rows(
     let mut cached = loads <= 4 * t;
     let (mut k, mut wgs) = (4, WG);
     let l = ctx.limits();
+    // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements).
+    let big = std::env::var("TFWGPU_SOFTMAX_REGS").map_or(true, |v| v.trim() != "4");
     if !cached
+        && big
         && loads <= 8 * BIG_WG
         && l.max_compute_invocations_per_workgroup as usize >= BIG_WG
         && l.max_compute_workgroup_size_x as usize >= BIG_WG

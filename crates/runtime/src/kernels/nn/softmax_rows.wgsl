@@ -222,15 +222,22 @@ $C_EXP
 $C_STORE
         return;
     }
-    var j = tid;
-    while j + t < n {
-        let a = x[base + j];
-        let b = x[base + j + t];
-        out[base + j] = out_vec(a, m, inv, log_s);
-        out[base + j + t] = out_vec(b, m, inv, log_s);
-        j += 2u * t;
+    // Pass 3 from the row's end back to its start: what pass 1 read last is the likeliest to
+    // be still in L2 (rows longer than the registers hold are re-read).
+    if tid >= n {
+        return;
     }
-    if j < n {
-        out[base + j] = out_vec(x[base + j], m, inv, log_s);
+    var r = i32((n - 1u - tid) / t);
+    while r >= 1 {
+        let ja = base + tid + u32(r) * t;
+        let jb = ja - t;
+        let a = x[ja];
+        let b = x[jb];
+        out[ja] = out_vec(a, m, inv, log_s);
+        out[jb] = out_vec(b, m, inv, log_s);
+        r -= 2;
+    }
+    if r == 0 {
+        out[base + tid] = out_vec(x[base + tid], m, inv, log_s);
     }
 }

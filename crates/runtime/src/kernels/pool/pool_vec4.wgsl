@@ -305,15 +305,20 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     let cols = covering(x, p.pl, p.kw, p.sw, p.ow, p.inv_sw);
     var acc = vec4<f32>(0.0);
     for (var oy = rows.x; oy < rows.y; oy = oy + 1u) {
+        // The in-bounds window of (oy, ox) starts at row max(oy * sh - pt, 0) and column
+        // max(ox * sw - pl, 0) (`window`): this input's place in it is its code.
+        let dy = y - u32(max(i32(oy * p.sh) - i32(p.pt), 0));
+        let orow = (n * p.oh + oy) * p.ow;
         for (var ox = cols.x; ox < cols.y; ox = ox + 1u) {
-            let o = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
-            let r = window(oy, ox);
-            let mine = (y - r.x) * p.kw + (x - r.z);
-            let w = codes[o];
-            let code = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-            let hit = code == vec4<u32>(mine);
-            if any(hit) {
-                acc = select(acc, rt(acc + ld(b[o])), hit);
+            let dx = x - u32(max(i32(ox * p.sw) - i32(p.pl), 0));
+            let mine = dy * p.kw + dx;
+            let o = (orow + ox) * quads + qd;
+            // The lanes whose code byte is `mine` are the zero bytes of z; whether there is
+            // one at all by the exact zero-byte test (most covering outputs have none).
+            let z = codes[o] ^ (mine * 0x01010101u);
+            if ((z - 0x01010101u) & ~z & 0x80808080u) != 0u {
+                let lanes = (vec4<u32>(z) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+                acc = select(acc, rt(acc + ld(b[o])), lanes == vec4<u32>(0u));
             }
         }
     }
