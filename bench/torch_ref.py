@@ -84,7 +84,7 @@ def all_cases(small):
         v += [{"name": "softmax_65536x1000", "kind": "softmax", "rows": 65536, "cols": 1000},
               {"name": "softmax_2048x32768", "kind": "softmax", "rows": 2048, "cols": 32768}]
         bn, bn2, bn16, pool, pool2 = ([(32, 56, 56, 64), (32, 14, 14, 256)], RESNET50_BN,
-                                      [(64, 56, 56, 256), (64, 14, 14, 1024)],
+                                      [(64, 56, 56, 256), (64, 14, 14, 1024), (64, 7, 7, 2048)],
                                       (32, 112, 112, 64), (64, 112, 112, 64))
     v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s} for s in bn]
     for half, shapes in ((False, bn2), (True, bn16)):
@@ -343,15 +343,25 @@ def main():
                 continue
             gbps = nbytes / med / 1e9
             pct = None
+            same_gbps = same_pct = None
             if c["kind"] == "copy":
                 copy_gbps = max(copy_gbps or 0.0, gbps)
-            elif copy_gbps:
-                pct = gbps / copy_gbps * 100
+            else:
+                if copy_gbps:
+                    pct = gbps / copy_gbps * 100
+                # A copy_ of the case's own bytes (half read, half written), right after it:
+                # what a kernel of that size reaches (tfwgpu-bench's pct_copy_same).
+                cc = {"kind": "copy", "elems": max(4, int(nbytes // 8) // 4 * 4)}
+                _, _, cbytes, cfn, _ = run_membound(cc, gen, args.reps)
+                cmed, _, _ = time_fn(cfn, args.reps)
+                same_gbps = cbytes / cmed / 1e9
+                same_pct = gbps / same_gbps * 100
             half = c.get("half", False)
             new = [{"case": c["name"], "op": op, "shape": shape,
                     "dtype": "float16" if half else "float32", "mode": "f16" if half else "f32",
                     "ms": med * 1e3, "min_ms": lo * 1e3, "bytes": nbytes, "gbps": gbps,
-                    "pct_copy": pct, "rel_err": err, "inner": inner, "reps": args.reps}]
+                    "pct_copy": pct, "copy_same_gbps": same_gbps, "pct_copy_same": same_pct,
+                    "rel_err": err, "inner": inner, "reps": args.reps}]
         for r in new:
             rate = f"{r['tflops']:.2f} TF/s" if "tflops" in r else f"{r['gbps']:.0f} GB/s"
             pct = f"{r['pct_copy']:.0f}%" if r.get("pct_copy") is not None else "-"

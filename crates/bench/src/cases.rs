@@ -226,6 +226,12 @@ pub struct Row {
     pub reps: usize,
     /// Set for memory-bound cases once the run's copy bandwidth is known.
     pub pct_copy: Option<f64>,
+    /// A vec4 shader copy of the case's counted bytes (half read, half written), measured
+    /// right after the case: its rate, and the case's rate as a percentage of it. The large
+    /// copy (`pct_copy`) is what the goal is judged on; this one shows how far a small case
+    /// is from what any kernel of its size reaches (the per-dispatch cost is in both).
+    pub copy_same_gbps: Option<f64>,
+    pub pct_copy_same: Option<f64>,
 }
 
 impl Row {
@@ -251,8 +257,17 @@ impl Row {
 
     pub fn header() -> String {
         format!(
-            "{:<28} {:>20} {:>10} {:>10} {:>10} {:>10} {:>8} {:>9} {:>6}",
-            "case", "op", "wall ms", "gpu ms", "busy ms", "rate", "% copy", "rel err", "inner"
+            "{:<28} {:>20} {:>10} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9} {:>6}",
+            "case",
+            "op",
+            "wall ms",
+            "gpu ms",
+            "busy ms",
+            "rate",
+            "% copy",
+            "% same",
+            "rel err",
+            "inner"
         )
     }
 
@@ -265,9 +280,12 @@ impl Row {
             _ => String::new(),
         };
         let pct = self.pct_copy.map_or("-".into(), |p| format!("{p:.0}%"));
+        let same = self
+            .pct_copy_same
+            .map_or("-".into(), |p| format!("{p:.0}%"));
         let opt = |x: Option<f64>| x.map_or("-".into(), |v| format!("{v:.4}"));
         format!(
-            "{:<28} {:>20} {:>10.4} {:>10} {:>10} {:>10} {:>8} {:>9.1e} {:>6}",
+            "{:<28} {:>20} {:>10.4} {:>10} {:>10} {:>10} {:>8} {:>8} {:>9.1e} {:>6}",
             self.case,
             self.op,
             self.timing.median_ms,
@@ -275,6 +293,7 @@ impl Row {
             opt(self.timing.gpu_busy_ms),
             rate,
             pct,
+            same,
             self.rel_err,
             self.timing.inner
         )
@@ -287,6 +306,7 @@ impl Row {
             "wall_ms": self.timing.median_ms, "min_wall_ms": self.timing.min_ms,
             "gpu_ms": self.timing.gpu_ms, "gpu_busy_ms": self.timing.gpu_busy_ms,
             "pct_copy": self.pct_copy,
+            "copy_same_gbps": self.copy_same_gbps, "pct_copy_same": self.pct_copy_same,
             "rel_err": finite_or_null(self.rel_err), "inner": self.timing.inner,
             "reps": self.reps,
             "gpu_breakdown": self.timing.breakdown.iter()

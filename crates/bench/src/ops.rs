@@ -252,7 +252,7 @@ fn all_cases(small: bool) -> Vec<Kind> {
         v.extend(bn_cases(
             &[[32, 56, 56, 64], [32, 14, 14, 256]],
             &RESNET50_BN,
-            &[[64, 56, 56, 256], [64, 14, 14, 1024]],
+            &[[64, 56, 56, 256], [64, 14, 14, 1024], [64, 7, 7, 2048]],
         ));
         v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
     }
@@ -353,6 +353,8 @@ pub fn run(args: &[String]) -> Res<()> {
         return copylab::run(args);
     }
     let small = args.iter().any(|a| a == "--small");
+    // `--no-same-copy`: skip the copy of each memory-bound case's own bytes.
+    let same_copy = !args.iter().any(|a| a == "--no-same-copy");
     let reps: usize = flag(args, "--reps")
         .unwrap_or("5")
         .parse()
@@ -404,8 +406,30 @@ pub fn run(args: &[String]) -> Res<()> {
     for k in &selected {
         match run_case(dev, k, reps, &mut rng) {
             Ok(mut row) => {
-                if matches!(row.work, Work::Bytes(_)) && !matches!(k, Kind::Copy { .. }) {
+                if let (Work::Bytes(b), false) = (row.work, matches!(k, Kind::Copy { .. })) {
                     row.pct_copy = copy_gbps(&rows).and_then(|c| row.gbps().map(|g| g / c * 100.0));
+                    if same_copy {
+                        // The better of two shader copies of the same bytes (b / 2 read, b / 2
+                        // written): one vec4 per invocation, four per invocation (which of the
+                        // two is faster changed between runs on the H200).
+                        let elems = ((b / 8.0) as usize / 4 * 4).max(4);
+                        for how in [CopyHow::Vec4, CopyHow::Vec4x4] {
+                            let ck = Kind::Copy { elems, how };
+                            match run_case(dev, &ck, reps, &mut rng) {
+                                Ok(c) => {
+                                    if c.gbps() > row.copy_same_gbps {
+                                        row.copy_same_gbps = c.gbps();
+                                    }
+                                }
+                                Err(e) => {
+                                    println!("{:<28} same-bytes copy failed: {e}", k.name())
+                                }
+                            }
+                        }
+                        row.pct_copy_same = row
+                            .copy_same_gbps
+                            .and_then(|cg| row.gbps().map(|g| g / cg * 100.0));
+                    }
                 }
                 println!("{}", row.line());
                 if row.timing.breakdown.len() > 1 {
@@ -903,6 +927,8 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
         rel_err: m.rel_err,
         reps,
         pct_copy: None,
+        copy_same_gbps: None,
+        pct_copy_same: None,
     })
 }
 

@@ -813,7 +813,14 @@ fn pool_vec4_channels_f32_and_f16() {
         (4, 4, 3, 3),
     ];
     let mut k = 0;
-    for &(n, h, w, c) in &[(1, 7, 5, 4), (2, 9, 8, 8), (1, 1, 1, 4), (1, 6, 6, 12)] {
+    // C = 132: 33 channel quads per pixel, not a power of two (the grid's row division).
+    for &(n, h, w, c) in &[
+        (1, 7, 5, 4),
+        (2, 9, 8, 8),
+        (1, 1, 1, 4),
+        (1, 6, 6, 12),
+        (2, 5, 7, 132),
+    ] {
         for &(kh, kw, sh, sw) in &wins {
             for pad in [Pad::Same, Pad::Valid] {
                 if matches!(pad, Pad::Valid) && (h + 2 * sh <= kh || w + 2 * sw <= kw) {
@@ -1001,6 +1008,101 @@ fn max_pool_vec4_f16_specials_match_one_channel() {
             let got: Vec<u32> = (0..4).map(|e| dx[e * 4 + ch].to_bits()).collect();
             let want: Vec<u32> = dx1.iter().map(|d| d.to_bits()).collect();
             assert_eq!(got, want, "MaxPoolGrad f16 {v:?}");
+        }
+    }
+}
+
+/// Whole 3x3 windows (the four-channel kernels' built-in-max path, and its fallback to the
+/// integer keys on NaN, zero and subnormal maxima) against TensorFlow's rules written out
+/// here: MaxPool = the maximum from the lowest finite value, taking only greater elements;
+/// MaxPoolGrad's argmax = the first element, replaced only by a strictly greater one. Bit for
+/// bit, float32 and float16.
+#[test]
+fn max_pool_vec4_3x3_specials() {
+    let nan = f32::NAN;
+    let inf = f32::INFINITY;
+    for half in [false, true] {
+        // Subnormal in the dtype: 2^-149 (f32) or 2^-24 (f16).
+        let sub = if half {
+            f32::from_bits(0x3380_0000)
+        } else {
+            f32::from_bits(1)
+        };
+        let lowest = if half { -65504.0 } else { f32::MIN };
+        let cases: [[f32; 9]; 16] = [
+            [1.0; 9],
+            [0.5, 2.0, 1.0, -3.0, 2.0, 0.25, 1.5, 2.0, -1.0],
+            [nan, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+            [1.0, 2.0, nan, 9.0, 4.0, 5.0, 9.0, 7.0, 8.0],
+            [-1.0, -2.0, -3.0, -0.0, -4.0, 0.0, -5.0, -0.0, -6.0],
+            [-0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0, 0.0, -0.0],
+            [-1.0, -sub, -2.0, -3.0, -sub, -4.0, -5.0, -6.0, -7.0],
+            [0.0, sub, -sub, sub, 0.0, -0.0, sub, 0.0, 0.0],
+            [-inf; 9],
+            [-inf, -inf, -inf, lowest, -inf, -inf, -inf, -inf, lowest],
+            [1.0, inf, 2.0, inf, -inf, 3.0, 4.0, 5.0, 6.0],
+            [sub, 2.0 * sub, 3.0, 3.0, 2.0, 1.0, 3.0, 0.5, 0.25],
+            [nan; 9],
+            [-2.0, -1.5, nan, -1.5, -3.0, -1.5, -4.0, -5.0, -6.0],
+            [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0],
+            [4.0, 3.0, 2.0, 1.0, 0.5, 0.25, 0.125, -0.0, -inf],
+        ];
+        let attrs = Attrs::new()
+            .with(
+                "T",
+                AttrValue::Type(if half { DType::F16 } else { DType::F32 }),
+            )
+            .with("ksize", AttrValue::Ints(vec![1, 3, 3, 1]))
+            .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+            .with("padding", AttrValue::Str("VALID".into()));
+        let g = [1.0f32, 2.0, 3.0, 4.0];
+        for group in cases.chunks(4) {
+            let mut x = vec![0.0f32; 36];
+            for (ch, v) in group.iter().enumerate() {
+                for (e, &val) in v.iter().enumerate() {
+                    x[e * 4 + ch] = val;
+                }
+            }
+            let (_, y) = run_t("MaxPool", &attrs, half, &[(&x, &[1, 3, 3, 4])], &[]);
+            let (_, dx) = run_t(
+                "MaxPoolGrad",
+                &attrs,
+                half,
+                &[
+                    (&x, &[1, 3, 3, 4]),
+                    (&y, &[1, 1, 1, 4]),
+                    (&g, &[1, 1, 1, 4]),
+                ],
+                &[],
+            );
+            for (ch, v) in group.iter().enumerate() {
+                let mut m = lowest;
+                for &e in v {
+                    if e > m {
+                        m = e;
+                    }
+                }
+                let mut arg = 0;
+                for (i, &e) in v.iter().enumerate() {
+                    if e > v[arg] {
+                        arg = i;
+                    }
+                }
+                assert_eq!(
+                    y[ch].to_bits(),
+                    m.to_bits(),
+                    "MaxPool {v:?} (half {half}): got {}, want {m}",
+                    y[ch]
+                );
+                for e in 0..9 {
+                    let want = if e == arg { g[ch] } else { 0.0 };
+                    assert_eq!(
+                        dx[e * 4 + ch].to_bits(),
+                        want.to_bits(),
+                        "MaxPoolGrad {v:?} (half {half}) element {e}"
+                    );
+                }
+            }
         }
     }
 }

@@ -6,6 +6,7 @@ pub mod cast;
 pub mod conv;
 pub mod copy;
 pub mod elementwise;
+pub mod f16conv;
 pub mod fill;
 pub mod fused;
 pub mod layout;

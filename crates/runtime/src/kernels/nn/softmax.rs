@@ -313,8 +313,9 @@ fn write_loss(r: u32, v: f32) {{
 }
 
 /// `softmax_rows.wgsl` for Softmax (`log` false) or LogSoftmax, loading `vec4` floats at a
-/// time or one; `cached`: rows of at most 4 loads per invocation, kept in registers.
-fn rows_shader(log: bool, vec4: bool, cached: bool) -> String {
+/// time or one, in workgroups of `wgs` invocations; `cached`: rows of at most `k` loads per
+/// invocation, kept in registers.
+fn rows_shader(log: bool, vec4: bool, cached: bool, k: usize, wgs: usize) -> String {
     let (v, funcs) = if vec4 {
         (
             "vec4<f32>",
@@ -367,7 +368,68 @@ fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
 }",
         )
     };
+    // The CACHED code for k loads per invocation (k = 4 when not cached: dead code then).
+    let k = if cached { k } else { 4 };
+    let lines = |f: &dyn Fn(usize) -> String| (0..k).map(f).collect::<Vec<_>>().join("\n");
+    let off = |i: usize| {
+        if i == 0 {
+            String::new()
+        } else {
+            format!(" + {i}u * t")
+        }
+    };
+    // The maximum of the loads as a balanced tree, the sum of their exps from the left.
+    fn tree(v: &[String]) -> String {
+        if v.len() == 1 {
+            return v[0].clone();
+        }
+        let (a, b) = v.split_at(v.len() / 2);
+        format!("max({}, {})", tree(a), tree(b))
+    }
+    let maxes: Vec<String> = (0..k).map(|i| format!("lanes_max(c{i})")).collect();
+    let mut sum = "lanes_sum(e0)".to_string();
+    for i in 1..k {
+        sum = format!("({sum}) + lanes_sum(e{i})");
+    }
     SOFTMAX_ROWS_WGSL
+        .replace(
+            "$C_DECLS",
+            &lines(&|i| {
+                format!("    var c{i} = ninf;\n    var e{i} = lanes_splat(0.0);")
+            }),
+        )
+        .replace(
+            "$C_LOADS",
+            &lines(&|i| {
+                format!(
+                    "        if tid{o} < n {{\n            c{i} = x[j{o}];\n        }}",
+                    o = off(i)
+                )
+            }),
+        )
+        .replace("$C_MAX", &tree(&maxes))
+        .replace(
+            "$C_EXP",
+            &lines(&|i| format!("            e{i} = lanes_exp(c{i}, mv);")),
+        )
+        .replace("$C_SUM", &sum)
+        .replace(
+            "$C_NAN",
+            &(0..k)
+                .map(|i| format!("lanes_nan(c{i})"))
+                .collect::<Vec<_>>()
+                .join(" || "),
+        )
+        .replace(
+            "$C_STORE",
+            &lines(&|i| {
+                format!(
+                    "        if tid{o} < n {{\n            out[j{o}] = cached_out(c{i}, e{i}, m, f, log_s);\n        }}",
+                    o = off(i)
+                )
+            }),
+        )
+        .replace("$WGS", &wgs.to_string())
         .replace("$VFUNCS", funcs)
         .replace("$V", v)
         .replace("$LOG", &log.to_string())
@@ -375,6 +437,9 @@ fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
         .replace("$COMMON", COMMON_WGSL)
         .replace("$MATH", MATH_WGSL)
 }
+
+/// The workgroup size of `softmax_rows.wgsl`'s 8-load registers variant.
+const BIG_WG: usize = 1024;
 
 /// Invocations per row of `softmax_rows.wgsl` for rows of `loads` loads: about 4 loads (two
 /// iterations of its main loop) per invocation, a power of two, at most the workgroup size.
@@ -494,9 +559,27 @@ fn record_rows(
         && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
     let log = mode == Mode::LogSoftmax;
     let loads = if vec4 { v.cols / 4 } else { v.cols };
-    let t = rows_threads(loads);
+    let mut t = rows_threads(loads);
     // At most 4 loads per invocation: the registers variant (one exp per element).
-    let cached = loads <= 4 * t;
+    let mut cached = loads <= 4 * t;
+    let (mut k, mut wgs) = (4, WG);
+    let l = ctx.limits();
+    // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements).
+    let big = std::env::var("TFWGPU_SOFTMAX_REGS").map_or(true, |v| v.trim() != "4");
+    if !cached
+        && big
+        && loads <= 8 * BIG_WG
+        && l.max_compute_invocations_per_workgroup as usize >= BIG_WG
+        && l.max_compute_workgroup_size_x as usize >= BIG_WG
+    {
+        // Longer rows up to 8 loads per invocation in workgroups of 1024: still registers, so
+        // the row is read once (streaming, pass 3 re-reads it, from DRAM once the rows in
+        // flight outgrow the L2).
+        t = loads.div_ceil(8).next_power_of_two().max(WG);
+        cached = true;
+        k = 8;
+        wgs = BIG_WG;
+    }
     let key = PipelineKey::new(
         "nn",
         None,
@@ -504,13 +587,17 @@ fn record_rows(
             "softmax_rows/{}{}{}",
             if log { "log" } else { "softmax" },
             if vec4 { "/vec4" } else { "" },
-            if cached { "/cached" } else { "" }
+            match (cached, k) {
+                (false, _) => "",
+                (true, 4) => "/cached",
+                _ => "/cached8",
+            }
         ),
     );
     let pipeline = ctx.pipeline(key, || {
-        crate::kernels::membound_shader(rows_shader(log, vec4, cached))
+        crate::kernels::membound_shader(rows_shader(log, vec4, cached, k, wgs))
     })?;
-    let g = WG / t;
+    let g = wgs / t;
     let groups = v.rows.div_ceil(g);
     let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
     let gy = groups.div_ceil(gx);

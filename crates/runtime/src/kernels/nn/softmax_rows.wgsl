@@ -16,13 +16,19 @@
 // and log probability -inf (exp_le0(-inf) = 0; a state whose maximum is still -inf keeps s = 0
 // instead of adding exp(-inf - -inf) = NaN).
 //
-// Rows of at most 4 loads per invocation (CACHED: up to 4096 columns on vec4) keep their loads
-// in registers instead: pass 1 computes exp(x - m) once per element against the invocation's
-// own maximum m, and pass 3 multiplies those by exp(m - M) / S, so each element costs one exp
-// instead of two (and LogSoftmax none in pass 3).
+// Rows of at most K loads per invocation (CACHED: K = 4 in workgroups of 256 invocations, up
+// to 4096 columns on vec4; K = 8 in workgroups of 1024 where the device allows, up to 32768
+// columns) keep their loads in registers instead: pass 1 computes exp(x - m) once per element
+// against the invocation's own maximum m, and pass 3 multiplies those by exp(m - M) / S, so
+// each element costs one exp instead of two (and LogSoftmax none in pass 3), and the row is
+// read from memory once. Without the registers, a long row is read again in pass 3, from L2
+// only while it is still there: 2048 rows of 32768 floats in flight as 256-invocation
+// workgroups (~1000 rows, 128 KiB each) are ~2.7 times the H200's 50 MB L2.
 //
 // Placeholders: V (the load type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum,
-// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, COMMON and MATH (shared WGSL).
+// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, WGS (the workgroup size), the
+// CACHED code for its K loads (C_DECLS, C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE),
+// COMMON and MATH (shared WGSL).
 struct Params {
     rows: u32,
     vcols: u32,
@@ -42,9 +48,10 @@ const LOG: bool = $LOG;
 // (e0..e3, relative to the invocation's own maximum) are computed once and rescaled for the
 // output: one exp per element instead of two.
 const CACHED: bool = $CACHED;
+const WGS: u32 = $WGSu;
 const NEG_INF_BITS: u32 = 0xff800000u;
 
-var<workgroup> sh: array<f32, 256>;
+var<workgroup> sh: array<f32, WGS>;
 
 $COMMON
 $MATH
@@ -65,13 +72,10 @@ $VFUNCS
 // exp(d) for d <= 0 (every argument here is x - max <= 0), NaN for NaN, 0 below -104 and
 // for -inf: exp_f32's Cody-Waite reduction with a degree-7 Taylor polynomial (|r| <= ln(2)/2,
 // truncation < 5.2e-9 relative, below 0.1 ulp) instead of degree 10, and no overflow branch.
+// No branch at all: a NaN d makes r and q NaN, so the result is NaN whatever 2^k became
+// (the integer conversion of a NaN k is some integer); -inf and d < -104 (whose exp rounds
+// to 0) are selected to 0 at the end.
 fn exp_le0(d: f32) -> f32 {
-    if is_nan(d) {
-        return d;
-    }
-    if d < -104.0 {
-        return 0.0;
-    }
     let k = round(d * LOG2E);
     let r = (d - k * LN2_HI) - k * LN2_LO;
     // sum r^i / i! for i <= 7 by Horner on the coefficients: one multiply-add per degree
@@ -84,30 +88,32 @@ fn exp_le0(d: f32) -> f32 {
     q = fma(q, r, 1.0);
     q = fma(q, r, 1.0);
     // 2^k (k in [-151, 0]) in two normal factors: subnormal results round once, as in exp_f32.
-    let ki = i32(k);
+    // k is clamped so that the factors stay normal for any d the select discards.
+    let ki = clamp(i32(k), -252, 0);
     let k1 = ki >> 1u;
-    return q * pow2i(k1) * pow2i(ki - k1);
+    return select(q * pow2i(k1) * pow2i(ki - k1), 0.0, d < -104.0);
 }
 
-// Folds the elements of v into the state (m, s, NaN seen). The maximum uses the built-in max
-// (no NaN test per element): a NaN only sets the flag, and a flagged invocation reports a NaN
-// maximum to the row (so the row is NaN throughout, whatever m and s became).
-fn fold(st: vec3<f32>, v: $V) -> vec3<f32> {
-    var flag = st.z;
-    if lanes_nan(v) {
-        flag = 1.0;
-    }
+// Folds the elements of v into the state (m, s). The maximum uses the built-in max (no NaN
+// test per element; a driver may drop a NaN operand): a NaN element still makes its
+// exp(x - m) NaN, so s becomes NaN and stays NaN (rescaling multiplies it, exps add to it),
+// and a NaN s makes the row's sum, hence every output, NaN. Only while the maximum is still
+// -inf (no exp is added) is the NaN test made.
+fn fold(st: vec2<f32>, v: $V) -> vec2<f32> {
     let mv = max(st.x, lanes_max(v));
     if bitcast<u32>(mv) == NEG_INF_BITS {
-        // Only -inf so far: the sum stays 0.
-        return vec3<f32>(st.x, st.y, flag);
+        // Only -inf (or NaN) so far: the sum stays 0, or becomes NaN.
+        if lanes_nan(v) {
+            return vec2<f32>(st.x, bitcast<f32>(0x7fc00000u));
+        }
+        return st;
     }
     var s = st.y;
     if mv > st.x {
         // A larger maximum: rescale what was summed (s = 0 while st.x was -inf).
         s = s * exp_le0(st.x - mv);
     }
-    return vec3<f32>(mv, s + lanes_sum_exp(v, mv), flag);
+    return vec2<f32>(mv, s + lanes_sum_exp(v, mv));
 }
 
 // CACHED's output of a load: its exps times f (Softmax), or (x - M) - log S (LogSoftmax).
@@ -126,7 +132,7 @@ fn out_value(v: f32, m: f32, inv_s: f32, log_s: f32) -> f32 {
     return exp_le0(d) * inv_s;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(WGS)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
     let tid = l % p.t;
     let gi = l / p.t;
@@ -135,45 +141,26 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = row * p.vcols;
     let n = p.vcols;
     let t = p.t;
-    var st = vec3<f32>(bitcast<f32>(NEG_INF_BITS), 0.0, 0.0);
+    var st = vec2<f32>(bitcast<f32>(NEG_INF_BITS), 0.0);
     let ninf = lanes_splat(bitcast<f32>(NEG_INF_BITS));
-    var c0 = ninf;
-    var c1 = ninf;
-    var c2 = ninf;
-    var c3 = ninf;
-    var e0 = lanes_splat(0.0);
-    var e1 = e0;
-    var e2 = e0;
-    var e3 = e0;
+$C_DECLS
     if CACHED && valid {
-        // Loads tid, tid + t, tid + 2t, tid + 3t of the row (n <= 4t); missing ones stay -inf.
+        // Loads tid, tid + t, ..., tid + (K - 1) t of the row (n <= K t); missing ones stay
+        // -inf.
         let j = base + tid;
-        if tid < n {
-            c0 = x[j];
-        }
-        if tid + t < n {
-            c1 = x[j + t];
-        }
-        if tid + 2u * t < n {
-            c2 = x[j + 2u * t];
-        }
-        if tid + 3u * t < n {
-            c3 = x[j + 3u * t];
-        }
-        let mv = max(max(lanes_max(c0), lanes_max(c1)), max(lanes_max(c2), lanes_max(c3)));
-        var flag = 0.0;
-        if lanes_nan(c0) || lanes_nan(c1) || lanes_nan(c2) || lanes_nan(c3) {
-            flag = 1.0;
-        }
+$C_LOADS
+        let mv = $C_MAX;
         if bitcast<u32>(mv) != NEG_INF_BITS {
-            e0 = lanes_exp(c0, mv);
-            e1 = lanes_exp(c1, mv);
-            e2 = lanes_exp(c2, mv);
-            e3 = lanes_exp(c3, mv);
-            st = vec3<f32>(mv, ((lanes_sum(e0) + lanes_sum(e1)) + lanes_sum(e2)) + lanes_sum(e3), flag);
+$C_EXP
+            // A NaN element has a NaN exp (see fold), so the sum is NaN.
+            st = vec2<f32>(mv, $C_SUM);
         } else {
-            // Only -inf here (or nothing): no sum, and the exps stay 0.
-            st = vec3<f32>(mv, 0.0, flag);
+            // Only -inf here (or nothing, or NaN the maximum dropped): no sum, the exps stay
+            // 0; a NaN makes the sum NaN.
+            st = vec2<f32>(mv, 0.0);
+            if $C_NAN {
+                st.y = bitcast<f32>(0x7fc00000u);
+            }
         }
     } else if valid {
         var j = tid;
@@ -188,9 +175,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             st = fold(st, x[base + j]);
         }
     }
-    if st.z != 0.0 {
-        st.x = bitcast<f32>(0x7fc00000u);
-    }
     // Row maximum.
     let first = gi * t;
     sh[l] = st.x;
@@ -204,9 +188,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let m = sh[first];
     workgroupBarrier();
     // Row sum, each invocation's sum rescaled to the row maximum first.
-    var mine = 0.0;
+    // exp(NaN) (a NaN or +inf in the row) makes the sum NaN, as it must; an invocation that
+    // saw only -inf contributes its s (0, or NaN if it saw a NaN).
+    var mine = st.y;
     if bitcast<u32>(st.x) != NEG_INF_BITS {
-        // exp(NaN) (a NaN or +inf in the row) makes the sum NaN, as it must.
         mine = st.y * exp_le0(st.x - m);
     }
     sh[l] = mine;
@@ -234,29 +219,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         // -inf has zero exps and a zero factor). LogSoftmax: (x - M) - log S.
         let f = exp_le0(st.x - m) * inv;
         let j = base + tid;
-        if tid < n {
-            out[j] = cached_out(c0, e0, m, f, log_s);
-        }
-        if tid + t < n {
-            out[j + t] = cached_out(c1, e1, m, f, log_s);
-        }
-        if tid + 2u * t < n {
-            out[j + 2u * t] = cached_out(c2, e2, m, f, log_s);
-        }
-        if tid + 3u * t < n {
-            out[j + 3u * t] = cached_out(c3, e3, m, f, log_s);
-        }
+$C_STORE
         return;
     }
-    var j = tid;
-    while j + t < n {
-        let a = x[base + j];
-        let b = x[base + j + t];
-        out[base + j] = out_vec(a, m, inv, log_s);
-        out[base + j + t] = out_vec(b, m, inv, log_s);
-        j += 2u * t;
+    // Pass 3 from the row's end back to its start: what pass 1 read last is the likeliest to
+    // be still in L2 (rows longer than the registers hold are re-read).
+    if tid >= n {
+        return;
     }
-    if j < n {
-        out[base + j] = out_vec(x[base + j], m, inv, log_s);
+    var r = i32((n - 1u - tid) / t);
+    while r >= 1 {
+        let ja = base + tid + u32(r) * t;
+        let jb = ja - t;
+        let a = x[ja];
+        let b = x[jb];
+        out[ja] = out_vec(a, m, inv, log_s);
+        out[jb] = out_vec(b, m, inv, log_s);
+        r -= 2;
+    }
+    if r == 0 {
+        out[base + tid] = out_vec(x[base + tid], m, inv, log_s);
     }
 }

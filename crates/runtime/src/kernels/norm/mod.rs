@@ -45,6 +45,7 @@ use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{
     COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
 };
+use crate::kernels::f16conv;
 use crate::kernels::fill::fill_bytes;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
@@ -364,23 +365,26 @@ const APPLY_STORE_X4: &str = "    if w >= p.groups_x {
 
 /// Fills the vec4 shaders' element type and conversions (also pool's `pool_vec4.wgsl`): `$XT`
 /// (a float32 vec4, or four float16 in a vec2<u32>), `$LD`: `ld` (to vec4<f32>, exact), `st`
-/// (from vec4<f32>: float16 rounds to nearest even once, `f32_to_f16`) and `rt` (rounds to T),
-/// and `$COMMON`.
-pub(crate) fn vec4_io(src: String, dtype: DType) -> String {
+/// (from vec4<f32>: float16 rounds to nearest even once) and `rt` (rounds to T), and
+/// `$COMMON`. float16 converts two halves at a time (`f16conv`): in hardware where `hw`
+/// (`f16conv::f16_hardware`, an adapter that passed the self-test), else in software.
+pub(crate) fn vec4_io(src: String, dtype: DType, hw: bool) -> String {
     let (xt, ld) = if dtype == DType::F16 {
         (
             "vec2<u32>",
-            "fn ld(v: vec2<u32>) -> vec4<f32> {
-    return vec4<f32>(f16_to_f32(v.x & 0xffffu), f16_to_f32(v.x >> 16u),
-        f16_to_f32(v.y & 0xffffu), f16_to_f32(v.y >> 16u));
-}
-fn st(r: vec4<f32>) -> vec2<u32> {
-    return vec2<u32>(f32_to_f16(r.x) | (f32_to_f16(r.y) << 16u),
-        f32_to_f16(r.z) | (f32_to_f16(r.w) << 16u));
-}
-fn rt(r: vec4<f32>) -> vec4<f32> {
+            format!(
+                "{}
+fn ld(v: vec2<u32>) -> vec4<f32> {{
+    return vec4<f32>(f16x2_to_f32(v.x), f16x2_to_f32(v.y));
+}}
+fn st(r: vec4<f32>) -> vec2<u32> {{
+    return vec2<u32>(f32x2_to_f16(r.xy), f32x2_to_f16(r.zw));
+}}
+fn rt(r: vec4<f32>) -> vec4<f32> {{
     return ld(st(r));
-}",
+}}",
+                f16conv::f16x2_wgsl(hw)
+            ),
         )
     } else {
         (
@@ -393,12 +397,20 @@ fn st(r: vec4<f32>) -> vec4<f32> {
 }
 fn rt(r: vec4<f32>) -> vec4<f32> {
     return r;
-}",
+}"
+            .to_string(),
         )
     };
     src.replace("$XT", xt)
-        .replace("$LD", ld)
+        .replace("$LD", &ld)
         .replace("$COMMON", COMMON_WGSL)
+}
+
+/// Whether the vec4 shaders of `dtype` use the hardware float16 conversions, and the pipeline
+/// key suffix that tells the two forms apart.
+pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'static str)> {
+    let hw = dtype == DType::F16 && f16conv::f16_hardware(ctx)?;
+    Ok((hw, if hw { "/hw" } else { "" }))
 }
 
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
@@ -478,15 +490,20 @@ impl Run<'_> {
         let dtype = self.dtype;
         // The plan is `Plan::vec4` exactly when the vec4 shader applies (see `record`).
         let vec4 = p.vec4_stats(ctx, dtype);
+        let (hw, suffix) = if vec4 {
+            vec4_hw(ctx, dtype)?
+        } else {
+            (false, "")
+        };
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
                 match (grad, vec4) {
-                    (false, false) => "stats",
-                    (true, false) => "stats_grad",
-                    (false, true) => "stats/vec4",
-                    (true, true) => "stats_grad/vec4",
+                    (false, false) => "stats".to_string(),
+                    (true, false) => "stats_grad".to_string(),
+                    (false, true) => format!("stats/vec4{suffix}"),
+                    (true, true) => format!("stats_grad/vec4{suffix}"),
                 },
             ),
             || {
@@ -496,6 +513,7 @@ impl Run<'_> {
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$GRAD", if grad { "true" } else { "false" }),
                         dtype,
+                        hw,
                     )
                 } else {
                     stats_shader(dtype, grad)
@@ -609,15 +627,19 @@ impl Run<'_> {
         // (four neighbouring channels per load), two per invocation.
         let p = &self.plan;
         if p.vec4_stats(ctx, dtype) {
-            let pipeline =
-                ctx.pipeline(PipelineKey::new("norm", Some(dtype), "apply/vec4"), || {
+            let (hw, suffix) = vec4_hw(ctx, dtype)?;
+            let pipeline = ctx.pipeline(
+                PipelineKey::new("norm", Some(dtype), format!("apply/vec4{suffix}")),
+                || {
                     crate::kernels::membound_shader(vec4_io(
                         APPLY_VEC4_WGSL
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
                         dtype,
+                        hw,
                     ))
-                })?;
+                },
+            )?;
             words_for(name, dtype, n)?;
             // Channel quads (C % 4 == 0, so n is a multiple of 4).
             let words = (n / 4) as u32;

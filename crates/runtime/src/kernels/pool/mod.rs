@@ -580,13 +580,38 @@ impl Kernel for Pool {
             && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
         {
             let u = |v: usize| v as u32;
+            let (hw, suffix) = crate::kernels::norm::vec4_hw(ctx, dtype)?;
+            // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
+            // float16 where its widening is one hardware conversion.
+            let fast = dtype == DType::F32 || hw;
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+                // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
+                let (cols, rows) = if pass == 2 { (g.w, g.h) } else { (g.ow, g.oh) };
+                let rowq = cols * (g.c / 4);
+                let limit = crate::kernel::MAX_GROUPS_X as usize;
+                // The three-dimensional grid where its sizes fit and `div_small` is exact.
+                let grid3 = rowq < 1 << 22
+                    && rowq.div_ceil(WG as usize) <= limit
+                    && rows <= limit
+                    && g.n <= limit
+                    && g.h + g.pt < 1 << 22
+                    && g.w + g.pl < 1 << 22;
                 let pipeline = ctx.pipeline(
-                    PipelineKey::new("pool", Some(dtype), format!("max_vec4/{pass}")),
+                    PipelineKey::new(
+                        "pool",
+                        Some(dtype),
+                        format!(
+                            "max_vec4/{pass}{suffix}{}{}",
+                            if grid3 { "/g3" } else { "" },
+                            if fast { "/fast" } else { "" }
+                        ),
+                    ),
                     || {
                         crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
                             POOL_VEC4_WGSL
                                 .replace("$MODE", &pass.to_string())
+                                .replace("$GRID3", if grid3 { "true" } else { "false" })
+                                .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
                                 .replace("$KEYS", vec4_keys(dtype))
                                 .replace(
@@ -598,10 +623,16 @@ impl Kernel for Pool {
                                     },
                                 ),
                             dtype,
+                            hw,
                         ))
                     },
                 )?;
-                let (groups, row) = grid_1d(words as u64, WG);
+                let (groups, row) = if grid3 {
+                    ([u(rowq.div_ceil(WG as usize)), u(rows), u(g.n)], 0)
+                } else {
+                    grid_1d(words as u64, WG)
+                };
+                let inv = |d: usize| (1.0f32 / d as f32).to_bits();
                 let p = params(&[
                     row,
                     u(n),
@@ -619,6 +650,10 @@ impl Kernel for Pool {
                     u(g.sw),
                     u(g.pt),
                     u(g.pl),
+                    u(rowq),
+                    inv(g.c / 4),
+                    inv(g.sh),
+                    inv(g.sw),
                 ]);
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };

@@ -20,7 +20,7 @@
 // the driver's float compare; MaxPool and the codes never widen the elements (float16
 // compares its halves' own 16-bit keys) and MaxPool stores the selected element's bits.
 //
-// Placeholders filled in by mod.rs: MODE, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, KEYS
+// Placeholders filled in by mod.rs: MODE, GRID3, FAST, LINEAR_INDEX, XT, LD (ld, st, rt), COMMON, KEYS
 // (keyx, bitsx, from_bitsx for XT), LOWEST_BITS (the lowest finite value of T).
 struct Params {
     row: u32,
@@ -39,6 +39,12 @@ struct Params {
     sw: u32,
     pt: u32,
     pl: u32,
+    // GRID3: the items of one (n, y) row, in quads (ow * c / 4 or w * c / 4), and f32
+    // reciprocals of c / 4, sh and sw for `div_small`.
+    rowq: u32,
+    inv_q: f32,
+    inv_sh: f32,
+    inv_sw: f32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
 // The input (MaxPool, codes).
@@ -51,6 +57,19 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<$XT>;
 
 const MODE: u32 = $MODEu;
+// A three-dimensional grid: x over one row's quads (x * c / 4 + qd), y over the rows, z over
+// the batch, so an invocation finds its coordinates with one small division instead of six
+// divisions of a linear index (MaxPoolGrad's gather was bound by that integer arithmetic).
+const GRID3: bool = $GRID3;
+// Whole 3x3 windows first try the built-in max on float32 lanes (float16: widened exactly by
+// `ld`, with hardware conversions only), which is TensorFlow's answer whenever no element is
+// NaN and the maximum is a normal number or an infinity: then equal values have equal bits,
+// so the maximum's bits are those of the first maximal element (MaxPool: max with the lowest
+// finite value, as TensorFlow starts from it; codes: the first element equal to it). A
+// window with a NaN or a zero or subnormal maximum (-0 / +0 ties; a driver flushing
+// subnormals) takes the integer keys below. The keys cost ~11 integer operations per lane and
+// element, which made MaxPool and the codes ALU-bound.
+const FAST: bool = $FAST;
 
 $LINEAR_INDEX
 $COMMON
@@ -75,18 +94,59 @@ fn window(oy: u32, ox: u32) -> vec4<u32> {
     return vec4<u32>(u32(max(ys, 0)), u32(max(ye, 0)), u32(max(xs, 0)), u32(max(xe, 0)));
 }
 
+// floor(v / d) for v < 2^22 (GRID3 checks the sizes) from an f32 reciprocal inv of d: the
+// product is within 0.5 of v / d, so one correction step either way makes it exact.
+fn div_small(v: u32, d: u32, inv: f32) -> u32 {
+    var q = u32(f32(v) * inv);
+    q = select(q, q - 1u, q * d > v);
+    q = select(q, q + 1u, (q + 1u) * d <= v);
+    return q;
+}
+
 // The outputs whose window covers input row (or column) `v`: [lo, hi).
-fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32) -> vec2<u32> {
+fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32, inv_s: f32) -> vec2<u32> {
     let vp = v + pad;
     var lo = 0u;
-    if vp >= k {
-        lo = (vp - k) / s + 1u;
+    var hi = 0u;
+    if GRID3 {
+        if vp >= k {
+            lo = div_small(vp - k, s, inv_s) + 1u;
+        }
+        hi = min(div_small(vp, s, inv_s) + 1u, n_out);
+    } else {
+        if vp >= k {
+            lo = (vp - k) / s + 1u;
+        }
+        hi = min(vp / s + 1u, n_out);
     }
-    let hi = min(vp / s + 1u, n_out);
     return vec2<u32>(lo, hi);
 }
 
 $KEYS
+
+fn nan4(w: vec4<f32>) -> vec4<bool> {
+    return (bitcast<vec4<u32>>(w) & vec4<u32>(0x7fffffffu)) > vec4<u32>(0x7f800000u);
+}
+
+// Whether the built-in maximum mx is TensorFlow's (see FAST): no NaN, mx normal or infinite.
+fn fast_ok(mx: vec4<f32>, nan: vec4<bool>) -> bool {
+    let e = bitcast<vec4<u32>>(mx) & vec4<u32>(0x7f800000u);
+    return !any(nan) && all(e != vec4<u32>(0u));
+}
+
+// The built-in maximum of nine lanes-vectors, and whether any lane saw a NaN.
+struct Fast9 {
+    mx: vec4<f32>,
+    nan: vec4<bool>,
+};
+
+fn fast9(w0: vec4<f32>, w1: vec4<f32>, w2: vec4<f32>, w3: vec4<f32>, w4: vec4<f32>,
+         w5: vec4<f32>, w6: vec4<f32>, w7: vec4<f32>, w8: vec4<f32>) -> Fast9 {
+    let mx = max(max(max(w0, w1), max(w2, w3)), max(max(w4, w5), max(w6, w7)));
+    let nan = ((nan4(w0) | nan4(w1)) | (nan4(w2) | nan4(w3))) |
+        ((nan4(w4) | nan4(w5)) | (nan4(w6) | nan4(w7))) | nan4(w8);
+    return Fast9(max(mx, w8), nan);
+}
 
 // The running maximum (bits and key) per lane; v replaces where key(v) > key (MaxPool).
 struct Max4 {
@@ -119,14 +179,8 @@ fn arg_first(v: $XT) -> Arg4 {
     return Arg4(select(k, vec4<i32>(2147483647), k == vec4<i32>(-2147483647 - 1)), vec4<u32>(0u));
 }
 
-fn max_pool(e: u32) -> $XT {
+fn max_pool(n: u32, oy: u32, ox: u32, qd: u32) -> $XT {
     let quads = p.c / 4u;
-    let qd = e % quads;
-    let t = e / quads;
-    let ox = t % p.ow;
-    let t2 = t / p.ow;
-    let oy = t2 % p.oh;
-    let n = t2 / p.oh;
     let r = window(oy, ox);
     let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
     var m = Max4(bitsx(lowest), keyx(lowest));
@@ -145,6 +199,13 @@ fn max_pool(e: u32) -> $XT {
         let v6 = a[i2];
         let v7 = a[i2 + quads];
         let v8 = a[i2 + 2u * quads];
+        if FAST {
+            let f = fast9(ld(v0), ld(v1), ld(v2), ld(v3), ld(v4), ld(v5), ld(v6), ld(v7), ld(v8));
+            let mx = max(f.mx, ld(lowest));
+            if fast_ok(mx, f.nan) {
+                return st(mx);
+            }
+        }
         m = max4(m, v0);
         m = max4(m, v1);
         m = max4(m, v2);
@@ -169,14 +230,8 @@ fn pack_codes(c: vec4<u32>) -> u32 {
     return c.x | (c.y << 8u) | (c.z << 16u) | (c.w << 24u);
 }
 
-fn argmax_codes(e: u32) -> u32 {
+fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
     let quads = p.c / 4u;
-    let qd = e % quads;
-    let t = e / quads;
-    let ox = t % p.ow;
-    let t2 = t / p.ow;
-    let oy = t2 % p.oh;
-    let n = t2 / p.oh;
     let r = window(oy, ox);
     if r.y <= r.x || r.w <= r.z {
         return 0xffffffffu;
@@ -196,6 +251,32 @@ fn argmax_codes(e: u32) -> u32 {
         let v7 = a[i2 + quads];
         let v8 = a[i2 + 2u * quads];
         let kw = p.kw;
+        if FAST {
+            let w0 = ld(v0);
+            let w1 = ld(v1);
+            let w2 = ld(v2);
+            let w3 = ld(v3);
+            let w4 = ld(v4);
+            let w5 = ld(v5);
+            let w6 = ld(v6);
+            let w7 = ld(v7);
+            let w8 = ld(v8);
+            let f = fast9(w0, w1, w2, w3, w4, w5, w6, w7, w8);
+            if fast_ok(f.mx, f.nan) {
+                // The first element equal to the maximum (every lane has one).
+                let mb = bitcast<vec4<u32>>(f.mx);
+                var c = vec4<u32>(2u * kw + 2u);
+                c = select(c, vec4<u32>(2u * kw + 1u), bitcast<vec4<u32>>(w7) == mb);
+                c = select(c, vec4<u32>(2u * kw), bitcast<vec4<u32>>(w6) == mb);
+                c = select(c, vec4<u32>(kw + 2u), bitcast<vec4<u32>>(w5) == mb);
+                c = select(c, vec4<u32>(kw + 1u), bitcast<vec4<u32>>(w4) == mb);
+                c = select(c, vec4<u32>(kw), bitcast<vec4<u32>>(w3) == mb);
+                c = select(c, vec4<u32>(2u), bitcast<vec4<u32>>(w2) == mb);
+                c = select(c, vec4<u32>(1u), bitcast<vec4<u32>>(w1) == mb);
+                c = select(c, vec4<u32>(0u), bitcast<vec4<u32>>(w0) == mb);
+                return pack_codes(c);
+            }
+        }
         var s = arg_first(v0);
         s = arg4(s, v1, 1u);
         s = arg4(s, v2, 2u);
@@ -218,27 +299,26 @@ fn argmax_codes(e: u32) -> u32 {
     return pack_codes(s.code);
 }
 
-fn max_pool_grad(e: u32) -> vec4<f32> {
+fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     let quads = p.c / 4u;
-    let qd = e % quads;
-    let t = e / quads;
-    let x = t % p.w;
-    let t2 = t / p.w;
-    let y = t2 % p.h;
-    let n = t2 / p.h;
-    let rows = covering(y, p.pt, p.kh, p.sh, p.oh);
-    let cols = covering(x, p.pl, p.kw, p.sw, p.ow);
+    let rows = covering(y, p.pt, p.kh, p.sh, p.oh, p.inv_sh);
+    let cols = covering(x, p.pl, p.kw, p.sw, p.ow, p.inv_sw);
     var acc = vec4<f32>(0.0);
     for (var oy = rows.x; oy < rows.y; oy = oy + 1u) {
+        // The in-bounds window of (oy, ox) starts at row max(oy * sh - pt, 0) and column
+        // max(ox * sw - pl, 0) (`window`): this input's place in it is its code.
+        let dy = y - u32(max(i32(oy * p.sh) - i32(p.pt), 0));
+        let orow = (n * p.oh + oy) * p.ow;
         for (var ox = cols.x; ox < cols.y; ox = ox + 1u) {
-            let o = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
-            let r = window(oy, ox);
-            let mine = (y - r.x) * p.kw + (x - r.z);
-            let w = codes[o];
-            let code = (vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-            let hit = code == vec4<u32>(mine);
-            if any(hit) {
-                acc = select(acc, rt(acc + ld(b[o])), hit);
+            let dx = x - u32(max(i32(ox * p.sw) - i32(p.pl), 0));
+            let mine = dy * p.kw + dx;
+            let o = (orow + ox) * quads + qd;
+            // The lanes whose code byte is `mine` are the zero bytes of z; whether there is
+            // one at all by the exact zero-byte test (most covering outputs have none).
+            let z = codes[o] ^ (mine * 0x01010101u);
+            if ((z - 0x01010101u) & ~z & 0x80808080u) != 0u {
+                let lanes = (vec4<u32>(z) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+                acc = select(acc, rt(acc + ld(b[o])), lanes == vec4<u32>(0u));
             }
         }
     }
@@ -246,16 +326,49 @@ fn max_pool_grad(e: u32) -> vec4<f32> {
 }
 
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let e = linear_index(gid);
-    if e >= p.words {
-        return;
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
+        @builtin(local_invocation_index) lid: u32) {
+    let quads = p.c / 4u;
+    // The item's (n, row, column, quad) and its linear index e.
+    var n: u32;
+    var yy: u32;
+    var xx: u32;
+    var qd: u32;
+    var e: u32;
+    // Columns and rows of the items: outputs (MaxPool, codes) or inputs (the gather).
+    var cols = p.ow;
+    var rows = p.oh;
+    if MODE == 2u {
+        cols = p.w;
+        rows = p.h;
+    }
+    if GRID3 {
+        let xq = wid.x * 256u + lid;
+        if xq >= p.rowq {
+            return;
+        }
+        n = wid.z;
+        yy = wid.y;
+        xx = div_small(xq, quads, p.inv_q);
+        qd = xq - xx * quads;
+        e = (n * rows + yy) * p.rowq + xq;
+    } else {
+        e = linear_index(gid);
+        if e >= p.words {
+            return;
+        }
+        qd = e % quads;
+        let t = e / quads;
+        xx = t % cols;
+        let t2 = t / cols;
+        yy = t2 % rows;
+        n = t2 / rows;
     }
     if MODE == 0u {
-        out[e] = max_pool(e);
+        out[e] = max_pool(n, yy, xx, qd);
     } else if MODE == 5u {
-        codes[e] = argmax_codes(e);
+        codes[e] = argmax_codes(n, yy, xx, qd);
     } else {
-        out[e] = st(max_pool_grad(e));
+        out[e] = st(max_pool_grad(n, yy, xx, qd));
     }
 }
