@@ -1,0 +1,260 @@
+//! `_TfwgpuFusedReduce`: a float32 reduction (Sum, Mean, Max, Min, Prod, as TensorFlow's) of
+//! the result of an elementwise program, which the plugin's graph pass makes of a reduction
+//! whose input is computed by a group of elementwise nodes used by nothing else (Keras's
+//! batch norm: `Mean(SquaredDifference(x, mean))` for the variance, `Sum(dy' * x_hat)` in its
+//! gradient).
+//!
+//! Inputs: `reduction_indices` (host memory, int32 or int64, as Sum's), then the program's `N`
+//! inputs. Attributes: `T` (float32: the reduce family's float type), `N`, `program` (the
+//! fused family's program text, one output, no Tile), `reduce` (the reduction's TensorFlow
+//! op name), `keep_dims`.
+//!
+//! The reduce kernels' first step computes the program for each element it loads (a
+//! prologue: every input read at its broadcast offset, the per-channel mean of
+//! SquaredDifference included), so the elementwise result is neither written nor read back,
+//! and one dispatch goes. The program's values are the fused elementwise kernel's (the same
+//! WGSL, rounded and fenced after every instruction), and the reduction's passes and steps
+//! are those of the plain reduction of a tensor of the program's output shape: the result is
+//! bit for bit what the elementwise kernel followed by the reduction gives. A reduction that
+//! reduces nothing (every reduced dimension of size 1) is the program's result, written by
+//! the elementwise kernel.
+
+use super::{Fused, MAX_RANK, OP_REDUCE, Program, Reads, fmt_shape, key_text, words_for};
+use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
+use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL};
+use crate::kernels::reduce::{self as red, Plan, Prologue, ReduceOp};
+use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
+
+/// One `_TfwgpuFusedReduce` node's kernel.
+pub struct FusedReduce {
+    /// The elementwise kernel of the program (for a reduction of nothing).
+    fused: Fused,
+    rop: ReduceOp,
+    keep_dims: bool,
+    /// `fields` of the prologue (they depend on the number of inputs only).
+    fields: String,
+}
+
+impl FusedReduce {
+    pub fn build(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
+        let dtype = attrs.dtype("T")?;
+        if dtype != DType::F32 {
+            return Err(Error::Unimplemented(format!(
+                "{OP_REDUCE} has no tfwgpu kernel for T={dtype}"
+            )));
+        }
+        let n = attrs.int_or("N", -1)?;
+        if n < 1 {
+            bail_invalid!("{OP_REDUCE}: attribute N missing or not positive ({n})");
+        }
+        let text = match attrs.get("program") {
+            Some(crate::AttrValue::Str(s)) => s.clone(),
+            _ => bail_invalid!("{OP_REDUCE}: string attribute program missing"),
+        };
+        let rop = match attrs.get("reduce") {
+            Some(crate::AttrValue::Str(s)) => ReduceOp::from_name(s).ok_or_else(|| {
+                invalid_arg!("{OP_REDUCE}: reduce is {s:?}; Sum, Mean, Max, Min or Prod expected")
+            })?,
+            _ => bail_invalid!("{OP_REDUCE}: string attribute reduce missing"),
+        };
+        let keep_dims = attrs.bool_or("keep_dims", false)?;
+        let program = Program::parse(&text, n as usize)?;
+        if let Some(k) = program
+            .instrs
+            .iter()
+            .position(|i| i.op == super::FusedOp::Tile)
+        {
+            return Err(Error::Unimplemented(format!(
+                "{OP_REDUCE}: instruction {k}: Tile in a fused reduction's program"
+            )));
+        }
+        let fields = format!(
+            "    // 0 at run time (see `fence`), the rank of the merged broadcast.
+    zero: u32,
+    rank: u32,
+    pro0: u32,
+    pro1: u32,
+    // Merged dims of the program's output, each input's element strides along them.
+    shape: array<vec4<u32>, 2>,
+    st: array<vec4<u32>, {}>,
+",
+            2 * program.inputs
+        );
+        Ok(Box::new(FusedReduce {
+            fused: Fused {
+                text: key_text(&program),
+                program,
+                dtype,
+                restricted: Default::default(),
+            },
+            rop,
+            keep_dims,
+            fields,
+        }))
+    }
+
+    /// The name in messages: `_TfwgpuFusedReduce (Sum)`.
+    fn what(&self) -> String {
+        format!("{OP_REDUCE} ({})", self.rop.name())
+    }
+
+    /// Validates the inputs; the program's output shape (the reduced tensor's) and the
+    /// reduced-axis mask.
+    fn check(&self, inputs: &[Operand]) -> Result<(Vec<usize>, Vec<bool>)> {
+        let what = self.what();
+        let program = &self.fused.program;
+        if inputs.len() != program.inputs + 1 {
+            bail_invalid!(
+                "{what} takes {} inputs (reduction_indices and the program's {}), got {}",
+                program.inputs + 1,
+                program.inputs,
+                inputs.len()
+            );
+        }
+        let axes = inputs[0].host(&what, 0)?;
+        if axes.shape.len() > 1 {
+            bail_invalid!(
+                "{what}: reduction_indices must be a scalar or a vector, got shape {:?}",
+                axes.shape
+            );
+        }
+        let axes = axes.to_i64_vec().map_err(|_| {
+            invalid_arg!(
+                "{what}: reduction_indices must be int32 or int64, got {}",
+                axes.dtype
+            )
+        })?;
+        for (k, i) in inputs[1..].iter().enumerate() {
+            if i.dtype() != DType::F32 {
+                bail_invalid!("{what}: input {} is {} but T is float32", k + 1, i.dtype());
+            }
+        }
+        let shapes: Vec<&[usize]> = inputs[1..].iter().map(|i| i.shape()).collect();
+        let shape = program.output_shape(&shapes)?;
+        words_for(OP_REDUCE, DType::F32, shape.iter().product())?;
+        let mask = red::reduction_mask(&what, &shape, &axes)?;
+        Ok((shape, mask))
+    }
+}
+
+impl Program {
+    /// WGSL of the program as a reduction's prologue (see [`red::Prologue`]): input 0 bound at
+    /// 1, input k >= 1 at k + 2; the helpers of `COMMON_WGSL` and `MATH_WGSL`, the program's
+    /// functions, and `elem(e)` (`flat`: every input read at `e * stride`).
+    fn prologue_wgsl(&self, dtype: DType, flat: bool) -> String {
+        let mut s = String::new();
+        for k in 0..self.inputs {
+            let binding = if k == 0 { 1 } else { k + 2 };
+            s.push_str(&format!(
+                "@group(0) @binding({binding}) var<storage, read_write> in{k}: array<u32>;\n"
+            ));
+        }
+        s.push_str(COMMON_WGSL);
+        s.push_str(MATH_WGSL);
+        s.push_str(&self.functions(dtype));
+        s.push_str(&self.elem_fn(flat, &vec![false; self.instrs.len()]));
+        s
+    }
+}
+
+impl Kernel for FusedReduce {
+    fn op(&self) -> &'static str {
+        OP_REDUCE
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        let (shape, mask) = self.check(inputs)?;
+        let out = red::output_shape(&shape, &mask, self.keep_dims);
+        Ok(vec![TensorDesc::new(DType::F32, &out)])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let what = self.what();
+        let (shape, mask) = self.check(inputs)?;
+        let [output] = outputs else {
+            bail_invalid!("{what}: 1 output expected, {} given", outputs.len());
+        };
+        let want = TensorDesc::new(
+            DType::F32,
+            &red::output_shape(&shape, &mask, self.keep_dims),
+        );
+        if output.desc != want {
+            bail_invalid!(
+                "{what}: output is {} {} but the reduction gives {}",
+                output.desc.dtype,
+                fmt_shape(&output.desc.shape),
+                fmt_shape(&want.shape)
+            );
+        }
+        let data = &inputs[1..];
+        let program = &self.fused.program;
+        match red::plan(&shape, &mask) {
+            Plan::Nothing => return Ok(()),
+            // Nothing reduced: the output holds the program's result (the same elements).
+            Plan::Copy => {
+                return self.fused.dispatch(
+                    ctx,
+                    program,
+                    &self.fused.text,
+                    data,
+                    &shape,
+                    &[output],
+                );
+            }
+            Plan::Passes(_) => {}
+        }
+        let shapes: Vec<&[usize]> = data.iter().map(|i| i.shape()).collect();
+        let reads = Reads::of(&shape, &shapes).ok_or_else(|| {
+            invalid_arg!(
+                "{what}: an input does not broadcast to the program's output {}",
+                fmt_shape(&shape)
+            )
+        })?;
+        if reads.dims.len() > MAX_RANK {
+            return Err(Error::Unimplemented(format!(
+                "{what}: the broadcast to {} needs {} dimensions after merging; at most \
+                 {MAX_RANK} are supported",
+                fmt_shape(&shape),
+                reads.dims.len()
+            )));
+        }
+        let bindings_needed = (program.inputs + 1) as u32;
+        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
+            return Err(Error::Unimplemented(format!(
+                "{what}: {bindings_needed} storage bindings needed, the adapter allows {}",
+                ctx.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
+        let flat = reads.dims.len() <= 1;
+        let mut words = vec![0, reads.dims.len() as u32, 0, 0];
+        let mut a8 = [0u32; MAX_RANK];
+        for (dst, &src) in a8.iter_mut().zip(&reads.dims) {
+            *dst = src as u32;
+        }
+        words.extend_from_slice(&a8);
+        for st in &reads.strides {
+            let mut a8 = [0u32; MAX_RANK];
+            for (dst, &src) in a8.iter_mut().zip(st) {
+                *dst = src as u32;
+            }
+            words.extend_from_slice(&a8);
+        }
+        let mut binds = Vec::with_capacity(data.len());
+        for (k, i) in data.iter().enumerate() {
+            binds.push(ctx.bind(i.device(OP_REDUCE, k + 1)?)?);
+        }
+        let wgsl = || program.prologue_wgsl(DType::F32, flat);
+        let prologue = Prologue {
+            key: format!(
+                "{}/{}",
+                self.fused.text,
+                if flat { "flat" } else { "bcast" }
+            ),
+            wgsl: &wgsl,
+            fields: &self.fields,
+            words,
+            inputs: binds,
+        };
+        red::record_prologue(ctx, self.rop, &prologue, &shape, &mask, output)
+    }
+}
