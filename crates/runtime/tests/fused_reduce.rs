@@ -271,6 +271,9 @@ fn every_reduction_and_layout_matches_the_unfused_kernels() {
         (&[7, 256], &[1]),
         (&[2, 70_000], &[1]),
         (&[1, 70_001], &[1]),
+        // vec4 rows whose broadcast's innermost merged dim (6) is no multiple of 4: each
+        // element's offsets computed on its own.
+        (&[5, 8, 6], &[1, 2]),
         // Columns, first axis.
         (&[129, 6], &[0]),
         (&[300, 64], &[0]),

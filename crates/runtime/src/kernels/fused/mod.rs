@@ -778,19 +778,11 @@ fn fence(v: f32) -> f32 {{
         s
     }
 
-    /// WGSL of `elem(e)`: the outputs' values at element `e` of the output (one value, or an
-    /// array of them), every input read at its broadcast offset (`flat`: `e * stride`); the
-    /// `uniform` instructions' results read from workgroup memory `wg`.
-    fn elem_fn(&self, flat: bool, uniform: &[bool]) -> String {
+    /// WGSL statements computing `oK`, input K's offset for output element `e` (`flat`: `e`
+    /// times its stride; else through the merged dims `p.shape` and strides `p.st`).
+    fn offsets(&self, flat: bool) -> String {
         let n = self.inputs;
-        let outs = self.output_instrs();
         let mut s = String::new();
-        let k_out = outs.len();
-        if k_out == 1 {
-            s.push_str("fn elem(e: u32) -> f32 {\n");
-        } else {
-            s.push_str(&format!("fn elem(e: u32) -> array<f32, {k_out}> {{\n"));
-        }
         if flat {
             for k in 0..n {
                 s.push_str(&format!("    let o{k} = e * p.st[{}].x;\n", 2 * k));
@@ -819,6 +811,22 @@ fn fence(v: f32) -> f32 {{
                 s.push_str(&format!("    o{k} = o{k} + rem * p.st[{}].x;\n", 2 * k));
             }
         }
+        s
+    }
+
+    /// WGSL of `elem(e)`: the outputs' values at element `e` of the output (one value, or an
+    /// array of them), every input read at its broadcast offset (`flat`: `e * stride`); the
+    /// `uniform` instructions' results read from workgroup memory `wg`.
+    fn elem_fn(&self, flat: bool, uniform: &[bool]) -> String {
+        let outs = self.output_instrs();
+        let mut s = String::new();
+        let k_out = outs.len();
+        if k_out == 1 {
+            s.push_str("fn elem(e: u32) -> f32 {\n");
+        } else {
+            s.push_str(&format!("fn elem(e: u32) -> array<f32, {k_out}> {{\n"));
+        }
+        s.push_str(&self.offsets(flat));
         for (k, &r) in self.reads(uniform, false).iter().enumerate() {
             if r {
                 s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));

@@ -137,11 +137,41 @@ impl FusedReduce {
     }
 }
 
+/// How a prologue finds its inputs' offsets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadMode {
+    /// Every input at `e * stride` (a broadcast of one merged dimension).
+    Flat,
+    /// Through the merged dims (a division per dimension and element).
+    Bcast,
+    /// As `Bcast`, and the innermost merged dim is a multiple of 4: the four elements of a
+    /// vec4 load share their offsets but along that dim (computed once per vec4).
+    Quad,
+}
+
+impl ReadMode {
+    fn name(self) -> &'static str {
+        match self {
+            ReadMode::Flat => "flat",
+            ReadMode::Bcast => "bcast",
+            ReadMode::Quad => "quad",
+        }
+    }
+}
+
+/// Whether quad reads are on (`TFWGPU_REDUCE_QUAD=0` computes the offsets of each element of a
+/// vec4 load, for comparison).
+fn quad_reads() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_REDUCE_QUAD").map_or(true, |v| v.trim() != "0"))
+}
+
 impl Program {
     /// WGSL of the program as a reduction's prologue (see [`red::Prologue`]): input 0 bound at
     /// 1, input k >= 1 at k + 2; the helpers of `COMMON_WGSL` and `MATH_WGSL`, the program's
-    /// functions, and `elem(e)` (`flat`: every input read at `e * stride`).
-    fn prologue_wgsl(&self, dtype: DType, flat: bool) -> String {
+    /// functions, `elem(e)` and `elem4(e)` (elements e to e + 3, e a multiple of 4).
+    fn prologue_wgsl(&self, dtype: DType, mode: ReadMode) -> String {
+        let flat = mode == ReadMode::Flat;
         let mut s = String::new();
         for k in 0..self.inputs {
             let binding = if k == 0 { 1 } else { k + 2 };
@@ -152,7 +182,38 @@ impl Program {
         s.push_str(COMMON_WGSL);
         s.push_str(MATH_WGSL);
         s.push_str(&self.functions(dtype));
-        s.push_str(&self.elem_fn(flat, &vec![false; self.instrs.len()]));
+        let uniform = vec![false; self.instrs.len()];
+        s.push_str(&self.elem_fn(flat, &uniform));
+        s.push_str("fn elem4(e: u32) -> vec4<f32> {\n");
+        if mode != ReadMode::Quad {
+            s.push_str(
+                "    return vec4<f32>(elem(e), elem(e + 1u), elem(e + 2u), elem(e + 3u));\n}\n",
+            );
+            return s;
+        }
+        // Offsets of element e, and each input's stride along the innermost merged dim (0 or
+        // 1): the four elements are in one row of it.
+        s.push_str(&self.offsets(false));
+        s.push_str("    let inner = p.rank - 1u;\n");
+        for k in 0..self.inputs {
+            s.push_str(&format!(
+                "    let s{k} = p.st[{} + inner / 4u][inner % 4u];\n",
+                2 * k
+            ));
+        }
+        s.push_str("    var v: vec4<f32>;\n    for (var j = 0u; j < 4u; j = j + 1u) {\n");
+        for k in 0..self.inputs {
+            s.push_str(&format!("        let x{k} = ld{k}(o{k} + j * s{k});\n"));
+        }
+        let mut body = String::new();
+        self.body(&mut body, &uniform, false);
+        for line in body.lines() {
+            s.push_str(&format!("    {line}\n"));
+        }
+        s.push_str(&format!(
+            "        v[j] = t{};\n    }}\n    return v;\n}}\n",
+            self.instrs.len() - 1
+        ));
         s
     }
 }
@@ -225,7 +286,13 @@ impl Kernel for FusedReduce {
                 ctx.limits().max_storage_buffers_per_shader_stage
             )));
         }
-        let flat = reads.dims.len() <= 1;
+        let mode = if reads.dims.len() <= 1 {
+            ReadMode::Flat
+        } else if quad_reads() && reads.dims.last().is_some_and(|d| d % 4 == 0) {
+            ReadMode::Quad
+        } else {
+            ReadMode::Bcast
+        };
         let mut words = vec![0, reads.dims.len() as u32, 0, 0];
         let mut a8 = [0u32; MAX_RANK];
         for (dst, &src) in a8.iter_mut().zip(&reads.dims) {
@@ -243,13 +310,9 @@ impl Kernel for FusedReduce {
         for (k, i) in data.iter().enumerate() {
             binds.push(ctx.bind(i.device(OP_REDUCE, k + 1)?)?);
         }
-        let wgsl = || program.prologue_wgsl(DType::F32, flat);
+        let wgsl = || program.prologue_wgsl(DType::F32, mode);
         let prologue = Prologue {
-            key: format!(
-                "{}/{}",
-                self.fused.text,
-                if flat { "flat" } else { "bcast" }
-            ),
+            key: format!("{}/{}", self.fused.text, mode.name()),
             wgsl: &wgsl,
             fields: &self.fields,
             words,

@@ -461,8 +461,9 @@ impl Reduce {
 
 /// A reduction's input computed where it is loaded: WGSL that declares the storage bindings
 /// it reads (its input 0 at binding 1, input k >= 1 at binding k + 2: binding 2 is the
-/// reduction's output) and `fn elem(e: u32) -> f32`, element `e` (row-major) of the reduced
-/// tensor, using the uniform fields it adds to the reduce's params. The fused family's
+/// reduction's output), `fn elem(e: u32) -> f32`, element `e` (row-major) of the reduced
+/// tensor, and `fn elem4(e: u32) -> vec4<f32>`, elements `e` to `e + 3` (`e` a multiple of
+/// 4, for vec4 loads), using the uniform fields it adds to the reduce's params. The fused family's
 /// programs are such prologues (`_TfwgpuFusedReduce`): the elementwise result is never
 /// written, and the reduction folds the same values in the same order as it folds the
 /// written tensor (its passes are those of the plain reduction of that shape).
@@ -544,11 +545,7 @@ fn with_prologue(src: &str, pro: &Prologue<'_>, vec4: bool) -> std::result::Resu
         return Err(internal("is_nan"));
     }
     let ldx = if vec4 {
-        "fn ldx(i: u32) -> vec4<f32> {
-    let e = 4u * i;
-    return vec4<f32>(elem(e), elem(e + 1u), elem(e + 2u), elem(e + 3u));
-}
-"
+        "fn ldx(i: u32) -> vec4<f32> {\n    return elem4(4u * i);\n}\n"
     } else {
         "fn ldx(i: u32) -> f32 {\n    return elem(i);\n}\n"
     };
@@ -1111,6 +1108,54 @@ mod tests {
             .vec4,
             None
         );
+    }
+
+    #[test]
+    fn every_reduce_shader_takes_a_prologue() {
+        let wgsl = || {
+            "fn is_nan(v: f32) -> bool { return v != v; }\nfn elem(e: u32) -> f32 { return f32(e); }\nfn elem4(e: u32) -> vec4<f32> { return vec4<f32>(elem(e)); }\n".to_string()
+        };
+        let pro = Prologue {
+            key: "k".into(),
+            wgsl: &wgsl,
+            fields: "    zero: u32,\n",
+            words: vec![0],
+            inputs: vec![],
+        };
+        for rop in [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ] {
+            let scalar = REDUCE_WGSL
+                .replace("ELEM", "f32")
+                .replace("COMBINE_BODY", rop.combine_body(DType::F32))
+                .replace("FINALIZE_BODY", rop.finalize_body(DType::F32))
+                .replace("CASCADE_FLAG", &rop.cascade(DType::F32).to_string());
+            let variants = [
+                (scalar, false),
+                (vec4_shader(rop, DType::F32, true), true),
+                (vec4_shader(rop, DType::F32, false), true),
+            ];
+            for (src, vec4) in variants {
+                let s = with_prologue(&src, &pro, vec4).unwrap();
+                // No load of x is left, its binding is gone, `is_nan` is the prologue's.
+                assert!(
+                    !s.contains(" x[") && !s.contains("(x[") && !s.contains(" x:"),
+                    "{s}"
+                );
+                assert!(s.contains("ldx(") && s.contains("zero: u32,\n};"));
+                assert_eq!(s.matches("fn is_nan").count(), 1);
+                let loads = src.matches("x[").count();
+                assert_eq!(
+                    s.matches("ldx(").count(),
+                    loads + 1,
+                    "calls and the definition"
+                );
+            }
+        }
     }
 
     #[test]
