@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use tfwgpu_runtime::kernels::fused::{OP, OP_REDUCE};
+use tfwgpu_runtime::kernels::fused::{OP, OP_REDUCE, OP_REDUCE_MULTI};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor, Tensor};
 
 const EPS: f64 = f32::EPSILON as f64 / 2.0;
@@ -407,4 +407,139 @@ fn bad_attributes_and_inputs_are_errors() {
     let attrs = reduce_attrs("Neg(i0)", 1, "Sum", false).with("T", AttrValue::Type(DType::F16));
     let e = err(dev().run(OP_REDUCE, &attrs, &[Arg::from(&ax), Arg::from(&h)]));
     assert!(matches!(e, Error::Unimplemented(_)), "{e}");
+}
+
+/// Runs `_TfwgpuFusedReduceMulti`: the reduction, then the exported values.
+fn run_reduce_multi(
+    program: &str,
+    exports: &[usize],
+    inputs: &[&Tensor],
+    reduce: &str,
+    axes: &[i32],
+    keep_dims: bool,
+) -> Vec<Tensor> {
+    let ax = HostTensor::vec_i32(axes);
+    let mut args = vec![Arg::from(&ax)];
+    args.extend(inputs.iter().map(|t| Arg::from(*t)));
+    let attrs = reduce_attrs(program, inputs.len(), reduce, keep_dims)
+        .with("M", AttrValue::Int(exports.len() as i64))
+        .with(
+            "exports",
+            AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
+        );
+    dev()
+        .run(OP_REDUCE_MULTI, &attrs, &args)
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+/// The fused elementwise kernel's values of the program's instructions `exports` (each
+/// computed by the program cut after it).
+fn run_values(program: &str, exports: &[usize], inputs: &[&Tensor]) -> Vec<Tensor> {
+    let instrs: Vec<&str> = program.split(';').collect();
+    exports
+        .iter()
+        .map(|&e| {
+            let cut = instrs[..=e].join(";");
+            // Only the inputs the cut program reads, renumbered in order.
+            let mut used: Vec<usize> = vec![];
+            for part in &instrs[..=e] {
+                for a in part.split(['(', ')', ',']) {
+                    if let Some(i) = a.strip_prefix('i').and_then(|i| i.parse().ok())
+                        && !used.contains(&i)
+                    {
+                        used.push(i);
+                    }
+                }
+            }
+            used.sort();
+            let mut text = cut;
+            for (new, &old) in used.iter().enumerate() {
+                text = text.replace(&format!("i{old},"), &format!("I{new},"));
+                text = text.replace(&format!("i{old})"), &format!("I{new})"));
+            }
+            let text = text.replace('I', "i");
+            let attrs = Attrs::new()
+                .with("T", AttrValue::Type(DType::F32))
+                .with("N", AttrValue::Int(used.len() as i64))
+                .with("program", AttrValue::Str(text.clone()));
+            let args: Vec<Arg> = used.iter().map(|&i| Arg::from(inputs[i])).collect();
+            dev()
+                .run(OP, &attrs, &args)
+                .unwrap_or_else(|e| panic!("{text}: {e}"))
+                .remove(0)
+        })
+        .collect()
+}
+
+#[test]
+fn exported_values_are_the_elementwise_kernels_bit_for_bit() {
+    // Batch norm's gradient: rg = ReluGrad(dy + dr, y) is exported, rg * x_hat summed over
+    // N, H, W; long enough to split, channels a multiple of 4 (vec4) or not (scalar); a
+    // reduction of nothing (a copy) and of an empty tensor.
+    let p = "AddV2(i0,i1);ReluGrad(t0,i2);Mul(t1,i3)";
+    let cases: &[(&[usize], &[i32])] = &[
+        (&[2, 9, 9, 16], &[0, 1, 2]),
+        (&[3, 7, 5, 6], &[0, 1, 2]),
+        (&[4, 40, 40, 8], &[0, 1, 2]),
+        (&[6, 130], &[1]),
+        (&[3, 1, 4], &[1]),
+        (&[0, 4], &[0]),
+    ];
+    for (k, (shape, axes)) in cases.iter().enumerate() {
+        let mut r = rng(40 + k as u64);
+        let n: usize = shape.iter().product();
+        let ts: Vec<Tensor> = (0..4)
+            .map(|_| {
+                dev()
+                    .upload(&rand_f32(&mut r, n, -2.0, 2.0), shape)
+                    .unwrap()
+            })
+            .collect();
+        let refs: Vec<&Tensor> = ts.iter().collect();
+        let got = run_reduce_multi(p, &[1], &refs, "Sum", axes, false);
+        let want_sum = run_unfused(p, &refs, "Sum", axes, false);
+        let want_rg = run_values(p, &[1], &refs).remove(0);
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].shape(), want_sum.shape(), "{shape:?}");
+        assert_eq!(got[1].shape(), &shape[..], "{shape:?}");
+        let b = |t: &Tensor| bits(&t.download::<f32>().unwrap());
+        assert_eq!(b(&got[0]), b(&want_sum), "sum of {shape:?}");
+        assert_eq!(b(&got[1]), b(&want_rg), "rg of {shape:?}");
+    }
+}
+
+#[test]
+fn exports_of_other_shapes_take_a_dispatch_of_their_own() {
+    // scale = rsqrt(var) * gamma ([C]) is exported; x * scale ([N, C]) and the broadcast
+    // difference (also [N, C], exported from the reduction's own pass) are reduced over N.
+    let p = "Rsqrt(i1);Mul(t0,i2);Mul(i0,t1);Sub(t2,i3);Maximum(t3,i0)";
+    for (k, (n, c)) in [(33usize, 12usize), (7, 5), (300, 64)].iter().enumerate() {
+        let mut r = rng(60 + k as u64);
+        let x = dev()
+            .upload(&rand_f32(&mut r, n * c, -2.0, 2.0), &[*n, *c])
+            .unwrap();
+        let var = dev()
+            .upload(&rand_f32(&mut r, *c, 0.5, 2.0), &[*c])
+            .unwrap();
+        let gamma = dev()
+            .upload(&rand_f32(&mut r, *c, -1.0, 1.0), &[*c])
+            .unwrap();
+        let shift = dev()
+            .upload(&rand_f32(&mut r, *c, -1.0, 1.0), &[*c])
+            .unwrap();
+        let refs = [&x, &var, &gamma, &shift];
+        let exports = [1, 3];
+        for reduce in ["Sum", "Max", "Mean"] {
+            let got = run_reduce_multi(p, &exports, &refs, reduce, &[0], true);
+            let want = run_unfused(p, &refs, reduce, &[0], true);
+            let values = run_values(p, &exports, &refs);
+            let b = |t: &Tensor| bits(&t.download::<f32>().unwrap());
+            assert_eq!(got[0].shape(), &[1, *c]);
+            assert_eq!(b(&got[0]), b(&want), "{reduce} [{n}, {c}]");
+            assert_eq!(got[1].shape(), &[*c]);
+            assert_eq!(b(&got[1]), b(&values[0]), "scale [{c}]");
+            assert_eq!(got[2].shape(), &[*n, *c]);
+            assert_eq!(b(&got[2]), b(&values[1]), "x * scale - shift [{n}, {c}]");
+        }
+    }
 }

@@ -41,13 +41,26 @@
 //! same dispatch, others in one dispatch per shape. `TFWGPU_FUSION_MULTI=0` keeps the
 //! single-output groups (and the reads as they are).
 //!
+//! Reductions: a float32 Sum, Mean, Max, Min or Prod on a tfwgpu GPU roots a group of the
+//! fusible nodes that compute its input (the same rule: each member's data consumers are in
+//! the group), which becomes one `_TfwgpuFusedReduce` node (the reduction's name, device,
+//! attributes and axes, the axes its first input, in host memory; `reduce` names the op): its
+//! kernel computes the program for each element the reduction loads, so the elementwise
+//! result is neither written nor read back (Keras's batch-norm variance
+//! `Mean(SquaredDifference(x, mean))`, the gradient's `Sum(dy' * x_hat)`). A group whose root
+//! is also used outside joins such a group as an export too (`_TfwgpuFusedReduceMulti`: the
+//! reduction is output 0, the exported values outputs 1..; batch norm's ReluGrad, which the
+//! gradient's other sum and dx read), unless the value is the reduced tensor itself or the
+//! group holds a Tile (the reduction's kernel has no place to materialize one).
+//! `TFWGPU_FUSION_REDUCE=0` turns reduction groups off.
+//!
 //! `TFWGPU_FUSION=0` turns the pass off (and everything above).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
 
 use tfwgpu_runtime::Result;
-use tfwgpu_runtime::kernels::fused::{self, OP, OP_MULTI, OP_REDUCE, OP_TILED};
+use tfwgpu_runtime::kernels::fused::{self, OP, OP_MULTI, OP_REDUCE, OP_REDUCE_MULTI, OP_TILED};
 use tfwgpu_sys as sys;
 
 use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
@@ -350,6 +363,11 @@ fn fused_node(
         ("N".into(), int_attr(keys.len() as i64)),
         ("program".into(), str_attr(&program)),
     ];
+    let exports: Vec<i64> = g
+        .exports
+        .iter()
+        .map(|e| result[nodes[*e].name.as_str()] as i64)
+        .collect();
     let op = if reduce {
         attrs.push(("reduce".into(), str_attr(&root.op)));
         for key in ["keep_dims", "Tidx"] {
@@ -357,13 +375,15 @@ fn fused_node(
                 attrs.push((key.into(), v.to_vec()));
             }
         }
-        OP_REDUCE
+        if exports.is_empty() {
+            OP_REDUCE
+        } else {
+            // Outputs 1..=M: the exported values.
+            attrs.push(("M".into(), int_attr(exports.len() as i64)));
+            attrs.push(("exports".into(), ints_attr(&exports)));
+            OP_REDUCE_MULTI
+        }
     } else if !g.exports.is_empty() {
-        let exports: Vec<i64> = g
-            .exports
-            .iter()
-            .map(|e| result[nodes[*e].name.as_str()] as i64)
-            .collect();
         attrs.push(("M".into(), int_attr(exports.len() as i64 + 1)));
         attrs.push(("exports".into(), ints_attr(&exports)));
         OP_MULTI
@@ -654,7 +674,7 @@ fn groups(
             continue;
         }
         let r = sets[p][0];
-        // A reduction's group exports nothing, and its result is no elementwise value.
+        // A reduction's result is no elementwise value.
         if blocked[r] || preserve.contains(&nodes[r].name) || is_reduce[r] {
             continue;
         }
@@ -669,7 +689,17 @@ fn groups(
         }
         for c in candidates {
             let root = sets[c][0];
-            if types[root] != types[r] || nodes[root].device != nodes[r].device || is_reduce[root] {
+            if types[root] != types[r] || nodes[root].device != nodes[r].device {
+                continue;
+            }
+            // A reduction's group takes the value as one more output when it is not the
+            // reduced tensor itself (that would be the program's result) and no Tile comes
+            // with it.
+            if is_reduce[root]
+                && (operands_all(&nodes[root]).next().map(|i| source(i).0)
+                    == Some(nodes[r].name.as_str())
+                    || sets[p].iter().any(|&m| nodes[m].op == "Tile"))
+            {
                 continue;
             }
             let merged: Vec<usize> = sets[c].iter().chain(&sets[p]).copied().collect();
@@ -755,7 +785,10 @@ fn mergeable(
         } else {
             1
         };
-        for i in operands(n) {
+        // A reduction (the root of its group) reads its axes in host memory: no binding.
+        let reduction = m == members[0] && REDUCIBLE.contains(&n.op.as_str());
+        let take = if reduction { 1 } else { usize::MAX };
+        for i in operands(n).take(take) {
             let (src, port) = source(i);
             let member = by_name.get(src).is_some_and(|p| set.contains(p));
             if member && n.op == "Tile" {
@@ -1129,6 +1162,13 @@ pub fn register_op() {
         c("Tidx: {int32, int64} = DT_INT32"),
     ];
     let reduce_common = [c("T: {float}"), c("N: int >= 1"), c("program: string")];
+    let reduce_multi = [
+        c("reduce: string"),
+        c("keep_dims: bool = false"),
+        c("Tidx: {int32, int64} = DT_INT32"),
+        c("M: int >= 1"),
+        c("exports: list(int)"),
+    ];
     let (x, axes) = (c("x: N * T"), c("reduction_indices: Tidx"));
     let elementwise: &[&CString] = &[&x];
     /// (name, inputs, output, attributes, more attributes, shape function).
@@ -1140,7 +1180,7 @@ pub fn register_op() {
         &'a [CString],
         ShapeFn,
     );
-    let ops: [Def; 4] = [
+    let ops: [Def; 5] = [
         (OP, elementwise, "y: T", &common, &[], shape_fn),
         (
             OP_TILED,
@@ -1166,6 +1206,15 @@ pub fn register_op() {
             &reduce,
             unknown_shape_fn,
         ),
+        // The reduction, then the M exported values.
+        (
+            OP_REDUCE_MULTI,
+            &[&axes, &x],
+            "y: T;e: M * T",
+            &reduce_common,
+            &reduce_multi,
+            unknown_shape_fn,
+        ),
     ];
     let st = Status::new();
     for (op, inputs, output, common, extra, shape) in ops {
@@ -1177,7 +1226,10 @@ pub fn register_op() {
             for input in inputs {
                 sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
             }
-            sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
+            for o in output.to_str().expect("ASCII").split(';') {
+                let o = c(o);
+                sys::TF_OpDefinitionBuilderAddOutput(b, o.as_ptr());
+            }
             for attr in common.iter().chain(extra) {
                 sys::TF_OpDefinitionBuilderAddAttr(b, attr.as_ptr());
             }
@@ -1887,34 +1939,38 @@ mod tests {
     }
 
     #[test]
-    fn values_used_elsewhere_stay_outputs_of_their_own_group() {
+    fn values_used_elsewhere_are_more_outputs_of_the_reduction() {
         // Batch norm's gradient: rg = ReluGrad(dy + dr, y) feeds Sum(rg * x_hat), Sum(rg) and
-        // dx; the product (used by the sum only) joins the reduction, rg (used three times)
-        // is computed by its group, exported from dx's group where that is acyclic.
+        // dx; the product (used by the sum only) joins the reduction, and rg (used three
+        // times) is computed by it too, as output 1.
         let nodes = vec![
             node("a", "AddV2", &["dy", "dr"], GPU, 1),
             node("rg", "ReluGrad", &["a", "y"], GPU, 1),
             node("m", "Mul", &["rg", "xhat"], GPU, 1),
             reduction("s1", "Sum", &["m", "axes"], GPU, 1),
             reduction("s2", "Sum", &["rg", "axes"], GPU, 1),
-            node("dx", "Mul", &["rg", "k"], GPU, 1),
+            node("dx", "Mul", &["rg", "s1"], GPU, 1),
         ];
         let out = fused(&nodes, &[]).expect("fused");
         let ops = names_and_ops(&out);
         assert_eq!(
             ops,
-            [("s1", OP_REDUCE), ("s2", "Sum"), ("dx", OP_MULTI)],
+            [("s1", OP_REDUCE_MULTI), ("s2", "Sum"), ("dx", "Mul")],
             "{ops:?}"
         );
-        assert_eq!(out[0].inputs, ["axes", "dx:1", "xhat"]);
-        assert_eq!(program(&out[0]), "Mul(i0,i1)");
-        assert_eq!(out[1].inputs, ["dx:1", "axes"]);
-        assert_eq!(program(&out[2]), "AddV2(i0,i1);ReluGrad(t0,i2);Mul(t1,i3)");
-        // Where dx reads the sums (as batch norm's does), rg cannot be its output (a cycle):
-        // rg's group is a node of its own.
-        let mut cyc = nodes.clone();
-        cyc[5] = node("dx", "Mul", &["rg", "s1"], GPU, 1);
-        let out = fused(&cyc, &[]).expect("fused");
+        let f = &out[0];
+        assert_eq!(f.inputs, ["axes", "dy", "dr", "y", "xhat"]);
+        let p = program(f);
+        assert_eq!(p, "AddV2(i0,i1);ReluGrad(t0,i2);Mul(t1,i3)");
+        assert_eq!(str_of(f, "reduce"), "Sum");
+        assert_eq!(f.attr("M"), Some(int_attr(1).as_slice()));
+        assert_eq!(ints(f, "exports"), [1]);
+        fused::Program::parse_multi(&p, 4, &[1]).unwrap();
+        assert_eq!(out[1].inputs, ["s1:1", "axes"]);
+        assert_eq!(out[2].inputs, ["s1:1", "s1"]);
+        // The reduced tensor itself is no export (Sum(rg) keeps its plain kernel), and
+        // without multi-output groups rg is a group of its own.
+        let out = fused_with(&nodes, &[], 7, false).expect("fused");
         let ops = names_and_ops(&out);
         assert_eq!(
             ops,
@@ -1922,10 +1978,32 @@ mod tests {
             "{ops:?}"
         );
         assert_eq!(out[1].inputs, ["axes", "rg", "xhat"]);
-        // Without multi-output groups: the same, rg a group of its own.
-        let out = fused_with(&nodes, &[], 7, false).expect("fused");
-        assert_eq!(out[1].op, OP_REDUCE);
-        assert_eq!(out[1].inputs, ["axes", "rg", "xhat"]);
+        assert_eq!(program(&out[1]), "Mul(i0,i1)");
+        // Where rg's consumer outside feeds the reduction's program (a cycle through dx), rg
+        // stays apart; a group holding a Tile is no export either.
+        let mut cyc = nodes.clone();
+        cyc[5] = node("dx", "Pack", &["rg"], GPU, 1);
+        cyc[2] = node("m", "Mul", &["rg", "dx"], GPU, 1);
+        let out = fused(&cyc, &[]).expect("fused");
+        assert!(
+            out.iter().all(|n| n.op != OP_REDUCE_MULTI),
+            "{:?}",
+            names_and_ops(&out)
+        );
+        let mut tiled = nodes.clone();
+        tiled.insert(0, const_i32("mult", &[4, 1], false));
+        tiled[1] = node("a", "Tile", &["dy", "mult"], GPU, 1);
+        let out = fused(&tiled, &[]).expect("fused");
+        assert!(
+            out.iter().all(|n| n.op != OP_REDUCE_MULTI),
+            "{:?}",
+            names_and_ops(&out)
+        );
+        assert!(
+            out.iter().any(|n| n.op == OP_REDUCE),
+            "{:?}",
+            names_and_ops(&out)
+        );
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub const OP_MULTI: &str = "_TfwgpuFusedElementwiseMulti";
 /// A float32 reduction of a program's result, computed as it is loaded (see [`reduce`]).
 pub const OP_REDUCE: &str = "_TfwgpuFusedReduce";
 
+/// The same kernel with more outputs: values of the program also used elsewhere.
+pub const OP_REDUCE_MULTI: &str = "_TfwgpuFusedReduceMulti";
+
 mod reduce;
 
 /// The elementwise family's f32 pow (needs `opaque`).
@@ -102,6 +105,13 @@ pub const OPS: &[OpDef] = &[
     },
     OpDef {
         op: OP_REDUCE,
+        type_attr: "T",
+        dtypes: &[DType::F32],
+        host_inputs: &[(0, "reduction_indices")],
+        factory: reduce::FusedReduce::build,
+    },
+    OpDef {
+        op: OP_REDUCE_MULTI,
         type_attr: "T",
         dtypes: &[DType::F32],
         host_inputs: &[(0, "reduction_indices")],

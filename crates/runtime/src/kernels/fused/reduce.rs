@@ -6,8 +6,12 @@
 //!
 //! Inputs: `reduction_indices` (host memory, int32 or int64, as Sum's), then the program's `N`
 //! inputs. Attributes: `T` (float32: the reduce family's float type), `N`, `program` (the
-//! fused family's program text, one output, no Tile), `reduce` (the reduction's TensorFlow
-//! op name), `keep_dims`.
+//! fused family's program text, no Tile), `reduce` (the reduction's TensorFlow op name),
+//! `keep_dims`. `_TfwgpuFusedReduceMulti` also has `M` and `exports`: outputs 1..=M are the
+//! results of the program's instructions `exports` (values the group computes that are also
+//! used elsewhere: the ReluGrad of batch norm's gradient, which its other sum and dx read).
+//! Exports of the reduced tensor's shape are written by the reduction's first step, as it
+//! computes each element; others by a dispatch of the elementwise kernel per shape.
 //!
 //! The reduce kernels' first step computes the program for each element it loads (a
 //! prologue: every input read at its broadcast offset, the per-channel mean of
@@ -19,14 +23,19 @@
 //! reduces nothing (every reduced dimension of size 1) is the program's result, written by
 //! the elementwise kernel.
 
-use super::{Fused, MAX_RANK, OP_REDUCE, Program, Reads, fmt_shape, key_text, words_for};
+use super::{
+    Fused, MAX_RANK, OP_REDUCE, OP_REDUCE_MULTI, Program, Reads, bind_out, fmt_shape, key_text,
+    words_for,
+};
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
 use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL};
 use crate::kernels::reduce::{self as red, Plan, Prologue, ReduceOp};
 use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
 
-/// One `_TfwgpuFusedReduce` node's kernel.
+/// One `_TfwgpuFusedReduce` (or `_TfwgpuFusedReduceMulti`) node's kernel.
 pub struct FusedReduce {
+    /// The op's name (with exports: `_TfwgpuFusedReduceMulti`).
+    name: &'static str,
     /// The elementwise kernel of the program (for a reduction of nothing).
     fused: Fused,
     rop: ReduceOp,
@@ -58,7 +67,26 @@ impl FusedReduce {
             _ => bail_invalid!("{OP_REDUCE}: string attribute reduce missing"),
         };
         let keep_dims = attrs.bool_or("keep_dims", false)?;
-        let program = Program::parse(&text, n as usize)?;
+        let exports: Vec<usize> = match attrs.get("exports") {
+            None => vec![],
+            Some(crate::AttrValue::Ints(v)) => v
+                .iter()
+                .map(|&e| {
+                    usize::try_from(e).map_err(|_| {
+                        invalid_arg!("{OP_REDUCE_MULTI}: exports holds {e}, not an index")
+                    })
+                })
+                .collect::<Result<_>>()?,
+            Some(_) => bail_invalid!("{OP_REDUCE_MULTI}: attribute exports is not a list of ints"),
+        };
+        let m = attrs.int_or("M", 0)?;
+        if m != exports.len() as i64 {
+            bail_invalid!(
+                "{OP_REDUCE_MULTI}: M = {m} but exports names {} instructions",
+                exports.len()
+            );
+        }
+        let program = Program::parse_multi(&text, n as usize, &exports)?;
         if let Some(k) = program
             .instrs
             .iter()
@@ -81,6 +109,11 @@ impl FusedReduce {
             2 * program.inputs
         );
         Ok(Box::new(FusedReduce {
+            name: if program.exports.is_empty() {
+                OP_REDUCE
+            } else {
+                OP_REDUCE_MULTI
+            },
             fused: Fused {
                 text: key_text(&program),
                 program,
@@ -93,14 +126,14 @@ impl FusedReduce {
         }))
     }
 
-    /// The name in messages: `_TfwgpuFusedReduce (Sum)`.
+    /// The name in messages, e.g. `_TfwgpuFusedReduce (Sum)`.
     fn what(&self) -> String {
-        format!("{OP_REDUCE} ({})", self.rop.name())
+        format!("{} ({})", self.name, self.rop.name())
     }
 
-    /// Validates the inputs; the program's output shape (the reduced tensor's) and the
-    /// reduced-axis mask.
-    fn check(&self, inputs: &[Operand]) -> Result<(Vec<usize>, Vec<bool>)> {
+    /// Validates the inputs; the shape of every instruction's result (the last one's is the
+    /// reduced tensor's) and the reduced-axis mask.
+    fn check(&self, inputs: &[Operand]) -> Result<(Vec<Vec<usize>>, Vec<bool>)> {
         let what = self.what();
         let program = &self.fused.program;
         if inputs.len() != program.inputs + 1 {
@@ -130,10 +163,44 @@ impl FusedReduce {
             }
         }
         let shapes: Vec<&[usize]> = inputs[1..].iter().map(|i| i.shape()).collect();
-        let shape = program.output_shape(&shapes)?;
-        words_for(OP_REDUCE, DType::F32, shape.iter().product())?;
-        let mask = red::reduction_mask(&what, &shape, &axes)?;
-        Ok((shape, mask))
+        let temps = program.temp_shapes(&shapes)?;
+        for o in program.output_instrs() {
+            words_for(OP_REDUCE, DType::F32, temps[o].iter().product())?;
+        }
+        let shape = temps.last().expect("a program has an instruction");
+        let mask = red::reduction_mask(&what, shape, &axes)?;
+        Ok((temps, mask))
+    }
+
+    /// The output descs: the reduction's, then the exported values'.
+    fn descs(&self, temps: &[Vec<usize>], mask: &[bool]) -> Vec<TensorDesc> {
+        let shape = temps.last().expect("a program has an instruction");
+        let reduced = red::output_shape(shape, mask, self.keep_dims);
+        std::iter::once(TensorDesc::new(DType::F32, &reduced))
+            .chain(
+                self.fused
+                    .program
+                    .exports
+                    .iter()
+                    .map(|&e| TensorDesc::new(DType::F32, &temps[e])),
+            )
+            .collect()
+    }
+
+    /// Computes the values of instructions `values` (in decreasing order) into `outs` with
+    /// the elementwise kernel, in one dispatch of `shape`.
+    fn elementwise(
+        &self,
+        ctx: &KernelContext,
+        data: &[Operand],
+        values: &[usize],
+        shape: &[usize],
+        outs: &[&DeviceRef],
+    ) -> Result<()> {
+        let sub = self.fused.restricted(&self.fused.program, values, false);
+        let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| data[i]).collect();
+        self.fused
+            .dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, outs)
     }
 }
 
@@ -170,7 +237,10 @@ impl Program {
     /// WGSL of the program as a reduction's prologue (see [`red::Prologue`]): input 0 bound at
     /// 1, input k >= 1 at k + 2; the helpers of `COMMON_WGSL` and `MATH_WGSL`, the program's
     /// functions, `elem(e)` and `elem4(e)` (elements e to e + 3, e a multiple of 4).
-    fn prologue_wgsl(&self, dtype: DType, mode: ReadMode) -> String {
+    ///
+    /// `writes`: (instruction, output binding) of the values `elem` and `elem4` also store,
+    /// at the elements they compute.
+    fn prologue_wgsl(&self, dtype: DType, mode: ReadMode, writes: &[(usize, usize)]) -> String {
         let flat = mode == ReadMode::Flat;
         let mut s = String::new();
         for k in 0..self.inputs {
@@ -182,8 +252,25 @@ impl Program {
         s.push_str(COMMON_WGSL);
         s.push_str(MATH_WGSL);
         s.push_str(&self.functions(dtype));
+        for &(_, b) in writes {
+            s.push_str(&format!(
+                "@group(0) @binding({b}) var<storage, read_write> ex{b}: array<u32>;\n"
+            ));
+        }
         let uniform = vec![false; self.instrs.len()];
-        s.push_str(&self.elem_fn(flat, &uniform));
+        // elem(e): as the elementwise kernel's, storing the written values.
+        s.push_str("fn elem(e: u32) -> f32 {\n");
+        s.push_str(&self.offsets(flat));
+        for (k, &r) in self.reads(&uniform, false).iter().enumerate() {
+            if r {
+                s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
+            }
+        }
+        self.body(&mut s, &uniform, false);
+        for &(t, b) in writes {
+            s.push_str(&format!("    ex{b}[e] = bitcast<u32>(t{t});\n"));
+        }
+        s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
         s.push_str("fn elem4(e: u32) -> vec4<f32> {\n");
         if mode != ReadMode::Quad {
             s.push_str(
@@ -210,6 +297,9 @@ impl Program {
         for line in body.lines() {
             s.push_str(&format!("    {line}\n"));
         }
+        for &(t, b) in writes {
+            s.push_str(&format!("        ex{b}[e + j] = bitcast<u32>(t{t});\n"));
+        }
         s.push_str(&format!(
             "        v[j] = t{};\n    }}\n    return v;\n}}\n",
             self.instrs.len() - 1
@@ -220,66 +310,95 @@ impl Program {
 
 impl Kernel for FusedReduce {
     fn op(&self) -> &'static str {
-        OP_REDUCE
+        self.name
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        let (shape, mask) = self.check(inputs)?;
-        let out = red::output_shape(&shape, &mask, self.keep_dims);
-        Ok(vec![TensorDesc::new(DType::F32, &out)])
+        let (temps, mask) = self.check(inputs)?;
+        Ok(self.descs(&temps, &mask))
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
         let what = self.what();
-        let (shape, mask) = self.check(inputs)?;
-        let [output] = outputs else {
-            bail_invalid!("{what}: 1 output expected, {} given", outputs.len());
-        };
-        let want = TensorDesc::new(
-            DType::F32,
-            &red::output_shape(&shape, &mask, self.keep_dims),
-        );
-        if output.desc != want {
+        let (temps, mask) = self.check(inputs)?;
+        let descs = self.descs(&temps, &mask);
+        if outputs.len() != descs.len() {
             bail_invalid!(
-                "{what}: output is {} {} but the reduction gives {}",
-                output.desc.dtype,
-                fmt_shape(&output.desc.shape),
-                fmt_shape(&want.shape)
+                "{what}: {} outputs given, the reduction has {}",
+                outputs.len(),
+                descs.len()
             );
+        }
+        for (k, (out, want)) in outputs.iter().zip(&descs).enumerate() {
+            if out.desc != *want {
+                bail_invalid!(
+                    "{what}: output {k} is {} {} but the kernel computes {}",
+                    out.desc.dtype,
+                    fmt_shape(&out.desc.shape),
+                    fmt_shape(&want.shape)
+                );
+            }
         }
         let data = &inputs[1..];
         let program = &self.fused.program;
-        match red::plan(&shape, &mask) {
+        let last = program.instrs.len() - 1;
+        let shape = &temps[last];
+        // Exports of the reduced tensor's shape are written as its elements are computed
+        // (in decreasing instruction order, as the elementwise kernel's restricted programs
+        // take them); others by the elementwise kernel, one dispatch per shape.
+        let mut inline: Vec<(usize, usize)> = vec![];
+        // (instruction, output) of the exports, by shape.
+        type Exports = Vec<(usize, usize)>;
+        let mut others: Vec<(&Vec<usize>, Exports)> = vec![];
+        for (k, &e) in program.exports.iter().enumerate() {
+            if &temps[e] == shape {
+                inline.push((e, k + 1));
+                continue;
+            }
+            match others.iter_mut().find(|(s, _)| *s == &temps[e]) {
+                Some((_, v)) => v.push((e, k + 1)),
+                None => others.push((&temps[e], vec![(e, k + 1)])),
+            }
+        }
+        inline.sort_by_key(|&(e, _)| std::cmp::Reverse(e));
+        for (s, vals) in &mut others {
+            vals.sort_by_key(|&(e, _)| std::cmp::Reverse(e));
+            let values: Vec<usize> = vals.iter().map(|v| v.0).collect();
+            let outs: Vec<&DeviceRef> = vals.iter().map(|v| &outputs[v.1]).collect();
+            self.elementwise(ctx, data, &values, s, &outs)?;
+        }
+        let output = &outputs[0];
+        match red::plan(shape, &mask) {
+            // The reduced tensor is empty (a kept dimension is 0): so are its exports.
             Plan::Nothing => return Ok(()),
             // Nothing reduced: the output holds the program's result (the same elements).
             Plan::Copy => {
-                return self.fused.dispatch(
-                    ctx,
-                    program,
-                    &self.fused.text,
-                    data,
-                    &shape,
-                    &[output],
-                );
+                let values: Vec<usize> = std::iter::once(last)
+                    .chain(inline.iter().map(|v| v.0))
+                    .collect();
+                let outs: Vec<&DeviceRef> = std::iter::once(output)
+                    .chain(inline.iter().map(|v| &outputs[v.1]))
+                    .collect();
+                return self.elementwise(ctx, data, &values, shape, &outs);
             }
             Plan::Passes(_) => {}
         }
         let shapes: Vec<&[usize]> = data.iter().map(|i| i.shape()).collect();
-        let reads = Reads::of(&shape, &shapes).ok_or_else(|| {
+        let reads = Reads::of(shape, &shapes).ok_or_else(|| {
             invalid_arg!(
                 "{what}: an input does not broadcast to the program's output {}",
-                fmt_shape(&shape)
+                fmt_shape(shape)
             )
         })?;
         if reads.dims.len() > MAX_RANK {
             return Err(Error::Unimplemented(format!(
                 "{what}: the broadcast to {} needs {} dimensions after merging; at most \
                  {MAX_RANK} are supported",
-                fmt_shape(&shape),
+                fmt_shape(shape),
                 reads.dims.len()
             )));
         }
-        let bindings_needed = (program.inputs + 1) as u32;
+        let bindings_needed = (program.inputs + 1 + inline.len()) as u32;
         if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
             return Err(Error::Unimplemented(format!(
                 "{what}: {bindings_needed} storage bindings needed, the adapter allows {}",
@@ -310,14 +429,27 @@ impl Kernel for FusedReduce {
         for (k, i) in data.iter().enumerate() {
             binds.push(ctx.bind(i.device(OP_REDUCE, k + 1)?)?);
         }
-        let wgsl = || program.prologue_wgsl(DType::F32, mode);
+        // Written values: (instruction, binding), bound after the inputs.
+        let mut outs = Vec::with_capacity(inline.len());
+        let mut writes = Vec::with_capacity(inline.len());
+        for (j, &(e, k)) in inline.iter().enumerate() {
+            outs.push(bind_out(ctx, OP_REDUCE, &outputs[k])?);
+            writes.push((e, program.inputs + 2 + j));
+        }
+        let wgsl = || program.prologue_wgsl(DType::F32, mode, &writes);
+        let mut key = format!("{}/{}", self.fused.text, mode.name());
+        if !writes.is_empty() {
+            let w: Vec<String> = writes.iter().map(|w| w.0.to_string()).collect();
+            key.push_str(&format!("/w:{}", w.join(",")));
+        }
         let prologue = Prologue {
-            key: format!("{}/{}", self.fused.text, mode.name()),
+            key,
             wgsl: &wgsl,
             fields: &self.fields,
             words,
             inputs: binds,
+            outputs: outs,
         };
-        red::record_prologue(ctx, self.rop, &prologue, &shape, &mask, output)
+        red::record_prologue(ctx, self.rop, &prologue, shape, &mask, output)
     }
 }

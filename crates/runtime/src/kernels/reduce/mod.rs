@@ -480,6 +480,9 @@ pub(crate) struct Prologue<'a> {
     pub words: Vec<u32>,
     /// The bindings of its inputs, in order.
     pub inputs: Vec<crate::exec::BufferRange>,
+    /// The bindings of the tensors it writes (at the elements it computes: each once, in the
+    /// first step), bound after its inputs.
+    pub outputs: Vec<crate::exec::BufferRange>,
 }
 
 /// Where the first step of a reduction loads from.
@@ -695,6 +698,7 @@ fn run_passes(
                 b.push(pro.inputs[0].clone());
                 b.push(dst.clone());
                 b.extend(pro.inputs[1..].iter().cloned());
+                b.extend(pro.outputs.iter().cloned());
                 (pro, b)
             }
             (None, First::Buffer(_)) => unreachable!("a buffer source is set from the start"),
@@ -1121,6 +1125,7 @@ mod tests {
             fields: "    zero: u32,\n",
             words: vec![0],
             inputs: vec![],
+            outputs: vec![],
         };
         for rop in [
             ReduceOp::Sum,
