@@ -543,3 +543,34 @@ fn exports_of_other_shapes_take_a_dispatch_of_their_own() {
         }
     }
 }
+
+#[test]
+fn the_reduced_tensor_itself_can_be_exported() {
+    // A convolution's BiasAdd, whose mean batch norm takes: the Mean's kernel writes it as it
+    // reduces it (output 1); also where nothing is reduced (the output is a copy).
+    let p = "BiasAdd(i0,i1)";
+    let cases: &[(&[usize], &[i32])] = &[
+        (&[2, 9, 9, 16], &[0, 1, 2]),
+        (&[3, 7, 5, 6], &[0, 1, 2]),
+        (&[4, 40, 40, 8], &[0, 1, 2]),
+        (&[3, 1, 4], &[1]),
+    ];
+    for (k, (shape, axes)) in cases.iter().enumerate() {
+        let mut r = rng(80 + k as u64);
+        let n: usize = shape.iter().product();
+        let c = shape[shape.len() - 1];
+        let x = dev()
+            .upload(&rand_f32(&mut r, n, -2.0, 2.0), shape)
+            .unwrap();
+        let b = dev().upload(&rand_f32(&mut r, c, -1.0, 1.0), &[c]).unwrap();
+        let refs = [&x, &b];
+        let got = run_reduce_multi(p, &[0], &refs, "Mean", axes, true);
+        let want = run_unfused(p, &refs, "Mean", axes, true);
+        let y = run_values(p, &[0], &refs).remove(0);
+        let bits_of = |t: &Tensor| bits(&t.download::<f32>().unwrap());
+        assert_eq!(got[0].shape(), want.shape());
+        assert_eq!(bits_of(&got[0]), bits_of(&want), "mean of {shape:?}");
+        assert_eq!(got[1].shape(), &shape[..]);
+        assert_eq!(bits_of(&got[1]), bits_of(&y), "BiasAdd of {shape:?}");
+    }
+}

@@ -50,8 +50,9 @@
 //! `Mean(SquaredDifference(x, mean))`, the gradient's `Sum(dy' * x_hat)`). A group whose root
 //! is also used outside joins such a group as an export too (`_TfwgpuFusedReduceMulti`: the
 //! reduction is output 0, the exported values outputs 1..; batch norm's ReluGrad, which the
-//! gradient's other sum and dx read), unless the value is the reduced tensor itself or the
-//! group holds a Tile (the reduction's kernel has no place to materialize one).
+//! gradient's other sum and dx read; the reduced tensor itself, the convolution's BiasAdd
+//! whose mean batch norm takes), unless the group holds a Tile (the reduction's kernel has no
+//! place to materialize one).
 //! `TFWGPU_FUSION_REDUCE=0` turns reduction groups off.
 //!
 //! `TFWGPU_FUSION=0` turns the pass off (and everything above).
@@ -692,14 +693,9 @@ fn groups(
             if types[root] != types[r] || nodes[root].device != nodes[r].device {
                 continue;
             }
-            // A reduction's group takes the value as one more output when it is not the
-            // reduced tensor itself (that would be the program's result) and no Tile comes
-            // with it.
-            if is_reduce[root]
-                && (operands_all(&nodes[root]).next().map(|i| source(i).0)
-                    == Some(nodes[r].name.as_str())
-                    || sets[p].iter().any(|&m| nodes[m].op == "Tile"))
-            {
+            // A reduction's group takes the value as one more output (the reduced tensor
+            // itself, too: the BiasAdd whose mean batch norm takes) when no Tile comes with it.
+            if is_reduce[root] && sets[p].iter().any(|&m| nodes[m].op == "Tile") {
                 continue;
             }
             let merged: Vec<usize> = sets[c].iter().chain(&sets[p]).copied().collect();
@@ -1968,8 +1964,7 @@ mod tests {
         fused::Program::parse_multi(&p, 4, &[1]).unwrap();
         assert_eq!(out[1].inputs, ["s1:1", "axes"]);
         assert_eq!(out[2].inputs, ["s1:1", "s1"]);
-        // The reduced tensor itself is no export (Sum(rg) keeps its plain kernel), and
-        // without multi-output groups rg is a group of its own.
+        // Without multi-output groups rg is a group of its own.
         let out = fused_with(&nodes, &[], 7, false).expect("fused");
         let ops = names_and_ops(&out);
         assert_eq!(
@@ -1979,17 +1974,22 @@ mod tests {
         );
         assert_eq!(out[1].inputs, ["axes", "rg", "xhat"]);
         assert_eq!(program(&out[1]), "Mul(i0,i1)");
-        // Where rg's consumer outside feeds the reduction's program (a cycle through dx), rg
-        // stays apart; a group holding a Tile is no export either.
+        // Where rg's consumer outside feeds the first reduction's program (a cycle through
+        // dx), rg is computed by the other reduction, whose input it is; a group holding a
+        // Tile is no export.
         let mut cyc = nodes.clone();
         cyc[5] = node("dx", "Pack", &["rg"], GPU, 1);
         cyc[2] = node("m", "Mul", &["rg", "dx"], GPU, 1);
         let out = fused(&cyc, &[]).expect("fused");
-        assert!(
-            out.iter().all(|n| n.op != OP_REDUCE_MULTI),
-            "{:?}",
-            names_and_ops(&out)
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [("s1", OP_REDUCE), ("s2", OP_REDUCE_MULTI), ("dx", "Pack")],
+            "{ops:?}"
         );
+        assert_eq!(program(&out[1]), "AddV2(i0,i1);ReluGrad(t0,i2)");
+        assert_eq!(ints(&out[1], "exports"), [1]);
+        assert_eq!(out[0].inputs, ["axes", "s2:1", "dx"]);
         let mut tiled = nodes.clone();
         tiled.insert(0, const_i32("mult", &[4, 1], false));
         tiled[1] = node("a", "Tile", &["dy", "mult"], GPU, 1);
@@ -2004,6 +2004,37 @@ mod tests {
             "{:?}",
             names_and_ops(&out)
         );
+    }
+
+    #[test]
+    fn the_reduced_tensor_itself_can_be_an_output() {
+        // A convolution's BiasAdd feeds batch norm's mean, its variance and the
+        // normalization: the mean's kernel computes it (output 1) as it reduces it.
+        let mut ba = node("ba", "BiasAdd", &["conv", "b"], GPU, 1);
+        ba.attrs.push(("data_format".into(), str_attr("NHWC")));
+        let nodes = vec![
+            ba,
+            reduction("mean", "Mean", &["ba", "axes"], GPU, 1),
+            node("sq", "SquaredDifference", &["ba", "mean"], GPU, 1),
+            reduction("var", "Mean", &["sq", "axes"], GPU, 1),
+            node("norm", "Mul", &["ba", "var"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [
+                ("mean", OP_REDUCE_MULTI),
+                ("var", OP_REDUCE),
+                ("norm", "Mul")
+            ],
+            "{ops:?}"
+        );
+        assert_eq!(out[0].inputs, ["axes", "conv", "b"]);
+        assert_eq!(program(&out[0]), "BiasAdd(i0,i1)");
+        assert_eq!(ints(&out[0], "exports"), [0]);
+        assert_eq!(out[1].inputs, ["axes", "mean:1", "mean"]);
+        assert_eq!(out[2].inputs, ["mean:1", "var"]);
     }
 
     #[test]

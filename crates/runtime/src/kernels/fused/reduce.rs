@@ -9,7 +9,8 @@
 //! fused family's program text, no Tile), `reduce` (the reduction's TensorFlow op name),
 //! `keep_dims`. `_TfwgpuFusedReduceMulti` also has `M` and `exports`: outputs 1..=M are the
 //! results of the program's instructions `exports` (values the group computes that are also
-//! used elsewhere: the ReluGrad of batch norm's gradient, which its other sum and dx read).
+//! used elsewhere: the ReluGrad of batch norm's gradient, which its other sum and dx read; the
+//! last instruction too, the reduced tensor itself: the BiasAdd whose mean batch norm takes).
 //! Exports of the reduced tensor's shape are written by the reduction's first step, as it
 //! computes each element; others by a dispatch of the elementwise kernel per shape.
 //!
@@ -36,6 +37,9 @@ use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
 pub struct FusedReduce {
     /// The op's name (with exports: `_TfwgpuFusedReduceMulti`).
     name: &'static str,
+    /// The instructions whose results are outputs 1.. (the last one's too, possibly: the
+    /// program's own exports are the others).
+    exports: Vec<usize>,
     /// The elementwise kernel of the program (for a reduction of nothing).
     fused: Fused,
     rop: ReduceOp,
@@ -86,7 +90,13 @@ impl FusedReduce {
                 exports.len()
             );
         }
-        let program = Program::parse_multi(&text, n as usize, &exports)?;
+        // The last instruction (the reduced tensor) may be exported too, once.
+        let last = text.split(';').count() - 1;
+        if exports.iter().filter(|&&e| e == last).count() > 1 {
+            bail_invalid!("{OP_REDUCE_MULTI}: exports names instruction {last} twice");
+        }
+        let inner: Vec<usize> = exports.iter().copied().filter(|&e| e != last).collect();
+        let program = Program::parse_multi(&text, n as usize, &inner)?;
         if let Some(k) = program
             .instrs
             .iter()
@@ -109,11 +119,12 @@ impl FusedReduce {
             2 * program.inputs
         );
         Ok(Box::new(FusedReduce {
-            name: if program.exports.is_empty() {
+            name: if exports.is_empty() {
                 OP_REDUCE
             } else {
                 OP_REDUCE_MULTI
             },
+            exports,
             fused: Fused {
                 text: key_text(&program),
                 program,
@@ -178,9 +189,7 @@ impl FusedReduce {
         let reduced = red::output_shape(shape, mask, self.keep_dims);
         std::iter::once(TensorDesc::new(DType::F32, &reduced))
             .chain(
-                self.fused
-                    .program
-                    .exports
+                self.exports
                     .iter()
                     .map(|&e| TensorDesc::new(DType::F32, &temps[e])),
             )
@@ -350,7 +359,7 @@ impl Kernel for FusedReduce {
         // (instruction, output) of the exports, by shape.
         type Exports = Vec<(usize, usize)>;
         let mut others: Vec<(&Vec<usize>, Exports)> = vec![];
-        for (k, &e) in program.exports.iter().enumerate() {
+        for (k, &e) in self.exports.iter().enumerate() {
             if &temps[e] == shape {
                 inline.push((e, k + 1));
                 continue;
@@ -374,12 +383,18 @@ impl Kernel for FusedReduce {
             // Nothing reduced: the output holds the program's result (the same elements).
             Plan::Copy => {
                 let values: Vec<usize> = std::iter::once(last)
-                    .chain(inline.iter().map(|v| v.0))
+                    .chain(inline.iter().map(|v| v.0).filter(|&e| e != last))
                     .collect();
                 let outs: Vec<&DeviceRef> = std::iter::once(output)
-                    .chain(inline.iter().map(|v| &outputs[v.1]))
+                    .chain(inline.iter().filter(|v| v.0 != last).map(|v| &outputs[v.1]))
                     .collect();
-                return self.elementwise(ctx, data, &values, shape, &outs);
+                self.elementwise(ctx, data, &values, shape, &outs)?;
+                // The reduced tensor exported: the output's elements.
+                if let Some(&(_, k)) = inline.iter().find(|v| v.0 == last) {
+                    let bytes = output.desc.byte_size().next_multiple_of(4);
+                    return ctx.copy(&ctx.bind(output)?, &ctx.bind(&outputs[k])?, bytes);
+                }
+                return Ok(());
             }
             Plan::Passes(_) => {}
         }
