@@ -409,7 +409,49 @@ def test_reductions_of_elementwise_chains_match_cpu(tf, op, axis, keepdims):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=2e-5)
 
 
-def test_reduction_of_a_value_used_elsewhere_is_not_fused(tf):
+def test_values_used_elsewhere_are_more_outputs_of_the_reduction(tf):
+    """A value of the reduced program that is also used (or fetched) elsewhere: another output
+    of the reduction's kernel (written as the reduction computes it), the same bits as the
+    elementwise kernel's."""
+
+    def f(x, y):
+        a = x * y
+        return tf.reduce_sum(tf.exp(a), axis=0), a + 1.0, a
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    y = rng.standard_normal((5,)).astype(np.float32)
+    (s, a1, a), d = _twice_on_gpu(tf, f, x, y)
+    # a is an output of one of its consumers' kernels (a + 1's or the reduction's): two
+    # kernels in all.
+    assert sum(d.values()) == 2 and (d.get(REDUCE) == 1 or d.get(REDUCE_MULTI) == 1), d
+
+    def g(x, y, b):
+        # A BiasAdd feeding batch norm's statistics and the normalization: the mean's kernel
+        # computes it.
+        h = tf.nn.bias_add(x * y, b)
+        mean, var = tf.nn.moments(h, axes=[0], keepdims=True)
+        return (h - mean) * tf.math.rsqrt(var + 1e-3)
+
+    b = rng.standard_normal((5,)).astype(np.float32)
+    got, d = _twice_on_gpu(tf, g, x, y, b)
+    assert d.get(REDUCE_MULTI) == 1 and "BiasAdd" not in d and "SquaredDifference" not in d, d
+    off, d_off = _twice_on_gpu(tf, g, x, y, b, reduce=False)
+    assert REDUCE_MULTI not in d_off, d_off
+    np.testing.assert_array_equal(got.numpy(), off.numpy())
+    with tf.device("/CPU:0"):
+        want = tf.function(g)(x, y, b).numpy()
+    # rsqrt on the GPU within a few ulp, the statistics in another order: relative to the
+    # normalized values' scale (~1).
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in tf.function(f)(x, y)]
+    np.testing.assert_array_equal(a.numpy(), want[2])
+    np.testing.assert_array_equal(a1.numpy(), want[1])
+    np.testing.assert_allclose(s.numpy(), want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_reduced_value_used_elsewhere_is_written_by_the_reduction(tf):
     def f(x, y):
         a = x * y
         return tf.reduce_sum(a, axis=0), a
@@ -418,7 +460,12 @@ def test_reduction_of_a_value_used_elsewhere_is_not_fused(tf):
     x = rng.standard_normal((6, 5)).astype(np.float32)
     y = rng.standard_normal((5,)).astype(np.float32)
     (s, a), d = _twice_on_gpu(tf, f, x, y)
-    assert REDUCE not in d and d.get("Sum") == 1, d
+    # The reduction's kernel computes a, writes it (output 1) and sums it.
+    assert d == {REDUCE_MULTI: 1}, d
+    off, d_off = _twice_on_gpu(tf, f, x, y, reduce=False)
+    assert d_off == {"Mul": 1, "Sum": 1}, d_off
+    np.testing.assert_array_equal(s.numpy(), off[0].numpy())
+    np.testing.assert_array_equal(a.numpy(), off[1].numpy())
     with tf.device("/CPU:0"):
         want = [t.numpy() for t in tf.function(f)(x, y)]
     np.testing.assert_array_equal(a.numpy(), want[1])
@@ -439,7 +486,7 @@ def _fit_bn(tf, fused=True, reduce=True, steps=4):
             model = keras.Sequential(
                 [
                     keras.Input((8, 8, 3)),
-                    keras.layers.Conv2D(8, 3, padding="same", use_bias=False),
+                    keras.layers.Conv2D(8, 3, padding="same"),
                     keras.layers.BatchNormalization(),
                     keras.layers.ReLU(),
                     keras.layers.Conv2D(12, 3, padding="same", use_bias=False),
@@ -470,9 +517,12 @@ def test_keras_fit_with_batch_norm_reduces_programs_with_equal_losses(tf):
     loss_red0, w_red0, d_red0 = _fit_bn(tf, reduce=False)
     loss_off, w_off, d_off = _fit_bn(tf, fused=False)
     # 2 BN layers: the variance in the forward, Sum(dy * x_hat) in the gradient, per step
-    # (the second's with its ReluGrad as one more output).
-    assert d_on.get(REDUCE, 0) + d_on.get(REDUCE_MULTI, 0) >= 4 * 4, d_on
-    assert d_on.get(REDUCE_MULTI, 0) >= 4 and "ReluGrad" not in d_on, d_on
+    # (the second's with its ReluGrad as one more output); the first conv's BiasAdd is
+    # computed by its mean's kernel.
+    assert d_on.get(REDUCE, 0) + d_on.get(REDUCE_MULTI, 0) >= 5 * 4, d_on
+    assert d_on.get(REDUCE_MULTI, 0) >= 2 * 4 and "ReluGrad" not in d_on, d_on
+    # (the Dense layer's BiasAdd stays a kernel of its own: no reduction reads it)
+    assert d_on.get("BiasAdd", 0) == d_red0.get("BiasAdd", 0) - 4, (d_on, d_red0)
     for d in (d_red0, d_off):
         assert REDUCE not in d and REDUCE_MULTI not in d, d
     assert "SquaredDifference" not in d_on and d_red0.get("SquaredDifference", 0) >= 8, (d_on, d_red0)

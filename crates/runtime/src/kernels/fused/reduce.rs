@@ -235,6 +235,15 @@ impl ReadMode {
     }
 }
 
+/// Whether vec4 steps read the inputs contiguous along the innermost dim a vec4 at a time, and
+/// store the written values so (`TFWGPU_REDUCE_VEC_LOADS=0`: a word at a time, four loads per
+/// vec4, as the first version measured on the H200, whose fused reductions took about twice
+/// the plain reduction's time of a tensor of their size).
+fn vec_loads() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_REDUCE_VEC_LOADS").map_or(true, |v| v.trim() != "0"))
+}
+
 /// Whether quad reads are on (`TFWGPU_REDUCE_QUAD=0` computes the offsets of each element of a
 /// vec4 load, for comparison).
 fn quad_reads() -> bool {
@@ -249,25 +258,48 @@ impl Program {
     ///
     /// `writes`: (instruction, output binding) of the values `elem` and `elem4` also store,
     /// at the elements they compute.
-    fn prologue_wgsl(&self, dtype: DType, mode: ReadMode, writes: &[(usize, usize)]) -> String {
+    fn prologue_wgsl(
+        &self,
+        dtype: DType,
+        mode: ReadMode,
+        writes: &[(usize, usize)],
+        vec: Option<&[bool]>,
+    ) -> String {
         let flat = mode == ReadMode::Flat;
         let mut s = String::new();
+        // With `vec` (a vec4 step, flat or quad reads): the inputs it marks are bound as
+        // vec4 words and read a vec4 at a time (each is contiguous along the innermost dim,
+        // which is a multiple of 4, and e is: their offsets are multiples of 4), the written
+        // values stored a vec4 at a time; the other inputs are broadcast along the innermost
+        // dim (one value for the four elements).
+        let is_vec = |k: usize| vec.is_some_and(|v| v[k]);
         for k in 0..self.inputs {
             let binding = if k == 0 { 1 } else { k + 2 };
+            let ty = if is_vec(k) { "vec4<u32>" } else { "u32" };
             s.push_str(&format!(
-                "@group(0) @binding({binding}) var<storage, read_write> in{k}: array<u32>;\n"
+                "@group(0) @binding({binding}) var<storage, read_write> in{k}: array<{ty}>;\n"
             ));
         }
         s.push_str(COMMON_WGSL);
         s.push_str(MATH_WGSL);
-        s.push_str(&self.functions(dtype));
+        let mut functions = self.functions(dtype);
+        for k in (0..self.inputs).filter(|&k| is_vec(k)) {
+            // Scalar loads of a vec4-bound input (elem's; unused by the vec4 steps).
+            functions = functions.replace(
+                &format!("bitcast<f32>(in{k}[i])"),
+                &format!("bitcast<f32>(in{k}[i >> 2u][i & 3u])"),
+            );
+        }
+        s.push_str(&functions);
+        let ty = if vec.is_some() { "vec4<u32>" } else { "u32" };
         for &(_, b) in writes {
             s.push_str(&format!(
-                "@group(0) @binding({b}) var<storage, read_write> ex{b}: array<u32>;\n"
+                "@group(0) @binding({b}) var<storage, read_write> ex{b}: array<{ty}>;\n"
             ));
         }
         let uniform = vec![false; self.instrs.len()];
-        // elem(e): as the elementwise kernel's, storing the written values.
+        // elem(e): as the elementwise kernel's, storing the written values (in the vec4
+        // variant, elem is not called: elem4 stores them).
         s.push_str("fn elem(e: u32) -> f32 {\n");
         s.push_str(&self.offsets(flat));
         for (k, &r) in self.reads(&uniform, false).iter().enumerate() {
@@ -276,30 +308,50 @@ impl Program {
             }
         }
         self.body(&mut s, &uniform, false);
-        for &(t, b) in writes {
-            s.push_str(&format!("    ex{b}[e] = bitcast<u32>(t{t});\n"));
+        if vec.is_none() {
+            for &(t, b) in writes {
+                s.push_str(&format!("    ex{b}[e] = bitcast<u32>(t{t});\n"));
+            }
         }
-        s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
+        let last = self.instrs.len() - 1;
+        s.push_str(&format!("    return t{last};\n}}\n"));
         s.push_str("fn elem4(e: u32) -> vec4<f32> {\n");
-        if mode != ReadMode::Quad {
+        if vec.is_some() {
+            s.push_str(&self.offsets(flat));
+            for k in 0..self.inputs {
+                if is_vec(k) {
+                    s.push_str(&format!("    let v{k} = in{k}[o{k} >> 2u];\n"));
+                } else {
+                    s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
+                }
+            }
+            for &(_, b) in writes {
+                s.push_str(&format!("    var w{b}: vec4<u32>;\n"));
+            }
+            s.push_str("    var v: vec4<f32>;\n    for (var j = 0u; j < 4u; j = j + 1u) {\n");
+            for k in (0..self.inputs).filter(|&k| is_vec(k)) {
+                s.push_str(&format!("        let x{k} = bitcast<f32>(v{k}[j]);\n"));
+            }
+        } else if mode == ReadMode::Quad {
+            // Offsets of element e, and each input's stride along the innermost merged dim
+            // (0 or 1): the four elements are in one row of it.
+            s.push_str(&self.offsets(false));
+            s.push_str("    let inner = p.rank - 1u;\n");
+            for k in 0..self.inputs {
+                s.push_str(&format!(
+                    "    let s{k} = p.st[{} + inner / 4u][inner % 4u];\n",
+                    2 * k
+                ));
+            }
+            s.push_str("    var v: vec4<f32>;\n    for (var j = 0u; j < 4u; j = j + 1u) {\n");
+            for k in 0..self.inputs {
+                s.push_str(&format!("        let x{k} = ld{k}(o{k} + j * s{k});\n"));
+            }
+        } else {
             s.push_str(
                 "    return vec4<f32>(elem(e), elem(e + 1u), elem(e + 2u), elem(e + 3u));\n}\n",
             );
             return s;
-        }
-        // Offsets of element e, and each input's stride along the innermost merged dim (0 or
-        // 1): the four elements are in one row of it.
-        s.push_str(&self.offsets(false));
-        s.push_str("    let inner = p.rank - 1u;\n");
-        for k in 0..self.inputs {
-            s.push_str(&format!(
-                "    let s{k} = p.st[{} + inner / 4u][inner % 4u];\n",
-                2 * k
-            ));
-        }
-        s.push_str("    var v: vec4<f32>;\n    for (var j = 0u; j < 4u; j = j + 1u) {\n");
-        for k in 0..self.inputs {
-            s.push_str(&format!("        let x{k} = ld{k}(o{k} + j * s{k});\n"));
         }
         let mut body = String::new();
         self.body(&mut body, &uniform, false);
@@ -307,12 +359,19 @@ impl Program {
             s.push_str(&format!("    {line}\n"));
         }
         for &(t, b) in writes {
-            s.push_str(&format!("        ex{b}[e + j] = bitcast<u32>(t{t});\n"));
+            if vec.is_some() {
+                s.push_str(&format!("        w{b}[j] = bitcast<u32>(t{t});\n"));
+            } else {
+                s.push_str(&format!("        ex{b}[e + j] = bitcast<u32>(t{t});\n"));
+            }
         }
-        s.push_str(&format!(
-            "        v[j] = t{};\n    }}\n    return v;\n}}\n",
-            self.instrs.len() - 1
-        ));
+        s.push_str(&format!("        v[j] = t{last};\n    }}\n"));
+        if vec.is_some() {
+            for &(_, b) in writes {
+                s.push_str(&format!("    ex{b}[e >> 2u] = w{b};\n"));
+            }
+        }
+        s.push_str("    return v;\n}\n");
         s
     }
 }
@@ -451,8 +510,24 @@ impl Kernel for FusedReduce {
             outs.push(bind_out(ctx, OP_REDUCE, &outputs[k])?);
             writes.push((e, program.inputs + 2 + j));
         }
-        let wgsl = || program.prologue_wgsl(DType::F32, mode, &writes);
+        // Inputs read a vec4 at a time by vec4 steps: contiguous along the innermost merged
+        // dim (flat or quad reads).
+        let vec_inputs: Option<Vec<bool>> = (mode != ReadMode::Bcast && vec_loads()).then(|| {
+            reads
+                .strides
+                .iter()
+                .map(|st| st.last() == Some(&1))
+                .collect()
+        });
+        let wgsl = |vec4: bool| {
+            let vec = vec_inputs.as_deref().filter(|_| vec4);
+            program.prologue_wgsl(DType::F32, mode, &writes, vec)
+        };
         let mut key = format!("{}/{}", self.fused.text, mode.name());
+        if let Some(v) = &vec_inputs {
+            key.push_str("/v:");
+            key.extend(v.iter().map(|&b| if b { '1' } else { '0' }));
+        }
         if !writes.is_empty() {
             let w: Vec<String> = writes.iter().map(|w| w.0.to_string()).collect();
             key.push_str(&format!("/w:{}", w.join(",")));
@@ -466,5 +541,48 @@ impl Kernel for FusedReduce {
             outputs: outs,
         };
         red::record_prologue(ctx, self.rop, &prologue, shape, &mask, output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vec4_steps_load_and_store_vec4_words() {
+        // Batch norm's variance: x contiguous along the channels, the mean too (quad reads):
+        // both bound as vec4 words and loaded once per vec4; a scalar input broadcast along
+        // the channels is loaded once for the four elements.
+        let p = Program::parse_multi("SquaredDifference(i0,i1);Mul(t0,i2)", 3, &[0]).unwrap();
+        let s = p.prologue_wgsl(
+            DType::F32,
+            ReadMode::Quad,
+            &[(0, 5)],
+            Some(&[true, true, false]),
+        );
+        assert!(
+            s.contains("var<storage, read_write> in0: array<vec4<u32>>;"),
+            "{s}"
+        );
+        assert!(
+            s.contains("var<storage, read_write> in1: array<vec4<u32>>;"),
+            "{s}"
+        );
+        assert!(
+            s.contains("var<storage, read_write> in2: array<u32>;"),
+            "{s}"
+        );
+        assert!(s.contains("let v0 = in0[o0 >> 2u];") && s.contains("let v1 = in1[o1 >> 2u];"));
+        assert!(s.contains("let x2 = ld2(o2);"), "{s}");
+        assert!(
+            s.contains("var<storage, read_write> ex5: array<vec4<u32>>;"),
+            "{s}"
+        );
+        assert!(s.contains("ex5[e >> 2u] = w5;"), "{s}");
+        // Word steps: words, the writes in elem.
+        let s = p.prologue_wgsl(DType::F32, ReadMode::Quad, &[(0, 5)], None);
+        assert!(!s.contains("vec4<u32>>"), "{s}");
+        assert!(s.contains("ex5[e] = bitcast<u32>(t0);"), "{s}");
+        assert!(s.contains("ex5[e + j] = bitcast<u32>(t0);"), "{s}");
     }
 }

@@ -470,9 +470,10 @@ impl Reduce {
 pub(crate) struct Prologue<'a> {
     /// Names the WGSL, in the pipeline keys (the program, its read mode).
     pub key: String,
-    /// The bindings, helper functions and `elem` (built when the pipeline is); they must
-    /// define `is_nan`, which the reduce shaders use.
-    pub wgsl: &'a dyn Fn() -> String,
+    /// The bindings, helper functions and `elem` (built when the pipeline is), for a step
+    /// loading vec4 (`true`: `elem4` is what it calls) or words; they must define `is_nan`,
+    /// which the reduce shaders use.
+    pub wgsl: &'a dyn Fn(bool) -> String,
     /// Fields appended to the reduce's `Params` (WGSL, each `name: type,` on its own line;
     /// they start 16-byte aligned).
     pub fields: &'a str,
@@ -552,7 +553,7 @@ fn with_prologue(src: &str, pro: &Prologue<'_>, vec4: bool) -> std::result::Resu
     } else {
         "fn ldx(i: u32) -> f32 {\n    return elem(i);\n}\n"
     };
-    let s = s.replacen(nan, &format!("{}\n{ldx}", (pro.wgsl)()), 1);
+    let s = s.replacen(nan, &format!("{}\n{ldx}", (pro.wgsl)(vec4)), 1);
     // Loads: `x[` after a character that cannot end an identifier, up to the next `]`.
     let mut out = String::with_capacity(s.len());
     let mut rest = s.as_str();
@@ -1116,7 +1117,7 @@ mod tests {
 
     #[test]
     fn every_reduce_shader_takes_a_prologue() {
-        let wgsl = || {
+        let wgsl = |_: bool| {
             "fn is_nan(v: f32) -> bool { return v != v; }\nfn elem(e: u32) -> f32 { return f32(e); }\nfn elem4(e: u32) -> vec4<f32> { return vec4<f32>(elem(e)); }\n".to_string()
         };
         let pro = Prologue {
