@@ -25,6 +25,9 @@ captures bench/data/2026-11-30-mofuse-lavapipe-r50-b2-{single,multi}.trace.gz (k
 --models resnet50 --trace DIR --trace-steps 2 --resnet50-batch 2; single: TFWGPU_FUSION_MULTI=0,
 the grouping of before multi-output fusion; multi: branch mofuse). The single one's steps equal
 bench/traces/resnet50.trace.gz's (the H200 capture) call for call (--check).
+bench/traces/resnet50-b2to64-reduce.trace.gz likewise from
+bench/data/2026-11-30-redfuse-lavapipe-r50-b2-reduce-final.trace.gz (branch redfuse: reductions
+with an elementwise prologue; their reduction_indices are left as they are).
 """
 import argparse, gzip, json, re, struct, sys
 

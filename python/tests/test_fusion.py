@@ -15,6 +15,12 @@ Multi-output groups (`_TfwgpuFusedElementwiseMulti`, off with TFWGPU_FUSION_MULT
 group computes that are also used outside it are more outputs of its kernel, and a variable's
 read right after an assignment gives the assigned value (SGD's m', Adam's m and v). With them on
 and off the same kernels' arithmetic runs on the same values: equal bits.
+
+Reductions of elementwise results (`_TfwgpuFusedReduce`, off with TFWGPU_FUSION_REDUCE=0): a
+float32 Sum/Mean/Max/Min/Prod whose input only a group of elementwise ops uses computes that
+group's program as it loads its input (Keras's batch-norm variance Mean(SquaredDifference(x,
+mean)) and the sums of its gradient); the kernel folds the same values in the same order as
+the elementwise kernel and the reduction would: equal bits with it on and off.
 """
 import os
 
@@ -25,6 +31,8 @@ from conftest import on_gpu
 
 FUSED = "_TfwgpuFusedElementwise"
 MULTI = "_TfwgpuFusedElementwiseMulti"
+REDUCE = "_TfwgpuFusedReduce"
+REDUCE_MULTI = "_TfwgpuFusedReduceMulti"
 
 
 def _stats():
@@ -38,17 +46,20 @@ def _delta(before, after):
 
 
 class _Fusion:
-    """Sets TFWGPU_FUSION (and TFWGPU_FUSION_MULTI: multi-output groups) for the graphs
-    optimized inside the block."""
+    """Sets TFWGPU_FUSION (and TFWGPU_FUSION_MULTI: multi-output groups, TFWGPU_FUSION_REDUCE:
+    reductions of programs) for the graphs optimized inside the block."""
 
-    def __init__(self, on, multi=True):
+    def __init__(self, on, multi=True, reduce=True):
         self.on = on
         self.multi = multi
+        self.reduce = reduce
 
     def __enter__(self):
-        self.old = {k: os.environ.get(k) for k in ("TFWGPU_FUSION", "TFWGPU_FUSION_MULTI")}
+        keys = ("TFWGPU_FUSION", "TFWGPU_FUSION_MULTI", "TFWGPU_FUSION_REDUCE")
+        self.old = {k: os.environ.get(k) for k in keys}
         os.environ["TFWGPU_FUSION"] = "1" if self.on else "0"
         os.environ["TFWGPU_FUSION_MULTI"] = "1" if self.multi else "0"
+        os.environ["TFWGPU_FUSION_REDUCE"] = "1" if self.reduce else "0"
 
     def __exit__(self, *exc):
         for k, v in self.old.items():
@@ -58,10 +69,10 @@ class _Fusion:
                 os.environ[k] = v
 
 
-def _twice_on_gpu(tf, f, *args, multi=True):
+def _twice_on_gpu(tf, f, *args, multi=True, reduce=True):
     """Runs tf.function(f) on GPU:0 with fusion on: traced and optimized by a first call, then
     the timed second call; its outputs and the kernels it ran (by op)."""
-    with _Fusion(True, multi), tf.device("/GPU:0"):
+    with _Fusion(True, multi, reduce), tf.device("/GPU:0"):
         g = tf.function(f)
         g(*[tf.constant(a) for a in args])
         before = _stats()
@@ -337,3 +348,187 @@ def test_tile_of_data_in_a_fused_group_matches_cpu(tf):
     assert on_gpu(got)
     assert d.get(FUSED_TILED) == 1 and "Tile" not in d, d
     np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_batch_norm_moments_compute_the_variance_as_it_is_reduced(tf):
+    """tf.nn.moments (Keras's batch norm in training): variance = Mean(SquaredDifference(x,
+    mean)) over N, H, W is one fused reduction reading x and the per-channel mean (no
+    full-size squared differences written); equal bits with TFWGPU_FUSION_REDUCE=0 (the
+    elementwise kernel, then the Mean: the same values folded in the same order)."""
+
+    def f(x):
+        return tf.nn.moments(x, axes=[0, 1, 2], keepdims=True)
+
+    rng = np.random.default_rng(7)
+    for shape in [(4, 5, 6, 8), (2, 9, 7, 3), (3, 16, 16, 12)]:
+        x = (rng.standard_normal(shape) * 3 + 1).astype(np.float32)
+        (mean, var), d = _twice_on_gpu(tf, f, x)
+        assert on_gpu(mean) and on_gpu(var)
+        assert d.get(REDUCE) == 1 and "SquaredDifference" not in d, d
+        # The mean is a plain Mean of x (its input is no elementwise result).
+        assert d.get("Mean") == 1, d
+        (mean0, var0), d0 = _twice_on_gpu(tf, f, x, reduce=False)
+        assert REDUCE not in d0 and d0.get("SquaredDifference") == 1 and d0.get("Mean") == 2, d0
+        np.testing.assert_array_equal(var.numpy(), var0.numpy())
+        np.testing.assert_array_equal(mean.numpy(), mean0.numpy())
+        with tf.device("/CPU:0"):
+            want = [t.numpy() for t in tf.function(f)(tf.constant(x))]
+        # Means of n squares in another order than the CPU's: a relative error of
+        # ~log2(n) ulp (pairwise sums), the squared differences exact.
+        np.testing.assert_allclose(mean.numpy(), want[0], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(var.numpy(), want[1], rtol=1e-5, atol=0)
+
+
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"])
+@pytest.mark.parametrize("axis,keepdims", [([0], False), ([1, 2], True), (None, False), ([-1], True)])
+def test_reductions_of_elementwise_chains_match_cpu(tf, op, axis, keepdims):
+    red = getattr(tf.math, op)
+
+    def f(x, y, z):
+        return red(tf.nn.relu(x * y + z) - 0.25, axis=axis, keepdims=keepdims)
+
+    rng = np.random.default_rng(8)
+    x = rng.uniform(0.5, 1.5, (5, 7, 12)).astype(np.float32)
+    y = rng.uniform(0.5, 1.5, (12,)).astype(np.float32)
+    z = rng.uniform(-0.2, 0.3, (5, 1, 12)).astype(np.float32)
+    got, d = _twice_on_gpu(tf, f, x, y, z)
+    assert on_gpu(got)
+    assert d == {REDUCE: 1}, d
+    off, d_off = _twice_on_gpu(tf, f, x, y, z, reduce=False)
+    assert REDUCE not in d_off and d_off.get(FUSED) == 1, d_off
+    np.testing.assert_array_equal(got.numpy(), off.numpy())
+    with tf.device("/CPU:0"):
+        want = tf.function(f)(x, y, z).numpy()
+    # The program's ops are exact; sums and products in another order: a few ulp of the
+    # terms (sums of up to 420 values of either sign: absolute, on the sum of |terms|).
+    if op in ("reduce_max", "reduce_min"):
+        np.testing.assert_array_equal(got.numpy(), want)
+    elif op == "reduce_prod":
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-30)
+    else:
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=2e-5)
+
+
+def test_values_used_elsewhere_are_more_outputs_of_the_reduction(tf):
+    """A value of the reduced program that is also used (or fetched) elsewhere: another output
+    of the reduction's kernel (written as the reduction computes it), the same bits as the
+    elementwise kernel's."""
+
+    def f(x, y):
+        a = x * y
+        return tf.reduce_sum(tf.exp(a), axis=0), a + 1.0, a
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    y = rng.standard_normal((5,)).astype(np.float32)
+    (s, a1, a), d = _twice_on_gpu(tf, f, x, y)
+    # a is an output of one of its consumers' kernels (a + 1's or the reduction's): two
+    # kernels in all.
+    assert sum(d.values()) == 2 and (d.get(REDUCE) == 1 or d.get(REDUCE_MULTI) == 1), d
+
+    def g(x, y, b):
+        # A BiasAdd feeding batch norm's statistics and the normalization: the mean's kernel
+        # computes it.
+        h = tf.nn.bias_add(x * y, b)
+        mean, var = tf.nn.moments(h, axes=[0], keepdims=True)
+        return (h - mean) * tf.math.rsqrt(var + 1e-3)
+
+    b = rng.standard_normal((5,)).astype(np.float32)
+    got, d = _twice_on_gpu(tf, g, x, y, b)
+    assert d.get(REDUCE_MULTI) == 1 and "BiasAdd" not in d and "SquaredDifference" not in d, d
+    off, d_off = _twice_on_gpu(tf, g, x, y, b, reduce=False)
+    assert REDUCE_MULTI not in d_off, d_off
+    np.testing.assert_array_equal(got.numpy(), off.numpy())
+    with tf.device("/CPU:0"):
+        want = tf.function(g)(x, y, b).numpy()
+    # rsqrt on the GPU within a few ulp, the statistics in another order: relative to the
+    # normalized values' scale (~1).
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in tf.function(f)(x, y)]
+    np.testing.assert_array_equal(a.numpy(), want[2])
+    np.testing.assert_array_equal(a1.numpy(), want[1])
+    np.testing.assert_allclose(s.numpy(), want[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_reduced_value_used_elsewhere_is_written_by_the_reduction(tf):
+    def f(x, y):
+        a = x * y
+        return tf.reduce_sum(a, axis=0), a
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    y = rng.standard_normal((5,)).astype(np.float32)
+    (s, a), d = _twice_on_gpu(tf, f, x, y)
+    # The reduction's kernel computes a, writes it (output 1) and sums it.
+    assert d == {REDUCE_MULTI: 1}, d
+    off, d_off = _twice_on_gpu(tf, f, x, y, reduce=False)
+    assert d_off == {"Mul": 1, "Sum": 1}, d_off
+    np.testing.assert_array_equal(s.numpy(), off[0].numpy())
+    np.testing.assert_array_equal(a.numpy(), off[1].numpy())
+    with tf.device("/CPU:0"):
+        want = [t.numpy() for t in tf.function(f)(x, y)]
+    np.testing.assert_array_equal(a.numpy(), want[1])
+    np.testing.assert_allclose(s.numpy(), want[0], rtol=1e-5, atol=1e-6)
+
+
+def _fit_bn(tf, fused=True, reduce=True, steps=4):
+    """A small convolutional model with Keras BatchNormalization layers (tf.nn.moments in
+    training, their gradients), SGD with momentum."""
+    import keras
+
+    with _Fusion(fused, True, reduce):
+        keras.utils.set_random_seed(5)
+        rng = np.random.default_rng(6)
+        x = rng.standard_normal((32, 8, 8, 3)).astype(np.float32)
+        y = rng.integers(0, 4, (32,)).astype(np.int32)
+        with tf.device("/GPU:0"):
+            model = keras.Sequential(
+                [
+                    keras.Input((8, 8, 3)),
+                    keras.layers.Conv2D(8, 3, padding="same"),
+                    keras.layers.BatchNormalization(),
+                    keras.layers.ReLU(),
+                    keras.layers.Conv2D(12, 3, padding="same", use_bias=False),
+                    keras.layers.BatchNormalization(),
+                    keras.layers.ReLU(),
+                    keras.layers.GlobalAveragePooling2D(),
+                    keras.layers.Dense(4),
+                ]
+            )
+            model.compile(
+                optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            before = _stats()
+            hist = model.fit(x, y, batch_size=8, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
+            d = _delta(before, _stats())
+    weights = [w.numpy() for w in model.weights]
+    return np.array(hist.history["loss"]), weights, d
+
+
+def test_keras_fit_with_batch_norm_reduces_programs_with_equal_losses(tf):
+    """Keras fit of a model with BN layers: the variances and the gradient's sums run as
+    fused reductions; with TFWGPU_FUSION_REDUCE=0 the same values are written by elementwise
+    kernels and reduced by the reduce kernels in the same order: equal losses and weights,
+    bit for bit. Against no fusion at all: grappler's rewrites of the unfused graph (module
+    docstring), rtol 1e-5 on the losses."""
+    loss_on, w_on, d_on = _fit_bn(tf)
+    loss_red0, w_red0, d_red0 = _fit_bn(tf, reduce=False)
+    loss_off, w_off, d_off = _fit_bn(tf, fused=False)
+    # 2 BN layers: the variance in the forward, Sum(dy * x_hat) in the gradient, per step
+    # (the second's with its ReluGrad as one more output); the first conv's BiasAdd is
+    # computed by its mean's kernel.
+    assert d_on.get(REDUCE, 0) + d_on.get(REDUCE_MULTI, 0) >= 5 * 4, d_on
+    assert d_on.get(REDUCE_MULTI, 0) >= 2 * 4 and "ReluGrad" not in d_on, d_on
+    # (the Dense layer's BiasAdd stays a kernel of its own: no reduction reads it)
+    assert d_on.get("BiasAdd", 0) == d_red0.get("BiasAdd", 0) - 4, (d_on, d_red0)
+    for d in (d_red0, d_off):
+        assert REDUCE not in d and REDUCE_MULTI not in d, d
+    assert "SquaredDifference" not in d_on and d_red0.get("SquaredDifference", 0) >= 8, (d_on, d_red0)
+    assert sum(d_on.values()) < sum(d_red0.values()), (d_on, d_red0)
+    np.testing.assert_array_equal(loss_on, loss_red0)
+    for a, b in zip(w_on, w_red0):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(loss_on, loss_off, rtol=1e-5)
+    assert np.all(np.isfinite(loss_on))

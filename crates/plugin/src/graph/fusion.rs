@@ -41,13 +41,27 @@
 //! same dispatch, others in one dispatch per shape. `TFWGPU_FUSION_MULTI=0` keeps the
 //! single-output groups (and the reads as they are).
 //!
+//! Reductions: a float32 Sum, Mean, Max, Min or Prod on a tfwgpu GPU roots a group of the
+//! fusible nodes that compute its input (the same rule: each member's data consumers are in
+//! the group), which becomes one `_TfwgpuFusedReduce` node (the reduction's name, device,
+//! attributes and axes, the axes its first input, in host memory; `reduce` names the op): its
+//! kernel computes the program for each element the reduction loads, so the elementwise
+//! result is neither written nor read back (Keras's batch-norm variance
+//! `Mean(SquaredDifference(x, mean))`, the gradient's `Sum(dy' * x_hat)`). A group whose root
+//! is also used outside joins such a group as an export too (`_TfwgpuFusedReduceMulti`: the
+//! reduction is output 0, the exported values outputs 1..; batch norm's ReluGrad, which the
+//! gradient's other sum and dx read; the reduced tensor itself, the convolution's BiasAdd
+//! whose mean batch norm takes), unless the group holds a Tile (the reduction's kernel has no
+//! place to materialize one).
+//! `TFWGPU_FUSION_REDUCE=0` turns reduction groups off.
+//!
 //! `TFWGPU_FUSION=0` turns the pass off (and everything above).
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, c_char};
 
 use tfwgpu_runtime::Result;
-use tfwgpu_runtime::kernels::fused::{self, OP, OP_MULTI, OP_TILED};
+use tfwgpu_runtime::kernels::fused::{self, OP, OP_MULTI, OP_REDUCE, OP_REDUCE_MULTI, OP_TILED};
 use tfwgpu_sys as sys;
 
 use super::{Node, bytes_field, int_attr, on_tfwgpu_gpu};
@@ -61,6 +75,24 @@ pub fn enabled() -> bool {
 
 /// TensorFlow's DT_FLOAT and DT_HALF: the dtypes the fused kernel has.
 const FUSIBLE_TYPES: &[u64] = &[1, 19];
+
+/// The reductions that can take a program as their input's prologue (`_TfwgpuFusedReduce`),
+/// for `T` float32 (DT_FLOAT, the reduce family's float type).
+const REDUCIBLE: &[&str] = &["Sum", "Mean", "Max", "Min", "Prod"];
+
+/// Whether groups may end in a reduction (`TFWGPU_FUSION_REDUCE=0` turns that off).
+pub fn reduce_groups() -> bool {
+    std::env::var("TFWGPU_FUSION_REDUCE").map_or(true, |v| v.trim() != "0")
+}
+
+/// Whether `n` is a reduction that can root a group: a float32 Sum/Mean/Max/Min/Prod on a
+/// tfwgpu GPU with its two data inputs (the tensor and the axes).
+fn reducible(n: &Node) -> bool {
+    on_tfwgpu_gpu(&n.device)
+        && REDUCIBLE.contains(&n.op.as_str())
+        && operands_all(n).count() == 2
+        && n.attr("T").and_then(|t| attr_varint(t, 6)) == Some(1)
+}
 
 /// The value of a varint field of an encoded AttrValue (`type` is 6).
 fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
@@ -266,12 +298,17 @@ fn fused_node(
     // Each member's result: the temporary of its last instruction.
     let mut result: HashMap<&str, usize> = HashMap::new();
     let mut tiled = false;
+    // A reduction's group: the members before it are its input's program.
+    let reduce = REDUCIBLE.contains(&root.op.as_str());
     for &m in &g.members {
         let n = &nodes[m];
         for i in n.inputs.iter().filter(|i| i.starts_with('^')) {
             if !control.contains(i) {
                 control.push(i.clone());
             }
+        }
+        if reduce && std::ptr::eq(n, root) {
+            continue;
         }
         let mut args = vec![];
         for i in operands(n) {
@@ -327,12 +364,27 @@ fn fused_node(
         ("N".into(), int_attr(keys.len() as i64)),
         ("program".into(), str_attr(&program)),
     ];
-    let op = if !g.exports.is_empty() {
-        let exports: Vec<i64> = g
-            .exports
-            .iter()
-            .map(|e| result[nodes[*e].name.as_str()] as i64)
-            .collect();
+    let exports: Vec<i64> = g
+        .exports
+        .iter()
+        .map(|e| result[nodes[*e].name.as_str()] as i64)
+        .collect();
+    let op = if reduce {
+        attrs.push(("reduce".into(), str_attr(&root.op)));
+        for key in ["keep_dims", "Tidx"] {
+            if let Some(v) = root.attr(key) {
+                attrs.push((key.into(), v.to_vec()));
+            }
+        }
+        if exports.is_empty() {
+            OP_REDUCE
+        } else {
+            // Outputs 1..=M: the exported values.
+            attrs.push(("M".into(), int_attr(exports.len() as i64)));
+            attrs.push(("exports".into(), ints_attr(&exports)));
+            OP_REDUCE_MULTI
+        }
+    } else if !g.exports.is_empty() {
         attrs.push(("M".into(), int_attr(exports.len() as i64 + 1)));
         attrs.push(("exports".into(), ints_attr(&exports)));
         OP_MULTI
@@ -341,10 +393,17 @@ fn fused_node(
     } else {
         OP
     };
+    // A reduction's axes come first (its kernel's host-memory input 0).
+    let axes = reduce.then(|| {
+        operands_all(root)
+            .nth(1)
+            .expect("a reduction has its axes")
+            .clone()
+    });
     Node {
         name: root.name.clone(),
         op: op.into(),
-        inputs: externals.chain(control).collect(),
+        inputs: axes.into_iter().chain(externals).chain(control).collect(),
         device: root.device.clone(),
         attrs,
     }
@@ -451,18 +510,24 @@ fn groups(
     nodes: &[Node],
     preserve: &HashSet<String>,
     max_inputs: usize,
-    multi: bool,
+    opts: Options,
 ) -> (Vec<Group>, HashMap<usize, Vec<usize>>) {
+    let multi = opts.multi;
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (n.name.as_str(), i))
         .collect();
     let mut tiles: HashMap<usize, Vec<usize>> = HashMap::new();
+    // Reductions that may root a group (their type: float32).
+    let is_reduce: Vec<bool> = nodes.iter().map(|n| opts.reduce && reducible(n)).collect();
     let types: Vec<Option<u64>> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| {
+            if is_reduce[i] {
+                return Some(1);
+            }
             let t = fusible(n)?;
             if n.op == "Tile" {
                 tiles.insert(i, tile_multiples(nodes, &by_name, n)?);
@@ -530,6 +595,18 @@ fn groups(
     for &n in topo.iter().rev() {
         let Some(t) = types[n] else { continue };
         let node = &nodes[n];
+        if is_reduce[n] {
+            // A reduction roots a group of the nodes computing its input (and joins none).
+            let input = operands_all(node)
+                .next()
+                .expect("a reduction has its input");
+            group_of[n] = Some(growing.len());
+            growing.push(Growing {
+                members: vec![n],
+                externals: [input_key(node, n, input, &tiles)].into_iter().collect(),
+            });
+            continue;
+        }
         let join = (|| {
             if blocked[n] || preserve.contains(&node.name) || consumers[n].is_empty() {
                 return None;
@@ -540,6 +617,15 @@ fn groups(
                 .iter()
                 .all(|&c| group_of[c] == Some(g) && nodes[c].op != "Tile");
             if !same || types[root] != Some(t) || nodes[root].device != node.device {
+                return None;
+            }
+            // A reduction's program holds no Tile (its kernel has no place to materialize
+            // one); its axes are no member.
+            if is_reduce[root]
+                && (node.op == "Tile"
+                    || operands_all(&nodes[root]).nth(1).map(|a| source(a).0)
+                        == Some(node.name.as_str()))
+            {
                 return None;
             }
             let mut next = growing[g].externals.clone();
@@ -589,7 +675,8 @@ fn groups(
             continue;
         }
         let r = sets[p][0];
-        if blocked[r] || preserve.contains(&nodes[r].name) {
+        // A reduction's result is no elementwise value.
+        if blocked[r] || preserve.contains(&nodes[r].name) || is_reduce[r] {
             continue;
         }
         let mut candidates: Vec<usize> = vec![];
@@ -604,6 +691,11 @@ fn groups(
         for c in candidates {
             let root = sets[c][0];
             if types[root] != types[r] || nodes[root].device != nodes[r].device {
+                continue;
+            }
+            // A reduction's group takes the value as one more output (the reduced tensor
+            // itself, too: the BiasAdd whose mean batch norm takes) when no Tile comes with it.
+            if is_reduce[root] && sets[p].iter().any(|&m| nodes[m].op == "Tile") {
                 continue;
             }
             let merged: Vec<usize> = sets[c].iter().chain(&sets[p]).copied().collect();
@@ -689,7 +781,10 @@ fn mergeable(
         } else {
             1
         };
-        for i in operands(n) {
+        // A reduction (the root of its group) reads its axes in host memory: no binding.
+        let reduction = m == members[0] && REDUCIBLE.contains(&n.op.as_str());
+        let take = if reduction { 1 } else { usize::MAX };
+        for i in operands(n).take(take) {
             let (src, port) = source(i);
             let member = by_name.get(src).is_some_and(|p| set.contains(p));
             if member && n.op == "Tile" {
@@ -781,23 +876,54 @@ pub fn max_inputs() -> usize {
         .unwrap_or(7)
 }
 
+/// What kinds of groups the pass makes beyond single-output elementwise groups.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Groups with several outputs ([`multi_output`]).
+    pub multi: bool,
+    /// Groups ending in a reduction ([`reduce_groups`]).
+    pub reduce: bool,
+}
+
 /// Fuses a serialized GraphDef into groups of at most `max_inputs` inputs (inputs and outputs
-/// beyond the first together), with several outputs where [`multi_output`] allows; `None`
-/// when no group was found.
+/// beyond the first together), with several outputs where [`multi_output`] allows and
+/// reductions of programs where [`reduce_groups`] does; `None` when no group was found.
 pub fn fuse(
     graph: &[u8],
     preserve: &HashSet<String>,
     max_inputs: usize,
 ) -> Result<Option<Vec<u8>>> {
-    fuse_with(graph, preserve, max_inputs, multi_output())
+    let opts = Options {
+        multi: multi_output(),
+        reduce: reduce_groups(),
+    };
+    fuse_opts(graph, preserve, max_inputs, opts)
 }
 
-/// [`fuse`], with multi-output groups (`multi`) or without.
+/// [`fuse`], with multi-output groups (`multi`) or without, and reduction groups.
 pub fn fuse_with(
     graph: &[u8],
     preserve: &HashSet<String>,
     max_inputs: usize,
     multi: bool,
+) -> Result<Option<Vec<u8>>> {
+    fuse_opts(
+        graph,
+        preserve,
+        max_inputs,
+        Options {
+            multi,
+            reduce: true,
+        },
+    )
+}
+
+/// [`fuse`] with the kinds of groups `opts` allows.
+pub fn fuse_opts(
+    graph: &[u8],
+    preserve: &HashSet<String>,
+    max_inputs: usize,
+    opts: Options,
 ) -> Result<Option<Vec<u8>>> {
     enum Item<'a> {
         Node(usize, &'a [u8], &'a [u8]),
@@ -818,7 +944,7 @@ pub fn fuse_with(
             _ => items.push(Item::Raw(raw)),
         }
     }
-    let (groups, tiles) = groups(&nodes, preserve, max_inputs, multi);
+    let (groups, tiles) = groups(&nodes, preserve, max_inputs, opts);
     if groups.is_empty() {
         return Ok(None);
     }
@@ -1010,8 +1136,9 @@ unsafe extern "C" fn unknown_shape_fn(
     unsafe { sys::TF_ShapeInferenceContextSetUnknownShape(ctx, status) }
 }
 
-/// Registers `_TfwgpuFusedElementwise`, `_TfwgpuFusedElementwiseTiled` and
-/// `_TfwgpuFusedElementwiseMulti` with TensorFlow (before any graph is optimized).
+/// Registers `_TfwgpuFusedElementwise`, `_TfwgpuFusedElementwiseTiled`,
+/// `_TfwgpuFusedElementwiseMulti` and `_TfwgpuFusedReduce` with TensorFlow (before any graph
+/// is optimized).
 pub fn register_op() {
     type ShapeFn = unsafe extern "C" fn(*mut sys::TF_ShapeInferenceContext, *mut sys::TF_Status);
     let c = |s: &str| CString::new(s).expect("no NUL");
@@ -1023,20 +1150,82 @@ pub fn register_op() {
     // The multi-output op: M outputs, output k >= 1 the result of instruction exports[k-1];
     // shapes unknown (each output has its own, which the program decides).
     let multi = [c("M: int >= 2"), c("exports: list(int)")];
-    let ops: [(&str, &str, &[CString], ShapeFn); 3] = [
-        (OP, "y: T", &[], shape_fn),
-        (OP_TILED, "y: T", &[], unknown_shape_fn),
-        (OP_MULTI, "y: M * T", &multi, unknown_shape_fn),
+    // The reduction of a program's result: TensorFlow's reduction attributes (`reduce`: the
+    // op's name), its axes first (in host memory), float32 only.
+    let reduce = [
+        c("reduce: string"),
+        c("keep_dims: bool = false"),
+        c("Tidx: {int32, int64} = DT_INT32"),
     ];
-    let (input, st) = (c("x: N * T"), Status::new());
-    for (op, output, extra, shape) in ops {
+    let reduce_common = [c("T: {float}"), c("N: int >= 1"), c("program: string")];
+    let reduce_multi = [
+        c("reduce: string"),
+        c("keep_dims: bool = false"),
+        c("Tidx: {int32, int64} = DT_INT32"),
+        c("M: int >= 1"),
+        c("exports: list(int)"),
+    ];
+    let (x, axes) = (c("x: N * T"), c("reduction_indices: Tidx"));
+    let elementwise: &[&CString] = &[&x];
+    /// (name, inputs, output, attributes, more attributes, shape function).
+    type Def<'a> = (
+        &'a str,
+        &'a [&'a CString],
+        &'a str,
+        &'a [CString],
+        &'a [CString],
+        ShapeFn,
+    );
+    let ops: [Def; 5] = [
+        (OP, elementwise, "y: T", &common, &[], shape_fn),
+        (
+            OP_TILED,
+            elementwise,
+            "y: T",
+            &common,
+            &[],
+            unknown_shape_fn,
+        ),
+        (
+            OP_MULTI,
+            elementwise,
+            "y: M * T",
+            &common,
+            &multi,
+            unknown_shape_fn,
+        ),
+        (
+            OP_REDUCE,
+            &[&axes, &x],
+            "y: T",
+            &reduce_common,
+            &reduce,
+            unknown_shape_fn,
+        ),
+        // The reduction, then the M exported values.
+        (
+            OP_REDUCE_MULTI,
+            &[&axes, &x],
+            "y: T;e: M * T",
+            &reduce_common,
+            &reduce_multi,
+            unknown_shape_fn,
+        ),
+    ];
+    let st = Status::new();
+    for (op, inputs, output, common, extra, shape) in ops {
         let (name, output) = (c(op), c(output));
         // SAFETY: plain calls into TensorFlow's op registration API with valid strings
         // (copied by the builder); the builder is consumed by TF_RegisterOpDefinition.
         unsafe {
             let b = sys::TF_NewOpDefinitionBuilder(name.as_ptr());
-            sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
-            sys::TF_OpDefinitionBuilderAddOutput(b, output.as_ptr());
+            for input in inputs {
+                sys::TF_OpDefinitionBuilderAddInput(b, input.as_ptr());
+            }
+            for o in output.to_str().expect("ASCII").split(';') {
+                let o = c(o);
+                sys::TF_OpDefinitionBuilderAddOutput(b, o.as_ptr());
+            }
             for attr in common.iter().chain(extra) {
                 sys::TF_OpDefinitionBuilderAddAttr(b, attr.as_ptr());
             }
@@ -1667,6 +1856,250 @@ mod tests {
         assert_eq!(out[1].inputs, ["y:1", "dr"]);
         assert_eq!(out[2].inputs, ["dy", "y:2"]);
         fused::Program::parse_multi(&p, 6, &[1, 2]).unwrap();
+    }
+
+    /// A float reduction (`T` = `t`) of `x` over `axes`, with Keras's attributes.
+    fn reduction(name: &str, op: &str, inputs: &[&str], device: &str, t: u64) -> Node {
+        let mut n = node(name, op, inputs, device, t);
+        let mut b = vec![];
+        varint(5 << 3, &mut b);
+        varint(1, &mut b);
+        n.attrs.push(("keep_dims".into(), b));
+        n.attrs.push(("Tidx".into(), type_attr(3)));
+        n
+    }
+
+    fn str_of(n: &Node, key: &str) -> String {
+        String::from_utf8(attr_str(n.attr(key).unwrap()).unwrap().to_vec()).unwrap()
+    }
+
+    /// Keras's moments: mean = Mean(x), variance = Mean(SquaredDifference(x, mean)).
+    fn moments() -> Vec<Node> {
+        vec![
+            reduction("mean", "Mean", &["x", "axes"], GPU, 1),
+            node("sq", "SquaredDifference", &["x", "mean", "^c0"], GPU, 1),
+            reduction("var", "Mean", &["sq", "axes2", "^c1"], GPU, 1),
+            node("use", "Rsqrt", &["var"], GPU, 1),
+        ]
+    }
+
+    #[test]
+    fn a_reduction_of_an_elementwise_result_becomes_one_node() {
+        let out = fused(&moments(), &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [("mean", "Mean"), ("var", OP_REDUCE), ("use", "Rsqrt")]
+        );
+        let f = &out[1];
+        // The axes first (host memory), then the program's inputs, then the control inputs.
+        assert_eq!(f.inputs, ["axes2", "x", "mean", "^c0", "^c1"]);
+        assert_eq!(f.device, GPU);
+        assert_eq!(program(f), "SquaredDifference(i0,i1)");
+        assert_eq!(str_of(f, "reduce"), "Mean");
+        assert_eq!(f.attr("N"), Some(int_attr(2).as_slice()));
+        assert_eq!(f.attr("T"), Some(type_attr(1).as_slice()));
+        assert_eq!(f.attr("Tidx"), Some(type_attr(3).as_slice()));
+        assert_eq!(f.attr("keep_dims"), out[0].attr("keep_dims"));
+        fused::Program::parse(&program(f), 2).unwrap();
+        // A chain: Sum(Relu(x * y + z)) is one node, the program in order.
+        let chain = vec![
+            node("m", "Mul", &["x", "y"], GPU, 1),
+            node("a", "AddV2", &["m", "z"], GPU, 1),
+            node("r", "Relu", &["a"], GPU, 1),
+            reduction("s", "Sum", &["r", "axes"], GPU, 1),
+        ];
+        let out = fused(&chain, &[]).expect("fused");
+        assert_eq!(names_and_ops(&out), [("s", OP_REDUCE)]);
+        assert_eq!(out[0].inputs, ["axes", "x", "y", "z"]);
+        assert_eq!(program(&out[0]), "Mul(i0,i1);AddV2(t0,i2);Relu(t1)");
+        assert_eq!(str_of(&out[0], "reduce"), "Sum");
+        // Every TensorFlow reduction the reduce family has for float32.
+        for op in ["Sum", "Mean", "Max", "Min", "Prod"] {
+            let mut g = moments();
+            g[2] = reduction("var", op, &["sq", "axes2"], GPU, 1);
+            let out = fused(&g, &[]).expect(op);
+            assert_eq!(str_of(&out[1], "reduce"), op);
+        }
+        // Off (TFWGPU_FUSION_REDUCE=0): nothing to fuse here.
+        let keep = HashSet::new();
+        let off = Options {
+            multi: true,
+            reduce: false,
+        };
+        assert!(
+            fuse_opts(&graph(&moments()), &keep, 7, off)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn values_used_elsewhere_are_more_outputs_of_the_reduction() {
+        // Batch norm's gradient: rg = ReluGrad(dy + dr, y) feeds Sum(rg * x_hat), Sum(rg) and
+        // dx; the product (used by the sum only) joins the reduction, and rg (used three
+        // times) is computed by it too, as output 1.
+        let nodes = vec![
+            node("a", "AddV2", &["dy", "dr"], GPU, 1),
+            node("rg", "ReluGrad", &["a", "y"], GPU, 1),
+            node("m", "Mul", &["rg", "xhat"], GPU, 1),
+            reduction("s1", "Sum", &["m", "axes"], GPU, 1),
+            reduction("s2", "Sum", &["rg", "axes"], GPU, 1),
+            node("dx", "Mul", &["rg", "s1"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [("s1", OP_REDUCE_MULTI), ("s2", "Sum"), ("dx", "Mul")],
+            "{ops:?}"
+        );
+        let f = &out[0];
+        assert_eq!(f.inputs, ["axes", "dy", "dr", "y", "xhat"]);
+        let p = program(f);
+        assert_eq!(p, "AddV2(i0,i1);ReluGrad(t0,i2);Mul(t1,i3)");
+        assert_eq!(str_of(f, "reduce"), "Sum");
+        assert_eq!(f.attr("M"), Some(int_attr(1).as_slice()));
+        assert_eq!(ints(f, "exports"), [1]);
+        fused::Program::parse_multi(&p, 4, &[1]).unwrap();
+        assert_eq!(out[1].inputs, ["s1:1", "axes"]);
+        assert_eq!(out[2].inputs, ["s1:1", "s1"]);
+        // Without multi-output groups rg is a group of its own.
+        let out = fused_with(&nodes, &[], 7, false).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [("rg", OP), ("s1", OP_REDUCE), ("s2", "Sum"), ("dx", "Mul")],
+            "{ops:?}"
+        );
+        assert_eq!(out[1].inputs, ["axes", "rg", "xhat"]);
+        assert_eq!(program(&out[1]), "Mul(i0,i1)");
+        // Where rg's consumer outside feeds the first reduction's program (a cycle through
+        // dx), rg is computed by the other reduction, whose input it is; a group holding a
+        // Tile is no export.
+        let mut cyc = nodes.clone();
+        cyc[5] = node("dx", "Pack", &["rg"], GPU, 1);
+        cyc[2] = node("m", "Mul", &["rg", "dx"], GPU, 1);
+        let out = fused(&cyc, &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [("s1", OP_REDUCE), ("s2", OP_REDUCE_MULTI), ("dx", "Pack")],
+            "{ops:?}"
+        );
+        assert_eq!(program(&out[1]), "AddV2(i0,i1);ReluGrad(t0,i2)");
+        assert_eq!(ints(&out[1], "exports"), [1]);
+        assert_eq!(out[0].inputs, ["axes", "s2:1", "dx"]);
+        let mut tiled = nodes.clone();
+        tiled.insert(0, const_i32("mult", &[4, 1], false));
+        tiled[1] = node("a", "Tile", &["dy", "mult"], GPU, 1);
+        let out = fused(&tiled, &[]).expect("fused");
+        assert!(
+            out.iter().all(|n| n.op != OP_REDUCE_MULTI),
+            "{:?}",
+            names_and_ops(&out)
+        );
+        assert!(
+            out.iter().any(|n| n.op == OP_REDUCE),
+            "{:?}",
+            names_and_ops(&out)
+        );
+    }
+
+    #[test]
+    fn the_reduced_tensor_itself_can_be_an_output() {
+        // A convolution's BiasAdd feeds batch norm's mean, its variance and the
+        // normalization: the mean's kernel computes it (output 1) as it reduces it.
+        let mut ba = node("ba", "BiasAdd", &["conv", "b"], GPU, 1);
+        ba.attrs.push(("data_format".into(), str_attr("NHWC")));
+        let nodes = vec![
+            ba,
+            reduction("mean", "Mean", &["ba", "axes"], GPU, 1),
+            node("sq", "SquaredDifference", &["ba", "mean"], GPU, 1),
+            reduction("var", "Mean", &["sq", "axes"], GPU, 1),
+            node("norm", "Mul", &["ba", "var"], GPU, 1),
+        ];
+        let out = fused(&nodes, &[]).expect("fused");
+        let ops = names_and_ops(&out);
+        assert_eq!(
+            ops,
+            [
+                ("mean", OP_REDUCE_MULTI),
+                ("var", OP_REDUCE),
+                ("norm", "Mul")
+            ],
+            "{ops:?}"
+        );
+        assert_eq!(out[0].inputs, ["axes", "conv", "b"]);
+        assert_eq!(program(&out[0]), "BiasAdd(i0,i1)");
+        assert_eq!(ints(&out[0], "exports"), [0]);
+        assert_eq!(out[1].inputs, ["axes", "mean:1", "mean"]);
+        assert_eq!(out[2].inputs, ["mean:1", "var"]);
+    }
+
+    #[test]
+    fn what_must_not_join_a_reduction() {
+        let no_reduce = |g: &[Node], preserve: &[&str]| {
+            fused(g, preserve).is_none_or(|o| o.iter().all(|n| n.op != OP_REDUCE))
+        };
+        // The producer has another consumer (data), or is fetched.
+        let mut two = moments();
+        two.push(node("other", "Exp", &["sq"], GPU, 1));
+        assert!(no_reduce(&two, &[]));
+        assert!(no_reduce(&moments(), &["sq"]));
+        // Another device: the reduction, or the producer.
+        let mut dev = moments();
+        dev[2].device = CPU.into();
+        assert!(no_reduce(&dev, &[]));
+        let mut dev = moments();
+        dev[1].device = CPU.into();
+        assert!(no_reduce(&dev, &[]));
+        // Dtypes the reduce family has no float kernel for (half, double), or a half program.
+        for t in [19, 2, 3] {
+            let mut d = moments();
+            d[1].attrs = vec![("T".into(), type_attr(t))];
+            d[2].attrs[0] = ("T".into(), type_attr(t));
+            assert!(no_reduce(&d, &[]), "T = {t}");
+        }
+        // A Tile (its kernel has no place to materialize one), a read at another port.
+        let tile = vec![
+            const_i32("mult", &[4, 1], false),
+            node("t", "Tile", &["g", "mult"], GPU, 1),
+            reduction("s", "Sum", &["t", "axes"], GPU, 1),
+        ];
+        assert!(no_reduce(&tile, &[]));
+        let mut port = moments();
+        port[2].inputs[0] = "sq:1".into();
+        assert!(no_reduce(&port, &[]));
+        // A reduction without its two data inputs is left alone.
+        let mut one = moments();
+        one[2].inputs = vec!["sq".into()];
+        assert!(no_reduce(&one, &[]));
+        // Non-reductions (ArgMax, All) stay as they are.
+        let mut argmax = moments();
+        argmax[2].op = "ArgMax".into();
+        assert!(no_reduce(&argmax, &[]));
+    }
+
+    #[test]
+    fn control_edges_around_a_reduction_group() {
+        // A control edge from the interior member waits for its inputs; the member's own
+        // control inputs move to the fused node.
+        let mut g = moments();
+        g.push(node("after", "NoOp", &["^sq", "^var"], CPU, 1));
+        let out = fused(&g, &[]).expect("fused");
+        let after = out.iter().find(|n| n.name == "after").unwrap();
+        assert_eq!(after.inputs, ["^x", "^mean", "^c0", "^var"]);
+        let f = out.iter().find(|n| n.op == OP_REDUCE).unwrap();
+        assert_eq!(f.inputs, ["axes2", "x", "mean", "^c0", "^c1"]);
+        // The reduction's result feeding back into its own program through a control edge
+        // is a cycle TensorFlow would reject already; a producer that waits on another
+        // reduction is fine.
+        let mut g = moments();
+        g[1].inputs.push("^mean".into());
+        let out = fused(&g, &[]).expect("fused");
+        let f = out.iter().find(|n| n.op == OP_REDUCE).unwrap();
+        assert!(f.inputs.contains(&"^mean".to_string()), "{:?}", f.inputs);
     }
 
     #[test]

@@ -49,6 +49,14 @@ pub const OP_TILED: &str = "_TfwgpuFusedElementwiseTiled";
 /// depend on.
 pub const OP_MULTI: &str = "_TfwgpuFusedElementwiseMulti";
 
+/// A float32 reduction of a program's result, computed as it is loaded (see [`reduce`]).
+pub const OP_REDUCE: &str = "_TfwgpuFusedReduce";
+
+/// The same kernel with more outputs: values of the program also used elsewhere.
+pub const OP_REDUCE_MULTI: &str = "_TfwgpuFusedReduceMulti";
+
+mod reduce;
+
 /// The elementwise family's f32 pow (needs `opaque`).
 const POW_WGSL: &str = include_str!("../elementwise/pow.wgsl");
 
@@ -94,6 +102,20 @@ pub const OPS: &[OpDef] = &[
         dtypes: DTYPES,
         host_inputs: &[],
         factory: Fused::build,
+    },
+    OpDef {
+        op: OP_REDUCE,
+        type_attr: "T",
+        dtypes: &[DType::F32],
+        host_inputs: &[(0, "reduction_indices")],
+        factory: reduce::FusedReduce::build,
+    },
+    OpDef {
+        op: OP_REDUCE_MULTI,
+        type_attr: "T",
+        dtypes: &[DType::F32],
+        host_inputs: &[(0, "reduction_indices")],
+        factory: reduce::FusedReduce::build,
     },
 ];
 
@@ -635,6 +657,97 @@ impl Program {
         s.push_str(LINEAR_INDEX);
         s.push_str(COMMON_WGSL);
         s.push_str(MATH_WGSL);
+        s.push_str(&self.functions(dtype));
+        s.push_str(&self.elem_fn(flat, uniform));
+        let k_out = outs.len();
+        let any_uniform = uniform.iter().any(|&u| u);
+        if any_uniform {
+            s.push_str(&format!(
+                "var<workgroup> wg: array<f32, {}>;\nfn uniform_values() {{\n",
+                self.instrs.len()
+            ));
+            for (k, &r) in self.reads(uniform, true).iter().enumerate() {
+                if r {
+                    s.push_str(&format!("    let x{k} = ld{k}(0u);\n"));
+                }
+            }
+            self.body(&mut s, uniform, true);
+            for (k, &u) in uniform.iter().enumerate() {
+                if u {
+                    s.push_str(&format!("    wg[{k}] = t{k};\n"));
+                }
+            }
+            s.push_str("}\n");
+        }
+        let prologue = if any_uniform {
+            "    if lid == 0u {
+        uniform_values();
+    }
+    workgroupBarrier();
+"
+        } else {
+            ""
+        };
+        s.push_str(&format!(
+            "
+@compute @workgroup_size({WG})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
+{prologue}    let w = linear_index(gid);
+    if w >= p.words {{
+        return;
+    }}
+{}
+}}
+",
+            if k_out == 1 {
+                store_stmt(dtype).to_string()
+            } else {
+                store_multi(dtype, k_out)
+            }
+        ));
+        s
+    }
+
+    /// The inputs that the `uniform` instructions (`want`) or the others read.
+    fn reads(&self, uniform: &[bool], want: bool) -> Vec<bool> {
+        let mut r = vec![false; self.inputs];
+        for (ins, &u) in self.instrs.iter().zip(uniform) {
+            for a in &ins.args {
+                if let (Arg::Input(i), true) = (*a, u == want) {
+                    r[i] = true;
+                }
+            }
+        }
+        r
+    }
+
+    /// WGSL statements computing the `uniform` instructions (`want`) or the others, each
+    /// `let tK = fence(opK(..));`.
+    fn body(&self, s: &mut String, uniform: &[bool], want: bool) {
+        for (k, ins) in self.instrs.iter().enumerate() {
+            if uniform[k] != want {
+                continue;
+            }
+            let args: Vec<String> = ins
+                .args
+                .iter()
+                .map(|a| match a {
+                    Arg::Input(i) => format!("x{i}"),
+                    Arg::Temp(t) => format!("t{t}"),
+                })
+                .collect();
+            s.push_str(&format!(
+                "    let t{k} = fence(op{k}({}));\n",
+                args.join(", ")
+            ));
+        }
+    }
+
+    /// WGSL functions of the program: `rt`, `fence`, Pow's helpers where needed, `ldK` (input
+    /// K's element `i`) and `opK` (instruction K's body).
+    fn functions(&self, dtype: DType) -> String {
+        let n = self.inputs;
+        let mut s = String::new();
         s.push_str(&format!(
             "
 fn rt(v: f32) -> f32 {{
@@ -672,12 +785,14 @@ fn fence(v: f32) -> f32 {{
                 ins.op.wgsl()
             ));
         }
-        let k_out = outs.len();
-        if k_out == 1 {
-            s.push_str("fn elem(e: u32) -> f32 {\n");
-        } else {
-            s.push_str(&format!("fn elem(e: u32) -> array<f32, {k_out}> {{\n"));
-        }
+        s
+    }
+
+    /// WGSL statements computing `oK`, input K's offset for output element `e` (`flat`: `e`
+    /// times its stride; else through the merged dims `p.shape` and strides `p.st`).
+    fn offsets(&self, flat: bool) -> String {
+        let n = self.inputs;
+        let mut s = String::new();
         if flat {
             for k in 0..n {
                 s.push_str(&format!("    let o{k} = e * p.st[{}].x;\n", 2 * k));
@@ -706,38 +821,23 @@ fn fence(v: f32) -> f32 {{
                 s.push_str(&format!("    o{k} = o{k} + rem * p.st[{}].x;\n", 2 * k));
             }
         }
-        // The inputs each kind of instruction reads.
-        let reads = |want: bool| -> Vec<bool> {
-            let mut r = vec![false; n];
-            for (ins, &u) in self.instrs.iter().zip(uniform) {
-                for a in &ins.args {
-                    if let (Arg::Input(i), true) = (*a, u == want) {
-                        r[i] = true;
-                    }
-                }
-            }
-            r
-        };
-        let body = |s: &mut String, want: bool| {
-            for (k, ins) in self.instrs.iter().enumerate() {
-                if uniform[k] != want {
-                    continue;
-                }
-                let args: Vec<String> = ins
-                    .args
-                    .iter()
-                    .map(|a| match a {
-                        Arg::Input(i) => format!("x{i}"),
-                        Arg::Temp(t) => format!("t{t}"),
-                    })
-                    .collect();
-                s.push_str(&format!(
-                    "    let t{k} = fence(op{k}({}));\n",
-                    args.join(", ")
-                ));
-            }
-        };
-        for (k, &r) in reads(false).iter().enumerate() {
+        s
+    }
+
+    /// WGSL of `elem(e)`: the outputs' values at element `e` of the output (one value, or an
+    /// array of them), every input read at its broadcast offset (`flat`: `e * stride`); the
+    /// `uniform` instructions' results read from workgroup memory `wg`.
+    fn elem_fn(&self, flat: bool, uniform: &[bool]) -> String {
+        let outs = self.output_instrs();
+        let mut s = String::new();
+        let k_out = outs.len();
+        if k_out == 1 {
+            s.push_str("fn elem(e: u32) -> f32 {\n");
+        } else {
+            s.push_str(&format!("fn elem(e: u32) -> array<f32, {k_out}> {{\n"));
+        }
+        s.push_str(&self.offsets(flat));
+        for (k, &r) in self.reads(uniform, false).iter().enumerate() {
             if r {
                 s.push_str(&format!("    let x{k} = ld{k}(o{k});\n"));
             }
@@ -747,7 +847,7 @@ fn fence(v: f32) -> f32 {{
                 s.push_str(&format!("    let t{k} = wg[{k}];\n"));
             }
         }
-        body(&mut s, false);
+        self.body(&mut s, uniform, false);
         if k_out == 1 {
             s.push_str(&format!("    return t{};\n}}\n", self.instrs.len() - 1));
         } else {
@@ -757,51 +857,6 @@ fn fence(v: f32) -> f32 {{
                 vals.join(", ")
             ));
         }
-        let any_uniform = uniform.iter().any(|&u| u);
-        if any_uniform {
-            s.push_str(&format!(
-                "var<workgroup> wg: array<f32, {}>;\nfn uniform_values() {{\n",
-                self.instrs.len()
-            ));
-            for (k, &r) in reads(true).iter().enumerate() {
-                if r {
-                    s.push_str(&format!("    let x{k} = ld{k}(0u);\n"));
-                }
-            }
-            body(&mut s, true);
-            for (k, &u) in uniform.iter().enumerate() {
-                if u {
-                    s.push_str(&format!("    wg[{k}] = t{k};\n"));
-                }
-            }
-            s.push_str("}\n");
-        }
-        let prologue = if any_uniform {
-            "    if lid == 0u {
-        uniform_values();
-    }
-    workgroupBarrier();
-"
-        } else {
-            ""
-        };
-        s.push_str(&format!(
-            "
-@compute @workgroup_size({WG})
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {{
-{prologue}    let w = linear_index(gid);
-    if w >= p.words {{
-        return;
-    }}
-{}
-}}
-",
-            if k_out == 1 {
-                store_stmt(dtype).to_string()
-            } else {
-                store_multi(dtype, k_out)
-            }
-        ));
         s
     }
 }

@@ -87,7 +87,7 @@ const WG: u32 = 256;
 const PER_THREAD: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReduceOp {
+pub(crate) enum ReduceOp {
     Sum,
     Max,
     Min,
@@ -100,7 +100,21 @@ enum ReduceOp {
 }
 
 impl ReduceOp {
-    fn name(self) -> &'static str {
+    /// The float reduction TensorFlow names `name` (Sum, Mean, Max, Min, Prod): the ones a
+    /// fused reduction may run.
+    pub(crate) fn from_name(name: &str) -> Option<ReduceOp> {
+        [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ]
+        .into_iter()
+        .find(|op| op.name() == name)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "Sum",
             ReduceOp::Max => "Max",
@@ -230,7 +244,7 @@ impl Reduce {
 }
 
 /// The reduced-dimension mask of `shape` for `axes` (negative axes wrap, duplicates allowed).
-fn reduction_mask(op: &str, shape: &[usize], axes: &[i64]) -> Result<Vec<bool>> {
+pub(crate) fn reduction_mask(op: &str, shape: &[usize], axes: &[i64]) -> Result<Vec<bool>> {
     let rank = shape.len() as i64;
     let mut mask = vec![false; shape.len()];
     for &a in axes {
@@ -246,7 +260,7 @@ fn reduction_mask(op: &str, shape: &[usize], axes: &[i64]) -> Result<Vec<bool>> 
 }
 
 /// The output shape of a reduction.
-fn output_shape(shape: &[usize], mask: &[bool], keep_dims: bool) -> Vec<usize> {
+pub(crate) fn output_shape(shape: &[usize], mask: &[bool], keep_dims: bool) -> Vec<usize> {
     shape
         .iter()
         .zip(mask)
@@ -260,7 +274,7 @@ fn output_shape(shape: &[usize], mask: &[bool], keep_dims: bool) -> Vec<usize> {
 
 /// One pass: reduce the middle axis of an (outer, r, inner) view.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Pass {
+pub(crate) struct Pass {
     outer: usize,
     r: usize,
     inner: usize,
@@ -268,7 +282,7 @@ struct Pass {
 
 /// What a reduction records.
 #[derive(Clone, Debug, PartialEq, Eq)]
-enum Plan {
+pub(crate) enum Plan {
     /// The output is empty.
     Nothing,
     /// Nothing is reduced (every reduced dimension has size 1): the output is the input.
@@ -277,7 +291,7 @@ enum Plan {
     Passes(Vec<Pass>),
 }
 
-fn plan(shape: &[usize], mask: &[bool]) -> Plan {
+pub(crate) fn plan(shape: &[usize], mask: &[bool]) -> Plan {
     let out_elems: usize = shape
         .iter()
         .zip(mask)
@@ -425,95 +439,290 @@ impl Reduce {
     fn passes(
         &self,
         ctx: &KernelContext,
-        mut src: crate::exec::BufferRange,
+        src: crate::exec::BufferRange,
         output: crate::exec::BufferRange,
         dtype: DType,
         shape: &[usize],
         mask: &[bool],
         passes: &[Pass],
     ) -> Result<()> {
-        let op = self.op.name();
-        let count: usize = shape
-            .iter()
-            .zip(mask)
-            .filter(|&(_, &m)| m)
-            .map(|(&d, _)| d)
-            .product();
-        let rop = self.op;
-        let pipeline = ctx.pipeline(
-            PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
-            || {
-                crate::kernels::membound_shader(
-                    REDUCE_WGSL
-                        .replace("ELEM", if dtype == DType::F32 { "f32" } else { "i32" })
-                        .replace("COMBINE_BODY", rop.combine_body(dtype))
-                        .replace("FINALIZE_BODY", rop.finalize_body(dtype))
-                        .replace("CASCADE_FLAG", &rop.cascade(dtype).to_string()),
-                )
-            },
-        )?;
-        // vec4 loads need 16-byte aligned bindings (every binding starts at a multiple of the
-        // offset alignment).
-        let aligned =
-            (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
-        let steps = steps(passes, aligned, rop.cascade(dtype));
-        for (k, st) in steps.iter().enumerate() {
-            let last = k + 1 == steps.len();
-            let outs = st.outer * st.split * st.inner;
-            let dst = if last {
-                output.clone()
-            } else {
-                ctx.temp((outs * dtype.size()) as u64)?
-            };
-            // In vec4 units along the loaded axis (see reduce_vec4.wgsl).
-            let (r, inner, chunk, slots) = match st.vec4 {
-                None => (st.r, st.inner, st.chunk, outs),
-                Some(false) => (st.r / 4, 1, st.chunk / 4, outs),
-                Some(true) => (st.r, st.inner / 4, st.chunk, outs / 4),
-            };
-            let (t, g) = layout(chunk, inner);
-            let groups = slots.div_ceil(g as usize);
-            let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-            let gy = groups.div_ceil(gx);
-            if gy > crate::kernel::MAX_GROUPS_X as usize {
-                return Err(Error::Unimplemented(format!(
-                    "{op}: {outs} outputs are more than one dispatch can cover"
-                )));
-            }
-            let p = params(&[
-                to_u32(op, slots)?,
-                to_u32(op, r)?,
-                to_u32(op, inner)?,
-                g,
-                t,
-                (inner > 1) as u32,
-                gx as u32,
-                last as u32,
-                to_u32(op, count)?,
-                rop.identity_bits(dtype),
-                to_u32(op, st.split)?,
-                to_u32(op, chunk)?,
-            ]);
-            let pipe = match st.vec4 {
-                None => pipeline.clone(),
-                Some(col) => ctx.pipeline(
-                    PipelineKey::new(
-                        "reduce",
-                        Some(dtype),
-                        format!(
-                            "{}/vec4{}",
-                            rop.name().to_ascii_lowercase(),
-                            if col { "/col" } else { "/row" }
-                        ),
-                    ),
-                    || crate::kernels::membound_shader(vec4_shader(rop, dtype, col)),
-                )?,
-            };
-            ctx.dispatch(&pipe, &p, &[src, dst.clone()], [gx as u32, gy as u32, 1])?;
-            src = dst;
-        }
-        Ok(())
+        run_passes(
+            ctx,
+            self.op,
+            First::Buffer(src),
+            output,
+            dtype,
+            shape,
+            mask,
+            passes,
+        )
     }
+}
+
+/// A reduction's input computed where it is loaded: WGSL that declares the storage bindings
+/// it reads (its input 0 at binding 1, input k >= 1 at binding k + 2: binding 2 is the
+/// reduction's output), `fn elem(e: u32) -> f32`, element `e` (row-major) of the reduced
+/// tensor, and `fn elem4(e: u32) -> vec4<f32>`, elements `e` to `e + 3` (`e` a multiple of
+/// 4, for vec4 loads), using the uniform fields it adds to the reduce's params. The fused family's
+/// programs are such prologues (`_TfwgpuFusedReduce`): the elementwise result is never
+/// written, and the reduction folds the same values in the same order as it folds the
+/// written tensor (its passes are those of the plain reduction of that shape).
+pub(crate) struct Prologue<'a> {
+    /// Names the WGSL, in the pipeline keys (the program, its read mode).
+    pub key: String,
+    /// The bindings, helper functions and `elem` (built when the pipeline is), for a step
+    /// loading vec4 (`true`: `elem4` is what it calls) or words; they must define `is_nan`,
+    /// which the reduce shaders use.
+    pub wgsl: &'a dyn Fn(bool) -> String,
+    /// Fields appended to the reduce's `Params` (WGSL, each `name: type,` on its own line;
+    /// they start 16-byte aligned).
+    pub fields: &'a str,
+    /// Their values, as u32 words.
+    pub words: Vec<u32>,
+    /// The bindings of its inputs, in order.
+    pub inputs: Vec<crate::exec::BufferRange>,
+    /// The bindings of the tensors it writes (at the elements it computes: each once, in the
+    /// first step), bound after its inputs.
+    pub outputs: Vec<crate::exec::BufferRange>,
+}
+
+/// Where the first step of a reduction loads from.
+pub(crate) enum First<'a> {
+    /// A tensor.
+    Buffer(crate::exec::BufferRange),
+    /// A prologue's elements.
+    Prologue(&'a Prologue<'a>),
+}
+
+/// The float32 reduction `rop` of the elements `prologue` computes for a tensor of `shape`
+/// over `mask`, into `output` (of the reduction's output shape): the passes and steps of the
+/// plain reduction of such a tensor, so that the result has the same bits. `Plan::Copy` (no
+/// element is reduced) is the caller's: the output is then the elementwise result itself.
+pub(crate) fn record_prologue(
+    ctx: &KernelContext,
+    rop: ReduceOp,
+    prologue: &Prologue<'_>,
+    shape: &[usize],
+    mask: &[bool],
+    output: &DeviceRef,
+) -> Result<()> {
+    let op = rop.name();
+    to_u32(op, shape.iter().product())?;
+    let passes = match plan(shape, mask) {
+        Plan::Nothing => return Ok(()),
+        Plan::Copy => bail_invalid!("{op}: a fused reduction that reduces nothing is a copy"),
+        Plan::Passes(p) => p,
+    };
+    let dst = ctx.bind(output)?;
+    run_passes(
+        ctx,
+        rop,
+        First::Prologue(prologue),
+        dst,
+        DType::F32,
+        shape,
+        mask,
+        &passes,
+    )
+}
+
+/// The WGSL of a prologue's variant of a reduce shader (`src`, every placeholder substituted):
+/// the prologue's fields in `Params`, its bindings and functions instead of the input binding
+/// `x` and of `is_nan`, and each load `x[i]` replaced by `ldx(i)` (`elem(i)`, or four
+/// consecutive elements for a vec4 load).
+fn with_prologue(src: &str, pro: &Prologue<'_>, vec4: bool) -> std::result::Result<String, String> {
+    let internal = |what: &str| format!("reduce prologue: {what} not found");
+    let end = "    chunk: u32,\n};";
+    if !src.contains(end) {
+        return Err(internal("the end of Params"));
+    }
+    let s = src.replacen(end, &format!("    chunk: u32,\n{}}};", pro.fields), 1);
+    let decl = "@group(0) @binding(1) var<storage, read_write> x: ";
+    let at = s.find(decl).ok_or_else(|| internal("the binding of x"))?;
+    let eol = at
+        + s[at..]
+            .find('\n')
+            .ok_or_else(|| internal("the binding's line"))?;
+    let s = format!("{}{}", &s[..at], &s[eol + 1..]);
+    let nan = "fn is_nan(v: f32) -> bool {\n    return (bitcast<u32>(v) & 0x7fffffffu) > 0x7f800000u;\n}\n";
+    if !s.contains(nan) {
+        return Err(internal("is_nan"));
+    }
+    let ldx = if vec4 {
+        "fn ldx(i: u32) -> vec4<f32> {\n    return elem4(4u * i);\n}\n"
+    } else {
+        "fn ldx(i: u32) -> f32 {\n    return elem(i);\n}\n"
+    };
+    let s = s.replacen(nan, &format!("{}\n{ldx}", (pro.wgsl)(vec4)), 1);
+    // Loads: `x[` after a character that cannot end an identifier, up to the next `]`.
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s.as_str();
+    let mut loads = 0;
+    while let Some(k) = rest.find("x[") {
+        let boundary = rest[..k]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+        if !boundary {
+            out.push_str(&rest[..k + 2]);
+            rest = &rest[k + 2..];
+            continue;
+        }
+        let close = rest[k..]
+            .find(']')
+            .ok_or_else(|| internal("a load's end"))?
+            + k;
+        if rest[k + 2..close].contains('[') {
+            return Err(internal("a plain load index"));
+        }
+        out.push_str(&rest[..k]);
+        out.push_str("ldx(");
+        out.push_str(&rest[k + 2..close]);
+        out.push(')');
+        rest = &rest[close + 1..];
+        loads += 1;
+    }
+    out.push_str(rest);
+    if loads == 0 {
+        return Err(internal("a load of x"));
+    }
+    Ok(out)
+}
+
+/// Records the steps of a reduction of `shape` over `mask` (its `passes`) from `first` to
+/// `output`: the first step loads from `first`, later steps from temporaries.
+#[allow(clippy::too_many_arguments)]
+fn run_passes(
+    ctx: &KernelContext,
+    rop: ReduceOp,
+    first: First<'_>,
+    output: crate::exec::BufferRange,
+    dtype: DType,
+    shape: &[usize],
+    mask: &[bool],
+    passes: &[Pass],
+) -> Result<()> {
+    let op = rop.name();
+    let count: usize = shape
+        .iter()
+        .zip(mask)
+        .filter(|&(_, &m)| m)
+        .map(|(&d, _)| d)
+        .product();
+    let scalar_src = || {
+        crate::kernels::membound_shader(
+            REDUCE_WGSL
+                .replace("ELEM", if dtype == DType::F32 { "f32" } else { "i32" })
+                .replace("COMBINE_BODY", rop.combine_body(dtype))
+                .replace("FINALIZE_BODY", rop.finalize_body(dtype))
+                .replace("CASCADE_FLAG", &rop.cascade(dtype).to_string()),
+        )
+    };
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
+        scalar_src,
+    )?;
+    // vec4 loads need 16-byte aligned bindings (every binding starts at a multiple of the
+    // offset alignment).
+    let aligned = (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
+    let steps = steps(passes, aligned, rop.cascade(dtype));
+    let mut src = match &first {
+        First::Buffer(b) => Some(b.clone()),
+        First::Prologue(_) => None,
+    };
+    for (k, st) in steps.iter().enumerate() {
+        let last = k + 1 == steps.len();
+        let outs = st.outer * st.split * st.inner;
+        let dst = if last {
+            output.clone()
+        } else {
+            ctx.temp((outs * dtype.size()) as u64)?
+        };
+        // In vec4 units along the loaded axis (see reduce_vec4.wgsl).
+        let (r, inner, chunk, slots) = match st.vec4 {
+            None => (st.r, st.inner, st.chunk, outs),
+            Some(false) => (st.r / 4, 1, st.chunk / 4, outs),
+            Some(true) => (st.r, st.inner / 4, st.chunk, outs / 4),
+        };
+        let (t, g) = layout(chunk, inner);
+        let groups = slots.div_ceil(g as usize);
+        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
+        let gy = groups.div_ceil(gx);
+        if gy > crate::kernel::MAX_GROUPS_X as usize {
+            return Err(Error::Unimplemented(format!(
+                "{op}: {outs} outputs are more than one dispatch can cover"
+            )));
+        }
+        let mut p = vec![
+            to_u32(op, slots)?,
+            to_u32(op, r)?,
+            to_u32(op, inner)?,
+            g,
+            t,
+            (inner > 1) as u32,
+            gx as u32,
+            last as u32,
+            to_u32(op, count)?,
+            rop.identity_bits(dtype),
+            to_u32(op, st.split)?,
+            to_u32(op, chunk)?,
+        ];
+        let variant = match st.vec4 {
+            None => rop.name().to_ascii_lowercase(),
+            Some(col) => format!(
+                "{}/vec4{}",
+                rop.name().to_ascii_lowercase(),
+                if col { "/col" } else { "/row" }
+            ),
+        };
+        let binds = match (&src, &first) {
+            (Some(s), _) => {
+                let pipe = match st.vec4 {
+                    None => pipeline.clone(),
+                    Some(col) => ctx
+                        .pipeline(PipelineKey::new("reduce", Some(dtype), variant), || {
+                            crate::kernels::membound_shader(vec4_shader(rop, dtype, col))
+                        })?,
+                };
+                ctx.dispatch(
+                    &pipe,
+                    &params(&p),
+                    &[s.clone(), dst.clone()],
+                    [gx as u32, gy as u32, 1],
+                )?;
+                src = Some(dst);
+                continue;
+            }
+            (None, First::Prologue(pro)) => {
+                p.extend_from_slice(&pro.words);
+                let mut b = Vec::with_capacity(pro.inputs.len() + 1);
+                b.push(pro.inputs[0].clone());
+                b.push(dst.clone());
+                b.extend(pro.inputs[1..].iter().cloned());
+                b.extend(pro.outputs.iter().cloned());
+                (pro, b)
+            }
+            (None, First::Buffer(_)) => unreachable!("a buffer source is set from the start"),
+        };
+        let (pro, b) = binds;
+        let key = PipelineKey::new("reduce", Some(dtype), format!("{variant}/pro:{}", pro.key));
+        let pipe = ctx.pipeline(key, || {
+            let plain = match st.vec4 {
+                None => REDUCE_WGSL
+                    .replace("ELEM", "f32")
+                    .replace("COMBINE_BODY", rop.combine_body(dtype))
+                    .replace("FINALIZE_BODY", rop.finalize_body(dtype))
+                    .replace("CASCADE_FLAG", &rop.cascade(dtype).to_string()),
+                Some(col) => vec4_shader(rop, dtype, col),
+            };
+            let wgsl = with_prologue(&plain, pro, st.vec4.is_some())
+                .expect("the reduce shaders hold what a prologue replaces");
+            crate::kernels::membound_shader(wgsl)
+        })?;
+        ctx.dispatch(&pipe, &params(&p), &b, [gx as u32, gy as u32, 1])?;
+        src = Some(dst);
+    }
+    Ok(())
 }
 
 /// `reduce_vec4.wgsl` for `rop` on `dtype` (f32 or i32), column mode or row mode.
@@ -904,6 +1113,55 @@ mod tests {
             .vec4,
             None
         );
+    }
+
+    #[test]
+    fn every_reduce_shader_takes_a_prologue() {
+        let wgsl = |_: bool| {
+            "fn is_nan(v: f32) -> bool { return v != v; }\nfn elem(e: u32) -> f32 { return f32(e); }\nfn elem4(e: u32) -> vec4<f32> { return vec4<f32>(elem(e)); }\n".to_string()
+        };
+        let pro = Prologue {
+            key: "k".into(),
+            wgsl: &wgsl,
+            fields: "    zero: u32,\n",
+            words: vec![0],
+            inputs: vec![],
+            outputs: vec![],
+        };
+        for rop in [
+            ReduceOp::Sum,
+            ReduceOp::Mean,
+            ReduceOp::Max,
+            ReduceOp::Min,
+            ReduceOp::Prod,
+        ] {
+            let scalar = REDUCE_WGSL
+                .replace("ELEM", "f32")
+                .replace("COMBINE_BODY", rop.combine_body(DType::F32))
+                .replace("FINALIZE_BODY", rop.finalize_body(DType::F32))
+                .replace("CASCADE_FLAG", &rop.cascade(DType::F32).to_string());
+            let variants = [
+                (scalar, false),
+                (vec4_shader(rop, DType::F32, true), true),
+                (vec4_shader(rop, DType::F32, false), true),
+            ];
+            for (src, vec4) in variants {
+                let s = with_prologue(&src, &pro, vec4).unwrap();
+                // No load of x is left, its binding is gone, `is_nan` is the prologue's.
+                assert!(
+                    !s.contains(" x[") && !s.contains("(x[") && !s.contains(" x:"),
+                    "{s}"
+                );
+                assert!(s.contains("ldx(") && s.contains("zero: u32,\n};"));
+                assert_eq!(s.matches("fn is_nan").count(), 1);
+                let loads = src.matches("x[").count();
+                assert_eq!(
+                    s.matches("ldx(").count(),
+                    loads + 1,
+                    "calls and the definition"
+                );
+            }
+        }
     }
 
     #[test]
