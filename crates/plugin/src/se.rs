@@ -14,6 +14,7 @@ use tfwgpu_runtime::{Device, Error, Result, device_of_address};
 use tfwgpu_sys as sys;
 
 use crate::crossdev;
+use crate::stats::{SeCall, timed};
 use crate::status::{guard, quiet, set_error};
 
 fn dev(device: *const sys::SP_Device) -> Result<&'static Device> {
@@ -119,6 +120,16 @@ unsafe extern "C" fn allocate(
     _space: i64,
     mem: *mut sys::SP_DeviceMemoryBase,
 ) {
+    timed(SeCall::Allocate, || unsafe {
+        allocate_impl(device, size, mem)
+    })
+}
+
+unsafe fn allocate_impl(
+    device: *const sys::SP_Device,
+    size: u64,
+    mem: *mut sys::SP_DeviceMemoryBase,
+) {
     quiet((), || {
         // SAFETY: TensorFlow passes a valid SP_DeviceMemoryBase to fill.
         let m = unsafe { &mut *mem };
@@ -140,6 +151,10 @@ unsafe extern "C" fn allocate(
 }
 
 unsafe extern "C" fn deallocate(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
+    timed(SeCall::Deallocate, || deallocate_impl(device, mem))
+}
+
+fn deallocate_impl(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
     quiet((), || {
         let Ok(a) = addr(mem) else { return };
         if a == 0 {
@@ -326,6 +341,10 @@ unsafe extern "C" fn get_event_status(
     device: *const sys::SP_Device,
     ev: sys::SP_Event,
 ) -> sys::SE_EventStatus {
+    timed(SeCall::EventStatus, || event_status(device, ev))
+}
+
+fn event_status(device: *const sys::SP_Device, ev: sys::SP_Event) -> sys::SE_EventStatus {
     quiet(sys::SE_EventStatus_SE_EVENT_ERROR, || {
         let (Ok(d), Ok(e)) = (dev(device), event(ev)) else {
             return sys::SE_EventStatus_SE_EVENT_ERROR;
@@ -359,6 +378,7 @@ unsafe extern "C" fn record_event(
     ev: sys::SP_Event,
     status: *mut sys::TF_Status,
 ) {
+    let t0 = std::time::Instant::now();
     guard(status, (), || {
         let d = dev(device)?;
         let e = event(ev)?;
@@ -366,7 +386,8 @@ unsafe extern "C" fn record_event(
             .store(crossdev::mark(ordinal(device)).0, Ordering::Release);
         e.tag.store(d.exec().tag(), Ordering::Release);
         Ok(())
-    })
+    });
+    crate::stats::se_call(SeCall::RecordEvent, t0.elapsed().as_nanos() as u64);
 }
 
 unsafe extern "C" fn wait_for_event(
@@ -384,6 +405,7 @@ unsafe extern "C" fn block_host_for_event(
     ev: sys::SP_Event,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::BlockHostForEvent);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_for_event");
@@ -400,6 +422,7 @@ unsafe extern "C" fn block_host_until_done(
     _: sys::SP_Stream,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::BlockHostUntilDone);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_until_done");
@@ -413,6 +436,7 @@ unsafe extern "C" fn synchronize_all_activity(
     device: *const sys::SP_Device,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::SynchronizeAllActivity);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
@@ -442,6 +466,7 @@ unsafe extern "C" fn sync_memcpy_dtoh(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::MemcpyDtoH);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -476,6 +501,7 @@ unsafe extern "C" fn sync_memcpy_htod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::MemcpyHtoD);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -488,8 +514,60 @@ unsafe extern "C" fn sync_memcpy_htod(
         if crate::trace::on() {
             crate::trace::h2d(ordinal(device), dst, size);
         }
-        dev(device)?.write(dst, data)
+        write(dev(device)?, dst, data)
     })
+}
+
+/// A host-to-device copy of `data` to `dst`, without waiting for the GPU. Whole 32-bit words go
+/// through `Device::write`; a tail of 1-3 bytes (a bool or int8 scalar: Keras's
+/// `Optional.has_value()` flag crosses to the device this way every training step) is written
+/// by a masked fill on the queue instead of `Device::write`'s read-modify-write on the host,
+/// which reads the word back and so waits for the GPU to finish all work recorded before.
+fn write(d: &Device, dst: u64, data: &[u8]) -> Result<()> {
+    if !sub_word_writes() {
+        return d.write(dst, data);
+    }
+    let full = data.len() / 4 * 4;
+    if full > 0 {
+        d.write(dst, &data[..full])?;
+    }
+    let tail = &data[full..];
+    if tail.is_empty() {
+        return Ok(());
+    }
+    if !(dst + full as u64).is_multiple_of(4) {
+        // Unaligned destinations keep the runtime's own checks and message.
+        return d.write(dst + full as u64, tail);
+    }
+    let mut word = [0u8; 4];
+    word[..tail.len()].copy_from_slice(tail);
+    d.fill_u32(
+        dst + full as u64,
+        tail.len() as u64,
+        u32::from_le_bytes(word),
+    )
+}
+
+/// Whether sub-word host-to-device copies use the masked fill (`TFWGPU_SUBWORD_WRITE=0`: the
+/// runtime's read-modify-write, for comparison).
+fn sub_word_writes() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_SUBWORD_WRITE").map_or(true, |v| v.trim() != "0"))
+}
+
+/// Charges the wall time until it is dropped to one stream-executor call.
+struct SeTimer(SeCall, std::time::Instant);
+
+impl SeTimer {
+    fn start(c: SeCall) -> SeTimer {
+        SeTimer(c, std::time::Instant::now())
+    }
+}
+
+impl Drop for SeTimer {
+    fn drop(&mut self) {
+        crate::stats::se_call(self.0, self.1.elapsed().as_nanos() as u64);
+    }
 }
 
 unsafe extern "C" fn memcpy_dtod(
@@ -500,7 +578,9 @@ unsafe extern "C" fn memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dtod(device, dst, src, size, false))
+    timed(SeCall::MemcpyDtoD, || {
+        guard(status, (), || dtod(device, dst, src, size, false))
+    })
 }
 
 unsafe extern "C" fn sync_memcpy_dtod(
@@ -510,7 +590,9 @@ unsafe extern "C" fn sync_memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dtod(device, dst, src, size, true))
+    timed(SeCall::MemcpyDtoD, || {
+        guard(status, (), || dtod(device, dst, src, size, true))
+    })
 }
 
 /// A device-to-device copy issued on a stream of `device`. Within one device it is recorded on
@@ -561,6 +643,7 @@ unsafe extern "C" fn mem_zero(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
@@ -578,6 +661,7 @@ unsafe extern "C" fn memset(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         let pattern = u32::from_le_bytes([pattern; 4]);
@@ -596,6 +680,7 @@ unsafe extern "C" fn memset32(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
@@ -660,6 +745,7 @@ unsafe extern "C" fn host_callback(
     f: sys::SE_StatusCallbackFn,
     arg: *mut c_void,
 ) -> u8 {
+    let _t = SeTimer::start(SeCall::HostCallback);
     quiet(0, || {
         let (Ok(d), Some(f)) = (dev(device), f) else {
             return 0;

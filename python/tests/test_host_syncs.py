@@ -1,0 +1,90 @@
+"""Host syncs and stream-executor traffic of the plugin (issue 7): copies TensorFlow asks for
+cost what they must, and no more. The plugin's counters (`tensorflow_wgpu.stats()`) give the
+device-to-host copies TensorFlow asked for (`device_to_host`), the runtime's reads back to the
+host (`runtime.reads`: each one waits for the GPU) and the stream-executor calls TensorFlow
+made (`stream_executor`)."""
+import numpy as np
+import pytest
+
+import tensorflow_wgpu
+
+
+def _counts():
+    s = tensorflow_wgpu.stats()
+    return {
+        "d2h": s["device_to_host"]["copies"],
+        "h2d": s["host_to_device"]["copies"],
+        "reads": s["runtime"]["reads"],
+        "sync": s["stream_executor"]["synchronize_all_activity"]["calls"],
+    }
+
+
+def _delta(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def test_stats_report_stream_executor_calls_and_runtime_reads(tf):
+    s = tensorflow_wgpu.stats()
+    for k in ("synchronize_all_activity", "block_host_until_done", "block_host_for_event",
+              "memcpy_dtoh", "memcpy_htod", "memcpy_dtod", "memset", "record_event",
+              "get_event_status", "host_callback", "allocate", "deallocate"):
+        assert set(s["stream_executor"][k]) == {"calls", "wall_us"}, k
+    for k in ("submits", "dispatches", "copies", "uploads", "reads", "bind_groups"):
+        assert isinstance(s["runtime"][k], int), k
+    before = _counts()
+    with tf.device("/GPU:0"):
+        x = tf.identity(tf.constant([1.0, 2.0, 3.0]))
+    assert x.numpy().tolist() == [1.0, 2.0, 3.0]
+    d = _delta(before, _counts())
+    # Reading an eager tensor back: TensorFlow synchronizes the device first
+    # (TensorHandle::CopyToDevice calls Device::Sync), then copies.
+    assert d["h2d"] >= 1 and d["d2h"] >= 1 and d["sync"] >= 1, d
+
+
+@pytest.mark.parametrize(
+    "dtype,values",
+    [
+        ("bool", [True]),
+        ("bool", [False, True, True]),
+        ("uint8", [7]),
+        ("uint8", [200, 1]),
+        ("uint8", [1, 2, 3, 4, 5]),  # four whole bytes and a tail of one
+        ("int8", [-1, -128, 127, 5, 6, 7, 8]),
+        ("bool", [True] * 9 + [False] * 2),
+    ],
+)
+def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
+    """A host-to-device copy whose size is not a multiple of 4 bytes (a bool scalar: Keras's
+    `Optional.has_value()` flag crosses to the device this way every training step) is
+    written without reading the device back: the runtime's reads equal the copies to the host
+    that TensorFlow asked for. The bytes are exact, and the copy does not disturb the value
+    written next to it."""
+    host = np.array(values, dtype=dtype)
+    for _ in range(2):
+        before = _counts()
+        with tf.device("/GPU:0"):
+            t = tf.identity(tf.constant(host))
+            assert t.device.endswith("GPU:0")
+            # A second upload right behind the first: BFC places it in the next chunk.
+            u = tf.identity(tf.constant(host[::-1].copy()))
+        got, got_u = t.numpy(), u.numpy()
+        d = _delta(before, _counts())
+        np.testing.assert_array_equal(got, host)
+        np.testing.assert_array_equal(got_u, host[::-1])
+        assert d["h2d"] == 2, d
+        assert d["reads"] == d["d2h"], d
+
+
+def test_optional_has_value_costs_one_read(tf):
+    """Keras fit's per-step check `if not opt_outputs.has_value()`: TensorFlow puts the flag
+    on the device (one 1-byte upload), then reads it (a sync and one read); the plugin adds no
+    read of its own."""
+    with tf.device("/GPU:0"):
+        opt = tf.experimental.Optional.from_value(tf.constant([1.0, 2.0]))
+        assert bool(opt.has_value())  # warm-up: kernels, functions
+        before = _counts()
+        for _ in range(5):
+            assert bool(opt.has_value())
+    d = _delta(before, _counts())
+    assert d["reads"] == d["d2h"], d
+    assert d["d2h"] <= 5, d
