@@ -194,13 +194,65 @@ def _plugin_counters():
 
 def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
     """Per training step: wall, CPU by thread group, plugin counters (see the module doc)."""
-    import threading
-
     model, ds, xd, infer = prepare(tf, keras, name, device, batch)
     runs = []
     with tf.device(device):
         model.fit(ds, steps_per_epoch=warmup, epochs=1, verbose=0, shuffle=False)
+        # Wall time inside Keras's train_function (the tf.function call plus the loop's
+        # `has_value()` check and `get_value()`), and inside has_value() alone (the flag is read on
+        # the host: a device sync), per step; the rest of fit's time is Keras's Python loop.
+        from tensorflow.python.data.ops import optional_ops
+
+        spent = {"train_function": 0.0, "has_value": 0.0}
+
+        def timed(fn, key):
+            def wrapper(*args, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kw)
+                finally:
+                    spent[key] += time.perf_counter() - t
+
+            return wrapper
+
+        opt_cls = optional_ops._OptionalImpl
+        orig_has_value = opt_cls.has_value
+
+        def has_value(self, name=None):
+            if not tf.executing_eagerly():
+                return orig_has_value(self, name)
+            t = time.perf_counter()
+            v = orig_has_value(self, name)
+            b = bool(v)  # Keras's `if not ...` reads it here
+            spent["has_value"] += time.perf_counter() - t
+            return b
+
+        opt_cls.has_value = has_value
+        orig_make = model.make_train_function
+
+        def make_train_function(force=False):
+            f = orig_make(force)
+            if not getattr(model.train_function, "_hostcnn_timed", False):
+                model.train_function = timed(model.train_function, "train_function")
+                model.train_function._hostcnn_timed = True
+            return f
+
+        model.make_train_function = make_train_function
+        try:
+            runs += _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent)
+        finally:
+            opt_cls.has_value = orig_has_value
+    return {"batch": batch, "steps": steps, "runs": runs}
+
+
+def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
+    import threading
+
+    runs = []
+    with tf.device(device):
         for _ in range(reps):
+            for k in spent:
+                spent[k] = 0.0
             main_tid = threading.main_thread().native_id
             c0, th0 = _plugin_counters(), _threads()
             t0 = time.perf_counter()
@@ -212,17 +264,20 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
             for tid, (tname, sec) in th1.items():
                 g = _group(tid, tname, main_tid, py_tids)
                 cpu[g] = cpu.get(g, 0.0) + (sec - th0.get(tid, (tname, 0.0))[1]) / steps * 1e3
-            r = {"wall_ms": wall, "cpu_ms": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])}}
+            r = {"wall_ms": wall, "cpu_ms": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
+                 "wall_ms_in": {k: round(v / steps * 1e3, 4) for k, v in spent.items()}}
             if c0 is not None and c1 is not None:
                 r["per_step"] = {k: round((c1[k] - c0.get(k, 0)) / steps, 3) for k in c1}
             runs.append(r)
-            print(f"{name} {device} batch {batch}: {wall:.3f} ms/step; CPU ms/step "
+            print(f"{name} {device} batch {batch}: {wall:.3f} ms/step (in train_function "
+                  f"{r['wall_ms_in']['train_function']:.3f}, of which has_value + its read "
+                  f"{r['wall_ms_in']['has_value']:.3f}); CPU ms/step "
                   + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms"].items() if v >= 0.005), flush=True)
             if "per_step" in r:
                 ps = r["per_step"]
                 print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
                 print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
-    return {"batch": batch, "steps": steps, "runs": runs}
+    return runs
 
 
 def capture(tf, keras, name, device, batch, steps):

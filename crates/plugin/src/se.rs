@@ -354,6 +354,14 @@ fn event_status(device: *const sys::SP_Device, ev: sys::SP_Event) -> sys::SE_Eve
         }
         let tag = e.tag.load(Ordering::Acquire);
         let exec = d.exec();
+        if events_when_ordered() {
+            let copies = crossdev::Mark(e.copies.load(Ordering::Acquire));
+            return match crossdev::reached(ordinal(device), copies) {
+                Err(_) => sys::SE_EventStatus_SE_EVENT_ERROR,
+                Ok(true) => sys::SE_EventStatus_SE_EVENT_COMPLETE,
+                Ok(false) => sys::SE_EventStatus_SE_EVENT_PENDING,
+            };
+        }
         if exec.completed() < tag {
             // TensorFlow polls an event when something waits for it (a copy's done callback,
             // a collective's next step): submit its batch now instead of when it ages out, and
@@ -370,6 +378,28 @@ fn event_status(device: *const sys::SP_Device, ev: sys::SP_Event) -> sys::SE_Eve
             Ok(_) => sys::SE_EventStatus_SE_EVENT_PENDING,
         }
     })
+}
+
+/// Whether an event is complete once the work before it is ordered on the device's queue
+/// (the default), rather than once the GPU has run it (`TFWGPU_EVENTS=completed`).
+///
+/// TensorFlow polls events (its EventMgr, every 10 us while any is pending) to learn that a
+/// stream reached a point, and then runs the callback that waits on it: a host-to-device
+/// copy's `done` (which lets the executor run the copy's consumers: the input batch's
+/// convolution, the dropout's key and counter), a device-to-host copy's `done`, the release of
+/// the tensors a copy holds. What waiting for the GPU protects on a CUDA stream is host memory
+/// that the device still reads or writes asynchronously. Here nothing does: a host-to-device
+/// copy takes its bytes into staging memory before `memcpy_htod` returns, a device-to-host copy
+/// has its bytes when `memcpy_dtoh` returns (it waits), and every device-side consumer of
+/// memory is recorded after its producer on the one in-order queue, which also orders the
+/// reuse of freed memory. So the event is reached as soon as it is recorded, except for the
+/// copies between devices still in flight on a copier thread (`crossdev`), which it still waits
+/// for. Waiting for the GPU instead cost each such callback a submit, a GPU round trip and
+/// TensorFlow's polling (~80 polls per Keras CNN training step, 9 events). Host callbacks,
+/// `block_host_for_event` and the synchronizations still wait for the GPU.
+fn events_when_ordered() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_EVENTS").map_or(true, |v| v.trim() != "completed"))
 }
 
 unsafe extern "C" fn record_event(
