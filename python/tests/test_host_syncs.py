@@ -1,8 +1,8 @@
 """Host syncs and stream-executor traffic of the plugin (issue 7): copies TensorFlow asks for
 cost what they must, and no more. The plugin's counters (`tensorflow_wgpu.stats()`) give the
 device-to-host copies TensorFlow asked for (`device_to_host`), the runtime's reads back to the
-host (`runtime.reads`: each one waits for the GPU) and the stream-executor calls TensorFlow
-made (`stream_executor`)."""
+host (`runtime.reads`: each one waits for the GPU; the runtime's host mirror answers some
+copies without one) and the stream-executor calls TensorFlow made (`stream_executor`)."""
 import numpy as np
 import pytest
 
@@ -13,7 +13,6 @@ def _counts():
     s = tensorflow_wgpu.stats()
     return {
         "d2h": s["device_to_host"]["copies"],
-        "from_host": s["device_to_host"]["answered_from_host"],
         "h2d": s["host_to_device"]["copies"],
         "reads": s["runtime"]["reads"],
         "sync": s["stream_executor"]["synchronize_all_activity"]["calls"],
@@ -57,9 +56,9 @@ def test_stats_report_stream_executor_calls_and_runtime_reads(tf):
 def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
     """A host-to-device copy whose size is not a multiple of 4 bytes (a bool scalar: Keras's
     `Optional.has_value()` flag crosses to the device this way every training step) is
-    written without reading the device back: the runtime's reads equal the copies to the host
-    that TensorFlow asked for. The bytes are exact, and the copy does not disturb the value
-    written next to it."""
+    written without reading the device back: the runtime reads no more than the copies to the
+    host that TensorFlow asked for. The bytes are exact, also for the upload placed right
+    behind."""
     host = np.array(values, dtype=dtype)
     for _ in range(2):
         before = _counts()
@@ -73,13 +72,15 @@ def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
         np.testing.assert_array_equal(got, host)
         np.testing.assert_array_equal(got_u, host[::-1])
         assert d["h2d"] == 2, d
-        assert d["reads"] == d["d2h"] - d["from_host"], d
+        # No read beyond the copies TensorFlow asked for (the runtime's host mirror may
+        # answer some of those without one).
+        assert d["reads"] <= d["d2h"], d
 
 
-def test_optional_has_value_costs_one_read(tf):
+def test_optional_has_value_needs_no_device_read(tf):
     """Keras fit's per-step check `if not opt_outputs.has_value()`: TensorFlow puts the flag
-    on the device (one 1-byte upload), then reads it (a sync and one read); the plugin adds no
-    read of its own."""
+    on the device (one 1-byte upload), then reads it back (a device sync, then a copy to the
+    host): neither the upload nor the read waits for the GPU."""
     with tf.device("/GPU:0"):
         opt = tf.experimental.Optional.from_value(tf.constant([1.0, 2.0]))
         assert bool(opt.has_value())  # warm-up: kernels, functions
@@ -87,11 +88,26 @@ def test_optional_has_value_costs_one_read(tf):
         for _ in range(5):
             assert bool(opt.has_value())
     d = _delta(before, _counts())
-    assert d["reads"] == d["d2h"] - d["from_host"], d
     assert d["d2h"] <= 5, d
-    # The flag read back is the byte just uploaded, with nothing written in between: answered
-    # from the host's copy, no read of the device at all.
-    assert d["from_host"] == d["d2h"] and d["reads"] == 0, d
+    # The flag read back is the byte just uploaded, with nothing written in between: the
+    # runtime's host mirror answers it, no read of the device at all.
+    assert d["reads"] == 0, d
+
+
+def test_reads_after_a_kernel_wrote_go_to_the_device(tf):
+    """After a kernel wrote a tensor that the host had uploaded, reading it goes to the device
+    and sees the kernel's result (no stale host copy)."""
+    with tf.device("/GPU:0"):
+        v = tf.Variable(np.float32(5))
+        v.assign(tf.constant(np.float32(1)))
+        v.assign_add(tf.constant(np.float32(1)))  # a kernel writes the variable on the device
+        before = _counts()
+        assert v.numpy() == 2
+        d = _delta(before, _counts())
+        assert d["reads"] >= 1, d
+        x = tf.identity(tf.constant(np.array([3.5], dtype=np.float32)))
+        y = x * 2.0
+        assert x.numpy()[0] == 3.5 and y.numpy()[0] == 7.0
 
 
 def test_copy_events_complete_when_recorded(tf):
@@ -117,28 +133,3 @@ def test_copy_events_complete_when_recorded(tf):
     polled = s1["get_event_status"]["calls"] - s0["get_event_status"]["calls"]
     assert recorded >= 6, (recorded, polled)
     assert polled <= recorded, (recorded, polled)
-
-
-def test_small_reads_answered_from_host_only_when_nothing_wrote(tf):
-    """A read of the bytes of the last small host-to-device copy is answered from the host
-    when nothing that may write device memory ran since; after a kernel wrote the tensor, the
-    read goes to the device and sees the kernel's result."""
-    with tf.device("/GPU:0"):
-        v = tf.Variable(np.float32(5))
-        before = _counts()
-        v.assign(tf.constant(np.float32(41)))  # a 4-byte upload into the variable
-        assert v.numpy() == 41
-        d = _delta(before, _counts())
-        assert d["from_host"] >= 0 and d["reads"] == d["d2h"] - d["from_host"], d
-        v.assign(tf.constant(np.float32(1)))
-        v.assign_add(tf.constant(np.float32(1)))  # a kernel writes the variable on the device
-        before = _counts()
-        assert v.numpy() == 2
-        d = _delta(before, _counts())
-        assert d["from_host"] == 0 and d["reads"] >= 1, d
-        x = tf.identity(tf.constant(np.array([3.5], dtype=np.float32)))
-        y = x * 2.0  # another kernel ran after the upload: x's read goes to the device
-        before = _counts()
-        assert x.numpy()[0] == 3.5 and y.numpy()[0] == 7.0
-        d = _delta(before, _counts())
-        assert d["from_host"] == 0, d

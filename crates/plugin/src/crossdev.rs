@@ -64,10 +64,7 @@ fn spawn_lane(ordinal: usize) -> Lane {
                 let (size, dst) = (job.size, job.dst);
                 let r = job
                     .from
-                    .finish_read(job.read, |bytes| {
-                        crate::se::device_written();
-                        job.to.write(job.dst, bytes)
-                    })
+                    .finish_read(job.read, |bytes| job.to.write(job.dst, bytes))
                     .and_then(|r| r);
                 if crate::trace::on() {
                     crate::trace::copied(ordinal as i32, dst, size as u64);

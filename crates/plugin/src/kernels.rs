@@ -487,7 +487,6 @@ fn run(
     if let Some(c) = clock.as_mut() {
         c.lap(2);
     }
-    crate::se::device_written();
     let skipped = outputs.iter().all(|o| o.desc.num_elements() == 0);
     let result = if skipped {
         Ok(())

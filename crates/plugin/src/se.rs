@@ -155,7 +155,6 @@ unsafe extern "C" fn deallocate(device: *const sys::SP_Device, mem: *mut sys::SP
 }
 
 fn deallocate_impl(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
-    device_written();
     quiet((), || {
         let Ok(a) = addr(mem) else { return };
         if a == 0 {
@@ -510,10 +509,9 @@ unsafe extern "C" fn sync_memcpy_dtoh(
         // SAFETY: TensorFlow's host buffer holds `size` bytes, and nothing else writes it
         // during the copy.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
-        if small_read_from_host(ordinal(device), src, dst) {
-            crate::stats::d2h_from_host();
-            return Ok(());
-        }
+        // A small read of bytes the host wrote, with no kernel, copy or fill since, is
+        // answered by the runtime's host mirror without a GPU round trip (Keras fit's
+        // `has_value()` flag every step).
         dev(device)?.read_into(src, dst)
     })
 }
@@ -549,122 +547,11 @@ unsafe extern "C" fn sync_memcpy_htod(
         if crate::trace::on() {
             crate::trace::h2d(ordinal(device), dst, size);
         }
-        let r = write(dev(device)?, dst, data);
-        match r {
-            Ok(()) => remember_small_write(ordinal(device), dst, data),
-            Err(_) => device_written(),
-        }
-        r
+        // A tail of 1-3 bytes (a bool scalar: Keras fit's `has_value()` flag crosses to the
+        // device every step) is written by a byte-masked fill inside `Device::write`, without
+        // reading the word back (that read waited for all the GPU work recorded before).
+        dev(device)?.write(dst, data)
     })
-}
-
-/// Bumped by everything the plugin does that may write device memory (kernels, copies, fills,
-/// frees); see [`small_read_from_host`].
-static WRITES: AtomicU64 = AtomicU64::new(0);
-
-/// Notes that device memory may have been written (a kernel recorded, a copy or fill issued,
-/// memory freed for reuse).
-pub fn device_written() {
-    WRITES.fetch_add(1, Ordering::AcqRel);
-}
-
-/// The bytes of the last small host-to-device copy and the `WRITES` count right after it.
-struct SmallWrite {
-    ordinal: i32,
-    addr: u64,
-    bytes: [u8; SMALL_READ],
-    len: usize,
-    writes: u64,
-}
-
-/// Reads of at most this many bytes may be answered from the host (see `small_read_from_host`).
-const SMALL_READ: usize = 8;
-
-static LAST_SMALL_WRITE: Mutex<Option<SmallWrite>> = Mutex::new(None);
-
-/// Records a host-to-device copy (every one bumps `WRITES`; a small one is remembered).
-fn remember_small_write(ordinal: i32, addr: u64, data: &[u8]) {
-    let mut last = LAST_SMALL_WRITE.lock().unwrap_or_else(|p| p.into_inner());
-    let writes = WRITES.fetch_add(1, Ordering::AcqRel) + 1;
-    *last = (data.len() <= SMALL_READ && small_reads_from_host()).then(|| {
-        let mut bytes = [0u8; SMALL_READ];
-        bytes[..data.len()].copy_from_slice(data);
-        SmallWrite {
-            ordinal,
-            addr,
-            bytes,
-            len: data.len(),
-            writes,
-        }
-    });
-}
-
-/// Answers a device-to-host copy from the host when it reads exactly the bytes of the last
-/// small host-to-device copy and nothing that may write device memory happened since: the
-/// device holds (or, once the queue runs, will hold) exactly those bytes, so the GPU round trip
-/// of a read (a submit and a wait, ~50 us on the H200) buys nothing. TensorFlow does this once
-/// per Keras training step: `Optional.has_value()`'s flag is computed on the host, copied to the
-/// device as the function's result, then read back by the loop (after a device sync).
-/// `TFWGPU_SMALL_READS=device` turns it off.
-fn small_read_from_host(ordinal: i32, addr: u64, dst: &mut [u8]) -> bool {
-    if dst.len() > SMALL_READ {
-        return false;
-    }
-    let last = LAST_SMALL_WRITE.lock().unwrap_or_else(|p| p.into_inner());
-    match &*last {
-        Some(w)
-            if w.ordinal == ordinal
-                && w.addr == addr
-                && w.len == dst.len()
-                && w.writes == WRITES.load(Ordering::Acquire) =>
-        {
-            dst.copy_from_slice(&w.bytes[..w.len]);
-            true
-        }
-        _ => false,
-    }
-}
-
-fn small_reads_from_host() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_SMALL_READS").map_or(true, |v| v.trim() != "device"))
-}
-
-/// A host-to-device copy of `data` to `dst`, without waiting for the GPU. Whole 32-bit words go
-/// through `Device::write`; a tail of 1-3 bytes (a bool or int8 scalar: Keras's
-/// `Optional.has_value()` flag crosses to the device this way every training step) is written
-/// by a masked fill on the queue instead of `Device::write`'s read-modify-write on the host,
-/// which reads the word back and so waits for the GPU to finish all work recorded before.
-fn write(d: &Device, dst: u64, data: &[u8]) -> Result<()> {
-    if !sub_word_writes() {
-        return d.write(dst, data);
-    }
-    let full = data.len() / 4 * 4;
-    if full > 0 {
-        d.write(dst, &data[..full])?;
-    }
-    let tail = &data[full..];
-    if tail.is_empty() {
-        return Ok(());
-    }
-    if !(dst + full as u64).is_multiple_of(4) {
-        // Unaligned destinations keep the runtime's own checks and message.
-        return d.write(dst + full as u64, tail);
-    }
-    let mut word = [0u8; 4];
-    word[..tail.len()].copy_from_slice(tail);
-    d.fill_u32(
-        dst + full as u64,
-        tail.len() as u64,
-        u32::from_le_bytes(word),
-    )
-}
-
-/// Whether sub-word host-to-device copies use the masked fill (`TFWGPU_SUBWORD_WRITE=0`: the
-/// runtime's read-modify-write, for comparison).
-fn sub_word_writes() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_SUBWORD_WRITE").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Charges the wall time until it is dropped to one stream-executor call.
@@ -720,7 +607,6 @@ fn dtod(
     blocking: bool,
 ) -> Result<()> {
     let (s, d) = (addr(src)?, addr(dst)?);
-    device_written();
     if crate::trace::on() && size > 0 {
         let (from, to) = (device_of_address(s), device_of_address(d));
         let cross = match (from, to) {
@@ -758,7 +644,6 @@ unsafe extern "C" fn mem_zero(
 ) {
     let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
-        device_written();
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
             crate::trace::fill(ordinal(device), a, size, 0);
@@ -777,7 +662,6 @@ unsafe extern "C" fn memset(
 ) {
     let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
-        device_written();
         let a = addr(loc)?;
         let pattern = u32::from_le_bytes([pattern; 4]);
         if crate::trace::on() && size > 0 {
@@ -797,7 +681,6 @@ unsafe extern "C" fn memset32(
 ) {
     let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
-        device_written();
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
             crate::trace::fill(ordinal(device), a, size, pattern);

@@ -15,14 +15,6 @@ static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 static D2D: AtomicU64 = AtomicU64::new(0);
 static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
-static D2H_FROM_HOST: AtomicU64 = AtomicU64::new(0);
-
-/// Counts a device-to-host copy answered from the host's copy of the bytes (see
-/// `se::small_read_from_host`), without a read of the device.
-pub fn d2h_from_host() {
-    D2H_FROM_HOST.fetch_add(1, Ordering::Relaxed);
-}
-
 /// Stream-executor calls TensorFlow makes into the plugin (`SE_InitPlugin`'s functions), counted
 /// with the wall time spent inside each: where a training step's host syncs and event traffic
 /// come from. The `SeCall` discriminant indexes `SE_CALLS`/`SE_NS`.
@@ -119,8 +111,7 @@ pub fn json() -> String {
     serde_json::json!({
         "gpu_ops": ops,
         "host_ops": host,
-        "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed),
-                           "answered_from_host": D2H_FROM_HOST.load(Ordering::Relaxed)},
+        "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed)},
         "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
         "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
         "stream_executor": se_json(),
