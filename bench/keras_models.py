@@ -34,6 +34,19 @@ warm-up inference call, K inference calls each opened by an `infer_step` mark an
 `after_infer` mark. TensorFlow runs one op at a time there (inter-op threads 1), so each
 kernel's traced dispatch count is exact. `tfwgpu-bench replay DIR/<model>.trace --repeat R
 --json F` then reports the median `train_step` and `infer_step` intervals.
+
+With `--host-budget R`, each model's training step is instead measured R times (fit of
+`--steps` steps after the warm-up fit) with where the host time goes: wall ms per step, CPU
+ms per step of each group of threads (/proc/self/task: `main` = the Python thread running
+fit, i.e. Keras's loop and the eager ops; `py-other` = other Python threads, e.g. Keras's
+asynchronous batch-end callbacks that read the loss; `tf_Compute` etc. = TensorFlow's
+inter-op threads, which run the graph's kernels and so the plugin's compute callback;
+`tfwgpu-*` = the plugin's threads; `foreign` = threads that are neither, e.g. the Vulkan
+driver's (lavapipe's execution threads)), and per step the plugin's counters: kernel calls
+on the device and host kernels, copies, the stream-executor calls TensorFlow made (count and
+wall time inside them: syncs, events, host callbacks, memcpys, allocations), the runtime's
+submits and reads (each read waits for the GPU), and with TFWGPU_HOST_TIMERS=1 the compute
+callback's CPU time by phase.
 """
 import argparse
 import json
@@ -115,6 +128,158 @@ def measure(tf, keras, name, device, batch, steps, warmup):
     }
 
 
+def _threads():
+    """{native thread id: (name, CPU seconds)} of this process's threads."""
+    tck = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1 : st.rindex(")")]
+        fields = st[st.rindex(")") + 2 :].split()
+        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tck)
+    return out
+
+
+def _group(tid, name, main_tid, py_tids):
+    if tid == main_tid:
+        return "main"
+    if tid in py_tids:
+        return "py-other"
+    if name.startswith("tfwgpu"):
+        return name.rstrip("0123456789-") or name
+    if name.startswith("tf_"):
+        return name
+    if name in ("python", "python3") or name.startswith("python"):
+        return "foreign"
+    return name.rstrip("0123456789-:") or name
+
+
+def _plugin_counters():
+    try:
+        import tensorflow_wgpu
+
+        s = tensorflow_wgpu.stats()
+    except Exception:  # noqa: BLE001 - no plugin: /CPU:0 runs
+        return None
+    c = {
+        "gpu_ops": sum(s["gpu_ops"].values()),
+        "host_ops": sum(s["host_ops"].values()),
+        "d2h": s["device_to_host"]["copies"],
+        "h2d": s["host_to_device"]["copies"],
+    }
+    for k, v in s.get("stream_executor", {}).items():
+        c[f"se.{k}"] = v["calls"]
+        c[f"se.{k}.wall_us"] = v["wall_us"]
+    for k, v in s.get("runtime", {}).items():
+        c[f"rt.{k}"] = v
+    try:
+        import ctypes
+
+        f = tensorflow_wgpu._plugin().tfwgpu_host_timers_json
+        f.restype = ctypes.c_char_p
+        t = json.loads(f().decode())
+        if t.get("enabled"):
+            c["cb.calls"] = t["calls"]
+            c["cb.total_us"] = t["total_ns"] / 1e3
+            for k, v in t["phase_ns"].items():
+                c[f"cb.{k}_us"] = v / 1e3
+    except Exception:  # noqa: BLE001 - older plugin
+        pass
+    return c
+
+
+def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
+    """Per training step: wall, CPU by thread group, plugin counters (see the module doc)."""
+    model, ds, xd, infer = prepare(tf, keras, name, device, batch)
+    runs = []
+    with tf.device(device):
+        model.fit(ds, steps_per_epoch=warmup, epochs=1, verbose=0, shuffle=False)
+        # Wall time inside Keras's train_function (the tf.function call plus the loop's
+        # `has_value()` check and `get_value()`), and inside has_value() alone (the flag is read on
+        # the host: a device sync), per step; the rest of fit's time is Keras's Python loop.
+        from tensorflow.python.data.ops import optional_ops
+
+        spent = {"train_function": 0.0, "has_value": 0.0}
+
+        def timed(fn, key):
+            def wrapper(*args, **kw):
+                t = time.perf_counter()
+                try:
+                    return fn(*args, **kw)
+                finally:
+                    spent[key] += time.perf_counter() - t
+
+            return wrapper
+
+        opt_cls = optional_ops._OptionalImpl
+        orig_has_value = opt_cls.has_value
+
+        def has_value(self, name=None):
+            if not tf.executing_eagerly():
+                return orig_has_value(self, name)
+            t = time.perf_counter()
+            v = orig_has_value(self, name)
+            b = bool(v)  # Keras's `if not ...` reads it here
+            spent["has_value"] += time.perf_counter() - t
+            return b
+
+        opt_cls.has_value = has_value
+        orig_make = model.make_train_function
+
+        def make_train_function(force=False):
+            f = orig_make(force)
+            if not getattr(model.train_function, "_hostcnn_timed", False):
+                model.train_function = timed(model.train_function, "train_function")
+                model.train_function._hostcnn_timed = True
+            return f
+
+        model.make_train_function = make_train_function
+        try:
+            runs += _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent)
+        finally:
+            opt_cls.has_value = orig_has_value
+    return {"batch": batch, "steps": steps, "runs": runs}
+
+
+def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
+    import threading
+
+    runs = []
+    with tf.device(device):
+        for _ in range(reps):
+            for k in spent:
+                spent[k] = 0.0
+            main_tid = threading.main_thread().native_id
+            c0, th0 = _plugin_counters(), _threads()
+            t0 = time.perf_counter()
+            model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
+            wall = (time.perf_counter() - t0) / steps * 1e3
+            th1, c1 = _threads(), _plugin_counters()
+            py_tids = {t.native_id for t in threading.enumerate()}
+            cpu = {}
+            for tid, (tname, sec) in th1.items():
+                g = _group(tid, tname, main_tid, py_tids)
+                cpu[g] = cpu.get(g, 0.0) + (sec - th0.get(tid, (tname, 0.0))[1]) / steps * 1e3
+            r = {"wall_ms": wall, "cpu_ms": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
+                 "wall_ms_in": {k: round(v / steps * 1e3, 4) for k, v in spent.items()}}
+            if c0 is not None and c1 is not None:
+                r["per_step"] = {k: round((c1[k] - c0.get(k, 0)) / steps, 3) for k in c1}
+            runs.append(r)
+            print(f"{name} {device} batch {batch}: {wall:.3f} ms/step (in train_function "
+                  f"{r['wall_ms_in']['train_function']:.3f}, of which has_value + its read "
+                  f"{r['wall_ms_in']['has_value']:.3f}); CPU ms/step "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms"].items() if v >= 0.005), flush=True)
+            if "per_step" in r:
+                ps = r["per_step"]
+                print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
+                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
+    return runs
+
+
 def capture(tf, keras, name, device, batch, steps):
     """The traced run (TFWGPU_TRACE is set by the parent): see the module doc."""
     import tensorflow_wgpu
@@ -183,6 +348,8 @@ def main(argv=None):
     p.add_argument("--trace", metavar="DIR", help="capture a kernel trace of each model instead of timing")
     p.add_argument("--trace-steps", type=int, default=3)
     p.add_argument("--trace-child", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--host-budget", type=int, metavar="R",
+                   help="measure the training step's host budget R times instead of timing (see the module doc)")
     a = p.parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     for m in models:
@@ -221,6 +388,9 @@ def main(argv=None):
           f"{out['adapter']['name'] if out['adapter'] else 'no tfwgpu adapter'}", flush=True)
     for name in models:
         big = name == "resnet50"
+        if a.host_budget:
+            out["results"][name] = host_budget(tf, keras, name, a.device, batch(name), a.steps, a.warmup, a.host_budget)
+            continue
         r = measure(tf, keras, name, a.device, batch(name), a.resnet50_steps if big else a.steps,
                     a.resnet50_warmup if big else a.warmup)
         out["results"][name] = r

@@ -22,6 +22,15 @@ With TFWGPU_HOST_TIMERS=1 in the environment, the plugin times its own compute c
 into fetching the inputs, output shapes, output allocation (through TensorFlow) and recording
 the GPU work; the rest of the GPU row's time is TensorFlow's executor for this device and
 whatever lavapipe's execution takes from the same CPUs.
+
+Inside a tf.function the ops run on TensorFlow's inter-op threads (`tf_Compute`), not on the
+calling thread: each row also gives the CPU time per op of every group of threads
+(/proc/self/task; `caller`, `tf_Compute`, `tfwgpu-*` = the plugin's, `other` = the rest,
+e.g. the Vulkan driver's and TensorFlow's unnamed event-manager threads). On /GPU:0,
+`tf_Compute` minus the plugin callback is TensorFlow's graph executor for a PluggableDevice
+per op (OpKernelContext, the kernel C API's TF_Tensor wrappers, output allocation through
+the BFC allocator), against the same executor's per-op time on /CPU:0. The chain must not be
+fused for that (run with TFWGPU_FUSION=0; the fusion pass caps a group at 64 ops).
 """
 import argparse
 import json
@@ -44,6 +53,34 @@ def plugin_timers():
         return t if t.get("enabled") else None
     except Exception:  # noqa: BLE001 - the breakdown is optional
         return None
+
+
+def thread_cpu():
+    """{thread group: CPU seconds} of this process (see the module doc)."""
+    import os
+    import threading
+
+    tck = os.sysconf("SC_CLK_TCK")
+    me = threading.get_native_id()
+    out = {}
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        name = st[st.index("(") + 1 : st.rindex(")")]
+        fields = st[st.rindex(")") + 2 :].split()
+        if int(t) == me:
+            g = "caller"
+        elif name.startswith("tfwgpu"):
+            g = "tfwgpu"
+        elif name.startswith("tf_"):
+            g = name
+        else:
+            g = "other"
+        out[g] = out.get(g, 0.0) + (int(fields[11]) + int(fields[12])) / tck
+    return out
 
 
 def main(argv=None):
@@ -74,6 +111,7 @@ def main(argv=None):
                 samples = []
                 cpu_samples = []
                 t_before = plugin_timers() if dev != "/CPU:0" else None
+                g_before = thread_cpu()
                 for _ in range(a.reps):
                     t0 = time.perf_counter()
                     c0 = time.thread_time()
@@ -81,12 +119,18 @@ def main(argv=None):
                     cpu_samples.append((time.thread_time() - c0) / (2 * steps) * 1e6)
                     samples.append((time.perf_counter() - t0) / (2 * steps) * 1e6)
                 t_after = plugin_timers() if dev != "/CPU:0" else None
+                g_after = thread_cpu()
+                n_ops = 2 * steps * a.reps
+                groups = {g: (v - g_before.get(g, 0.0)) / n_ops * 1e6 for g, v in g_after.items()}
+                groups = {g: round(v, 2) for g, v in sorted(groups.items(), key=lambda kv: -kv[1]) if v > 0}
                 assert abs(y[0] - 2.0) < 1e-3, y  # the chain converges to b / (1 - m) = 2
                 med = statistics.median(samples)
                 cpu_med = statistics.median(cpu_samples)
                 row = {"device": dev, "mode": mode, "us_per_op": med, "samples": samples,
-                       "thread_cpu_us_per_op": cpu_med, "thread_cpu_samples": cpu_samples}
+                       "thread_cpu_us_per_op": cpu_med, "thread_cpu_samples": cpu_samples,
+                       "cpu_us_per_op_by_threads": groups}
                 line = f"{dev:8} {mode:12} {med:8.2f} us/op ({cpu_med:.2f} us/op CPU of the calling thread)"
+                line += "   [CPU us/op by threads: " + ", ".join(f"{g} {v:.2f}" for g, v in groups.items()) + "]"
                 if t_before and t_after and t_after["calls"] > t_before["calls"]:
                     calls = t_after["calls"] - t_before["calls"]
                     per = lambda a_, b_: (a_ - b_) / calls / 1e3

@@ -46,8 +46,10 @@ def _loaded_plugin_path():
 def _plugin():
     global _lib
     if _lib is None:
-        # RTLD_GLOBAL is not wanted: the plugin only needs to answer a few questions here.
-        lib = ctypes.CDLL(str(plugin_path()))
+        # RTLD_GLOBAL is not wanted: the plugin only needs to answer a few questions here. The
+        # copy TensorFlow loaded, when it did: its counters are the ones that move (another
+        # installed copy would be a second library with counters of its own).
+        lib = ctypes.CDLL(_loaded_plugin_path() or str(plugin_path()))
         lib.tfwgpu_adapters_json.restype = ctypes.c_char_p
         lib.tfwgpu_tf_version.restype = ctypes.c_char_p
         lib.tfwgpu_stats_json.restype = ctypes.c_char_p

@@ -14,6 +14,7 @@ use tfwgpu_runtime::{Device, Error, Result, device_of_address};
 use tfwgpu_sys as sys;
 
 use crate::crossdev;
+use crate::stats::{SeCall, timed};
 use crate::status::{guard, quiet, set_error};
 
 fn dev(device: *const sys::SP_Device) -> Result<&'static Device> {
@@ -119,6 +120,16 @@ unsafe extern "C" fn allocate(
     _space: i64,
     mem: *mut sys::SP_DeviceMemoryBase,
 ) {
+    timed(SeCall::Allocate, || unsafe {
+        allocate_impl(device, size, mem)
+    })
+}
+
+unsafe fn allocate_impl(
+    device: *const sys::SP_Device,
+    size: u64,
+    mem: *mut sys::SP_DeviceMemoryBase,
+) {
     quiet((), || {
         // SAFETY: TensorFlow passes a valid SP_DeviceMemoryBase to fill.
         let m = unsafe { &mut *mem };
@@ -140,6 +151,10 @@ unsafe extern "C" fn allocate(
 }
 
 unsafe extern "C" fn deallocate(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
+    timed(SeCall::Deallocate, || deallocate_impl(device, mem))
+}
+
+fn deallocate_impl(device: *const sys::SP_Device, mem: *mut sys::SP_DeviceMemoryBase) {
     quiet((), || {
         let Ok(a) = addr(mem) else { return };
         if a == 0 {
@@ -326,6 +341,10 @@ unsafe extern "C" fn get_event_status(
     device: *const sys::SP_Device,
     ev: sys::SP_Event,
 ) -> sys::SE_EventStatus {
+    timed(SeCall::EventStatus, || event_status(device, ev))
+}
+
+fn event_status(device: *const sys::SP_Device, ev: sys::SP_Event) -> sys::SE_EventStatus {
     quiet(sys::SE_EventStatus_SE_EVENT_ERROR, || {
         let (Ok(d), Ok(e)) = (dev(device), event(ev)) else {
             return sys::SE_EventStatus_SE_EVENT_ERROR;
@@ -335,6 +354,14 @@ unsafe extern "C" fn get_event_status(
         }
         let tag = e.tag.load(Ordering::Acquire);
         let exec = d.exec();
+        if events_when_ordered() {
+            let copies = crossdev::Mark(e.copies.load(Ordering::Acquire));
+            return match crossdev::reached(ordinal(device), copies) {
+                Err(_) => sys::SE_EventStatus_SE_EVENT_ERROR,
+                Ok(true) => sys::SE_EventStatus_SE_EVENT_COMPLETE,
+                Ok(false) => sys::SE_EventStatus_SE_EVENT_PENDING,
+            };
+        }
         if exec.completed() < tag {
             // TensorFlow polls an event when something waits for it (a copy's done callback,
             // a collective's next step): submit its batch now instead of when it ages out, and
@@ -353,12 +380,35 @@ unsafe extern "C" fn get_event_status(
     })
 }
 
+/// Whether an event is complete once the work before it is ordered on the device's queue
+/// (the default), rather than once the GPU has run it (`TFWGPU_EVENTS=completed`).
+///
+/// TensorFlow polls events (its EventMgr, every 10 us while any is pending) to learn that a
+/// stream reached a point, and then runs the callback that waits on it: a host-to-device
+/// copy's `done` (which lets the executor run the copy's consumers: the input batch's
+/// convolution, the dropout's key and counter), a device-to-host copy's `done`, the release of
+/// the tensors a copy holds. What waiting for the GPU protects on a CUDA stream is host memory
+/// that the device still reads or writes asynchronously. Here nothing does: a host-to-device
+/// copy takes its bytes into staging memory before `memcpy_htod` returns, a device-to-host copy
+/// has its bytes when `memcpy_dtoh` returns (it waits), and every device-side consumer of
+/// memory is recorded after its producer on the one in-order queue, which also orders the
+/// reuse of freed memory. So the event is reached as soon as it is recorded, except for the
+/// copies between devices still in flight on a copier thread (`crossdev`), which it still waits
+/// for. Waiting for the GPU instead cost each such callback a submit, a GPU round trip and
+/// TensorFlow's polling (~80 polls per Keras CNN training step, 9 events). Host callbacks,
+/// `block_host_for_event` and the synchronizations still wait for the GPU.
+fn events_when_ordered() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_EVENTS").map_or(true, |v| v.trim() != "completed"))
+}
+
 unsafe extern "C" fn record_event(
     device: *const sys::SP_Device,
     _: sys::SP_Stream,
     ev: sys::SP_Event,
     status: *mut sys::TF_Status,
 ) {
+    let t0 = std::time::Instant::now();
     guard(status, (), || {
         let d = dev(device)?;
         let e = event(ev)?;
@@ -366,7 +416,8 @@ unsafe extern "C" fn record_event(
             .store(crossdev::mark(ordinal(device)).0, Ordering::Release);
         e.tag.store(d.exec().tag(), Ordering::Release);
         Ok(())
-    })
+    });
+    crate::stats::se_call(SeCall::RecordEvent, t0.elapsed().as_nanos() as u64);
 }
 
 unsafe extern "C" fn wait_for_event(
@@ -384,6 +435,7 @@ unsafe extern "C" fn block_host_for_event(
     ev: sys::SP_Event,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::BlockHostForEvent);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_for_event");
@@ -400,6 +452,7 @@ unsafe extern "C" fn block_host_until_done(
     _: sys::SP_Stream,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::BlockHostUntilDone);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "block_host_until_done");
@@ -413,6 +466,7 @@ unsafe extern "C" fn synchronize_all_activity(
     device: *const sys::SP_Device,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::SynchronizeAllActivity);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
@@ -442,6 +496,7 @@ unsafe extern "C" fn sync_memcpy_dtoh(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::MemcpyDtoH);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -454,6 +509,9 @@ unsafe extern "C" fn sync_memcpy_dtoh(
         // SAFETY: TensorFlow's host buffer holds `size` bytes, and nothing else writes it
         // during the copy.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst as *mut u8, size as usize) };
+        // A small read of bytes the host wrote, with no kernel, copy or fill since, is
+        // answered by the runtime's host mirror without a GPU round trip (Keras fit's
+        // `has_value()` flag every step).
         dev(device)?.read_into(src, dst)
     })
 }
@@ -476,6 +534,7 @@ unsafe extern "C" fn sync_memcpy_htod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::MemcpyHtoD);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -488,8 +547,26 @@ unsafe extern "C" fn sync_memcpy_htod(
         if crate::trace::on() {
             crate::trace::h2d(ordinal(device), dst, size);
         }
+        // A tail of 1-3 bytes (a bool scalar: Keras fit's `has_value()` flag crosses to the
+        // device every step) is written by a byte-masked fill inside `Device::write`, without
+        // reading the word back (that read waited for all the GPU work recorded before).
         dev(device)?.write(dst, data)
     })
+}
+
+/// Charges the wall time until it is dropped to one stream-executor call.
+struct SeTimer(SeCall, std::time::Instant);
+
+impl SeTimer {
+    fn start(c: SeCall) -> SeTimer {
+        SeTimer(c, std::time::Instant::now())
+    }
+}
+
+impl Drop for SeTimer {
+    fn drop(&mut self) {
+        crate::stats::se_call(self.0, self.1.elapsed().as_nanos() as u64);
+    }
 }
 
 unsafe extern "C" fn memcpy_dtod(
@@ -500,7 +577,9 @@ unsafe extern "C" fn memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dtod(device, dst, src, size, false))
+    timed(SeCall::MemcpyDtoD, || {
+        guard(status, (), || dtod(device, dst, src, size, false))
+    })
 }
 
 unsafe extern "C" fn sync_memcpy_dtod(
@@ -510,7 +589,9 @@ unsafe extern "C" fn sync_memcpy_dtod(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
-    guard(status, (), || dtod(device, dst, src, size, true))
+    timed(SeCall::MemcpyDtoD, || {
+        guard(status, (), || dtod(device, dst, src, size, true))
+    })
 }
 
 /// A device-to-device copy issued on a stream of `device`. Within one device it is recorded on
@@ -561,6 +642,7 @@ unsafe extern "C" fn mem_zero(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
@@ -578,6 +660,7 @@ unsafe extern "C" fn memset(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         let pattern = u32::from_le_bytes([pattern; 4]);
@@ -596,6 +679,7 @@ unsafe extern "C" fn memset32(
     size: u64,
     status: *mut sys::TF_Status,
 ) {
+    let _t = SeTimer::start(SeCall::Memset);
     guard(status, (), || {
         let a = addr(loc)?;
         if crate::trace::on() && size > 0 {
@@ -660,6 +744,7 @@ unsafe extern "C" fn host_callback(
     f: sys::SE_StatusCallbackFn,
     arg: *mut c_void,
 ) -> u8 {
+    let _t = SeTimer::start(SeCall::HostCallback);
     quiet(0, || {
         let (Ok(d), Some(f)) = (dev(device), f) else {
             return 0;

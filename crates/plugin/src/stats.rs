@@ -15,6 +15,55 @@ static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 static D2D: AtomicU64 = AtomicU64::new(0);
 static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
+/// Stream-executor calls TensorFlow makes into the plugin (`SE_InitPlugin`'s functions), counted
+/// with the wall time spent inside each: where a training step's host syncs and event traffic
+/// come from. The `SeCall` discriminant indexes `SE_CALLS`/`SE_NS`.
+#[derive(Clone, Copy)]
+pub enum SeCall {
+    SynchronizeAllActivity,
+    BlockHostUntilDone,
+    BlockHostForEvent,
+    MemcpyDtoH,
+    MemcpyHtoD,
+    MemcpyDtoD,
+    Memset,
+    RecordEvent,
+    EventStatus,
+    HostCallback,
+    Allocate,
+    Deallocate,
+}
+
+const SE_NAMES: [&str; 12] = [
+    "synchronize_all_activity",
+    "block_host_until_done",
+    "block_host_for_event",
+    "memcpy_dtoh",
+    "memcpy_htod",
+    "memcpy_dtod",
+    "memset",
+    "record_event",
+    "get_event_status",
+    "host_callback",
+    "allocate",
+    "deallocate",
+];
+static SE_CALLS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
+static SE_NS: [AtomicU64; 12] = [const { AtomicU64::new(0) }; 12];
+
+/// Counts one stream-executor call of kind `c` that took `ns` nanoseconds (wall).
+pub fn se_call(c: SeCall, ns: u64) {
+    SE_CALLS[c as usize].fetch_add(1, Ordering::Relaxed);
+    SE_NS[c as usize].fetch_add(ns, Ordering::Relaxed);
+}
+
+/// Times `f` as one stream-executor call of kind `c`.
+pub fn timed<R>(c: SeCall, f: impl FnOnce() -> R) -> R {
+    let t0 = std::time::Instant::now();
+    let r = f();
+    se_call(c, t0.elapsed().as_nanos() as u64);
+    r
+}
 
 /// Counts one kernel execution of `op` on a tfwgpu device.
 pub fn op(op: &str) {
@@ -65,8 +114,51 @@ pub fn json() -> String {
         "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed)},
         "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
         "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
+        "stream_executor": se_json(),
+        "runtime": runtime_json(),
     })
     .to_string()
+}
+
+fn se_json() -> serde_json::Value {
+    let mut m = serde_json::Map::new();
+    for (i, name) in SE_NAMES.iter().enumerate() {
+        m.insert(
+            (*name).into(),
+            serde_json::json!({
+                "calls": SE_CALLS[i].load(Ordering::Relaxed),
+                "wall_us": SE_NS[i].load(Ordering::Relaxed) as f64 / 1e3,
+            }),
+        );
+    }
+    serde_json::Value::Object(m)
+}
+
+/// The runtime's own counters, summed over the opened devices: command-buffer submits, compute
+/// dispatches, and the reads back to the host it made (each one a wait for the GPU), whether
+/// TensorFlow asked for them (memcpy_dtoh) or not.
+fn runtime_json() -> serde_json::Value {
+    let mut t = tfwgpu_runtime::ExecStats::default();
+    for d in crate::runtime()
+        .map(|rt| rt.devices.as_slice())
+        .unwrap_or(&[])
+    {
+        let s = d.exec_stats();
+        t.submits += s.submits;
+        t.dispatches += s.dispatches;
+        t.copies += s.copies;
+        t.uploads += s.uploads;
+        t.reads += s.reads;
+        t.bind_groups += s.bind_groups;
+    }
+    serde_json::json!({
+        "submits": t.submits,
+        "dispatches": t.dispatches,
+        "copies": t.copies,
+        "uploads": t.uploads,
+        "reads": t.reads,
+        "bind_groups": t.bind_groups,
+    })
 }
 
 extern "C" fn write_report() {

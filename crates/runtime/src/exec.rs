@@ -158,6 +158,10 @@ pub struct Pipeline {
     /// storage bindings and a dynamic offset on the uniform (its bind groups are cached, see
     /// [`ExecutionContext::dispatch`]); `None`: its own layout, derived by wgpu.
     pub storage_bindings: Option<usize>,
+    /// The shared layout's storage bindings have dynamic offsets as well (see
+    /// `KernelManager::shared_layout`): bind groups bind each tensor's buffer at offset 0 and
+    /// each dispatch passes the tensors' offsets.
+    pub dynamic_storage: bool,
 }
 
 /// A device-to-host read in flight: its copy is submitted, its bytes are not yet on the host.
@@ -550,6 +554,29 @@ impl ExecutionContext {
         b.uniforms.resize(offset as usize, 0);
         b.uniforms.extend_from_slice(params);
         b.uniforms.resize((offset + psize) as usize, 0);
+        // Dynamic storage offsets: the bind group binds each tensor's buffer at offset 0 (or,
+        // past u32 offsets, at its own offset) and the dispatch passes the offsets.
+        let dynamic_storage = pipeline.dynamic_storage
+            && pipeline.storage_bindings == Some(buffers.len())
+            && buffers.len() <= crate::kernel_manager::MAX_DYNAMIC_STORAGE;
+        let fits = |r: &BufferRange| r.offset <= u32::MAX as u64;
+        let static_offset = |r: &BufferRange| {
+            if dynamic_storage && fits(r) {
+                0
+            } else {
+                r.offset
+            }
+        };
+        let mut offsets = [0u32; 1 + crate::kernel_manager::MAX_DYNAMIC_STORAGE];
+        offsets[0] = offset as u32;
+        let n_offsets = if dynamic_storage {
+            for (o, r) in offsets[1..].iter_mut().zip(buffers) {
+                *o = if fits(r) { r.offset as u32 } else { 0 };
+            }
+            1 + buffers.len()
+        } else {
+            1
+        };
         let cached = pipeline
             .storage_bindings
             .filter(|&n| {
@@ -561,7 +588,7 @@ impl ExecutionContext {
                 buffers: std::array::from_fn(|i| {
                     buffers
                         .get(i)
-                        .map(|r| (r.buffer.clone(), r.offset, binding_size(r)))
+                        .map(|r| (r.buffer.clone(), static_offset(r), binding_size(r)))
                 }),
             });
         let (bind_group, dynamic) = match cached {
@@ -570,7 +597,7 @@ impl ExecutionContext {
                 let bg = match found {
                     Some(bg) => bg,
                     None => {
-                        let bg = self.bind_group(pipeline, 0, psize, buffers);
+                        let bg = self.bind_group(pipeline, 0, psize, buffers, static_offset);
                         let cache = &mut b.bind_groups.map;
                         if cache.len() >= self.cfg.bind_group_cache {
                             cache.clear();
@@ -579,7 +606,7 @@ impl ExecutionContext {
                         bg
                     }
                 };
-                (bg, Some(offset as u32))
+                (bg, Some(&offsets[..n_offsets]))
             }
             None if pipeline
                 .storage_bindings
@@ -595,10 +622,13 @@ impl ExecutionContext {
             // A shared layout with a dynamic offset, but the cache is off or the dispatch binds
             // too many tensors: a bind group of its own, still at a dynamic offset.
             None if pipeline.storage_bindings.is_some() => (
-                self.bind_group(pipeline, 0, psize, buffers),
-                Some(offset as u32),
+                self.bind_group(pipeline, 0, psize, buffers, static_offset),
+                Some(&offsets[..n_offsets]),
             ),
-            None => (self.bind_group(pipeline, offset, psize, buffers), None),
+            None => (
+                self.bind_group(pipeline, offset, psize, buffers, |r| r.offset),
+                None,
+            ),
         };
         if b.pass.is_none() {
             let enc = b.encoder.as_mut().expect("encoder begun");
@@ -623,7 +653,7 @@ impl ExecutionContext {
         }
         pass.set_pipeline(&pipeline.pipeline);
         match dynamic {
-            Some(o) => pass.set_bind_group(0, &bind_group, &[o]),
+            Some(o) => pass.set_bind_group(0, &bind_group, o),
             None => pass.set_bind_group(0, &bind_group, &[]),
         }
         pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
@@ -635,13 +665,15 @@ impl ExecutionContext {
     }
 
     /// A new bind group for `pipeline`: the uniform buffer at `uniform_offset` (0 for the
-    /// shared layouts, whose offset is dynamic), then `buffers`.
+    /// shared layouts, whose offset is dynamic), then `buffers`, each at `storage_offset` of it
+    /// (its own offset, or 0 where the layout's storage offsets are dynamic).
     fn bind_group(
         &self,
         pipeline: &Pipeline,
         uniform_offset: u64,
         uniform_size: u64,
         buffers: &[BufferRange],
+        storage_offset: impl Fn(&BufferRange) -> u64,
     ) -> wgpu::BindGroup {
         let mut entries = Vec::with_capacity(buffers.len() + 1);
         entries.push(wgpu::BindGroupEntry {
@@ -657,7 +689,7 @@ impl ExecutionContext {
                 binding: i as u32 + 1,
                 resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
                     buffer: &r.buffer,
-                    offset: r.offset,
+                    offset: storage_offset(r),
                     size: wgpu::BufferSize::new(binding_size(r)),
                 }),
             });

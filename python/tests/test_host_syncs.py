@@ -1,0 +1,135 @@
+"""Host syncs and stream-executor traffic of the plugin (issue 7): copies TensorFlow asks for
+cost what they must, and no more. The plugin's counters (`tensorflow_wgpu.stats()`) give the
+device-to-host copies TensorFlow asked for (`device_to_host`), the runtime's reads back to the
+host (`runtime.reads`: each one waits for the GPU; the runtime's host mirror answers some
+copies without one) and the stream-executor calls TensorFlow made (`stream_executor`)."""
+import numpy as np
+import pytest
+
+import tensorflow_wgpu
+
+
+def _counts():
+    s = tensorflow_wgpu.stats()
+    return {
+        "d2h": s["device_to_host"]["copies"],
+        "h2d": s["host_to_device"]["copies"],
+        "reads": s["runtime"]["reads"],
+        "sync": s["stream_executor"]["synchronize_all_activity"]["calls"],
+    }
+
+
+def _delta(a, b):
+    return {k: b[k] - a[k] for k in a}
+
+
+def test_stats_report_stream_executor_calls_and_runtime_reads(tf):
+    s = tensorflow_wgpu.stats()
+    for k in ("synchronize_all_activity", "block_host_until_done", "block_host_for_event",
+              "memcpy_dtoh", "memcpy_htod", "memcpy_dtod", "memset", "record_event",
+              "get_event_status", "host_callback", "allocate", "deallocate"):
+        assert set(s["stream_executor"][k]) == {"calls", "wall_us"}, k
+    for k in ("submits", "dispatches", "copies", "uploads", "reads", "bind_groups"):
+        assert isinstance(s["runtime"][k], int), k
+    before = _counts()
+    with tf.device("/GPU:0"):
+        x = tf.identity(tf.constant([1.0, 2.0, 3.0]))
+    assert x.numpy().tolist() == [1.0, 2.0, 3.0]
+    d = _delta(before, _counts())
+    # Reading an eager tensor back: TensorFlow synchronizes the device first
+    # (TensorHandle::CopyToDevice calls Device::Sync), then copies.
+    assert d["h2d"] >= 1 and d["d2h"] >= 1 and d["sync"] >= 1, d
+
+
+@pytest.mark.parametrize(
+    "dtype,values",
+    [
+        ("bool", [True]),
+        ("bool", [False, True, True]),
+        ("uint8", [7]),
+        ("uint8", [200, 1]),
+        ("uint8", [1, 2, 3, 4, 5]),  # four whole bytes and a tail of one
+        ("int8", [-1, -128, 127, 5, 6, 7, 8]),
+        ("bool", [True] * 9 + [False] * 2),
+    ],
+)
+def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
+    """A host-to-device copy whose size is not a multiple of 4 bytes (a bool scalar: Keras's
+    `Optional.has_value()` flag crosses to the device this way every training step) is
+    written without reading the device back: the runtime reads no more than the copies to the
+    host that TensorFlow asked for. The bytes are exact, also for the upload placed right
+    behind."""
+    host = np.array(values, dtype=dtype)
+    for _ in range(2):
+        before = _counts()
+        with tf.device("/GPU:0"):
+            t = tf.identity(tf.constant(host))
+            assert t.device.endswith("GPU:0")
+            # A second upload right behind the first: BFC places it in the next chunk.
+            u = tf.identity(tf.constant(host[::-1].copy()))
+        got, got_u = t.numpy(), u.numpy()
+        d = _delta(before, _counts())
+        np.testing.assert_array_equal(got, host)
+        np.testing.assert_array_equal(got_u, host[::-1])
+        assert d["h2d"] == 2, d
+        # No read beyond the copies TensorFlow asked for (the runtime's host mirror may
+        # answer some of those without one).
+        assert d["reads"] <= d["d2h"], d
+
+
+def test_optional_has_value_needs_no_device_read(tf):
+    """Keras fit's per-step check `if not opt_outputs.has_value()`: TensorFlow puts the flag
+    on the device (one 1-byte upload), then reads it back (a device sync, then a copy to the
+    host): neither the upload nor the read waits for the GPU."""
+    with tf.device("/GPU:0"):
+        opt = tf.experimental.Optional.from_value(tf.constant([1.0, 2.0]))
+        assert bool(opt.has_value())  # warm-up: kernels, functions
+        before = _counts()
+        for _ in range(5):
+            assert bool(opt.has_value())
+    d = _delta(before, _counts())
+    assert d["d2h"] <= 5, d
+    # The flag read back is the byte just uploaded, with nothing written in between: the
+    # runtime's host mirror answers it, no read of the device at all.
+    assert d["reads"] == 0, d
+
+
+def test_reads_after_a_kernel_wrote_go_to_the_device(tf):
+    """After a kernel wrote a tensor that the host had uploaded, reading it goes to the device
+    and sees the kernel's result (no stale host copy)."""
+    with tf.device("/GPU:0"):
+        v = tf.Variable(np.float32(5))
+        v.assign(tf.constant(np.float32(1)))
+        v.assign_add(tf.constant(np.float32(1)))  # a kernel writes the variable on the device
+        before = _counts()
+        assert v.numpy() == 2
+        d = _delta(before, _counts())
+        assert d["reads"] >= 1, d
+        x = tf.identity(tf.constant(np.array([3.5], dtype=np.float32)))
+        y = x * 2.0
+        assert x.numpy()[0] == 3.5 and y.numpy()[0] == 7.0
+
+
+def test_copy_events_complete_when_recorded(tf):
+    """An event TensorFlow records after a host-to-device copy (its `done` callback: the copy's
+    consumers wait for it) is complete at TensorFlow's first poll: the copy's bytes were taken
+    into staging memory by `memcpy_htod`, and the consumers are recorded after the copy on the
+    one in-order queue, so nothing waits for the GPU (TFWGPU_EVENTS=completed: it did, polled
+    every 10 us until then). Results are unchanged."""
+    host = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+    @tf.function
+    def step(x):
+        return tf.reduce_sum(x * 2.0, axis=1)
+
+    with tf.device("/GPU:0"):
+        step(tf.constant(host)).numpy()  # warm-up: tracing, pipelines
+        s0 = tensorflow_wgpu.stats()["stream_executor"]
+        for i in range(6):
+            got = step(tf.constant(host + i)).numpy()
+            np.testing.assert_allclose(got, ((host + i) * 2.0).sum(axis=1), rtol=1e-6)
+        s1 = tensorflow_wgpu.stats()["stream_executor"]
+    recorded = s1["record_event"]["calls"] - s0["record_event"]["calls"]
+    polled = s1["get_event_status"]["calls"] - s0["get_event_status"]["calls"]
+    assert recorded >= 6, (recorded, polled)
+    assert polled <= recorded, (recorded, polled)
