@@ -589,6 +589,8 @@ fn groups(
     struct Growing {
         members: Vec<usize>,
         externals: HashSet<(String, u32)>,
+        /// Instructions of the group's program so far (at most `fused::MAX_INSTRUCTIONS`).
+        instrs: usize,
     }
     let mut growing: Vec<Growing> = vec![];
     let mut group_of: Vec<Option<usize>> = vec![None; nodes.len()];
@@ -604,6 +606,7 @@ fn groups(
             growing.push(Growing {
                 members: vec![n],
                 externals: [input_key(node, n, input, &tiles)].into_iter().collect(),
+                instrs: instructions(node),
             });
             continue;
         }
@@ -633,12 +636,15 @@ fn groups(
             for i in operands(node) {
                 next.insert(input_key(node, n, i, &tiles));
             }
-            (next.len() <= max_inputs).then_some((g, next))
+            // A long chain splits into groups whose programs fit the kernel's limit.
+            let fits = growing[g].instrs + instructions(node) <= fused::MAX_INSTRUCTIONS;
+            (next.len() <= max_inputs && fits).then_some((g, next))
         })();
         match join {
             Some((g, next)) => {
                 growing[g].members.push(n);
                 growing[g].externals = next;
+                growing[g].instrs += instructions(node);
                 group_of[n] = Some(g);
             }
             None => {
@@ -649,6 +655,7 @@ fn groups(
                 growing.push(Growing {
                     members: vec![n],
                     externals,
+                    instrs: instructions(node),
                 });
             }
         }
@@ -760,6 +767,15 @@ pub fn multi_output() -> bool {
     std::env::var("TFWGPU_FUSION_MULTI").map_or(true, |v| v.trim() != "0")
 }
 
+/// The instructions a member adds to its group's program (an AddN of k inputs: k - 1 adds).
+fn instructions(n: &Node) -> usize {
+    if n.op == "AddN" {
+        operands(n).count().saturating_sub(1)
+    } else {
+        1
+    }
+}
+
 /// Whether `members` (the root first) can be one fused node: no Tile reads a member (a
 /// Tile's input stays an input), its distinct inputs and its outputs fit the bindings, and
 /// its program the instruction limit.
@@ -776,11 +792,7 @@ fn mergeable(
     let mut instrs = 0;
     for &m in members {
         let n = &nodes[m];
-        instrs += if n.op == "AddN" {
-            operands(n).count() - 1
-        } else {
-            1
-        };
+        instrs += instructions(n);
         // A reduction (the root of its group) reads its axes in host memory: no binding.
         let reduction = m == members[0] && REDUCIBLE.contains(&n.op.as_str());
         let take = if reduction { 1 } else { usize::MAX };
@@ -1382,6 +1394,33 @@ mod tests {
         fused::Program::parse(&program(f), 5).unwrap();
         // Nothing more to fuse.
         assert!(fused(&out, &[]).is_none());
+    }
+
+    #[test]
+    fn a_long_chain_splits_into_programs_the_kernel_accepts() {
+        // x = x * a + b, 100 times (200 ops, one consumer each): one group would be 200
+        // instructions, over the kernel's limit (it failed at run time before).
+        let mut nodes = vec![];
+        let mut x = "x".to_string();
+        for k in 0..100 {
+            nodes.push(node(&format!("m{k}"), "Mul", &[&x, "a"], GPU, 1));
+            nodes.push(node(
+                &format!("s{k}"),
+                "AddV2",
+                &[&format!("m{k}"), "b"],
+                GPU,
+                1,
+            ));
+            x = format!("s{k}");
+        }
+        let out = fused(&nodes, &[]).expect("fused");
+        let lens: Vec<usize> = out.iter().map(|n| program(n).split(';').count()).collect();
+        assert!(
+            lens.iter().all(|&l| l <= fused::MAX_INSTRUCTIONS),
+            "program lengths {lens:?}"
+        );
+        assert_eq!(lens.iter().sum::<usize>(), 200, "every op in some group");
+        assert_eq!(out.len(), 200usize.div_ceil(fused::MAX_INSTRUCTIONS));
     }
 
     #[test]
