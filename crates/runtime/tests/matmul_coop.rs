@@ -57,7 +57,17 @@ fn covered(s: &CoopSpec) -> bool {
     if s.lanes != 32 {
         return s.tile == default && simple && !s.conv;
     }
-    s.tile == COOP_TILES[0] || s.tile == default || (simple && !s.conv)
+    // The Conv2D v5 tiles' window forms (select loads, the filter gradient) too.
+    let conv_v5 = [
+        "c64x64x64_2x2w1fs",
+        "c128x64x64_4x2wg1f",
+        "c128x64x64_4x2wg1fs",
+    ];
+    let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
+    s.tile == COOP_TILES[0]
+        || s.tile == default
+        || (simple && !s.conv)
+        || (s.conv && conv_simple && conv_v5.contains(&s.tile.name))
 }
 
 #[test]
@@ -169,4 +179,17 @@ fn coop_conv2d_backprop_input() {
         return;
     }
     coop_cases::conv2d_backprop_input(COOP_TILES);
+}
+
+#[test]
+fn f16_conv2d_backprop_filter_any_device() {
+    coop_cases::f16_conv2d_backprop_filter_any();
+}
+
+#[test]
+fn coop_conv2d_backprop_filter() {
+    if skip() {
+        return;
+    }
+    coop_cases::conv2d_backprop_filter(COOP_TILES);
 }

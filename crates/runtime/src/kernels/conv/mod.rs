@@ -767,6 +767,12 @@ impl Kernel for Conv {
         {
             return Ok(());
         }
+        if self.op == Op::Conv2DBackpropFilter
+            && !forced_cpu
+            && coop::try_backprop_filter(ctx, name, &g, &self.a, dev(0)?, dev(2)?, out)?
+        {
+            return Ok(());
+        }
         if coop_forced {
             // Reported, once per op and tile: whoever forced the tile (a benchmark) gets the
             // GEMM's time under that tile's name otherwise.

@@ -349,6 +349,29 @@ pub const COOP_64X64_2X2VF: CoopTile = CoopTile {
     ..COOP_64X64_2X2V
 };
 
+/// Conv2D (v5, NOTES-coop.md): 128 x 64 in 8 subgroups of 32 x 32 with the v4 loop (16-byte
+/// loads, K 64 in one buffer, unconditional staging; `fs`: loads through `select`), for
+/// products with 64 output columns (ResNet's 64-channel layers), 35 KiB.
+pub const COOP_128X64X64_4X2WG1F: CoopTile = CoopTile {
+    name: "c128x64x64_4x2wg1f",
+    bn: 64,
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128X64_2X4WG1F
+};
+pub const COOP_128X64X64_4X2WG1FS: CoopTile = CoopTile {
+    name: "c128x64x64_4x2wg1fs",
+    free: 2,
+    ..COOP_128X64X64_4X2WG1F
+};
+/// The lavapipe form of the 8-subgroup 128 x 64 tiles (8 subgroups of 16 x 32, grouped
+/// launch order), 26 KiB.
+pub const COOP_64X64X64_4X2WG1FS: CoopTile = CoopTile {
+    name: "c64x64x64_4x2wg1fs",
+    bm: 64,
+    ..COOP_128X64X64_4X2WG1FS
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -379,6 +402,9 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_64X64X64_4X4W1FSE4,
     COOP_64X64X80_2X2W1FSE2,
     COOP_64X64_2X2VF,
+    COOP_128X64X64_4X2WG1F,
+    COOP_128X64X64_4X2WG1FS,
+    COOP_64X64X64_4X2WG1FS,
 ];
 
 /// The element type of the operands in memory.
@@ -414,6 +440,17 @@ pub struct CoopSpec {
     /// output channels, checked at launch), whose offset (`p.ftap` elements per tap) is
     /// computed once per tile.
     pub bwd_input: bool,
+    /// Conv2DBackpropFilter (with `conv`, `!a_kfast`, `b_nfast`, `split`): A[m = (r, s, c),
+    /// k = (n, oy, ox)] = x[n, oy*sh - pt + r*dh, ox*sw - pl + s*dw, c] stored K x M (the
+    /// windows of x transposed: each invocation's columns m, so its tap and channel, are
+    /// fixed; its rows k advance by BK per tile without a division), B = dy [K, N]; the
+    /// product is the HWIO filter gradient [R*S*C, K].
+    pub wgrad: bool,
+    /// Split K: workgroup z of the grid (the batch index, no batch dimensions) takes K rows
+    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own M x N slice of C.
+    pub split: bool,
+    /// C is float32 whatever the input type (split-K partial sums, added up afterwards).
+    pub out_f32: bool,
     /// Test form for adapters without cooperative matrices (`TFWGPU_COOP_EMULATE=1`): the
     /// same staging, loop, barriers and epilogue, with each 16 x 16 accumulator held as
     /// 256 / `lanes` floats per invocation and the fragment loads and products replaced by
@@ -573,18 +610,22 @@ impl CoopSpec {
             && bc.is_multiple_of(self.wb)
             && (ar * ac / self.wa).is_multiple_of(wg)
             && (br * bc / self.wb).is_multiple_of(wg)
-            && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
-            && (!self.bwd_input || (self.conv && !self.b_nfast))
+            && (!self.conv || wg.is_multiple_of(ac / self.wa))
+            && (!self.conv || self.a_kfast || self.wgrad)
+            && (!self.bwd_input || (self.conv && !self.b_nfast && !self.wgrad))
+            && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
+            && (!self.split || self.wgrad || !self.conv)
             && (!self.emulate || 256 % self.lanes == 0)
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}{}",
-            match (self.conv, self.bwd_input) {
-                (true, true) => "convbi_",
-                (true, false) => "conv_",
+            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}",
+            match (self.conv, self.bwd_input, self.wgrad) {
+                (true, true, _) => "convbi_",
+                (true, false, true) => "convbf_",
+                (true, false, false) => "conv_",
                 _ => "",
             },
             self.tile.name,
@@ -597,6 +638,8 @@ impl CoopSpec {
                 Input::F16 => "h",
                 Input::F32 => "f",
             },
+            if self.split { "_sk" } else { "" },
+            if self.out_f32 { "_o32" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
     }
@@ -683,8 +726,8 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
         // or of f16.
         let unit = t.smem.unit();
         let out_ty = match self.input {
-            Input::F16 => "f16",
-            Input::F32 => "f32",
+            Input::F16 if !self.out_f32 => "f16",
+            _ => "f32",
         };
         let smem_ty = match t.smem {
             Smem::Half => "f16",
@@ -732,8 +775,7 @@ fn main(
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
-    let ntiles = (p.k + {bk}u - 1u) / {bk}u;
-",
+{krange}",
             ea = self.load_type(self.wa),
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
@@ -741,11 +783,18 @@ fn main(
             sc_len = self.scratch_slots() * 256,
             bm = t.bm,
             bn = t.bn,
-            bk = t.bk,
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            krange = if self.split {
+                format!(
+                    "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
+                    bk = t.bk
+                )
+            } else {
+                format!("    let ntiles = (p.k + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
+            },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
             sg_params = if emu {
                 ""
@@ -786,15 +835,21 @@ fn main(
             ty: &'static str,
             stage: u32,
         }
+        // The K origin and limit of a staged tile (split K: this workgroup's range).
+        let (k0, klim) = if self.split {
+            ("(kb + k0)", "kend")
+        } else {
+            ("k0", "p.k")
+        };
         let a_op = Op {
             name: "a",
             rows: ar,
             cols: ac,
             w: self.wa,
-            row0: if self.a_kfast { "m0" } else { "k0" },
-            col0: if self.a_kfast { "k0" } else { "m0" },
-            rlim: if self.a_kfast { "p.m" } else { "p.k" },
-            clim: if self.a_kfast { "p.k" } else { "p.m" },
+            row0: if self.a_kfast { "m0" } else { k0 },
+            col0: if self.a_kfast { k0 } else { "m0" },
+            rlim: if self.a_kfast { "p.m" } else { klim },
+            clim: if self.a_kfast { klim } else { "p.m" },
             ld: if self.a_kfast { "p.sa_m" } else { "p.sa_k" },
             off: "offs.x",
             ty: self.load_type(self.wa),
@@ -805,10 +860,10 @@ fn main(
             rows: br,
             cols: bc,
             w: self.wb,
-            row0: if self.b_nfast { "k0" } else { "n0" },
-            col0: if self.b_nfast { "n0" } else { "k0" },
-            rlim: if self.b_nfast { "p.k" } else { "p.n" },
-            clim: if self.b_nfast { "p.n" } else { "p.k" },
+            row0: if self.b_nfast { k0 } else { "n0" },
+            col0: if self.b_nfast { "n0" } else { k0 },
+            rlim: if self.b_nfast { klim } else { "p.n" },
+            clim: if self.b_nfast { "p.n" } else { klim },
             ld: if self.b_nfast { "p.sb_k" } else { "p.sb_n" },
             off: "offs.y",
             ty: self.load_type(self.wb),
@@ -825,7 +880,39 @@ fn main(
             }
         }
         let conv = self.conv;
-        if conv {
+        let wgrad = self.wgrad;
+        if wgrad {
+            // The filter gradient's A (K x M, the windows of x transposed): this
+            // invocation's columns m (so its tap and channel) are fixed; each of its rows
+            // k = (n, oy, ox) is tracked over the K loop and advanced by BK per tile.
+            let per_row = a_op.cols / a_op.w;
+            let _ = write!(
+                s,
+                "    let wm = m0 + (lid % {per_row}u) * {w}u;
+    let wmok = wm < p.m;
+    let wmm = select(0u, wm, wmok);
+    let wc = wmm % p.cg;
+    let wt = wmm / p.cg;
+    let wdy = i32((wt / p.fs) * p.dh) - i32(p.pt);
+    let wdx = i32((wt % p.fs) * p.dw) - i32(p.pl);
+    let wsy = {bk}u / p.ow;
+    let wsx = {bk}u % p.ow;
+",
+                w = a_op.w,
+                bk = t.bk
+            );
+            for it in 0..a_op.rows * a_op.cols / a_op.w / wg {
+                let _ = write!(
+                    s,
+                    "    var wk{it} = kb + (lid + {q0}u) / {per_row}u;
+    var wox{it} = wk{it} % p.ow;
+    var woy{it} = (wk{it} / p.ow) % p.oh;
+    var wn{it} = (wk{it} / p.ow / p.oh) * p.xn;
+",
+                    q0 = it * wg
+                );
+            }
+        } else if conv {
             // The window origin of each A row this invocation stages (fixed over the K loop).
             let per_row = a_op.cols / a_op.w;
             for it in 0..a_op.rows * a_op.cols / a_op.w / wg {
@@ -867,7 +954,48 @@ fn main(
             for it in 0..op.rows * op.cols / op.w / wg {
                 let n = op.name;
                 let (q0, w, z) = (it * wg, op.w, zero(op.ty));
-                if conv && n == "a" {
+                if wgrad && n == "a" {
+                    // Branch-free window load, then the row advanced by BK (ox by BK % OW
+                    // with one carry, oy by BK / OW, whole images into n).
+                    let _ = write!(
+                        s,
+                        "        {{
+            let iy = i32(woy{it} * p.sh) + wdy;
+            let ix = i32(wox{it} * p.sw) + wdx;
+            let ok = wmok && wk{it} < kend && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
+            let e = select(0u, wn{it} + u32(iy) * p.xh + u32(ix) * p.xw + wc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+            wk{it} += {bk}u;
+            wox{it} += wsx;
+            let wrap = wox{it} >= p.ow;
+            wox{it} = select(wox{it}, wox{it} - p.ow, wrap);
+            woy{it} += wsy + select(0u, 1u, wrap);
+            while woy{it} >= p.oh {{
+                woy{it} -= p.oh;
+                wn{it} += p.xn;
+            }}
+        }}
+",
+                        bk = t.bk
+                    );
+                    continue;
+                }
+                if conv && n == "a" && free == 2 {
+                    // Branch-free window load: the row's validity (`cok`) is fixed for the
+                    // whole K loop, the tap's rows and columns change once per tap; an
+                    // out-of-window element reads element 0 and is replaced by zero.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let iy = cy{it} + i32(cr * p.dh);
+            let ix = cx{it} + i32(cs * p.dw);
+            let ok = cok{it} && k0 + ckc < p.k && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
+            let e = select(0u, cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+        }}
+"
+                    );
+                } else if conv && n == "a" {
                     let _ = write!(
                         s,
                         "        {{
@@ -883,6 +1011,8 @@ fn main(
         }}
 "
                     );
+                }
+                if conv && n == "a" {
                     if it + 1 == op.rows * op.cols / op.w / wg {
                         let _ = write!(
                             s,
@@ -1174,8 +1304,8 @@ fn main(
             }
         );
         let conv_out = match self.input {
-            Input::F16 => "f16",
-            Input::F32 => "",
+            Input::F16 if !self.out_f32 => "f16",
+            _ => "",
         };
         // With fewer scratch slots than subgroups, the subgroups take turns (`rounds`),
         // each turn between workgroup barriers (in uniform control flow; the cooperative
@@ -1442,6 +1572,9 @@ impl Kernel for CoopMatMul {
             input: self.input,
             conv: false,
             bwd_input: false,
+            wgrad: false,
+            split: false,
+            out_f32: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -1604,16 +1737,32 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             input,
                             conv: false,
                             bwd_input: false,
+                            wgrad: false,
+                            split: false,
+                            out_f32: false,
                             emulate: false,
                         };
-                        for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
-                            let s = CoopSpec {
-                                conv,
-                                bwd_input,
-                                ..s
-                            };
-                            if s.is_valid() {
-                                v.push(s);
+                        // Products, Conv2D forward, backprop input; split-K products and the
+                        // filter gradient, with float32 partial sums or the output type.
+                        for (conv, bwd_input, wgrad, split) in [
+                            (false, false, false, false),
+                            (true, false, false, false),
+                            (true, true, false, false),
+                            (false, false, false, true),
+                            (true, false, true, true),
+                        ] {
+                            for out_f32 in [false, true] {
+                                let s = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    wgrad,
+                                    split,
+                                    out_f32,
+                                    ..s
+                                };
+                                if s.is_valid() && (split || !out_f32) {
+                                    v.push(s);
+                                }
                             }
                         }
                     }
