@@ -96,8 +96,9 @@ fn emulated_conv2d_backprop_input() {
 }
 
 /// The Conv2D v5 forms: the select window loads (`fs` tiles: the small default and the
-/// lavapipe form of the 8-subgroup 128 x 64 tiles), 1x1 convolutions as plain products, and
-/// the filter gradient (windows of x transposed, split K, float32 partial sums added up).
+/// lavapipe form of the 8-subgroup 128 x 64 tiles), 1x1 convolutions as plain products,
+/// split K (forward, backprop input), and the filter gradient (windows of x transposed, split
+/// K, float32 partial sums added up).
 const CONV_V5_TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS];
 
 #[test]
@@ -105,6 +106,18 @@ fn emulated_conv2d_v5_forward_and_backprop_input() {
     setup();
     coop_cases::conv2d_forward(CONV_V5_TILES);
     coop_cases::conv2d_backprop_input(CONV_V5_TILES);
+}
+
+#[test]
+fn emulated_conv2d_split_k() {
+    setup();
+    coop_cases::conv2d_split_k(CONV_V5_TILES);
+}
+
+#[test]
+fn emulated_conv2d_backprop_input_strided() {
+    setup();
+    coop_cases::conv2d_backprop_input_strided(CONV_V5_TILES);
 }
 
 #[test]

@@ -47,6 +47,8 @@ fn coop_variants() -> Vec<(String, String)> {
                 wgrad,
                 split: wgrad,
                 out_f32: wgrad,
+                strided: false,
+                vout: conv,
                 emulate: false,
             };
             if spec.is_valid() {

@@ -614,3 +614,48 @@ pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
         }
     }
 }
+
+pub fn conv2d_split_k(tiles: &[CoopTile]) {
+    // Few output tiles and K of 320-576: K split over the grid (float32 partial sums, the last
+    // split shorter), through the windows (forward, backprop input with K tiles within one
+    // tap) and as plain 1x1 products.
+    for tile in tiles {
+        check_conv_f16((2, 6, 5, 40), (3, 3, 24), 1, 1, "SAME", Some(tile.name), 91);
+        check_conv_f16(
+            (2, 4, 3, 320),
+            (1, 1, 24),
+            1,
+            1,
+            "VALID",
+            Some(tile.name),
+            92,
+        );
+        check_bwd_input_f16((2, 5, 6, 16), (3, 3, 64), 1, 1, "SAME", Some(tile.name), 93);
+        check_bwd_input_f16(
+            (2, 4, 3, 24),
+            (1, 1, 320),
+            1,
+            1,
+            "VALID",
+            Some(tile.name),
+            94,
+        );
+    }
+}
+
+pub fn conv2d_backprop_input_strided(tiles: &[CoopTile]) {
+    // Strides 2 and 3 (taps between strided outputs read as zeros), SAME with asymmetric
+    // padding, VALID, dilation, 1x1 at stride 2, a 1-pixel dy, batch 1; dy channels 32 and 64
+    // (K tiles within one tap), input channels for widths 8, 4 and 1.
+    for tile in tiles {
+        for (x, f, st, dil, pad, seed) in [
+            ((2, 9, 8, 16), (3, 3, 64), 2, 1, "SAME", 101),
+            ((2, 8, 8, 12), (1, 1, 64), 2, 1, "VALID", 102),
+            ((1, 10, 11, 3), (3, 3, 32), 3, 1, "VALID", 103),
+            ((2, 9, 9, 8), (3, 3, 32), 2, 2, "SAME", 104),
+            ((1, 2, 2, 8), (3, 3, 64), 2, 1, "SAME", 105),
+        ] {
+            check_bwd_input_f16(x, f, st, dil, pad, Some(tile.name), seed);
+        }
+    }
+}

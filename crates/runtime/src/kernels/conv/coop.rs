@@ -1,20 +1,23 @@
-//! Conv2D forward and Conv2DBackpropInput (stride 1) on cooperative matrices (tensor cores):
-//! the implicit products [N*OH*OW, R*S*C] x [R*S*C, K] and [N*H*W, R*S*K] x [R*S*K, C] of
-//! `matmul::coop` with A read as the windows of the input or of dy (NHWC, one group), for
-//! float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`). Everything else keeps the
-//! float32 GEMM (`gemm.rs`).
+//! Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter on cooperative matrices (tensor
+//! cores): the implicit products [N*OH*OW, R*S*C] x [R*S*C, K], [N*H*W, R*S*K] x [R*S*K, C]
+//! and [R*S*C, N*OH*OW] x [N*OH*OW, K] of `matmul::coop` with A read as the windows of the
+//! input or of dy (NHWC, one group; 1x1 stride-1 unpadded ones as plain products), K split
+//! over the grid where the output has few tiles (float32 partial sums added up by
+//! `split_sum`), for float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`).
+//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). Variants and H200
+//! figures: bench/NOTES-coop.md (v5).
 
 use crate::kernel::{DeviceRef, KernelContext};
 use std::sync::OnceLock;
 
-use crate::kernel::{TensorDesc, grid_1d};
+use crate::kernel::{MAX_GROUPS_X, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
     self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
     COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_TILES, CoopSpec, CoopTile, Input, Launch,
     coop_mode, fits, load_width,
 };
-use crate::kernels::wgsl::{LINEAR_INDEX, params};
+use crate::kernels::wgsl::params;
 use crate::{DType, Result};
 
 use super::{ConvAttrs, Geom};
@@ -86,15 +89,9 @@ pub(super) fn try_backprop_filter(
     if !fits(ctx, &spec) {
         return Ok(false);
     }
-    // Split K until ~2 workgroups per SM (the SM count is not known: 132 on the H200, the
-    // target is 264 workgroups), each split at least 4 K tiles long.
-    let bk = tile.bk as usize;
-    let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
-    let max_splits = k.div_ceil(4 * bk).max(1);
-    let want = 264usize.div_ceil(tiles).clamp(1, max_splits);
-    let kc = k.div_ceil(want).next_multiple_of(bk);
-    let splits = k.div_ceil(kc);
+    let (splits, kc) = split_k(&tile, m, n, k, true);
     spec.out_f32 = splits > 1;
+    spec.vout = vout_ok(&spec, n);
     let mut conv = if plain {
         [0; 16]
     } else {
@@ -164,33 +161,66 @@ fn wgrad_spec(
         wgrad: !plain,
         split: true,
         out_f32: false,
+        strided: false,
+        vout: false,
         emulate,
     }
 }
 
+/// Whether the vector epilogue applies: N a multiple of one store's elements (8 halves or
+/// 4 floats), not under `TFWGPU_CONV_COOP_V4`.
+fn vout_ok(spec: &CoopSpec, n: usize) -> bool {
+    let w = if spec.input == Input::F16 && !spec.out_f32 {
+        8
+    } else {
+        4
+    };
+    !v4_choice() && n.is_multiple_of(w)
+}
+
+/// `TFWGPU_CONV_COOP_SPLIT=0`: no split K in Conv2D forward and input gradient (for
+/// comparisons; the filter gradient always splits). Read once per process.
+fn split_allowed() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_SPLIT").is_ok_and(|v| v.trim() == "0") && !v4_choice()
+    })
+}
+
 /// Adds up split-K partial sums (`splits` slices of `mn` floats) into `out` (float16: two
-/// per word; float32 opt-in: one).
-const SPLIT_SUM_WGSL: &str = "struct Params { mn: u32, splits: u32, row: u32, _pad: u32 };
+/// per word; float32 opt-in: one). A workgroup takes 32 output words; its 8 rows of 32
+/// invocations add up every 8th split each (coalesced reads of consecutive words), then the
+/// 8 rows are added through workgroup memory: the split loop is 8 times shorter than one
+/// invocation per word walking all splits, whose dependent loads were latency-bound.
+const SPLIT_SUM_WGSL: &str = "struct Params { mn: u32, splits: u32, words: u32, _pad: u32 };
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<OUT>;
-LINEAR_INDEX
+var<workgroup> acc: array<vec2<f32>, 256>;
 @compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let j = linear_index(gid);
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let col = lid % 32u;
+    let grp = lid / 32u;
+    let j = (wid.y * 65535u + wid.x) * 32u + col;
     let i = j * PER;
-    if i >= p.mn {
-        return;
-    }
     var s = vec2<f32>(0.0, 0.0);
-    let two = PER == 2u && i + 1u < p.mn;
-    for (var z = 0u; z < p.splits; z += 1u) {
-        s.x += part[z * p.mn + i];
-        if two {
-            s.y += part[z * p.mn + i + 1u];
+    if j < p.words {
+        let two = PER == 2u && i + 1u < p.mn;
+        for (var z = grp; z < p.splits; z += 8u) {
+            s.x += part[z * p.mn + i];
+            if two {
+                s.y += part[z * p.mn + i + 1u];
+            }
         }
     }
-    STORE
+    acc[lid] = s;
+    workgroupBarrier();
+    if grp == 0u && j < p.words {
+        for (var g = 1u; g < 8u; g += 1u) {
+            s += acc[g * 32u + col];
+        }
+        STORE
+    }
 }
 ";
 
@@ -208,7 +238,7 @@ fn split_sum(
         Input::F32 => (1u32, DType::F32),
     };
     let pipeline = ctx.pipeline(
-        PipelineKey::new("conv_coop", Some(dtype), "split_sum"),
+        PipelineKey::new("conv_coop", Some(dtype), "split_sum8"),
         || {
             let (ty, store) = match input {
                 Input::F16 => ("u32", "out[j] = pack2x16float(s);"),
@@ -216,7 +246,6 @@ fn split_sum(
             };
             ShaderSource::new(
                 SPLIT_SUM_WGSL
-                    .replace("LINEAR_INDEX", LINEAR_INDEX)
                     .replace("OUT", ty)
                     .replace("PER", &format!("{per}u"))
                     .replace("STORE", store),
@@ -224,7 +253,9 @@ fn split_sum(
         },
     )?;
     let words = mn.div_ceil(per as usize);
-    let (grid, row) = grid_1d(words as u64, 256);
+    let groups = words.div_ceil(32);
+    let gx = groups.min(MAX_GROUPS_X as usize);
+    let gy = groups.div_ceil(gx);
     let to = |v: usize| -> Result<u32> {
         u32::try_from(v)
             .map_err(|_| crate::Error::InvalidArgument(format!("{op}: {v} elements are too many")))
@@ -233,9 +264,9 @@ fn split_sum(
     let ob = ctx.bind_bytes(out.addr, out.desc.byte_size().next_multiple_of(4))?;
     ctx.dispatch(
         &pipeline,
-        &params(&[to(mn)?, to(splits)?, row, 0]),
+        &params(&[to(mn)?, to(splits)?, to(words)?, 0]),
         &[pb, ob],
-        grid,
+        [to(gx)?, to(gy)?, 1],
     )
 }
 
@@ -259,8 +290,8 @@ fn choose_wgrad_tile(input: Input, m: usize, n: usize) -> CoopTile {
 }
 
 /// Records Conv2DBackpropInput (`dy` NHWC, `f` HWIO, output dx) on cooperative matrices
-/// where that applies (stride 1; the filter's output channels a multiple of the K tile);
-/// returns whether it did.
+/// where that applies (the filter's output channels a multiple of the K tile; strides through
+/// exact divisions of the window offsets); returns whether it did.
 pub(super) fn try_backprop_input(
     ctx: &KernelContext,
     op: &str,
@@ -304,7 +335,8 @@ fn pointwise(g: &Geom) -> bool {
 /// Backprop input, stride 1: dx[n, y, x, c] = sum over (r, s, kc) of
 /// dy[n, y + pt - r * dh, x + pl - s * dw, kc] f[r, s, c, kc]: the forward windows with the
 /// paddings and dilations negated (two's complement in the u32 params; the shader's
-/// wrapping u32 products and i32 casts give the signed offsets).
+/// wrapping u32 products and i32 casts give the signed offsets). With strides (`strided`),
+/// dy[n, (y + pt - r * dh) / sh, (x + pl - s * dw) / sw, kc] where both divisions are exact.
 ///
 /// 1x1 stride-1 unpadded convolutions are plain products (no window addressing): x [M, C]
 /// times f [C, K] (forward) and dy [M, K] times f transposed (backprop input, B stored
@@ -339,7 +371,9 @@ fn try_implicit(
     if g.nchw || g.groups != 1 || a.desc.dtype != out.desc.dtype || f.desc.dtype != out.desc.dtype {
         return Ok(false);
     }
-    if bwd_input && (g.sh != 1 || g.sw != 1) {
+    // Strided input gradients (new in v5) through the windows; session 5's choice kept them
+    // on the GEMM.
+    if bwd_input && (g.sh != 1 || g.sw != 1) && v4_choice() {
         return Ok(false);
     }
     // (channels of A's windows, M, N, K)
@@ -356,9 +390,9 @@ fn try_implicit(
     let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
     let tile = match forced {
         Some(t) => t,
-        None if plain => choose_conv_tile(input, false, m, n, ac),
+        None if plain => choose_conv_tile(input, false, m, n, k, ac),
         None => {
-            let t = choose_conv_tile(input, bwd_input, m, n, ac);
+            let t = choose_conv_tile(input, bwd_input, m, n, k, ac);
             if tap_ok(&t) {
                 t
             } else if n <= 64 || m <= 64 {
@@ -383,6 +417,8 @@ fn try_implicit(
         wgrad: false,
         split: false,
         out_f32: false,
+        strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
+        vout: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -428,8 +464,8 @@ fn try_implicit(
                 g.w,
                 g.k,
                 g.s,
-                1,
-                1,
+                g.sh,
+                g.sw,
                 neg(g.dh),
                 neg(g.dw),
                 neg(g.pt),
@@ -470,19 +506,69 @@ fn try_implicit(
             ],
         }
     };
-    tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
-    coop::launch(ctx, op, &spec, &l, a, f, out)?;
+    let (splits, kc) = if split_allowed() {
+        split_k(&spec.tile, m, n, k, false)
+    } else {
+        (1, k)
+    };
+    spec.vout = vout_ok(&spec, n);
+    if splits == 1 {
+        tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
+        coop::launch(ctx, op, &spec, &l, a, f, out)?;
+        return Ok(true);
+    }
+    // Split K: float32 partial sums, added up by `split_sum` (the backprop input's
+    // per-tap offset is then N * kc in the shader; p.ftap carries the split length).
+    spec.split = true;
+    spec.out_f32 = true;
+    spec.vout = vout_ok(&spec, n);
+    let mut l = l;
+    l.batches = splits;
+    l.conv[15] = kc;
+    tracing::debug!(
+        "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
+        spec.specialization()
+    );
+    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
+    coop::launch(ctx, op, &spec, &l, a, f, &part)?;
+    split_sum(ctx, op, input, splits, m * n, &part, out)?;
     Ok(true)
 }
 
-/// The tile of an implicit product of M x N through the windows (`ac`: channels of A's
-/// windows). v5 (NOTES-coop.md): the MatMul v4 loop (16-byte loads, K 64 in one buffer,
-/// unconditional staging): 128 x 128 `c128x128x64_2x4wg1f` for at least 128 such tiles,
-/// 128 x 64 in 8 subgroups for 64 output columns, 64 x 64 `c64x64x64_2x2w1fs` for few tiles.
+/// K split over the grid's z for a product of M x N x K on `tile`: where it has fewer than
+/// 128 output tiles (or `always`), until ~264 workgroups (2 per SM of the H200's 132), each
+/// split at least 4 K tiles long. Returns (splits, rows of K per split, a multiple of BK).
+fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usize, usize) {
+    let bk = tile.bk as usize;
+    let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
+    // Forward and input gradient: only below half the SMs' worth of tiles (one workgroup of
+    // these tiles runs per SM; at 66-131 tiles more splits mostly add partial-sum traffic and
+    // another partly filled wave).
+    if !always && tiles >= 66 {
+        return (1, k);
+    }
+    let max_splits = k.div_ceil(4 * bk).max(1);
+    let want = 264usize.div_ceil(tiles).clamp(1, max_splits);
+    let kc = k.div_ceil(want).next_multiple_of(bk);
+    (k.div_ceil(kc), kc)
+}
+
+/// The tile of a Conv2D forward or input-gradient product of M x N x K (`ac`: channels of
+/// A's windows). v5 (NOTES-coop.md): the MatMul v4 loop (16-byte loads, K 64 in one buffer,
+/// unconditional staging) on 128 x 64 in 8 subgroups (`c128x64x64_4x2wg1f`), or on
+/// 128 x 128 (`c128x128x64_2x4wg1f`) for more than 128 columns and ~100 tiles or more;
+/// 64 x 64 `c64x64x64_2x2w1fs` for M <= 64.
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
-fn choose_conv_tile(input: Input, bwd_input: bool, m: usize, n: usize, ac: usize) -> CoopTile {
+fn choose_conv_tile(
+    input: Input,
+    bwd_input: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    ac: usize,
+) -> CoopTile {
     if v4_choice() || input == Input::F32 {
         return if n <= 64 || m <= 64 {
             COOP_64X64_2X2V
@@ -492,12 +578,16 @@ fn choose_conv_tile(input: Input, bwd_input: bool, m: usize, n: usize, ac: usize
             COOP_128X128_2X4VG
         };
     }
+    // Request 1 (NOTES-coop.md, v5): 128 x 64 in 8 subgroups beat 128 x 128 for up to 128
+    // output columns (wide 92-108 against 96, r50_28 105-110 against 95-99) and where
+    // 128 x 128 leaves SMs idle (r50_7: 1568 x 512, 52 tiles: 89-107 against 53); 128 x 128
+    // where it has ~100 tiles or more with 256+ columns (r50_14: 110-117 against 93-98).
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
-    if m <= 64 || tiles < 128 {
+    if m <= 64 || k < 64 {
         COOP_64X64X64_2X2W1FS
-    } else if n <= 64 {
-        COOP_128X64X64_4X2WG1F
-    } else {
+    } else if n > 128 && tiles >= 96 {
         COOP_128X128X64_2X4WG1F
+    } else {
+        COOP_128X64X64_4X2WG1F
     }
 }

@@ -451,6 +451,15 @@ pub struct CoopSpec {
     pub split: bool,
     /// C is float32 whatever the input type (split-K partial sums, added up afterwards).
     pub out_f32: bool,
+    /// Conv2DBackpropInput with strides (`bwd_input`): p.sh and p.sw are the forward strides;
+    /// A[m = (n, y, x), k = (r, s, kc)] = dy[n, (y + pt - r*dh) / sh, (x + pl - s*dw) / sw, kc]
+    /// where both divisions are exact and in range, else zero (the taps between strided
+    /// outputs are multiplied as zeros).
+    pub strided: bool,
+    /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
+    /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
+    /// one element per store; needs N a multiple of that width (checked by the caller).
+    pub vout: bool,
     /// Test form for adapters without cooperative matrices (`TFWGPU_COOP_EMULATE=1`): the
     /// same staging, loop, barriers and epilogue, with each 16 x 16 accumulator held as
     /// 256 / `lanes` floats per invocation and the fragment loads and products replaced by
@@ -613,16 +622,17 @@ impl CoopSpec {
             && (!self.conv || wg.is_multiple_of(ac / self.wa))
             && (!self.conv || self.a_kfast || self.wgrad)
             && (!self.bwd_input || (self.conv && !self.b_nfast && !self.wgrad))
+            && (!self.strided || self.bwd_input)
             && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
-            && (!self.split || self.wgrad || !self.conv)
             && (!self.emulate || 256 % self.lanes == 0)
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}",
+            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}",
             match (self.conv, self.bwd_input, self.wgrad) {
+                (true, true, _) if self.strided => "convbis_",
                 (true, true, _) => "convbi_",
                 (true, false, true) => "convbf_",
                 (true, false, false) => "conv_",
@@ -640,6 +650,7 @@ impl CoopSpec {
             },
             if self.split { "_sk" } else { "" },
             if self.out_f32 { "_o32" } else { "" },
+            if self.vout { "_vo" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
     }
@@ -725,8 +736,10 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
         // Workgroup arrays of vec4<f16> (fragment pointers and strides then count vectors)
         // or of f16.
         let unit = t.smem.unit();
-        let out_ty = match self.input {
-            Input::F16 if !self.out_f32 => "f16",
+        let out_ty = match (self.input, self.vout) {
+            (Input::F16, false) if !self.out_f32 => "f16",
+            (Input::F16, true) if !self.out_f32 => "vec4<u32>",
+            (_, true) => "vec4<f32>",
             _ => "f32",
         };
         let smem_ty = match t.smem {
@@ -924,10 +937,12 @@ fn main(
     let cox{it} = cmm{it} % p.ow;
     let coy{it} = (cmm{it} / p.ow) % p.oh;
     let cbase{it} = (cmm{it} / p.ow / p.oh) * p.xn;
-    let cy{it} = i32(coy{it} * p.sh) - i32(p.pt);
-    let cx{it} = i32(cox{it} * p.sw) - i32(p.pl);
+    let cy{it} = i32(coy{it}{ys}) - i32(p.pt);
+    let cx{it} = i32(cox{it}{xs}) - i32(p.pl);
 ",
-                    q0 = it * wg
+                    q0 = it * wg,
+                    ys = if self.strided { "" } else { " * p.sh" },
+                    xs = if self.strided { "" } else { " * p.sw" },
                 );
             }
             // The tap (r, s) and channel c of this invocation's columns of the K tile being
@@ -936,11 +951,12 @@ fn main(
             let _ = write!(
                 s,
                 "    let ckc = (lid % {per_row}u) * {w}u;
-    var cc = ckc % p.cg;
-    var cs = (ckc / p.cg) % p.fs;
-    var cr = (ckc / p.cg) / p.fs;
+    var cc = {kc0} % p.cg;
+    var cs = ({kc0} / p.cg) % p.fs;
+    var cr = ({kc0} / p.cg) / p.fs;
 ",
-                w = a_op.w
+                w = a_op.w,
+                kc0 = if self.split { "(kb + ckc)" } else { "ckc" },
             );
         }
         // Global -> registers for the K tile starting at `k0`.
@@ -949,7 +965,7 @@ fn main(
         let load = |s: &mut String, op: &Op, set: &str| {
             let per_row = op.cols / op.w;
             if bwd_input && op.name == "b" {
-                s.push_str("        let btap = k0 / p.cg;\n");
+                let _ = writeln!(s, "        let btap = {k0} / p.cg;");
             }
             for it in 0..op.rows * op.cols / op.w / wg {
                 let n = op.name;
@@ -980,7 +996,23 @@ fn main(
                     );
                     continue;
                 }
-                if conv && n == "a" && free == 2 {
+                if conv && n == "a" && self.strided {
+                    // The input gradient's window at a stride: the dy position is the tap's
+                    // offset divided by the stride where that division is exact.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let ty = cy{it} + i32(cr * p.dh);
+            let tx = cx{it} + i32(cs * p.dw);
+            let qy = u32(ty) / p.sh;
+            let qx = u32(tx) / p.sw;
+            let ok = cok{it} && {k0} + ckc < {klim} && ty >= 0 && tx >= 0 && qy * p.sh == u32(ty) && qx * p.sw == u32(tx) && qy < p.ih && qx < p.iw;
+            let e = select(0u, cbase{it} + qy * p.xh + qx * p.xw + cc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+        }}
+"
+                    );
+                } else if conv && n == "a" && free == 2 {
                     // Branch-free window load: the row's validity (`cok`) is fixed for the
                     // whole K loop, the tap's rows and columns change once per tap; an
                     // out-of-window element reads element 0 and is replaced by zero.
@@ -989,7 +1021,7 @@ fn main(
                         "        {{
             let iy = cy{it} + i32(cr * p.dh);
             let ix = cx{it} + i32(cs * p.dw);
-            let ok = cok{it} && k0 + ckc < p.k && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
+            let ok = cok{it} && {k0} + ckc < {klim} && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
             let e = select(0u, cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc, ok);
             ra{set}{it} = select({z}, a[e / {w}u], ok);
         }}
@@ -1000,7 +1032,7 @@ fn main(
                         s,
                         "        {{
             ra{set}{it} = {z};
-            if cok{it} && k0 + ckc < p.k {{
+            if cok{it} && {k0} + ckc < {klim} {{
                 let iy = cy{it} + i32(cr * p.dh);
                 let ix = cx{it} + i32(cs * p.dw);
                 if iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw {{
@@ -1034,7 +1066,12 @@ fn main(
                 // Conv2DBackpropInput's B: the tap of the tile (k0 / (channels of dy)) picks
                 // the filter's [c, kc] matrix, whose row stride (`ld`) is kc.
                 let e = if bwd_input && n == "b" {
-                    "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    // (Split K takes p.ftap for its K range: c * k elements per tap is N * kc.)
+                    if self.split {
+                        "btap * p.n * p.cg + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    } else {
+                        "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    }
                 } else {
                     format!("{} + gr * {} + gc", op.off, op.ld)
                 };
@@ -1338,6 +1375,42 @@ fn main(
                     s.push_str(close);
                     s.push_str("    workgroupBarrier();\n");
                     s.push_str(&open);
+                    if self.vout {
+                        // 8 halves (or 4 floats) of one row per store.
+                        let (vw, pack) = if self.input == Input::F16 && !self.out_f32 {
+                            (
+                                8,
+                                "vec4<u32>(pack2x16float(vec2<f32>(sc[o], sc[o + 1u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 2u], sc[o + 3u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 4u], sc[o + 5u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 6u], sc[o + 7u])))",
+                            )
+                        } else {
+                            (4, "vec4<f32>(sc[o], sc[o + 1u], sc[o + 2u], sc[o + 3u])")
+                        };
+                        let _ = write!(
+                            s,
+                            "    for (var e = lane; e < {pieces}u; e += {lanes}u) {{
+        let row = e / {per_row}u;
+        let col = (e % {per_row}u) * {vw}u;
+        let gm = m0 + sg_row + {r0}u + row;
+        let gn = n0 + sg_col + {c0}u + col;
+        if gm < p.m && gn < p.n {{
+            let o = sc_base + row * 16u + col;
+            c[(cbase + gm * p.n + gn) / {vw}u] = {pack};
+        }}
+    }}
+",
+                            pieces = 256 / vw,
+                            per_row = 16 / vw,
+                            lanes = self.lanes,
+                            r0 = i * 16,
+                            c0 = j * 16,
+                        );
+                        s.push_str(close);
+                        s.push_str("    workgroupBarrier();\n");
+                        continue;
+                    }
                     let _ = write!(
                         s,
                         "    for (var e = lane; e < 256u; e += {lanes}u) {{
@@ -1575,6 +1648,8 @@ impl Kernel for CoopMatMul {
             wgrad: false,
             split: false,
             out_f32: false,
+            strided: false,
+            vout: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -1740,6 +1815,8 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             wgrad: false,
                             split: false,
                             out_f32: false,
+                            strided: false,
+                            vout: false,
                             emulate: false,
                         };
                         // Products, Conv2D forward, backprop input; split-K products and the
@@ -1749,18 +1826,39 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             (true, false, false, false),
                             (true, true, false, false),
                             (false, false, false, true),
+                            (true, false, false, true),
+                            (true, true, false, true),
                             (true, false, true, true),
                         ] {
-                            for out_f32 in [false, true] {
+                            // (Strided input gradients, with and without split K.)
+                            if bwd_input {
+                                let st = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    split,
+                                    out_f32: split,
+                                    strided: true,
+                                    vout: true,
+                                    ..s
+                                };
+                                if st.is_valid() {
+                                    v.push(st);
+                                }
+                            }
+                            for (out_f32, vout) in
+                                [(false, false), (true, false), (false, true), (true, true)]
+                            {
                                 let s = CoopSpec {
                                     conv,
                                     bwd_input,
                                     wgrad,
                                     split,
                                     out_f32,
+                                    // (The vector epilogue is for the Conv2D forms only.)
+                                    vout: vout && (conv || split),
                                     ..s
                                 };
-                                if s.is_valid() && (split || !out_f32) {
+                                if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
                                     v.push(s);
                                 }
                             }
