@@ -832,6 +832,7 @@ fn conv(args: &[String]) -> Result<(), String> {
         "case", "op", "tile", "median ms", "TFLOP/s", "rel err", "inner", "gpu ms", "busy ms"
     );
     let mut rows = vec![];
+    let mut wrong = 0usize;
     for name in cases {
         let c = CONV_CASES
             .iter()
@@ -969,10 +970,14 @@ fn conv(args: &[String]) -> Result<(), String> {
                             "reserved_mb": dev.allocator().stats().bytes_reserved >> 20,
                             "kernels": kernels}));
                         if err > max_err {
-                            return Err(format!(
-                                "{} {op} {t}: relative error {err:.1e} against the reference",
+                            // Reported and counted; the other rows still run (a wrong tile
+                            // must not cost the rest of a device call).
+                            println!(
+                                "{:>24} {op:>10} {t:>14} WRONG: relative error {err:.1e} against \
+                                 the reference (> {max_err:.0e})",
                                 c.name
-                            ));
+                            );
+                            wrong += 1;
                         }
                     }
                     Err(err) => println!("{:>24} {op:>10} {t:>14} failed: {err}", c.name),
@@ -986,6 +991,11 @@ fn conv(args: &[String]) -> Result<(), String> {
         "wrote {}",
         flag(args, "--json").unwrap_or("bench-conv.json")
     );
+    if wrong > 0 {
+        return Err(format!(
+            "{wrong} row(s) over the relative error bound {max_err:.0e}"
+        ));
+    }
     Ok(())
 }
 

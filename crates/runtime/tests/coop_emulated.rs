@@ -16,8 +16,8 @@ use std::sync::Once;
 
 use tfwgpu_runtime::kernels::matmul::coop::{
     COOP_64X64_2X2V, COOP_64X64_2X2VF, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, COOP_64X64X64_2X2W1F,
-    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4, COOP_64X64X80_2X2W1FSE2, CoopTile, EMULATE_VAR,
-    emulation_requested,
+    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS, COOP_64X64X64_4X4W1FSE4,
+    COOP_64X64X80_2X2W1FSE2, CoopTile, EMULATE_VAR, emulation_requested,
 };
 
 /// Sets `TFWGPU_COOP_EMULATE=1` before any test of this binary records a kernel.
@@ -93,4 +93,47 @@ fn emulated_conv2d_backprop_input() {
     setup();
     coop_cases::f16_conv2d_backprop_input_any();
     coop_cases::conv2d_backprop_input(TILES);
+}
+
+/// The Conv2D v5 forms: the select window loads (`fs` tiles: the small default and the
+/// lavapipe form of the 8-subgroup 128 x 64 tiles), 1x1 convolutions as plain products,
+/// split K (forward, backprop input), and the filter gradient (windows of x transposed, split
+/// K, float32 partial sums added up).
+const CONV_V5_TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS];
+
+#[test]
+fn emulated_conv2d_v5_forward_and_backprop_input() {
+    setup();
+    coop_cases::conv2d_forward(CONV_V5_TILES);
+    coop_cases::conv2d_backprop_input(CONV_V5_TILES);
+}
+
+#[test]
+fn emulated_conv2d_split_k() {
+    setup();
+    coop_cases::conv2d_split_k(CONV_V5_TILES);
+}
+
+#[test]
+fn emulated_conv2d_backprop_input_strided() {
+    setup();
+    coop_cases::conv2d_backprop_input_strided(CONV_V5_TILES);
+}
+
+#[test]
+fn emulated_conv2d_backprop_filter_auto() {
+    setup();
+    coop_cases::f16_conv2d_backprop_filter_any();
+}
+
+#[test]
+fn emulated_conv2d_backprop_filter_tiles() {
+    setup();
+    coop_cases::conv2d_backprop_filter(&[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS]);
+}
+
+#[test]
+fn emulated_conv2d_backprop_filter_older_tiles() {
+    setup();
+    coop_cases::conv2d_backprop_filter(&[COOP_64X64_2X2V, COOP_64X64X64_2X2W1F]);
 }

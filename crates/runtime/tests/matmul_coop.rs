@@ -55,9 +55,25 @@ fn covered(s: &CoopSpec) -> bool {
     let w = if s.tile.wide { 8 } else { 4 };
     let simple = s.a_kfast && s.b_nfast && s.wa == w && s.wb == w && s.input == Input::F16;
     if s.lanes != 32 {
-        return s.tile == default && simple && !s.conv;
+        return s.tile == default && simple && !s.conv && !s.split && !s.vout;
     }
-    s.tile == COOP_TILES[0] || s.tile == default || (simple && !s.conv)
+    // The Conv2D v5 forms (split K, float32 partial sums, vector epilogue, strided input
+    // gradients, the filter gradient) at the widest float16 loads, on the default tile and
+    // the Conv2D tiles; their window forms too (select loads).
+    let conv_v5 = [
+        "c64x64x64_2x2w1fs",
+        "c128x64x64_4x2wg1f",
+        "c128x64x64_4x2wg1fs",
+    ];
+    let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
+    if s.split || s.out_f32 || s.vout || s.strided || s.wgrad {
+        let layout = s.conv || (!s.a_kfast && s.b_nfast);
+        return conv_simple && layout && (s.tile == default || conv_v5.contains(&s.tile.name));
+    }
+    s.tile == COOP_TILES[0]
+        || s.tile == default
+        || (simple && !s.conv)
+        || (s.conv && conv_simple && conv_v5.contains(&s.tile.name))
 }
 
 #[test]
@@ -169,4 +185,33 @@ fn coop_conv2d_backprop_input() {
         return;
     }
     coop_cases::conv2d_backprop_input(COOP_TILES);
+}
+
+#[test]
+fn f16_conv2d_backprop_filter_any_device() {
+    coop_cases::f16_conv2d_backprop_filter_any();
+}
+
+#[test]
+fn coop_conv2d_backprop_filter() {
+    if skip() {
+        return;
+    }
+    coop_cases::conv2d_backprop_filter(COOP_TILES);
+}
+
+#[test]
+fn coop_conv2d_split_k() {
+    if skip() {
+        return;
+    }
+    coop_cases::conv2d_split_k(COOP_TILES);
+}
+
+#[test]
+fn coop_conv2d_backprop_input_strided() {
+    if skip() {
+        return;
+    }
+    coop_cases::conv2d_backprop_input_strided(COOP_TILES);
 }

@@ -28,17 +28,27 @@ fn coop_variants() -> Vec<(String, String)> {
     let mut v = vec![];
     for &tile in COOP_TILES {
         let w = if tile.wide { 8 } else { 4 };
-        for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
+        for (conv, bwd_input, wgrad) in [
+            (false, false, false),
+            (true, false, false),
+            (true, true, false),
+            (true, false, true),
+        ] {
             let spec = CoopSpec {
                 tile,
                 lanes: 32,
-                a_kfast: true,
+                a_kfast: !wgrad,
                 b_nfast: !bwd_input,
                 wa: w,
                 wb: w,
                 input: Input::F16,
                 conv,
                 bwd_input,
+                wgrad,
+                split: wgrad,
+                out_f32: wgrad,
+                strided: false,
+                vout: conv,
                 emulate: false,
             };
             if spec.is_valid() {

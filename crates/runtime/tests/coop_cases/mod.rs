@@ -494,3 +494,168 @@ pub fn conv2d_backprop_input(tiles: &[CoopTile]) {
     }
     check_bwd_input_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 66);
 }
+
+/// Conv2DBackpropFilter NHWC float16 (df [r, s, c, k] from x [n, h, w, c] and dy
+/// [n, oh, ow, k]) against an f64 reference of the f16 inputs; tolerance as for MatMul with
+/// K = n * oh * ow (split-K partial sums are float32 too).
+#[allow(clippy::too_many_arguments)]
+pub fn check_bwd_filter_f16(
+    (n, h, w, c): (usize, usize, usize, usize),
+    (r, s, k): (usize, usize, usize),
+    stride: usize,
+    dil: usize,
+    pad: &str,
+    tile: Option<&str>,
+    seed: u64,
+) {
+    let d = dev();
+    let mut g = rng(seed);
+    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
+    let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
+    let (oh, ow, pt, pl) = if pad == "SAME" {
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        let ph = ((oh - 1) * stride + er).saturating_sub(h);
+        let pw = ((ow - 1) * stride + es).saturating_sub(w);
+        (oh, ow, ph / 2, pw / 2)
+    } else {
+        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
+    };
+    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
+    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
+    let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
+    let sizes = HostTensor::vec_i32(&[r as i32, s as i32, c as i32, k as i32]);
+    let mut attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F16))
+        .with(
+            "strides",
+            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
+        )
+        .with(
+            "dilations",
+            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
+        )
+        .with("padding", AttrValue::Str(pad.into()))
+        .with("data_format", AttrValue::Str("NHWC".into()));
+    if let Some(t) = tile {
+        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
+    }
+    let what = format!(
+        "Conv2DBackpropFilter x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
+    );
+    let df = d
+        .run(
+            "Conv2DBackpropFilter",
+            &attrs,
+            &[Arg::from(&xt), Arg::from(&sizes), Arg::from(&dyt)],
+        )
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(df[0].shape(), &[r, s, c, k], "{what}");
+    let got = df[0].download::<f16>().unwrap();
+    let u = 2f64.powi(-23);
+    let kk = (n * oh * ow) as f64;
+    for i in 0..r {
+        for j in 0..s {
+            for ci in 0..c {
+                for ko in 0..k {
+                    let (mut want, mut scale) = (0.0f64, 0.0f64);
+                    for b in 0..n {
+                        for oy in 0..oh {
+                            for ox in 0..ow {
+                                let iy = (oy * stride + i * dil) as isize - pt as isize;
+                                let ix = (ox * stride + j * dil) as isize - pl as isize;
+                                if iy < 0 || ix < 0 || iy >= h as isize || ix >= w as isize {
+                                    continue;
+                                }
+                                let xv = x[((b * h + iy as usize) * w + ix as usize) * c + ci];
+                                let p = xv as f64 * dy[((b * oh + oy) * ow + ox) * k + ko] as f64;
+                                want += p;
+                                scale += p.abs();
+                            }
+                        }
+                    }
+                    let acc = kk * u * scale;
+                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
+                    let gv = got[((i * s + j) * c + ci) * k + ko].to_f64();
+                    assert!(
+                        (gv - want).abs() <= tol,
+                        "{what} [{i},{j},{ci},{ko}]: got {gv}, want {want} (tol {tol:e})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+pub fn f16_conv2d_backprop_filter_any() {
+    // Cooperative where the adapter has it (split K into float32 partial sums), the f32 GEMM
+    // elsewhere.
+    check_bwd_filter_f16((2, 9, 7, 8), (3, 3, 32), 1, 1, "SAME", None, 71);
+    check_bwd_filter_f16((1, 6, 5, 3), (2, 2, 5), 2, 1, "VALID", None, 72);
+    // K = 3136 rows of 64: several splits, the last one shorter.
+    check_bwd_filter_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 73);
+}
+
+pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
+    // Channel counts for load widths 8, 4 and 1, output channels likewise; strides,
+    // dilations, both paddings, 1x1 (a plain split-K product), batch 1 and 1-pixel images.
+    for tile in tiles {
+        for (x, f, st, dil, pad, seed) in [
+            ((2, 12, 11, 16), (3, 3, 40), 1, 1, "SAME", 81),
+            ((3, 10, 9, 6), (3, 3, 17), 2, 1, "SAME", 82),
+            ((2, 13, 12, 3), (5, 5, 8), 1, 2, "VALID", 83),
+            ((2, 8, 8, 64), (1, 1, 64), 1, 1, "VALID", 84),
+            ((1, 7, 6, 12), (3, 3, 20), 1, 1, "SAME", 85),
+            ((1, 1, 1, 8), (1, 1, 8), 1, 1, "SAME", 86),
+            ((2, 1, 1, 8), (3, 3, 16), 1, 1, "SAME", 87),
+            ((2, 9, 8, 24), (1, 1, 32), 2, 1, "VALID", 88),
+        ] {
+            check_bwd_filter_f16(x, f, st, dil, pad, Some(tile.name), seed);
+        }
+    }
+}
+
+pub fn conv2d_split_k(tiles: &[CoopTile]) {
+    // Few output tiles and K of 320-576: K split over the grid (float32 partial sums, the last
+    // split shorter), through the windows (forward, backprop input with K tiles within one
+    // tap) and as plain 1x1 products.
+    for tile in tiles {
+        check_conv_f16((2, 6, 5, 40), (3, 3, 24), 1, 1, "SAME", Some(tile.name), 91);
+        check_conv_f16(
+            (2, 4, 3, 320),
+            (1, 1, 24),
+            1,
+            1,
+            "VALID",
+            Some(tile.name),
+            92,
+        );
+        check_bwd_input_f16((2, 5, 6, 16), (3, 3, 64), 1, 1, "SAME", Some(tile.name), 93);
+        check_bwd_input_f16(
+            (2, 4, 3, 24),
+            (1, 1, 320),
+            1,
+            1,
+            "VALID",
+            Some(tile.name),
+            94,
+        );
+    }
+}
+
+pub fn conv2d_backprop_input_strided(tiles: &[CoopTile]) {
+    // Strides 2 and 3 (taps between strided outputs read as zeros), SAME with asymmetric
+    // padding, VALID, dilation, 1x1 at stride 2, a 1-pixel dy, batch 1; dy channels 32 and 64
+    // (K tiles within one tap), input channels for widths 8, 4 and 1.
+    for tile in tiles {
+        for (x, f, st, dil, pad, seed) in [
+            ((2, 9, 8, 16), (3, 3, 64), 2, 1, "SAME", 101),
+            ((2, 8, 8, 12), (1, 1, 64), 2, 1, "VALID", 102),
+            ((1, 10, 11, 3), (3, 3, 32), 3, 1, "VALID", 103),
+            ((2, 9, 9, 8), (3, 3, 32), 2, 2, "SAME", 104),
+            ((1, 2, 2, 8), (3, 3, 64), 2, 1, "SAME", 105),
+        ] {
+            check_bwd_input_f16(x, f, st, dil, pad, Some(tile.name), seed);
+        }
+    }
+}

@@ -1,14 +1,23 @@
-//! Conv2D forward and Conv2DBackpropInput (stride 1) on cooperative matrices (tensor cores):
-//! the implicit products [N*OH*OW, R*S*C] x [R*S*C, K] and [N*H*W, R*S*K] x [R*S*K, C] of
-//! `matmul::coop` with A read as the windows of the input or of dy (NHWC, one group), for
-//! float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`). Everything else keeps the
-//! float32 GEMM (`gemm.rs`).
+//! Conv2D, Conv2DBackpropInput and Conv2DBackpropFilter on cooperative matrices (tensor
+//! cores): the implicit products [N*OH*OW, R*S*C] x [R*S*C, K], [N*H*W, R*S*K] x [R*S*K, C]
+//! and [R*S*C, N*OH*OW] x [N*OH*OW, K] of `matmul::coop` with A read as the windows of the
+//! input or of dy (NHWC, one group; 1x1 stride-1 unpadded ones as plain products), K split
+//! over the grid where the output has few tiles (float32 partial sums added up by
+//! `split_sum`), for float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`).
+//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). Variants and H200
+//! figures: bench/NOTES-coop.md (v5).
 
 use crate::kernel::{DeviceRef, KernelContext};
+use std::sync::OnceLock;
+
+use crate::kernel::{MAX_GROUPS_X, TensorDesc};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
-    self, COOP_64X64_2X2V, COOP_128X128_2X4VG, COOP_128X128X64_2X4VG1, COOP_TILES, CoopSpec,
-    CoopTile, Input, Launch, coop_mode, fits, load_width,
+    self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
+    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_TILES, CoopSpec, CoopTile, Input, Launch,
+    coop_mode, fits, load_width,
 };
+use crate::kernels::wgsl::params;
 use crate::{DType, Result};
 
 use super::{ConvAttrs, Geom};
@@ -27,9 +36,262 @@ pub(super) fn try_forward(
     try_implicit(ctx, op, g, attrs, false, x, f, out)
 }
 
+/// Records Conv2DBackpropFilter (`x` NHWC, `dy` NHWC, output the HWIO filter gradient) on
+/// cooperative matrices where that applies; returns whether it did.
+///
+/// The product [R*S*C, N*OH*OW] x [N*OH*OW, K]: A the windows of x transposed (plain x as
+/// K x M for 1x1 stride-1 unpadded convolutions), B = dy. The output has few tiles and K is
+/// long, so K is split over the grid's z (float32 partial sums in a temporary, added up and
+/// rounded by `SPLIT_SUM_WGSL`) until about two workgroups run per SM.
+pub(super) fn try_backprop_filter(
+    ctx: &KernelContext,
+    op: &str,
+    g: &Geom,
+    attrs: &ConvAttrs,
+    x: &DeviceRef,
+    dy: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<bool> {
+    let input = match out.desc.dtype {
+        DType::F16 => Input::F16,
+        DType::F32 if coop::reduced_precision_allowed() => Input::F32,
+        _ => return Ok(false),
+    };
+    let forced = match attrs.tile.as_deref() {
+        None => None,
+        Some(name) => match COOP_TILES.iter().find(|t| t.name == name) {
+            Some(t) => Some(*t),
+            None => return Ok(false),
+        },
+    };
+    if v4_choice() && forced.is_none() {
+        return Ok(false);
+    }
+    let Some((lanes, emulate)) = coop_mode(ctx) else {
+        return Ok(false);
+    };
+    if g.nchw || g.groups != 1 || x.desc.dtype != out.desc.dtype || dy.desc.dtype != out.desc.dtype
+    {
+        return Ok(false);
+    }
+    let (m, n, k) = (g.r * g.s * g.c, g.k, g.n * g.oh * g.ow);
+    if k == 0 {
+        return Ok(false);
+    }
+    let plain = pointwise(g);
+    let mut tile = forced.unwrap_or_else(|| choose_wgrad_tile(input, m, n));
+    // A chosen tile that does not fit the device's workgroup memory (lavapipe: 32 KiB)
+    // gives way to the 64 x 64 one.
+    if forced.is_none() && !fits(ctx, &wgrad_spec(tile, lanes, input, g, plain, emulate)) {
+        tile = COOP_64X64X64_2X2W1FS;
+    }
+    let mut spec = wgrad_spec(tile, lanes, input, g, plain, emulate);
+    if !fits(ctx, &spec) {
+        return Ok(false);
+    }
+    let (splits, kc) = split_k(&tile, m, n, k, true);
+    spec.out_f32 = splits > 1;
+    spec.vout = vout_ok(&spec, n);
+    let mut conv = if plain {
+        [0; 16]
+    } else {
+        [
+            g.oh,
+            g.ow,
+            g.c,
+            g.s,
+            g.sh,
+            g.sw,
+            g.dh,
+            g.dw,
+            g.pt,
+            g.pl,
+            g.h * g.w * g.c,
+            g.w * g.c,
+            g.c,
+            g.h,
+            g.w,
+            0,
+        ]
+    };
+    conv[15] = kc;
+    let l = Launch {
+        m,
+        n,
+        k,
+        batches: splits,
+        // A: x as K x M ([N*H*W, C] for 1x1; strides unused through the windows), B: dy.
+        strides: [1, g.c, n, 1],
+        dims: vec![],
+        conv,
+    };
+    tracing::debug!(
+        "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
+        spec.specialization()
+    );
+    if splits == 1 {
+        coop::launch(ctx, op, &spec, &l, x, dy, out)?;
+        return Ok(true);
+    }
+    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
+    coop::launch(ctx, op, &spec, &l, x, dy, &part)?;
+    split_sum(ctx, op, input, splits, m * n, &part, out)?;
+    Ok(true)
+}
+
+/// The filter gradient's spec for `tile` (split K; `out_f32` set by the caller).
+fn wgrad_spec(
+    tile: CoopTile,
+    lanes: u32,
+    input: Input,
+    g: &Geom,
+    plain: bool,
+    emulate: bool,
+) -> CoopSpec {
+    CoopSpec {
+        tile,
+        lanes,
+        a_kfast: false,
+        b_nfast: true,
+        wa: load_width(input, &tile, g.c),
+        wb: load_width(input, &tile, g.k),
+        input,
+        conv: !plain,
+        bwd_input: false,
+        wgrad: !plain,
+        split: true,
+        out_f32: false,
+        strided: false,
+        vout: false,
+        emulate,
+    }
+}
+
+/// Whether the vector epilogue applies: N a multiple of one store's elements (8 halves or
+/// 4 floats), not under `TFWGPU_CONV_COOP_V4`.
+fn vout_ok(spec: &CoopSpec, n: usize) -> bool {
+    let w = if spec.input == Input::F16 && !spec.out_f32 {
+        8
+    } else {
+        4
+    };
+    !v4_choice() && n.is_multiple_of(w)
+}
+
+/// `TFWGPU_CONV_COOP_SPLIT=0`: no split K in Conv2D forward and input gradient (for
+/// comparisons; the filter gradient always splits). Read once per process.
+fn split_allowed() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_SPLIT").is_ok_and(|v| v.trim() == "0") && !v4_choice()
+    })
+}
+
+/// Adds up split-K partial sums (`splits` slices of `mn` floats) into `out` (float16: two
+/// per word; float32 opt-in: one). A workgroup takes 32 output words; its 8 rows of 32
+/// invocations add up every 8th split each (coalesced reads of consecutive words), then the
+/// 8 rows are added through workgroup memory: the split loop is 8 times shorter than one
+/// invocation per word walking all splits, whose dependent loads were latency-bound.
+const SPLIT_SUM_WGSL: &str = "struct Params { mn: u32, splits: u32, words: u32, _pad: u32 };
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<OUT>;
+var<workgroup> acc: array<vec2<f32>, 256>;
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let col = lid % 32u;
+    let grp = lid / 32u;
+    let j = (wid.y * 65535u + wid.x) * 32u + col;
+    let i = j * PER;
+    var s = vec2<f32>(0.0, 0.0);
+    if j < p.words {
+        let two = PER == 2u && i + 1u < p.mn;
+        for (var z = grp; z < p.splits; z += 8u) {
+            s.x += part[z * p.mn + i];
+            if two {
+                s.y += part[z * p.mn + i + 1u];
+            }
+        }
+    }
+    acc[lid] = s;
+    workgroupBarrier();
+    if grp == 0u && j < p.words {
+        for (var g = 1u; g < 8u; g += 1u) {
+            s += acc[g * 32u + col];
+        }
+        STORE
+    }
+}
+";
+
+fn split_sum(
+    ctx: &KernelContext,
+    op: &str,
+    input: Input,
+    splits: usize,
+    mn: usize,
+    part: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let (per, dtype) = match input {
+        Input::F16 => (2u32, DType::F16),
+        Input::F32 => (1u32, DType::F32),
+    };
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("conv_coop", Some(dtype), "split_sum8"),
+        || {
+            let (ty, store) = match input {
+                Input::F16 => ("u32", "out[j] = pack2x16float(s);"),
+                Input::F32 => ("f32", "out[j] = s.x;"),
+            };
+            ShaderSource::new(
+                SPLIT_SUM_WGSL
+                    .replace("OUT", ty)
+                    .replace("PER", &format!("{per}u"))
+                    .replace("STORE", store),
+            )
+        },
+    )?;
+    let words = mn.div_ceil(per as usize);
+    let groups = words.div_ceil(32);
+    let gx = groups.min(MAX_GROUPS_X as usize);
+    let gy = groups.div_ceil(gx);
+    let to = |v: usize| -> Result<u32> {
+        u32::try_from(v)
+            .map_err(|_| crate::Error::InvalidArgument(format!("{op}: {v} elements are too many")))
+    };
+    let pb = ctx.bind(part)?;
+    let ob = ctx.bind_bytes(out.addr, out.desc.byte_size().next_multiple_of(4))?;
+    ctx.dispatch(
+        &pipeline,
+        &params(&[to(mn)?, to(splits)?, to(words)?, 0]),
+        &[pb, ob],
+        [to(gx)?, to(gy)?, 1],
+    )
+}
+
+/// The tile of a filter gradient's product (M = R*S*C rows, N = K columns; split K fills
+/// the GPU): 64 x 64 where M or N is at most 64, 128 x 64 in 8 subgroups for 64 columns,
+/// else the MatMul default `c128x128x64_2x4wg1f`; float32 opt-in `c128x128x32_2x4vg`.
+fn choose_wgrad_tile(input: Input, m: usize, n: usize) -> CoopTile {
+    if m <= 64 || n < 64 {
+        COOP_64X64X64_2X2W1FS
+    } else if input == Input::F32 {
+        if n <= 64 {
+            COOP_64X64_2X2V
+        } else {
+            COOP_128X128_2X4VG
+        }
+    } else if n <= 64 {
+        COOP_128X64X64_4X2WG1F
+    } else {
+        COOP_128X128X64_2X4WG1F
+    }
+}
+
 /// Records Conv2DBackpropInput (`dy` NHWC, `f` HWIO, output dx) on cooperative matrices
-/// where that applies (stride 1; the filter's output channels a multiple of the K tile);
-/// returns whether it did.
+/// where that applies (the filter's output channels a multiple of the K tile; strides through
+/// exact divisions of the window offsets); returns whether it did.
 pub(super) fn try_backprop_input(
     ctx: &KernelContext,
     op: &str,
@@ -42,6 +304,27 @@ pub(super) fn try_backprop_input(
     try_implicit(ctx, op, g, attrs, true, dy, f, out)
 }
 
+/// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v4 tiles `c128x128x32_2x4vg`,
+/// `c128x128x64_2x4vg1`, `c64x64x32_2x2v`; 1x1 convolutions through the window addressing),
+/// for comparisons in one benchmark call. Read once per process.
+fn v4_choice() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_V4").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// Whether `g` is a 1x1, stride-1, unpadded convolution (any dilation): a plain product of
+/// the [N*H*W, C] input and the [C, K] filter.
+fn pointwise(g: &Geom) -> bool {
+    g.r == 1
+        && g.s == 1
+        && g.sh == 1
+        && g.sw == 1
+        && g.pt == 0
+        && g.pl == 0
+        && g.oh == g.h
+        && g.ow == g.w
+}
+
 /// The implicit products on cooperative matrices:
 ///
 /// | op                  | M           | N | K           | A (windows of) | B                 |
@@ -52,7 +335,12 @@ pub(super) fn try_backprop_input(
 /// Backprop input, stride 1: dx[n, y, x, c] = sum over (r, s, kc) of
 /// dy[n, y + pt - r * dh, x + pl - s * dw, kc] f[r, s, c, kc]: the forward windows with the
 /// paddings and dilations negated (two's complement in the u32 params; the shader's
-/// wrapping u32 products and i32 casts give the signed offsets).
+/// wrapping u32 products and i32 casts give the signed offsets). With strides (`strided`),
+/// dy[n, (y + pt - r * dh) / sh, (x + pl - s * dw) / sw, kc] where both divisions are exact.
+///
+/// 1x1 stride-1 unpadded convolutions are plain products (no window addressing): x [M, C]
+/// times f [C, K] (forward) and dy [M, K] times f transposed (backprop input, B stored
+/// N x K).
 #[allow(clippy::too_many_arguments)]
 fn try_implicit(
     ctx: &KernelContext,
@@ -83,7 +371,9 @@ fn try_implicit(
     if g.nchw || g.groups != 1 || a.desc.dtype != out.desc.dtype || f.desc.dtype != out.desc.dtype {
         return Ok(false);
     }
-    if bwd_input && (g.sh != 1 || g.sw != 1) {
+    // Strided input gradients (new in v5) through the windows; session 5's choice kept them
+    // on the GEMM.
+    if bwd_input && (g.sh != 1 || g.sw != 1) && v4_choice() {
         return Ok(false);
     }
     // (channels of A's windows, M, N, K)
@@ -95,8 +385,26 @@ fn try_implicit(
     if k == 0 {
         return Ok(false);
     }
-    let tile = forced.unwrap_or_else(|| choose_conv_tile(input, bwd_input, m, n, ac));
-    let spec = CoopSpec {
+    let plain = pointwise(g) && !v4_choice();
+    // Backprop input through the windows: each K tile within one tap of the filter.
+    let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
+    let tile = match forced {
+        Some(t) => t,
+        None if plain => choose_conv_tile(input, false, m, n, k, ac),
+        None => {
+            let t = choose_conv_tile(input, bwd_input, m, n, k, ac);
+            if tap_ok(&t) {
+                t
+            } else if n <= 64 || m <= 64 {
+                COOP_64X64_2X2V
+            } else {
+                COOP_128X128_2X4VG
+            }
+        }
+    };
+    // Where B's contiguous dimension is: N (the filter as K x N: forward) or K (backprop
+    // input: the filter's rows are c, its columns kc).
+    let mut spec = CoopSpec {
         tile,
         lanes,
         a_kfast: true,
@@ -104,16 +412,46 @@ fn try_implicit(
         wa: load_width(input, &tile, ac),
         wb: load_width(input, &tile, if bwd_input { ac } else { n }),
         input,
-        conv: true,
-        bwd_input,
+        conv: !plain,
+        bwd_input: bwd_input && !plain,
+        wgrad: false,
+        split: false,
+        out_f32: false,
+        strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
+        vout: false,
         emulate,
     };
-    // Backprop input: each K tile within one tap of the filter.
-    if !fits(ctx, &spec) || (bwd_input && !ac.is_multiple_of(tile.bk as usize)) {
+    if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
+        // (lavapipe's 32 KiB: the 64 x 64 tile.)
+        let tile = COOP_64X64X64_2X2W1FS;
+        spec = CoopSpec {
+            tile,
+            wa: load_width(input, &tile, ac),
+            wb: load_width(input, &tile, if bwd_input { ac } else { n }),
+            ..spec
+        };
+    }
+    if !fits(ctx, &spec) || !tap_ok(&spec.tile) {
         return Ok(false);
     }
     let neg = |v: usize| (v as u32).wrapping_neg() as usize;
-    let l = if bwd_input {
+    let l = if plain {
+        Launch {
+            m,
+            n,
+            k,
+            batches: 1,
+            // A: [M, K] rows of the input (or dy); B: f [C, K] as K x N (forward) or, for
+            // the input gradient, f [C, kc] read as N x K.
+            strides: if bwd_input {
+                [k, 1, 1, k]
+            } else {
+                [k, 1, n, 1]
+            },
+            dims: vec![],
+            conv: [0; 16],
+        }
+    } else if bwd_input {
         Launch {
             m,
             n,
@@ -126,8 +464,8 @@ fn try_implicit(
                 g.w,
                 g.k,
                 g.s,
-                1,
-                1,
+                g.sh,
+                g.sw,
                 neg(g.dh),
                 neg(g.dw),
                 neg(g.pt),
@@ -168,23 +506,88 @@ fn try_implicit(
             ],
         }
     };
-    tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
-    coop::launch(ctx, op, &spec, &l, a, f, out)?;
+    let (splits, kc) = if split_allowed() {
+        split_k(&spec.tile, m, n, k, false)
+    } else {
+        (1, k)
+    };
+    spec.vout = vout_ok(&spec, n);
+    if splits == 1 {
+        tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
+        coop::launch(ctx, op, &spec, &l, a, f, out)?;
+        return Ok(true);
+    }
+    // Split K: float32 partial sums, added up by `split_sum` (the backprop input's
+    // per-tap offset is then N * kc in the shader; p.ftap carries the split length).
+    spec.split = true;
+    spec.out_f32 = true;
+    spec.vout = vout_ok(&spec, n);
+    let mut l = l;
+    l.batches = splits;
+    l.conv[15] = kc;
+    tracing::debug!(
+        "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
+        spec.specialization()
+    );
+    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
+    coop::launch(ctx, op, &spec, &l, a, f, &part)?;
+    split_sum(ctx, op, input, splits, m * n, &part, out)?;
     Ok(true)
 }
 
-/// The tile of an implicit product of M x N (measured on the H200, NOTES-coop.md, v3):
-/// 64 x 64 where M or N is at most 64; Conv2D forward `c128x128x32_2x4vg` (wide:
-/// 85.6 TFLOP/s against 81.9 for the K-64 tile); backprop input on float16 with dy channels
-/// `ac` a multiple of 64 (the K tile must lie within one tap) `c128x128x64_2x4vg1`
-/// (81.5 / 87.9 / 48.0 against 79.0 / 85.6 / 45.6 on wide, r50_14_3x3_256_256,
-/// r50_7_3x3_512_512).
-fn choose_conv_tile(input: Input, bwd_input: bool, m: usize, n: usize, ac: usize) -> CoopTile {
-    if n <= 64 || m <= 64 {
-        COOP_64X64_2X2V
-    } else if bwd_input && input == Input::F16 && ac.is_multiple_of(64) {
-        COOP_128X128X64_2X4VG1
+/// K split over the grid's z for a product of M x N x K on `tile`: where it has fewer than
+/// 128 output tiles (or `always`), until ~264 workgroups (2 per SM of the H200's 132), each
+/// split at least 4 K tiles long. Returns (splits, rows of K per split, a multiple of BK).
+fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usize, usize) {
+    let bk = tile.bk as usize;
+    let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
+    // Forward and input gradient: only below half the SMs' worth of tiles (one workgroup of
+    // these tiles runs per SM; at 66-131 tiles more splits mostly add partial-sum traffic and
+    // another partly filled wave).
+    if !always && tiles >= 66 {
+        return (1, k);
+    }
+    let max_splits = k.div_ceil(4 * bk).max(1);
+    let want = 264usize.div_ceil(tiles).clamp(1, max_splits);
+    let kc = k.div_ceil(want).next_multiple_of(bk);
+    (k.div_ceil(kc), kc)
+}
+
+/// The tile of a Conv2D forward or input-gradient product of M x N x K (`ac`: channels of
+/// A's windows). v5 (NOTES-coop.md): the MatMul v4 loop (16-byte loads, K 64 in one buffer,
+/// unconditional staging) on 128 x 64 in 8 subgroups (`c128x64x64_4x2wg1f`), or on
+/// 128 x 128 (`c128x128x64_2x4wg1f`) for more than 128 columns and ~100 tiles or more;
+/// 64 x 64 `c64x64x64_2x2w1fs` for M <= 64.
+/// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
+/// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
+/// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
+fn choose_conv_tile(
+    input: Input,
+    bwd_input: bool,
+    m: usize,
+    n: usize,
+    k: usize,
+    ac: usize,
+) -> CoopTile {
+    if v4_choice() || input == Input::F32 {
+        return if n <= 64 || m <= 64 {
+            COOP_64X64_2X2V
+        } else if bwd_input && input == Input::F16 && ac.is_multiple_of(64) {
+            COOP_128X128X64_2X4VG1
+        } else {
+            COOP_128X128_2X4VG
+        };
+    }
+    // Request 1 (NOTES-coop.md, v5): 128 x 64 in 8 subgroups beat 128 x 128 for up to 128
+    // output columns (wide 92-108 against 96, r50_28 105-110 against 95-99) and where
+    // 128 x 128 leaves SMs idle (r50_7: 1568 x 512, 52 tiles: 89-107 against 53); 128 x 128
+    // where it has ~100 tiles or more with 256+ columns (r50_14: 110-117 against 93-98).
+    let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
+    if m <= 64 || k < 64 {
+        COOP_64X64X64_2X2W1FS
+    } else if n > 128 && tiles >= 96 {
+        COOP_128X128X64_2X4WG1F
     } else {
-        COOP_128X128_2X4VG
+        COOP_128X64X64_4X2WG1F
     }
 }

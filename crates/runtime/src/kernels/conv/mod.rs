@@ -18,6 +18,9 @@
 //! columns. The tile of each (and the implicit GEMM's own tile) is chosen by the autotuner
 //! (`crate::tune`) when tuning is on.
 //!
+//! float16 NHWC one-group Conv2D and both gradients run on cooperative matrices (tensor
+//! cores) where the adapter has them (`coop.rs`).
+//!
 //! Both data formats are served by the same shaders (tensors are addressed through strides).
 //! float16 tensors are read as f16 and accumulated in f32; results are rounded to f16 once.
 //!
@@ -764,6 +767,12 @@ impl Kernel for Conv {
         if self.op == Op::Conv2DBackpropInput
             && !forced_cpu
             && coop::try_backprop_input(ctx, name, &g, &self.a, dev(2)?, dev(1)?, out)?
+        {
+            return Ok(());
+        }
+        if self.op == Op::Conv2DBackpropFilter
+            && !forced_cpu
+            && coop::try_backprop_filter(ctx, name, &g, &self.a, dev(0)?, dev(2)?, out)?
         {
             return Ok(());
         }

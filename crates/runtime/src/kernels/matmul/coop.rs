@@ -349,6 +349,29 @@ pub const COOP_64X64_2X2VF: CoopTile = CoopTile {
     ..COOP_64X64_2X2V
 };
 
+/// Conv2D (v5, NOTES-coop.md): 128 x 64 in 8 subgroups of 32 x 32 with the v4 loop (16-byte
+/// loads, K 64 in one buffer, unconditional staging; `fs`: loads through `select`), for
+/// products with 64 output columns (ResNet's 64-channel layers), 35 KiB.
+pub const COOP_128X64X64_4X2WG1F: CoopTile = CoopTile {
+    name: "c128x64x64_4x2wg1f",
+    bn: 64,
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128X64_2X4WG1F
+};
+pub const COOP_128X64X64_4X2WG1FS: CoopTile = CoopTile {
+    name: "c128x64x64_4x2wg1fs",
+    free: 2,
+    ..COOP_128X64X64_4X2WG1F
+};
+/// The lavapipe form of the 8-subgroup 128 x 64 tiles (8 subgroups of 16 x 32, grouped
+/// launch order), 26 KiB.
+pub const COOP_64X64X64_4X2WG1FS: CoopTile = CoopTile {
+    name: "c64x64x64_4x2wg1fs",
+    bm: 64,
+    ..COOP_128X64X64_4X2WG1FS
+};
+
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128_2X4,
@@ -379,6 +402,9 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_64X64X64_4X4W1FSE4,
     COOP_64X64X80_2X2W1FSE2,
     COOP_64X64_2X2VF,
+    COOP_128X64X64_4X2WG1F,
+    COOP_128X64X64_4X2WG1FS,
+    COOP_64X64X64_4X2WG1FS,
 ];
 
 /// The element type of the operands in memory.
@@ -414,6 +440,26 @@ pub struct CoopSpec {
     /// output channels, checked at launch), whose offset (`p.ftap` elements per tap) is
     /// computed once per tile.
     pub bwd_input: bool,
+    /// Conv2DBackpropFilter (with `conv`, `!a_kfast`, `b_nfast`, `split`): A[m = (r, s, c),
+    /// k = (n, oy, ox)] = x[n, oy*sh - pt + r*dh, ox*sw - pl + s*dw, c] stored K x M (the
+    /// windows of x transposed: each invocation's columns m, so its tap and channel, are
+    /// fixed; its rows k advance by BK per tile without a division), B = dy [K, N]; the
+    /// product is the HWIO filter gradient [R*S*C, K].
+    pub wgrad: bool,
+    /// Split K: workgroup z of the grid (the batch index, no batch dimensions) takes K rows
+    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own M x N slice of C.
+    pub split: bool,
+    /// C is float32 whatever the input type (split-K partial sums, added up afterwards).
+    pub out_f32: bool,
+    /// Conv2DBackpropInput with strides (`bwd_input`): p.sh and p.sw are the forward strides;
+    /// A[m = (n, y, x), k = (r, s, kc)] = dy[n, (y + pt - r*dh) / sh, (x + pl - s*dw) / sw, kc]
+    /// where both divisions are exact and in range, else zero (the taps between strided
+    /// outputs are multiplied as zeros).
+    pub strided: bool,
+    /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
+    /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
+    /// one element per store; needs N a multiple of that width (checked by the caller).
+    pub vout: bool,
     /// Test form for adapters without cooperative matrices (`TFWGPU_COOP_EMULATE=1`): the
     /// same staging, loop, barriers and epilogue, with each 16 x 16 accumulator held as
     /// 256 / `lanes` floats per invocation and the fragment loads and products replaced by
@@ -573,18 +619,23 @@ impl CoopSpec {
             && bc.is_multiple_of(self.wb)
             && (ar * ac / self.wa).is_multiple_of(wg)
             && (br * bc / self.wb).is_multiple_of(wg)
-            && (!self.conv || (self.a_kfast && wg.is_multiple_of(ac / self.wa)))
-            && (!self.bwd_input || (self.conv && !self.b_nfast))
+            && (!self.conv || wg.is_multiple_of(ac / self.wa))
+            && (!self.conv || self.a_kfast || self.wgrad)
+            && (!self.bwd_input || (self.conv && !self.b_nfast && !self.wgrad))
+            && (!self.strided || self.bwd_input)
+            && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
             && (!self.emulate || 256 % self.lanes == 0)
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}{}",
-            match (self.conv, self.bwd_input) {
-                (true, true) => "convbi_",
-                (true, false) => "conv_",
+            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}",
+            match (self.conv, self.bwd_input, self.wgrad) {
+                (true, true, _) if self.strided => "convbis_",
+                (true, true, _) => "convbi_",
+                (true, false, true) => "convbf_",
+                (true, false, false) => "conv_",
                 _ => "",
             },
             self.tile.name,
@@ -597,6 +648,9 @@ impl CoopSpec {
                 Input::F16 => "h",
                 Input::F32 => "f",
             },
+            if self.split { "_sk" } else { "" },
+            if self.out_f32 { "_o32" } else { "" },
+            if self.vout { "_vo" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
     }
@@ -682,9 +736,11 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
         // Workgroup arrays of vec4<f16> (fragment pointers and strides then count vectors)
         // or of f16.
         let unit = t.smem.unit();
-        let out_ty = match self.input {
-            Input::F16 => "f16",
-            Input::F32 => "f32",
+        let out_ty = match (self.input, self.vout) {
+            (Input::F16, false) if !self.out_f32 => "f16",
+            (Input::F16, true) if !self.out_f32 => "vec4<u32>",
+            (_, true) => "vec4<f32>",
+            _ => "f32",
         };
         let smem_ty = match t.smem {
             Smem::Half => "f16",
@@ -732,8 +788,7 @@ fn main(
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
-    let ntiles = (p.k + {bk}u - 1u) / {bk}u;
-",
+{krange}",
             ea = self.load_type(self.wa),
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
@@ -741,11 +796,18 @@ fn main(
             sc_len = self.scratch_slots() * 256,
             bm = t.bm,
             bn = t.bn,
-            bk = t.bk,
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            krange = if self.split {
+                format!(
+                    "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
+                    bk = t.bk
+                )
+            } else {
+                format!("    let ntiles = (p.k + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
+            },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
             sg_params = if emu {
                 ""
@@ -786,15 +848,21 @@ fn main(
             ty: &'static str,
             stage: u32,
         }
+        // The K origin and limit of a staged tile (split K: this workgroup's range).
+        let (k0, klim) = if self.split {
+            ("(kb + k0)", "kend")
+        } else {
+            ("k0", "p.k")
+        };
         let a_op = Op {
             name: "a",
             rows: ar,
             cols: ac,
             w: self.wa,
-            row0: if self.a_kfast { "m0" } else { "k0" },
-            col0: if self.a_kfast { "k0" } else { "m0" },
-            rlim: if self.a_kfast { "p.m" } else { "p.k" },
-            clim: if self.a_kfast { "p.k" } else { "p.m" },
+            row0: if self.a_kfast { "m0" } else { k0 },
+            col0: if self.a_kfast { k0 } else { "m0" },
+            rlim: if self.a_kfast { "p.m" } else { klim },
+            clim: if self.a_kfast { klim } else { "p.m" },
             ld: if self.a_kfast { "p.sa_m" } else { "p.sa_k" },
             off: "offs.x",
             ty: self.load_type(self.wa),
@@ -805,10 +873,10 @@ fn main(
             rows: br,
             cols: bc,
             w: self.wb,
-            row0: if self.b_nfast { "k0" } else { "n0" },
-            col0: if self.b_nfast { "n0" } else { "k0" },
-            rlim: if self.b_nfast { "p.k" } else { "p.n" },
-            clim: if self.b_nfast { "p.n" } else { "p.k" },
+            row0: if self.b_nfast { k0 } else { "n0" },
+            col0: if self.b_nfast { "n0" } else { k0 },
+            rlim: if self.b_nfast { klim } else { "p.n" },
+            clim: if self.b_nfast { "p.n" } else { klim },
             ld: if self.b_nfast { "p.sb_k" } else { "p.sb_n" },
             off: "offs.y",
             ty: self.load_type(self.wb),
@@ -825,7 +893,39 @@ fn main(
             }
         }
         let conv = self.conv;
-        if conv {
+        let wgrad = self.wgrad;
+        if wgrad {
+            // The filter gradient's A (K x M, the windows of x transposed): this
+            // invocation's columns m (so its tap and channel) are fixed; each of its rows
+            // k = (n, oy, ox) is tracked over the K loop and advanced by BK per tile.
+            let per_row = a_op.cols / a_op.w;
+            let _ = write!(
+                s,
+                "    let wm = m0 + (lid % {per_row}u) * {w}u;
+    let wmok = wm < p.m;
+    let wmm = select(0u, wm, wmok);
+    let wc = wmm % p.cg;
+    let wt = wmm / p.cg;
+    let wdy = i32((wt / p.fs) * p.dh) - i32(p.pt);
+    let wdx = i32((wt % p.fs) * p.dw) - i32(p.pl);
+    let wsy = {bk}u / p.ow;
+    let wsx = {bk}u % p.ow;
+",
+                w = a_op.w,
+                bk = t.bk
+            );
+            for it in 0..a_op.rows * a_op.cols / a_op.w / wg {
+                let _ = write!(
+                    s,
+                    "    var wk{it} = kb + (lid + {q0}u) / {per_row}u;
+    var wox{it} = wk{it} % p.ow;
+    var woy{it} = (wk{it} / p.ow) % p.oh;
+    var wn{it} = (wk{it} / p.ow / p.oh) * p.xn;
+",
+                    q0 = it * wg
+                );
+            }
+        } else if conv {
             // The window origin of each A row this invocation stages (fixed over the K loop).
             let per_row = a_op.cols / a_op.w;
             for it in 0..a_op.rows * a_op.cols / a_op.w / wg {
@@ -837,10 +937,12 @@ fn main(
     let cox{it} = cmm{it} % p.ow;
     let coy{it} = (cmm{it} / p.ow) % p.oh;
     let cbase{it} = (cmm{it} / p.ow / p.oh) * p.xn;
-    let cy{it} = i32(coy{it} * p.sh) - i32(p.pt);
-    let cx{it} = i32(cox{it} * p.sw) - i32(p.pl);
+    let cy{it} = i32(coy{it}{ys}) - i32(p.pt);
+    let cx{it} = i32(cox{it}{xs}) - i32(p.pl);
 ",
-                    q0 = it * wg
+                    q0 = it * wg,
+                    ys = if self.strided { "" } else { " * p.sh" },
+                    xs = if self.strided { "" } else { " * p.sw" },
                 );
             }
             // The tap (r, s) and channel c of this invocation's columns of the K tile being
@@ -849,11 +951,12 @@ fn main(
             let _ = write!(
                 s,
                 "    let ckc = (lid % {per_row}u) * {w}u;
-    var cc = ckc % p.cg;
-    var cs = (ckc / p.cg) % p.fs;
-    var cr = (ckc / p.cg) / p.fs;
+    var cc = {kc0} % p.cg;
+    var cs = ({kc0} / p.cg) % p.fs;
+    var cr = ({kc0} / p.cg) / p.fs;
 ",
-                w = a_op.w
+                w = a_op.w,
+                kc0 = if self.split { "(kb + ckc)" } else { "ckc" },
             );
         }
         // Global -> registers for the K tile starting at `k0`.
@@ -862,17 +965,74 @@ fn main(
         let load = |s: &mut String, op: &Op, set: &str| {
             let per_row = op.cols / op.w;
             if bwd_input && op.name == "b" {
-                s.push_str("        let btap = k0 / p.cg;\n");
+                let _ = writeln!(s, "        let btap = {k0} / p.cg;");
             }
             for it in 0..op.rows * op.cols / op.w / wg {
                 let n = op.name;
                 let (q0, w, z) = (it * wg, op.w, zero(op.ty));
-                if conv && n == "a" {
+                if wgrad && n == "a" {
+                    // Branch-free window load, then the row advanced by BK (ox by BK % OW
+                    // with one carry, oy by BK / OW, whole images into n).
+                    let _ = write!(
+                        s,
+                        "        {{
+            let iy = i32(woy{it} * p.sh) + wdy;
+            let ix = i32(wox{it} * p.sw) + wdx;
+            let ok = wmok && wk{it} < kend && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
+            let e = select(0u, wn{it} + u32(iy) * p.xh + u32(ix) * p.xw + wc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+            wk{it} += {bk}u;
+            wox{it} += wsx;
+            let wrap = wox{it} >= p.ow;
+            wox{it} = select(wox{it}, wox{it} - p.ow, wrap);
+            woy{it} += wsy + select(0u, 1u, wrap);
+            while woy{it} >= p.oh {{
+                woy{it} -= p.oh;
+                wn{it} += p.xn;
+            }}
+        }}
+",
+                        bk = t.bk
+                    );
+                    continue;
+                }
+                if conv && n == "a" && self.strided {
+                    // The input gradient's window at a stride: the dy position is the tap's
+                    // offset divided by the stride where that division is exact.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let ty = cy{it} + i32(cr * p.dh);
+            let tx = cx{it} + i32(cs * p.dw);
+            let qy = u32(ty) / p.sh;
+            let qx = u32(tx) / p.sw;
+            let ok = cok{it} && {k0} + ckc < {klim} && ty >= 0 && tx >= 0 && qy * p.sh == u32(ty) && qx * p.sw == u32(tx) && qy < p.ih && qx < p.iw;
+            let e = select(0u, cbase{it} + qy * p.xh + qx * p.xw + cc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+        }}
+"
+                    );
+                } else if conv && n == "a" && free == 2 {
+                    // Branch-free window load: the row's validity (`cok`) is fixed for the
+                    // whole K loop, the tap's rows and columns change once per tap; an
+                    // out-of-window element reads element 0 and is replaced by zero.
+                    let _ = write!(
+                        s,
+                        "        {{
+            let iy = cy{it} + i32(cr * p.dh);
+            let ix = cx{it} + i32(cs * p.dw);
+            let ok = cok{it} && {k0} + ckc < {klim} && iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw;
+            let e = select(0u, cbase{it} + u32(iy) * p.xh + u32(ix) * p.xw + cc, ok);
+            ra{set}{it} = select({z}, a[e / {w}u], ok);
+        }}
+"
+                    );
+                } else if conv && n == "a" {
                     let _ = write!(
                         s,
                         "        {{
             ra{set}{it} = {z};
-            if cok{it} && k0 + ckc < p.k {{
+            if cok{it} && {k0} + ckc < {klim} {{
                 let iy = cy{it} + i32(cr * p.dh);
                 let ix = cx{it} + i32(cs * p.dw);
                 if iy >= 0 && ix >= 0 && u32(iy) < p.ih && u32(ix) < p.iw {{
@@ -883,6 +1043,8 @@ fn main(
         }}
 "
                     );
+                }
+                if conv && n == "a" {
                     if it + 1 == op.rows * op.cols / op.w / wg {
                         let _ = write!(
                             s,
@@ -904,7 +1066,12 @@ fn main(
                 // Conv2DBackpropInput's B: the tap of the tile (k0 / (channels of dy)) picks
                 // the filter's [c, kc] matrix, whose row stride (`ld`) is kc.
                 let e = if bwd_input && n == "b" {
-                    "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    // (Split K takes p.ftap for its K range: c * k elements per tap is N * kc.)
+                    if self.split {
+                        "btap * p.n * p.cg + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    } else {
+                        "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    }
                 } else {
                     format!("{} + gr * {} + gc", op.off, op.ld)
                 };
@@ -1174,8 +1341,8 @@ fn main(
             }
         );
         let conv_out = match self.input {
-            Input::F16 => "f16",
-            Input::F32 => "",
+            Input::F16 if !self.out_f32 => "f16",
+            _ => "",
         };
         // With fewer scratch slots than subgroups, the subgroups take turns (`rounds`),
         // each turn between workgroup barriers (in uniform control flow; the cooperative
@@ -1208,6 +1375,42 @@ fn main(
                     s.push_str(close);
                     s.push_str("    workgroupBarrier();\n");
                     s.push_str(&open);
+                    if self.vout {
+                        // 8 halves (or 4 floats) of one row per store.
+                        let (vw, pack) = if self.input == Input::F16 && !self.out_f32 {
+                            (
+                                8,
+                                "vec4<u32>(pack2x16float(vec2<f32>(sc[o], sc[o + 1u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 2u], sc[o + 3u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 4u], sc[o + 5u])), \
+                                 pack2x16float(vec2<f32>(sc[o + 6u], sc[o + 7u])))",
+                            )
+                        } else {
+                            (4, "vec4<f32>(sc[o], sc[o + 1u], sc[o + 2u], sc[o + 3u])")
+                        };
+                        let _ = write!(
+                            s,
+                            "    for (var e = lane; e < {pieces}u; e += {lanes}u) {{
+        let row = e / {per_row}u;
+        let col = (e % {per_row}u) * {vw}u;
+        let gm = m0 + sg_row + {r0}u + row;
+        let gn = n0 + sg_col + {c0}u + col;
+        if gm < p.m && gn < p.n {{
+            let o = sc_base + row * 16u + col;
+            c[(cbase + gm * p.n + gn) / {vw}u] = {pack};
+        }}
+    }}
+",
+                            pieces = 256 / vw,
+                            per_row = 16 / vw,
+                            lanes = self.lanes,
+                            r0 = i * 16,
+                            c0 = j * 16,
+                        );
+                        s.push_str(close);
+                        s.push_str("    workgroupBarrier();\n");
+                        continue;
+                    }
                     let _ = write!(
                         s,
                         "    for (var e = lane; e < 256u; e += {lanes}u) {{
@@ -1442,6 +1645,11 @@ impl Kernel for CoopMatMul {
             input: self.input,
             conv: false,
             bwd_input: false,
+            wgrad: false,
+            split: false,
+            out_f32: false,
+            strided: false,
+            vout: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -1604,16 +1812,55 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             input,
                             conv: false,
                             bwd_input: false,
+                            wgrad: false,
+                            split: false,
+                            out_f32: false,
+                            strided: false,
+                            vout: false,
                             emulate: false,
                         };
-                        for (conv, bwd_input) in [(false, false), (true, false), (true, true)] {
-                            let s = CoopSpec {
-                                conv,
-                                bwd_input,
-                                ..s
-                            };
-                            if s.is_valid() {
-                                v.push(s);
+                        // Products, Conv2D forward, backprop input; split-K products and the
+                        // filter gradient, with float32 partial sums or the output type.
+                        for (conv, bwd_input, wgrad, split) in [
+                            (false, false, false, false),
+                            (true, false, false, false),
+                            (true, true, false, false),
+                            (false, false, false, true),
+                            (true, false, false, true),
+                            (true, true, false, true),
+                            (true, false, true, true),
+                        ] {
+                            // (Strided input gradients, with and without split K.)
+                            if bwd_input {
+                                let st = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    split,
+                                    out_f32: split,
+                                    strided: true,
+                                    vout: true,
+                                    ..s
+                                };
+                                if st.is_valid() {
+                                    v.push(st);
+                                }
+                            }
+                            for (out_f32, vout) in
+                                [(false, false), (true, false), (false, true), (true, true)]
+                            {
+                                let s = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    wgrad,
+                                    split,
+                                    out_f32,
+                                    // (The vector epilogue is for the Conv2D forms only.)
+                                    vout: vout && (conv || split),
+                                    ..s
+                                };
+                                if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
+                                    v.push(s);
+                                }
                             }
                         }
                     }
