@@ -311,54 +311,22 @@ fn self_test_of(ctx: &KernelContext, name: &'static str, conv: &str) -> Result<(
     Ok((word(0), u32::MAX - word(4)))
 }
 
-/// A kernel with no inputs or outputs whose recording asks `f16_hardware` (the self-test on
-/// first use): how tests and benchmarks see which conversions a device's float16 kernels use.
-struct Probe(Mutex<Option<bool>>);
-
-impl crate::kernel::Kernel for Probe {
-    fn op(&self) -> &'static str {
-        "f16conv_probe"
-    }
-
-    fn outputs(
-        &self,
-        _inputs: &[crate::kernel::Operand],
-    ) -> Result<Vec<crate::kernel::TensorDesc>> {
-        Ok(vec![])
-    }
-
-    fn record(
-        &self,
-        ctx: &KernelContext,
-        _inputs: &[crate::kernel::Operand],
-        _outputs: &[crate::kernel::DeviceRef],
-    ) -> Result<()> {
-        let hw = f16_hardware(ctx)?;
-        if let Ok(mut g) = self.0.lock() {
-            *g = Some(hw);
-        }
-        Ok(())
-    }
-}
-
-/// Whether `dev`'s float16 kernels use the hardware conversions (runs the self-test on first
-/// use; follows `TFWGPU_F16_CONVERSIONS`).
-pub fn f16_hardware_on(dev: &crate::Device) -> Result<bool> {
-    let probe = Probe(Mutex::new(None));
-    dev.record(&probe, &[], &[])?;
-    let hw = probe.0.lock().ok().and_then(|g| *g);
-    hw.ok_or_else(|| Error::Gpu("the float16 conversion probe did not run".into()))
-}
-
-/// Runs the self-test on `dev` now (uncached, whatever `TFWGPU_F16_CONVERSIONS` says) on
-/// `conversions`: `hardware` (what `f16_hardware` tests) or one of the faulty software
-/// conversions it must reject (`rtz`, `ftz`, `saturate`): the number of cases where they
-/// differ from the exact software conversions, and the first of them.
-pub fn self_test_on(dev: &crate::Device, conversions: &str) -> Result<(u32, u32)> {
-    struct Run(&'static str, &'static str, Mutex<Option<(u32, u32)>>);
-    impl crate::kernel::Kernel for Run {
+/// Runs `f` with a kernel context of `dev`, the way a kernel gets one (a kernel with no inputs
+/// or outputs, recorded through `Device::record`): how tests and benchmarks reach the
+/// self-test. `what` names it in the error if it did not run.
+fn with_context<T: Send>(
+    dev: &crate::Device,
+    what: &str,
+    f: impl Fn(&KernelContext) -> Result<T> + Send + Sync,
+) -> Result<T> {
+    struct Run<F, T>(F, Mutex<Option<T>>);
+    impl<F, T> crate::kernel::Kernel for Run<F, T>
+    where
+        F: Fn(&KernelContext) -> Result<T> + Send + Sync,
+        T: Send,
+    {
         fn op(&self) -> &'static str {
-            "f16conv_self_test"
+            "f16conv_probe"
         }
         fn outputs(
             &self,
@@ -372,21 +340,35 @@ pub fn self_test_on(dev: &crate::Device, conversions: &str) -> Result<(u32, u32)
             _inputs: &[crate::kernel::Operand],
             _outputs: &[crate::kernel::DeviceRef],
         ) -> Result<()> {
-            let r = self_test_of(ctx, self.0, self.1)?;
-            if let Ok(mut g) = self.2.lock() {
+            let r = (self.0)(ctx)?;
+            if let Ok(mut g) = self.1.lock() {
                 *g = Some(r);
             }
             Ok(())
         }
     }
+    let run = Run(f, Mutex::new(None));
+    dev.record(&run, &[], &[])?;
+    let r = run.1.into_inner().ok().flatten();
+    r.ok_or_else(|| Error::Gpu(format!("the float16 conversion {what} did not run")))
+}
+
+/// Whether `dev`'s float16 kernels use the hardware conversions (runs the self-test on first
+/// use; follows `TFWGPU_F16_CONVERSIONS`).
+pub fn f16_hardware_on(dev: &crate::Device) -> Result<bool> {
+    with_context(dev, "probe", f16_hardware)
+}
+
+/// Runs the self-test on `dev` now (uncached, whatever `TFWGPU_F16_CONVERSIONS` says) on
+/// `conversions`: `hardware` (what `f16_hardware` tests) or one of the faulty software
+/// conversions it must reject (`rtz`, `ftz`, `saturate`): the number of cases where they
+/// differ from the exact software conversions, and the first of them.
+pub fn self_test_on(dev: &crate::Device, conversions: &str) -> Result<(u32, u32)> {
     let (name, conv) = std::iter::once(("hardware", F16X2_HARDWARE))
         .chain(FAULTY.iter().copied())
         .find(|(n, _)| *n == conversions)
         .ok_or_else(|| {
             Error::InvalidArgument(format!("no float16 conversions named {conversions:?}"))
         })?;
-    let run = Run(name, conv, Mutex::new(None));
-    dev.record(&run, &[], &[])?;
-    let r = run.2.lock().ok().and_then(|g| *g);
-    r.ok_or_else(|| Error::Gpu("the float16 conversion self-test did not run".into()))
+    with_context(dev, "self-test", |ctx| self_test_of(ctx, name, conv))
 }

@@ -92,28 +92,7 @@ pub(super) fn try_backprop_filter(
     let (splits, kc) = split_k(&tile, m, n, k, true);
     spec.out_f32 = splits > 1;
     spec.vout = vout_ok(&spec, n);
-    let mut conv = if plain {
-        [0; 16]
-    } else {
-        [
-            g.oh,
-            g.ow,
-            g.c,
-            g.s,
-            g.sh,
-            g.sw,
-            g.dh,
-            g.dw,
-            g.pt,
-            g.pl,
-            g.h * g.w * g.c,
-            g.w * g.c,
-            g.c,
-            g.h,
-            g.w,
-            0,
-        ]
-    };
+    let mut conv = if plain { [0; 16] } else { window_words(g) };
     conv[15] = kc;
     let l = Launch {
         m,
@@ -486,24 +465,7 @@ fn try_implicit(
             batches: 1,
             strides: [k, 1, n, 1],
             dims: vec![],
-            conv: [
-                g.oh,
-                g.ow,
-                g.c,
-                g.s,
-                g.sh,
-                g.sw,
-                g.dh,
-                g.dw,
-                g.pt,
-                g.pl,
-                g.h * g.w * g.c,
-                g.w * g.c,
-                g.c,
-                g.h,
-                g.w,
-                0,
-            ],
+            conv: window_words(g),
         }
     };
     let (splits, kc) = if split_allowed() {
@@ -590,4 +552,27 @@ fn choose_conv_tile(
     } else {
         COOP_128X64X64_4X2WG1F
     }
+}
+
+/// The window addressing words of the conv forms' params (output size, strides, dilations,
+/// padding, the input's NHWC strides and size), in the order the generated shaders read them.
+fn window_words(g: &Geom) -> [usize; 16] {
+    [
+        g.oh,
+        g.ow,
+        g.c,
+        g.s,
+        g.sh,
+        g.sw,
+        g.dh,
+        g.dw,
+        g.pt,
+        g.pl,
+        g.h * g.w * g.c,
+        g.w * g.c,
+        g.c,
+        g.h,
+        g.w,
+        0,
+    ]
 }
