@@ -52,17 +52,8 @@ pub(super) fn try_backprop_filter(
     dy: &DeviceRef,
     out: &DeviceRef,
 ) -> Result<bool> {
-    let input = match out.desc.dtype {
-        DType::F16 => Input::F16,
-        DType::F32 if coop::reduced_precision_allowed() => Input::F32,
-        _ => return Ok(false),
-    };
-    let forced = match attrs.tile.as_deref() {
-        None => None,
-        Some(name) => match COOP_TILES.iter().find(|t| t.name == name) {
-            Some(t) => Some(*t),
-            None => return Ok(false),
-        },
+    let Some((input, forced)) = coop_input_and_tile(out, attrs) else {
+        return Ok(false);
     };
     if v4_choice() && forced.is_none() {
         return Ok(false);
@@ -331,18 +322,8 @@ fn try_implicit(
     f: &DeviceRef,
     out: &DeviceRef,
 ) -> Result<bool> {
-    let input = match out.desc.dtype {
-        DType::F16 => Input::F16,
-        DType::F32 if coop::reduced_precision_allowed() => Input::F32,
-        _ => return Ok(false),
-    };
-    // A forced GEMM tile keeps the GEMM; a cooperative tile name forces that tile.
-    let forced = match attrs.tile.as_deref() {
-        None => None,
-        Some(name) => match COOP_TILES.iter().find(|t| t.name == name) {
-            Some(t) => Some(*t),
-            None => return Ok(false),
-        },
+    let Some((input, forced)) = coop_input_and_tile(out, attrs) else {
+        return Ok(false);
     };
     let Some((lanes, emulate)) = coop_mode(ctx) else {
         return Ok(false);
@@ -575,4 +556,20 @@ fn window_words(g: &Geom) -> [usize; 16] {
         g.w,
         0,
     ]
+}
+
+/// The input precision and the forced tile (if any) of a cooperative-matrix conv writing
+/// `out`; `None` keeps the GEMM: float32 without the reduced-precision opt-in, another dtype,
+/// or a forced tile that is not a cooperative one (a forced GEMM tile keeps the GEMM).
+fn coop_input_and_tile(out: &DeviceRef, attrs: &ConvAttrs) -> Option<(Input, Option<CoopTile>)> {
+    let input = match out.desc.dtype {
+        DType::F16 => Input::F16,
+        DType::F32 if coop::reduced_precision_allowed() => Input::F32,
+        _ => return None,
+    };
+    let forced = match attrs.tile.as_deref() {
+        None => None,
+        Some(name) => Some(*COOP_TILES.iter().find(|t| t.name == name)?),
+    };
+    Some((input, forced))
 }
