@@ -898,13 +898,17 @@ struct GpuPass {
 
 /// One more pass with GPU timing on (kept apart from the wall-time passes: timestamps add
 /// work of their own). Copies and clears count in `summary`, not in `per_op`.
+/// `per_pass`: time each compute pass as a whole instead of every dispatch (see
+/// `ExecutionContext::set_timing_per_pass`); `per_op` is then empty.
 fn timed_pass(
     dev: &Device,
     trace: &Trace,
     cache: &mut HashMap<String, Box<dyn Kernel>>,
     seed: u64,
+    per_pass: bool,
 ) -> Result<GpuPass, String> {
     let ex = dev.exec();
+    ex.set_timing_per_pass(per_pass);
     ex.set_timing(true).map_err(|e| e.to_string())?;
     // Two timed passes, the first one unused: the runtime makes a query set and two buffers
     // for every batch that finds no free timing slot, and slots come back only when the
@@ -922,6 +926,7 @@ fn timed_pass(
         Ok::<_, String>(last.expect("two passes"))
     })();
     ex.set_timing(false).map_err(|e| e.to_string())?;
+    ex.set_timing_per_pass(false);
     let (p, t) = run?;
     // Dispatch number i of the pass (copies and clears are not dispatches) -> its kernel call.
     let mut owner: Vec<Option<&str>> = vec![None; t.len()];
@@ -934,7 +939,7 @@ fn timed_pass(
     let mut per_op: BTreeMap<String, (u64, f64)> = BTreeMap::new();
     let dispatches = t
         .iter()
-        .filter(|d| &*d.label != "copy" && &*d.label != "clear");
+        .filter(|d| !per_pass && &*d.label != "copy" && &*d.label != "clear");
     for (i, d) in dispatches.enumerate() {
         let op = owner
             .get(i)
@@ -966,6 +971,67 @@ fn timed_pass(
         steps,
         per_op,
     })
+}
+
+/// Prints and records (into `steps`' JSON) the per-step GPU busy share and idle of a timed
+/// pass; keys get a `_per_pass` suffix when `per_pass`.
+fn report_timed_steps(g: &GpuPass, per_pass: bool, steps: &mut Value) {
+    let (unit, units, sfx) = if per_pass {
+        ("pass", "passes", "_per_pass")
+    } else {
+        ("command", "commands", "")
+    };
+    for (label, v) in &g.steps {
+        let med = |f: &dyn Fn(&TimedStep) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+        let busy = med(&|x| x.busy_ms);
+        let pct = med(&|x| 100.0 * x.busy_ms / x.wall_ms.max(1e-9));
+        let wall = med(&|x| x.wall_ms);
+        let intra = med(&|x| x.gaps.intra_ns * 1e-6);
+        let inter = med(&|x| x.gaps.inter_ns * 1e-6);
+        let inter_n = med(&|x| x.gaps.inter_count as f64);
+        let inter_max = med(&|x| x.gaps.inter_max_ns * 1e-6);
+        let edges = med(&|x| (x.wall_ms - x.span_ms).max(0.0));
+        println!(
+            "  steps {label:?} (timed per {unit}): GPU busy median {busy:.3} ms, {pct:.1}% of the \
+             step (wall {wall:.3} ms)"
+        );
+        if busy > 0.0 {
+            println!(
+                "    idle (medians): {intra:.3} ms between {units} of one batch, {inter:.3} ms \
+                 between batches ({inter_n:.0} stretches, longest {inter_max:.3} ms), \
+                 {edges:.3} ms at the step's edges (wall - first-to-last {unit})"
+            );
+            if let Some(last) = v.last() {
+                println!(
+                    "    longest idle stretches between batches in its last step \
+                     (index, ms into the step, idle ms, what ran around it):"
+                );
+                for st in &last.gaps.top {
+                    println!(
+                        "      #{:<6} {:>9.3} {:>8.3}  {} -> {}",
+                        st.index,
+                        st.at_ns * 1e-6,
+                        st.idle_ns * 1e-6,
+                        st.before,
+                        st.after
+                    );
+                }
+            }
+        }
+        if let Some(Value::Object(o)) = steps.get_mut(label) {
+            let mut put = |k: &str, v: f64| {
+                o.insert(format!("{k}{sfx}"), json!(v));
+            };
+            put("gpu_busy_median_ms", busy);
+            put("gpu_busy_pct_median", pct);
+            put("timed_wall_median_ms", wall);
+            put("gpu_idle_intra_batch_median_ms", intra);
+            put("gpu_idle_inter_batch_median_ms", inter);
+            put("gpu_idle_inter_batch_stretches_median", inter_n);
+            put("gpu_idle_inter_batch_longest_median_ms", inter_max);
+            put("gpu_idle_edges_median_ms", edges);
+        }
+    }
 }
 
 pub(crate) fn median(v: &[f64]) -> f64 {
@@ -1086,85 +1152,44 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             p.dispatch_mismatches, p.shape_mismatches
         );
     }
-    let gpu = match timed_pass(dev, &trace, &mut cache, repeat as u64) {
-        Ok(g) => {
-            println!(
-                "  GPU (timestamps, one more pass): busy {:.3} ms of its {:.3} ms wall = {:.1}% \
-                 (first to last command {:.3} ms; sum of commands {:.3} ms; {} commands)",
-                g.summary.busy_ns * 1e-6,
-                g.wall_s * 1e3,
-                100.0 * g.summary.busy_ns * 1e-9 / g.wall_s,
-                g.summary.span_ns * 1e-6,
-                g.summary.sum_ns * 1e-6,
-                g.summary.commands
-            );
-            Some(g)
-        }
-        Err(why) => {
-            println!(
-                "  GPU time: not measured ({why}{})",
-                if timestamps {
-                    ""
-                } else {
-                    "; the adapter lacks TIMESTAMP_QUERY"
-                }
-            );
-            None
-        }
-    };
+    // GPU time twice: per pass first (two timestamps per compute pass: the step runs nearly
+    // as untimed, so its busy share is the step's), then per dispatch (per-op GPU time and the
+    // gaps between dispatches, with the timestamps' own cost in them).
     let mut steps = report_steps(&passes);
-    if let Some(g) = &gpu {
-        for (label, v) in &g.steps {
-            let med = |f: &dyn Fn(&TimedStep) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
-            let busy = med(&|x| x.busy_ms);
-            let pct = med(&|x| 100.0 * x.busy_ms / x.wall_ms.max(1e-9));
-            let wall = med(&|x| x.wall_ms);
-            let intra = med(&|x| x.gaps.intra_ns * 1e-6);
-            let inter = med(&|x| x.gaps.inter_ns * 1e-6);
-            let inter_n = med(&|x| x.gaps.inter_count as f64);
-            let inter_max = med(&|x| x.gaps.inter_max_ns * 1e-6);
-            let edges = med(&|x| (x.wall_ms - x.span_ms).max(0.0));
-            println!(
-                "  steps {label:?} (timed pass): GPU busy median {busy:.3} ms, {pct:.1}% of the step"
-            );
-            if busy > 0.0 {
+    let mut gpu = None;
+    for per_pass in [true, false] {
+        let what = if per_pass {
+            "timestamps around each compute pass"
+        } else {
+            "timestamps around each command"
+        };
+        match timed_pass(dev, &trace, &mut cache, repeat as u64, per_pass) {
+            Ok(g) => {
                 println!(
-                    "    idle (medians): {intra:.3} ms between commands of one batch, {inter:.3} ms \
-                     between batches ({inter_n:.0} stretches, longest {inter_max:.3} ms), \
-                     {edges:.3} ms at the step's edges (wall {wall:.3} ms - first-to-last command)"
+                    "  GPU ({what}, one more pass): busy {:.3} ms of its {:.3} ms wall = {:.1}% \
+                     (first to last command {:.3} ms; sum of commands {:.3} ms; {} commands)",
+                    g.summary.busy_ns * 1e-6,
+                    g.wall_s * 1e3,
+                    100.0 * g.summary.busy_ns * 1e-9 / g.wall_s,
+                    g.summary.span_ns * 1e-6,
+                    g.summary.sum_ns * 1e-6,
+                    g.summary.commands
                 );
-                if let Some(last) = v.last() {
-                    println!(
-                        "    longest idle stretches between batches in its last step \
-                         (command index, ms into the step, idle ms, commands around it):"
-                    );
-                    for st in &last.gaps.top {
-                        println!(
-                            "      #{:<6} {:>9.3} {:>8.3}  {} -> {}",
-                            st.index,
-                            st.at_ns * 1e-6,
-                            st.idle_ns * 1e-6,
-                            st.before,
-                            st.after
-                        );
-                    }
+                report_timed_steps(&g, per_pass, &mut steps);
+                if !per_pass {
+                    gpu = Some(g);
                 }
             }
-            if let Some(Value::Object(o)) = steps.get_mut(label) {
-                o.insert("gpu_busy_median_ms".into(), json!(busy));
-                o.insert("gpu_busy_pct_median".into(), json!(pct));
-                o.insert("timed_wall_median_ms".into(), json!(wall));
-                o.insert("gpu_idle_intra_batch_median_ms".into(), json!(intra));
-                o.insert("gpu_idle_inter_batch_median_ms".into(), json!(inter));
-                o.insert(
-                    "gpu_idle_inter_batch_stretches_median".into(),
-                    json!(inter_n),
+            Err(why) => {
+                println!(
+                    "  GPU time ({what}): not measured ({why}{})",
+                    if timestamps {
+                        ""
+                    } else {
+                        "; the adapter lacks TIMESTAMP_QUERY"
+                    }
                 );
-                o.insert(
-                    "gpu_idle_inter_batch_longest_median_ms".into(),
-                    json!(inter_max),
-                );
-                o.insert("gpu_idle_edges_median_ms".into(), json!(edges));
+                break;
             }
         }
     }

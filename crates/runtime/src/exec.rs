@@ -235,6 +235,9 @@ struct BindGroupCache {
 /// Timestamp queries per batch (two per timed command); a batch that fills them is submitted.
 const TIMING_QUERIES: u32 = 512;
 
+/// The label of a compute pass timed as a whole (see [`ExecutionContext::set_timing_per_pass`]).
+pub const PASS_LABEL: &str = "pass";
+
 /// One command timed with GPU timestamps (see [`ExecutionContext::set_timing`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct DispatchTiming {
@@ -323,6 +326,8 @@ struct Batch {
     uniforms: Vec<u8>,
     bind_groups: BindGroupCache,
     timing: Option<BatchTiming>,
+    /// The query pair of the open compute pass, when passes are timed as a whole.
+    pass_timing: Option<u32>,
 }
 
 struct Shared {
@@ -340,6 +345,8 @@ struct Timing {
     on: AtomicBool,
     /// The device can time transfer commands too (TIMESTAMP_QUERY_INSIDE_ENCODERS).
     transfers: AtomicBool,
+    /// Time each compute pass as a whole (two timestamps per pass) instead of every dispatch.
+    per_pass: AtomicBool,
     pending: Mutex<Vec<PendingTiming>>,
     slots: Mutex<Vec<TimingSlot>>,
 }
@@ -426,6 +433,7 @@ impl ExecutionContext {
                 uniforms: vec![],
                 bind_groups: BindGroupCache::default(),
                 timing: None,
+                pass_timing: None,
             }),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
@@ -630,6 +638,8 @@ impl ExecutionContext {
                 None,
             ),
         };
+        let timing_on = self.timing.on.load(Ordering::Relaxed);
+        let per_pass = self.timing.per_pass.load(Ordering::Relaxed);
         if b.pass.is_none() {
             let enc = b.encoder.as_mut().expect("encoder begun");
             let pass = enc
@@ -639,12 +649,17 @@ impl ExecutionContext {
                 })
                 .forget_lifetime();
             b.pass = Some(pass);
+            if timing_on && per_pass {
+                let i = self.timing_index(&mut b, Arc::from(PASS_LABEL));
+                let batch = &mut *b;
+                if let (Some(pass), Some(t)) = (batch.pass.as_mut(), batch.timing.as_ref()) {
+                    pass.write_timestamp(&t.slot.set, 2 * i);
+                }
+                batch.pass_timing = Some(i);
+            }
         }
-        let timed = self
-            .timing
-            .on
-            .load(Ordering::Relaxed)
-            .then(|| self.timing_index(&mut b, pipeline.label.clone()));
+        let timed =
+            (timing_on && !per_pass).then(|| self.timing_index(&mut b, pipeline.label.clone()));
         let batch = &mut *b;
         let pass = batch.pass.as_mut().expect("pass begun");
         let set = timed.and(batch.timing.as_ref()).map(|t| &t.slot.set);
@@ -740,7 +755,7 @@ impl ExecutionContext {
             self.submit_locked(&mut b)?;
         }
         self.begin(&mut b);
-        b.pass = None;
+        Self::end_pass(&mut b);
         let timed = (self.timing.on.load(Ordering::Relaxed)
             && self.timing.transfers.load(Ordering::Relaxed))
         .then(|| self.timing_index(&mut b, Arc::from(label)));
@@ -822,6 +837,17 @@ impl ExecutionContext {
         );
         self.timing.on.store(on, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// While timing is on, time each compute pass (a batch's run of dispatches between copies)
+    /// as one command labelled [`PASS_LABEL`] instead of every dispatch; copies and clears are
+    /// still timed one by one. Two timestamp writes per pass instead of two per dispatch: the
+    /// timed work runs nearly as it does untimed (a timestamp inside a pass waits for the work
+    /// before it, which costs the GPU several microseconds per dispatch), at the price of not
+    /// telling the dispatches of a pass apart (the launch and barrier latency between them
+    /// counts as part of the pass). Takes effect from the next pass.
+    pub fn set_timing_per_pass(&self, per_pass: bool) {
+        self.timing.per_pass.store(per_pass, Ordering::Relaxed);
     }
 
     /// True while GPU timing is on.
@@ -936,8 +962,18 @@ impl ExecutionContext {
         Ok(b.id - 1)
     }
 
-    fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+    /// Ends the open compute pass, writing its end timestamp when passes are timed.
+    fn end_pass(b: &mut Batch) {
+        if let Some(i) = b.pass_timing.take()
+            && let (Some(pass), Some(t)) = (b.pass.as_mut(), b.timing.as_ref())
+        {
+            pass.write_timestamp(&t.slot.set, 2 * i + 1);
+        }
         b.pass = None;
+    }
+
+    fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+        Self::end_pass(b);
         let Some(mut encoder) = b.encoder.take() else {
             return Ok(());
         };

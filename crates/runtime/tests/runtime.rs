@@ -394,6 +394,75 @@ fn gpu_timings_bracket_every_command() {
     assert!(ex.take_timings().unwrap().is_empty());
 }
 
+#[test]
+fn gpu_timings_per_pass_bracket_each_compute_pass() {
+    let rt = runtime_with(|o| o.exec.max_ops = 1000);
+    let d = rt.device();
+    let ex = d.exec();
+    if let Err(e) = ex.set_timing(true) {
+        println!("skipped: {e}");
+        return;
+    }
+    ex.set_timing_per_pass(true);
+    let x = d.upload(&vec![2.0f32; 1024], &[1024]).unwrap();
+    let _ = ex.take_timings().unwrap();
+    let passes_before = d.exec_stats().submits;
+    // Two runs of dispatches separated by a copy: two compute passes in one batch.
+    let mut y = d
+        .run("AddV2", &Attrs::new(), &[Arg::from(&x), Arg::from(&x)])
+        .unwrap()
+        .remove(0);
+    for _ in 0..19 {
+        y = d
+            .run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&x)])
+            .unwrap()
+            .remove(0);
+    }
+    let z = d
+        .run("Identity", &Attrs::new(), &[Arg::from(&y)])
+        .unwrap()
+        .remove(0);
+    for _ in 0..20 {
+        y = d
+            .run("AddV2", &Attrs::new(), &[Arg::from(&y), Arg::from(&z)])
+            .unwrap()
+            .remove(0);
+    }
+    assert_eq!(y.download::<f32>().unwrap()[1023], 42.0 + 20.0 * 42.0);
+    let t = ex.take_timings().unwrap();
+    let passes: Vec<_> = t
+        .iter()
+        .filter(|t| &*t.label == tfwgpu_runtime::PASS_LABEL)
+        .collect();
+    // No dispatch is timed on its own; every pass is, and there are at most as many passes as
+    // runs of dispatches between commands outside a pass (here: a copy or none at all).
+    assert!(
+        t.iter().all(|t| &*t.label == tfwgpu_runtime::PASS_LABEL
+            || &*t.label == "copy"
+            || &*t.label == "clear"),
+        "{t:?}"
+    );
+    // Per batch: one pass, plus one more after each copy that split it.
+    assert!(passes.len() >= 2, "{t:?}");
+    for b in t
+        .iter()
+        .map(|t| t.batch)
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        let n = |l: &str| t.iter().filter(|t| t.batch == b && &*t.label == l).count();
+        assert!(
+            n(tfwgpu_runtime::PASS_LABEL) <= 1 + n("copy"),
+            "batch {b}: {t:?}"
+        );
+    }
+    for p in &passes {
+        assert!(p.end_ns >= p.start_ns, "{p:?}");
+    }
+    assert!(d.exec_stats().submits > passes_before);
+    ex.set_timing(false).unwrap();
+    ex.set_timing_per_pass(false);
+}
+
 /// Batching that never submits by count or age: only host waits, large uploads and (when
 /// `idle_ops > 0`) an idle GPU submit.
 fn manual_batching(idle_ops: usize) -> Runtime {
