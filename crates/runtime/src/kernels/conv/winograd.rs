@@ -29,6 +29,8 @@ use crate::{DType, Error, Result};
 use super::Geom;
 
 const WINOGRAD_WGSL: &str = include_str!("winograd.wgsl");
+/// The input transform both Winograd kernels share (`$INPUT_TRANSFORM` in them).
+const WINOGRAD_INPUT_WGSL: &str = include_str!("winograd_input.wgsl");
 
 /// The largest partial sums (all parts of the 16 U matrices) in bytes: the output transform
 /// reads them all.
@@ -119,6 +121,7 @@ pub(super) fn record(
             || {
                 ShaderSource::new(
                     WINOGRAD_WGSL
+                        .replace("$INPUT_TRANSFORM", WINOGRAD_INPUT_WGSL)
                         .replace("$LINEAR_INDEX", LINEAR_INDEX)
                         .replace("$MODE_ID", &mode.to_string())
                         .replace("$WG", &WG.to_string()),
@@ -292,6 +295,7 @@ pub(super) fn record_forward(
             || {
                 ShaderSource::new(
                     WINOGRAD_FWD_WGSL
+                        .replace("$INPUT_TRANSFORM", WINOGRAD_INPUT_WGSL)
                         .replace("$LINEAR_INDEX", LINEAR_INDEX)
                         .replace("$MODE_ID", &mode.to_string())
                         .replace("$WG", &WG.to_string()),

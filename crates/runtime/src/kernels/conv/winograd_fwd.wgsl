@@ -39,13 +39,12 @@ $LINEAR_INDEX
 
 const MODE: u32 = $MODE_IDu;
 
-fn x_at(base: u32, iy: i32, ix: i32, c: u32) -> vec4<f32> {
-    if iy < 0 || ix < 0 || u32(iy) >= p.h || u32(ix) >= p.w {
-        return vec4<f32>();
-    }
-    return src[(base + u32(iy) * p.w + u32(ix)) * p.cv + c];
+// BT's last row is [0 1 0 -1] here.
+fn last(a: vec4<f32>, b: vec4<f32>) -> vec4<f32> {
+    return b - a;
 }
 
+$INPUT_TRANSFORM
 // Filter element f[r, s, a, b] of the [3, 3, A, B] filter (A, B its own input and output
 // depths: p.cin, p.cout for the forward pass, p.cout, p.cin for the input gradient).
 fn f_at(r: u32, s: u32, a: u32, b: u32, fa: u32, fb: u32) -> f32 {
@@ -77,62 +76,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if MODE == 0u {
         let cv = i % p.cv;
         let t = i / p.cv;
-        let tx = t % p.tw;
-        let t2 = t / p.tw;
-        let ty = t2 % p.th;
-        let nb = p.img0 + t2 / p.th;
-        let base = nb * p.h * p.w;
-        let y0 = i32(2u * ty) - i32(p.pt);
-        let x0 = i32(2u * tx) - i32(p.pl);
-        // 4x4 window, BT X B (unrolled: every value in a register).
-        let x00 = x_at(base, y0 + 0, x0 + 0, cv);
-        let x01 = x_at(base, y0 + 0, x0 + 1, cv);
-        let x02 = x_at(base, y0 + 0, x0 + 2, cv);
-        let x03 = x_at(base, y0 + 0, x0 + 3, cv);
-        let x10 = x_at(base, y0 + 1, x0 + 0, cv);
-        let x11 = x_at(base, y0 + 1, x0 + 1, cv);
-        let x12 = x_at(base, y0 + 1, x0 + 2, cv);
-        let x13 = x_at(base, y0 + 1, x0 + 3, cv);
-        let x20 = x_at(base, y0 + 2, x0 + 0, cv);
-        let x21 = x_at(base, y0 + 2, x0 + 1, cv);
-        let x22 = x_at(base, y0 + 2, x0 + 2, cv);
-        let x23 = x_at(base, y0 + 2, x0 + 3, cv);
-        let x30 = x_at(base, y0 + 3, x0 + 0, cv);
-        let x31 = x_at(base, y0 + 3, x0 + 1, cv);
-        let x32 = x_at(base, y0 + 3, x0 + 2, cv);
-        let x33 = x_at(base, y0 + 3, x0 + 3, cv);
-        let y00 = x00 - x20;
-        let y10 = x10 + x20;
-        let y20 = x20 - x10;
-        let y30 = x10 - x30;
-        let y01 = x01 - x21;
-        let y11 = x11 + x21;
-        let y21 = x21 - x11;
-        let y31 = x11 - x31;
-        let y02 = x02 - x22;
-        let y12 = x12 + x22;
-        let y22 = x22 - x12;
-        let y32 = x12 - x32;
-        let y03 = x03 - x23;
-        let y13 = x13 + x23;
-        let y23 = x23 - x13;
-        let y33 = x13 - x33;
-        dst[0u * plane + i] = y00 - y02;
-        dst[1u * plane + i] = y01 + y02;
-        dst[2u * plane + i] = y02 - y01;
-        dst[3u * plane + i] = y01 - y03;
-        dst[4u * plane + i] = y10 - y12;
-        dst[5u * plane + i] = y11 + y12;
-        dst[6u * plane + i] = y12 - y11;
-        dst[7u * plane + i] = y11 - y13;
-        dst[8u * plane + i] = y20 - y22;
-        dst[9u * plane + i] = y21 + y22;
-        dst[10u * plane + i] = y22 - y21;
-        dst[11u * plane + i] = y21 - y23;
-        dst[12u * plane + i] = y30 - y32;
-        dst[13u * plane + i] = y31 + y32;
-        dst[14u * plane + i] = y32 - y31;
-        dst[15u * plane + i] = y31 - y33;
+        input_transform(t, cv, i, plane);
         return;
     }
     if MODE == 1u {
