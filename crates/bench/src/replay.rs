@@ -428,6 +428,10 @@ pub struct Pass {
     /// part of `wall_s`).
     pub payload_bytes: u64,
     pub payload_s: f64,
+    /// Host time in uploads of at least 1 MiB (count, seconds, the longest one's seconds).
+    pub big_uploads: (u64, f64, f64),
+    /// Host time in reads back and host syncs (each waits for the GPU).
+    pub waits_s: f64,
     pub per_op: BTreeMap<String, OpTime>,
     /// The device's dispatch counter when the pass began.
     pub first_dispatch: u64,
@@ -606,11 +610,19 @@ pub(crate) fn apply_event(
         Event::H2d { dst, size, .. } => {
             let a = mem.map(*dst, *size, &at)?;
             let data = payloads.next().expect("one payload per h2d event");
+            let t = Instant::now();
             dev.write(a, &data).map_err(e)?;
+            if data.len() >= 1 << 20 {
+                let s = t.elapsed().as_secs_f64();
+                let b = &mut pass.big_uploads;
+                *b = (b.0 + 1, b.1 + s, b.2.max(s));
+            }
         }
         Event::D2h { src, size } => {
             let a = mem.map(*src, *size, &at)?;
+            let t = Instant::now();
             dev.read(a, *size as usize).map_err(e)?;
+            pass.waits_s += t.elapsed().as_secs_f64();
             pass.host_syncs += 1;
         }
         Event::D2d { src, dst, size, .. } => {
@@ -627,7 +639,9 @@ pub(crate) fn apply_event(
             dev.fill_u32(a, *size, *pattern).map_err(e)?;
         }
         Event::Sync => {
+            let t = Instant::now();
             dev.synchronize().map_err(e)?;
+            pass.waits_s += t.elapsed().as_secs_f64();
             pass.host_syncs += 1;
         }
         Event::HostKernel => pass.host_kernels += 1,
@@ -1146,6 +1160,13 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
         p.payload_bytes as f64 * 1e-6,
         p.payload_s * 1e3
     );
+    println!(
+        "  host time in the pass: {} uploads of >= 1 MiB {:.3} ms (longest {:.3} ms), reads back and host syncs {:.3} ms",
+        p.big_uploads.0,
+        p.big_uploads.1 * 1e3,
+        p.big_uploads.2 * 1e3,
+        p.waits_s * 1e3
+    );
     if p.dispatch_mismatches > 0 || p.shape_mismatches > 0 {
         println!(
             "  {} kernel calls dispatched a different number of times than traced; {} had other output shapes on the replayed data",
@@ -1248,6 +1269,8 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             "copies": p.stats.copies, "uploads": p.stats.uploads, "reads": p.stats.reads,
             "host_syncs": p.host_syncs, "host_kernels": p.host_kernels,
             "payload_bytes": p.payload_bytes, "payload_draw_ms": p.payload_s * 1e3,
+            "big_uploads": p.big_uploads.0, "big_uploads_host_ms": p.big_uploads.1 * 1e3,
+            "big_upload_longest_ms": p.big_uploads.2 * 1e3, "waits_host_ms": p.waits_s * 1e3,
             "bind_groups_created": p.stats.bind_groups,
             "gpu_busy_ms": gpu.as_ref().map(|g| g.summary.busy_ns * 1e-6),
             "gpu_span_ms": gpu.as_ref().map(|g| g.summary.span_ns * 1e-6),

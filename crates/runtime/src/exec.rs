@@ -56,6 +56,9 @@ pub struct ExecConfig {
     /// 25-27 us through the queue's staging, 0.8 MB 139-195 against 71-83 us (session 7; the
     /// threshold was 1 MiB).
     pub direct_upload_bytes: u64,
+    /// Submit a large upload's staging copy at once (`TFWGPU_UPLOAD_SUBMIT`, default on; 0:
+    /// off), instead of with the next batch. See [`ExecutionContext::upload`].
+    pub upload_submit: bool,
     /// How long a host waiting for the GPU ([`ExecutionContext::wait`]: reads, host syncs)
     /// polls for completion before it blocks in the driver (`TFWGPU_SPIN_US`, microseconds;
     /// 0: block at once; `None`: [`DEFAULT_SPIN`] on a GPU, 0 on a CPU adapter, whose
@@ -79,6 +82,7 @@ impl Default for ExecConfig {
             idle_age: Some(Duration::from_micros(50)),
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
+            upload_submit: true,
             spin: None,
         }
     }
@@ -86,8 +90,8 @@ impl Default for ExecConfig {
 
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
-    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE` and
-    /// `TFWGPU_DIRECT_UPLOAD_BYTES` and `TFWGPU_SPIN_US`.
+    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE`,
+    /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT` and `TFWGPU_SPIN_US`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
         if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
@@ -110,6 +114,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u64>("TFWGPU_DIRECT_UPLOAD_BYTES") {
             c.direct_upload_bytes = n;
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_UPLOAD_SUBMIT") {
+            c.upload_submit = n != 0;
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_SPIN_US") {
             c.spin = Some(Duration::from_micros(us));
@@ -929,6 +936,12 @@ impl ExecutionContext {
                 Some(mut view) => parallel_copy(view.slice(..), data, upload_threads()),
                 // Invalid (wgpu reports why through the device's error): as before.
                 None => self.queue.write_buffer(dst, offset, data),
+            }
+            // The queue holds the write until its next submit: submit it now (an empty
+            // submit carries the queue's pending writes), so that the GPU copies it while the
+            // host records what comes next instead of after the next batch is due.
+            if self.cfg.upload_submit {
+                self.queue.submit([]);
             }
             self.stats.lock().uploads += 1;
             return self.check();
