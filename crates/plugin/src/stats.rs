@@ -15,6 +15,7 @@ static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 static D2D: AtomicU64 = AtomicU64::new(0);
 static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
+static SYNC_WAITS: AtomicU64 = AtomicU64::new(0);
 /// Stream-executor calls TensorFlow makes into the plugin (`SE_InitPlugin`'s functions), counted
 /// with the wall time spent inside each: where a training step's host syncs and event traffic
 /// come from. The `SeCall` discriminant indexes `SE_CALLS`/`SE_NS`.
@@ -104,6 +105,12 @@ pub fn d2d(bytes: u64) {
     D2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// Counts an ordered device sync that had to wait for the GPU (its previous sync's work was
+/// not done yet: the host was a sync interval ahead).
+pub fn sync_wait() {
+    SYNC_WAITS.fetch_add(1, Ordering::Relaxed);
+}
+
 /// The counters as JSON.
 pub fn json() -> String {
     let ops = OPS.lock().map(|m| m.clone()).unwrap_or_default();
@@ -115,6 +122,13 @@ pub fn json() -> String {
         "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
         "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
         "stream_executor": se_json(),
+        "sync": {
+            "mode": match crate::se::sync_mode() {
+                crate::se::SyncMode::Completed => "completed",
+                crate::se::SyncMode::Ordered => "ordered",
+            },
+            "gpu_waits": SYNC_WAITS.load(Ordering::Relaxed),
+        },
         "runtime": runtime_json(),
     })
     .to_string()
