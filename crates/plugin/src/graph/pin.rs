@@ -249,11 +249,11 @@ fn plan(nodes: &[Node]) -> Option<Plan> {
     let mut pinned: HashSet<usize> = HashSet::new();
     loop {
         let before = pinned.len();
-        for i in 0..nodes.len() {
+        for (i, n) in nodes.iter().enumerate() {
             if pinned.contains(&i) || !arith(i) {
                 continue;
             }
-            let ok = data_inputs(&nodes[i]).all(|(_, x)| {
+            let ok = data_inputs(n).all(|(_, x)| {
                 src(x)
                     .is_some_and(|s| pinned.contains(&s) || var_read(s).is_some() || small_const(s))
             });
