@@ -178,6 +178,10 @@ def _plugin_counters():
         c[f"rt.{k}"] = v
     if "sync" in s:
         c["sync.gpu_waits"] = s["sync"]["gpu_waits"]
+    for k in ("small", "large"):
+        if k in s["host_to_device"]:
+            c[f"h2d.{k}"] = s["host_to_device"][k]["copies"]
+            c[f"h2d.{k}.wall_us"] = s["host_to_device"][k]["wall_us"]
     try:
         import ctypes
 
@@ -245,7 +249,35 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
         finally:
             opt_cls.has_value = orig_has_value
         infer_runs = _infer_budget(infer, xd, name, device, batch, steps, reps)
-    return {"batch": batch, "steps": steps, "runs": runs, "infer_runs": infer_runs}
+        overhead = _call_overhead(tf, xd, device, steps)
+    return {"batch": batch, "steps": steps, "runs": runs, "infer_runs": infer_runs,
+            "call_overhead": overhead}
+
+
+def _call_overhead(tf, xd, device, steps):
+    """TensorFlow's fixed cost of calling a tf.function on the device, measured as the
+    inference step is (N calls, one read at the end): a function that returns its input
+    (no kernel), one that adds a constant (one kernel), and one of 10 chained adds (fusion
+    makes them one kernel)."""
+    fns = {
+        "identity": tf.function(lambda v: tf.identity(v)),
+        "add1": tf.function(lambda v: v + 1.0),
+        "add10": tf.function(lambda v: v + 1.0 + 2.0 + 3.0 + 4.0 + 5.0 + 6.0 + 7.0 + 8.0 + 9.0 + 10.0),
+    }
+    out = {}
+    with tf.device(device):
+        for k, f in fns.items():
+            for _ in range(5):
+                f(xd)
+            f(xd).numpy()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                o = f(xd)
+            o.numpy()
+            out[k] = (time.perf_counter() - t0) / steps * 1e3
+    print("   tf.function call on " + device + ", ms/call: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in out.items()), flush=True)
+    return out
 
 
 def _infer_budget(infer, xd, name, device, batch, steps, reps):
@@ -321,7 +353,8 @@ def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
             if "per_step" in r:
                 ps = r["per_step"]
                 print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
-                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
+                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.startswith("se.") and k.endswith("wall_us") and v)
+                      + "; h2d wall us/step: " + ", ".join(f"{k[4:-8]} {v:.1f}" for k, v in ps.items() if k.startswith("h2d.") and k.endswith("wall_us")), flush=True)
     return runs
 
 

@@ -498,12 +498,28 @@ pub fn sync_mode() -> SyncMode {
     })
 }
 
-/// Per device: the batch id the previous ordered sync submitted up to.
-fn previous_sync(ordinal: i32) -> Option<&'static AtomicU64> {
-    static PREV: OnceLock<Vec<AtomicU64>> = OnceLock::new();
+/// How many syncs back an ordered sync waits for (`TFWGPU_SYNC_DEPTH`, default 2, at least 1):
+/// the host runs at most that many sync intervals ahead of the GPU. A Keras training step syncs
+/// twice (the loop's `has_value()` on the main thread, the loss on the callbacks' thread,
+/// which may come late): depth 1 made a step wait for the loss sync just before it.
+fn sync_depth() -> usize {
+    static D: OnceLock<usize> = OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("TFWGPU_SYNC_DEPTH")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(2)
+            .clamp(1, 64)
+    })
+}
+
+/// Per device: the batch ids the last `sync_depth()` ordered syncs submitted up to, oldest
+/// first.
+fn previous_syncs(ordinal: i32) -> Option<&'static Mutex<std::collections::VecDeque<u64>>> {
+    static PREV: OnceLock<Vec<Mutex<std::collections::VecDeque<u64>>>> = OnceLock::new();
     let v = PREV.get_or_init(|| {
         let n = crate::runtime().map_or(0, |rt| rt.devices.len());
-        (0..n).map(|_| AtomicU64::new(0)).collect()
+        (0..n).map(|_| Mutex::new(Default::default())).collect()
     });
     v.get(usize::try_from(ordinal).ok()?)
 }
@@ -538,16 +554,24 @@ fn previous_sync(ordinal: i32) -> Option<&'static AtomicU64> {
 /// `SyncDevice` (tf.test.experimental.sync_devices) is a no-op kernel on DEVICE_DEFAULT, and
 /// `BlockHostUntilDone` (`sync_every_op`, `PluggableDeviceUtil::Sync`) still waits.
 ///
-/// Bound on running ahead: each sync waits for the work the device's previous sync submitted,
-/// so the host is at most one sync interval (a Keras training step: two) ahead of the GPU; a
+/// Bound on running ahead: each sync waits for the work the device's sync `sync_depth()` syncs
+/// back submitted (`TFWGPU_SYNC_DEPTH`, default 2: a Keras training step syncs twice), so a
 /// GPU-bound loop cannot queue staging buffers without end.
 fn ordered_sync(ordinal: i32, d: &Device) -> Result<()> {
     let exec = d.exec();
     let now = exec.flush()?;
-    let prev = previous_sync(ordinal).map_or(now, |p| p.swap(now, Ordering::AcqRel));
-    if prev > 0 && exec.completed() < prev.min(now) {
+    // The id `sync_depth()` syncs back (none until that many syncs ran).
+    let back = previous_syncs(ordinal).and_then(|q| {
+        let mut q = q.lock().ok()?;
+        q.push_back(now);
+        (q.len() > sync_depth()).then(|| q.pop_front()).flatten()
+    });
+    if let Some(back) = back
+        && back > 0
+        && exec.completed() < back.min(now)
+    {
         crate::stats::sync_wait();
-        exec.wait(prev.min(now))?;
+        exec.wait(back.min(now))?;
     }
     exec.check()
 }
@@ -626,7 +650,10 @@ unsafe extern "C" fn sync_memcpy_htod(
         // A tail of 1-3 bytes (a bool scalar: Keras fit's `has_value()` flag crosses to the
         // device every step) is written by a byte-masked fill inside `Device::write`, without
         // reading the word back (that read waited for all the GPU work recorded before).
-        dev(device)?.write(dst, data)
+        let t0 = std::time::Instant::now();
+        let r = dev(device)?.write(dst, data);
+        crate::stats::h2d_wall(size, t0.elapsed().as_nanos() as u64);
+        r
     })
 }
 
