@@ -176,6 +176,12 @@ def _plugin_counters():
         c[f"se.{k}.wall_us"] = v["wall_us"]
     for k, v in s.get("runtime", {}).items():
         c[f"rt.{k}"] = v
+    if "sync" in s:
+        c["sync.gpu_waits"] = s["sync"]["gpu_waits"]
+    for k in ("small", "large"):
+        if k in s["host_to_device"]:
+            c[f"h2d.{k}"] = s["host_to_device"][k]["copies"]
+            c[f"h2d.{k}.wall_us"] = s["host_to_device"][k]["wall_us"]
     try:
         import ctypes
 
@@ -242,7 +248,78 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
             runs += _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent)
         finally:
             opt_cls.has_value = orig_has_value
-    return {"batch": batch, "steps": steps, "runs": runs}
+        infer_runs = _infer_budget(infer, xd, name, device, batch, steps, reps)
+        overhead = _call_overhead(tf, xd, device, steps)
+    return {"batch": batch, "steps": steps, "runs": runs, "infer_runs": infer_runs,
+            "call_overhead": overhead}
+
+
+def _call_overhead(tf, xd, device, steps):
+    """TensorFlow's fixed cost of calling a tf.function on the device, measured as the
+    inference step is (N calls, one read at the end): a function that returns its input
+    (no kernel), one that adds a constant (one kernel), and one of 10 chained adds (fusion
+    makes them one kernel)."""
+    fns = {
+        "identity": tf.function(lambda v: tf.identity(v)),
+        "add1": tf.function(lambda v: v + 1.0),
+        "add10": tf.function(lambda v: v + 1.0 + 2.0 + 3.0 + 4.0 + 5.0 + 6.0 + 7.0 + 8.0 + 9.0 + 10.0),
+    }
+    out = {}
+    with tf.device(device):
+        for k, f in fns.items():
+            for _ in range(5):
+                f(xd)
+            f(xd).numpy()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                o = f(xd)
+            o.numpy()
+            out[k] = (time.perf_counter() - t0) / steps * 1e3
+    print("   tf.function call on " + device + ", ms/call: "
+          + ", ".join(f"{k} {v:.4f}" for k, v in out.items()), flush=True)
+    return out
+
+
+def _infer_budget(infer, xd, name, device, batch, steps, reps):
+    """The inference step as measure() times it (N calls of the tf.function, one `.numpy()` of
+    the last), with the same per-call breakdown: wall, CPU by thread group, plugin counters."""
+    import threading
+
+    runs = []
+    for _ in range(3):
+        infer(xd)
+    infer(xd).numpy()
+    for _ in range(reps):
+        main_tid = threading.main_thread().native_id
+        c0, th0 = _plugin_counters(), _threads()
+        t0 = time.perf_counter()
+        calls = 0.0
+        for _ in range(steps):
+            t = time.perf_counter()
+            out = infer(xd)
+            calls += time.perf_counter() - t
+        t = time.perf_counter()
+        out.numpy()
+        last_read = time.perf_counter() - t
+        wall = (time.perf_counter() - t0) / steps * 1e3
+        th1, c1 = _threads(), _plugin_counters()
+        py_tids = {t.native_id for t in threading.enumerate()}
+        cpu = {}
+        for tid, (tname, sec) in th1.items():
+            g = _group(tid, tname, main_tid, py_tids)
+            cpu[g] = cpu.get(g, 0.0) + (sec - th0.get(tid, (tname, 0.0))[1]) / steps * 1e3
+        r = {"wall_ms": wall, "call_ms": calls / steps * 1e3, "final_read_ms": last_read * 1e3,
+             "cpu_ms": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])}}
+        if c0 is not None and c1 is not None:
+            r["per_step"] = {k: round((c1[k] - c0.get(k, 0)) / steps, 3) for k in c1}
+        runs.append(r)
+        print(f"{name} {device} batch {batch} infer: {wall:.3f} ms/call (in the call {r['call_ms']:.3f}; "
+              f"final read {r['final_read_ms']:.2f} ms once); CPU ms/call "
+              + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms"].items() if v >= 0.005), flush=True)
+        if "per_step" in r:
+            ps = r["per_step"]
+            print("   per call: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
+    return runs
 
 
 def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
@@ -276,7 +353,8 @@ def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
             if "per_step" in r:
                 ps = r["per_step"]
                 print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
-                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
+                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.startswith("se.") and k.endswith("wall_us") and v)
+                      + "; h2d wall us/step: " + ", ".join(f"{k[4:-8]} {v:.1f}" for k, v in ps.items() if k.startswith("h2d.") and k.endswith("wall_us")), flush=True)
     return runs
 
 

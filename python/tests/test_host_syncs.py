@@ -133,3 +133,146 @@ def test_copy_events_complete_when_recorded(tf):
     polled = s1["get_event_status"]["calls"] - s0["get_event_status"]["calls"]
     assert recorded >= 6, (recorded, polled)
     assert polled <= recorded, (recorded, polled)
+
+
+# ---- TensorFlow's Device::Sync without waiting for the GPU (TFWGPU_SYNC) ----
+
+def _opt_flag(tf):
+    """A `has_value()` flag as Keras fit reads it every step: its read is TensorFlow's device
+    sync followed by a copy that the runtime's host mirror answers (no read of the device)."""
+    with tf.device("/GPU:0"):
+        return tf.experimental.Optional.from_value(tf.constant([1.0]))
+
+
+def test_sync_mode_default_is_ordered(tf):
+    assert tensorflow_wgpu.stats()["sync"]["mode"] == "ordered"
+
+
+def test_values_read_after_an_ordered_sync_are_the_new_values(tf):
+    """TensorFlow syncs the device before every read of an eager tensor; the sync no longer
+    waits for the GPU, the copy does: each value read is the one the last step wrote, also for a
+    variable updated on the device every step and read right after a flag that answers from
+    the host."""
+    rng = np.random.default_rng(7)
+    w0 = rng.standard_normal((96, 96)).astype(np.float32) * 0.1
+    xs = [rng.standard_normal((64, 96)).astype(np.float32) for _ in range(6)]
+    opt = _opt_flag(tf)
+    with tf.device("/GPU:0"):
+        w = tf.Variable(w0)
+        acc = tf.Variable(np.zeros((96,), np.float32))
+
+        @tf.function
+        def step(x):
+            h = x
+            for _ in range(4):  # enough GPU work to be still queued at the sync
+                h = tf.tanh(tf.matmul(h, w))
+            acc.assign_add(tf.reduce_sum(h, axis=0))
+            w.assign_sub(0.01 * tf.matmul(x, h, transpose_a=True) / 64.0)
+            return tf.reduce_mean(h)
+
+        want_w, want_acc = w0.astype(np.float64), np.zeros((96,))
+        s0 = tensorflow_wgpu.stats()
+        for x in xs:
+            loss = step(tf.constant(x))
+            assert bool(opt.has_value())  # a device sync (ordered), answered from the host
+            h = x.astype(np.float64)
+            for _ in range(4):
+                h = np.tanh(h @ want_w)
+            want_acc = want_acc + h.sum(axis=0)
+            want_w = want_w - 0.01 * (x.T @ h) / 64.0
+            np.testing.assert_allclose(loss.numpy(), h.mean(), rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(acc.numpy(), want_acc, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(w.numpy(), want_w, rtol=1e-4, atol=1e-5)
+        s1 = tensorflow_wgpu.stats()
+    syncs = (s1["stream_executor"]["synchronize_all_activity"]["calls"]
+             - s0["stream_executor"]["synchronize_all_activity"]["calls"])
+    assert syncs >= 4 * len(xs), syncs
+
+
+def test_memory_freed_after_an_ordered_sync_is_reused_intact(tf):
+    """A sync returns while the step's kernels are still queued; TensorFlow then frees their
+    tensors and its allocator hands the same memory to the next tensors at once (the host's
+    upload of new data, the next kernels). On the one in-order queue the queued kernels still
+    read and write what they were given: every result is exact."""
+    rng = np.random.default_rng(11)
+    n = 48 * 1024  # 192 KiB: above the direct-upload threshold and below it, both paths
+    opt = _opt_flag(tf)
+    results = []
+    with tf.device("/GPU:0"):
+        @tf.function
+        def work(a):
+            h = a
+            for _ in range(6):
+                h = h * 1.5 + 1.0
+            return h, tf.reduce_sum(h)
+
+        for i in range(8):
+            size = n if i % 2 else 4096
+            x = rng.integers(-8, 8, size).astype(np.float32)
+            a = tf.identity(tf.constant(x))
+            h, s = work(a)
+            assert bool(opt.has_value())  # ordered sync: h and s may still be queued
+            del a  # freed now; the next upload can take its memory
+            y = rng.integers(-8, 8, size).astype(np.float32)
+            b = tf.identity(tf.constant(y))
+            c = b * 3.0
+            results.append((x, y, h, s, c))
+        for x, y, h, s, c in results:
+            want = x.astype(np.float64)
+            for _ in range(6):
+                want = want * 1.5 + 1.0
+            np.testing.assert_array_equal(h.numpy(), want.astype(np.float32))
+            np.testing.assert_allclose(s.numpy(), want.sum(), rtol=1e-5)
+            np.testing.assert_array_equal(c.numpy(), y * 3.0)
+
+
+_LOSS_SCRIPT = r"""
+import ctypes, sys, time
+import numpy as np
+import tensorflow as tf
+import tensorflow_wgpu
+
+lib = tensorflow_wgpu._plugin()
+with tf.device("/GPU:0"):
+    opt = tf.experimental.Optional.from_value(tf.constant([1.0]))
+    w = tf.Variable(np.ones((64, 64), np.float32))
+
+    @tf.function
+    def step():
+        h = tf.matmul(w, w)
+        w.assign(h / 64.0)
+        return tf.reduce_sum(h)
+
+    assert step().numpy() == 64.0 ** 3
+    print("mode", tensorflow_wgpu.stats()["sync"]["mode"], flush=True)
+    step()
+    time.sleep(0.5)  # TensorFlow's EventMgr has taken the step's events (an event in error is fatal to it)
+    assert lib.tfwgpu_test_lose_device(0) == 0
+    try:
+        w.numpy()  # TensorHandle::CopyToDevice: Device::Sync, then the copy
+        print("read NO ERROR", flush=True)
+    except Exception as e:  # the error TensorFlow raises
+        print("read ERROR", type(e).__name__, str(e).splitlines()[0][:200], flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["ordered", "completed"])
+def test_device_errors_surface_at_the_sync(tf, mode, tmp_path):
+    """A device lost after a step (the test hook destroys the wgpu device) surfaces as an error
+    at the next read of a device tensor (TensorFlow's Device::Sync, then the copy), the same
+    whether the sync waits for the GPU or not: no stale value is returned. (An event that
+    reports an error is fatal to TensorFlow's EventMgr, device_event_mgr.cc "Unexpected Event
+    status", on CUDA too: the script lets the step's events be consumed first.)"""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "lose.py"
+    script.write_text(_LOSS_SCRIPT)
+    env = dict(os.environ, TFWGPU_TEST_HOOKS="1", TFWGPU_SYNC=mode)
+    p = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    out = p.stdout
+    assert f"mode {mode}" in out, (out, p.stderr[-3000:])
+    assert "read ERROR" in out and "device lost" in out, (out, p.stderr[-3000:])
+    assert "NO ERROR" not in out, out

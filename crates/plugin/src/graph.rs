@@ -20,6 +20,7 @@ use crate::status::guard;
 
 pub mod apply;
 pub mod fusion;
+pub mod pin;
 
 /// Appends a protobuf varint.
 pub(crate) fn varint(mut v: u64, out: &mut Vec<u8>) {
@@ -521,6 +522,12 @@ unsafe extern "C" fn optimize(
             dump("preserve", list.join("\n").as_bytes());
         }
         let mut cur: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(graph);
+        // Keras's seed arithmetic to the host (its seed is read by the host every step).
+        if pin::enabled()
+            && let Some(g) = pin::pin_seed_chains(&cur)?
+        {
+            cur = g.into();
+        }
         // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
         // read by the variable's AssignAdd, whose read must not wait for m's read), and after
         // it (Adam's m and v are AssignAdds, then read by the variable's update).

@@ -88,3 +88,20 @@ pub extern "C" fn tfwgpu_tf_version() -> *const std::os::raw::c_char {
     V.get_or_init(|| std::ffi::CString::new(tfwgpu_sys::TF_VERSION).unwrap_or_default())
         .as_ptr()
 }
+
+/// Test hook: destroys device `ordinal`'s wgpu device, as a driver reset would lose it, so that
+/// tests can check that the loss surfaces as a TensorFlow error (python/tests/test_host_syncs.py,
+/// in a child process). Does nothing and returns -1 unless `TFWGPU_TEST_HOOKS=1`.
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_test_lose_device(ordinal: i32) -> i32 {
+    if std::env::var("TFWGPU_TEST_HOOKS").map_or(true, |v| v.trim() != "1") {
+        return -1;
+    }
+    match device(ordinal) {
+        Some(d) => {
+            d.exec().device().destroy();
+            0
+        }
+        None => -1,
+    }
+}

@@ -472,8 +472,108 @@ unsafe extern "C" fn synchronize_all_activity(
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
         }
         crossdev::wait_all(ordinal(device))?;
-        dev(device)?.synchronize()
+        let d = dev(device)?;
+        match sync_mode() {
+            SyncMode::Completed => d.synchronize(),
+            SyncMode::Ordered => ordered_sync(ordinal(device), d),
+        }
     })
+}
+
+/// How `synchronize_all_activity` (TensorFlow's `Device::Sync`, i.e.
+/// `PluggableDeviceUtil::SyncAll`) waits: `TFWGPU_SYNC=completed` for all the GPU work recorded
+/// so far (a CUDA device's meaning), `ordered` (the default) only for it to be submitted.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SyncMode {
+    Completed,
+    Ordered,
+}
+
+/// `TFWGPU_SYNC`, read once.
+pub fn sync_mode() -> SyncMode {
+    static MODE: OnceLock<SyncMode> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("TFWGPU_SYNC") {
+        Ok(v) if v.trim() == "completed" => SyncMode::Completed,
+        _ => SyncMode::Ordered,
+    })
+}
+
+/// How many syncs back an ordered sync waits for (`TFWGPU_SYNC_DEPTH`, default 2, at least 1):
+/// the host runs at most that many sync intervals ahead of the GPU. A Keras training step syncs
+/// twice (the loop's `has_value()` on the main thread, the loss on the callbacks' thread,
+/// which may come late): depth 1 made a step wait for the loss sync just before it.
+fn sync_depth() -> usize {
+    static D: OnceLock<usize> = OnceLock::new();
+    *D.get_or_init(|| {
+        std::env::var("TFWGPU_SYNC_DEPTH")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(2)
+            .clamp(1, 64)
+    })
+}
+
+/// Per device: the batch ids the last `sync_depth()` ordered syncs submitted up to, oldest
+/// first.
+fn previous_syncs(ordinal: i32) -> Option<&'static Mutex<std::collections::VecDeque<u64>>> {
+    static PREV: OnceLock<Vec<Mutex<std::collections::VecDeque<u64>>>> = OnceLock::new();
+    let v = PREV.get_or_init(|| {
+        let n = crate::runtime().map_or(0, |rt| rt.devices.len());
+        (0..n).map(|_| Mutex::new(Default::default())).collect()
+    });
+    v.get(usize::try_from(ordinal).ok()?)
+}
+
+/// A device sync that submits everything recorded but does not wait for the GPU to run it.
+///
+/// What TensorFlow 2.21 does after `Device::Sync` on a PluggableDevice, and why none of it
+/// needs the GPU to have finished here:
+/// - `TensorHandle::CopyToDevice` (eager/tensor_handle.cc: `TF_RETURN_IF_ERROR(srcd->Sync())`,
+///   then `CopyTensor::ViaDMA`): every read of an eager tensor off the device (`.numpy()`,
+///   `bool()`, Keras fit's `has_value()` flag and its loss every step) and every eager copy to
+///   another device. The sync exists for CUDA's separate compute / host-to-device /
+///   device-to-host streams (its own comment says so). The copy that follows is our
+///   `memcpy_dtoh`, which waits for the bytes it reads (a read is ordered after all recorded
+///   work; the host mirror answers only bytes nothing on the device has written since), or a
+///   `memcpy_dtod` to another tfwgpu device (`crossdev`: it reads the source the same way).
+/// - `ExecutorState::Finish` with `sync_on_finish` (DirectSession and distributed GraphMgr
+///   steps; not eager functions): "control is not returned to the user until the step (and
+///   its side-effects) has actually completed". The side effects are device memory, which the
+///   host sees only through a copy, which waits as above; later steps are recorded behind them
+///   on the one in-order queue.
+/// - Freeing memory after a sync: TensorFlow's BFC allocator reuses a freed chunk at once and
+///   relies on stream order, which the one queue gives (uploads into reused memory are recorded
+///   behind earlier kernels: the open batch is submitted before a staged upload); the runtime's
+///   allocator itself reuses a range only once the GPU has completed the batch that freed it.
+/// - Host memory: nothing of ours holds a host pointer after the call returns (uploads are
+///   staged in `memcpy_htod`, reads complete in `memcpy_dtoh`), so freeing pinned host buffers
+///   after a sync is safe.
+/// - Errors: the submit checks the sticky device-lost / uncaptured error state, and every read,
+///   event, host callback and the next sync check it again.
+///
+/// `SyncDevice` (tf.test.experimental.sync_devices) is a no-op kernel on DEVICE_DEFAULT, and
+/// `BlockHostUntilDone` (`sync_every_op`, `PluggableDeviceUtil::Sync`) still waits.
+///
+/// Bound on running ahead: each sync waits for the work the device's sync `sync_depth()` syncs
+/// back submitted (`TFWGPU_SYNC_DEPTH`, default 2: a Keras training step syncs twice), so a
+/// GPU-bound loop cannot queue staging buffers without end.
+fn ordered_sync(ordinal: i32, d: &Device) -> Result<()> {
+    let exec = d.exec();
+    let now = exec.flush()?;
+    // The id `sync_depth()` syncs back (none until that many syncs ran).
+    let back = previous_syncs(ordinal).and_then(|q| {
+        let mut q = q.lock().ok()?;
+        q.push_back(now);
+        (q.len() > sync_depth()).then(|| q.pop_front()).flatten()
+    });
+    if let Some(back) = back
+        && back > 0
+        && exec.completed() < back.min(now)
+    {
+        crate::stats::sync_wait();
+        exec.wait(back.min(now))?;
+    }
+    exec.check()
 }
 
 // ---- copies and fills ----
@@ -550,7 +650,10 @@ unsafe extern "C" fn sync_memcpy_htod(
         // A tail of 1-3 bytes (a bool scalar: Keras fit's `has_value()` flag crosses to the
         // device every step) is written by a byte-masked fill inside `Device::write`, without
         // reading the word back (that read waited for all the GPU work recorded before).
-        dev(device)?.write(dst, data)
+        let t0 = std::time::Instant::now();
+        let r = dev(device)?.write(dst, data);
+        crate::stats::h2d_wall(size, t0.elapsed().as_nanos() as u64);
+        r
     })
 }
 

@@ -15,6 +15,12 @@ static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 static D2D: AtomicU64 = AtomicU64::new(0);
 static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
+static SYNC_WAITS: AtomicU64 = AtomicU64::new(0);
+/// Host-to-device copies below / from [`H2D_LARGE`] bytes: count and wall ns inside the write.
+static H2D_SPLIT: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// The size from which a host-to-device copy counts as large (the runtime's default direct
+/// upload threshold).
+pub const H2D_LARGE: u64 = 64 * 1024;
 /// Stream-executor calls TensorFlow makes into the plugin (`SE_InitPlugin`'s functions), counted
 /// with the wall time spent inside each: where a training step's host syncs and event traffic
 /// come from. The `SeCall` discriminant indexes `SE_CALLS`/`SE_NS`.
@@ -98,10 +104,23 @@ pub fn h2d(bytes: u64) {
     H2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// Charges `ns` of wall time inside a host-to-device copy of `bytes` to its size class.
+pub fn h2d_wall(bytes: u64, ns: u64) {
+    let k = if bytes >= H2D_LARGE { 2 } else { 0 };
+    H2D_SPLIT[k].fetch_add(1, Ordering::Relaxed);
+    H2D_SPLIT[k + 1].fetch_add(ns, Ordering::Relaxed);
+}
+
 /// Counts a copy between two tfwgpu devices.
 pub fn d2d(bytes: u64) {
     D2D.fetch_add(1, Ordering::Relaxed);
     D2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Counts an ordered device sync that had to wait for the GPU (its previous sync's work was
+/// not done yet: the host was a sync interval ahead).
+pub fn sync_wait() {
+    SYNC_WAITS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// The counters as JSON.
@@ -112,9 +131,21 @@ pub fn json() -> String {
         "gpu_ops": ops,
         "host_ops": host,
         "device_to_host": {"copies": D2H.load(Ordering::Relaxed), "bytes": D2H_BYTES.load(Ordering::Relaxed)},
-        "host_to_device": {"copies": H2D.load(Ordering::Relaxed), "bytes": H2D_BYTES.load(Ordering::Relaxed)},
+        "host_to_device": {
+            "copies": H2D.load(Ordering::Relaxed),
+            "bytes": H2D_BYTES.load(Ordering::Relaxed),
+            "small": {"copies": H2D_SPLIT[0].load(Ordering::Relaxed), "wall_us": H2D_SPLIT[1].load(Ordering::Relaxed) as f64 / 1e3},
+            "large": {"copies": H2D_SPLIT[2].load(Ordering::Relaxed), "wall_us": H2D_SPLIT[3].load(Ordering::Relaxed) as f64 / 1e3},
+        },
         "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
         "stream_executor": se_json(),
+        "sync": {
+            "mode": match crate::se::sync_mode() {
+                crate::se::SyncMode::Completed => "completed",
+                crate::se::SyncMode::Ordered => "ordered",
+            },
+            "gpu_waits": SYNC_WAITS.load(Ordering::Relaxed),
+        },
         "runtime": runtime_json(),
     })
     .to_string()

@@ -59,6 +59,13 @@ pub struct ExecConfig {
     /// Submit a large upload's staging copy at once (`TFWGPU_UPLOAD_SUBMIT`, default on; 0:
     /// off), instead of with the next batch. See [`ExecutionContext::upload`].
     pub upload_submit: bool,
+    /// Uploads of at most this many bytes (`TFWGPU_ARENA_UPLOAD_BYTES`, default 16 KiB; 0:
+    /// none) are appended to the open batch's uniform arena, which the batch's submit writes
+    /// to the GPU before its commands run, and copied from there in order: no staging buffer
+    /// is created for them (a buffer mapped at creation per upload: a driver allocation, a
+    /// zero-fill and a map for the few bytes of a label batch, a seed, a random key). See
+    /// [`ExecutionContext::upload`].
+    pub arena_upload_bytes: u64,
     /// How long a host waiting for the GPU ([`ExecutionContext::wait`]: reads, host syncs)
     /// polls for completion before it blocks in the driver (`TFWGPU_SPIN_US`, microseconds;
     /// 0: block at once; `None`: [`DEFAULT_SPIN`] on a GPU, 0 on a CPU adapter, whose
@@ -83,6 +90,7 @@ impl Default for ExecConfig {
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
             upload_submit: true,
+            arena_upload_bytes: 16 << 10,
             spin: None,
         }
     }
@@ -91,7 +99,8 @@ impl Default for ExecConfig {
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
     /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE`,
-    /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT` and `TFWGPU_SPIN_US`.
+    /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT`, `TFWGPU_ARENA_UPLOAD_BYTES` and
+    /// `TFWGPU_SPIN_US`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
         if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
@@ -117,6 +126,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u64>("TFWGPU_UPLOAD_SUBMIT") {
             c.upload_submit = n != 0;
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_ARENA_UPLOAD_BYTES") {
+            c.arena_upload_bytes = n.min(ARENA_SIZE / 4);
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_SPIN_US") {
             c.spin = Some(Duration::from_micros(us));
@@ -422,7 +434,10 @@ impl ExecutionContext {
         let uniform_buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu uniforms"),
             size: ARENA_SIZE,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            // COPY_SRC: small uploads are copied out of it (`ExecConfig::arena_upload_bytes`).
+            usage: wgpu::BufferUsages::UNIFORM
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
         let ctx = Arc::new(ExecutionContext {
@@ -946,6 +961,9 @@ impl ExecutionContext {
             self.stats.lock().uploads += 1;
             return self.check();
         }
+        if size <= self.cfg.arena_upload_bytes {
+            return self.upload_via_arena(dst, offset, data);
+        }
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu upload"),
             size,
@@ -963,6 +981,36 @@ impl ExecutionContext {
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
+    }
+
+    /// A small upload through the open batch's uniform arena: the bytes are appended to the
+    /// arena (which `submit_locked` writes to the uniform buffer before the batch's commands
+    /// run) and a copy from there to `dst` is recorded in order, like any copy. A full arena
+    /// submits the batch first.
+    fn upload_via_arena(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let size = data.len() as u64;
+        let mut b = self.batch.lock();
+        if Self::timing_full(&b) {
+            self.submit_locked(&mut b)?;
+        }
+        let mut at = (b.uniforms.len() as u64).next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT);
+        if at + size > ARENA_SIZE {
+            self.submit_locked(&mut b)?;
+            at = 0;
+        }
+        self.begin(&mut b);
+        b.pass = None;
+        b.uniforms.resize(at as usize, 0);
+        b.uniforms.extend_from_slice(data);
+        let batch = &mut *b;
+        let enc = batch.encoder.as_mut().expect("encoder begun");
+        enc.copy_buffer_to_buffer(&self.uniform_buffer, at, dst, offset, size);
+        {
+            let mut st = self.stats.lock();
+            st.uploads += 1;
+            st.copies += 1;
+        }
+        self.after_record(b)
     }
 
     /// Submits the current batch (if it holds anything); returns the id up to which all recorded

@@ -987,3 +987,53 @@ fn writes_of_any_length_keep_the_other_bytes_of_their_last_word() {
     want[16..22].copy_from_slice(&[5, 6, 7, 8, 9, 10]);
     assert_eq!(d.read(a, 32).unwrap(), want);
 }
+
+#[test]
+fn small_uploads_through_the_arena_keep_their_order_and_bytes() {
+    // Uploads of at most `arena_upload_bytes` go through the batch's uniform arena: between
+    // dispatches (whose params share the arena), on both sides of the size limit, several per
+    // batch and across batches, each lands where and when it was recorded.
+    let rt = manual_batching(0);
+    let d = rt.device();
+    let sizes = [1usize, 3, 4, 64, 1000, 4096, 4097, 20000];
+    for round in 0..3u32 {
+        let mut outs = vec![];
+        for (k, &n) in sizes.iter().enumerate() {
+            let t = d.empty(tfwgpu_runtime::DType::F32, &[n]).unwrap();
+            let first: Vec<f32> = (0..n)
+                .map(|i| (i as u32 + round * 7 + k as u32) as f32)
+                .collect();
+            let bytes: Vec<u8> = first.iter().flat_map(|v| v.to_le_bytes()).collect();
+            d.write(t.addr(), &bytes).unwrap();
+            let neg1 = d.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
+            // Overwrite right after: the Neg before must still see the first bytes.
+            let second: Vec<f32> = first.iter().map(|v| v * 3.0 + 1.0).collect();
+            let bytes: Vec<u8> = second.iter().flat_map(|v| v.to_le_bytes()).collect();
+            d.write(t.addr(), &bytes).unwrap();
+            let neg2 = d.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
+            outs.push((t, neg1, neg2, first, second));
+        }
+        for (k, (t, n1, n2, first, second)) in outs.iter().enumerate() {
+            let w1: Vec<f32> = first.iter().map(|v| -v).collect();
+            let w2: Vec<f32> = second.iter().map(|v| -v).collect();
+            assert_eq!(
+                n1[0].download::<f32>().unwrap(),
+                w1,
+                "round {round}, size {}",
+                sizes[k]
+            );
+            assert_eq!(
+                n2[0].download::<f32>().unwrap(),
+                w2,
+                "round {round}, size {}",
+                sizes[k]
+            );
+            assert_eq!(
+                &t.download::<f32>().unwrap(),
+                second,
+                "round {round}, size {}",
+                sizes[k]
+            );
+        }
+    }
+}

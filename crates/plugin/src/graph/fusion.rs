@@ -178,7 +178,11 @@ fn fusible(n: &Node) -> Option<u64> {
 }
 
 /// The values of an integer Const node (int32 or int64 `value`), if `name` is one.
-fn const_ints(nodes: &[Node], by_name: &HashMap<&str, usize>, input: &str) -> Option<Vec<i64>> {
+pub(super) fn const_ints(
+    nodes: &[Node],
+    by_name: &HashMap<&str, usize>,
+    input: &str,
+) -> Option<Vec<i64>> {
     let (name, port) = source(input);
     let n = &nodes[*by_name.get(name)?];
     if n.op != "Const" || port != 0 {
