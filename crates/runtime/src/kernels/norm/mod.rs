@@ -55,6 +55,9 @@ const STATS_WGSL: &str = include_str!("stats.wgsl");
 const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
+const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
+const RESULTS_FWD: &str = include_str!("results_fwd.wgsl");
+const RESULTS_GRAD: &str = include_str!("results_grad.wgsl");
 
 const V1_DTYPES: &[DType] = &[DType::F32];
 const DTYPES: &[DType] = &[DType::F32, DType::F16];
@@ -67,6 +70,13 @@ const PER_THREAD: usize = 16;
 const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
 const ROWS: usize = 8;
+/// Invocations per workgroup of `onepass.wgsl`.
+const OWG: usize = 512;
+/// Most rows of a channel one invocation of `onepass.wgsl` folds.
+const ONEPASS_ROWS: usize = 64;
+/// Workgroups `onepass.wgsl` aims at (about two per SM on a 132-SM GPU): channel quads per
+/// workgroup halve from 8 until the grid has at least this many.
+const ONEPASS_GROUPS: usize = 256;
 /// f32 NaN bits.
 const NAN_BITS: u32 = 0x7fc0_0000;
 
@@ -425,7 +435,16 @@ fn finalize_shader(direct: bool) -> String {
 @group(0) @binding(8) var<storage, read_write> o1: array<f32>;
 @group(0) @binding(9) var<storage, read_write> o2: array<f32>;
 @group(0) @binding(10) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o4: array<f32>;",
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return vec4<f32>(0.0);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_train(ch, b, c);
+}
+fn put_space3() {
+    o4[0] = 0.0;
+}",
             "    if row == 0u && ch == 0u && p.n == 1u {
         o4[0] = 0.0;
     }
@@ -448,6 +467,119 @@ fn finalize_shader(direct: bool) -> String {
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$DIRECT_DECLS", decls)
         .replace("$DIRECT_PUT", put)
+        .replace("$RESULTS", &format!("{RESULTS_FWD}\n{RESULTS_GRAD}"))
+}
+
+/// `onepass.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
+fn onepass_shader(grad: bool) -> String {
+    let (decls, put_out, results) = if grad {
+        (
+            "@group(0) @binding(1) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(3) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_grad(ch, b, c);
+}
+fn put_space3() {}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        }",
+            RESULTS_GRAD,
+        )
+    } else {
+        (
+            "@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> offset: array<f32>;
+@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return vec4<f32>(0.0);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_train(ch, b, c);
+}
+fn put_space3() {
+    o4[0] = 0.0;
+}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        } else if row == 2u {
+            o2[ch] = v;
+        } else {
+            o3[ch] = v;
+        }",
+            RESULTS_FWD,
+        )
+    };
+    ONEPASS_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$DECLS", decls)
+        .replace("$GRAD", if grad { "true" } else { "false" })
+        .replace("$WGS", &OWG.to_string())
+        .replace("$PUT_OUT", put_out)
+        .replace("$RESULTS", results)
+}
+
+/// Channel quads per workgroup of `onepass.wgsl` for a training batch norm (forward or
+/// gradient) of `plan`, or None where it does not apply: the vec4 layout (NHWC, C % 4 == 0),
+/// at most ONEPASS_ROWS rows per invocation, a device with 512-invocation workgroups, their
+/// shared memory and the storage bindings. `TFWGPU_NORM_ONEPASS=0` turns it off and
+/// `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per workgroup (measurements).
+fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType) -> Option<usize> {
+    let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+    if env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "0") {
+        return None;
+    }
+    let l = ctx.limits();
+    // sa (f32), sb and sc (vec4) per invocation, cf.
+    let shared = OWG * 36 + 128 * 4;
+    if !plan.vec4_stats(ctx, dtype)
+        || plan.rest == 0
+        || plan.c == 0
+        || (l.max_compute_invocations_per_workgroup as usize) < OWG
+        || (l.max_compute_workgroup_size_x as usize) < OWG
+        || (l.max_compute_workgroup_storage_size as usize) < shared
+        || !finalize_direct(ctx)
+    {
+        return None;
+    }
+    let quads = plan.c / 4;
+    let forced = env("TFWGPU_NORM_ONEPASS_TC")
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|t| matches!(t, 1 | 2 | 4 | 8));
+    let mut tc = match forced {
+        Some(t) => t,
+        None => {
+            let mut tc = 8;
+            while tc > 1 && quads / tc < ONEPASS_GROUPS {
+                tc /= 2;
+            }
+            tc
+        }
+    };
+    while tc > 1 && plan.rest > ONEPASS_ROWS * (OWG / tc) {
+        tc /= 2;
+    }
+    (plan.rest <= ONEPASS_ROWS * (OWG / tc)).then_some(tc)
 }
 
 fn apply_shader(dtype: DType) -> String {
@@ -689,6 +821,56 @@ impl Run<'_> {
         )
     }
 
+    /// A whole training batch norm in one dispatch of `onepass.wgsl` with `tc` channel quads
+    /// per workgroup: `ins` are the forward's (x, scale, offset, mean, variance) or the
+    /// gradient's (dy, x, scale, reserve_space_1, reserve_space_2); `outs[0]` is y or
+    /// x_backprop, `outs[1..]` the [C] outputs (4 forward, 2 gradient); `space3` V3's
+    /// reserve_space_3.
+    fn onepass(
+        &self,
+        tc: usize,
+        grad: bool,
+        ins: &[BufferRange],
+        outs: &[DeviceRef],
+        space3: Option<&DeviceRef>,
+        name: &str,
+    ) -> Result<()> {
+        let ctx = self.ctx;
+        let dtype = self.dtype;
+        let (hw, suffix) = vec4_hw(ctx, dtype)?;
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "norm",
+                Some(dtype),
+                format!("onepass{}/vec4{suffix}", if grad { "_grad" } else { "" }),
+            ),
+            || crate::kernels::membound_shader(vec4_io(onepass_shader(grad), dtype, hw)),
+        )?;
+        let plan = Plan { tc, ..self.plan };
+        let (grid, gx) = groups(name, (plan.c / 4).div_ceil(tc))?;
+        let small = outs.len() - 1;
+        let params = plan.params(
+            0,
+            space3.is_some() as usize,
+            small as u32,
+            gx,
+            if grad { 2 } else { 0 },
+            self.factor,
+            self.eps,
+        );
+        let mut b: Vec<BufferRange> = ins.to_vec();
+        for o in outs {
+            b.push(bind_out(ctx, name, o)?);
+        }
+        if !grad {
+            b.push(match space3 {
+                Some(o) => bind_out(ctx, name, o)?,
+                None => ctx.temp(4)?,
+            });
+        }
+        ctx.dispatch(&pipeline, &params, &b, grid)
+    }
+
     /// Copies rows 0.. of `res` to the float32 [c] outputs `outs` (at most 4), in one
     /// dispatch (four buffer copies ended the compute pass four times).
     fn copy_rows(&self, res: &BufferRange, outs: &[DeviceRef], name: &str) -> Result<()> {
@@ -910,6 +1092,19 @@ impl Kernel for BatchNorm {
         };
         let x = dev(0)?;
         let (scale, offset, mean, var) = (dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        if self.a.training
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype)
+        {
+            // Implies finalize_direct: reserve_space_3 is the shader's to write.
+            return run.onepass(
+                tc,
+                false,
+                &[x, scale, offset, mean, var],
+                &outputs[..5],
+                space3,
+                name,
+            );
+        }
         let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
         let res = if self.a.training {
             let part = run.stats(&x, None, None)?;
@@ -1001,6 +1196,18 @@ impl Kernel for BatchNormGrad {
             factor: None,
         };
         let (dy, x, scale, mean, var) = (dev(0)?, dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        if self.a.training
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype)
+        {
+            return run.onepass(
+                tc,
+                true,
+                &[dy, x, scale, mean, var],
+                &outputs[..3],
+                None,
+                name,
+            );
+        }
         let part = run.stats(&x, Some(&dy), Some(&mean))?;
         let mode = if self.a.training { 2 } else { 3 };
         let res = run.finalize(

@@ -1,0 +1,236 @@
+// Training batch norm (forward or gradient) in ONE dispatch, for float32 or float16 with the
+// channel innermost (NHWC), C % 4 == 0 and few rows per channel (p.rest <= 64 * lanes): a
+// workgroup of WGS invocations owns p.tc channel quads completely (every one of their p.rest
+// rows), so it needs no other workgroup's partials:
+//   1. statistics: invocation t takes quad t % p.tc and every lanes-th row (lanes = WGS / p.tc,
+//      at most 64 rows), four rows per loop iteration with all loads before any fold, as
+//      stats_vec4.wgsl; a tree in shared memory combines the lanes (Chan's formula forward,
+//      sums for the gradient);
+//   2. the quad's lane-0 invocation computes the per-channel results (results_fwd.wgsl /
+//      results_grad.wgsl, the same code finalize.wgsl runs), writes the [C] outputs and keeps
+//      the coefficients (rows 4..7) in shared memory;
+//   3. apply: every invocation re-reads its own rows (from L2: a workgroup's rows were read
+//      microseconds before) and writes y or x_backprop, two rows per iteration, loads before
+//      stores. Each invocation writes only the elements it read itself, after the barrier
+//      that ends step 1, so the output may alias an input.
+// p.tc <= 8 (so 32 channels per workgroup), p.groups_x = workgroups along x.
+// Placeholders: NORM_COMMON, DECLS (bindings, and the functions `ldy` (a dy load, 0 forward),
+// `results` (results_train or results_grad), `put_space3` (V3's reserve_space_3 forward)),
+// GRAD, WGS, PUT_OUT (the [C] outputs), RESULTS, XT and LD (vec4_io), COMMON.
+$NORM_COMMON
+$DECLS
+
+const GRAD: bool = $GRAD;
+const WGS: u32 = $WGSu;
+
+$COMMON
+
+$LD
+
+var<workgroup> sa: array<f32, WGS>;
+var<workgroup> sb: array<vec4<f32>, WGS>;
+var<workgroup> sc: array<vec4<f32>, WGS>;
+// Rows 4..7 of the results for the workgroup's (at most 32) channels: cf[(row - 4) * 32 + l].
+var<workgroup> cf: array<f32, 128>;
+// First channel of this workgroup.
+var<private> ch_base: u32;
+
+// Folds slot k into slot i.
+fn combine(i: u32, k: u32) {
+    if GRAD {
+        sb[i] = sb[i] + sb[k];
+        sc[i] = sc[i] + sc[k];
+        return;
+    }
+    let na = sa[i];
+    let nb = sa[k];
+    if nb == 0.0 {
+        return;
+    }
+    if na == 0.0 {
+        sa[i] = nb;
+        sb[i] = sb[k];
+        sc[i] = sc[k];
+        return;
+    }
+    let n = na + nb;
+    let d = sb[k] - sb[i];
+    sb[i] = sb[i] + d * (nb / n);
+    sc[i] = sc[i] + sc[k] + d * d * (na * (nb / n));
+    sa[i] = n;
+}
+
+// Row `row` of channel ch's results: rows below p.words to the op's [C] outputs, rows 4..7
+// to shared memory for the apply step.
+fn put(row: u32, ch: u32, v: f32) {
+    if row >= 4u {
+        cf[(row - 4u) * 32u + (ch - ch_base)] = v;
+    } else if row < p.words {
+$PUT_OUT
+    }
+}
+
+$RESULTS
+
+fn coef(row: u32, l: u32) -> vec4<f32> {
+    let k = (row - 4u) * 32u + 4u * l;
+    return vec4<f32>(cf[k], cf[k + 1u], cf[k + 2u], cf[k + 3u]);
+}
+
+@compute @workgroup_size(WGS)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
+    let g = wid.y * p.groups_x + wid.x;
+    let quads = p.c / 4u;
+    let tiles = (quads + p.tc - 1u) / p.tc;
+    if g >= tiles {
+        return;
+    }
+    ch_base = 4u * g * p.tc;
+    let lanes = WGS / p.tc;
+    let lane = t / p.tc;
+    let l = t % p.tc;
+    let q = g * p.tc + l;
+    let valid = q < quads;
+    let end = p.rest;
+    var a = 0.0;
+    var b = vec4<f32>(0.0);
+    var c = vec4<f32>(0.0);
+    var m = vec4<f32>(0.0);
+    var k = vec4<f32>(0.0);
+    let step = lanes * quads;
+    if valid {
+        if GRAD {
+            let ch = 4u * q;
+            m = vec4<f32>(mean_in[ch], mean_in[ch + 1u], mean_in[ch + 2u], mean_in[ch + 3u]);
+        }
+        var j = lane;
+        if !GRAD && j < end {
+            k = ld(x[j * quads + q]);
+        }
+        while j + 3u * lanes < end {
+            let e0 = j * quads + q;
+            let e1 = e0 + step;
+            let e2 = e1 + step;
+            let e3 = e2 + step;
+            let x0 = ld(x[e0]);
+            let x1 = ld(x[e1]);
+            let x2 = ld(x[e2]);
+            let x3 = ld(x[e3]);
+            if GRAD {
+                let d0 = ldy(e0);
+                let d1 = ldy(e1);
+                let d2 = ldy(e2);
+                let d3 = ldy(e3);
+                b = b + d0;
+                c = c + d0 * (x0 - m);
+                b = b + d1;
+                c = c + d1 * (x1 - m);
+                b = b + d2;
+                c = c + d2 * (x2 - m);
+                b = b + d3;
+                c = c + d3 * (x3 - m);
+            } else {
+                let y0 = x0 - k;
+                let y1 = x1 - k;
+                let y2 = x2 - k;
+                let y3 = x3 - k;
+                b = b + y0;
+                c = c + y0 * y0;
+                b = b + y1;
+                c = c + y1 * y1;
+                b = b + y2;
+                c = c + y2 * y2;
+                b = b + y3;
+                c = c + y3 * y3;
+                a = a + 4.0;
+            }
+            j += 4u * lanes;
+        }
+        while j < end {
+            let e0 = j * quads + q;
+            let x0 = ld(x[e0]);
+            if GRAD {
+                let d0 = ldy(e0);
+                b = b + d0;
+                c = c + d0 * (x0 - m);
+            } else {
+                let y0 = x0 - k;
+                b = b + y0;
+                c = c + y0 * y0;
+                a = a + 1.0;
+            }
+            j += lanes;
+        }
+        if !GRAD && a > 0.0 {
+            // (count, mean, M2) of the invocation's rows; rounding may leave a tiny negative
+            // M2 (NaN stays NaN).
+            let mean_shift = b / a;
+            let m2 = c - b * mean_shift;
+            c = select(m2, vec4<f32>(0.0), m2 < vec4<f32>(0.0));
+            b = k + mean_shift;
+        }
+    }
+    sa[t] = a;
+    sb[t] = b;
+    sc[t] = c;
+    workgroupBarrier();
+    for (var s = lanes / 2u; s > 0u; s = s / 2u) {
+        if lane < s {
+            combine(t, t + s * p.tc);
+        }
+        workgroupBarrier();
+    }
+    if lane == 0u && valid {
+        let r = sb[t];
+        let v = sc[t];
+        let ch = 4u * q;
+        results(ch, r.x, v.x);
+        results(ch + 1u, r.y, v.y);
+        results(ch + 2u, r.z, v.z);
+        results(ch + 3u, r.w, v.w);
+        if g == 0u && l == 0u && p.n == 1u {
+            put_space3();
+        }
+    }
+    workgroupBarrier();
+    if !valid {
+        return;
+    }
+    let mean = coef(4u, l);
+    let kk = coef(5u, l);
+    let r6 = coef(6u, l);
+    let r7 = coef(7u, l);
+    var j = lane;
+    while j + lanes < end {
+        let e0 = j * quads + q;
+        let e1 = e0 + step;
+        let x0 = ld(x[e0]);
+        let x1 = ld(x[e1]);
+        var r0: vec4<f32>;
+        var r1: vec4<f32>;
+        if GRAD {
+            let d0 = ldy(e0);
+            let d1 = ldy(e1);
+            r0 = kk * ((d0 - r6) - (x0 - mean) * r7);
+            r1 = kk * ((d1 - r6) - (x1 - mean) * r7);
+        } else {
+            r0 = (x0 - mean) * kk + r6;
+            r1 = (x1 - mean) * kk + r6;
+        }
+        out[e0] = st(r0);
+        out[e1] = st(r1);
+        j += 2u * lanes;
+    }
+    if j < end {
+        let e0 = j * quads + q;
+        let x0 = ld(x[e0]);
+        var r0: vec4<f32>;
+        if GRAD {
+            let d0 = ldy(e0);
+            r0 = kk * ((d0 - r6) - (x0 - mean) * r7);
+        } else {
+            r0 = (x0 - mean) * kk + r6;
+        }
+        out[e0] = st(r0);
+    }
+}
