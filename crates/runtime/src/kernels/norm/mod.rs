@@ -419,8 +419,7 @@ fn rt(r: vec4<f32>) -> vec4<f32> {
 /// Whether the vec4 shaders of `dtype` use the hardware float16 conversions, and the pipeline
 /// key suffix that tells the two forms apart.
 pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'static str)> {
-    let hw = dtype == DType::F16 && f16conv::f16_hardware(ctx)?;
-    Ok((hw, if hw { "/hw" } else { "" }))
+    f16conv::choice(ctx, dtype == DType::F16)
 }
 
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
