@@ -53,6 +53,7 @@ use crate::{DType, Error, Result, bail_invalid};
 const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
 const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
+const FOLD_VEC4_WGSL: &str = include_str!("fold_vec4.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
 const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
@@ -531,6 +532,7 @@ fn put_space3() {
     };
     ONEPASS_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$FOLD", FOLD_VEC4_WGSL)
         .replace("$DECLS", decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$WGS", &OWG.to_string())
@@ -642,6 +644,7 @@ impl Run<'_> {
                     vec4_io(
                         STATS_VEC4_WGSL
                             .replace("$NORM_COMMON", NORM_COMMON)
+                            .replace("$FOLD", FOLD_VEC4_WGSL)
                             .replace("$GRAD", if grad { "true" } else { "false" }),
                         dtype,
                         hw,

@@ -16,7 +16,8 @@
 // p.tc <= 8 (so 32 channels per workgroup), p.groups_x = workgroups along x.
 // Placeholders: NORM_COMMON, DECLS (bindings, and the functions `ldy` (a dy load, 0 forward),
 // `results` (results_train or results_grad), `put_space3` (V3's reserve_space_3 forward)),
-// GRAD, WGS, PUT_OUT (the [C] outputs), RESULTS, XT and LD (vec4_io), COMMON.
+// GRAD, WGS, PUT_OUT (the [C] outputs), RESULTS, FOLD (fold_vec4.wgsl), XT and LD (vec4_io),
+// COMMON.
 $NORM_COMMON
 $DECLS
 
@@ -35,30 +36,7 @@ var<workgroup> cf: array<f32, 128>;
 // First channel of this workgroup.
 var<private> ch_base: u32;
 
-// Folds slot k into slot i.
-fn combine(i: u32, k: u32) {
-    if GRAD {
-        sb[i] = sb[i] + sb[k];
-        sc[i] = sc[i] + sc[k];
-        return;
-    }
-    let na = sa[i];
-    let nb = sa[k];
-    if nb == 0.0 {
-        return;
-    }
-    if na == 0.0 {
-        sa[i] = nb;
-        sb[i] = sb[k];
-        sc[i] = sc[k];
-        return;
-    }
-    let n = na + nb;
-    let d = sb[k] - sb[i];
-    sb[i] = sb[i] + d * (nb / n);
-    sc[i] = sc[i] + sc[k] + d * d * (na * (nb / n));
-    sa[i] = n;
-}
+$FOLD
 
 // Row `row` of channel ch's results: rows below p.words to the op's [C] outputs, rows 4..7
 // to shared memory for the apply step.
@@ -95,80 +73,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var a = 0.0;
     var b = vec4<f32>(0.0);
     var c = vec4<f32>(0.0);
-    var m = vec4<f32>(0.0);
-    var k = vec4<f32>(0.0);
     let step = lanes * quads;
     if valid {
-        if GRAD {
-            let ch = 4u * q;
-            m = vec4<f32>(mean_in[ch], mean_in[ch + 1u], mean_in[ch + 2u], mean_in[ch + 3u]);
-        }
-        var j = lane;
-        if !GRAD && j < end {
-            k = ld(x[j * quads + q]);
-        }
-        while j + 3u * lanes < end {
-            let e0 = j * quads + q;
-            let e1 = e0 + step;
-            let e2 = e1 + step;
-            let e3 = e2 + step;
-            let x0 = ld(x[e0]);
-            let x1 = ld(x[e1]);
-            let x2 = ld(x[e2]);
-            let x3 = ld(x[e3]);
-            if GRAD {
-                let d0 = ldy(e0);
-                let d1 = ldy(e1);
-                let d2 = ldy(e2);
-                let d3 = ldy(e3);
-                b = b + d0;
-                c = c + d0 * (x0 - m);
-                b = b + d1;
-                c = c + d1 * (x1 - m);
-                b = b + d2;
-                c = c + d2 * (x2 - m);
-                b = b + d3;
-                c = c + d3 * (x3 - m);
-            } else {
-                let y0 = x0 - k;
-                let y1 = x1 - k;
-                let y2 = x2 - k;
-                let y3 = x3 - k;
-                b = b + y0;
-                c = c + y0 * y0;
-                b = b + y1;
-                c = c + y1 * y1;
-                b = b + y2;
-                c = c + y2 * y2;
-                b = b + y3;
-                c = c + y3 * y3;
-                a = a + 4.0;
-            }
-            j += 4u * lanes;
-        }
-        while j < end {
-            let e0 = j * quads + q;
-            let x0 = ld(x[e0]);
-            if GRAD {
-                let d0 = ldy(e0);
-                b = b + d0;
-                c = c + d0 * (x0 - m);
-            } else {
-                let y0 = x0 - k;
-                b = b + y0;
-                c = c + y0 * y0;
-                a = a + 1.0;
-            }
-            j += lanes;
-        }
-        if !GRAD && a > 0.0 {
-            // (count, mean, M2) of the invocation's rows; rounding may leave a tiny negative
-            // M2 (NaN stays NaN).
-            let mean_shift = b / a;
-            let m2 = c - b * mean_shift;
-            c = select(m2, vec4<f32>(0.0), m2 < vec4<f32>(0.0));
-            b = k + mean_shift;
-        }
+        let f = fold_rows(q, quads, 0u, end, lane, lanes);
+        a = f.a;
+        b = f.b;
+        c = f.c;
     }
     sa[t] = a;
     sb[t] = b;
