@@ -557,10 +557,15 @@ fn max_pool_grad_stride2_blocks() {
                         pad,
                         nchw: false,
                     };
-                    let half = k % 3 == 0;
+                    let half = k.is_multiple_of(3);
                     let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
                     let mut r = rng(3000 + k);
-                    let x = data(&mut r, cfg.in_shape().iter().product(), k % 2 == 0, half);
+                    let x = data(
+                        &mut r,
+                        cfg.in_shape().iter().product(),
+                        k.is_multiple_of(2),
+                        half,
+                    );
                     let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
                     let lowest = if half { -65504.0 } else { f32::MIN };
                     let y = ref_max(&cfg, &x, lowest);
