@@ -262,12 +262,25 @@ impl Plan {
 
     /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
     /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
-    fn vec4(self) -> Plan {
-        // Always PER_THREAD rows per invocation: fewer rows and more workgroups (tried with
-        // at least 1024 workgroups, request bn2-1) made the small tensors' statistics slower
-        // (64x7x7x2048: 16 -> 21 us) and the large ones no faster.
+    fn vec4(self, dtype: DType) -> Plan {
+        // PER_THREAD rows per invocation for float32: fewer rows and more workgroups (tried
+        // with at least 1024 workgroups, request bn2-1) made the small tensors' statistics
+        // slower (64x7x7x2048: 16 -> 21 us) and the large ones no faster. float16 twice as
+        // many: its loads carry half the bytes, and at 16 rows its statistics ran at the
+        // float32 pass's time per row, not per byte (request mem4-1: 64x56x56x256 55.9 us
+        // for 103 MB against float32's 74 us for 206 MB). `TFWGPU_NORM_ROWS=16|32|64`
+        // forces the rows (measurements).
+        let rows = std::env::var("TFWGPU_NORM_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|r| matches!(r, 16 | 32 | 64))
+            .unwrap_or(if dtype == DType::F16 {
+                2 * PER_THREAD
+            } else {
+                PER_THREAD
+            });
         let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
-        let chunk = RWG / tc * PER_THREAD;
+        let chunk = RWG / tc * rows;
         Plan {
             tc,
             chunk,
@@ -543,8 +556,10 @@ fn put_space3() {
 /// Channel quads per workgroup of `onepass.wgsl` for a training batch norm (forward or
 /// gradient) of `plan`, or None where it does not apply: the vec4 layout (NHWC, C % 4 == 0),
 /// at most ONEPASS_ROWS rows per invocation, a device with 512-invocation workgroups, their
-/// shared memory and the storage bindings. `TFWGPU_NORM_ONEPASS=0` turns it off and
-/// `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per workgroup (measurements).
+/// shared memory and the storage bindings, and reads of the channels' rows that measured
+/// faster than the three dispatches (see the end). `TFWGPU_NORM_ONEPASS=0` turns it off,
+/// `=1` drops the size limits, and `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per
+/// workgroup (measurements).
 fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType) -> Option<usize> {
     let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
     if env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "0") {
@@ -580,7 +595,21 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType) -> Option<usize> {
     while tc > 1 && plan.rest > ONEPASS_ROWS * (OWG / tc) {
         tc /= 2;
     }
-    (plan.rest <= ONEPASS_ROWS * (OWG / tc)).then_some(tc)
+    if plan.rest > ONEPASS_ROWS * (OWG / tc) {
+        return None;
+    }
+    // A workgroup reads tc * 4 channels of each row: tc * 4 * size contiguous bytes, strided
+    // by the row. Request mem4-1 (H200): 32-byte runs (float32, tc 2) on 64x7x7x2048 beat
+    // the three dispatches (wall 28.6 against 35.6 us), 16-byte runs lost on every tensor
+    // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
+    // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
+    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB,
+    // any run up to 16 MiB; `TFWGPU_NORM_ONEPASS=1` lifts both limits (measurements).
+    let size = if dtype == DType::F16 { 2 } else { 4 };
+    let bytes = plan.rest * plan.c * size;
+    let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
+    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 32 << 20);
+    ok.then_some(tc)
 }
 
 fn apply_shader(dtype: DType) -> String {
@@ -1084,7 +1113,7 @@ impl Kernel for BatchNorm {
         let run = Run {
             ctx,
             plan: if plan.vec4_stats(ctx, dtype) {
-                plan.vec4()
+                plan.vec4(dtype)
             } else {
                 plan
             },
@@ -1189,7 +1218,7 @@ impl Kernel for BatchNormGrad {
         let run = Run {
             ctx,
             plan: if plan.vec4_stats(ctx, dtype) {
-                plan.vec4()
+                plan.vec4(dtype)
             } else {
                 plan
             },
