@@ -791,11 +791,12 @@ impl Run<'_> {
         let p = &self.plan;
         if p.vec4_stats(ctx, dtype) {
             let (hw, suffix) = vec4_hw(ctx, dtype)?;
+            let k = if dtype == DType::F16 { 4 } else { 2 };
             let pipeline = ctx.pipeline(
-                PipelineKey::new("norm", Some(dtype), format!("apply/vec4{suffix}")),
+                PipelineKey::new("norm", Some(dtype), format!("apply/vec4/k{k}{suffix}")),
                 || {
                     crate::kernels::membound_shader(vec4_io(
-                        APPLY_VEC4_WGSL
+                        apply_vec4_shader(k)
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
                         dtype,
@@ -806,9 +807,9 @@ impl Run<'_> {
             words_for(name, dtype, n)?;
             // Channel quads (C % 4 == 0, so n is a multiple of 4).
             let words = (n / 4) as u32;
-            // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
-            // one quad's); S <= words as words is a multiple of the quads.
-            let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
+            // K vec4 per invocation, S apart with S a multiple of the quads (so all are one
+            // quad's); S <= words as words is a multiple of the quads.
+            let threads = words.div_ceil(k as u32).next_multiple_of((p.c / 4) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -929,10 +930,47 @@ impl Run<'_> {
 
 /// `apply.wgsl`'s NHWC case with C % 4 == 0 (float32, or float16 as four halves in a vec2<u32>,
 /// see `vec4_io`) on vec4: the same expression per lane, four neighbouring channels per load;
-/// p.words = vec4 count, p.groups_x = S, the invocations,
-/// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
-/// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
-/// start at multiples of 4); both data loads come before the stores (out may be x).
+/// p.words = vec4 count, p.groups_x = S, the invocations, a multiple of the C / 4 channel
+/// quads: invocation i takes the K vec4 i, i + S, ..., i + (K - 1) S, which all belong to the
+/// same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats start
+/// at multiples of 4); all data loads come before the stores (out may be x). K = 2 for
+/// float32; 4 for float16, whose loads carry half the bytes (request mem4-1: the float16
+/// apply ran at 3.0 TB/s with K = 2, float32 at 3.95).
+fn apply_vec4_shader(k: usize) -> String {
+    use std::fmt::Write;
+    let mut b = String::new();
+    for i in 1..k {
+        let _ = writeln!(b, "    let i{i} = i{} + p.groups_x;", i - 1);
+        let _ = writeln!(b, "    let v{i} = i{i} < p.words;");
+    }
+    let _ = writeln!(b, "    let x0 = ld(x[i0]);");
+    for i in 1..k {
+        let _ = writeln!(
+            b,
+            "    var x{i} = vec4<f32>();\n    if v{i} {{\n        x{i} = ld(x[i{i}]);\n    }}"
+        );
+    }
+    for i in 0..k {
+        let _ = writeln!(b, "    var d{i} = vec4<f32>();");
+    }
+    let _ = writeln!(b, "    if p.mode >= 2u {{\n        d0 = ld(dy[i0]);");
+    for i in 1..k {
+        let _ = writeln!(
+            b,
+            "        if v{i} {{\n            d{i} = ld(dy[i{i}]);\n        }}"
+        );
+    }
+    let _ = writeln!(b, "    }}");
+    for i in 0..k {
+        let _ = writeln!(b, "    let r{i} = value(x{i}, d{i}, c);");
+    }
+    let _ = writeln!(b, "    out[i0] = st(r0);");
+    for i in 1..k {
+        let _ = writeln!(b, "    if v{i} {{\n        out[i{i}] = st(r{i});\n    }}");
+    }
+    APPLY_VEC4_WGSL.replace("$BODY", &b)
+}
+
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<$XT>;
 @group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
@@ -942,6 +980,24 @@ $LINEAR_INDEX
 $COMMON
 $LD
 
+// A quad's coefficients: mean, k (rows 4, 5), r6, r7 (see finalize.wgsl).
+struct Coef {
+    mean: vec4<f32>,
+    k: vec4<f32>,
+    r6: vec4<f32>,
+    r7: vec4<f32>,
+};
+
+fn value(xv: vec4<f32>, dv: vec4<f32>, c: Coef) -> vec4<f32> {
+    if p.mode < 2u {
+        return (xv - c.mean) * c.k + c.r6;
+    }
+    if p.mode == 3u {
+        return dv * c.k;
+    }
+    return c.k * ((dv - c.r6) - (xv - c.mean) * c.r7);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i0 = linear_index(gid);
@@ -950,41 +1006,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let quads = p.c / 4u;
     let q = i0 % quads;
-    let i1 = i0 + p.groups_x;
-    let two = i1 < p.words;
-    let mean = res[4u * quads + q];
-    let k = res[5u * quads + q];
-    let r6 = res[6u * quads + q];
-    let x0 = ld(x[i0]);
-    var x1 = vec4<f32>();
-    if two {
-        x1 = ld(x[i1]);
-    }
-    var r0: vec4<f32>;
-    var r1: vec4<f32>;
-    if p.mode < 2u {
-        r0 = (x0 - mean) * k + r6;
-        r1 = (x1 - mean) * k + r6;
-    } else {
-        let d0 = ld(dy[i0]);
-        var d1 = vec4<f32>();
-        if two {
-            d1 = ld(dy[i1]);
-        }
-        if p.mode == 3u {
-            r0 = d0 * k;
-            r1 = d1 * k;
-        } else {
-            let r7 = res[7u * quads + q];
-            r0 = k * ((d0 - r6) - (x0 - mean) * r7);
-            r1 = k * ((d1 - r6) - (x1 - mean) * r7);
-        }
-    }
-    out[i0] = st(r0);
-    if two {
-        out[i1] = st(r1);
-    }
-}
+    // res holds 8 rows of C floats, so row 7 is always there to read.
+    let c = Coef(res[4u * quads + q], res[5u * quads + q], res[6u * quads + q], res[7u * quads + q]);
+$BODY}
 ";
 
 /// Rows 0..p.rows of the per-channel results to up to four [c] outputs.
