@@ -560,7 +560,7 @@ fn put_space3() {
 /// faster than the three dispatches (see the end). `TFWGPU_NORM_ONEPASS=0` turns it off,
 /// `=1` drops the size limits, and `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per
 /// workgroup (measurements).
-fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType) -> Option<usize> {
+fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Option<usize> {
     let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
     if env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "0") {
         return None;
@@ -604,9 +604,11 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType) -> Option<usize> {
     // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
     // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
     // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB,
-    // any run up to 16 MiB; `TFWGPU_NORM_ONEPASS=1` lifts both limits (measurements).
+    // any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
+    // 64x7x7x2048 read 51 MB and tied by wall time (49.4 against 49.1 us), in float16 (26 MB,
+    // 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1` lifts the limits.
     let size = if dtype == DType::F16 { 2 } else { 4 };
-    let bytes = plan.rest * plan.c * size;
+    let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
     let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
     let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 32 << 20);
     ok.then_some(tc)
@@ -1148,7 +1150,7 @@ impl Kernel for BatchNorm {
         let x = dev(0)?;
         let (scale, offset, mean, var) = (dev(1)?, dev(2)?, dev(3)?, dev(4)?);
         if self.a.training
-            && let Some(tc) = onepass_tc(ctx, &plan, dtype)
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype, false)
         {
             // Implies finalize_direct: reserve_space_3 is the shader's to write.
             return run.onepass(
@@ -1252,7 +1254,7 @@ impl Kernel for BatchNormGrad {
         };
         let (dy, x, scale, mean, var) = (dev(0)?, dev(1)?, dev(2)?, dev(3)?, dev(4)?);
         if self.a.training
-            && let Some(tc) = onepass_tc(ctx, &plan, dtype)
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype, true)
         {
             return run.onepass(
                 tc,
