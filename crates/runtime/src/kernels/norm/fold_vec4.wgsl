@@ -120,3 +120,25 @@ fn fold_rows(q: u32, quads: u32, start: u32, end: u32, lane: u32, lanes: u32) ->
     }
     return Fold(a, b, c);
 }
+
+// Every invocation of the workgroup (it has barriers): folds the rows of quad q where `valid`
+// (fold_rows) and combines the p.tc-strided lanes of each quad in shared memory, so that
+// slot t of lane 0 holds its quad's state (sa: count, sb: mean or sum dy, sc: M2 or
+// sum dy * (x - mean)).
+fn fold_lanes(t: u32, q: u32, valid: bool, quads: u32, start: u32, end: u32, lane: u32,
+              lanes: u32) {
+    var f = Fold(0.0, vec4<f32>(0.0), vec4<f32>(0.0));
+    if valid {
+        f = fold_rows(q, quads, start, end, lane, lanes);
+    }
+    sa[t] = f.a;
+    sb[t] = f.b;
+    sc[t] = f.c;
+    workgroupBarrier();
+    for (var s = lanes / 2u; s > 0u; s = s / 2u) {
+        if lane < s {
+            combine(t, t + s * p.tc);
+        }
+        workgroupBarrier();
+    }
+}

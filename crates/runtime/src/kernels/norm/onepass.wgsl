@@ -70,26 +70,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let q = g * p.tc + l;
     let valid = q < quads;
     let end = p.rest;
-    var a = 0.0;
-    var b = vec4<f32>(0.0);
-    var c = vec4<f32>(0.0);
     let step = lanes * quads;
-    if valid {
-        let f = fold_rows(q, quads, 0u, end, lane, lanes);
-        a = f.a;
-        b = f.b;
-        c = f.c;
-    }
-    sa[t] = a;
-    sb[t] = b;
-    sc[t] = c;
-    workgroupBarrier();
-    for (var s = lanes / 2u; s > 0u; s = s / 2u) {
-        if lane < s {
-            combine(t, t + s * p.tc);
-        }
-        workgroupBarrier();
-    }
+    fold_lanes(t, q, valid, quads, 0u, end, lane, lanes);
     if lane == 0u && valid {
         let r = sb[t];
         let v = sc[t];

@@ -64,25 +64,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let valid = q < quads;
     let start = split * p.chunk;
     let end = min(start + p.chunk, p.rest);
-    var a = 0.0;
-    var b = vec4<f32>(0.0);
-    var c = vec4<f32>(0.0);
-    if valid {
-        let f = fold_rows(q, quads, start, end, lane, lanes);
-        a = f.a;
-        b = f.b;
-        c = f.c;
-    }
-    sa[t] = a;
-    sb[t] = b;
-    sc[t] = c;
-    workgroupBarrier();
-    for (var s = lanes / 2u; s > 0u; s = s / 2u) {
-        if lane < s {
-            combine(t, t + s * p.tc);
-        }
-        workgroupBarrier();
-    }
+    fold_lanes(t, q, valid, quads, start, end, lane, lanes);
     if lane == 0u && valid {
         let r = sb[t];
         let v = sc[t];
