@@ -8,13 +8,19 @@
 //! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials
 //! (again strided, then a tree) and computes the per-channel outputs and coefficients,
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
-//! `stats_vec4.wgsl` and `APPLY_VEC4_WGSL` instead: four channels per load, four rows per loop
-//! iteration in the statistics, one channel quad's coefficients loaded once per apply
-//! invocation.
+//! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
+//! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
+//! coefficients loaded once per apply invocation (2 vec4 per invocation, float16 4).
+//! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
+//! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
+//! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
+//! `finalize.wgsl` runs too) and re-reads its rows from L2 for the output; used where it
+//! measured faster on the H200 (small tensors, 32-byte runs per row).
 //! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
-//! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
-//! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
+//! by trees. No sum runs serially over more than 64 elements per invocation (16 or 32 in the
+//! statistics pass, at most 64 in `onepass.wgsl`), nor over more than splits / 256 partials of
+//! a channel in `finalize.wgsl` (splits = n / (rows * 256 / tile)).
 //!
 //! Outputs follow TensorFlow's CPU kernel (`fused_batch_norm_op.cc`):
 //! - training: y = (x - mean) * (rsqrt(var + eps) * scale) + offset with the batch mean and the

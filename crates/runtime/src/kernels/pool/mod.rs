@@ -3,7 +3,8 @@
 //! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
-//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input).
+//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
