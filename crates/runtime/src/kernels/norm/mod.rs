@@ -10,7 +10,7 @@
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
 //! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
 //! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
-//! coefficients loaded once per apply invocation (2 vec4 per invocation, float16 4).
+//! coefficients loaded once per apply invocation (2 vec4 per invocation).
 //! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
 //! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
@@ -77,6 +77,8 @@ const PER_THREAD: usize = 16;
 const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
 const ROWS: usize = 8;
+/// vec4 per invocation of the vec4 apply (`apply_vec4_shader`).
+const APPLY_K: usize = 2;
 /// Invocations per workgroup of `onepass.wgsl`.
 const OWG: usize = 512;
 /// Most rows of a channel one invocation of `onepass.wgsl` folds.
@@ -799,7 +801,7 @@ impl Run<'_> {
         let p = &self.plan;
         if p.vec4_stats(ctx, dtype) {
             let (hw, suffix) = vec4_hw(ctx, dtype)?;
-            let k = if dtype == DType::F16 { 4 } else { 2 };
+            let k = APPLY_K;
             let pipeline = ctx.pipeline(
                 PipelineKey::new("norm", Some(dtype), format!("apply/vec4/k{k}{suffix}")),
                 || {
@@ -941,9 +943,10 @@ impl Run<'_> {
 /// p.words = vec4 count, p.groups_x = S, the invocations, a multiple of the C / 4 channel
 /// quads: invocation i takes the K vec4 i, i + S, ..., i + (K - 1) S, which all belong to the
 /// same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats start
-/// at multiples of 4); all data loads come before the stores (out may be x). K = 2 for
-/// float32; 4 for float16, whose loads carry half the bytes (request mem4-1: the float16
-/// apply ran at 3.0 TB/s with K = 2, float32 at 3.95).
+/// at multiples of 4); all data loads come before the stores (out may be x). K = APPLY_K (2):
+/// K = 4 for float16, whose loads carry half the bytes (the float16 apply ran at 3.0 TB/s
+/// with K = 2 and float32 at 3.95 in request mem4-1), was slower on the H200 (request mem4-2,
+/// 64x56x56x256: forward apply 69.2 -> 82.0 us, gradient 105.3 -> 121.5).
 fn apply_vec4_shader(k: usize) -> String {
     use std::fmt::Write;
     let mut b = String::new();
