@@ -74,6 +74,7 @@ def all_cases(small):
               {"name": "softmax_32x32768", "kind": "softmax", "rows": 32, "cols": 32768}]
         bn, bn2, bn16, pool, pool2 = ([(4, 56, 56, 64)], [(8, 14, 14, 256)], [(8, 14, 14, 256)],
                                       None, (4, 112, 112, 64))
+        f16 = [(4, 14, 14, 256)]
     else:
         v.append({"name": "copy_256MiB", "kind": "copy", "elems": 64 << 20})
         v += [mm(0, s, s, s) for s in (512, 1024, 2048, 4096, 8192)]
@@ -86,6 +87,7 @@ def all_cases(small):
         bn, bn2, bn16, pool, pool2 = ([(32, 56, 56, 64), (32, 14, 14, 256)], RESNET50_BN,
                                       [(64, 56, 56, 256), (64, 14, 14, 1024), (64, 7, 7, 2048)],
                                       (32, 112, 112, 64), (64, 112, 112, 64))
+        f16 = [(64, 56, 56, 256), (64, 14, 14, 1024)]
     v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s} for s in bn]
     for half, shapes in ((False, bn2), (True, bn16)):
         sfx = "_f16" if half else ""
@@ -99,6 +101,11 @@ def all_cases(small):
         v += [{"name": f"maxpool3s2_{dims(*pool2)}{sfx}", "kind": "maxpool", "shape": pool2, "half": half},
               {"name": f"maxpoolgrad3s2_{dims(*pool2)}{sfx}", "kind": "maxpool_grad", "shape": pool2,
                "half": half}]
+    for s in f16:
+        v += [{"name": f"cast_f32_f16_{dims(*s)}", "kind": "cast", "shape": s, "half": False},
+              {"name": f"cast_f16_f32_{dims(*s)}", "kind": "cast", "shape": s, "half": True},
+              {"name": f"add_{dims(*s)}_f16", "kind": "add_same", "shape": s, "half": True},
+              {"name": f"add_{dims(*s)}", "kind": "add_same", "shape": s, "half": False}]
     return v
 
 
@@ -269,6 +276,25 @@ def run_membound(c, gen, reps):
         err = max(max_rel(dx, want, scale), max_rel(dg, sdyx * invstd, adx * invstd), max_rel(db, sdy, ady))
         return "FusedBatchNormGradV3", [[n, h, w, ch], [n, h, w, ch], [ch], [ch], [ch]], \
             3.0 * x.numel() * esize + 5 * ch * 4, fn, err
+    if kind == "cast":
+        # c["half"]: the source is float16 (float16 -> float32), else float32 -> float16.
+        shape = c["shape"]
+        src_t, dst_t = (torch.float16, torch.float32) if half else (torch.float32, torch.float16)
+        x = uniform(gen, *shape).to(src_t)
+        out = torch.empty(shape, dtype=dst_t, device="cuda")
+        fn = lambda: out.copy_(x)  # noqa: E731
+        fn()
+        err = 0.0 if torch.equal(out, x.to(dst_t)) else float("inf")
+        return "Cast", [list(shape)], 6.0 * x.numel(), fn, err
+    if kind == "add_same":
+        shape = c["shape"]
+        a, b = uniform(gen, *shape).to(dt), uniform(gen, *shape).to(dt)
+        out = torch.empty_like(a)
+        fn = lambda: torch.add(a, b, out=out)  # noqa: E731
+        fn()
+        want = (a.float() + b.float()).to(dt)
+        err = 0.0 if torch.equal(out, want) else float("inf")
+        return "AddV2", [list(shape), list(shape)], 3.0 * a.numel() * esize, fn, err
     if kind == "maxpool_grad":
         # max_pool2d's backward kernel given the indices (what autograd runs).
         n, h, w, ch = c["shape"]

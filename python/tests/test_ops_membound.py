@@ -121,6 +121,53 @@ def test_fused_batch_norm_v3(tf, shape, training):
         assert_near(g[k], cpu[k], 2e-4, 2e-4)
 
 
+# float16 <-> float32 Cast: 8 elements per invocation when the count is a multiple of 8, else
+# one word per invocation; bit for bit against the CPU (NaN: any NaN), with ties, subnormals,
+# overflow to infinity, infinities and NaN among the values.
+@pytest.mark.parametrize("n", [4096, 4095, 8, 1])
+def test_cast_float16_both_ways(tf, n):
+    halves = np.arange(65536, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    h = np.resize(rng.permutation(halves), n)
+    specials = np.array([2049.0, 2051.0, 65519.99, 65520.0, 1e-8, 2.98e-8, 3.0e-8, 6.0e-5,
+                         -0.0, np.inf, -np.inf, np.nan, 1.0 + 2.0 ** -11, 1e6], np.float32)
+    f = np.resize(np.concatenate([specials, rng.uniform(-70000, 70000, n).astype(np.float32)]), n)
+    for src, dst in ((h, tf.float32), (f, tf.float16)):
+        with RanOnGpu("Cast"):
+            g = on(tf, "/GPU:0", lambda v: tf.cast(v, dst), src)
+        c = on(tf, "/CPU:0", lambda v: tf.cast(v, dst), src)
+        g, c = g.numpy(), c.numpy()
+        nan = np.isnan(c)
+        np.testing.assert_array_equal(np.isnan(g), nan)
+        np.testing.assert_array_equal(g[~nan].view(np.uint16 if dst == tf.float16 else np.uint32),
+                                      c[~nan].view(np.uint16 if dst == tf.float16 else np.uint32))
+
+
+# float16 binary ops on vec4 words of 8 halves (same shapes and row vectors of a multiple of
+# 8), and on one word per invocation otherwise; gradients through the same kernels.
+@pytest.mark.parametrize("op", ["add", "multiply", "maximum", "subtract"])
+@pytest.mark.parametrize("sa,sb", [((6, 16), (16,)), ((16,), (6, 16)), ((5, 24), (5, 24)), ((3, 5), (3, 5))])
+def test_binary_float16(tf, op, sa, sb):
+    a = rng.uniform(-300, 300, sa).astype(np.float16)
+    b = rng.uniform(-300, 300, sb).astype(np.float16)
+    a.flat[0] = np.nan
+    a.flat[1] = np.inf
+    a.flat[2] = 60000
+    fn = getattr(tf.math, op)
+
+    def run(x, y):
+        with tf.GradientTape() as t:
+            t.watch([x, y])
+            z = fn(x, y)
+            loss = tf.reduce_sum(tf.cast(z, tf.float32))
+        return (z,) + tuple(t.gradient(loss, [x, y]))
+
+    with RanOnGpu({"add": "AddV2", "multiply": "Mul", "maximum": "Maximum", "subtract": "Sub"}[op]):
+        g = on(tf, "/GPU:0", run, a, b)
+    c = on(tf, "/CPU:0", run, a, b)
+    for u, v in zip(g, c):
+        np.testing.assert_array_equal(u.numpy(), v.numpy())
+
+
 def test_device_copies(tf):
     # tf.identity across a tf.function boundary and concat/slices produce device copies;
     # large tensors land in buffers of their own.

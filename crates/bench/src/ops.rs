@@ -84,6 +84,17 @@ enum Kind {
         elems: usize,
         how: CopyHow,
     },
+    /// Cast of an NHWC activation float32 -> float16 (`to_half`) or float16 -> float32, as
+    /// Keras' mixed precision runs at layer boundaries.
+    Cast {
+        shape: [usize; 4],
+        to_half: bool,
+    },
+    /// AddV2 of two same-shape NHWC tensors (a residual add), float32 or float16 (`half`).
+    AddSame {
+        shape: [usize; 4],
+        half: bool,
+    },
 }
 
 impl Kind {
@@ -157,6 +168,14 @@ impl Kind {
                 dims(&shape),
                 if half { "_f16" } else { "" }
             ),
+            Kind::Cast { shape, to_half } => format!(
+                "cast_{}_{}",
+                if to_half { "f32_f16" } else { "f16_f32" },
+                dims(&shape)
+            ),
+            Kind::AddSame { shape, half } => {
+                format!("add_{}{}", dims(&shape), if half { "_f16" } else { "" })
+            }
             Kind::Copy { elems, how } => format!(
                 "copy_{}_{}MiB",
                 match how {
@@ -226,6 +245,7 @@ fn all_cases(small: bool) -> Vec<Kind> {
             &[[8, 14, 14, 256]],
         ));
         v.extend(pool_cases(None, [4, 112, 112, 64]));
+        v.extend(f16_cases(&[[4, 14, 14, 256]]));
     } else {
         v.extend(copy(64 << 20));
         for s in [512, 1024, 2048, 4096, 8192] {
@@ -255,6 +275,21 @@ fn all_cases(small: bool) -> Vec<Kind> {
             &[[64, 56, 56, 256], [64, 14, 14, 1024], [64, 7, 7, 2048]],
         ));
         v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
+        v.extend(f16_cases(&[[64, 56, 56, 256], [64, 14, 14, 1024]]));
+    }
+    v
+}
+
+/// Cast float32 <-> float16 and a same-shape AddV2 in float16 and float32 on `shapes`.
+fn f16_cases(shapes: &[[usize; 4]]) -> Vec<Kind> {
+    let mut v = vec![];
+    for &shape in shapes {
+        for to_half in [true, false] {
+            v.push(Kind::Cast { shape, to_half });
+        }
+        for half in [true, false] {
+            v.push(Kind::AddSame { shape, half });
+        }
     }
     v
 }
@@ -500,6 +535,8 @@ fn tolerance(k: &Kind) -> f64 {
         Kind::Reduce { .. } | Kind::MatMul { .. } => 1e-5,
         Kind::Softmax { .. } => 2e-5,
         Kind::BatchNorm { .. } => 1e-4,
+        // Exact: the results are compared bit for bit (rel_err 0 or inf).
+        Kind::Cast { .. } | Kind::AddSame { .. } => 0.0,
     }
 }
 
@@ -860,6 +897,73 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 meas,
             )
         }
+        Kind::Cast {
+            shape,
+            to_half: narrow,
+        } => {
+            let n = shape.iter().product::<usize>();
+            let (src, dst) = if narrow {
+                (DType::F32, DType::F16)
+            } else {
+                (DType::F16, DType::F32)
+            };
+            let kernel = dev
+                .kernel(
+                    "Cast",
+                    &attrs(&[
+                        ("SrcT", AttrValue::Type(src)),
+                        ("DstT", AttrValue::Type(dst)),
+                        ("Truncate", AttrValue::Bool(false)),
+                    ]),
+                )
+                .map_err(err)?;
+            // Uniform(-1, 1): about 6e-5 of the values are float16 subnormals.
+            let x = random(rng, n);
+            let x = if narrow { x } else { to_half(x) };
+            let inputs = [(x, shape.to_vec())];
+            let hx: &[usize] = if narrow { &[] } else { &[0] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
+                // Both directions are exact: float16 rounds to nearest even once.
+                let exact = i[0]
+                    .iter()
+                    .zip(&o[0])
+                    .all(|(&x, &y)| f16::from_f32(x).to_f32().to_bits() == y.to_bits());
+                if exact { 0.0 } else { f64::INFINITY }
+            })?;
+            (
+                "Cast".into(),
+                vec![shape.to_vec()],
+                Work::Bytes((n * 6) as f64),
+                meas,
+            )
+        }
+        Kind::AddSame { shape, half } => {
+            let n = shape.iter().product::<usize>();
+            let kernel = dev.kernel("AddV2", &Attrs::new()).map_err(err)?;
+            let (a, b) = (random(rng, n), random(rng, n));
+            let (a, b) = if half {
+                (to_half(a), to_half(b))
+            } else {
+                (a, b)
+            };
+            let inputs = [(a, shape.to_vec()), (b, shape.to_vec())];
+            let hx: &[usize] = if half { &[0, 1] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
+                // The f32 sum of two halves is exact; float16 rounds it once.
+                let exact = i[0].iter().zip(i[1]).zip(&o[0]).all(|((&x, &y), &z)| {
+                    let s = x + y;
+                    let want = if half { f16::from_f32(s).to_f32() } else { s };
+                    want.to_bits() == z.to_bits()
+                });
+                if exact { 0.0 } else { f64::INFINITY }
+            })?;
+            (
+                "AddV2".into(),
+                vec![shape.to_vec(), shape.to_vec()],
+                Work::Bytes(tb(half, 3 * n)),
+                meas,
+            )
+        }
         Kind::Copy { elems, how } => {
             let src_data = random(rng, elems);
             let src = dev.upload(&src_data, &[elems]).map_err(err)?;
@@ -915,7 +1019,10 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
     };
     let half = matches!(
         k,
-        Kind::BatchNorm { half: true, .. } | Kind::MaxPool { half: true, .. }
+        Kind::BatchNorm { half: true, .. }
+            | Kind::MaxPool { half: true, .. }
+            | Kind::AddSame { half: true, .. }
+            | Kind::Cast { to_half: false, .. }
     );
     Ok(Row {
         case: k.name(),

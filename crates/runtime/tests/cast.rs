@@ -323,7 +323,8 @@ fn cast_every_pair() {
     for (si, &src) in ALL.iter().enumerate() {
         let vals = source(src, 129, 10 + si as u64);
         for &dst in &ALL {
-            for shape in [&[0usize][..], &[], &[7], &[3, 43]] {
+            // [16] and [2, 64]: f32 <-> f16 on 8 elements per invocation (n % 8 == 0).
+            for shape in [&[0usize][..], &[], &[7], &[3, 43], &[16], &[2, 64]] {
                 let n: usize = shape.iter().product();
                 let vals = &vals[..n];
                 let t = d.upload_host(&host(src, vals, shape)).unwrap();
@@ -336,6 +337,48 @@ fn cast_every_pair() {
                 let want: Vec<u8> = vals.iter().flat_map(|&v| cast_ref(v, dst, false)).collect();
                 assert_cast_eq(&got, &want, src, dst, vals);
             }
+        }
+    }
+}
+
+/// f32 <-> f16 through the 8-elements-per-invocation kernel (n % 8 == 0) and the one-word
+/// kernel (n odd): every one of the 65,536 halves to f32, and for every finite half h > 0
+/// (both signs) h itself, the tie halfway to the next half, one f32 ulp either side of it
+/// (round to nearest even, overflow to infinity past 65504's tie, subnormals), compared bit
+/// for bit with the `half` crate (NaN: any NaN).
+#[test]
+fn cast_f16_conversions_are_exact_on_every_half_and_tie() {
+    let d = dev();
+    let halves: Vec<V> = (0..=u16::MAX).map(|b| V::F16(f16::from_bits(b))).collect();
+    let mut floats = vec![];
+    for b in 0u16..0x7c00 {
+        let h = f16::from_bits(b).to_f32();
+        let next = f16::from_bits(b + 1).to_f32();
+        let tie = (h + next) / 2.0;
+        for v in [
+            h,
+            tie,
+            f32::from_bits(tie.to_bits() - 1),
+            f32::from_bits(tie.to_bits() + 1),
+        ] {
+            floats.push(V::F32(v));
+            floats.push(V::F32(-v));
+        }
+    }
+    for (src, dst, vals) in [
+        (DType::F16, DType::F32, &halves),
+        (DType::F32, DType::F16, &floats),
+    ] {
+        // n % 8 == 0 (the vec4 kernel), then one element less (the one-word kernel).
+        for n in [vals.len(), vals.len() - 1] {
+            let vals = &vals[..n];
+            let t = d.upload_host(&host(src, vals, &[n])).unwrap();
+            let out = d
+                .run("Cast", &cast_attrs(src, dst), &[Arg::from(&t)])
+                .unwrap();
+            let got = out[0].download_host().unwrap().bytes;
+            let want: Vec<u8> = vals.iter().flat_map(|&v| cast_ref(v, dst, false)).collect();
+            assert_cast_eq(&got, &want, src, dst, vals);
         }
     }
 }

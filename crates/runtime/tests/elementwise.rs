@@ -65,6 +65,11 @@ const SHAPES: &[(&[usize], &[usize])] = &[
     (&[8], &[6, 8]),
     (&[9, 16], &[1, 16]),
     (&[2, 3, 8], &[8]),
+    // float16 vec4 loads (8 halves each): 129 vec4 (the last invocation takes one), a row
+    // vector of 24 on either side.
+    (&[1032], &[1032]),
+    (&[5, 24], &[24]),
+    (&[24], &[5, 24]),
     // Eight dimensions that cannot merge: the largest rank the kernel takes.
     (&[2, 1, 2, 1, 2, 1, 2, 1], &[1, 2, 1, 2, 1, 2, 1, 2]),
 ];
@@ -169,6 +174,55 @@ fn binary_f16_broadcasting() {
             } else {
                 assert_same_f16(&got, &want, &what);
             }
+        }
+    }
+}
+
+/// float16 binary ops on the vec4 path (8 halves per load: n and the row length multiples
+/// of 8) and the word path (odd n) with NaN, infinities, the overflow of 65504 + 65504 (to
+/// inf, as Eigen's half rounds the f32 result), subnormal sums and -0: bit for bit (NaN: any
+/// NaN) against f32 arithmetic rounded once.
+#[test]
+fn binary_f16_specials_on_both_paths() {
+    let specials: Vec<f32> = vec![
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        65504.0,
+        -65504.0,
+        6.0e-8,
+        -6.0e-8,
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        1.0e-5,
+        3.0e-5,
+        2049.0,
+        0.333,
+        100.0,
+    ];
+    let n = specials.len() * specials.len();
+    let a: Vec<f32> = (0..n).map(|i| specials[i / specials.len()]).collect();
+    let b: Vec<f32> = (0..n).map(|i| specials[i % specials.len()]).collect();
+    for len in [n, n - 1] {
+        let (a, b) = (f16s(&a[..len]), f16s(&b[..len]));
+        for &op in BINARY_OPS {
+            let f: fn(f32, f32) -> f32 = match op {
+                "AddV2" => |x, y| x + y,
+                "Sub" => |x, y| x - y,
+                "Mul" => |x, y| x * y,
+                "Maximum" => tf_max,
+                "Minimum" => tf_min,
+                _ => continue,
+            };
+            let (_, got) = run2(op, &a, &[len], &b, &[len]);
+            let want: Vec<f16> = a
+                .iter()
+                .zip(&b)
+                .map(|(x, y)| f16::from_f32(f(x.to_f32(), y.to_f32())))
+                .collect();
+            assert_same_f16(&got, &want, &format!("{op} f16 specials, n = {len}"));
         }
     }
 }

@@ -525,6 +525,72 @@ fn pool_explicit_padding_and_channels_129() {
     }
 }
 
+/// MaxPoolGrad with strides 2 x 2 and windows up to 4 x 4 on NHWC with C % 4 == 0: the gather
+/// per 2 x 2 block of inputs (pool_vec4.wgsl's MODE 6). Every window size 1..4 x 1..4, SAME /
+/// VALID / explicit paddings (top or left padding shifts the blocks), odd and even sizes,
+/// ties, float32 and float16: bit for bit against TensorFlow's order of the sums.
+#[test]
+fn max_pool_grad_stride2_blocks() {
+    let mut k = 0u64;
+    for &(n, h, w, c) in &[(1, 7, 5, 4), (2, 8, 9, 8), (1, 2, 3, 12), (1, 1, 1, 4)] {
+        for kh in 1..=4 {
+            for kw in 1..=4 {
+                for pad in [
+                    Pad::Same,
+                    Pad::Valid,
+                    Pad::Explicit([1, 0, 0, 1]),
+                    Pad::Explicit([2, 1, 1, 2]),
+                ] {
+                    if matches!(pad, Pad::Valid) && (h < kh || w < kw) {
+                        continue;
+                    }
+                    k += 1;
+                    let cfg = Cfg {
+                        n,
+                        h,
+                        w,
+                        c,
+                        kh,
+                        kw,
+                        sh: 2,
+                        sw: 2,
+                        pad,
+                        nchw: false,
+                    };
+                    let half = k.is_multiple_of(3);
+                    let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+                    let mut r = rng(3000 + k);
+                    let x = data(
+                        &mut r,
+                        cfg.in_shape().iter().product(),
+                        k.is_multiple_of(2),
+                        half,
+                    );
+                    let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
+                    let lowest = if half { -65504.0 } else { f32::MIN };
+                    let y = ref_max(&cfg, &x, lowest);
+                    let (_, dx) = run_t(
+                        "MaxPoolGrad",
+                        &attrs,
+                        half,
+                        &[
+                            (&x, &cfg.in_shape()),
+                            (&y, &cfg.out_shape()),
+                            (&g, &cfg.out_shape()),
+                        ],
+                        &[],
+                    );
+                    assert_same_f32(
+                        &dx,
+                        &ref_max_grad(&cfg, &x, &g, half),
+                        &format!("MaxPoolGrad half={half} {cfg:?}"),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].
 fn max_window(v: [f32; 4]) -> (f32, Vec<f32>) {
     let attrs = Attrs::new()

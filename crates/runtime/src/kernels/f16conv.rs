@@ -32,7 +32,10 @@
 //! +0x7fff" reproduces case for case (first failing case 61, same count).
 //!
 //! Both forms are WGSL functions of the same names, so a shader includes one of the two:
-//! `f16x2_to_f32(w: u32) -> vec2<f32>` (low half in .x) and `f32x2_to_f16(v: vec2<f32>) -> u32`.
+//! `f16x2_to_f32(w: u32) -> vec2<f32>` (low half in .x) and `f32x2_to_f16(v: vec2<f32>) -> u32`,
+//! and the one-half `h16_to_f32` / `f32_to_h16`. This module is the one source of the
+//! choice: batch norm and max pool (`norm::vec4_io`), Cast, the elementwise binary and unary
+//! ops and the float16 wrappers of `nn/f16.rs` include `f16x2_wgsl(choice(..))`.
 
 use std::sync::Mutex;
 
@@ -42,23 +45,55 @@ use crate::kernels::elementwise::COMMON_WGSL;
 use crate::kernels::wgsl::params;
 use crate::{Error, Result};
 
-/// The software pair (needs `COMMON_WGSL`): exact, independent of the driver.
+/// The software pair (needs `COMMON_WGSL`): exact, independent of the driver; and the
+/// one-half forms `h16_to_f32(h)` (h in the low 16 bits) / `f32_to_h16(x)` (the half in the
+/// low 16 bits, 0 above).
 pub(crate) const F16X2_SOFTWARE: &str = "fn f16x2_to_f32(w: u32) -> vec2<f32> {
     return vec2<f32>(f16_to_f32(w & 0xffffu), f16_to_f32(w >> 16u));
 }
 fn f32x2_to_f16(v: vec2<f32>) -> u32 {
     return f32_to_f16(v.x) | (f32_to_f16(v.y) << 16u);
 }
+fn h16_to_f32(h: u32) -> f32 {
+    return f16_to_f32(h);
+}
+fn f32_to_h16(x: f32) -> u32 {
+    return f32_to_f16(x);
+}
 ";
 
-/// The hardware pair: valid where `f16_hardware` said so.
+/// The hardware pair and one-half forms: valid where `f16_hardware` said so.
 pub(crate) const F16X2_HARDWARE: &str = "fn f16x2_to_f32(w: u32) -> vec2<f32> {
     return unpack2x16float(w);
 }
 fn f32x2_to_f16(v: vec2<f32>) -> u32 {
     return pack2x16float(v);
 }
+fn h16_to_f32(h: u32) -> f32 {
+    return unpack2x16float(h).x;
+}
+fn f32_to_h16(x: f32) -> u32 {
+    return pack2x16float(vec2<f32>(x, 0.0));
+}
 ";
+
+/// `snippet` (WGSL generated with `COMMON_WGSL`'s exact one-half conversions `f16_to_f32` /
+/// `f32_to_f16`, e.g. `elementwise::load_expr`) with those calls routed through the
+/// one-half forms of `f16x2_wgsl(hw)`: the shader includes that pair, and its float16
+/// conversions follow the adapter's choice. The software form computes the same bits.
+pub(crate) fn routed(snippet: &str) -> String {
+    snippet
+        .replace("f16_to_f32(", "h16_to_f32(")
+        .replace("f32_to_f16(", "f32_to_h16(")
+}
+
+/// For a kernel family's float16 pipelines: whether they use the hardware conversions
+/// (`f16_hardware`, asked only when `uses_f16`), and the pipeline key suffix ("/hw" or "")
+/// that keeps the two forms' pipelines apart.
+pub(crate) fn choice(ctx: &KernelContext, uses_f16: bool) -> Result<(bool, &'static str)> {
+    let hw = uses_f16 && f16_hardware(ctx)?;
+    Ok((hw, if hw { "/hw" } else { "" }))
+}
 
 /// The pair to include for `hw` (`f16_hardware`'s answer).
 pub(crate) fn f16x2_wgsl(hw: bool) -> &'static str {

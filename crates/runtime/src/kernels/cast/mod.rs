@@ -14,6 +14,9 @@
 //! - f32 -> f16 rounds to nearest even on the bits (overflow -> inf, f16 subnormals exact).
 //!   int -> f16 goes through f32 as Eigen's `half(int)` constructor does (two roundings).
 //!   f16 -> anything converts exactly to f32 first.
+//! - The float16 conversions come from `f16conv` (the hardware ones where the adapter passed
+//!   its self-test, else the exact software ones; both give the bits above). f32 <-> f16 with
+//!   a multiple of 8 elements moves 8 elements per invocation (vec4 loads and stores).
 //! - `Truncate = true` on f32 -> f16 clears the 13 low mantissa bits of the f32 before the
 //!   conversion, as TensorFlow's `LSBZeroSetter` does (truncation toward zero in the normal
 //!   range); it has no effect on the other pairs, as in TensorFlow.
@@ -21,6 +24,7 @@
 use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, bind_out, fmt_shape, words_for};
+use crate::kernels::f16conv;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
@@ -124,12 +128,44 @@ impl Kernel for Cast {
         }
         let dst = self.dst;
         let truncate = self.truncate && src == DType::F32 && dst == DType::F16;
+        let (hw, suffix) = f16conv::choice(ctx, src == DType::F16 || dst == DType::F16)?;
+        let pair = matches!(
+            (src, dst),
+            (DType::F32, DType::F16) | (DType::F16, DType::F32)
+        );
+        if pair
+            && !truncate
+            && n.is_multiple_of(8)
+            && (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16)
+        {
+            let to_f16 = dst == DType::F16;
+            let key = PipelineKey::new("cast", Some(src), format!("{}/x8{suffix}", dst.name()));
+            let pipeline = ctx.pipeline(key, || {
+                crate::kernels::membound_shader(
+                    CAST_X8_WGSL
+                        .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                        .replace("$COMMON", COMMON_WGSL)
+                        .replace("$F16", f16conv::f16x2_wgsl(hw))
+                        .replace("$BODY", if to_f16 { X8_TO_F16 } else { X8_FROM_F16 })
+                        .replace("$SRC", if to_f16 { "vec4<f32>" } else { "vec4<u32>" })
+                        .replace("$DST", if to_f16 { "vec4<u32>" } else { "vec4<f32>" })
+                        .replace("$WG", &WG.to_string()),
+                )
+            })?;
+            let units = (n / 8) as u32;
+            let (groups, row) = grid_1d(units as u64, WG);
+            return ctx.dispatch(&pipeline, &params(&[row, units, 0, 0]), &[input, o], groups);
+        }
         let key = PipelineKey::new(
             "cast",
             Some(src),
-            format!("{}{}", dst.name(), if truncate { "/truncate" } else { "" }),
+            format!(
+                "{}{}{suffix}",
+                dst.name(),
+                if truncate { "/truncate" } else { "" }
+            ),
         );
-        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(src, dst, truncate)))?;
+        let pipeline = ctx.pipeline(key, || ShaderSource::new(shader(src, dst, truncate, hw)))?;
         let units = if dst == DType::I64 {
             n as u32
         } else {
@@ -242,14 +278,58 @@ fn store(dst: DType) -> &'static str {
     }
 }
 
-fn shader(src: DType, dst: DType, truncate: bool) -> String {
+/// f32 <-> f16 of 8 elements per invocation (n % 8 == 0, 16-byte aligned bindings): two
+/// vec4<f32> and one vec4<u32> of 8 halves, through `f16conv`'s pair conversions.
+const CAST_X8_WGSL: &str = "struct Params {
+    row: u32,
+    units: u32,
+    pad0: u32,
+    pad1: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> src: array<$SRC>;
+@group(0) @binding(2) var<storage, read_write> out: array<$DST>;
+
+$LINEAR_INDEX
+$COMMON
+$F16
+
+@compute @workgroup_size($WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = linear_index(gid);
+    if i >= p.units {
+        return;
+    }
+$BODY
+}
+";
+
+const X8_TO_F16: &str = "    let a = src[2u * i];
+    let b = src[2u * i + 1u];
+    out[i] = vec4<u32>(
+        f32x2_to_f16(a.xy),
+        f32x2_to_f16(a.zw),
+        f32x2_to_f16(b.xy),
+        f32x2_to_f16(b.zw),
+    );";
+
+const X8_FROM_F16: &str = "    let w = src[i];
+    out[2u * i] = vec4<f32>(f16x2_to_f32(w.x), f16x2_to_f32(w.y));
+    out[2u * i + 1u] = vec4<f32>(f16x2_to_f32(w.z), f16x2_to_f32(w.w));";
+
+/// The one-word-per-invocation shader; float16 loads and stores through `f16conv`'s one-half
+/// forms (`hw`: the hardware ones).
+fn shader(src: DType, dst: DType, truncate: bool, hw: bool) -> String {
     let (s, load_body) = load(src);
     let (d, conv_body) = conv(src, dst, truncate);
     CAST_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
-        .replace("$COMMON", COMMON_WGSL)
-        .replace("$LOAD", load_body)
-        .replace("$CONV", conv_body)
+        .replace(
+            "$COMMON",
+            &format!("{COMMON_WGSL}\n{}", f16conv::f16x2_wgsl(hw)),
+        )
+        .replace("$LOAD", &f16conv::routed(load_body))
+        .replace("$CONV", &f16conv::routed(conv_body))
         .replace("$STORE", store(dst))
         .replace("$S", s)
         .replace("$D", d)

@@ -11,6 +11,7 @@
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::PipelineKey;
+use crate::kernels::f16conv;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
@@ -693,15 +694,23 @@ impl Kernel for Binary {
         let o = bind_out(ctx, self.name, out)?;
         let op = self.op;
         let multi = multi_word(dtype, out_dtype);
-        if multi
+        // float16 in and out: vec4 words of 8 halves.
+        let half = dtype == DType::F16 && out_dtype == DType::F16;
+        let (hw, suffix) = f16conv::choice(ctx, dtype == DType::F16)?;
+        let per = if half { 8 } else { 4 };
+        if (multi || half)
             && let Some((ma, mb)) =
-                vec4_moduli(&bc, ctx.limits().min_storage_buffer_offset_alignment)
+                vec4_moduli(&bc, ctx.limits().min_storage_buffer_offset_alignment, per)
         {
-            let key = PipelineKey::new("elementwise", Some(dtype), format!("{}/vec4", op.name()));
+            let key = PipelineKey::new(
+                "elementwise",
+                Some(dtype),
+                format!("{}/vec4{suffix}", op.name()),
+            );
             let pipeline = ctx.pipeline(key, || {
-                crate::kernels::membound_shader(vec4_shader(op, dtype))
+                crate::kernels::membound_shader(vec4_shader(op, dtype, hw))
             })?;
-            let n4 = words_for(self.name, out_dtype, n)? / 4;
+            let n4 = (n / per) as u32;
             let threads = n4.div_ceil(VEC4_PER_INVOCATION);
             let (groups, row) = grid_1d(threads as u64, WG);
             let w = [
@@ -721,14 +730,14 @@ impl Kernel for Binary {
             "elementwise",
             Some(dtype),
             format!(
-                "{}/{}{}",
+                "{}/{}{}{suffix}",
                 op.name(),
                 if flat { "flat" } else { "bcast" },
                 if multi { "/x4" } else { "" }
             ),
         );
         let pipeline = ctx.pipeline(key, || {
-            crate::kernels::membound_shader(shader(op, dtype, flat, multi))
+            crate::kernels::membound_shader(shader(op, dtype, flat, multi, hw))
         })?;
         let words = words_for(self.name, out_dtype, n)?;
         let threads = if multi { words.div_ceil(4) } else { words };
@@ -807,30 +816,53 @@ const STORE_X4: &str = "    if w >= p.stride {
         out[w3] = bitcast<u32>(r3);
     }";
 
-/// vec4 loads and stores (`VEC4_WGSL`) for 32-bit dtypes when every operand is either the
-/// output's shape or a row vector repeated over the rows of a [rows, cols] output, with cols
-/// (and so the element count) a multiple of 4 and bindings 16-byte aligned: the vec4 index
-/// of an operand is the output's modulo (ma, mb) (the output's vec4 count for a full operand,
-/// cols / 4 for a row vector). None otherwise (a scalar operand, other broadcasts).
-fn vec4_moduli(bc: &Broadcast, align: u32) -> Option<(u32, u32)> {
+/// vec4 loads and stores (`VEC4_WGSL`) of `per` elements each (4 for 32-bit dtypes, 8 for
+/// float16) when every operand is either the output's shape or a row vector repeated over
+/// the rows of a [rows, cols] output, with cols (and so the element count) a multiple of
+/// `per` and bindings 16-byte aligned: the vec4 index of an operand is the output's modulo
+/// (ma, mb) (the output's vec4 count for a full operand, cols / per for a row vector). None
+/// otherwise (a scalar operand, other broadcasts).
+fn vec4_moduli(bc: &Broadcast, align: u32, per: usize) -> Option<(u32, u32)> {
     if !align.is_multiple_of(16) {
         return None;
     }
     let n = bc.num_elements();
     let cols = *bc.dims.last()?;
-    if !cols.is_multiple_of(4) || bc.dims.len() > 2 || n / 4 > u32::MAX as usize {
+    if !cols.is_multiple_of(per) || bc.dims.len() > 2 || n / per > u32::MAX as usize {
         return None;
     }
     let modulus = |st: &[usize]| -> Option<u32> {
         match st {
-            [1] => Some((n / 4) as u32),
-            [s, 1] if *s == cols => Some((n / 4) as u32),
-            [0, 1] => Some((cols / 4) as u32),
+            [1] => Some((n / per) as u32),
+            [s, 1] if *s == cols => Some((n / per) as u32),
+            [0, 1] => Some((cols / per) as u32),
             _ => None,
         }
     };
     Some((modulus(&bc.strides[0])?, modulus(&bc.strides[1])?))
 }
+
+/// `op4` of `VEC4_WGSL` for 32-bit dtypes: four elements per vec4.
+const OP4_32: &str = "fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(
+        bitcast<u32>(op(bitcast<$T>(x.x), bitcast<$T>(y.x))),
+        bitcast<u32>(op(bitcast<$T>(x.y), bitcast<$T>(y.y))),
+        bitcast<u32>(op(bitcast<$T>(x.z), bitcast<$T>(y.z))),
+        bitcast<u32>(op(bitcast<$T>(x.w), bitcast<$T>(y.w))),
+    );
+}";
+
+/// `op4` of `VEC4_WGSL` for float16: eight halves per vec4, widened and rounded in pairs
+/// (`f16conv`'s pair conversions).
+const OP4_F16: &str = "fn op2(x: u32, y: u32) -> u32 {
+    let a = f16x2_to_f32(x);
+    let b = f16x2_to_f32(y);
+    return f32x2_to_f16(vec2<f32>(op(a.x, b.x), op(a.y, b.y)));
+}
+
+fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
+    return vec4<u32>(op2(x.x, y.x), op2(x.y, y.y), op2(x.z, y.z), op2(x.w, y.w));
+}";
 
 /// vec4 loads per invocation of `VEC4_WGSL` (p.stride apart, all loads before the stores).
 const VEC4_PER_INVOCATION: u32 = 2;
@@ -861,7 +893,7 @@ fn opaque(v: f32) -> f32 {
 }
 
 fn rt(v: f32) -> f32 {
-    return v;
+    return $RT;
 }
 
 fn alpha() -> f32 {
@@ -874,14 +906,7 @@ fn op(x: $T, y: $T) -> $TOUT {
 $OP
 }
 
-fn op4(x: vec4<u32>, y: vec4<u32>) -> vec4<u32> {
-    return vec4<u32>(
-        bitcast<u32>(op(bitcast<$T>(x.x), bitcast<$T>(y.x))),
-        bitcast<u32>(op(bitcast<$T>(x.y), bitcast<$T>(y.y))),
-        bitcast<u32>(op(bitcast<$T>(x.z), bitcast<$T>(y.z))),
-        bitcast<u32>(op(bitcast<$T>(x.w), bitcast<$T>(y.w))),
-    );
-}
+$OP4
 
 fn index(i: u32, m: u32) -> u32 {
     if m == p.n4 {
@@ -914,29 +939,38 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 ";
 
-fn vec4_shader(op: BinaryOp, dtype: DType) -> String {
+fn vec4_shader(op: BinaryOp, dtype: DType, hw: bool) -> String {
     let (math, pow) = op.math();
+    let float = dtype.is_float();
     let mut extra = String::new();
-    if dtype == DType::F32 && math {
+    if float && math {
         extra.push_str(MATH_WGSL);
     }
-    if dtype == DType::F32 && pow {
+    if float && pow {
         extra.push_str(POW_WGSL);
     }
     if op == BinaryOp::SeluGrad {
         extra.push_str(&super::unary::selu_consts());
     }
+    let half = dtype == DType::F16;
+    if half {
+        extra.push_str(f16conv::f16x2_wgsl(hw));
+    }
     VEC4_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
         .replace("$EXTRA", &extra)
+        .replace("$OP4", if half { OP4_F16 } else { OP4_32 })
+        .replace("$RT", &f16conv::routed(rt_expr(dtype)))
         .replace("$OP", op.wgsl(dtype))
         .replace("$TOUT", compute_type(op.output_dtype(dtype)))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())
 }
 
-fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool) -> String {
+/// The word-per-invocation shader; float16 converts through `f16conv`'s one-half forms
+/// (`hw`: the hardware ones).
+fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool, hw: bool) -> String {
     let float = dtype.is_float();
     let (math, pow) = op.math();
     let mut extra = String::new();
@@ -952,23 +986,26 @@ fn shader(op: BinaryOp, dtype: DType, flat: bool, multi: bool) -> String {
     if op == BinaryOp::SeluGrad {
         extra.push_str(&super::unary::selu_consts());
     }
+    if dtype == DType::F16 {
+        extra.push_str(f16conv::f16x2_wgsl(hw));
+    }
     BINARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
         .replace("$EXTRA", &extra)
         .replace("$OFFSETS", if flat { OFFSETS_FLAT } else { OFFSETS_BCAST })
-        .replace("$LOAD_A", &load_expr(dtype, "a"))
-        .replace("$LOAD_B", &load_expr(dtype, "b"))
+        .replace("$LOAD_A", &f16conv::routed(&load_expr(dtype, "a")))
+        .replace("$LOAD_B", &f16conv::routed(&load_expr(dtype, "b")))
         .replace("$OP", op.wgsl(dtype))
         .replace(
             "$STORE",
-            if multi {
-                STORE_X4
+            &if multi {
+                STORE_X4.to_string()
             } else {
-                store_stmt(op.output_dtype(dtype))
+                f16conv::routed(store_stmt(op.output_dtype(dtype)))
             },
         )
-        .replace("$RT", rt_expr(dtype))
+        .replace("$RT", &f16conv::routed(rt_expr(dtype)))
         .replace("$TOUT", compute_type(op.output_dtype(dtype)))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())

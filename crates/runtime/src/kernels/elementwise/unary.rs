@@ -3,6 +3,7 @@
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::PipelineKey;
+use crate::kernels::f16conv;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
@@ -311,8 +312,11 @@ impl Kernel for Unary {
         let x = ctx.bind(inputs[0].device(self.name, 0)?)?;
         let o = bind_out(ctx, self.name, out)?;
         let (op, dtype) = (self.op, desc.dtype);
-        let key = PipelineKey::new("elementwise", Some(dtype), op.name());
-        let pipeline = ctx.pipeline(key, || crate::kernels::membound_shader(shader(op, dtype)))?;
+        let (hw, suffix) = f16conv::choice(ctx, dtype == DType::F16)?;
+        let key = PipelineKey::new("elementwise", Some(dtype), format!("{}{suffix}", op.name()));
+        let pipeline = ctx.pipeline(key, || {
+            crate::kernels::membound_shader(shader(op, dtype, hw))
+        })?;
         let words = words_for(self.name, want.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         ctx.dispatch(
@@ -324,7 +328,17 @@ impl Kernel for Unary {
     }
 }
 
-fn shader(op: UnaryOp, dtype: DType) -> String {
+/// The store of a float16 -> float16 op: one word load, both halves widened together.
+const STORE_F16_PAIR: &str = "    let v = f16x2_to_f32(x[w]);
+    var hi = 0.0;
+    if 2u * w + 1u < p.n {
+        hi = op(v.y);
+    }
+    out[w] = f32x2_to_f16(vec2<f32>(op(v.x), hi));";
+
+/// The shader of `op` on `dtype`; float16 converts through `f16conv` (`hw`: the hardware
+/// conversions).
+fn shader(op: UnaryOp, dtype: DType, hw: bool) -> String {
     let mut math = match dtype {
         DType::F32 | DType::F16 => MATH_WGSL.to_string(),
         DType::I64 => INT64_WGSL.to_string(),
@@ -337,14 +351,22 @@ fn shader(op: UnaryOp, dtype: DType) -> String {
         math.push_str(&selu_consts());
     }
     let out_dtype = op.output_dtype(dtype);
+    if dtype == DType::F16 {
+        math.push_str(f16conv::f16x2_wgsl(hw));
+    }
+    let store = if dtype == DType::F16 && out_dtype == DType::F16 {
+        STORE_F16_PAIR.to_string()
+    } else {
+        f16conv::routed(store_stmt(out_dtype))
+    };
     UNARY_WGSL
         .replace("$LINEAR_INDEX", LINEAR_INDEX)
         .replace("$COMMON", COMMON_WGSL)
         .replace("$MATH", &math)
-        .replace("$LOAD", &load_expr(dtype, "x"))
+        .replace("$LOAD", &f16conv::routed(&load_expr(dtype, "x")))
         .replace("$OP", op.wgsl(dtype))
-        .replace("$STORE", store_stmt(out_dtype))
-        .replace("$RT", rt_expr(dtype))
+        .replace("$STORE", &store)
+        .replace("$RT", &f16conv::routed(rt_expr(dtype)))
         .replace("$TOUT", compute_type(out_dtype))
         .replace("$T", compute_type(dtype))
         .replace("$WG", &WG.to_string())

@@ -1,11 +1,13 @@
 //! float16 ops computed by their float32 kernel, as TensorFlow's GPU kernels compute half
 //! softmax, cross-entropy, bias gradients and (cuBLAS, f32 compute type) matmul: every f16
 //! input is converted exactly to an f32 temporary, the f32 kernel runs, and each of its f32
-//! outputs is rounded once (to nearest even) to f16.
+//! outputs is rounded once (to nearest even) to f16. The conversions are `f16conv`'s (in
+//! hardware where the adapter passed its self-test).
 
 use crate::kernel::{DeviceRef, Factory, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, bind_out};
+use crate::kernels::f16conv;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{AttrValue, Attrs, DType, Result};
 
@@ -23,6 +25,7 @@ const TO_F16: bool = $TO_F16;
 
 $LINEAR_INDEX
 $COMMON
+$F16
 
 @compute @workgroup_size($WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -32,14 +35,14 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     if TO_F16 {
         // Output word i holds elements 2i and 2i + 1.
-        let lo = f32_to_f16(bitcast<f32>(src[2u * i]));
-        var hi = 0u;
+        let lo = bitcast<f32>(src[2u * i]);
+        var hi = 0.0;
         if 2u * i + 1u < p.n {
-            hi = f32_to_f16(bitcast<f32>(src[2u * i + 1u]));
+            hi = bitcast<f32>(src[2u * i + 1u]);
         }
-        dst[i] = lo | (hi << 16u);
+        dst[i] = f32x2_to_f16(vec2<f32>(lo, hi));
     } else {
-        dst[i] = bitcast<u32>(f16_to_f32((src[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu));
+        dst[i] = bitcast<u32>(h16_to_f32((src[i >> 1u] >> ((i & 1u) * 16u)) & 0xffffu));
     }
 }
 ";
@@ -51,16 +54,21 @@ fn convert(ctx: &KernelContext, op: &str, src: &DeviceRef, dst: &DeviceRef) -> R
         return Ok(());
     }
     let to_f16 = dst.desc.dtype == DType::F16;
+    let (hw, suffix) = f16conv::choice(ctx, true)?;
     let key = PipelineKey::new(
         "nn",
         Some(DType::F16),
-        if to_f16 { "f32_to_f16" } else { "f16_to_f32" },
+        format!(
+            "{}{suffix}",
+            if to_f16 { "f32_to_f16" } else { "f16_to_f32" }
+        ),
     );
     let pipeline = ctx.pipeline(key, || {
         ShaderSource::new(
             CONVERT_WGSL
                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
                 .replace("$COMMON", COMMON_WGSL)
+                .replace("$F16", f16conv::f16x2_wgsl(hw))
                 .replace("$TO_F16", &to_f16.to_string())
                 .replace("$WG", &WG.to_string()),
         )

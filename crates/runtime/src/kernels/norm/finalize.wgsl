@@ -7,7 +7,8 @@
 //             6 mean(dy), 7 rsqrt(var + eps)^2 * mean(dy * (x - mean))
 //             (x_backprop = r5 * ((dy - r6) - (x - r4) * r7); inference: dy * r5)
 // p.mode: 0 training forward, 1 inference forward, 2 training gradient, 3 inference gradient.
-// Placeholders: NORM_COMMON, DIRECT_DECLS, DIRECT_PUT.
+// Placeholders: NORM_COMMON, DIRECT_DECLS, DIRECT_PUT, RESULTS (results_fwd.wgsl and
+// results_grad.wgsl).
 $NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> scale: array<f32>;
@@ -46,6 +47,8 @@ fn put(row: u32, ch: u32, v: f32) {
 $DIRECT_PUT
 }
 
+$RESULTS
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let ch = wid.y * p.groups_x + wid.x;
@@ -76,46 +79,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if t != 0u {
         return;
     }
-    let eps = bitcast<f32>(p.eps);
-    let rest_inv = bitcast<f32>(p.rest_inv);
     if p.mode == 0u {
-        let mean = sb[0];
-        let variance = sc[0] * rest_inv;
-        let k = inverseSqrt(variance + eps) * scale[ch];
-        let f = bitcast<f32>(p.factor);
-        let adjust = bitcast<f32>(p.adjust);
-        if p.factor_is_one == 1u {
-            put(0u, ch, mean);
-            put(1u, ch, variance * adjust);
-        } else {
-            let keep = 1.0 - f;
-            put(0u, ch, keep * mean_in[ch] + f * mean);
-            put(1u, ch, keep * var_in[ch] + (f * adjust) * variance);
-        }
-        put(2u, ch, mean);
-        put(3u, ch, variance);
-        put(4u, ch, mean);
-        put(5u, ch, k);
-        put(6u, ch, offset[ch]);
+        results_train(ch, sb[0], sc[0]);
     } else if p.mode == 1u {
-        let mean = mean_in[ch];
-        let variance = var_in[ch];
-        put(0u, ch, mean);
-        put(1u, ch, variance);
-        put(2u, ch, mean);
-        put(3u, ch, variance);
-        put(4u, ch, mean);
-        put(5u, ch, inverseSqrt(variance + eps) * scale[ch]);
-        put(6u, ch, offset[ch]);
+        results_infer(ch);
     } else {
-        let sum_dy = sa[0];
-        let sum_dyxc = sb[0];
-        let coef0 = inverseSqrt(var_in[ch] + eps);
-        put(0u, ch, sum_dyxc * coef0);
-        put(1u, ch, sum_dy);
-        put(4u, ch, mean_in[ch]);
-        put(5u, ch, scale[ch] * coef0);
-        put(6u, ch, sum_dy * rest_inv);
-        put(7u, ch, coef0 * coef0 * (sum_dyxc / f32(p.rest)));
+        results_grad(ch, sa[0], sb[0]);
     }
 }

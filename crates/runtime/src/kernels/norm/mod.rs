@@ -8,13 +8,19 @@
 //! 16 elements, then a tree in shared memory), `finalize.wgsl` combines a channel's partials
 //! (again strided, then a tree) and computes the per-channel outputs and coefficients,
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
-//! `stats_vec4.wgsl` and `APPLY_VEC4_WGSL` instead: four channels per load, four rows per loop
-//! iteration in the statistics, one channel quad's coefficients loaded once per apply
-//! invocation.
+//! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
+//! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
+//! coefficients loaded once per apply invocation (2 vec4 per invocation).
+//! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
+//! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
+//! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
+//! `finalize.wgsl` runs too) and re-reads its rows from L2 for the output; used where it
+//! measured faster on the H200 (small tensors, 32-byte runs per row).
 //! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
-//! by trees. No sum runs serially over more than 16 elements per invocation, nor over more
-//! than splits / 256 partials of a channel in `finalize.wgsl` (splits = n / (16 * 256 / tile)).
+//! by trees. No sum runs serially over more than 64 elements per invocation (16 or 32 in the
+//! statistics pass, at most 64 in `onepass.wgsl`), nor over more than splits / 256 partials of
+//! a channel in `finalize.wgsl` (splits = n / (rows * 256 / tile)).
 //!
 //! Outputs follow TensorFlow's CPU kernel (`fused_batch_norm_op.cc`):
 //! - training: y = (x - mean) * (rsqrt(var + eps) * scale) + offset with the batch mean and the
@@ -53,8 +59,12 @@ use crate::{DType, Error, Result, bail_invalid};
 const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
 const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
+const FOLD_VEC4_WGSL: &str = include_str!("fold_vec4.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
+const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
+const RESULTS_FWD: &str = include_str!("results_fwd.wgsl");
+const RESULTS_GRAD: &str = include_str!("results_grad.wgsl");
 
 const V1_DTYPES: &[DType] = &[DType::F32];
 const DTYPES: &[DType] = &[DType::F32, DType::F16];
@@ -67,6 +77,15 @@ const PER_THREAD: usize = 16;
 const MAX_TC: usize = 32;
 /// Rows of the per-channel result buffer.
 const ROWS: usize = 8;
+/// vec4 per invocation of the vec4 apply (`apply_vec4_shader`).
+const APPLY_K: usize = 2;
+/// Invocations per workgroup of `onepass.wgsl`.
+const OWG: usize = 512;
+/// Most rows of a channel one invocation of `onepass.wgsl` folds.
+const ONEPASS_ROWS: usize = 64;
+/// Workgroups `onepass.wgsl` aims at (about two per SM on a 132-SM GPU): channel quads per
+/// workgroup halve from 8 until the grid has at least this many.
+const ONEPASS_GROUPS: usize = 256;
 /// f32 NaN bits.
 const NAN_BITS: u32 = 0x7fc0_0000;
 
@@ -251,12 +270,25 @@ impl Plan {
 
     /// The geometry of `stats_vec4.wgsl` (float32, channel innermost, C % 4 == 0): tc counts
     /// channel quads per workgroup, each invocation at most PER_THREAD rows of a chunk.
-    fn vec4(self) -> Plan {
-        // Always PER_THREAD rows per invocation: fewer rows and more workgroups (tried with
-        // at least 1024 workgroups, request bn2-1) made the small tensors' statistics slower
-        // (64x7x7x2048: 16 -> 21 us) and the large ones no faster.
+    fn vec4(self, dtype: DType) -> Plan {
+        // PER_THREAD rows per invocation for float32: fewer rows and more workgroups (tried
+        // with at least 1024 workgroups, request bn2-1) made the small tensors' statistics
+        // slower (64x7x7x2048: 16 -> 21 us) and the large ones no faster. float16 twice as
+        // many: its loads carry half the bytes, and at 16 rows its statistics ran at the
+        // float32 pass's time per row, not per byte (request mem4-1: 64x56x56x256 55.9 us
+        // for 103 MB against float32's 74 us for 206 MB). `TFWGPU_NORM_ROWS=16|32|64`
+        // forces the rows (measurements).
+        let rows = std::env::var("TFWGPU_NORM_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|r| matches!(r, 16 | 32 | 64))
+            .unwrap_or(if dtype == DType::F16 {
+                2 * PER_THREAD
+            } else {
+                PER_THREAD
+            });
         let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
-        let chunk = RWG / tc * PER_THREAD;
+        let chunk = RWG / tc * rows;
         Plan {
             tc,
             chunk,
@@ -409,8 +441,7 @@ fn rt(r: vec4<f32>) -> vec4<f32> {
 /// Whether the vec4 shaders of `dtype` use the hardware float16 conversions, and the pipeline
 /// key suffix that tells the two forms apart.
 pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'static str)> {
-    let hw = dtype == DType::F16 && f16conv::f16_hardware(ctx)?;
-    Ok((hw, if hw { "/hw" } else { "" }))
+    f16conv::choice(ctx, dtype == DType::F16)
 }
 
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
@@ -425,7 +456,16 @@ fn finalize_shader(direct: bool) -> String {
 @group(0) @binding(8) var<storage, read_write> o1: array<f32>;
 @group(0) @binding(9) var<storage, read_write> o2: array<f32>;
 @group(0) @binding(10) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o4: array<f32>;",
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return vec4<f32>(0.0);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_train(ch, b, c);
+}
+fn put_space3() {
+    o4[0] = 0.0;
+}",
             "    if row == 0u && ch == 0u && p.n == 1u {
         o4[0] = 0.0;
     }
@@ -448,6 +488,138 @@ fn finalize_shader(direct: bool) -> String {
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$DIRECT_DECLS", decls)
         .replace("$DIRECT_PUT", put)
+        .replace("$RESULTS", &format!("{RESULTS_FWD}\n{RESULTS_GRAD}"))
+}
+
+/// `onepass.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
+fn onepass_shader(grad: bool) -> String {
+    let (decls, put_out, results) = if grad {
+        (
+            "@group(0) @binding(1) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(3) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_grad(ch, b, c);
+}
+fn put_space3() {}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        }",
+            RESULTS_GRAD,
+        )
+    } else {
+        (
+            "@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(3) var<storage, read_write> offset: array<f32>;
+@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return vec4<f32>(0.0);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_train(ch, b, c);
+}
+fn put_space3() {
+    o4[0] = 0.0;
+}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        } else if row == 2u {
+            o2[ch] = v;
+        } else {
+            o3[ch] = v;
+        }",
+            RESULTS_FWD,
+        )
+    };
+    ONEPASS_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace("$DECLS", decls)
+        .replace("$GRAD", if grad { "true" } else { "false" })
+        .replace("$WGS", &OWG.to_string())
+        .replace("$PUT_OUT", put_out)
+        .replace("$RESULTS", results)
+}
+
+/// Channel quads per workgroup of `onepass.wgsl` for a training batch norm (forward or
+/// gradient) of `plan`, or None where it does not apply: the vec4 layout (NHWC, C % 4 == 0),
+/// at most ONEPASS_ROWS rows per invocation, a device with 512-invocation workgroups, their
+/// shared memory and the storage bindings, and reads of the channels' rows that measured
+/// faster than the three dispatches (see the end). `TFWGPU_NORM_ONEPASS=0` turns it off,
+/// `=1` drops the size limits, and `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per
+/// workgroup (measurements).
+fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Option<usize> {
+    let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+    if env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "0") {
+        return None;
+    }
+    let l = ctx.limits();
+    // sa (f32), sb and sc (vec4) per invocation, cf.
+    let shared = OWG * 36 + 128 * 4;
+    if !plan.vec4_stats(ctx, dtype)
+        || plan.rest == 0
+        || plan.c == 0
+        || (l.max_compute_invocations_per_workgroup as usize) < OWG
+        || (l.max_compute_workgroup_size_x as usize) < OWG
+        || (l.max_compute_workgroup_storage_size as usize) < shared
+        || !finalize_direct(ctx)
+    {
+        return None;
+    }
+    let quads = plan.c / 4;
+    let forced = env("TFWGPU_NORM_ONEPASS_TC")
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|t| matches!(t, 1 | 2 | 4 | 8));
+    let mut tc = match forced {
+        Some(t) => t,
+        None => {
+            let mut tc = 8;
+            while tc > 1 && quads / tc < ONEPASS_GROUPS {
+                tc /= 2;
+            }
+            tc
+        }
+    };
+    while tc > 1 && plan.rest > ONEPASS_ROWS * (OWG / tc) {
+        tc /= 2;
+    }
+    if plan.rest > ONEPASS_ROWS * (OWG / tc) {
+        return None;
+    }
+    // A workgroup reads tc * 4 channels of each row: tc * 4 * size contiguous bytes, strided
+    // by the row. Request mem4-1 (H200): 32-byte runs (float32, tc 2) on 64x7x7x2048 beat
+    // the three dispatches (wall 28.6 against 35.6 us), 16-byte runs lost on every tensor
+    // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
+    // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
+    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB,
+    // any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
+    // 64x7x7x2048 read 51 MB and tied by wall time (49.4 against 49.1 us), in float16 (26 MB,
+    // 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1` lifts the limits.
+    let size = if dtype == DType::F16 { 2 } else { 4 };
+    let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
+    let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
+    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 32 << 20);
+    ok.then_some(tc)
 }
 
 fn apply_shader(dtype: DType) -> String {
@@ -511,6 +683,7 @@ impl Run<'_> {
                     vec4_io(
                         STATS_VEC4_WGSL
                             .replace("$NORM_COMMON", NORM_COMMON)
+                            .replace("$FOLD", FOLD_VEC4_WGSL)
                             .replace("$GRAD", if grad { "true" } else { "false" }),
                         dtype,
                         hw,
@@ -628,11 +801,12 @@ impl Run<'_> {
         let p = &self.plan;
         if p.vec4_stats(ctx, dtype) {
             let (hw, suffix) = vec4_hw(ctx, dtype)?;
+            let k = APPLY_K;
             let pipeline = ctx.pipeline(
-                PipelineKey::new("norm", Some(dtype), format!("apply/vec4{suffix}")),
+                PipelineKey::new("norm", Some(dtype), format!("apply/vec4/k{k}{suffix}")),
                 || {
                     crate::kernels::membound_shader(vec4_io(
-                        APPLY_VEC4_WGSL
+                        apply_vec4_shader(k)
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
                         dtype,
@@ -643,9 +817,9 @@ impl Run<'_> {
             words_for(name, dtype, n)?;
             // Channel quads (C % 4 == 0, so n is a multiple of 4).
             let words = (n / 4) as u32;
-            // Two vec4 per invocation, S apart with S a multiple of the quads (so both are
-            // one quad's); S <= words as words is a multiple of the quads.
-            let threads = words.div_ceil(2).next_multiple_of((p.c / 4) as u32);
+            // K vec4 per invocation, S apart with S a multiple of the quads (so all are one
+            // quad's); S <= words as words is a multiple of the quads.
+            let threads = words.div_ceil(k as u32).next_multiple_of((p.c / 4) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -689,6 +863,56 @@ impl Run<'_> {
         )
     }
 
+    /// A whole training batch norm in one dispatch of `onepass.wgsl` with `tc` channel quads
+    /// per workgroup: `ins` are the forward's (x, scale, offset, mean, variance) or the
+    /// gradient's (dy, x, scale, reserve_space_1, reserve_space_2); `outs[0]` is y or
+    /// x_backprop, `outs[1..]` the [C] outputs (4 forward, 2 gradient); `space3` V3's
+    /// reserve_space_3.
+    fn onepass(
+        &self,
+        tc: usize,
+        grad: bool,
+        ins: &[BufferRange],
+        outs: &[DeviceRef],
+        space3: Option<&DeviceRef>,
+        name: &str,
+    ) -> Result<()> {
+        let ctx = self.ctx;
+        let dtype = self.dtype;
+        let (hw, suffix) = vec4_hw(ctx, dtype)?;
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "norm",
+                Some(dtype),
+                format!("onepass{}/vec4{suffix}", if grad { "_grad" } else { "" }),
+            ),
+            || crate::kernels::membound_shader(vec4_io(onepass_shader(grad), dtype, hw)),
+        )?;
+        let plan = Plan { tc, ..self.plan };
+        let (grid, gx) = groups(name, (plan.c / 4).div_ceil(tc))?;
+        let small = outs.len() - 1;
+        let params = plan.params(
+            0,
+            space3.is_some() as usize,
+            small as u32,
+            gx,
+            if grad { 2 } else { 0 },
+            self.factor,
+            self.eps,
+        );
+        let mut b: Vec<BufferRange> = ins.to_vec();
+        for o in outs {
+            b.push(bind_out(ctx, name, o)?);
+        }
+        if !grad {
+            b.push(match space3 {
+                Some(o) => bind_out(ctx, name, o)?,
+                None => ctx.temp(4)?,
+            });
+        }
+        ctx.dispatch(&pipeline, &params, &b, grid)
+    }
+
     /// Copies rows 0.. of `res` to the float32 [c] outputs `outs` (at most 4), in one
     /// dispatch (four buffer copies ended the compute pass four times).
     fn copy_rows(&self, res: &BufferRange, outs: &[DeviceRef], name: &str) -> Result<()> {
@@ -716,10 +940,48 @@ impl Run<'_> {
 
 /// `apply.wgsl`'s NHWC case with C % 4 == 0 (float32, or float16 as four halves in a vec2<u32>,
 /// see `vec4_io`) on vec4: the same expression per lane, four neighbouring channels per load;
-/// p.words = vec4 count, p.groups_x = S, the invocations,
-/// a multiple of the C / 4 channel quads: invocation i takes vec4 i and i + S, which belong to
-/// the same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats
-/// start at multiples of 4); both data loads come before the stores (out may be x).
+/// p.words = vec4 count, p.groups_x = S, the invocations, a multiple of the C / 4 channel
+/// quads: invocation i takes the K vec4 i, i + S, ..., i + (K - 1) S, which all belong to the
+/// same quad, so it loads that quad's coefficients once (as vec4: `res` rows of C floats start
+/// at multiples of 4); all data loads come before the stores (out may be x). K = APPLY_K (2):
+/// K = 4 for float16, whose loads carry half the bytes (the float16 apply ran at 3.0 TB/s
+/// with K = 2 and float32 at 3.95 in request mem4-1), was slower on the H200 (request mem4-2,
+/// 64x56x56x256: forward apply 69.2 -> 82.0 us, gradient 105.3 -> 121.5).
+fn apply_vec4_shader(k: usize) -> String {
+    use std::fmt::Write;
+    let mut b = String::new();
+    for i in 1..k {
+        let _ = writeln!(b, "    let i{i} = i{} + p.groups_x;", i - 1);
+        let _ = writeln!(b, "    let v{i} = i{i} < p.words;");
+    }
+    let _ = writeln!(b, "    let x0 = ld(x[i0]);");
+    for i in 1..k {
+        let _ = writeln!(
+            b,
+            "    var x{i} = vec4<f32>();\n    if v{i} {{\n        x{i} = ld(x[i{i}]);\n    }}"
+        );
+    }
+    for i in 0..k {
+        let _ = writeln!(b, "    var d{i} = vec4<f32>();");
+    }
+    let _ = writeln!(b, "    if p.mode >= 2u {{\n        d0 = ld(dy[i0]);");
+    for i in 1..k {
+        let _ = writeln!(
+            b,
+            "        if v{i} {{\n            d{i} = ld(dy[i{i}]);\n        }}"
+        );
+    }
+    let _ = writeln!(b, "    }}");
+    for i in 0..k {
+        let _ = writeln!(b, "    let r{i} = value(x{i}, d{i}, c);");
+    }
+    let _ = writeln!(b, "    out[i0] = st(r0);");
+    for i in 1..k {
+        let _ = writeln!(b, "    if v{i} {{\n        out[i{i}] = st(r{i});\n    }}");
+    }
+    APPLY_VEC4_WGSL.replace("$BODY", &b)
+}
+
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
 @group(0) @binding(1) var<storage, read_write> x: array<$XT>;
 @group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
@@ -729,6 +991,24 @@ $LINEAR_INDEX
 $COMMON
 $LD
 
+// A quad's coefficients: mean, k (rows 4, 5), r6, r7 (see finalize.wgsl).
+struct Coef {
+    mean: vec4<f32>,
+    k: vec4<f32>,
+    r6: vec4<f32>,
+    r7: vec4<f32>,
+};
+
+fn value(xv: vec4<f32>, dv: vec4<f32>, c: Coef) -> vec4<f32> {
+    if p.mode < 2u {
+        return (xv - c.mean) * c.k + c.r6;
+    }
+    if p.mode == 3u {
+        return dv * c.k;
+    }
+    return c.k * ((dv - c.r6) - (xv - c.mean) * c.r7);
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i0 = linear_index(gid);
@@ -737,41 +1017,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     }
     let quads = p.c / 4u;
     let q = i0 % quads;
-    let i1 = i0 + p.groups_x;
-    let two = i1 < p.words;
-    let mean = res[4u * quads + q];
-    let k = res[5u * quads + q];
-    let r6 = res[6u * quads + q];
-    let x0 = ld(x[i0]);
-    var x1 = vec4<f32>();
-    if two {
-        x1 = ld(x[i1]);
-    }
-    var r0: vec4<f32>;
-    var r1: vec4<f32>;
-    if p.mode < 2u {
-        r0 = (x0 - mean) * k + r6;
-        r1 = (x1 - mean) * k + r6;
-    } else {
-        let d0 = ld(dy[i0]);
-        var d1 = vec4<f32>();
-        if two {
-            d1 = ld(dy[i1]);
-        }
-        if p.mode == 3u {
-            r0 = d0 * k;
-            r1 = d1 * k;
-        } else {
-            let r7 = res[7u * quads + q];
-            r0 = k * ((d0 - r6) - (x0 - mean) * r7);
-            r1 = k * ((d1 - r6) - (x1 - mean) * r7);
-        }
-    }
-    out[i0] = st(r0);
-    if two {
-        out[i1] = st(r1);
-    }
-}
+    // res holds 8 rows of C floats, so row 7 is always there to read.
+    let c = Coef(res[4u * quads + q], res[5u * quads + q], res[6u * quads + q], res[7u * quads + q]);
+$BODY}
 ";
 
 /// Rows 0..p.rows of the per-channel results to up to four [c] outputs.
@@ -900,7 +1148,7 @@ impl Kernel for BatchNorm {
         let run = Run {
             ctx,
             plan: if plan.vec4_stats(ctx, dtype) {
-                plan.vec4()
+                plan.vec4(dtype)
             } else {
                 plan
             },
@@ -910,6 +1158,19 @@ impl Kernel for BatchNorm {
         };
         let x = dev(0)?;
         let (scale, offset, mean, var) = (dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        if self.a.training
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype, false)
+        {
+            // Implies finalize_direct: reserve_space_3 is the shader's to write.
+            return run.onepass(
+                tc,
+                false,
+                &[x, scale, offset, mean, var],
+                &outputs[..5],
+                space3,
+                name,
+            );
+        }
         let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
         let res = if self.a.training {
             let part = run.stats(&x, None, None)?;
@@ -992,7 +1253,7 @@ impl Kernel for BatchNormGrad {
         let run = Run {
             ctx,
             plan: if plan.vec4_stats(ctx, dtype) {
-                plan.vec4()
+                plan.vec4(dtype)
             } else {
                 plan
             },
@@ -1001,6 +1262,18 @@ impl Kernel for BatchNormGrad {
             factor: None,
         };
         let (dy, x, scale, mean, var) = (dev(0)?, dev(1)?, dev(2)?, dev(3)?, dev(4)?);
+        if self.a.training
+            && let Some(tc) = onepass_tc(ctx, &plan, dtype, true)
+        {
+            return run.onepass(
+                tc,
+                true,
+                &[dy, x, scale, mean, var],
+                &outputs[..3],
+                None,
+                name,
+            );
+        }
         let part = run.stats(&x, Some(&dy), Some(&mean))?;
         let mode = if self.a.training { 2 } else { 3 };
         let res = run.finalize(

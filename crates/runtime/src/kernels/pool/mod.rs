@@ -3,7 +3,8 @@
 //! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
-//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input).
+//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -151,6 +152,19 @@ struct Pool {
     strides: Option<Vec<i64>>,
     padding: Padding,
     nchw: bool,
+}
+
+/// Whether `pool_vec4.wgsl`'s three-dimensional grid (x: a row of `cols` items' channel
+/// quads, y: `rows`, z: the batch) fits the dispatch limits and `div_small` is exact.
+fn grid3_fits(g: &Geo, cols: usize, rows: usize) -> bool {
+    let rowq = cols * (g.c / 4);
+    let limit = crate::kernel::MAX_GROUPS_X as usize;
+    rowq < 1 << 22
+        && rowq.div_ceil(WG as usize) <= limit
+        && rows <= limit
+        && g.n <= limit
+        && g.h + g.pt < 1 << 22
+        && g.w + g.pl < 1 << 22
 }
 
 /// Spatial geometry of one call.
@@ -586,16 +600,15 @@ impl Kernel for Pool {
             let fast = dtype == DType::F32 || hw;
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
-                let (cols, rows) = if pass == 2 { (g.w, g.h) } else { (g.ow, g.oh) };
+                let (cols, rows) = match pass {
+                    2 => (g.w, g.h),
+                    // 2 x 2 blocks of padded input positions.
+                    6 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
+                    _ => (g.ow, g.oh),
+                };
                 let rowq = cols * (g.c / 4);
-                let limit = crate::kernel::MAX_GROUPS_X as usize;
-                // The three-dimensional grid where its sizes fit and `div_small` is exact.
-                let grid3 = rowq < 1 << 22
-                    && rowq.div_ceil(WG as usize) <= limit
-                    && rows <= limit
-                    && g.n <= limit
-                    && g.h + g.pt < 1 << 22
-                    && g.w + g.pl < 1 << 22;
+                let grid3 = grid3_fits(&g, cols, rows);
+                debug_assert!(pass != 6 || grid3);
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
@@ -675,7 +688,17 @@ impl Kernel for Pool {
                 outs / 4,
                 [a.clone(), unused.clone(), codes.clone(), unused],
             )?;
-            return vec4_pass(2, n / 4, [a, b, codes, o]);
+            // Strides 2 x 2 and windows up to 4 x 4: the gather per 2 x 2 block of inputs
+            // (pool_vec4.wgsl's MODE 6; it needs the three-dimensional grid, whose limits
+            // hold for the blocks where they hold for the inputs).
+            // `TFWGPU_POOL_BLOCK_GATHER=0` keeps the per-input gather (measurements).
+            let block = g.sh == 2
+                && g.sw == 2
+                && g.kh <= 4
+                && g.kw <= 4
+                && std::env::var("TFWGPU_POOL_BLOCK_GATHER").map_or(true, |v| v.trim() != "0")
+                && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
+            return vec4_pass(if block { 6 } else { 2 }, n / 4, [a, b, codes, o]);
         }
         let pipeline = ctx.pipeline(
             PipelineKey::new(

@@ -11,7 +11,9 @@
 // - MODE 2, MaxPoolGrad from the codes: per input, the grads of the covering outputs whose
 //   code names this input, summed in TensorFlow's order (outputs row by row; float16 rounds
 //   after every addition, `rt`, as Eigen's half).
-// MaxPoolGrad is MODE 5 then MODE 2: each window's argmax is computed once (one invocation
+// - MODE 6, MODE 2 for strides 2 x 2 and windows up to 4 x 4, one invocation per 2 x 2 block of
+//   inputs (see max_pool_grad_block).
+// MaxPoolGrad is MODE 5 then MODE 2 (or 6): each window's argmax is computed once (one invocation
 // per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
 // gradient pass reads one code word per covering output.
 //
@@ -325,6 +327,78 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     return acc;
 }
 
+// The lanes of `code` that name input position `mine` of their window (zero bytes of the
+// xor, tested exactly).
+fn hits(code: u32, mine: u32) -> vec4<bool> {
+    let z = code ^ (mine * 0x01010101u);
+    let lanes = (vec4<u32>(z) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+    return lanes == vec4<u32>(0u);
+}
+
+// Output (oy, ox) of a MODE 6 block: its linear index (0 when out of range) and whether it
+// is in range (1 or 0).
+fn block_out(n: u32, oy: i32, ox: i32, qd: u32) -> vec2<u32> {
+    let valid = oy >= 0 && ox >= 0 && oy < i32(p.oh) && ox < i32(p.ow);
+    let o = select(0u, ((n * p.oh + u32(oy)) * p.ow + u32(ox)) * (p.c / 4u) + qd, valid);
+    return vec2<u32>(o, u32(valid));
+}
+
+// acc plus the grad g of output (oy, ox) (code word `code`) in the lanes whose argmax is
+// input (y, x), where the output's window covers that input (`cover`).
+fn block_add(acc: vec4<f32>, code: u32, g: vec4<f32>, y: i32, x: i32, oy: i32, ox: i32,
+             cover: bool) -> vec4<f32> {
+    if !cover {
+        return acc;
+    }
+    let dy = u32(y - max(2 * oy - i32(p.pt), 0));
+    let dx = u32(x - max(2 * ox - i32(p.pl), 0));
+    return select(acc, rt(acc + g), hits(code, dy * p.kw + dx));
+}
+
+// MODE 6, MaxPoolGrad's gather for strides 2 x 2 and windows of at most 4 x 4 (ResNet's 3x3 /
+// 2): the inputs in padded positions [2 by, 2 by + 2) x [2 bx, 2 bx + 2) are covered only by
+// the outputs (by - 1 .. by) x (bx - 1 .. bx), so one invocation loads those four outputs'
+// code words and grads together (no loop with runtime bounds: every load in flight at once;
+// an output out of range reads as the code 0xffffffff, which names nothing) and writes the
+// block's (up to) four inputs; each input sums its covering outputs row by row, as MODE 2.
+// Output row by - 1 + ky covers padded row 2 by + ry iff 2 (1 - ky) + ry < kh (columns alike).
+fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
+    let quads = p.c / 4u;
+    let oy0 = i32(by) - 1;
+    let ox0 = i32(bx) - 1;
+    let o0 = block_out(n, oy0, ox0, qd);
+    let o1 = block_out(n, oy0, ox0 + 1, qd);
+    let o2 = block_out(n, oy0 + 1, ox0, qd);
+    let o3 = block_out(n, oy0 + 1, ox0 + 1, qd);
+    let c0 = select(0xffffffffu, codes[o0.x], o0.y == 1u);
+    let c1 = select(0xffffffffu, codes[o1.x], o1.y == 1u);
+    let c2 = select(0xffffffffu, codes[o2.x], o2.y == 1u);
+    let c3 = select(0xffffffffu, codes[o3.x], o3.y == 1u);
+    let g0 = ld(b[o0.x]);
+    let g1 = ld(b[o1.x]);
+    let g2 = ld(b[o2.x]);
+    let g3 = ld(b[o3.x]);
+    for (var r = 0u; r < 4u; r = r + 1u) {
+        let ry = r >> 1u;
+        let rx = r & 1u;
+        let y = i32(2u * by + ry) - i32(p.pt);
+        let x = i32(2u * bx + rx) - i32(p.pl);
+        if y < 0 || x < 0 || y >= i32(p.h) || x >= i32(p.w) {
+            continue;
+        }
+        let top = 2u + ry < p.kh;
+        let left = 2u + rx < p.kw;
+        let bottom = ry < p.kh;
+        let right = rx < p.kw;
+        var acc = vec4<f32>(0.0);
+        acc = block_add(acc, c0, g0, y, x, oy0, ox0, top && left);
+        acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
+        acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
+        acc = block_add(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, bottom && right);
+        out[((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd] = st(acc);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
@@ -341,6 +415,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     if MODE == 2u {
         cols = p.w;
         rows = p.h;
+    }
+    if MODE == 6u {
+        // Blocks of 2 x 2 padded input positions (GRID3 only).
+        cols = (p.w + p.pl + 1u) / 2u;
+        rows = (p.h + p.pt + 1u) / 2u;
     }
     if GRID3 {
         let xq = wid.x * 256u + lid;
@@ -364,7 +443,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         yy = t2 % rows;
         n = t2 / rows;
     }
-    if MODE == 0u {
+    if MODE == 6u {
+        max_pool_grad_block(n, yy, xx, qd);
+    } else if MODE == 0u {
         out[e] = max_pool(n, yy, xx, qd);
     } else if MODE == 5u {
         codes[e] = argmax_codes(n, yy, xx, qd);
