@@ -94,6 +94,7 @@ pub(super) fn try_backprop_filter(
         strides: [1, g.c, n, 1],
         dims: vec![],
         conv,
+        aux: [0; 16],
     };
     tracing::debug!(
         "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
@@ -132,6 +133,7 @@ fn wgrad_spec(
         split: true,
         out_f32: false,
         strided: false,
+        phase: false,
         vout: false,
         emulate,
     }
@@ -346,6 +348,15 @@ fn try_implicit(
         return Ok(false);
     }
     let plain = pointwise(g) && !v4_choice();
+    // Strided input gradients: one stride-1 product per output phase (v6), unless
+    // `TFWGPU_CONV_COOP_PHASES=0` keeps v5b's strided windows.
+    if bwd_input
+        && (g.sh != 1 || g.sw != 1)
+        && phases_on()
+        && backprop_input_phases(ctx, op, g, input, forced, (lanes, emulate), a, f, out)?
+    {
+        return Ok(true);
+    }
     // Backprop input through the windows: each K tile within one tap of the filter.
     let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
     let tile = match forced {
@@ -378,6 +389,7 @@ fn try_implicit(
         split: false,
         out_f32: false,
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
+        phase: false,
         vout: false,
         emulate,
     };
@@ -410,6 +422,7 @@ fn try_implicit(
             },
             dims: vec![],
             conv: [0; 16],
+            aux: [0; 16],
         }
     } else if bwd_input {
         Launch {
@@ -437,6 +450,7 @@ fn try_implicit(
                 g.ow,
                 g.c * g.k,
             ],
+            aux: [0; 16],
         }
     } else {
         Launch {
@@ -447,6 +461,7 @@ fn try_implicit(
             strides: [k, 1, n, 1],
             dims: vec![],
             conv: window_words(g),
+            aux: [0; 16],
         }
     };
     let (splits, kc) = if split_allowed() {
@@ -475,6 +490,237 @@ fn try_implicit(
     let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
     coop::launch(ctx, op, &spec, &l, a, f, &part)?;
     split_sum(ctx, op, input, splits, m * n, &part, out)?;
+    Ok(true)
+}
+
+/// `TFWGPU_CONV_COOP_PHASES=0`: strided input gradients through v5b's strided windows (a
+/// quarter of the products nonzero at stride 2) instead of one product per output phase.
+/// Read once per process.
+fn phases_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_PHASES").is_ok_and(|v| v.trim() == "0") && !v4_choice()
+    })
+}
+
+/// How the output phases of a strided input gradient that no tap reaches (1x1 filters at
+/// stride 2: three of four) get their zeros (`TFWGPU_CONV_COOP_PHASE_ZEROS`, read once per
+/// process).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PhaseZeros {
+    /// "fill" (default): the one phase with taps writes them beside its own results (where
+    /// it covers them; else `Clear`).
+    Fill,
+    /// "clear": one clear of dx before the products.
+    Clear,
+    /// "kernel": the phase kernel with K = 0 for each such phase.
+    Kernel,
+}
+
+fn phase_zeros() -> PhaseZeros {
+    static MODE: OnceLock<PhaseZeros> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        match std::env::var("TFWGPU_CONV_COOP_PHASE_ZEROS")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("clear") => PhaseZeros::Clear,
+            Ok("kernel") => PhaseZeros::Kernel,
+            _ => PhaseZeros::Fill,
+        }
+    })
+}
+
+/// The taps of one filter dimension that reach output phase `ph` of a strided input
+/// gradient: tap r contributes to dx rows y = ph (mod st) where (ph + pad - r * dil) is a
+/// multiple of st; those taps are r0, r0 + step, ... (step = st / gcd(st, dil)). Returns
+/// (r0, step, count, q0, dstep): row Y of the phase (y = ph + Y * st) reads dy row
+/// Y + q0 - j * dstep for its j-th tap.
+fn phase_taps(ph: usize, pad: usize, taps: usize, dil: usize, st: usize) -> PhaseTaps {
+    let off = |r: usize| (ph + pad) as i64 - (r * dil) as i64;
+    let valid: Vec<usize> = (0..taps)
+        .filter(|&r| off(r).rem_euclid(st as i64) == 0)
+        .collect();
+    let r0 = valid.first().copied().unwrap_or(0);
+    let step = if valid.len() > 1 {
+        valid[1] - valid[0]
+    } else {
+        1
+    };
+    PhaseTaps {
+        r0,
+        step,
+        count: valid.len(),
+        q0: off(r0).div_euclid(st as i64),
+        dstep: step * dil / st,
+    }
+}
+
+struct PhaseTaps {
+    r0: usize,
+    step: usize,
+    count: usize,
+    q0: i64,
+    dstep: usize,
+}
+
+/// Conv2DBackpropInput with strides as one stride-1 product per output phase (sub-pixel
+/// decomposition, v6): for dx rows y = py (mod sh) and columns x = px (mod sw), only the
+/// filter taps (r, s) with (py + pt - r * dh) and (px + pl - s * dw) multiples of the
+/// strides contribute, each reading dy at (Y + q0 - j * dstep, X + ...) for the phase's row Y
+/// = (y - py) / sh: a stride-1 input gradient of the phase's rows with the sub-filter
+/// (`CoopSpec::phase`), written to every sh-th row and sw-th column of dx. A phase without
+/// taps (1x1 filters at stride 2: three of four) writes zeros through the same kernel with
+/// K = 0. Every dx element belongs to exactly one phase, so nothing is cleared first.
+/// Returns false (nothing recorded) where a phase has no tile that applies.
+#[allow(clippy::too_many_arguments)]
+fn backprop_input_phases(
+    ctx: &KernelContext,
+    op: &str,
+    g: &Geom,
+    input: Input,
+    forced: Option<CoopTile>,
+    (lanes, emulate): (u32, bool),
+    dy: &DeviceRef,
+    f: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<bool> {
+    let ac = g.k;
+    let neg = |v: usize| (v as u32).wrapping_neg() as usize;
+    // Signed offsets as two's complement words (the shader's i32 casts).
+    let word = |v: i64| (v as i32) as u32 as usize;
+    let spec_for = |tile: CoopTile| CoopSpec {
+        tile,
+        lanes,
+        a_kfast: true,
+        b_nfast: false,
+        wa: load_width(input, &tile, ac),
+        wb: load_width(input, &tile, ac),
+        input,
+        conv: true,
+        bwd_input: true,
+        wgrad: false,
+        split: false,
+        out_f32: false,
+        strided: false,
+        phase: true,
+        vout: false,
+        emulate,
+    };
+    let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
+    let mut plan = vec![];
+    for py in 0..g.sh.min(g.h) {
+        for px in 0..g.sw.min(g.w) {
+            let (hy, wx) = ((g.h - py).div_ceil(g.sh), (g.w - px).div_ceil(g.sw));
+            let ty = phase_taps(py, g.pt, g.r, g.dh, g.sh);
+            let tx = phase_taps(px, g.pl, g.s, g.dw, g.sw);
+            let (m, n, k) = (g.n * hy * wx, g.c, ty.count * tx.count * g.k);
+            let tile = match forced {
+                Some(t) => t,
+                None => {
+                    let t = choose_conv_tile(input, true, m, n, k.max(64), ac);
+                    if tap_ok(&t) {
+                        t
+                    } else if n <= 64 || m <= 64 {
+                        COOP_64X64_2X2V
+                    } else {
+                        COOP_128X128_2X4VG
+                    }
+                }
+            };
+            let mut spec = spec_for(tile);
+            if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
+                // (lavapipe's 32 KiB: the 64 x 64 tile.)
+                spec = spec_for(COOP_64X64X64_2X2W1FS);
+            }
+            if !fits(ctx, &spec) || !tap_ok(&spec.tile) {
+                return Ok(false);
+            }
+            spec.vout = vout_ok(&spec, n);
+            let ckk = g.c * g.k;
+            let l = Launch {
+                m,
+                n,
+                k,
+                batches: 1,
+                strides: [k, 1, 1, g.k],
+                dims: vec![],
+                conv: [
+                    hy,
+                    wx,
+                    g.k,
+                    tx.count.max(1),
+                    1,
+                    1,
+                    neg(ty.dstep),
+                    neg(tx.dstep),
+                    word(-ty.q0),
+                    word(-tx.q0),
+                    g.oh * g.ow * g.k,
+                    g.ow * g.k,
+                    g.k,
+                    g.oh,
+                    g.ow,
+                    ckk,
+                ],
+                aux: [
+                    py,
+                    px,
+                    g.sh,
+                    g.sw,
+                    g.w,
+                    g.h * g.w,
+                    g.h,
+                    0,
+                    (ty.r0 * g.s + tx.r0) * ckk,
+                    ty.step * g.s * ckk,
+                    tx.step * ckk,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                ],
+            };
+            plan.push((spec, l, (py, px, ty.count, tx.count)));
+        }
+    }
+    // Phases without taps (`TFWGPU_CONV_COOP_PHASE_ZEROS`): where only one phase has taps and
+    // it has the most rows and columns (its (n, Y, X) cover every other phase's pixels), that
+    // phase's kernel writes the others' zeros too ("fill", the default); else one clear of
+    // dx first ("clear"); or the same kernel with K = 0 per zero phase ("kernel").
+    let zero = plan.iter().any(|(_, l, _)| l.k == 0);
+    let mode = phase_zeros();
+    let taps: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].1.k > 0).collect();
+    let fill = zero
+        && mode == PhaseZeros::Fill
+        && taps.len() == 1
+        && plan[taps[0]].1.conv[0] == g.h.div_ceil(g.sh)
+        && plan[taps[0]].1.conv[1] == g.w.div_ceil(g.sw);
+    if fill {
+        plan[taps[0]].1.aux[7] = 1;
+    }
+    let zeros_by_clear = zero && !fill && mode != PhaseZeros::Kernel;
+    if zeros_by_clear {
+        let size = out.desc.byte_size().next_multiple_of(4);
+        let o = ctx.bind_bytes(out.addr, size)?;
+        ctx.clear(&o, size)?;
+    }
+    for (spec, l, (py, px, rj, sj)) in &plan {
+        if (zeros_by_clear || fill) && l.k == 0 {
+            continue;
+        }
+        tracing::debug!(
+            "{op} phase ({py}, {px}) of {}x{} ({rj}x{sj} taps) {}x{}x{}: cooperative {}",
+            g.sh,
+            g.sw,
+            l.m,
+            l.n,
+            l.k,
+            spec.specialization()
+        );
+        coop::launch(ctx, op, spec, l, dy, f, out)?;
+    }
     Ok(true)
 }
 

@@ -456,6 +456,17 @@ pub struct CoopSpec {
     /// where both divisions are exact and in range, else zero (the taps between strided
     /// outputs are multiplied as zeros).
     pub strided: bool,
+    /// Conv2DBackpropInput with strides, one output phase (sub-pixel decomposition): the
+    /// stride-1 `bwd_input` form on the phase's rows m = (n, Y, X) (p.oh x p.ow of them per
+    /// image), A the windows of dy with the phase's effective offset and tap step in p.pt /
+    /// p.dh (p.sh = p.sw = 1), B the phase's sub-filter: K tap t = (j, i) of p.fs per row at
+    /// filter offset p.bstr[0].x + j * p.bstr[0].y + i * p.bstr[0].z; row m is written to
+    /// dx row n * p.astr[1].y + (p.astr[0].x + Y * p.astr[0].z) * p.astr[1].x + p.astr[0].y +
+    /// X * p.astr[0].w (phase (py, px), strides (sh, sw), dx width W and W * H). No batches,
+    /// no split K. A phase without taps (p.k = 0) writes its rows' zeros; with p.astr[1].w
+    /// set, each row also writes the zeros of the other phases' pixels of its (n, Y, X) (dx
+    /// height in p.astr[1].z): where only this phase has taps.
+    pub phase: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -623,6 +634,7 @@ impl CoopSpec {
             && (!self.conv || self.a_kfast || self.wgrad)
             && (!self.bwd_input || (self.conv && !self.b_nfast && !self.wgrad))
             && (!self.strided || self.bwd_input)
+            && (!self.phase || (self.bwd_input && !self.strided && !self.split))
             && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
             && (!self.emulate || 256 % self.lanes == 0)
     }
@@ -633,6 +645,7 @@ impl CoopSpec {
             "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}",
             match (self.conv, self.bwd_input, self.wgrad) {
                 (true, true, _) if self.strided => "convbis_",
+                (true, true, _) if self.phase => "convbip_",
                 (true, true, _) => "convbi_",
                 (true, false, true) => "convbf_",
                 (true, false, false) => "conv_",
@@ -1067,7 +1080,10 @@ fn main(
                 // the filter's [c, kc] matrix, whose row stride (`ld`) is kc.
                 let e = if bwd_input && n == "b" {
                     // (Split K takes p.ftap for its K range: c * k elements per tap is N * kc.)
-                    if self.split {
+                    if self.phase {
+                        // (The phase's sub-filter: tap (j, i) at its own offset.)
+                        "p.bstr[0].x + (btap / p.fs) * p.bstr[0].y + (btap % p.fs) * p.bstr[0].z + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    } else if self.split {
                         "btap * p.n * p.cg + gr * p.sb_n + (gc - btap * p.cg)".to_string()
                     } else {
                         "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
@@ -1349,6 +1365,43 @@ fn main(
         // store under a condition on the subgroup index is uniform within the subgroup).
         let slots = self.scratch_slots();
         let rounds = t.subgroups() / slots;
+        // The output row of product row gm: gm itself, or (phase) its dx row.
+        let (prow, orow) = if self.phase {
+            (
+                "
+            let pq = gm % (p.oh * p.ow);
+            let prow = (gm / (p.oh * p.ow)) * p.astr[1].y + (p.astr[0].x + (pq / p.ow) * p.astr[0].z) * p.astr[1].x + p.astr[0].y + (pq % p.ow) * p.astr[0].w;",
+                "prow",
+            )
+        } else {
+            ("", "gm")
+        };
+        // Phase products with p.astr[1].w set: the other phases of this row's (n, Y, X) have
+        // no taps, and this one writes their zeros too (dx rows py' + Y * sh below p.astr[1].z,
+        // columns px' + X * sw below the width).
+        let zfill = |idx: &str, zero: &str| -> String {
+            if !self.phase {
+                return String::new();
+            }
+            format!(
+                "
+            if p.astr[1].w != 0u {{
+                let zimg = (gm / (p.oh * p.ow)) * p.astr[1].y;
+                let zy = (pq / p.ow) * p.astr[0].z;
+                let zx = (pq % p.ow) * p.astr[0].w;
+                for (var qy = 0u; qy < p.astr[0].z; qy += 1u) {{
+                    for (var qx = 0u; qx < p.astr[0].w; qx += 1u) {{
+                        let yy = zy + qy;
+                        let xx = zx + qx;
+                        if (qy != p.astr[0].x || qx != p.astr[0].y) && yy < p.astr[1].z && xx < p.astr[1].x {{
+                            let zrow = zimg + yy * p.astr[1].x + xx;
+                            c[{idx}] = {zero};
+                        }}
+                    }}
+                }}
+            }}"
+            )
+        };
         for i in 0..tm {
             for j in 0..tn {
                 for r in 0..rounds {
@@ -1396,8 +1449,8 @@ fn main(
         let gm = m0 + sg_row + {r0}u + row;
         let gn = n0 + sg_col + {c0}u + col;
         if gm < p.m && gn < p.n {{
-            let o = sc_base + row * 16u + col;
-            c[(cbase + gm * p.n + gn) / {vw}u] = {pack};
+            let o = sc_base + row * 16u + col;{prow}
+            c[(cbase + {orow} * p.n + gn) / {vw}u] = {pack};{zf}
         }}
     }}
 ",
@@ -1406,6 +1459,12 @@ fn main(
                             lanes = self.lanes,
                             r0 = i * 16,
                             c0 = j * 16,
+                            prow = prow,
+                            orow = orow,
+                            zf = zfill(
+                                &format!("(cbase + zrow * p.n + gn) / {vw}u"),
+                                &format!("{}()", out_ty)
+                            ),
                         );
                         s.push_str(close);
                         s.push_str("    workgroupBarrier();\n");
@@ -1416,14 +1475,17 @@ fn main(
                         "    for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
-        if gm < p.m && gn < p.n {{
-            c[cbase + gm * p.n + gn] = {conv_out}(sc[sc_base + e]);
+        if gm < p.m && gn < p.n {{{prow}
+            c[cbase + {orow} * p.n + gn] = {conv_out}(sc[sc_base + e]);{zf}
         }}
     }}
 ",
                         lanes = self.lanes,
                         r0 = i * 16,
                         c0 = j * 16,
+                        prow = prow,
+                        orow = orow,
+                        zf = zfill("cbase + zrow * p.n + gn", &format!("{}()", out_ty)),
                     );
                     s.push_str(close);
                     s.push_str("    workgroupBarrier();\n");
@@ -1649,6 +1711,7 @@ impl Kernel for CoopMatMul {
             split: false,
             out_f32: false,
             strided: false,
+            phase: false,
             vout: false,
             emulate,
         };
@@ -1672,6 +1735,7 @@ impl Kernel for CoopMatMul {
             strides: [sa_m, sa_k, sb_k, sb_n],
             dims,
             conv: [0; 16],
+            aux: [0; 16],
         };
         launch(ctx, op, &spec, &l, a_ref, b_ref, out)
     }
@@ -1696,6 +1760,9 @@ pub(crate) struct Launch {
     pub dims: Vec<(usize, usize, usize)>,
     /// The convolution fields of the params (`COOP_COMMON_WGSL`).
     pub conv: [usize; 16],
+    /// A phase of a strided input gradient (`CoopSpec::phase`): the words of p.astr and
+    /// p.bstr (unused there: no batch dimensions).
+    pub aux: [usize; 16],
 }
 
 /// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
@@ -1743,6 +1810,12 @@ pub(crate) fn launch(
         bdims[i] = to_u32(op, size)?;
         astr[i] = to_u32(op, sa)?;
         bstr[i] = to_u32(op, sb)?;
+    }
+    if spec.phase {
+        for i in 0..MAX_BATCH_DIMS {
+            astr[i] = to_u32(op, l.aux[i])?;
+            bstr[i] = to_u32(op, l.aux[MAX_BATCH_DIMS + i])?;
+        }
     }
     let conv: Vec<u32> = l
         .conv
@@ -1816,6 +1889,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             split: false,
                             out_f32: false,
                             strided: false,
+                            phase: false,
                             vout: false,
                             emulate: false,
                         };
@@ -1843,6 +1917,17 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                 };
                                 if st.is_valid() {
                                     v.push(st);
+                                }
+                                // (One phase of a strided input gradient.)
+                                let ph = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    phase: true,
+                                    vout: true,
+                                    ..s
+                                };
+                                if ph.is_valid() {
+                                    v.push(ph);
                                 }
                             }
                             for (out_f32, vout) in
