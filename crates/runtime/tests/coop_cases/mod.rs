@@ -665,7 +665,10 @@ pub fn conv2d_backprop_input_strided(tiles: &[CoopTile]) {
 /// on odd sizes (one phase with taps, the others zeros), dilation 2 at stride 2 (per axis
 /// every tap in one phase, none in the other), a 2x3 filter at stride 3 (phases of 1 or 0
 /// taps per axis, 9 phases), SAME with asymmetric padding, input channels 16, 12 and 3
-/// (load widths 8, 4 and 1; no vector epilogue for 12 and 3), batch 1 and 2.
+/// (load widths 8, 4 and 1; no vector epilogue for 12 and 3), batch 1 and 2; sizes that are
+/// multiples of the strides (the phases in one launch). Where the device times dispatches,
+/// also checks which kernels ran (the phase kernels, or v5b's strided windows under
+/// `TFWGPU_CONV_COOP_PHASES=0`).
 pub fn conv2d_backprop_input_phases(tiles: &[CoopTile]) {
     let labels = kernels_run(|| conv2d_backprop_input_phases_unchecked(tiles));
     if let Some(labels) = labels {
@@ -712,6 +715,13 @@ fn conv2d_backprop_input_phases_unchecked(tiles: &[CoopTile]) {
             ((1, 8, 7, 8), (3, 3, 64), 2, 2, "VALID", 114),
             ((1, 11, 10, 12), (2, 3, 64), 3, 1, "SAME", 115),
             ((1, 10, 11, 3), (3, 3, 64), 3, 1, "VALID", 116),
+            // (Sizes multiples of the strides: the phases in one launch; 1x1 VALID, the
+            // zeros written beside phase (0, 0) or, with the zeros by kernel, in its launch;
+            // dilation 2 SAME, whose taps all fall in phase (1, 1); stride 3, nine phases.)
+            ((2, 8, 8, 16), (3, 3, 64), 2, 1, "SAME", 117),
+            ((2, 8, 6, 8), (1, 1, 64), 2, 1, "VALID", 118),
+            ((1, 8, 8, 8), (3, 3, 64), 2, 2, "SAME", 119),
+            ((1, 6, 9, 8), (3, 3, 64), 3, 1, "SAME", 120),
         ] {
             check_bwd_input_f16(x, f, st, dil, pad, Some(tile.name), seed);
         }

@@ -94,7 +94,7 @@ pub(super) fn try_backprop_filter(
         strides: [1, g.c, n, 1],
         dims: vec![],
         conv,
-        aux: [0; 16],
+        aux: [0; 24],
     };
     tracing::debug!(
         "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
@@ -422,7 +422,7 @@ fn try_implicit(
             },
             dims: vec![],
             conv: [0; 16],
-            aux: [0; 16],
+            aux: [0; 24],
         }
     } else if bwd_input {
         Launch {
@@ -450,7 +450,7 @@ fn try_implicit(
                 g.ow,
                 g.c * g.k,
             ],
-            aux: [0; 16],
+            aux: [0; 24],
         }
     } else {
         Launch {
@@ -461,7 +461,7 @@ fn try_implicit(
             strides: [k, 1, n, 1],
             dims: vec![],
             conv: window_words(g),
-            aux: [0; 16],
+            aux: [0; 24],
         }
     };
     let (splits, kc) = if split_allowed() {
@@ -531,37 +531,52 @@ fn phase_zeros() -> PhaseZeros {
     })
 }
 
+/// `TFWGPU_CONV_COOP_PHASE_MERGE=0`: one launch per output phase of a strided input
+/// gradient instead of one launch for all of them (grid z = the phase) where they have the
+/// same rows and are at most 4. Read once per process.
+fn phase_merge() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_PHASE_MERGE").is_ok_and(|v| v.trim() == "0")
+    })
+}
+
 /// The taps of one filter dimension that reach output phase `ph` of a strided input
 /// gradient: tap r contributes to dx rows y = ph (mod st) where (ph + pad - r * dil) is a
-/// multiple of st; those taps are r0, r0 + step, ... (step = st / gcd(st, dil)). Returns
-/// (r0, step, count, q0, dstep): row Y of the phase (y = ph + Y * st) reads dy row
-/// Y + q0 - j * dstep for its j-th tap.
+/// multiple of st; those taps are r0, r0 + step, ... (step = st / gcd(st, dil)), and row Y
+/// of the phase (y = ph + Y * st) reads dy row Y + q0 - j * dstep for its j-th tap (dstep =
+/// step * dil / st; both the same for every phase).
 fn phase_taps(ph: usize, pad: usize, taps: usize, dil: usize, st: usize) -> PhaseTaps {
     let off = |r: usize| (ph + pad) as i64 - (r * dil) as i64;
     let valid: Vec<usize> = (0..taps)
         .filter(|&r| off(r).rem_euclid(st as i64) == 0)
         .collect();
     let r0 = valid.first().copied().unwrap_or(0);
-    let step = if valid.len() > 1 {
-        valid[1] - valid[0]
-    } else {
-        1
-    };
     PhaseTaps {
         r0,
-        step,
         count: valid.len(),
         q0: off(r0).div_euclid(st as i64),
-        dstep: step * dil / st,
     }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 struct PhaseTaps {
     r0: usize,
-    step: usize,
     count: usize,
     q0: i64,
-    dstep: usize,
+}
+
+/// One output phase (py, px) of a strided input gradient: its rows and columns, its taps.
+struct Phase {
+    py: usize,
+    px: usize,
+    hy: usize,
+    wx: usize,
+    ty: PhaseTaps,
+    tx: PhaseTaps,
 }
 
 /// Conv2DBackpropInput with strides as one stride-1 product per output phase (sub-pixel
@@ -569,10 +584,11 @@ struct PhaseTaps {
 /// filter taps (r, s) with (py + pt - r * dh) and (px + pl - s * dw) multiples of the
 /// strides contribute, each reading dy at (Y + q0 - j * dstep, X + ...) for the phase's row Y
 /// = (y - py) / sh: a stride-1 input gradient of the phase's rows with the sub-filter
-/// (`CoopSpec::phase`), written to every sh-th row and sw-th column of dx. A phase without
-/// taps (1x1 filters at stride 2: three of four) writes zeros through the same kernel with
-/// K = 0. Every dx element belongs to exactly one phase, so nothing is cleared first.
-/// Returns false (nothing recorded) where a phase has no tile that applies.
+/// (`CoopSpec::phase`), written to every sh-th row and sw-th column of dx. Phases with the
+/// same rows (dx's height and width multiples of the strides), at most 4, run in one launch
+/// (grid z = the phase). Phases without taps (1x1 filters at stride 2: three of four): see
+/// `PhaseZeros`. Every dx element belongs to exactly one phase. Returns false (nothing
+/// recorded) where a phase has no tile that applies.
 #[allow(clippy::too_many_arguments)]
 fn backprop_input_phases(
     ctx: &KernelContext,
@@ -586,9 +602,13 @@ fn backprop_input_phases(
     out: &DeviceRef,
 ) -> Result<bool> {
     let ac = g.k;
+    // (The phase words pack tap counts and origins in 8 bits each.)
+    if g.r > 255 || g.s > 255 {
+        return Ok(false);
+    }
     let neg = |v: usize| (v as u32).wrapping_neg() as usize;
     // Signed offsets as two's complement words (the shader's i32 casts).
-    let word = |v: i64| (v as i32) as u32 as usize;
+    let word = |v: i64| (v as i32) as u32;
     let spec_for = |tile: CoopTile| CoopSpec {
         tile,
         lanes,
@@ -608,116 +628,148 @@ fn backprop_input_phases(
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
-    let mut plan = vec![];
+    let mut phases = vec![];
     for py in 0..g.sh.min(g.h) {
         for px in 0..g.sw.min(g.w) {
-            let (hy, wx) = ((g.h - py).div_ceil(g.sh), (g.w - px).div_ceil(g.sw));
-            let ty = phase_taps(py, g.pt, g.r, g.dh, g.sh);
-            let tx = phase_taps(px, g.pl, g.s, g.dw, g.sw);
-            let (m, n, k) = (g.n * hy * wx, g.c, ty.count * tx.count * g.k);
-            let tile = match forced {
-                Some(t) => t,
-                None => {
-                    let t = choose_conv_tile(input, true, m, n, k.max(64), ac);
-                    if tap_ok(&t) {
-                        t
-                    } else if n <= 64 || m <= 64 {
-                        COOP_64X64_2X2V
-                    } else {
-                        COOP_128X128_2X4VG
-                    }
-                }
-            };
-            let mut spec = spec_for(tile);
-            if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
-                // (lavapipe's 32 KiB: the 64 x 64 tile.)
-                spec = spec_for(COOP_64X64X64_2X2W1FS);
-            }
-            if !fits(ctx, &spec) || !tap_ok(&spec.tile) {
-                return Ok(false);
-            }
-            spec.vout = vout_ok(&spec, n);
-            let ckk = g.c * g.k;
-            let l = Launch {
-                m,
-                n,
-                k,
-                batches: 1,
-                strides: [k, 1, 1, g.k],
-                dims: vec![],
-                conv: [
-                    hy,
-                    wx,
-                    g.k,
-                    tx.count.max(1),
-                    1,
-                    1,
-                    neg(ty.dstep),
-                    neg(tx.dstep),
-                    word(-ty.q0),
-                    word(-tx.q0),
-                    g.oh * g.ow * g.k,
-                    g.ow * g.k,
-                    g.k,
-                    g.oh,
-                    g.ow,
-                    ckk,
-                ],
-                aux: [
-                    py,
-                    px,
-                    g.sh,
-                    g.sw,
-                    g.w,
-                    g.h * g.w,
-                    g.h,
-                    0,
-                    (ty.r0 * g.s + tx.r0) * ckk,
-                    ty.step * g.s * ckk,
-                    tx.step * ckk,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                ],
-            };
-            plan.push((spec, l, (py, px, ty.count, tx.count)));
+            phases.push(Phase {
+                py,
+                px,
+                hy: (g.h - py).div_ceil(g.sh),
+                wx: (g.w - px).div_ceil(g.sw),
+                ty: phase_taps(py, g.pt, g.r, g.dh, g.sh),
+                tx: phase_taps(px, g.pl, g.s, g.dw, g.sw),
+            });
         }
     }
+    let k_of = |p: &Phase| p.ty.count * p.tx.count * g.k;
     // Phases without taps (`TFWGPU_CONV_COOP_PHASE_ZEROS`): where only one phase has taps and
     // it has the most rows and columns (its (n, Y, X) cover every other phase's pixels), that
     // phase's kernel writes the others' zeros too ("fill", the default); else one clear of
-    // dx first ("clear"); or the same kernel with K = 0 per zero phase ("kernel").
-    let zero = plan.iter().any(|(_, l, _)| l.k == 0);
+    // dx first ("clear"); or the phase kernel with K = 0 ("kernel").
+    let zero = phases.iter().any(|p| k_of(p) == 0);
     let mode = phase_zeros();
-    let taps: Vec<usize> = (0..plan.len()).filter(|&i| plan[i].1.k > 0).collect();
+    let taps: Vec<&Phase> = phases.iter().filter(|p| k_of(p) > 0).collect();
     let fill = zero
         && mode == PhaseZeros::Fill
         && taps.len() == 1
-        && plan[taps[0]].1.conv[0] == g.h.div_ceil(g.sh)
-        && plan[taps[0]].1.conv[1] == g.w.div_ceil(g.sw);
-    if fill {
-        plan[taps[0]].1.aux[7] = 1;
+        && taps[0].hy == g.h.div_ceil(g.sh)
+        && taps[0].wx == g.w.div_ceil(g.sw);
+    let clear = zero && !fill && mode != PhaseZeros::Kernel;
+    let run: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| k_of(p) > 0 || (zero && !fill && !clear))
+        .collect();
+    let merge = phase_merge()
+        && run.len() <= 4
+        && run.iter().all(|p| p.hy == run[0].hy && p.wx == run[0].wx);
+    let groups: Vec<Vec<&Phase>> = if merge {
+        vec![run]
+    } else {
+        run.into_iter().map(|p| vec![p]).collect()
+    };
+    let ckk = g.c * g.k;
+    // The tap steps are the same for every phase (those with one tap never use them).
+    let (step_r, step_s) = (g.sh / gcd(g.sh, g.dh.max(1)), g.sw / gcd(g.sw, g.dw.max(1)));
+    let mut plan = vec![];
+    for grp in groups.into_iter().filter(|grp| !grp.is_empty()) {
+        let (hy, wx) = (grp[0].hy, grp[0].wx);
+        let (m, n) = (g.n * hy * wx, g.c);
+        let k = grp.iter().map(|p| k_of(p)).max().unwrap_or(0);
+        let tile = match forced {
+            Some(t) => t,
+            None => {
+                let t = choose_conv_tile(input, true, m, n, k.max(64), ac);
+                if tap_ok(&t) {
+                    t
+                } else if n <= 64 || m <= 64 {
+                    COOP_64X64_2X2V
+                } else {
+                    COOP_128X128_2X4VG
+                }
+            }
+        };
+        let mut spec = spec_for(tile);
+        if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
+            // (lavapipe's 32 KiB: the 64 x 64 tile.)
+            spec = spec_for(COOP_64X64X64_2X2W1FS);
+        }
+        if !fits(ctx, &spec) || !tap_ok(&spec.tile) {
+            return Ok(false);
+        }
+        spec.vout = vout_ok(&spec, n);
+        // The phase table (`CoopSpec::phase`): p.bdims, p.astr, p.bstr.
+        let mut aux = [0u32; 24];
+        for (z, p) in grp.iter().enumerate() {
+            let packed = p.ty.count | (p.tx.count << 8) | (p.ty.r0 << 16) | (p.tx.r0 << 24);
+            aux[z] = packed as u32;
+            aux[4 + z] = word(-p.ty.q0);
+            aux[12 + z] = (p.py | (p.px << 16)) as u32;
+            aux[20 + z] = word(-p.tx.q0);
+        }
+        let common = [
+            g.sh,
+            g.sw,
+            g.w,
+            g.h,
+            step_r * g.s * ckk,
+            step_s * ckk,
+            g.s * ckk,
+            fill as usize,
+        ];
+        for (i, &v) in common.iter().enumerate() {
+            let w = u32::try_from(v).map_err(|_| {
+                crate::Error::InvalidArgument(format!("{op}: {v} elements are too many"))
+            })?;
+            aux[if i < 4 { 8 + i } else { 12 + i }] = w;
+        }
+        let l = Launch {
+            m,
+            n,
+            k,
+            batches: grp.len(),
+            strides: [k, 1, 1, g.k],
+            dims: vec![],
+            conv: [
+                hy,
+                wx,
+                g.k,
+                1,
+                1,
+                1,
+                neg(step_r * g.dh / g.sh),
+                neg(step_s * g.dw / g.sw),
+                0,
+                0,
+                g.oh * g.ow * g.k,
+                g.ow * g.k,
+                g.k,
+                g.oh,
+                g.ow,
+                ckk,
+            ],
+            aux,
+        };
+        let what: Vec<String> = grp
+            .iter()
+            .map(|p| format!("({}, {}) {}x{} taps", p.py, p.px, p.ty.count, p.tx.count))
+            .collect();
+        plan.push((spec, l, what.join(", ")));
     }
-    let zeros_by_clear = zero && !fill && mode != PhaseZeros::Kernel;
-    if zeros_by_clear {
+    if clear {
         let size = out.desc.byte_size().next_multiple_of(4);
         let o = ctx.bind_bytes(out.addr, size)?;
         ctx.clear(&o, size)?;
     }
-    for (spec, l, (py, px, rj, sj)) in &plan {
-        if (zeros_by_clear || fill) && l.k == 0 {
-            continue;
-        }
+    for (spec, l, what) in &plan {
         tracing::debug!(
-            "{op} phase ({py}, {px}) of {}x{} ({rj}x{sj} taps) {}x{}x{}: cooperative {}",
+            "{op} phases {what} of {}x{}, {}x{}x{}: cooperative {}{}",
             g.sh,
             g.sw,
             l.m,
             l.n,
             l.k,
-            spec.specialization()
+            spec.specialization(),
+            if fill { " (and the zero phases)" } else { "" }
         );
         coop::launch(ctx, op, spec, l, dy, f, out)?;
     }

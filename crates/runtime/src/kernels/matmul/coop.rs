@@ -456,16 +456,21 @@ pub struct CoopSpec {
     /// where both divisions are exact and in range, else zero (the taps between strided
     /// outputs are multiplied as zeros).
     pub strided: bool,
-    /// Conv2DBackpropInput with strides, one output phase (sub-pixel decomposition): the
-    /// stride-1 `bwd_input` form on the phase's rows m = (n, Y, X) (p.oh x p.ow of them per
-    /// image), A the windows of dy with the phase's effective offset and tap step in p.pt /
-    /// p.dh (p.sh = p.sw = 1), B the phase's sub-filter: K tap t = (j, i) of p.fs per row at
-    /// filter offset p.bstr[0].x + j * p.bstr[0].y + i * p.bstr[0].z; row m is written to
-    /// dx row n * p.astr[1].y + (p.astr[0].x + Y * p.astr[0].z) * p.astr[1].x + p.astr[0].y +
-    /// X * p.astr[0].w (phase (py, px), strides (sh, sw), dx width W and W * H). No batches,
-    /// no split K. A phase without taps (p.k = 0) writes its rows' zeros; with p.astr[1].w
-    /// set, each row also writes the zeros of the other phases' pixels of its (n, Y, X) (dx
-    /// height in p.astr[1].z): where only this phase has taps.
+    /// Conv2DBackpropInput with strides by output phase (sub-pixel decomposition): the
+    /// stride-1 `bwd_input` form on a phase's rows m = (n, Y, X) (p.oh x p.ow of them per
+    /// image; p.sh = p.sw = 1), one phase per grid z (up to 4 in one launch; every phase of a
+    /// launch has p.m rows). Per phase z: its taps R | S << 8 | r0 << 16 | s0
+    /// << 24 in p.bdims[0][z] (K = R * S * p.cg, the windows' tap row length S), the window
+    /// offsets (two's complement, the padding words of the stride-1 form) in p.bdims[1][z]
+    /// and p.bstr[1][z], (py | px << 16) in p.astr[1][z]. Common: (sh, sw, W, H) of dx in
+    /// p.astr[0]; the sub-filter's tap steps (rows, columns, in filter elements), the filter
+    /// elements per filter row S * C * kc, and the zero-fill flag in p.bstr[0] (p.ftap = C *
+    /// kc). A's tap step and its window origin come through p.dh / p.dw and the offsets; B's
+    /// tap (j, i) is at filter element r0 * p.bstr[0].z + s0 * p.ftap + j * p.bstr[0].x + i *
+    /// p.bstr[0].y; row m is written to dx row (n, py + Y * sh, px + X * sw). A phase without
+    /// taps (K = 0) writes its rows' zeros; with p.bstr[0].w set, each row also writes the
+    /// zeros of the other phases' pixels of its (n, Y, X) (where only one phase has taps).
+    /// No split K, no batches.
     pub phase: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
@@ -761,6 +766,12 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
         };
         let mut s = String::new();
         let emu = self.emulate;
+        // K, the windows' taps per row and their offsets: the params', or the phase's.
+        let (pk, pfs, ppt, ppl) = if self.phase {
+            ("ph_k", "ph_fs", "ph_pt", "ph_pl")
+        } else {
+            ("p.k", "p.fs", "p.pt", "p.pl")
+        };
         if emu {
             s.push_str("enable f16;\n\n");
         } else {
@@ -801,7 +812,7 @@ fn main(
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
-{krange}",
+{phase}{krange}",
             ea = self.load_type(self.wa),
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
@@ -813,13 +824,26 @@ fn main(
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            phase = if self.phase {
+                "    let ph_t = p.bdims[0][bidx];
+    let ph_fs = max((ph_t >> 8u) & 255u, 1u);
+    let ph_k = (ph_t & 255u) * ((ph_t >> 8u) & 255u) * p.cg;
+    let ph_fb = ((ph_t >> 16u) & 255u) * p.bstr[0].z + (ph_t >> 24u) * p.ftap;
+    let ph_pt = p.bdims[1][bidx];
+    let ph_pl = p.bstr[1][bidx];
+    let ph_py = p.astr[1][bidx] & 65535u;
+    let ph_px = p.astr[1][bidx] >> 16u;
+"
+            } else {
+                ""
+            },
             krange = if self.split {
                 format!(
                     "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
                     bk = t.bk
                 )
             } else {
-                format!("    let ntiles = (p.k + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
+                format!("    let ntiles = ({pk} + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
             },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
             sg_params = if emu {
@@ -865,7 +889,7 @@ fn main(
         let (k0, klim) = if self.split {
             ("(kb + k0)", "kend")
         } else {
-            ("k0", "p.k")
+            ("k0", pk)
         };
         let a_op = Op {
             name: "a",
@@ -950,8 +974,8 @@ fn main(
     let cox{it} = cmm{it} % p.ow;
     let coy{it} = (cmm{it} / p.ow) % p.oh;
     let cbase{it} = (cmm{it} / p.ow / p.oh) * p.xn;
-    let cy{it} = i32(coy{it}{ys}) - i32(p.pt);
-    let cx{it} = i32(cox{it}{xs}) - i32(p.pl);
+    let cy{it} = i32(coy{it}{ys}) - i32({ppt});
+    let cx{it} = i32(cox{it}{xs}) - i32({ppl});
 ",
                     q0 = it * wg,
                     ys = if self.strided { "" } else { " * p.sh" },
@@ -965,8 +989,8 @@ fn main(
                 s,
                 "    let ckc = (lid % {per_row}u) * {w}u;
     var cc = {kc0} % p.cg;
-    var cs = ({kc0} / p.cg) % p.fs;
-    var cr = ({kc0} / p.cg) / p.fs;
+    var cs = ({kc0} / p.cg) % {pfs};
+    var cr = ({kc0} / p.cg) / {pfs};
 ",
                 w = a_op.w,
                 kc0 = if self.split { "(kb + ckc)" } else { "ckc" },
@@ -1065,7 +1089,7 @@ fn main(
         while cc >= p.cg {{
             cc -= p.cg;
             cs += 1u;
-            if cs == p.fs {{
+            if cs == {pfs} {{
                 cs = 0u;
                 cr += 1u;
             }}
@@ -1082,7 +1106,7 @@ fn main(
                     // (Split K takes p.ftap for its K range: c * k elements per tap is N * kc.)
                     if self.phase {
                         // (The phase's sub-filter: tap (j, i) at its own offset.)
-                        "p.bstr[0].x + (btap / p.fs) * p.bstr[0].y + (btap % p.fs) * p.bstr[0].z + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                        "ph_fb + (btap / ph_fs) * p.bstr[0].x + (btap % ph_fs) * p.bstr[0].y + gr * p.sb_n + (gc - btap * p.cg)".to_string()
                     } else if self.split {
                         "btap * p.n * p.cg + gr * p.sb_n + (gc - btap * p.cg)".to_string()
                     } else {
@@ -1349,7 +1373,8 @@ fn main(
         // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
         let _ = writeln!(
             s,
-            "    let cbase = bidx * p.m * p.n;\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            "    let cbase = {};\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            if self.phase { "0u" } else { "bidx * p.m * p.n" },
             if self.scratch_slots() == t.subgroups() {
                 "sg".to_string()
             } else {
@@ -1370,14 +1395,14 @@ fn main(
             (
                 "
             let pq = gm % (p.oh * p.ow);
-            let prow = (gm / (p.oh * p.ow)) * p.astr[1].y + (p.astr[0].x + (pq / p.ow) * p.astr[0].z) * p.astr[1].x + p.astr[0].y + (pq % p.ow) * p.astr[0].w;",
+            let prow = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z + (ph_py + (pq / p.ow) * p.astr[0].x) * p.astr[0].z + ph_px + (pq % p.ow) * p.astr[0].y;",
                 "prow",
             )
         } else {
             ("", "gm")
         };
-        // Phase products with p.astr[1].w set: the other phases of this row's (n, Y, X) have
-        // no taps, and this one writes their zeros too (dx rows py' + Y * sh below p.astr[1].z,
+        // Phase products with p.bstr[0].w set: the other phases of this row's (n, Y, X) have
+        // no taps, and this one writes their zeros too (dx rows py' + Y * sh below the height,
         // columns px' + X * sw below the width).
         let zfill = |idx: &str, zero: &str| -> String {
             if !self.phase {
@@ -1385,16 +1410,16 @@ fn main(
             }
             format!(
                 "
-            if p.astr[1].w != 0u {{
-                let zimg = (gm / (p.oh * p.ow)) * p.astr[1].y;
-                let zy = (pq / p.ow) * p.astr[0].z;
-                let zx = (pq % p.ow) * p.astr[0].w;
-                for (var qy = 0u; qy < p.astr[0].z; qy += 1u) {{
-                    for (var qx = 0u; qx < p.astr[0].w; qx += 1u) {{
+            if p.bstr[0].w != 0u {{
+                let zimg = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z;
+                let zy = (pq / p.ow) * p.astr[0].x;
+                let zx = (pq % p.ow) * p.astr[0].y;
+                for (var qy = 0u; qy < p.astr[0].x; qy += 1u) {{
+                    for (var qx = 0u; qx < p.astr[0].y; qx += 1u) {{
                         let yy = zy + qy;
                         let xx = zx + qx;
-                        if (qy != p.astr[0].x || qx != p.astr[0].y) && yy < p.astr[1].z && xx < p.astr[1].x {{
-                            let zrow = zimg + yy * p.astr[1].x + xx;
+                        if (qy != ph_py || qx != ph_px) && yy < p.astr[0].w && xx < p.astr[0].z {{
+                            let zrow = zimg + yy * p.astr[0].z + xx;
                             c[{idx}] = {zero};
                         }}
                     }}
@@ -1735,7 +1760,7 @@ impl Kernel for CoopMatMul {
             strides: [sa_m, sa_k, sb_k, sb_n],
             dims,
             conv: [0; 16],
-            aux: [0; 16],
+            aux: [0; 24],
         };
         launch(ctx, op, &spec, &l, a_ref, b_ref, out)
     }
@@ -1760,9 +1785,9 @@ pub(crate) struct Launch {
     pub dims: Vec<(usize, usize, usize)>,
     /// The convolution fields of the params (`COOP_COMMON_WGSL`).
     pub conv: [usize; 16],
-    /// A phase of a strided input gradient (`CoopSpec::phase`): the words of p.astr and
-    /// p.bstr (unused there: no batch dimensions).
-    pub aux: [usize; 16],
+    /// Strided input gradients by phase (`CoopSpec::phase`): the words of p.bdims, p.astr
+    /// and p.bstr (no batch dimensions there).
+    pub aux: [u32; 24],
 }
 
 /// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
@@ -1812,10 +1837,9 @@ pub(crate) fn launch(
         bstr[i] = to_u32(op, sb)?;
     }
     if spec.phase {
-        for i in 0..MAX_BATCH_DIMS {
-            astr[i] = to_u32(op, l.aux[i])?;
-            bstr[i] = to_u32(op, l.aux[MAX_BATCH_DIMS + i])?;
-        }
+        bdims.copy_from_slice(&l.aux[..MAX_BATCH_DIMS]);
+        astr.copy_from_slice(&l.aux[MAX_BATCH_DIMS..2 * MAX_BATCH_DIMS]);
+        bstr.copy_from_slice(&l.aux[2 * MAX_BATCH_DIMS..]);
     }
     let conv: Vec<u32> = l
         .conv
