@@ -126,6 +126,9 @@ fn emulated_conv2d_backprop_input_strided() {
 fn emulated_conv2d_backprop_input_phases() {
     setup();
     coop_cases::conv2d_backprop_input_phases(CONV_V5_TILES);
+    // (16 subgroups with the epilogue in turns: the lavapipe form of v6's
+    // `c128x128x64_4x4wg1fse8`.)
+    coop_cases::conv2d_backprop_input_phases(&[COOP_64X64X64_4X4W1FSE4]);
 }
 
 #[test]

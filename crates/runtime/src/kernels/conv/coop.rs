@@ -14,8 +14,8 @@ use crate::kernel::{MAX_GROUPS_X, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
     self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
-    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_TILES, CoopSpec, CoopTile, Input, Launch,
-    coop_mode, fits, load_width,
+    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_128X128X64_4X4WG1FSE8, COOP_TILES,
+    CoopSpec, CoopTile, Input, Launch, coop_mode, fits, load_width,
 };
 use crate::kernels::wgsl::params;
 use crate::{DType, Result};
@@ -361,9 +361,9 @@ fn try_implicit(
     let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
     let tile = match forced {
         Some(t) => t,
-        None if plain => choose_conv_tile(input, false, m, n, k, ac),
+        None if plain => choose_conv_tile(input, false, true, m, n, k, ac),
         None => {
-            let t = choose_conv_tile(input, bwd_input, m, n, k, ac);
+            let t = choose_conv_tile(input, bwd_input, false, m, n, k, ac);
             if tap_ok(&t) {
                 t
             } else if n <= 64 || m <= 64 {
@@ -678,7 +678,7 @@ fn backprop_input_phases(
         let tile = match forced {
             Some(t) => t,
             None => {
-                let t = choose_conv_tile(input, true, m, n, k.max(64), ac);
+                let t = choose_conv_tile(input, true, false, m, n, k.max(64), ac);
                 if tap_ok(&t) {
                     t
                 } else if n <= 64 || m <= 64 {
@@ -795,16 +795,20 @@ fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usiz
 }
 
 /// The tile of a Conv2D forward or input-gradient product of M x N x K (`ac`: channels of
-/// A's windows). v5 (NOTES-coop.md): the MatMul v4 loop (16-byte loads, K 64 in one buffer,
-/// unconditional staging) on 128 x 64 in 8 subgroups (`c128x64x64_4x2wg1f`), or on
-/// 128 x 128 (`c128x128x64_2x4wg1f`) for more than 128 columns and ~100 tiles or more;
-/// 64 x 64 `c64x64x64_2x2w1fs` for M <= 64.
+/// A's windows; `plain`: a 1x1 product without windows). v5 (NOTES-coop.md): the MatMul v4
+/// loop (16-byte loads, K 64 in one buffer, unconditional staging) on 128 x 64 in 8
+/// subgroups (`c128x64x64_4x2wg1f`), or on 128 x 128 (`c128x128x64_2x4wg1f`) for more than
+/// 128 columns and ~100 tiles or more; 64 x 64 `c64x64x64_2x2w1fs` for M <= 64. v6 (conv16
+/// request 1): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
+/// K >= 256 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
+/// warps per SM), 64 x 64 for plain products with N and K at most 64.
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
 fn choose_conv_tile(
     input: Input,
     bwd_input: bool,
+    plain: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -823,9 +827,16 @@ fn choose_conv_tile(
     // output columns (wide 92-108 against 96, r50_28 105-110 against 95-99) and where
     // 128 x 128 leaves SMs idle (r50_7: 1568 x 512, 52 tiles: 89-107 against 53); 128 x 128
     // where it has ~100 tiles or more with 256+ columns (r50_14: 110-117 against 93-98).
+    // v6 (conv16 request 1): 16 subgroups on 128 x 128 beat both on the 3x3 layers (r50_28
+    // forward 0.0576 ms against 0.0705 / 0.0662, input gradient 0.0587 against 0.0705 /
+    // 0.0711; r50_14 forward 0.0527 against 0.0603) but not on the 1x1 products (K 64:
+    // 0.0374 / 0.0761 ms against 0.0241 / 0.0648), where 64 x 64 ran r50_56_1x1_64_64
+    // forward at 0.0241 ms against 0.0283 for 128 x 64.
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
-    if m <= 64 || k < 64 {
+    if m <= 64 || k < 64 || (plain && n <= 64 && k <= 64) {
         COOP_64X64X64_2X2W1FS
+    } else if !plain && n >= 128 && tiles >= 96 && k >= 256 {
+        COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         COOP_128X128X64_2X4WG1F
     } else {
