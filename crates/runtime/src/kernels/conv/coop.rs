@@ -799,8 +799,8 @@ fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usiz
 /// loop (16-byte loads, K 64 in one buffer, unconditional staging) on 128 x 64 in 8
 /// subgroups (`c128x64x64_4x2wg1f`), or on 128 x 128 (`c128x128x64_2x4wg1f`) for more than
 /// 128 columns and ~100 tiles or more; 64 x 64 `c64x64x64_2x2w1fs` for M <= 64. v6 (conv16
-/// request 1): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
-/// K >= 256 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
+/// requests 1-2): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
+/// K >= 512 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
 /// warps per SM), 64 x 64 for plain products with N and K at most 64.
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
@@ -831,11 +831,14 @@ fn choose_conv_tile(
     // forward 0.0576 ms against 0.0705 / 0.0662, input gradient 0.0587 against 0.0705 /
     // 0.0711; r50_14 forward 0.0527 against 0.0603) but not on the 1x1 products (K 64:
     // 0.0374 / 0.0761 ms against 0.0241 / 0.0648), where 64 x 64 ran r50_56_1x1_64_64
-    // forward at 0.0241 ms against 0.0283 for 128 x 64.
+    // forward at 0.0241 ms against 0.0283 for 128 x 64. Request 2: K 512+ (the 3x3 stride-2
+    // phases in one launch, K 128-512: 0.0779 ms against 0.0867 for 8 subgroups and 0.1044
+    // for 128 x 64), but r50_56_1x1_256_128_s2 forward (windowed, K 256) ran 0.0290 ms on
+    // it against 0.0262 on 128 x 64 in request 1: 128 x 64 below K 512.
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
     if m <= 64 || k < 64 || (plain && n <= 64 && k <= 64) {
         COOP_64X64X64_2X2W1FS
-    } else if !plain && n >= 128 && tiles >= 96 && k >= 256 {
+    } else if !plain && n >= 128 && tiles >= 96 && k >= 512 {
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         COOP_128X128X64_2X4WG1F
