@@ -137,7 +137,18 @@ def test_conv2d_forward_and_gradients(tf, case, fmt):
     assert_dot_close(dfg.numpy(), dfc, dfa, n_out, what="df")
 
 
-@pytest.mark.parametrize("case", CONV_CASES[:6:2], ids=[c[0] for c in CONV_CASES[:6:2]])
+# float16 cases with 64 output channels (K tiles of 64 within one tap): with
+# TFWGPU_COOP_EMULATE=1 their input gradients at stride 2 take the cooperative-matrix phase
+# products (one per output phase: 3x3 SAME on even sizes, all four phases in one launch; 1x1
+# VALID on odd sizes, one phase with taps writing the others' zeros); otherwise the GEMM.
+F16_COOP_CASES = [
+    ("3x3_s2_k64", (2, 8, 8, 16), (3, 3, 16, 64), 2, "SAME", 1),
+    ("1x1_s2_k64", (1, 9, 7, 8), (1, 1, 8, 64), 2, "VALID", 1),
+]
+F16_CASES = CONV_CASES[:6:2] + F16_COOP_CASES
+
+
+@pytest.mark.parametrize("case", F16_CASES, ids=[c[0] for c in F16_CASES])
 def test_conv2d_float16(tf, case):
     name, xs, fs, strides, padding, dil = case
     rng = np.random.default_rng(7)

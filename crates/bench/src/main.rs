@@ -488,6 +488,11 @@ const CONV_CASES: &[ConvCase] = &[
     cc("r50_14_1x1_1024_256", 32, 14, 1024, 1, 256, 1),
     cc("r50_7_3x3_512_512", 32, 7, 512, 3, 512, 1),
     cc("r50_7_1x1_2048_512", 32, 7, 2048, 1, 512, 1),
+    // The plain products (1x1) with the M, N and K of the 3x3 layers' forward products
+    // (M = N*OH*OW, K = 9*C, N = K): the window addressing's cost, by difference.
+    cc("gemm_28_1x1_1152_128", 32, 28, 1152, 1, 128, 1),
+    cc("gemm_14_1x1_2304_256", 32, 14, 2304, 1, 256, 1),
+    cc("gemm_7_1x1_4608_512", 32, 7, 4608, 1, 512, 1),
     ConvCase {
         depthwise: true,
         ..cc("dw_56_3x3_128", 32, 56, 128, 3, 128, 1)
@@ -676,17 +681,26 @@ fn check_conv(
     worst
 }
 
+/// One timed sample of `time_runs`: wall time per run, the host's recording time per run
+/// (until the last run was recorded, before the wait), the allocator's heaps after it.
+struct Sample {
+    ms: f64,
+    record_ms: f64,
+    heaps: u64,
+}
+
 /// Seconds of back-to-back runs before a conv case's timings.
 const WARM_UP_S: f64 = 0.3;
 
 /// Times `run`: a warm-up (one run, then WARM_UP_S of runs), then the median over `reps` samples of `inner` back-to-back
 /// runs and one host wait (`inner` sized for ~`target` seconds per sample, at most 200).
+/// Returns (median, inner, every sample in the order taken).
 fn time_runs(
     dev: &Device,
     reps: usize,
     target: f64,
     run: &dyn Fn() -> Result<(), String>,
-) -> Result<(f64, usize), String> {
+) -> Result<(f64, usize, Vec<Sample>), String> {
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     run()?;
     dev.synchronize().map_err(e)?;
@@ -707,18 +721,40 @@ fn time_runs(
     dev.synchronize().map_err(e)?;
     let one = t0.elapsed().as_secs_f64();
     let inner = ((target / one.max(1e-7)) as usize).clamp(1, 200);
+    // Untimed samples of `inner` runs until the allocator stops growing (at most 4): a sample
+    // keeps up to `inner` outputs in flight where the warm-up kept 4, and the heaps that takes
+    // are created then (a 256 MiB buffer each, and a clear of each range on first use: on the
+    // H200 0.1-0.5 ms of host time per run while it lasted, conv16 request 1). A program
+    // running the op repeatedly (a training step) pays that once.
+    for _ in 0..4 {
+        let heaps = dev.allocator().stats().heaps;
+        for _ in 0..inner {
+            run()?;
+        }
+        dev.synchronize().map_err(e)?;
+        if dev.allocator().stats().heaps == heaps {
+            break;
+        }
+    }
     let mut samples = vec![];
+    let mut taken = vec![];
     for _ in 0..reps.max(1) {
         dev.synchronize().map_err(e)?;
         let t0 = Instant::now();
         for _ in 0..inner {
             run()?;
         }
+        let recorded = t0.elapsed().as_secs_f64() / inner as f64;
         dev.synchronize().map_err(e)?;
         samples.push(t0.elapsed().as_secs_f64() / inner as f64);
+        taken.push(Sample {
+            ms: samples[samples.len() - 1] * 1e3,
+            record_ms: recorded * 1e3,
+            heaps: dev.allocator().stats().heaps,
+        });
     }
     samples.sort_by(f64::total_cmp);
-    Ok((samples[samples.len() / 2], inner))
+    Ok((samples[samples.len() / 2], inner, taken))
 }
 
 /// GPU time of one run from timestamps: from the first command's start to the last one's end
@@ -915,16 +951,16 @@ fn conv(args: &[String]) -> Result<(), String> {
                     };
                     let err = check_conv(c, op, (&x, &f, &dy), &got, &mut rng);
                     drop(out);
-                    let (med, inner) = time_runs(dev, reps, target, &|| run().map(drop))?;
+                    let (med, inner, taken) = time_runs(dev, reps, target, &|| run().map(drop))?;
                     let gpu = if no_gpu_time {
                         None
                     } else {
                         gpu_time_conv(dev, inner.min(50), &|| run().map(drop))?
                     };
-                    Ok::<_, String>((med, err, inner, gpu))
+                    Ok::<_, String>((med, err, inner, gpu, taken))
                 })();
                 match result {
-                    Ok((med, err, inner, gpu)) => {
+                    Ok((med, err, inner, gpu, taken)) => {
                         let (gpu_ms, busy_ms) = gpu
                             .as_ref()
                             .map(|g| (g.span_ms, g.busy_ms))
@@ -959,6 +995,9 @@ fn conv(args: &[String]) -> Result<(), String> {
                             "dtype": if half { "f16" } else if reduced { "f32-reduced" } else { "f32" }, "impl": "tfwgpu", "tile": t,
                             "ms": med * 1e3, "tflops": flops / med / 1e12,
                             "rel_err": err, "inner": inner, "reps": reps,
+                            "samples_ms": taken.iter().map(|t| t.ms).collect::<Vec<_>>(),
+                            "samples_record_ms": taken.iter().map(|t| t.record_ms).collect::<Vec<_>>(),
+                            "samples_heaps": taken.iter().map(|t| t.heaps).collect::<Vec<_>>(),
                             "gpu_ms": gpu.as_ref().map(|g| g.span_ms),
                             "gpu_busy_ms": gpu.as_ref().map(|g| g.busy_ms),
                             "gpu_tflops": gpu.as_ref().map(|g| flops / g.busy_ms / 1e9),

@@ -120,6 +120,17 @@ fn emulated_conv2d_backprop_input_strided() {
     coop_cases::conv2d_backprop_input_strided(CONV_V5_TILES);
 }
 
+/// Strided input gradients by output phase (v6, the default): checked against the f64
+/// reference, and (where the device times dispatches) that the phase kernels ran.
+#[test]
+fn emulated_conv2d_backprop_input_phases() {
+    setup();
+    coop_cases::conv2d_backprop_input_phases(CONV_V5_TILES);
+    // (16 subgroups with the epilogue in turns: the lavapipe form of v6's
+    // `c128x128x64_4x4wg1fse8`.)
+    coop_cases::conv2d_backprop_input_phases(&[COOP_64X64X64_4X4W1FSE4]);
+}
+
 #[test]
 fn emulated_conv2d_backprop_filter_auto() {
     setup();

@@ -48,6 +48,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 split: wgrad,
                 out_f32: wgrad,
                 strided: false,
+                phase: false,
                 vout: conv,
                 emulate: false,
             };

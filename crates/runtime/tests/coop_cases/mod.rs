@@ -659,3 +659,71 @@ pub fn conv2d_backprop_input_strided(tiles: &[CoopTile]) {
         }
     }
 }
+
+/// Strided input gradients as one stride-1 product per output phase (v6; dy channels 64, so
+/// that the K tiles of 64 lie within one tap): a 1-pixel dx (one phase of four), 1x1 VALID
+/// on odd sizes (one phase with taps, the others zeros), dilation 2 at stride 2 (per axis
+/// every tap in one phase, none in the other), a 2x3 filter at stride 3 (phases of 1 or 0
+/// taps per axis, 9 phases), SAME with asymmetric padding, input channels 16, 12 and 3
+/// (load widths 8, 4 and 1; no vector epilogue for 12 and 3), batch 1 and 2; sizes that are
+/// multiples of the strides (the phases in one launch). Where the device times dispatches,
+/// also checks which kernels ran (the phase kernels, or v5b's strided windows under
+/// `TFWGPU_CONV_COOP_PHASES=0`).
+pub fn conv2d_backprop_input_phases(tiles: &[CoopTile]) {
+    let labels = kernels_run(|| conv2d_backprop_input_phases_unchecked(tiles));
+    if let Some(labels) = labels {
+        let phases = std::env::var("TFWGPU_CONV_COOP_PHASES").is_ok_and(|v| v.trim() == "0");
+        let (want, not) = if phases {
+            ("convbis_", "convbip_")
+        } else {
+            ("convbip_", "convbis_")
+        };
+        assert!(
+            labels.iter().any(|l| l.contains(want)) && !labels.iter().any(|l| l.contains(not)),
+            "expected {want} kernels and no {not} kernels among {labels:?}"
+        );
+    }
+}
+
+/// The pipeline labels of the dispatches `f` records, where the device times dispatches.
+pub fn kernels_run(f: impl FnOnce()) -> Option<Vec<String>> {
+    let ex = dev().exec();
+    let timed = ex.set_timing(true).is_ok();
+    if timed {
+        ex.take_timings().unwrap();
+    }
+    f();
+    if !timed {
+        return None;
+    }
+    let labels = ex
+        .take_timings()
+        .unwrap()
+        .iter()
+        .map(|t| t.label.to_string())
+        .collect();
+    ex.set_timing(false).unwrap();
+    Some(labels)
+}
+
+fn conv2d_backprop_input_phases_unchecked(tiles: &[CoopTile]) {
+    for tile in tiles {
+        for (x, f, st, dil, pad, seed) in [
+            ((2, 9, 8, 16), (3, 3, 64), 2, 1, "SAME", 111),
+            ((1, 1, 1, 8), (3, 3, 64), 2, 1, "SAME", 112),
+            ((2, 9, 7, 8), (1, 1, 64), 2, 1, "VALID", 113),
+            ((1, 8, 7, 8), (3, 3, 64), 2, 2, "VALID", 114),
+            ((1, 11, 10, 12), (2, 3, 64), 3, 1, "SAME", 115),
+            ((1, 10, 11, 3), (3, 3, 64), 3, 1, "VALID", 116),
+            // (Sizes multiples of the strides: the phases in one launch; 1x1 VALID, the
+            // zeros written beside phase (0, 0) or, with the zeros by kernel, in its launch;
+            // dilation 2 SAME, whose taps all fall in phase (1, 1); stride 3, nine phases.)
+            ((2, 8, 8, 16), (3, 3, 64), 2, 1, "SAME", 117),
+            ((2, 8, 6, 8), (1, 1, 64), 2, 1, "VALID", 118),
+            ((1, 8, 8, 8), (3, 3, 64), 2, 2, "SAME", 119),
+            ((1, 6, 9, 8), (3, 3, 64), 3, 1, "SAME", 120),
+        ] {
+            check_bwd_input_f16(x, f, st, dil, pad, Some(tile.name), seed);
+        }
+    }
+}

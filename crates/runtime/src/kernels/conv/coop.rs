@@ -14,8 +14,8 @@ use crate::kernel::{MAX_GROUPS_X, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
     self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
-    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_TILES, CoopSpec, CoopTile, Input, Launch,
-    coop_mode, fits, load_width,
+    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_128X128X64_4X4WG1FSE8, COOP_TILES,
+    CoopSpec, CoopTile, Input, Launch, coop_mode, fits, load_width,
 };
 use crate::kernels::wgsl::params;
 use crate::{DType, Result};
@@ -94,6 +94,7 @@ pub(super) fn try_backprop_filter(
         strides: [1, g.c, n, 1],
         dims: vec![],
         conv,
+        aux: [0; 24],
     };
     tracing::debug!(
         "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
@@ -132,6 +133,7 @@ fn wgrad_spec(
         split: true,
         out_f32: false,
         strided: false,
+        phase: false,
         vout: false,
         emulate,
     }
@@ -346,13 +348,22 @@ fn try_implicit(
         return Ok(false);
     }
     let plain = pointwise(g) && !v4_choice();
+    // Strided input gradients: one stride-1 product per output phase (v6), unless
+    // `TFWGPU_CONV_COOP_PHASES=0` keeps v5b's strided windows.
+    if bwd_input
+        && (g.sh != 1 || g.sw != 1)
+        && phases_on()
+        && backprop_input_phases(ctx, op, g, input, forced, (lanes, emulate), a, f, out)?
+    {
+        return Ok(true);
+    }
     // Backprop input through the windows: each K tile within one tap of the filter.
     let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
     let tile = match forced {
         Some(t) => t,
-        None if plain => choose_conv_tile(input, false, m, n, k, ac),
+        None if plain => choose_conv_tile(input, false, true, m, n, k, ac),
         None => {
-            let t = choose_conv_tile(input, bwd_input, m, n, k, ac);
+            let t = choose_conv_tile(input, bwd_input, false, m, n, k, ac);
             if tap_ok(&t) {
                 t
             } else if n <= 64 || m <= 64 {
@@ -378,6 +389,7 @@ fn try_implicit(
         split: false,
         out_f32: false,
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
+        phase: false,
         vout: false,
         emulate,
     };
@@ -410,6 +422,7 @@ fn try_implicit(
             },
             dims: vec![],
             conv: [0; 16],
+            aux: [0; 24],
         }
     } else if bwd_input {
         Launch {
@@ -437,6 +450,7 @@ fn try_implicit(
                 g.ow,
                 g.c * g.k,
             ],
+            aux: [0; 24],
         }
     } else {
         Launch {
@@ -447,6 +461,7 @@ fn try_implicit(
             strides: [k, 1, n, 1],
             dims: vec![],
             conv: window_words(g),
+            aux: [0; 24],
         }
     };
     let (splits, kc) = if split_allowed() {
@@ -478,6 +493,289 @@ fn try_implicit(
     Ok(true)
 }
 
+/// `TFWGPU_CONV_COOP_PHASES=0`: strided input gradients through v5b's strided windows (a
+/// quarter of the products nonzero at stride 2) instead of one product per output phase.
+/// Read once per process.
+fn phases_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_PHASES").is_ok_and(|v| v.trim() == "0") && !v4_choice()
+    })
+}
+
+/// How the output phases of a strided input gradient that no tap reaches (1x1 filters at
+/// stride 2: three of four) get their zeros (`TFWGPU_CONV_COOP_PHASE_ZEROS`, read once per
+/// process).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PhaseZeros {
+    /// "fill" (default): the one phase with taps writes them beside its own results (where
+    /// it covers them; else `Clear`).
+    Fill,
+    /// "clear": one clear of dx before the products.
+    Clear,
+    /// "kernel": the phase kernel with K = 0 for each such phase.
+    Kernel,
+}
+
+fn phase_zeros() -> PhaseZeros {
+    static MODE: OnceLock<PhaseZeros> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        match std::env::var("TFWGPU_CONV_COOP_PHASE_ZEROS")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("clear") => PhaseZeros::Clear,
+            Ok("kernel") => PhaseZeros::Kernel,
+            _ => PhaseZeros::Fill,
+        }
+    })
+}
+
+/// `TFWGPU_CONV_COOP_PHASE_MERGE=0`: one launch per output phase of a strided input
+/// gradient instead of one launch for all of them (grid z = the phase) where they have the
+/// same rows and are at most 4. Read once per process.
+fn phase_merge() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_PHASE_MERGE").is_ok_and(|v| v.trim() == "0")
+    })
+}
+
+/// The taps of one filter dimension that reach output phase `ph` of a strided input
+/// gradient: tap r contributes to dx rows y = ph (mod st) where (ph + pad - r * dil) is a
+/// multiple of st; those taps are r0, r0 + step, ... (step = st / gcd(st, dil)), and row Y
+/// of the phase (y = ph + Y * st) reads dy row Y + q0 - j * dstep for its j-th tap (dstep =
+/// step * dil / st; both the same for every phase).
+fn phase_taps(ph: usize, pad: usize, taps: usize, dil: usize, st: usize) -> PhaseTaps {
+    let off = |r: usize| (ph + pad) as i64 - (r * dil) as i64;
+    let valid: Vec<usize> = (0..taps)
+        .filter(|&r| off(r).rem_euclid(st as i64) == 0)
+        .collect();
+    let r0 = valid.first().copied().unwrap_or(0);
+    PhaseTaps {
+        r0,
+        count: valid.len(),
+        q0: off(r0).div_euclid(st as i64),
+    }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+struct PhaseTaps {
+    r0: usize,
+    count: usize,
+    q0: i64,
+}
+
+/// One output phase (py, px) of a strided input gradient: its rows and columns, its taps.
+struct Phase {
+    py: usize,
+    px: usize,
+    hy: usize,
+    wx: usize,
+    ty: PhaseTaps,
+    tx: PhaseTaps,
+}
+
+/// Conv2DBackpropInput with strides as one stride-1 product per output phase (sub-pixel
+/// decomposition, v6): for dx rows y = py (mod sh) and columns x = px (mod sw), only the
+/// filter taps (r, s) with (py + pt - r * dh) and (px + pl - s * dw) multiples of the
+/// strides contribute, each reading dy at (Y + q0 - j * dstep, X + ...) for the phase's row Y
+/// = (y - py) / sh: a stride-1 input gradient of the phase's rows with the sub-filter
+/// (`CoopSpec::phase`), written to every sh-th row and sw-th column of dx. Phases with the
+/// same rows (dx's height and width multiples of the strides), at most 4, run in one launch
+/// (grid z = the phase). Phases without taps (1x1 filters at stride 2: three of four): see
+/// `PhaseZeros`. Every dx element belongs to exactly one phase. Returns false (nothing
+/// recorded) where a phase has no tile that applies.
+#[allow(clippy::too_many_arguments)]
+fn backprop_input_phases(
+    ctx: &KernelContext,
+    op: &str,
+    g: &Geom,
+    input: Input,
+    forced: Option<CoopTile>,
+    (lanes, emulate): (u32, bool),
+    dy: &DeviceRef,
+    f: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<bool> {
+    let ac = g.k;
+    // (The phase words pack tap counts and origins in 8 bits each.)
+    if g.r > 255 || g.s > 255 {
+        return Ok(false);
+    }
+    let neg = |v: usize| (v as u32).wrapping_neg() as usize;
+    // Signed offsets as two's complement words (the shader's i32 casts).
+    let word = |v: i64| (v as i32) as u32;
+    let spec_for = |tile: CoopTile| CoopSpec {
+        tile,
+        lanes,
+        a_kfast: true,
+        b_nfast: false,
+        wa: load_width(input, &tile, ac),
+        wb: load_width(input, &tile, ac),
+        input,
+        conv: true,
+        bwd_input: true,
+        wgrad: false,
+        split: false,
+        out_f32: false,
+        strided: false,
+        phase: true,
+        vout: false,
+        emulate,
+    };
+    let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
+    let mut phases = vec![];
+    for py in 0..g.sh.min(g.h) {
+        for px in 0..g.sw.min(g.w) {
+            phases.push(Phase {
+                py,
+                px,
+                hy: (g.h - py).div_ceil(g.sh),
+                wx: (g.w - px).div_ceil(g.sw),
+                ty: phase_taps(py, g.pt, g.r, g.dh, g.sh),
+                tx: phase_taps(px, g.pl, g.s, g.dw, g.sw),
+            });
+        }
+    }
+    let k_of = |p: &Phase| p.ty.count * p.tx.count * g.k;
+    // Phases without taps (`TFWGPU_CONV_COOP_PHASE_ZEROS`): where only one phase has taps and
+    // it has the most rows and columns (its (n, Y, X) cover every other phase's pixels), that
+    // phase's kernel writes the others' zeros too ("fill", the default); else one clear of
+    // dx first ("clear"); or the phase kernel with K = 0 ("kernel").
+    let zero = phases.iter().any(|p| k_of(p) == 0);
+    let mode = phase_zeros();
+    let taps: Vec<&Phase> = phases.iter().filter(|p| k_of(p) > 0).collect();
+    let fill = zero
+        && mode == PhaseZeros::Fill
+        && taps.len() == 1
+        && taps[0].hy == g.h.div_ceil(g.sh)
+        && taps[0].wx == g.w.div_ceil(g.sw);
+    let clear = zero && !fill && mode != PhaseZeros::Kernel;
+    let run: Vec<&Phase> = phases
+        .iter()
+        .filter(|p| k_of(p) > 0 || (zero && !fill && !clear))
+        .collect();
+    let merge = phase_merge()
+        && run.len() <= 4
+        && run.iter().all(|p| p.hy == run[0].hy && p.wx == run[0].wx);
+    let groups: Vec<Vec<&Phase>> = if merge {
+        vec![run]
+    } else {
+        run.into_iter().map(|p| vec![p]).collect()
+    };
+    let ckk = g.c * g.k;
+    // The tap steps are the same for every phase (those with one tap never use them).
+    let (step_r, step_s) = (g.sh / gcd(g.sh, g.dh.max(1)), g.sw / gcd(g.sw, g.dw.max(1)));
+    let mut plan = vec![];
+    for grp in groups.into_iter().filter(|grp| !grp.is_empty()) {
+        let (hy, wx) = (grp[0].hy, grp[0].wx);
+        let (m, n) = (g.n * hy * wx, g.c);
+        let k = grp.iter().map(|p| k_of(p)).max().unwrap_or(0);
+        let tile = match forced {
+            Some(t) => t,
+            None => {
+                let t = choose_conv_tile(input, true, false, m, n, k.max(64), ac);
+                if tap_ok(&t) {
+                    t
+                } else if n <= 64 || m <= 64 {
+                    COOP_64X64_2X2V
+                } else {
+                    COOP_128X128_2X4VG
+                }
+            }
+        };
+        let mut spec = spec_for(tile);
+        if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
+            // (lavapipe's 32 KiB: the 64 x 64 tile.)
+            spec = spec_for(COOP_64X64X64_2X2W1FS);
+        }
+        if !fits(ctx, &spec) || !tap_ok(&spec.tile) {
+            return Ok(false);
+        }
+        spec.vout = vout_ok(&spec, n);
+        // The phase table (`CoopSpec::phase`): p.bdims, p.astr, p.bstr.
+        let mut aux = [0u32; 24];
+        for (z, p) in grp.iter().enumerate() {
+            let packed = p.ty.count | (p.tx.count << 8) | (p.ty.r0 << 16) | (p.tx.r0 << 24);
+            aux[z] = packed as u32;
+            aux[4 + z] = word(-p.ty.q0);
+            aux[12 + z] = (p.py | (p.px << 16)) as u32;
+            aux[20 + z] = word(-p.tx.q0);
+        }
+        let common = [
+            g.sh,
+            g.sw,
+            g.w,
+            g.h,
+            step_r * g.s * ckk,
+            step_s * ckk,
+            g.s * ckk,
+            fill as usize,
+        ];
+        for (i, &v) in common.iter().enumerate() {
+            let w = u32::try_from(v).map_err(|_| {
+                crate::Error::InvalidArgument(format!("{op}: {v} elements are too many"))
+            })?;
+            aux[if i < 4 { 8 + i } else { 12 + i }] = w;
+        }
+        let l = Launch {
+            m,
+            n,
+            k,
+            batches: grp.len(),
+            strides: [k, 1, 1, g.k],
+            dims: vec![],
+            conv: [
+                hy,
+                wx,
+                g.k,
+                1,
+                1,
+                1,
+                neg(step_r * g.dh / g.sh),
+                neg(step_s * g.dw / g.sw),
+                0,
+                0,
+                g.oh * g.ow * g.k,
+                g.ow * g.k,
+                g.k,
+                g.oh,
+                g.ow,
+                ckk,
+            ],
+            aux,
+        };
+        let what: Vec<String> = grp
+            .iter()
+            .map(|p| format!("({}, {}) {}x{} taps", p.py, p.px, p.ty.count, p.tx.count))
+            .collect();
+        plan.push((spec, l, what.join(", ")));
+    }
+    if clear {
+        let size = out.desc.byte_size().next_multiple_of(4);
+        let o = ctx.bind_bytes(out.addr, size)?;
+        ctx.clear(&o, size)?;
+    }
+    for (spec, l, what) in &plan {
+        tracing::debug!(
+            "{op} phases {what} of {}x{}, {}x{}x{}: cooperative {}{}",
+            g.sh,
+            g.sw,
+            l.m,
+            l.n,
+            l.k,
+            spec.specialization(),
+            if fill { " (and the zero phases)" } else { "" }
+        );
+        coop::launch(ctx, op, spec, l, dy, f, out)?;
+    }
+    Ok(true)
+}
+
 /// K split over the grid's z for a product of M x N x K on `tile`: where it has fewer than
 /// 128 output tiles (or `always`), until ~264 workgroups (2 per SM of the H200's 132), each
 /// split at least 4 K tiles long. Returns (splits, rows of K per split, a multiple of BK).
@@ -497,16 +795,20 @@ fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usiz
 }
 
 /// The tile of a Conv2D forward or input-gradient product of M x N x K (`ac`: channels of
-/// A's windows). v5 (NOTES-coop.md): the MatMul v4 loop (16-byte loads, K 64 in one buffer,
-/// unconditional staging) on 128 x 64 in 8 subgroups (`c128x64x64_4x2wg1f`), or on
-/// 128 x 128 (`c128x128x64_2x4wg1f`) for more than 128 columns and ~100 tiles or more;
-/// 64 x 64 `c64x64x64_2x2w1fs` for M <= 64.
+/// A's windows; `plain`: a 1x1 product without windows). v5 (NOTES-coop.md): the MatMul v4
+/// loop (16-byte loads, K 64 in one buffer, unconditional staging) on 128 x 64 in 8
+/// subgroups (`c128x64x64_4x2wg1f`), or on 128 x 128 (`c128x128x64_2x4wg1f`) for more than
+/// 128 columns and ~100 tiles or more; 64 x 64 `c64x64x64_2x2w1fs` for M <= 64. v6 (conv16
+/// requests 1-2): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
+/// K >= 512 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
+/// warps per SM), 64 x 64 for plain products with N and K at most 64.
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
 fn choose_conv_tile(
     input: Input,
     bwd_input: bool,
+    plain: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -525,9 +827,19 @@ fn choose_conv_tile(
     // output columns (wide 92-108 against 96, r50_28 105-110 against 95-99) and where
     // 128 x 128 leaves SMs idle (r50_7: 1568 x 512, 52 tiles: 89-107 against 53); 128 x 128
     // where it has ~100 tiles or more with 256+ columns (r50_14: 110-117 against 93-98).
+    // v6 (conv16 request 1): 16 subgroups on 128 x 128 beat both on the 3x3 layers (r50_28
+    // forward 0.0576 ms against 0.0705 / 0.0662, input gradient 0.0587 against 0.0705 /
+    // 0.0711; r50_14 forward 0.0527 against 0.0603) but not on the 1x1 products (K 64:
+    // 0.0374 / 0.0761 ms against 0.0241 / 0.0648), where 64 x 64 ran r50_56_1x1_64_64
+    // forward at 0.0241 ms against 0.0283 for 128 x 64. Request 2: K 512+ (the 3x3 stride-2
+    // phases in one launch, K 128-512: 0.0779 ms against 0.0867 for 8 subgroups and 0.1044
+    // for 128 x 64), but r50_56_1x1_256_128_s2 forward (windowed, K 256) ran 0.0290 ms on
+    // it against 0.0262 on 128 x 64 in request 1: 128 x 64 below K 512.
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
-    if m <= 64 || k < 64 {
+    if m <= 64 || k < 64 || (plain && n <= 64 && k <= 64) {
         COOP_64X64X64_2X2W1FS
+    } else if !plain && n >= 128 && tiles >= 96 && k >= 512 {
+        COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         COOP_128X128X64_2X4WG1F
     } else {

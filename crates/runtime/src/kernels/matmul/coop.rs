@@ -456,6 +456,22 @@ pub struct CoopSpec {
     /// where both divisions are exact and in range, else zero (the taps between strided
     /// outputs are multiplied as zeros).
     pub strided: bool,
+    /// Conv2DBackpropInput with strides by output phase (sub-pixel decomposition): the
+    /// stride-1 `bwd_input` form on a phase's rows m = (n, Y, X) (p.oh x p.ow of them per
+    /// image; p.sh = p.sw = 1), one phase per grid z (up to 4 in one launch; every phase of a
+    /// launch has p.m rows). Per phase z: its taps R | S << 8 | r0 << 16 | s0
+    /// << 24 in p.bdims[0][z] (K = R * S * p.cg, the windows' tap row length S), the window
+    /// offsets (two's complement, the padding words of the stride-1 form) in p.bdims[1][z]
+    /// and p.bstr[1][z], (py | px << 16) in p.astr[1][z]. Common: (sh, sw, W, H) of dx in
+    /// p.astr[0]; the sub-filter's tap steps (rows, columns, in filter elements), the filter
+    /// elements per filter row S * C * kc, and the zero-fill flag in p.bstr[0] (p.ftap = C *
+    /// kc). A's tap step and its window origin come through p.dh / p.dw and the offsets; B's
+    /// tap (j, i) is at filter element r0 * p.bstr[0].z + s0 * p.ftap + j * p.bstr[0].x + i *
+    /// p.bstr[0].y; row m is written to dx row (n, py + Y * sh, px + X * sw). A phase without
+    /// taps (K = 0) writes its rows' zeros; with p.bstr[0].w set, each row also writes the
+    /// zeros of the other phases' pixels of its (n, Y, X) (where only one phase has taps).
+    /// No split K, no batches.
+    pub phase: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -623,6 +639,7 @@ impl CoopSpec {
             && (!self.conv || self.a_kfast || self.wgrad)
             && (!self.bwd_input || (self.conv && !self.b_nfast && !self.wgrad))
             && (!self.strided || self.bwd_input)
+            && (!self.phase || (self.bwd_input && !self.strided && !self.split))
             && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
             && (!self.emulate || 256 % self.lanes == 0)
     }
@@ -633,6 +650,7 @@ impl CoopSpec {
             "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}",
             match (self.conv, self.bwd_input, self.wgrad) {
                 (true, true, _) if self.strided => "convbis_",
+                (true, true, _) if self.phase => "convbip_",
                 (true, true, _) => "convbi_",
                 (true, false, true) => "convbf_",
                 (true, false, false) => "conv_",
@@ -748,6 +766,12 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
         };
         let mut s = String::new();
         let emu = self.emulate;
+        // K, the windows' taps per row and their offsets: the params', or the phase's.
+        let (pk, pfs, ppt, ppl) = if self.phase {
+            ("ph_k", "ph_fs", "ph_pt", "ph_pl")
+        } else {
+            ("p.k", "p.fs", "p.pt", "p.pl")
+        };
         if emu {
             s.push_str("enable f16;\n\n");
         } else {
@@ -788,7 +812,7 @@ fn main(
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
-{krange}",
+{phase}{krange}",
             ea = self.load_type(self.wa),
             eb = self.load_type(self.wb),
             sa_len = t.nbuf * asz / unit,
@@ -800,13 +824,26 @@ fn main(
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             group = t.group,
+            phase = if self.phase {
+                "    let ph_t = p.bdims[0][bidx];
+    let ph_fs = max((ph_t >> 8u) & 255u, 1u);
+    let ph_k = (ph_t & 255u) * ((ph_t >> 8u) & 255u) * p.cg;
+    let ph_fb = ((ph_t >> 16u) & 255u) * p.bstr[0].z + (ph_t >> 24u) * p.ftap;
+    let ph_pt = p.bdims[1][bidx];
+    let ph_pl = p.bstr[1][bidx];
+    let ph_py = p.astr[1][bidx] & 65535u;
+    let ph_px = p.astr[1][bidx] >> 16u;
+"
+            } else {
+                ""
+            },
             krange = if self.split {
                 format!(
                     "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
                     bk = t.bk
                 )
             } else {
-                format!("    let ntiles = (p.k + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
+                format!("    let ntiles = ({pk} + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
             },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
             sg_params = if emu {
@@ -852,7 +889,7 @@ fn main(
         let (k0, klim) = if self.split {
             ("(kb + k0)", "kend")
         } else {
-            ("k0", "p.k")
+            ("k0", pk)
         };
         let a_op = Op {
             name: "a",
@@ -937,8 +974,8 @@ fn main(
     let cox{it} = cmm{it} % p.ow;
     let coy{it} = (cmm{it} / p.ow) % p.oh;
     let cbase{it} = (cmm{it} / p.ow / p.oh) * p.xn;
-    let cy{it} = i32(coy{it}{ys}) - i32(p.pt);
-    let cx{it} = i32(cox{it}{xs}) - i32(p.pl);
+    let cy{it} = i32(coy{it}{ys}) - i32({ppt});
+    let cx{it} = i32(cox{it}{xs}) - i32({ppl});
 ",
                     q0 = it * wg,
                     ys = if self.strided { "" } else { " * p.sh" },
@@ -952,8 +989,8 @@ fn main(
                 s,
                 "    let ckc = (lid % {per_row}u) * {w}u;
     var cc = {kc0} % p.cg;
-    var cs = ({kc0} / p.cg) % p.fs;
-    var cr = ({kc0} / p.cg) / p.fs;
+    var cs = ({kc0} / p.cg) % {pfs};
+    var cr = ({kc0} / p.cg) / {pfs};
 ",
                 w = a_op.w,
                 kc0 = if self.split { "(kb + ckc)" } else { "ckc" },
@@ -1052,7 +1089,7 @@ fn main(
         while cc >= p.cg {{
             cc -= p.cg;
             cs += 1u;
-            if cs == p.fs {{
+            if cs == {pfs} {{
                 cs = 0u;
                 cr += 1u;
             }}
@@ -1067,7 +1104,10 @@ fn main(
                 // the filter's [c, kc] matrix, whose row stride (`ld`) is kc.
                 let e = if bwd_input && n == "b" {
                     // (Split K takes p.ftap for its K range: c * k elements per tap is N * kc.)
-                    if self.split {
+                    if self.phase {
+                        // (The phase's sub-filter: tap (j, i) at its own offset.)
+                        "ph_fb + (btap / ph_fs) * p.bstr[0].x + (btap % ph_fs) * p.bstr[0].y + gr * p.sb_n + (gc - btap * p.cg)".to_string()
+                    } else if self.split {
                         "btap * p.n * p.cg + gr * p.sb_n + (gc - btap * p.cg)".to_string()
                     } else {
                         "btap * p.ftap + gr * p.sb_n + (gc - btap * p.cg)".to_string()
@@ -1333,7 +1373,8 @@ fn main(
         // Epilogue: each accumulator through the subgroup's 16 x 16 f32 scratch.
         let _ = writeln!(
             s,
-            "    let cbase = bidx * p.m * p.n;\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            "    let cbase = {};\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
+            if self.phase { "0u" } else { "bidx * p.m * p.n" },
             if self.scratch_slots() == t.subgroups() {
                 "sg".to_string()
             } else {
@@ -1349,6 +1390,43 @@ fn main(
         // store under a condition on the subgroup index is uniform within the subgroup).
         let slots = self.scratch_slots();
         let rounds = t.subgroups() / slots;
+        // The output row of product row gm: gm itself, or (phase) its dx row.
+        let (prow, orow) = if self.phase {
+            (
+                "
+            let pq = gm % (p.oh * p.ow);
+            let prow = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z + (ph_py + (pq / p.ow) * p.astr[0].x) * p.astr[0].z + ph_px + (pq % p.ow) * p.astr[0].y;",
+                "prow",
+            )
+        } else {
+            ("", "gm")
+        };
+        // Phase products with p.bstr[0].w set: the other phases of this row's (n, Y, X) have
+        // no taps, and this one writes their zeros too (dx rows py' + Y * sh below the height,
+        // columns px' + X * sw below the width).
+        let zfill = |idx: &str, zero: &str| -> String {
+            if !self.phase {
+                return String::new();
+            }
+            format!(
+                "
+            if p.bstr[0].w != 0u {{
+                let zimg = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z;
+                let zy = (pq / p.ow) * p.astr[0].x;
+                let zx = (pq % p.ow) * p.astr[0].y;
+                for (var qy = 0u; qy < p.astr[0].x; qy += 1u) {{
+                    for (var qx = 0u; qx < p.astr[0].y; qx += 1u) {{
+                        let yy = zy + qy;
+                        let xx = zx + qx;
+                        if (qy != ph_py || qx != ph_px) && yy < p.astr[0].w && xx < p.astr[0].z {{
+                            let zrow = zimg + yy * p.astr[0].z + xx;
+                            c[{idx}] = {zero};
+                        }}
+                    }}
+                }}
+            }}"
+            )
+        };
         for i in 0..tm {
             for j in 0..tn {
                 for r in 0..rounds {
@@ -1396,8 +1474,8 @@ fn main(
         let gm = m0 + sg_row + {r0}u + row;
         let gn = n0 + sg_col + {c0}u + col;
         if gm < p.m && gn < p.n {{
-            let o = sc_base + row * 16u + col;
-            c[(cbase + gm * p.n + gn) / {vw}u] = {pack};
+            let o = sc_base + row * 16u + col;{prow}
+            c[(cbase + {orow} * p.n + gn) / {vw}u] = {pack};{zf}
         }}
     }}
 ",
@@ -1406,6 +1484,12 @@ fn main(
                             lanes = self.lanes,
                             r0 = i * 16,
                             c0 = j * 16,
+                            prow = prow,
+                            orow = orow,
+                            zf = zfill(
+                                &format!("(cbase + zrow * p.n + gn) / {vw}u"),
+                                &format!("{}()", out_ty)
+                            ),
                         );
                         s.push_str(close);
                         s.push_str("    workgroupBarrier();\n");
@@ -1416,14 +1500,17 @@ fn main(
                         "    for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
-        if gm < p.m && gn < p.n {{
-            c[cbase + gm * p.n + gn] = {conv_out}(sc[sc_base + e]);
+        if gm < p.m && gn < p.n {{{prow}
+            c[cbase + {orow} * p.n + gn] = {conv_out}(sc[sc_base + e]);{zf}
         }}
     }}
 ",
                         lanes = self.lanes,
                         r0 = i * 16,
                         c0 = j * 16,
+                        prow = prow,
+                        orow = orow,
+                        zf = zfill("cbase + zrow * p.n + gn", &format!("{}()", out_ty)),
                     );
                     s.push_str(close);
                     s.push_str("    workgroupBarrier();\n");
@@ -1649,6 +1736,7 @@ impl Kernel for CoopMatMul {
             split: false,
             out_f32: false,
             strided: false,
+            phase: false,
             vout: false,
             emulate,
         };
@@ -1672,6 +1760,7 @@ impl Kernel for CoopMatMul {
             strides: [sa_m, sa_k, sb_k, sb_n],
             dims,
             conv: [0; 16],
+            aux: [0; 24],
         };
         launch(ctx, op, &spec, &l, a_ref, b_ref, out)
     }
@@ -1696,6 +1785,9 @@ pub(crate) struct Launch {
     pub dims: Vec<(usize, usize, usize)>,
     /// The convolution fields of the params (`COOP_COMMON_WGSL`).
     pub conv: [usize; 16],
+    /// Strided input gradients by phase (`CoopSpec::phase`): the words of p.bdims, p.astr
+    /// and p.bstr (no batch dimensions there).
+    pub aux: [u32; 24],
 }
 
 /// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
@@ -1743,6 +1835,11 @@ pub(crate) fn launch(
         bdims[i] = to_u32(op, size)?;
         astr[i] = to_u32(op, sa)?;
         bstr[i] = to_u32(op, sb)?;
+    }
+    if spec.phase {
+        bdims.copy_from_slice(&l.aux[..MAX_BATCH_DIMS]);
+        astr.copy_from_slice(&l.aux[MAX_BATCH_DIMS..2 * MAX_BATCH_DIMS]);
+        bstr.copy_from_slice(&l.aux[2 * MAX_BATCH_DIMS..]);
     }
     let conv: Vec<u32> = l
         .conv
@@ -1816,6 +1913,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             split: false,
                             out_f32: false,
                             strided: false,
+                            phase: false,
                             vout: false,
                             emulate: false,
                         };
@@ -1843,6 +1941,17 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                 };
                                 if st.is_valid() {
                                     v.push(st);
+                                }
+                                // (One phase of a strided input gradient.)
+                                let ph = CoopSpec {
+                                    conv,
+                                    bwd_input,
+                                    phase: true,
+                                    vout: true,
+                                    ..s
+                                };
+                                if ph.is_valid() {
+                                    v.push(ph);
                                 }
                             }
                             for (out_f32, vout) in

@@ -1,0 +1,32 @@
+//! Strided input gradients by output phase (v6) with the phases that no tap reaches written
+//! by the phase kernel itself with K = 0 (`TFWGPU_CONV_COOP_PHASE_ZEROS=kernel`) instead of
+//! the default (their zeros written beside the one phase with taps, or one clear of dx),
+//! checked in the emulated form on any adapter with float16 shaders. A binary of its own:
+//! the setting is read once per process.
+mod common;
+mod coop_cases;
+
+use std::sync::Once;
+
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_64X64X64_4X2WG1FS, EMULATE_VAR, emulation_requested,
+};
+
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
+        // others until the variables are set, so no other thread reads the environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            std::env::set_var("TFWGPU_CONV_COOP_PHASE_ZEROS", "kernel");
+        }
+    });
+    assert!(emulation_requested());
+}
+
+#[test]
+fn emulated_conv2d_backprop_input_phase_zeros_by_kernel() {
+    setup();
+    coop_cases::conv2d_backprop_input_phases(&[COOP_64X64X64_4X2WG1FS]);
+}
