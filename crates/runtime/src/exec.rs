@@ -325,6 +325,16 @@ struct Batch {
     timing: Option<BatchTiming>,
 }
 
+/// A batch taken out for submission, with the submit order (see
+/// [`ExecutionContext::take_locked`]).
+struct Taken<'a> {
+    order: parking_lot::MutexGuard<'a, ()>,
+    encoder: wgpu::CommandEncoder,
+    uniforms: Vec<u8>,
+    timing: Option<BatchTiming>,
+    id: u64,
+}
+
 struct Shared {
     completed: AtomicU64,
     stop: AtomicBool,
@@ -355,6 +365,12 @@ pub struct ExecutionContext {
     /// the batch's own commands: one buffer serves every batch in turn).
     uniform_buffer: wgpu::Buffer,
     batch: Mutex<Batch>,
+    /// Serializes submits (and large uploads through the queue's staging) in batch-id order.
+    /// Taken while the batch lock is held, then the batch lock is released: encoding a
+    /// batch's commands (wgpu encodes a compute pass when its encoder finishes) and the
+    /// submit run without blocking the threads that record the next batch (see
+    /// [`ExecutionContext::take_locked`]).
+    submit_order: Mutex<()>,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
     inflight: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
     submitted: AtomicU64,
@@ -427,6 +443,7 @@ impl ExecutionContext {
                 bind_groups: BindGroupCache::default(),
                 timing: None,
             }),
+            submit_order: Mutex::new(()),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
             shared,
@@ -500,7 +517,9 @@ impl ExecutionContext {
         if b.ops >= self.cfg.max_ops
             || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
         {
-            self.submit_locked(&mut b)?;
+            let taken = self.take_locked(&mut b);
+            drop(b);
+            return self.submit_taken(taken);
         }
         Ok(())
     }
@@ -889,9 +908,14 @@ impl ExecutionContext {
             // runs before it, every command recorded after it runs after it. Submitting here
             // also hands the GPU the work recorded so far before the host spends time copying.
             let mut b = self.batch.lock();
-            if b.ops > 0 {
-                self.submit_locked(&mut b)?;
-            }
+            // Queue writes run before the next submit's commands: the batches recorded before
+            // this upload must all be on the queue first (another thread may still be
+            // submitting one it took), and none may go out between them and the write.
+            let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
+            let _order = match taken {
+                Some(t) => self.submit_taken_ordered(t)?,
+                None => self.submit_order.lock(),
+            };
             // The host's copy into the staging memory is the slow part (one thread writes
             // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
             // it over a few threads.
@@ -930,18 +954,70 @@ impl ExecutionContext {
     /// work has been submitted.
     pub fn flush(&self) -> Result<u64> {
         let mut b = self.batch.lock();
-        if b.ops > 0 {
-            self.submit_locked(&mut b)?;
+        let id = if b.ops > 0 { b.id } else { b.id - 1 };
+        let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
+        if taken.is_none() {
+            // A batch another thread took may still be on its way to the queue: every id up
+            // to `id` is submitted once that thread lets go of the submit order.
+            let order = self.submit_order.lock();
+            drop(b);
+            drop(order);
+            return Ok(id);
         }
-        Ok(b.id - 1)
+        drop(b);
+        self.submit_taken(taken)?;
+        Ok(id)
     }
 
+    /// Submits the open batch while the batch lock is held (paths that go on recording into
+    /// the next batch under the same lock).
     fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+        let taken = self.take_locked(b);
+        self.submit_taken(taken)
+    }
+
+    /// Takes the open batch out for submission: its encoder, uniforms, timing and id, with the
+    /// submit order (taken before the batch lock is let go, so batches reach the queue in id
+    /// order). The caller may release the batch lock before [`Self::submit_taken`]: recording
+    /// into the next batch then proceeds while this one is encoded and submitted.
+    fn take_locked(&self, b: &mut Batch) -> Option<Taken<'_>> {
         b.pass = None;
-        let Some(mut encoder) = b.encoder.take() else {
-            return Ok(());
+        let encoder = b.encoder.take()?;
+        let order = self.submit_order.lock();
+        let taken = Taken {
+            order,
+            encoder,
+            uniforms: std::mem::take(&mut b.uniforms),
+            timing: b.timing.take(),
+            id: b.id,
         };
-        let timing = b.timing.take().filter(|t| !t.labels.is_empty());
+        b.id += 1;
+        b.ops = 0;
+        b.started = None;
+        Some(taken)
+    }
+
+    /// Encodes and submits a batch taken by [`Self::take_locked`].
+    fn submit_taken(&self, taken: Option<Taken<'_>>) -> Result<()> {
+        match taken {
+            Some(t) => self.submit_taken_ordered(t).map(drop),
+            None => Ok(()),
+        }
+    }
+
+    /// [`Self::submit_taken`], keeping the submit order until the caller drops it.
+    fn submit_taken_ordered<'a>(
+        &'a self,
+        taken: Taken<'a>,
+    ) -> Result<parking_lot::MutexGuard<'a, ()>> {
+        let Taken {
+            order,
+            mut encoder,
+            uniforms,
+            timing,
+            id,
+        } = taken;
+        let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
             let n = t.labels.len() as u32 * 2;
             encoder.resolve_query_set(&t.slot.set, 0..n, &t.slot.resolve, 0);
@@ -949,12 +1025,10 @@ impl ExecutionContext {
             encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
             bytes
         });
-        if !b.uniforms.is_empty() {
-            self.queue
-                .write_buffer(&self.uniform_buffer, 0, &b.uniforms);
+        if !uniforms.is_empty() {
+            self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
         }
         let cb = encoder.finish();
-        let id = b.id;
         let index = self.queue.submit([cb]);
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
@@ -979,18 +1053,10 @@ impl ExecutionContext {
                 mapped,
             });
         }
-        self.finish_submit(b, index);
-        self.check()
-    }
-
-    fn finish_submit(&self, b: &mut Batch, index: wgpu::SubmissionIndex) {
-        self.inflight.lock().push_back((b.id, index));
-        self.submitted.store(b.id, Ordering::Release);
-        b.id += 1;
-        b.ops = 0;
-        b.started = None;
-        b.uniforms.clear();
+        self.inflight.lock().push_back((id, index));
+        self.submitted.store(id, Ordering::Release);
         self.stats.lock().submits += 1;
+        self.check().map(|()| order)
     }
 
     /// Blocks until batch `id` (and every one before it) has completed; submits first if needed.
@@ -1156,11 +1222,15 @@ impl ExecutionContext {
     /// work and the batch holds `idle_ops` commands (see `ExecConfig::idle_ops`).
     fn flush_if_due(&self) {
         let mut b = self.batch.lock();
-        if b.ops > 0
+        if !(b.ops > 0
             && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
-                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle()))
-            && let Err(e) = self.submit_locked(&mut b)
+                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())))
         {
+            return;
+        }
+        let taken = self.take_locked(&mut b);
+        drop(b);
+        if let Err(e) = self.submit_taken(taken) {
             tracing::warn!("background submit: {e}");
             // Keep the error for the next caller that checks.
             let mut slot = self.shared.error.lock();
@@ -1171,7 +1241,9 @@ impl ExecutionContext {
     }
 
     fn busy(&self) -> bool {
-        self.batch.lock().ops > 0 || self.submitted() > self.completed()
+        let b = self.batch.lock();
+        // A batch taken out of the lock but not yet on the queue counts (see `take_locked`).
+        b.ops > 0 || b.id - 1 > self.submitted() || self.submitted() > self.completed()
     }
 }
 
