@@ -371,6 +371,8 @@ pub struct ExecutionContext {
     /// submit run without blocking the threads that record the next batch (see
     /// [`ExecutionContext::take_locked`]).
     submit_order: Mutex<()>,
+    /// What [`ExecutionContext::tag`] returns: the id of the newest batch holding a command.
+    recorded_tag: AtomicU64,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
     inflight: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
     submitted: AtomicU64,
@@ -444,6 +446,7 @@ impl ExecutionContext {
                 timing: None,
             }),
             submit_order: Mutex::new(()),
+            recorded_tag: AtomicU64::new(0),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
             shared,
@@ -475,8 +478,11 @@ impl ExecutionContext {
     /// The id after whose completion all work recorded so far is done. Memory freed now may be
     /// reused once `completed() >= tag`; an event recorded now is reached at this id.
     pub fn tag(&self) -> u64 {
-        let b = self.batch.lock();
-        if b.ops > 0 { b.id } else { b.id - 1 }
+        // Without the batch lock (TensorFlow records an event or frees memory on one thread
+        // while another records or submits): the id of the newest batch that holds a command,
+        // stored when the batch got its first one. Taking a batch out for submission does not
+        // change it (the next id minus one is the taken batch's own id).
+        self.recorded_tag.load(Ordering::Acquire)
     }
 
     /// Counters.
@@ -514,6 +520,9 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
+        if b.ops == 1 {
+            self.recorded_tag.store(b.id, Ordering::Release);
+        }
         if b.ops >= self.cfg.max_ops
             || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
         {
