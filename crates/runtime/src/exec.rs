@@ -64,6 +64,10 @@ pub struct ExecConfig {
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
     /// and a training step of a small model waits for the GPU several times.
     pub spin: Option<Duration>,
+    /// Batches that a recording thread finds due go to a submit thread of the device, which
+    /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
+    /// default off: the recording thread submits them itself, outside the batch lock).
+    pub submit_thread: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -80,6 +84,7 @@ impl Default for ExecConfig {
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
             spin: None,
+            submit_thread: false,
         }
     }
 }
@@ -113,6 +118,9 @@ impl ExecConfig {
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_SPIN_US") {
             c.spin = Some(Duration::from_micros(us));
+        }
+        if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
+            c.submit_thread = n > 0;
         }
         c
     }
@@ -325,10 +333,8 @@ struct Batch {
     timing: Option<BatchTiming>,
 }
 
-/// A batch taken out for submission, with the submit order (see
-/// [`ExecutionContext::take_locked`]).
-struct Taken<'a> {
-    order: parking_lot::MutexGuard<'a, ()>,
+/// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
+struct Taken {
     encoder: wgpu::CommandEncoder,
     uniforms: Vec<u8>,
     timing: Option<BatchTiming>,
@@ -365,12 +371,14 @@ pub struct ExecutionContext {
     /// the batch's own commands: one buffer serves every batch in turn).
     uniform_buffer: wgpu::Buffer,
     batch: Mutex<Batch>,
-    /// Serializes submits (and large uploads through the queue's staging) in batch-id order.
-    /// Taken while the batch lock is held, then the batch lock is released: encoding a
-    /// batch's commands (wgpu encodes a compute pass when its encoder finishes) and the
-    /// submit run without blocking the threads that record the next batch (see
-    /// [`ExecutionContext::take_locked`]).
-    submit_order: Mutex<()>,
+    /// Batches reach the queue in id order: a batch taken out of the batch lock (see
+    /// [`ExecutionContext::take_locked`]) is submitted once `submitted` is the id before its
+    /// own; threads wait for their turn (and for batches on their way) on this condvar.
+    turn: Mutex<()>,
+    turn_cv: Condvar,
+    /// `TFWGPU_SUBMIT_THREAD=1`: batches that recording threads take out go to this device's
+    /// submit thread, which encodes and submits them while the recording thread goes on.
+    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Taken>>,
     /// What [`ExecutionContext::tag`] returns: the id of the newest batch holding a command.
     recorded_tag: AtomicU64,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
@@ -445,7 +453,9 @@ impl ExecutionContext {
                 bind_groups: BindGroupCache::default(),
                 timing: None,
             }),
-            submit_order: Mutex::new(()),
+            turn: Mutex::new(()),
+            turn_cv: Condvar::new(),
+            submitter: std::sync::OnceLock::new(),
             recorded_tag: AtomicU64::new(0),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
@@ -462,6 +472,26 @@ impl ExecutionContext {
             .spawn(move || poller(weak, shared))
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
+        if ctx.cfg.submit_thread {
+            let (tx, rx) = std::sync::mpsc::channel::<Taken>();
+            let weak = Arc::downgrade(&ctx);
+            std::thread::Builder::new()
+                .name("tfwgpu-submit".into())
+                .spawn(move || {
+                    for t in rx {
+                        let Some(ctx) = weak.upgrade() else { return };
+                        if let Err(e) = ctx.submit_in_turn(t) {
+                            tracing::warn!("submit: {e}");
+                            let mut slot = ctx.shared.error.lock();
+                            if slot.is_none() {
+                                *slot = Some(e);
+                            }
+                        }
+                    }
+                })
+                .expect("spawning the tfwgpu submit thread");
+            let _ = ctx.submitter.set(tx);
+        }
         ctx
     }
 
@@ -528,7 +558,13 @@ impl ExecutionContext {
         {
             let taken = self.take_locked(&mut b);
             drop(b);
-            return self.submit_taken(taken);
+            return match (taken, self.submitter.get()) {
+                (Some(t), Some(tx)) => match tx.send(t) {
+                    Ok(()) => Ok(()),
+                    Err(e) => self.submit_in_turn(e.0),
+                },
+                (t, _) => self.submit_taken(t),
+            };
         }
         Ok(())
     }
@@ -919,12 +955,14 @@ impl ExecutionContext {
             let mut b = self.batch.lock();
             // Queue writes run before the next submit's commands: the batches recorded before
             // this upload must all be on the queue first (another thread may still be
-            // submitting one it took), and none may go out between them and the write.
-            let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
-            let _order = match taken {
-                Some(t) => self.submit_taken_ordered(t)?,
-                None => self.submit_order.lock(),
-            };
+            // submitting one it took), and none may go out between them and the write (none
+            // can be taken while the batch lock is held).
+            if b.ops > 0 {
+                let taken = self.take_locked(&mut b);
+                self.submit_taken(taken)?;
+            } else {
+                self.await_submitted(b.id - 1);
+            }
             // The host's copy into the staging memory is the slow part (one thread writes
             // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
             // it over a few threads.
@@ -965,15 +1003,12 @@ impl ExecutionContext {
         let mut b = self.batch.lock();
         let id = if b.ops > 0 { b.id } else { b.id - 1 };
         let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
+        drop(b);
         if taken.is_none() {
-            // A batch another thread took may still be on its way to the queue: every id up
-            // to `id` is submitted once that thread lets go of the submit order.
-            let order = self.submit_order.lock();
-            drop(b);
-            drop(order);
+            // A batch another thread took may still be on its way to the queue.
+            self.await_submitted(id);
             return Ok(id);
         }
-        drop(b);
         self.submit_taken(taken)?;
         Ok(id)
     }
@@ -985,16 +1020,15 @@ impl ExecutionContext {
         self.submit_taken(taken)
     }
 
-    /// Takes the open batch out for submission: its encoder, uniforms, timing and id, with the
-    /// submit order (taken before the batch lock is let go, so batches reach the queue in id
-    /// order). The caller may release the batch lock before [`Self::submit_taken`]: recording
-    /// into the next batch then proceeds while this one is encoded and submitted.
-    fn take_locked(&self, b: &mut Batch) -> Option<Taken<'_>> {
+    /// Takes the open batch out for submission: its encoder, uniforms, timing and id. The
+    /// caller may release the batch lock before [`Self::submit_taken`] (or hand the batch to
+    /// the submit thread): recording into the next batch then proceeds while this one is
+    /// encoded and submitted (wgpu encodes a compute pass's commands when its encoder
+    /// finishes). Batches still reach the queue in id order (`submit_in_turn`).
+    fn take_locked(&self, b: &mut Batch) -> Option<Taken> {
         b.pass = None;
         let encoder = b.encoder.take()?;
-        let order = self.submit_order.lock();
         let taken = Taken {
-            order,
             encoder,
             uniforms: std::mem::take(&mut b.uniforms),
             timing: b.timing.take(),
@@ -1007,20 +1041,30 @@ impl ExecutionContext {
     }
 
     /// Encodes and submits a batch taken by [`Self::take_locked`].
-    fn submit_taken(&self, taken: Option<Taken<'_>>) -> Result<()> {
+    fn submit_taken(&self, taken: Option<Taken>) -> Result<()> {
         match taken {
-            Some(t) => self.submit_taken_ordered(t).map(drop),
+            Some(t) => self.submit_in_turn(t),
             None => Ok(()),
         }
     }
 
-    /// [`Self::submit_taken`], keeping the submit order until the caller drops it.
-    fn submit_taken_ordered<'a>(
-        &'a self,
-        taken: Taken<'a>,
-    ) -> Result<parking_lot::MutexGuard<'a, ()>> {
+    /// Blocks until every batch up to `id` is on the queue.
+    fn await_submitted(&self, id: u64) {
+        if self.submitted() >= id {
+            return;
+        }
+        let mut g = self.turn.lock();
+        while self.submitted() < id {
+            self.turn_cv.wait(&mut g);
+        }
+    }
+
+    /// Waits until the batch before `taken` is on the queue, then encodes and submits it.
+    /// Only the thread holding the next id passes, so submits (and the uniform arena's write
+    /// before each) never overlap.
+    fn submit_in_turn(&self, taken: Taken) -> Result<()> {
+        self.await_submitted(taken.id - 1);
         let Taken {
-            order,
             mut encoder,
             uniforms,
             timing,
@@ -1063,9 +1107,13 @@ impl ExecutionContext {
             });
         }
         self.inflight.lock().push_back((id, index));
-        self.submitted.store(id, Ordering::Release);
+        {
+            let _g = self.turn.lock();
+            self.submitted.store(id, Ordering::Release);
+            self.turn_cv.notify_all();
+        }
         self.stats.lock().submits += 1;
-        self.check().map(|()| order)
+        self.check()
     }
 
     /// Blocks until batch `id` (and every one before it) has completed; submits first if needed.

@@ -6,12 +6,14 @@ use std::time::Duration;
 
 use tfwgpu_runtime::{Arg, Attrs, ExecConfig, Runtime, RuntimeOptions};
 
-/// Tiny batches, so that submits happen all the time and from every thread.
-fn tiny_batches() -> Runtime {
+/// Tiny batches, so that submits happen all the time and from every thread (or, with
+/// `submit_thread`, on the device's submit thread while every thread records).
+fn tiny_batches(submit_thread: bool) -> Runtime {
     let mut opts = RuntimeOptions::from_env().unwrap();
     opts.exec = ExecConfig {
         max_ops: 6,
         max_age: Duration::from_micros(20),
+        submit_thread,
         ..ExecConfig::default()
     };
     Runtime::with_options(opts).unwrap()
@@ -19,7 +21,16 @@ fn tiny_batches() -> Runtime {
 
 #[test]
 fn submits_from_many_threads_keep_each_threads_order() {
-    let rt = tiny_batches();
+    many_threads_keep_their_order(false);
+}
+
+#[test]
+fn a_submit_thread_keeps_each_threads_order() {
+    many_threads_keep_their_order(true);
+}
+
+fn many_threads_keep_their_order(submit_thread: bool) {
+    let rt = tiny_batches(submit_thread);
     let d = rt.device();
     // 128 KiB: above the 64 KiB from which uploads go through the queue's own staging.
     let n = 1 << 15;
