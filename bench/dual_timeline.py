@@ -86,6 +86,11 @@ def analyse(t0, t1, ev):
             "first_us": min(e["t_us"] - e.get("host_us", 0.0) for e in ks) - t0,
             "last_us": max(e["t_us"] for e in ks) - t0,
             "syncs": sum(1 for e in ev if e["ev"] in ("d2h", "sync") and e.get("dev") == d),
+            # Callbacks far above the typical one (a lock wait, a submit done inline, a read
+            # of a data-dependent shape): how many and their time above 50 us each.
+            "slow_calls": sum(1 for e in ks if e.get("host_us", 0.0) > 50.0),
+            "slow_excess_us": sum(e.get("host_us", 0.0) - 50.0 for e in ks if e.get("host_us", 0.0) > 50.0),
+            "median_call_us": statistics.median(e.get("host_us", 0.0) for e in ks),
         }
     if len(devs) == 2:
         both = length(intersect(iv[devs[0]], iv[devs[1]]))
@@ -146,8 +151,9 @@ def main():
         print(f"{label}: {s['steps']} steps, median {s['wall_ms']:.3f} ms; phases (ms) "
               + ", ".join(f"{k} {v:.3f}" for k, v in s["phases_ms"].items()))
         for d, x in s["devices"].items():
-            print(f"  dev {d}: {x['calls']:.0f} calls, {x['host_us'] / 1e3:.3f} ms in callbacks, first "
-                  f"{x['first_us'] / 1e3:.3f} last {x['last_us'] / 1e3:.3f} ms, {x['syncs']:.0f} syncs")
+            print(f"  dev {d}: {x['calls']:.0f} calls, {x['host_us'] / 1e3:.3f} ms in callbacks (median "
+                  f"{x['median_call_us']:.1f} us; {x['slow_calls']:.0f} over 50 us, {x['slow_excess_us'] / 1e3:.3f} ms "
+                  f"above it), first {x['first_us'] / 1e3:.3f} last {x['last_us'] / 1e3:.3f} ms, {x['syncs']:.0f} syncs")
         if "both_in_callback_us" in s:
             print(f"  in a callback: both devices {s['both_in_callback_us'] / 1e3:.3f} ms, either "
                   f"{s['either_in_callback_us'] / 1e3:.3f} ms; threads: {s['threads_one_device']:.0f} "
