@@ -13,11 +13,16 @@ state; both are reported.
 
     python bench/mirrored.py [--per-gpu-batch 256] [--steps 200] [--skip 5] [--json FILE]
         [--only one|all] [--cross-device-ops collective|one_device|hierarchical] [--host-budget R]
+        [--bytes-per-pack N]
 
 `--cross-device-ops` picks MirroredStrategy's all-reduce: `collective` is TensorFlow's default
 (CollectiveAllReduce; on devices without NCCL a ring of CollectiveReduceV2 ops),
 `one_device` is ReductionToOneDevice (sum on the first GPU, then copies back),
 `hierarchical` is HierarchicalCopyAllReduce (packed AddN on the devices and copies).
+`--bytes-per-pack N` (with `collective`) splits the gradients into packs of about N bytes, each
+all-reduced by its own collective (TensorFlow's CommunicationOptions.bytes_per_pack, set as the
+strategy's default options: Keras's all_reduce passes none), so that the first pack's hops can
+start before the whole backward pass has run. The default (0) is one pack.
 
 `--host-budget R` measures, instead of the throughput, where each setting's step spends host
 time, R times (fit of `--steps` steps after the warm-up): wall ms per step, wall ms inside Keras's
@@ -213,6 +218,7 @@ def main():
     p.add_argument("--only", choices=["one", "all"], help="run one setting only")
     p.add_argument("--cross-device-ops", default="collective",
                    choices=["collective", "one_device", "hierarchical"])
+    p.add_argument("--bytes-per-pack", type=int, default=0)
     p.add_argument("--host-budget", type=int, metavar="R",
                    help="measure where the step's host time goes R times instead of the throughput")
     a = p.parse_args()
@@ -231,7 +237,16 @@ def main():
         res["one"] = measure(tf.distribute.OneDeviceStrategy(gpus[0]))
     if len(gpus) > 1 and a.only != "one":
         ops = cross_device_ops(tf, a.cross_device_ops)
-        res["all"] = measure(tf.distribute.MirroredStrategy(gpus, cross_device_ops=ops))
+        strategy = tf.distribute.MirroredStrategy(gpus, cross_device_ops=ops)
+        if a.bytes_per_pack:
+            from tensorflow.python.distribute import collective_util
+
+            ext = strategy.extended
+            ext._communication_options = collective_util.Options(
+                bytes_per_pack=a.bytes_per_pack,
+                implementation=ext._communication_options.implementation)
+            res["bytes_per_pack"] = a.bytes_per_pack
+        res["all"] = measure(strategy)
     if "one" in res and "all" in res and not a.host_budget:
         res["speedup"] = res["all"]["images_per_s"] / res["one"]["images_per_s"]
         res["efficiency"] = res["speedup"] / len(gpus)
