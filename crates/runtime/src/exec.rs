@@ -557,13 +557,21 @@ impl ExecutionContext {
             || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
         {
             let taken = self.take_locked(&mut b);
-            drop(b);
             return match (taken, self.submitter.get()) {
+                // Sent before the batch lock is let go: the submit thread receives batches in
+                // id order (it waits for each one's turn, so one received out of order would
+                // wait for a batch queued behind it).
                 (Some(t), Some(tx)) => match tx.send(t) {
                     Ok(()) => Ok(()),
-                    Err(e) => self.submit_in_turn(e.0),
+                    Err(e) => {
+                        drop(b);
+                        self.submit_in_turn(e.0)
+                    }
                 },
-                (t, _) => self.submit_taken(t),
+                (t, _) => {
+                    drop(b);
+                    self.submit_taken(t)
+                }
             };
         }
         Ok(())
