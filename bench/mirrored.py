@@ -12,6 +12,27 @@ hundreds of ms in TensorFlow before the first step) and end. The speedup is take
 state; both are reported.
 
     python bench/mirrored.py [--per-gpu-batch 256] [--steps 200] [--skip 5] [--json FILE]
+        [--only one|all] [--cross-device-ops collective|one_device|hierarchical] [--host-budget R]
+        [--bytes-per-pack N]
+
+`--cross-device-ops` picks MirroredStrategy's all-reduce: `collective` is TensorFlow's default
+(CollectiveAllReduce; on devices without NCCL a ring of CollectiveReduceV2 ops),
+`one_device` is ReductionToOneDevice (sum on the first GPU, then copies back),
+`hierarchical` is HierarchicalCopyAllReduce (packed AddN on the devices and copies).
+`--bytes-per-pack N` (with `collective`) splits the gradients into packs of about N bytes, each
+all-reduced by its own collective (TensorFlow's CommunicationOptions.bytes_per_pack, set as the
+strategy's default options: Keras's all_reduce passes none), so that the first pack's hops can
+start before the whole backward pass has run. The default (0) is one pack.
+
+`--host-budget R` measures, instead of the throughput, where each setting's step spends host
+time, R times (fit of `--steps` steps after the warm-up): wall ms per step, wall ms inside Keras's
+train_function and inside its `has_value()` read, CPU ms per step of each group of threads
+(/proc/self/task, grouped as in bench/keras_models.py: `main` = the Python thread running fit;
+`tf_*` = TensorFlow's inter-op threads, which run the kernels and so the plugin's compute
+callback; `tfwgpu-*` = the plugin's threads; `foreign` = other native threads, on lavapipe its
+execution threads = the "GPU"), and the plugin's counters per step (kernel calls, copies,
+stream-executor calls and the wall time inside them, runtime submits and reads, and with
+TFWGPU_HOST_TIMERS=1 the compute callback's CPU time by phase).
 """
 import argparse
 import json
@@ -57,7 +78,7 @@ class StepTimes:
         return [(b - a) * 1e3 for a, b in zip(t, t[1:])]
 
 
-def run(tf, keras, strategy, per_gpu_batch, steps, skip):
+def prepare(keras, strategy, per_gpu_batch, steps):
     from tensorflow_wgpu.demo import build_model
 
     n = strategy.num_replicas_in_sync
@@ -71,6 +92,12 @@ def run(tf, keras, strategy, per_gpu_batch, steps, skip):
         model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     # Warm-up: tracing, pipelines, allocator growth.
     model.fit(x[: batch * 5], y[: batch * 5], batch_size=batch, epochs=1, verbose=0)
+    return model, x, y, batch
+
+
+def run(tf, keras, strategy, per_gpu_batch, steps, skip):
+    n = strategy.num_replicas_in_sync
+    model, x, y, batch = prepare(keras, strategy, per_gpu_batch, steps)
     marks = [StepMarks(keras, f"{n}gpu")] if tensorflow_wgpu else []
     timer = StepTimes(keras)
     t0 = time.perf_counter()
@@ -99,21 +126,128 @@ def run(tf, keras, strategy, per_gpu_batch, steps, skip):
     }
 
 
+def host_budget(tf, keras, strategy, per_gpu_batch, steps, reps):
+    """Where the step's host time goes (see the module doc), `reps` times."""
+    import os
+    import sys
+    import threading
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from keras_models import _group, _plugin_counters, _threads
+    from tensorflow.python.data.ops import optional_ops
+
+    n = strategy.num_replicas_in_sync
+    model, x, y, batch = prepare(keras, strategy, per_gpu_batch, steps)
+    spent = {"train_function": 0.0, "has_value": 0.0}
+    opt_cls = optional_ops._OptionalImpl
+    orig_has_value = opt_cls.has_value
+
+    def has_value(self, name=None):
+        if not tf.executing_eagerly():
+            return orig_has_value(self, name)
+        t = time.perf_counter()
+        v = orig_has_value(self, name)
+        b = bool(v)  # Keras's `if not ...` reads it here
+        spent["has_value"] += time.perf_counter() - t
+        return b
+
+    f = model.train_function
+
+    def timed(*args, **kw):
+        t = time.perf_counter()
+        try:
+            return f(*args, **kw)
+        finally:
+            spent["train_function"] += time.perf_counter() - t
+
+    model.train_function = timed
+    # fit would rebuild train_function unless it is kept.
+    model.make_train_function = lambda force=False: None
+    opt_cls.has_value = has_value
+    runs = []
+    try:
+        for _ in range(reps):
+            for k in spent:
+                spent[k] = 0.0
+            main_tid = threading.main_thread().native_id
+            c0, th0 = _plugin_counters(), _threads()
+            t0 = time.perf_counter()
+            model.fit(x, y, batch_size=batch, epochs=1, verbose=0)
+            wall = (time.perf_counter() - t0) / steps * 1e3
+            th1, c1 = _threads(), _plugin_counters()
+            py_tids = {t.native_id for t in threading.enumerate()}
+            cpu = {}
+            for tid, (tname, sec) in th1.items():
+                g = _group(tid, tname, main_tid, py_tids)
+                cpu[g] = cpu.get(g, 0.0) + (sec - th0.get(tid, (tname, 0.0))[1]) / steps * 1e3
+            r = {"wall_ms": wall,
+                 "cpu_ms": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: -kv[1])},
+                 "wall_ms_in": {k: round(v / steps * 1e3, 4) for k, v in spent.items()}}
+            if c0 is not None and c1 is not None:
+                r["per_step"] = {k: round((c1[k] - c0.get(k, 0)) / steps, 3) for k in c1}
+            runs.append(r)
+            print(f"{n} replica(s), batch {batch}: {wall:.3f} ms/step (in train_function "
+                  f"{r['wall_ms_in']['train_function']:.3f}, has_value + read "
+                  f"{r['wall_ms_in']['has_value']:.3f}); CPU ms/step "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_ms"].items() if v >= 0.005), flush=True)
+            if "per_step" in r:
+                ps = r["per_step"]
+                print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
+                print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
+    finally:
+        opt_cls.has_value = orig_has_value
+    return {"replicas": n, "global_batch": batch, "steps": steps, "runs": runs}
+
+
+def cross_device_ops(tf, name):
+    if name == "collective":
+        return None
+    if name == "one_device":
+        return tf.distribute.ReductionToOneDevice()
+    if name == "hierarchical":
+        return tf.distribute.HierarchicalCopyAllReduce()
+    raise SystemExit(f"unknown --cross-device-ops {name}")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--per-gpu-batch", type=int, default=256)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--skip", type=int, default=5, help="steps left out at the start of the timed epoch")
     p.add_argument("--json")
+    p.add_argument("--only", choices=["one", "all"], help="run one setting only")
+    p.add_argument("--cross-device-ops", default="collective",
+                   choices=["collective", "one_device", "hierarchical"])
+    p.add_argument("--bytes-per-pack", type=int, default=0)
+    p.add_argument("--host-budget", type=int, metavar="R",
+                   help="measure where the step's host time goes R times instead of the throughput")
     a = p.parse_args()
     import keras
     import tensorflow as tf
 
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
-    res = {"gpus": gpus}
-    res["one"] = run(tf, keras, tf.distribute.OneDeviceStrategy(gpus[0]), a.per_gpu_batch, a.steps, a.skip)
-    if len(gpus) > 1:
-        res["all"] = run(tf, keras, tf.distribute.MirroredStrategy(gpus), a.per_gpu_batch, a.steps, a.skip)
+    res = {"gpus": gpus, "cross_device_ops": a.cross_device_ops}
+
+    def measure(strategy):
+        if a.host_budget:
+            return host_budget(tf, keras, strategy, a.per_gpu_batch, a.steps, a.host_budget)
+        return run(tf, keras, strategy, a.per_gpu_batch, a.steps, a.skip)
+
+    if a.only != "all":
+        res["one"] = measure(tf.distribute.OneDeviceStrategy(gpus[0]))
+    if len(gpus) > 1 and a.only != "one":
+        ops = cross_device_ops(tf, a.cross_device_ops)
+        strategy = tf.distribute.MirroredStrategy(gpus, cross_device_ops=ops)
+        if a.bytes_per_pack:
+            from tensorflow.python.distribute import collective_util
+
+            ext = strategy.extended
+            ext._communication_options = collective_util.Options(
+                bytes_per_pack=a.bytes_per_pack,
+                implementation=ext._communication_options.implementation)
+            res["bytes_per_pack"] = a.bytes_per_pack
+        res["all"] = measure(strategy)
+    if "one" in res and "all" in res and not a.host_budget:
         res["speedup"] = res["all"]["images_per_s"] / res["one"]["images_per_s"]
         res["efficiency"] = res["speedup"] / len(gpus)
         res["fit_speedup"] = res["all"]["fit_images_per_s"] / res["one"]["fit_images_per_s"]

@@ -62,6 +62,7 @@ fn spawn_lane(ordinal: usize) -> Lane {
         .spawn(move || {
             for job in rx {
                 let (size, dst) = (job.size, job.dst);
+                spin_until_read(job.from, &job.read);
                 let r = job
                     .from
                     .finish_read(job.read, |bytes| job.to.write(job.dst, bytes))
@@ -83,6 +84,43 @@ fn spawn_lane(ordinal: usize) -> Lane {
         tx: Mutex::new(tx),
         state: Mutex::new(LaneState::default()),
         done_cv: Condvar::new(),
+    }
+}
+
+/// How long a copier thread polls for its source read before it blocks in the driver
+/// (`TFWGPU_COPIER_SPIN_US`, microseconds; default 2000 on GPUs, 0 on CPU adapters, whose
+/// execution threads need the cores). A hop of MirroredStrategy's all-reduce is on the
+/// training step's critical path, and a thread blocked in the driver wakes 40-60 us after the
+/// GPU finished (bench/RESULTS.md, session 6: host-sync latency); the copier is a thread of its
+/// own, so polling costs no other work its core.
+fn copier_spin(from: &Device) -> std::time::Duration {
+    static US: OnceLock<Option<u64>> = OnceLock::new();
+    let us = US.get_or_init(|| {
+        std::env::var("TFWGPU_COPIER_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    });
+    let default = if from.description().device_type == "cpu" {
+        0
+    } else {
+        2000
+    };
+    std::time::Duration::from_micros(us.unwrap_or(default))
+}
+
+/// Polls `from` until the batch that makes `read`'s bytes available completed, for at most
+/// [`copier_spin`]; `finish_read` then finds it done (or blocks for the rest).
+fn spin_until_read(from: &Device, read: &ReadInFlight) {
+    let batch = read.batch();
+    let exec = from.exec();
+    if batch == 0 || exec.completed() >= batch {
+        return;
+    }
+    let spin = copier_spin(from);
+    let t0 = std::time::Instant::now();
+    while exec.completed() < batch && t0.elapsed() < spin {
+        exec.poll_completions();
+        std::hint::spin_loop();
     }
 }
 

@@ -74,6 +74,10 @@ pub struct ExecConfig {
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
     /// and a training step of a small model waits for the GPU several times.
     pub spin: Option<Duration>,
+    /// Batches that a recording thread finds due go to a submit thread of the device, which
+    /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
+    /// default off: the recording thread submits them itself, outside the batch lock).
+    pub submit_thread: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -92,6 +96,7 @@ impl Default for ExecConfig {
             upload_submit: true,
             arena_upload_bytes: 16 << 10,
             spin: None,
+            submit_thread: false,
         }
     }
 }
@@ -132,6 +137,9 @@ impl ExecConfig {
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_SPIN_US") {
             c.spin = Some(Duration::from_micros(us));
+        }
+        if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
+            c.submit_thread = n > 0;
         }
         c
     }
@@ -349,6 +357,14 @@ struct Batch {
     pass_timing: Option<u32>,
 }
 
+/// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
+struct Taken {
+    encoder: wgpu::CommandEncoder,
+    uniforms: Vec<u8>,
+    timing: Option<BatchTiming>,
+    id: u64,
+}
+
 struct Shared {
     completed: AtomicU64,
     stop: AtomicBool,
@@ -381,6 +397,16 @@ pub struct ExecutionContext {
     /// the batch's own commands: one buffer serves every batch in turn).
     uniform_buffer: wgpu::Buffer,
     batch: Mutex<Batch>,
+    /// Batches reach the queue in id order: a batch taken out of the batch lock (see
+    /// [`ExecutionContext::take_locked`]) is submitted once `submitted` is the id before its
+    /// own; threads wait for their turn (and for batches on their way) on this condvar.
+    turn: Mutex<()>,
+    turn_cv: Condvar,
+    /// `TFWGPU_SUBMIT_THREAD=1`: batches that recording threads take out go to this device's
+    /// submit thread, which encodes and submits them while the recording thread goes on.
+    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Taken>>,
+    /// What [`ExecutionContext::tag`] returns: the id of the newest batch holding a command.
+    recorded_tag: AtomicU64,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
     inflight: Mutex<VecDeque<(u64, wgpu::SubmissionIndex)>>,
     submitted: AtomicU64,
@@ -457,6 +483,10 @@ impl ExecutionContext {
                 timing: None,
                 pass_timing: None,
             }),
+            turn: Mutex::new(()),
+            turn_cv: Condvar::new(),
+            submitter: std::sync::OnceLock::new(),
+            recorded_tag: AtomicU64::new(0),
             inflight: Mutex::new(VecDeque::new()),
             submitted: AtomicU64::new(0),
             shared,
@@ -472,6 +502,26 @@ impl ExecutionContext {
             .spawn(move || poller(weak, shared))
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
+        if ctx.cfg.submit_thread {
+            let (tx, rx) = std::sync::mpsc::channel::<Taken>();
+            let weak = Arc::downgrade(&ctx);
+            std::thread::Builder::new()
+                .name("tfwgpu-submit".into())
+                .spawn(move || {
+                    for t in rx {
+                        let Some(ctx) = weak.upgrade() else { return };
+                        if let Err(e) = ctx.submit_in_turn(t) {
+                            tracing::warn!("submit: {e}");
+                            let mut slot = ctx.shared.error.lock();
+                            if slot.is_none() {
+                                *slot = Some(e);
+                            }
+                        }
+                    }
+                })
+                .expect("spawning the tfwgpu submit thread");
+            let _ = ctx.submitter.set(tx);
+        }
         ctx
     }
 
@@ -488,8 +538,11 @@ impl ExecutionContext {
     /// The id after whose completion all work recorded so far is done. Memory freed now may be
     /// reused once `completed() >= tag`; an event recorded now is reached at this id.
     pub fn tag(&self) -> u64 {
-        let b = self.batch.lock();
-        if b.ops > 0 { b.id } else { b.id - 1 }
+        // Without the batch lock (TensorFlow records an event or frees memory on one thread
+        // while another records or submits): the id of the newest batch that holds a command,
+        // stored when the batch got its first one. Taking a batch out for submission does not
+        // change it (the next id minus one is the taken batch's own id).
+        self.recorded_tag.load(Ordering::Acquire)
     }
 
     /// Counters.
@@ -527,10 +580,29 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
+        if b.ops == 1 {
+            self.recorded_tag.store(b.id, Ordering::Release);
+        }
         if b.ops >= self.cfg.max_ops
             || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
         {
-            self.submit_locked(&mut b)?;
+            let taken = self.take_locked(&mut b);
+            return match (taken, self.submitter.get()) {
+                // Sent before the batch lock is let go: the submit thread receives batches in
+                // id order (it waits for each one's turn, so one received out of order would
+                // wait for a batch queued behind it).
+                (Some(t), Some(tx)) => match tx.send(t) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        drop(b);
+                        self.submit_in_turn(e.0)
+                    }
+                },
+                (t, _) => {
+                    drop(b);
+                    self.submit_taken(t)
+                }
+            };
         }
         Ok(())
     }
@@ -937,8 +1009,15 @@ impl ExecutionContext {
             // runs before it, every command recorded after it runs after it. Submitting here
             // also hands the GPU the work recorded so far before the host spends time copying.
             let mut b = self.batch.lock();
+            // Queue writes run before the next submit's commands: the batches recorded before
+            // this upload must all be on the queue first (another thread may still be
+            // submitting one it took), and none may go out between them and the write (none
+            // can be taken while the batch lock is held).
             if b.ops > 0 {
-                self.submit_locked(&mut b)?;
+                let taken = self.take_locked(&mut b);
+                self.submit_taken(taken)?;
+            } else {
+                self.await_submitted(b.id - 1);
             }
             // The host's copy into the staging memory is the slow part (one thread writes
             // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
@@ -999,7 +1078,7 @@ impl ExecutionContext {
             at = 0;
         }
         self.begin(&mut b);
-        b.pass = None;
+        Self::end_pass(&mut b);
         b.uniforms.resize(at as usize, 0);
         b.uniforms.extend_from_slice(data);
         let batch = &mut *b;
@@ -1017,10 +1096,16 @@ impl ExecutionContext {
     /// work has been submitted.
     pub fn flush(&self) -> Result<u64> {
         let mut b = self.batch.lock();
-        if b.ops > 0 {
-            self.submit_locked(&mut b)?;
+        let id = if b.ops > 0 { b.id } else { b.id - 1 };
+        let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
+        drop(b);
+        if taken.is_none() {
+            // A batch another thread took may still be on its way to the queue.
+            self.await_submitted(id);
+            return Ok(id);
         }
-        Ok(b.id - 1)
+        self.submit_taken(taken)?;
+        Ok(id)
     }
 
     /// Ends the open compute pass, writing its end timestamp when passes are timed.
@@ -1033,12 +1118,64 @@ impl ExecutionContext {
         b.pass = None;
     }
 
+    /// Submits the open batch while the batch lock is held (paths that go on recording into
+    /// the next batch under the same lock).
     fn submit_locked(&self, b: &mut Batch) -> Result<()> {
+        let taken = self.take_locked(b);
+        self.submit_taken(taken)
+    }
+
+    /// Takes the open batch out for submission: its encoder, uniforms, timing and id. The
+    /// caller may release the batch lock before [`Self::submit_taken`] (or hand the batch to
+    /// the submit thread): recording into the next batch then proceeds while this one is
+    /// encoded and submitted (wgpu encodes a compute pass's commands when its encoder
+    /// finishes). Batches still reach the queue in id order (`submit_in_turn`).
+    fn take_locked(&self, b: &mut Batch) -> Option<Taken> {
         Self::end_pass(b);
-        let Some(mut encoder) = b.encoder.take() else {
-            return Ok(());
+        let encoder = b.encoder.take()?;
+        let taken = Taken {
+            encoder,
+            uniforms: std::mem::take(&mut b.uniforms),
+            timing: b.timing.take(),
+            id: b.id,
         };
-        let timing = b.timing.take().filter(|t| !t.labels.is_empty());
+        b.id += 1;
+        b.ops = 0;
+        b.started = None;
+        Some(taken)
+    }
+
+    /// Encodes and submits a batch taken by [`Self::take_locked`].
+    fn submit_taken(&self, taken: Option<Taken>) -> Result<()> {
+        match taken {
+            Some(t) => self.submit_in_turn(t),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until every batch up to `id` is on the queue.
+    fn await_submitted(&self, id: u64) {
+        if self.submitted() >= id {
+            return;
+        }
+        let mut g = self.turn.lock();
+        while self.submitted() < id {
+            self.turn_cv.wait(&mut g);
+        }
+    }
+
+    /// Waits until the batch before `taken` is on the queue, then encodes and submits it.
+    /// Only the thread holding the next id passes, so submits (and the uniform arena's write
+    /// before each) never overlap.
+    fn submit_in_turn(&self, taken: Taken) -> Result<()> {
+        self.await_submitted(taken.id - 1);
+        let Taken {
+            mut encoder,
+            uniforms,
+            timing,
+            id,
+        } = taken;
+        let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
             let n = t.labels.len() as u32 * 2;
             encoder.resolve_query_set(&t.slot.set, 0..n, &t.slot.resolve, 0);
@@ -1046,12 +1183,10 @@ impl ExecutionContext {
             encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
             bytes
         });
-        if !b.uniforms.is_empty() {
-            self.queue
-                .write_buffer(&self.uniform_buffer, 0, &b.uniforms);
+        if !uniforms.is_empty() {
+            self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
         }
         let cb = encoder.finish();
-        let id = b.id;
         let index = self.queue.submit([cb]);
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
@@ -1076,18 +1211,14 @@ impl ExecutionContext {
                 mapped,
             });
         }
-        self.finish_submit(b, index);
-        self.check()
-    }
-
-    fn finish_submit(&self, b: &mut Batch, index: wgpu::SubmissionIndex) {
-        self.inflight.lock().push_back((b.id, index));
-        self.submitted.store(b.id, Ordering::Release);
-        b.id += 1;
-        b.ops = 0;
-        b.started = None;
-        b.uniforms.clear();
+        self.inflight.lock().push_back((id, index));
+        {
+            let _g = self.turn.lock();
+            self.submitted.store(id, Ordering::Release);
+            self.turn_cv.notify_all();
+        }
         self.stats.lock().submits += 1;
+        self.check()
     }
 
     /// Blocks until batch `id` (and every one before it) has completed; submits first if needed.
@@ -1253,11 +1384,15 @@ impl ExecutionContext {
     /// work and the batch holds `idle_ops` commands (see `ExecConfig::idle_ops`).
     fn flush_if_due(&self) {
         let mut b = self.batch.lock();
-        if b.ops > 0
+        if !(b.ops > 0
             && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
-                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle()))
-            && let Err(e) = self.submit_locked(&mut b)
+                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())))
         {
+            return;
+        }
+        let taken = self.take_locked(&mut b);
+        drop(b);
+        if let Err(e) = self.submit_taken(taken) {
             tracing::warn!("background submit: {e}");
             // Keep the error for the next caller that checks.
             let mut slot = self.shared.error.lock();
@@ -1268,7 +1403,9 @@ impl ExecutionContext {
     }
 
     fn busy(&self) -> bool {
-        self.batch.lock().ops > 0 || self.submitted() > self.completed()
+        let b = self.batch.lock();
+        // A batch taken out of the lock but not yet on the queue counts (see `take_locked`).
+        b.ops > 0 || b.id - 1 > self.submitted() || self.submitted() > self.completed()
     }
 }
 
