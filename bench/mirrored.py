@@ -12,10 +12,13 @@ hundreds of ms in TensorFlow before the first step) and end. The speedup is take
 state; both are reported.
 
     python bench/mirrored.py [--per-gpu-batch 256] [--steps 200] [--skip 5] [--json FILE]
-        [--only one|all] [--cross-device-ops collective|one_device|hierarchical] [--host-budget R]
+        [--only one|all] [--cross-device-ops default|collective|one_device|hierarchical]
+        [--host-budget R]
         [--bytes-per-pack N]
 
-`--cross-device-ops` picks MirroredStrategy's all-reduce: `collective` is TensorFlow's default
+`--cross-device-ops` picks MirroredStrategy's all-reduce: `default` is what a user gets from
+`MirroredStrategy()` with the plugin installed (ReductionToOneDevice over tfwgpu GPUs, see
+tensorflow_wgpu/_hooks.py), `collective` is TensorFlow's own default
 (CollectiveAllReduce; on devices without NCCL a ring of CollectiveReduceV2 ops),
 `one_device` is ReductionToOneDevice (sum on the first GPU, then copies back),
 `hierarchical` is HierarchicalCopyAllReduce (packed AddN on the devices and copies).
@@ -36,6 +39,7 @@ TFWGPU_HOST_TIMERS=1 the compute callback's CPU time by phase).
 """
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -200,7 +204,11 @@ def host_budget(tf, keras, strategy, per_gpu_batch, steps, reps):
 
 
 def cross_device_ops(tf, name):
+    if name == "default":
+        return None
     if name == "collective":
+        # TensorFlow's own choice: the plugin's hook steps aside.
+        os.environ["TFWGPU_MIRRORED_REDUCE"] = "tensorflow"
         return None
     if name == "one_device":
         return tf.distribute.ReductionToOneDevice()
@@ -216,8 +224,8 @@ def main():
     p.add_argument("--skip", type=int, default=5, help="steps left out at the start of the timed epoch")
     p.add_argument("--json")
     p.add_argument("--only", choices=["one", "all"], help="run one setting only")
-    p.add_argument("--cross-device-ops", default="collective",
-                   choices=["collective", "one_device", "hierarchical"])
+    p.add_argument("--cross-device-ops", default="default",
+                   choices=["default", "collective", "one_device", "hierarchical"])
     p.add_argument("--bytes-per-pack", type=int, default=0)
     p.add_argument("--host-budget", type=int, metavar="R",
                    help="measure where the step's host time goes R times instead of the throughput")

@@ -109,6 +109,44 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model):
     assert out["two"][-1] < out["two"][0]
 
 
+@pytest.mark.parametrize("setting", ["", "tensorflow"])
+def test_mirrored_strategy_reduces_to_one_device_by_default(tf, setting):
+    """Over tfwgpu GPUs MirroredStrategy() all-reduces with ReductionToOneDevice (the ring's
+    hops each cross the host); TFWGPU_MIRRORED_REDUCE=tensorflow keeps TensorFlow's collective
+    ring, and an explicit cross_device_ops or a list with a CPU device is left alone. The sum
+    is the same either way."""
+    out = run_two_devices(
+        """
+        import json
+        import tensorflow as tf
+
+        def kind(s):
+            return type(s.extended._cross_device_ops).__name__
+
+        res = {}
+        res["default"] = kind(tf.distribute.MirroredStrategy())
+        res["listed"] = kind(tf.distribute.MirroredStrategy(["/GPU:0", "/GPU:1"]))
+        res["explicit"] = kind(tf.distribute.MirroredStrategy(
+            cross_device_ops=tf.distribute.HierarchicalCopyAllReduce()))
+        from tensorflow_wgpu import _hooks
+        res["with_cpu"] = _hooks._mirrored_reduce(["/GPU:0", "/CPU:0"]) is None
+        s = tf.distribute.MirroredStrategy()
+        v = s.run(lambda: tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1,
+                                   tf.float32) * tf.constant([1.0, 2.0, 3.0]))
+        res["sum"] = s.reduce(tf.distribute.ReduceOp.SUM, v, axis=None).numpy().tolist()
+        print(json.dumps(res))
+        """,
+        env={"TFWGPU_MIRRORED_REDUCE": setting},
+    )
+    ring = "CollectiveAllReduce"
+    want = ring if setting == "tensorflow" else "ReductionToOneDevice"
+    assert out["default"] == want
+    assert out["listed"] == want
+    assert out["explicit"] == "HierarchicalCopyAllReduce"
+    assert out["with_cpu"] is True
+    assert out["sum"] == [3.0, 6.0, 9.0]
+
+
 def test_copies_between_devices_stay_ordered(tf):
     """Copies between devices return before the data has moved (a copier thread finishes
     them): work that consumes a copied tensor, and the source buffers being reused right after,
