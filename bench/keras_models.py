@@ -49,6 +49,7 @@ submits and reads (each read waits for the GPU), and with TFWGPU_HOST_TIMERS=1 t
 callback's CPU time by phase.
 """
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -198,6 +199,32 @@ def _plugin_counters():
     return c
 
 
+@contextlib.contextmanager
+def _timed_has_value(tf, spent):
+    """While open, the wall time of every eager `has_value()` of a dataset iterator's optional
+    (Keras's loop reads the flag on the host each step: a device sync) and of reading its
+    value is added to `spent["has_value"]`."""
+    from tensorflow.python.data.ops import optional_ops
+
+    opt_cls = optional_ops._OptionalImpl
+    orig_has_value = opt_cls.has_value
+
+    def has_value(self, name=None):
+        if not tf.executing_eagerly():
+            return orig_has_value(self, name)
+        t = time.perf_counter()
+        v = orig_has_value(self, name)
+        b = bool(v)  # Keras's `if not ...` reads it here
+        spent["has_value"] += time.perf_counter() - t
+        return b
+
+    opt_cls.has_value = has_value
+    try:
+        yield
+    finally:
+        opt_cls.has_value = orig_has_value
+
+
 def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
     """Per training step: wall, CPU by thread group, plugin counters (see the module doc)."""
     model, ds, xd, infer = prepare(tf, keras, name, device, batch)
@@ -207,8 +234,6 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
         # Wall time inside Keras's train_function (the tf.function call plus the loop's
         # `has_value()` check and `get_value()`), and inside has_value() alone (the flag is read on
         # the host: a device sync), per step; the rest of fit's time is Keras's Python loop.
-        from tensorflow.python.data.ops import optional_ops
-
         spent = {"train_function": 0.0, "has_value": 0.0}
 
         def timed(fn, key):
@@ -221,19 +246,6 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
 
             return wrapper
 
-        opt_cls = optional_ops._OptionalImpl
-        orig_has_value = opt_cls.has_value
-
-        def has_value(self, name=None):
-            if not tf.executing_eagerly():
-                return orig_has_value(self, name)
-            t = time.perf_counter()
-            v = orig_has_value(self, name)
-            b = bool(v)  # Keras's `if not ...` reads it here
-            spent["has_value"] += time.perf_counter() - t
-            return b
-
-        opt_cls.has_value = has_value
         orig_make = model.make_train_function
 
         def make_train_function(force=False):
@@ -244,10 +256,8 @@ def host_budget(tf, keras, name, device, batch, steps, warmup, reps):
             return f
 
         model.make_train_function = make_train_function
-        try:
+        with _timed_has_value(tf, spent):
             runs += _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent)
-        finally:
-            opt_cls.has_value = orig_has_value
         infer_runs = _infer_budget(infer, xd, name, device, batch, steps, reps)
         overhead = _call_overhead(tf, xd, device, steps)
     return {"batch": batch, "steps": steps, "runs": runs, "infer_runs": infer_runs,

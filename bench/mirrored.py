@@ -137,24 +137,11 @@ def host_budget(tf, keras, strategy, per_gpu_batch, steps, reps):
     import threading
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from keras_models import _group, _plugin_counters, _threads
-    from tensorflow.python.data.ops import optional_ops
+    from keras_models import _group, _plugin_counters, _threads, _timed_has_value
 
     n = strategy.num_replicas_in_sync
     model, x, y, batch = prepare(keras, strategy, per_gpu_batch, steps)
     spent = {"train_function": 0.0, "has_value": 0.0}
-    opt_cls = optional_ops._OptionalImpl
-    orig_has_value = opt_cls.has_value
-
-    def has_value(self, name=None):
-        if not tf.executing_eagerly():
-            return orig_has_value(self, name)
-        t = time.perf_counter()
-        v = orig_has_value(self, name)
-        b = bool(v)  # Keras's `if not ...` reads it here
-        spent["has_value"] += time.perf_counter() - t
-        return b
-
     f = model.train_function
 
     def timed(*args, **kw):
@@ -167,9 +154,8 @@ def host_budget(tf, keras, strategy, per_gpu_batch, steps, reps):
     model.train_function = timed
     # fit would rebuild train_function unless it is kept.
     model.make_train_function = lambda force=False: None
-    opt_cls.has_value = has_value
     runs = []
-    try:
+    with _timed_has_value(tf, spent):
         for _ in range(reps):
             for k in spent:
                 spent[k] = 0.0
@@ -198,8 +184,6 @@ def host_budget(tf, keras, strategy, per_gpu_batch, steps, reps):
                 ps = r["per_step"]
                 print("   per step: " + ", ".join(f"{k} {v:g}" for k, v in ps.items() if v and not k.endswith("wall_us")), flush=True)
                 print("   SE wall us/step: " + ", ".join(f"{k[3:-8]} {v:.1f}" for k, v in ps.items() if k.endswith("wall_us") and v), flush=True)
-    finally:
-        opt_cls.has_value = orig_has_value
     return {"replicas": n, "global_batch": batch, "steps": steps, "runs": runs}
 
 
