@@ -454,8 +454,6 @@ pub(crate) fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
         uploads: a.uploads - b.uploads,
         reads: a.reads - b.reads,
         bind_groups: a.bind_groups - b.bind_groups,
-        upload_staging_reused: a.upload_staging_reused - b.upload_staging_reused,
-        upload_staging_created: a.upload_staging_created - b.upload_staging_created,
     }
 }
 
@@ -1163,13 +1161,11 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
         p.payload_s * 1e3
     );
     println!(
-        "  host time in the pass: {} uploads of >= 1 MiB {:.3} ms (longest {:.3} ms), reads back and host syncs {:.3} ms; upload staging buffers {} reused, {} created",
+        "  host time in the pass: {} uploads of >= 1 MiB {:.3} ms (longest {:.3} ms), reads back and host syncs {:.3} ms",
         p.big_uploads.0,
         p.big_uploads.1 * 1e3,
         p.big_uploads.2 * 1e3,
-        p.waits_s * 1e3,
-        p.stats.upload_staging_reused,
-        p.stats.upload_staging_created
+        p.waits_s * 1e3
     );
     if p.dispatch_mismatches > 0 || p.shape_mismatches > 0 {
         println!(

@@ -78,10 +78,6 @@ pub struct ExecConfig {
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
     /// default off: the recording thread submits them itself, outside the batch lock).
     pub submit_thread: bool,
-    /// Staging buffers of large uploads kept mapped for reuse, at most this many bytes
-    /// (`TFWGPU_UPLOAD_POOL_BYTES`, default 256 MiB; 0: none, each large upload goes through
-    /// the queue's own staging, allocated per upload). See [`crate::upload_pool`].
-    pub upload_pool_bytes: u64,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -101,7 +97,6 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
-            upload_pool_bytes: 256 << 20,
         }
     }
 }
@@ -109,8 +104,8 @@ impl Default for ExecConfig {
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
     /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE`,
-    /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT`, `TFWGPU_ARENA_UPLOAD_BYTES`,
-    /// `TFWGPU_SPIN_US`, `TFWGPU_SUBMIT_THREAD` and `TFWGPU_UPLOAD_POOL_BYTES`.
+    /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT`, `TFWGPU_ARENA_UPLOAD_BYTES` and
+    /// `TFWGPU_SPIN_US`.
     pub fn from_env() -> Self {
         let mut c = ExecConfig::default();
         if let Some(n) = env_parse::<usize>("TFWGPU_BATCH_OPS") {
@@ -145,9 +140,6 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = n > 0;
-        }
-        if let Some(n) = env_parse::<u64>("TFWGPU_UPLOAD_POOL_BYTES") {
-            c.upload_pool_bytes = n;
         }
         c
     }
@@ -237,9 +229,6 @@ pub struct ExecStats {
     pub reads: u64,
     /// Bind groups created for dispatches (the rest came from the cache).
     pub bind_groups: u64,
-    /// Large uploads whose staging buffer came from the upload pool / was created.
-    pub upload_staging_reused: u64,
-    pub upload_staging_created: u64,
 }
 
 /// Bytes of uniform params one batch can hold (see `uniforms`).
@@ -366,8 +355,6 @@ struct Batch {
     timing: Option<BatchTiming>,
     /// The query pair of the open compute pass, when passes are timed as a whole.
     pass_timing: Option<u32>,
-    /// Pooled upload staging buffers this batch copies from: mapped again after its submit.
-    recycle: Vec<wgpu::Buffer>,
 }
 
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
@@ -376,7 +363,6 @@ struct Taken {
     uniforms: Vec<u8>,
     timing: Option<BatchTiming>,
     id: u64,
-    recycle: Vec<wgpu::Buffer>,
 }
 
 struct Shared {
@@ -430,8 +416,6 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// Staging buffers of large uploads, mapped and ready (see [`ExecutionContext::upload`]).
-    upload_pool: Arc<crate::upload_pool::UploadPool>,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -482,7 +466,6 @@ impl ExecutionContext {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        let upload_pool = crate::upload_pool::UploadPool::new(cfg.upload_pool_bytes);
         let ctx = Arc::new(ExecutionContext {
             device,
             queue,
@@ -499,7 +482,6 @@ impl ExecutionContext {
                 bind_groups: BindGroupCache::default(),
                 timing: None,
                 pass_timing: None,
-                recycle: Vec::new(),
             }),
             turn: Mutex::new(()),
             turn_cv: Condvar::new(),
@@ -512,7 +494,6 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
-            upload_pool,
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -566,9 +547,7 @@ impl ExecutionContext {
 
     /// Counters.
     pub fn stats(&self) -> ExecStats {
-        let mut s = *self.stats.lock();
-        (s.upload_staging_reused, s.upload_staging_created, _) = self.upload_pool.counts();
-        s
+        *self.stats.lock()
     }
 
     /// The sticky device-lost error, or the first uncaptured GPU error since the last check.
@@ -841,7 +820,7 @@ impl ExecutionContext {
         dst_off: u64,
         size: u64,
     ) -> Result<()> {
-        self.record_on_encoder("copy", size, None, |enc| {
+        self.record_on_encoder("copy", size, |enc| {
             enc.copy_buffer_to_buffer(src, src_off, dst, dst_off, size)
         })?;
         self.stats.lock().copies += (size > 0) as u64;
@@ -850,19 +829,16 @@ impl ExecutionContext {
 
     /// Records a fill of a range with zero bytes (offset and size multiples of 4).
     pub fn clear(&self, dst: &wgpu::Buffer, offset: u64, size: u64) -> Result<()> {
-        self.record_on_encoder("clear", size, None, |enc| {
+        self.record_on_encoder("clear", size, |enc| {
             enc.clear_buffer(dst, offset, Some(size))
         })
     }
 
     /// Records a command that needs the encoder outside a compute pass (copies, clears).
-    /// `recycle`: a pooled upload staging buffer the command reads, returned to the pool after
-    /// the batch's submit.
     fn record_on_encoder(
         &self,
         label: &'static str,
         size: u64,
-        recycle: Option<wgpu::Buffer>,
         f: impl FnOnce(&mut wgpu::CommandEncoder),
     ) -> Result<()> {
         if size == 0 {
@@ -887,7 +863,6 @@ impl ExecutionContext {
         if let (Some(i), Some(set)) = (timed, set) {
             enc.write_timestamp(set, 2 * i + 1);
         }
-        batch.recycle.extend(recycle);
         self.after_record(b)
     }
 
@@ -1024,33 +999,7 @@ impl ExecutionContext {
             return Ok(());
         }
         let size = data.len() as u64;
-        let large = self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes;
-        if large && self.upload_pool.enabled() {
-            // A large upload (a model's input batch) through a pooled staging buffer, mapped
-            // and with its pages resident (see `upload_pool`): the host's copy is split over a
-            // few threads (one thread writes ~9 GB/s into the H200's write-combined upload
-            // memory), and the GPU's copy is recorded in the open batch like any copy.
-            let staging = self.upload_pool.take(&self.device, size);
-            {
-                let mut view = staging
-                    .slice(..size)
-                    .get_mapped_range_mut()
-                    .map_err(|e| Error::Gpu(format!("mapping an upload buffer: {e}")))?;
-                parallel_copy(view.slice(..), data, upload_threads());
-            }
-            staging.unmap();
-            self.stats.lock().uploads += 1;
-            let keep = staging.clone();
-            self.record_on_encoder("upload", size, Some(keep), |enc| {
-                enc.copy_buffer_to_buffer(&staging, 0, dst, offset, size)
-            })?;
-            // Submit it now, so that the GPU copies while the host records what comes next.
-            if self.cfg.upload_submit {
-                self.flush()?;
-            }
-            return self.check();
-        }
-        if large {
+        if self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes {
             // A large upload (a model's input batch) goes through the queue's own staging:
             // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
             // zero-filling it, whereas a buffer mapped at creation is zero-filled by wgpu first
@@ -1189,7 +1138,6 @@ impl ExecutionContext {
             uniforms: std::mem::take(&mut b.uniforms),
             timing: b.timing.take(),
             id: b.id,
-            recycle: std::mem::take(&mut b.recycle),
         };
         b.id += 1;
         b.ops = 0;
@@ -1226,7 +1174,6 @@ impl ExecutionContext {
             uniforms,
             timing,
             id,
-            recycle,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
@@ -1241,9 +1188,6 @@ impl ExecutionContext {
         }
         let cb = encoder.finish();
         let index = self.queue.submit([cb]);
-        for buf in recycle {
-            self.upload_pool.recycle(buf);
-        }
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);

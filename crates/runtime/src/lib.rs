@@ -29,7 +29,6 @@ pub mod kernel_manager;
 pub mod kernels;
 mod mirror;
 pub mod tune;
-mod upload_pool;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
 pub use allocator::{Allocator, AllocatorStats, device_of_address};

@@ -466,12 +466,6 @@ fn gpu_timings_per_pass_bracket_each_compute_pass() {
 /// Batching that never submits by count or age: only host waits, large uploads and (when
 /// `idle_ops > 0`) an idle GPU submit.
 fn manual_batching(idle_ops: usize) -> Runtime {
-    manual_batching_pool(idle_ops, ExecConfig::default().upload_pool_bytes)
-}
-
-/// [`manual_batching`] with an upload pool of `pool_bytes` (0: large uploads go through the
-/// queue's own staging).
-fn manual_batching_pool(idle_ops: usize, pool_bytes: u64) -> Runtime {
     runtime_with(|o| {
         o.exec = ExecConfig {
             max_ops: 1_000_000,
@@ -479,7 +473,6 @@ fn manual_batching_pool(idle_ops: usize, pool_bytes: u64) -> Runtime {
             idle_ops,
             idle_inflight: 1,
             idle_age: None,
-            upload_pool_bytes: pool_bytes,
             ..ExecConfig::default()
         }
     })
@@ -532,15 +525,9 @@ fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
 
 #[test]
 fn large_uploads_keep_their_place_in_the_order_of_work() {
-    // Uploads of 64 KiB and more go through a pooled staging buffer whose copy is recorded in
-    // the batch, or (pool off) through the queue's own staging, which runs before the next
+    // Uploads of 64 KiB and more go through the queue's own staging, which runs before the next
     // submitted batch: work recorded before the upload must still see the old bytes.
-    for pool in [ExecConfig::default().upload_pool_bytes, 0] {
-        large_uploads_keep_their_place(manual_batching_pool(0, pool));
-    }
-}
-
-fn large_uploads_keep_their_place(rt: Runtime) {
+    let rt = manual_batching(0);
     let d = rt.device();
     let n = 1 << 18; // 1 MiB of f32
     let a = d.upload(&vec![1.0f32; n], &[n]).unwrap();
@@ -592,15 +579,10 @@ fn large_uploads_keep_their_place(rt: Runtime) {
 
 #[test]
 fn back_to_back_large_uploads_keep_their_bytes_apart() {
-    // Uploads of >= 64 KiB go through pooled staging buffers (or the queue's staging): back-to-
-    // back uploads of several sizes (both sides of that threshold) while earlier ones are in
-    // flight, with work reading each in between, in rounds.
-    for pool in [ExecConfig::default().upload_pool_bytes, 3 << 20, 0] {
-        back_to_back_large_uploads(manual_batching_pool(0, pool));
-    }
-}
-
-fn back_to_back_large_uploads(rt: Runtime) {
+    // Uploads of >= 64 KiB go through the queue's staging: back-to-back uploads of several
+    // sizes (both sides of that threshold) while earlier ones are in flight, with work reading
+    // each in between, in rounds.
+    let rt = manual_batching(0);
     let d = rt.device();
     let sizes = [
         1usize << 18,
@@ -1054,45 +1036,4 @@ fn small_uploads_through_the_arena_keep_their_order_and_bytes() {
             );
         }
     }
-}
-
-#[test]
-fn large_uploads_reuse_their_staging_buffers_once_the_gpu_has_copied_them() {
-    // Uploads of >= 64 KiB take a mapped staging buffer from the upload pool; once the batch
-    // that copies from it has run, it goes back to the pool mapped, and the next upload of a
-    // similar size reuses it. Every upload's bytes land, in order with the work around them.
-    let rt = manual_batching(0);
-    let d = rt.device();
-    let n = (1 << 18) + 5; // a little over 1 MiB of f32
-    let t = d.empty(DType::F32, &[n]).unwrap();
-    let mut outs = vec![];
-    for round in 0..6u32 {
-        let data: Vec<f32> = (0..n).map(|i| (i as u32 ^ (round << 22)) as f32).collect();
-        let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        d.write(t.addr(), &bytes).unwrap();
-        let neg = d.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
-        if round % 2 == 1 {
-            // Wait for the GPU (the read), so that the staging buffers come back.
-            assert_eq!(t.download::<f32>().unwrap(), data, "round {round}");
-            d.synchronize().unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        outs.push((neg, data));
-    }
-    for (k, (neg, data)) in outs.iter().enumerate() {
-        let want: Vec<f32> = data.iter().map(|v| -v).collect();
-        assert_eq!(
-            neg[0].download::<f32>().unwrap(),
-            want,
-            "Neg after upload {k}"
-        );
-    }
-    let s = d.exec_stats();
-    assert_eq!(s.upload_staging_reused + s.upload_staging_created, 6);
-    assert!(
-        s.upload_staging_reused >= 2 && s.upload_staging_created <= 4,
-        "staging buffers reused {} times, created {}",
-        s.upload_staging_reused,
-        s.upload_staging_created
-    );
 }
