@@ -39,6 +39,74 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const POOL_WGSL: &str = include_str!("pool.wgsl");
 const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
+const POOL_X8_WGSL: &str = include_str!("pool_x8.wgsl");
+
+/// `pool_vec4.wgsl`'s array accessors and W8 functions: quads (`x8` false: the arrays hold
+/// `$XT`, the W8 functions are stubs never called) or pairs of float16 quads (`x8`: the arrays
+/// hold vec4<u32>, the per-quad functions reach one half of an element).
+fn vec4_layout(src: &str, x8: bool) -> String {
+    const QUADS: &str = "fn lda(i: u32) -> $XT {
+    return a[i];
+}
+fn ldb(i: u32) -> $XT {
+    return b[i];
+}
+fn ldc(i: u32) -> u32 {
+    return codes[i];
+}
+fn stc(i: u32, v: u32) {
+    codes[i] = v;
+}
+fn sto(i: u32, v: $XT) {
+    out[i] = v;
+}";
+    const PAIRS: &str = "fn lda(i: u32) -> vec2<u32> {
+    let v = a[i >> 1u];
+    return select(v.xy, v.zw, (i & 1u) == 1u);
+}
+fn ldb(i: u32) -> vec2<u32> {
+    let v = b[i >> 1u];
+    return select(v.xy, v.zw, (i & 1u) == 1u);
+}
+fn ldc(i: u32) -> u32 {
+    return codes[i >> 1u][i & 1u];
+}
+fn stc(i: u32, v: u32) {
+    codes[i >> 1u][i & 1u] = v;
+}
+fn sto(i: u32, v: vec2<u32>) {
+    let j = 2u * (i & 1u);
+    out[i >> 1u][j] = v.x;
+    out[i >> 1u][j + 1u] = v.y;
+}";
+    const STUBS: &str = "fn max_pool8(n: u32, oy: u32, ox: u32, q: u32) -> $AT {
+    return $AT();
+}
+fn argmax_codes8(n: u32, oy: u32, ox: u32, q: u32) -> $CT {
+    return $CT();
+}
+fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
+}";
+    let (access, fns, at, ct) = if x8 {
+        (PAIRS, POOL_X8_WGSL, "vec4<u32>", "vec2<u32>")
+    } else {
+        (QUADS, STUBS, "$XT", "u32")
+    };
+    src.replace("$ACCESS", access)
+        .replace("$X8FNS", fns)
+        .replace("$AT", at)
+        .replace("$CT", ct)
+        .replace("$W8", if x8 { "true" } else { "false" })
+        .replace("$LANES", if x8 { "8" } else { "4" })
+}
+
+/// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
+/// (16-byte loads); `TFWGPU_POOL_F16X8=0` keeps four (measurements).
+fn f16x8_enabled() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_POOL_F16X8").map_or(true, |v| v.trim() != "0"))
+}
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
@@ -598,7 +666,12 @@ impl Kernel for Pool {
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
             // float16 where its widening is one hardware conversion.
             let fast = dtype == DType::F32 || hw;
+            // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
+            // the block gather; the per-input gather stays on quads).
+            let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+                let x8 = x8_ok && pass != 2;
+                let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
@@ -606,22 +679,24 @@ impl Kernel for Pool {
                     6 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
                     _ => (g.ow, g.oh),
                 };
-                let rowq = cols * (g.c / 4);
+                let rowq = cols * (g.c / lanes);
                 let grid3 = grid3_fits(&g, cols, rows);
                 debug_assert!(pass != 6 || grid3);
+                let words = words * 4 / lanes;
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}",
                             if grid3 { "/g3" } else { "" },
-                            if fast { "/fast" } else { "" }
+                            if fast { "/fast" } else { "" },
+                            if x8 { "/x8" } else { "" }
                         ),
                     ),
                     || {
                         crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
-                            POOL_VEC4_WGSL
+                            vec4_layout(POOL_VEC4_WGSL, x8)
                                 .replace("$MODE", &pass.to_string())
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
@@ -664,15 +739,16 @@ impl Kernel for Pool {
                     u(g.pt),
                     u(g.pl),
                     u(rowq),
-                    inv(g.c / 4),
+                    inv(g.c / lanes),
                     inv(g.sh),
                     inv(g.sw),
                 ]);
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };
             if mode == Mode::Max {
-                // Binding 2 (a vec4 array) unused: 16 bytes.
-                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, c, o]);
+                // Bindings 2 (a vec4 array) and 3 (the codes, vec2<u32> with pairs of
+                // quads) unused: 16 bytes each.
+                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, ctx.temp(16)?, o]);
             }
             // MaxPoolGrad: grad (b) has the output's n * oh * ow * c elements; one code
             // word per output vec4.
