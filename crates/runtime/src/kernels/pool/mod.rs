@@ -101,11 +101,13 @@ fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
 }
 
 /// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
-/// (16-byte loads); `TFWGPU_POOL_F16X8=0` keeps four (measurements).
+/// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
+/// than four channels on 64x112x112x64 (MaxPool 67.4 against 61.1 us, the codes pass 75.6
+/// against 71.7; the block gather equal), so four stay the default.
 fn f16x8_enabled() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_POOL_F16X8").map_or(true, |v| v.trim() != "0"))
+    *ON.get_or_init(|| std::env::var("TFWGPU_POOL_F16X8").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
@@ -664,11 +666,17 @@ impl Kernel for Pool {
             let u = |v: usize| v as u32;
             let (hw, suffix) = crate::kernels::norm::vec4_hw(ctx, dtype)?;
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
-            // float16 where its widening is one hardware conversion.
-            let fast = dtype == DType::F32 || hw;
+            // float16 where its widening is one hardware conversion
+            // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
+            // widening; measurements).
+            let fast = dtype == DType::F32
+                || (hw && std::env::var("TFWGPU_POOL_F16_FAST").map_or(true, |v| v.trim() != "0"));
             // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
             // the block gather; the per-input gather stays on quads).
             let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
+            // `TFWGPU_POOL_RT_SKIP=0`: the float16 gathers round after every addition even
+            // where that cannot change the sum (pool_vec4.wgsl's add_rt; measurements).
+            let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").map_or(true, |v| v.trim() != "0");
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 let x8 = x8_ok && pass != 2;
                 let lanes = if x8 { 8 } else { 4 };
@@ -688,16 +696,22 @@ impl Kernel for Pool {
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
                             if fast { "/fast" } else { "" },
-                            if x8 { "/x8" } else { "" }
+                            if x8 { "/x8" } else { "" },
+                            if rt_skip { "" } else { "/rt" }
                         ),
                     ),
                     || {
                         crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
                             vec4_layout(POOL_VEC4_WGSL, x8)
                                 .replace("$MODE", &pass.to_string())
+                                .replace(
+                                    "$HALF",
+                                    if dtype == DType::F16 { "true" } else { "false" },
+                                )
+                                .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)

@@ -78,6 +78,11 @@ const FAST: bool = $FAST;
 const W8: bool = $W8;
 // Channels per item: 4, or 8 with W8.
 const LANES: u32 = $LANESu;
+// float16 storage: the gathers' sums round to half after every addition (`rt`).
+const HALF: bool = $HALF;
+// `add_rt` skips the round trip where it cannot change the sum (`TFWGPU_POOL_RT_SKIP=0`: never
+// skips, for measurements).
+const RT_SKIP: bool = $RT_SKIP;
 
 $LINEAR_INDEX
 $COMMON
@@ -341,11 +346,23 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
             let z = ldc(o) ^ (mine * 0x01010101u);
             if ((z - 0x01010101u) & ~z & 0x80808080u) != 0u {
                 let lanes = (vec4<u32>(z) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-                acc = select(acc, rt(acc + ld(ldb(o))), lanes == vec4<u32>(0u));
+                acc = add_rt(acc, ld(ldb(o)), lanes == vec4<u32>(0u));
             }
         }
     }
     return acc;
+}
+
+// acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
+// A lane whose acc is still 0 gets g itself, which is a value of T (0 + g = g exactly, and
+// +0 + -0 = +0 in both), so the round trip only runs when a hit lane already holds a nonzero
+// (or NaN) sum: rarely, as most inputs receive at most one gradient.
+fn add_rt(acc: vec4<f32>, g: vec4<f32>, h: vec4<bool>) -> vec4<f32> {
+    let s = acc + g;
+    if !HALF || (RT_SKIP && !any(h & (acc != vec4<f32>(0.0)))) {
+        return select(acc, s, h);
+    }
+    return select(acc, rt(s), h);
 }
 
 // The lanes of `code` that name input position `mine` of their window (zero bytes of the
@@ -374,7 +391,7 @@ fn block_add(acc: vec4<f32>, code: u32, g: vec4<f32>, y: i32, x: i32, oy: i32, o
     }
     let dy = u32(y - max(2 * oy - i32(p.pt), 0));
     let dx = u32(x - max(2 * ox - i32(p.pl), 0));
-    return select(acc, rt(acc + g), hits(code, dy * p.kw + dx));
+    return add_rt(acc, g, hits(code, dy * p.kw + dx));
 }
 
 // MODE 6, MaxPoolGrad's gather for strides 2 x 2 and windows of at most 4 x 4 (ResNet's 3x3 /
