@@ -135,9 +135,11 @@ impl Kernel for Cast {
         );
         let aligned =
             (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
-        // float16 -> float32 with `TFWGPU_CAST_F16_F32=x4`: four elements per invocation (one
-        // 8-byte load, one 16-byte store; the stores of neighbouring invocations contiguous)
-        // instead of eight (measurements).
+        // float16 -> float32: four elements per invocation (one 8-byte load, one 16-byte store;
+        // the stores of neighbouring invocations contiguous). Request mem5-2 (H200,
+        // 64x56x56x256): 87.9 us against 131.9 with eight per invocation (two 16-byte stores
+        // 16 bytes apart per invocation, so each store instruction of a warp wrote every other
+        // 16 bytes of 1 KiB); `TFWGPU_CAST_F16_F32=x8` keeps eight (measurements).
         if pair && dst == DType::F32 && n.is_multiple_of(4) && aligned && cast_f16_f32_x4() {
             let key = PipelineKey::new("cast", Some(src), format!("{}/x4{suffix}", dst.name()));
             let pipeline = ctx.pipeline(key, || {
@@ -339,11 +341,11 @@ const X8_FROM_F16: &str = "    let w = src[i];
 const X4_FROM_F16: &str = "    let w = src[i];
     out[i] = vec4<f32>(f16x2_to_f32(w.x), f16x2_to_f32(w.y));";
 
-/// `TFWGPU_CAST_F16_F32=x4`: float16 -> float32 four elements per invocation.
+/// float16 -> float32 four elements per invocation, unless `TFWGPU_CAST_F16_F32=x8`.
 fn cast_f16_f32_x4() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CAST_F16_F32").is_ok_and(|v| v.trim() == "x4"))
+    *ON.get_or_init(|| std::env::var("TFWGPU_CAST_F16_F32").map_or(true, |v| v.trim() != "x8"))
 }
 
 /// The one-word-per-invocation shader; float16 loads and stores through `f16conv`'s one-half

@@ -673,14 +673,19 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Opt
     // the three dispatches (wall 28.6 against 35.6 us), 16-byte runs lost on every tensor
     // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
     // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
-    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB,
-    // any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
+    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB
+    // (64 MiB since request mem5-2, below), any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
     // 64x7x7x2048 read 51 MB and tied by wall time (49.4 against 49.1 us), in float16 (26 MB,
     // 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1` lifts the limits.
     let size = if dtype == DType::F16 { 2 } else { 4 };
     let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
     let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
-    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 32 << 20);
+    // Request mem5-2 (same binary, same call): 64x7x7x2048 float32 gradient (51 MB of x and dy,
+    // tc 2) in one dispatch 58.6 / 49.1 us (span / wall) against 80.4 / 50.9 for the three
+    // dispatches, so 32-byte runs take tensors up to 64 MiB; on 64x14x14x1024 float32 forced to
+    // tc 2 (128 workgroups) one dispatch won by span (74.0 against 91.4 us) but lost by wall
+    // (62.7 against 56.6), and the tc chosen above is 1 there anyway.
+    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 64 << 20);
     ok.then_some(tc)
 }
 

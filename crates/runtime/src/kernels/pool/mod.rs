@@ -668,15 +668,18 @@ impl Kernel for Pool {
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
             // float16 where its widening is one hardware conversion
             // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
-            // widening; measurements).
+            // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
+            // against 72, so the widening stays).
             let fast = dtype == DType::F32
                 || (hw && std::env::var("TFWGPU_POOL_F16_FAST").map_or(true, |v| v.trim() != "0"));
             // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
             // the block gather; the per-input gather stays on quads).
             let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
-            // `TFWGPU_POOL_RT_SKIP=0`: the float16 gathers round after every addition even
-            // where that cannot change the sum (pool_vec4.wgsl's add_rt; measurements).
-            let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").map_or(true, |v| v.trim() != "0");
+            // `TFWGPU_POOL_RT_SKIP=1`: the float16 gathers skip the half round trip where it
+            // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
+            // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
+            // cost more than the conversions it saves), so it is off by default.
+            let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").is_ok_and(|v| v.trim() == "1");
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 let x8 = x8_ok && pass != 2;
                 let lanes = if x8 { 8 } else { 4 };
@@ -700,7 +703,7 @@ impl Kernel for Pool {
                             if grid3 { "/g3" } else { "" },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
-                            if rt_skip { "" } else { "/rt" }
+                            if rt_skip { "/skip" } else { "" }
                         ),
                     ),
                     || {

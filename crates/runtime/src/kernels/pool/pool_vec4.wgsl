@@ -80,8 +80,8 @@ const W8: bool = $W8;
 const LANES: u32 = $LANESu;
 // float16 storage: the gathers' sums round to half after every addition (`rt`).
 const HALF: bool = $HALF;
-// `add_rt` skips the round trip where it cannot change the sum (`TFWGPU_POOL_RT_SKIP=0`: never
-// skips, for measurements).
+// `add_rt` skips the round trip where it cannot change the sum (only with
+// `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
 const RT_SKIP: bool = $RT_SKIP;
 
 $LINEAR_INDEX
@@ -355,8 +355,9 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
 
 // acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
 // A lane whose acc is still 0 gets g itself, which is a value of T (0 + g = g exactly, and
-// +0 + -0 = +0 in both), so the round trip only runs when a hit lane already holds a nonzero
-// (or NaN) sum: rarely, as most inputs receive at most one gradient.
+// +0 + -0 = +0 in both), so with RT_SKIP the round trip only runs when a hit lane already
+// holds a nonzero (or NaN) sum (most inputs receive at most one gradient); the test and branch
+// measured slower than the round trip itself on the H200, so RT_SKIP is off by default.
 fn add_rt(acc: vec4<f32>, g: vec4<f32>, h: vec4<bool>) -> vec4<f32> {
     let s = acc + g;
     if !HALF || (RT_SKIP && !any(h & (acc != vec4<f32>(0.0)))) {
