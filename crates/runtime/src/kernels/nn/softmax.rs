@@ -6,10 +6,12 @@
 //! exp(x - m) / sum, LogSoftmax (x - m) - log(sum); the cross-entropy loss is
 //! log(sum) - (x_label - m) (sparse) or sum_j labels_j (log(sum) - (x_j - m)) (dense), its
 //! gradient exp(x - m) / sum - labels. exp and log are the elementwise family's (a few ULP),
-//! sums are per-invocation partial sums combined by a tree. A row holding NaN or +inf, or
-//! only -inf, gives NaN throughout, as in TensorFlow; a -inf logit gives probability 0 and log
-//! probability -inf. In the dense cross-entropy a zero label at a -inf logit gives a NaN loss
-//! (0 * inf), as in TensorFlow.
+//! sums are per-invocation partial sums combined by a tree (Softmax / LogSoftmax of contiguous
+//! rows: `softmax_rows.wgsl`, whose rows held by one whole workgroup reduce through subgroup
+//! operations where the device has them; `TFWGPU_SOFTMAX_SUBGROUP=0` keeps the trees). A row
+//! holding NaN or +inf, or only -inf, gives NaN throughout, as in TensorFlow; a -inf logit
+//! gives probability 0 and log probability -inf. In the dense cross-entropy a zero label at a
+//! -inf logit gives a NaN loss (0 * inf), as in TensorFlow.
 //!
 //! Deviation: TensorFlow's CPU kernel of SparseSoftmaxCrossEntropyWithLogits reports a label
 //! outside [0, classes) as an InvalidArgument error. A GPU kernel cannot raise one, so here —

@@ -31,10 +31,10 @@
 // barriers each; the order of the additions is the driver's, the NaN rules are unchanged (a
 // maximum that drops a NaN still leaves a NaN sum, see fold).
 //
-// Placeholders: SG, SG_ARGS and SG_FNS (the subgroup built-ins and wg_max / wg_sum), V (the load type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum,
-// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, WGS (the workgroup size), the
-// CACHED code for its K loads (C_DECLS, C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE),
-// COMMON and MATH (shared WGSL).
+// Placeholders: SG, SG_ARGS and SG_FNS (the subgroup built-ins and wg_max / wg_sum), V (the load
+// type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum, lanes_splat and out_vec for V),
+// LOG (LogSoftmax), CACHED, WGS (the workgroup size), the CACHED code for its K loads (C_DECLS,
+// C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE), COMMON and MATH (shared WGSL).
 struct Params {
     rows: u32,
     vcols: u32,

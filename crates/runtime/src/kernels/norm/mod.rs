@@ -10,7 +10,9 @@
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
 //! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
 //! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
-//! coefficients loaded once per apply invocation (2 vec4 per invocation).
+//! coefficients loaded once per apply invocation (2 vec4 per invocation); float16 with C % 8
+//! == 0 takes eight channels per invocation instead with `TFWGPU_NORM_F16X8=1`
+//! (`stats_x8.wgsl`; slower on the H200, kept for measurements).
 //! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
 //! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
@@ -674,9 +676,10 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Opt
     // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
     // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
     // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB
-    // (64 MiB since request mem5-2, below), any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
-    // 64x7x7x2048 read 51 MB and tied by wall time (49.4 against 49.1 us), in float16 (26 MB,
-    // 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1` lifts the limits.
+    // (64 MiB since request mem5-2, below), any run up to 16 MiB, counting the bytes of x and
+    // (gradient) dy: the gradient on 64x7x7x2048 read 51 MB and tied by wall time (49.4 against
+    // 49.1 us), in float16 (26 MB, 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1`
+    // lifts the limits.
     let size = if dtype == DType::F16 { 2 } else { 4 };
     let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
     let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
