@@ -13,7 +13,9 @@ rng = np.random.default_rng(6)
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
-@pytest.mark.parametrize("shape", [(3, 8), (5, 1000), (2, 4096), (2, 4100), (3, 1025), (4, 7), (2, 3, 12), (1, 1)])
+@pytest.mark.parametrize("shape", [(3, 8), (5, 1000), (2, 4096), (2, 4100), (3, 1025), (4, 7), (2, 3, 12), (1, 1),
+                                   # One row per 1024-invocation workgroup (subgroup reductions).
+                                   (2, 32768)])
 def test_softmax_rows(tf, op, shape):
     x = rng.uniform(-20, 20, shape).astype(np.float32)
     fn = getattr(tf.nn, "softmax" if op == "Softmax" else "log_softmax")

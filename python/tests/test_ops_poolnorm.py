@@ -69,6 +69,8 @@ POOL_CASES = [
     # Strides 2 x 2, windows up to 4 x 4: MaxPoolGrad's gather per 2 x 2 block of inputs.
     ((2, 8, 9, 8), 3, 2, "VALID"),
     ((1, 7, 7, 12), (4, 1), 2, "SAME"),
+    # float16 with C % 8 == 0: eight channels per invocation (three octets).
+    ((1, 9, 9, 24), 3, 2, "SAME"),
 ]
 
 

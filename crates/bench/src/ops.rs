@@ -418,10 +418,17 @@ pub fn run(args: &[String]) -> Res<()> {
                 .iter()
                 .filter(|k| want.contains(&k.name().as_str()))
                 .any(|k| !matches!(k, Kind::MatMul { .. }));
+            // `--one-copy`: of the large copies only the four-vec4 shader copy (the best in
+            // every H200 run so far; the others take seconds of a short device call).
+            let one_copy = args.iter().any(|a| a == "--one-copy");
             all.iter()
                 .filter(|k| {
                     want.contains(&k.name().as_str())
-                        || (membound && matches!(k, Kind::Copy { .. }))
+                        || (membound
+                            && match k {
+                                Kind::Copy { how, .. } => !one_copy || *how == CopyHow::Vec4x4,
+                                _ => false,
+                            })
                 })
                 .cloned()
                 .collect()

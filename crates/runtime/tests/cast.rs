@@ -341,7 +341,8 @@ fn cast_every_pair() {
     }
 }
 
-/// f32 <-> f16 through the 8-elements-per-invocation kernel (n % 8 == 0) and the one-word
+/// f32 <-> f16 through the vector kernels (n % 8 == 0: f32 -> f16 eight elements per
+/// invocation, f16 -> f32 four, or eight with TFWGPU_CAST_F16_F32=x8) and the one-word
 /// kernel (n odd): every one of the 65,536 halves to f32, and for every finite half h > 0
 /// (both signs) h itself, the tie halfway to the next half, one f32 ulp either side of it
 /// (round to nearest even, overflow to infinity past 65504's tie, subnormals), compared bit
@@ -369,7 +370,7 @@ fn cast_f16_conversions_are_exact_on_every_half_and_tie() {
         (DType::F16, DType::F32, &halves),
         (DType::F32, DType::F16, &floats),
     ] {
-        // n % 8 == 0 (the vec4 kernel), then one element less (the one-word kernel).
+        // n % 8 == 0 (the vector kernels), then one element less (the one-word kernel).
         for n in [vals.len(), vals.len() - 1] {
             let vals = &vals[..n];
             let t = d.upload_host(&host(src, vals, &[n])).unwrap();

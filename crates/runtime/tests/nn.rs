@@ -211,13 +211,15 @@ fn bias_add_grad() {
 /// into an online (max, sum) state, t = min(256, next power of two of ceil(loads / 4)); each
 /// fold adds `vec` terms and may rescale the sum to a new maximum (one product and one exp:
 /// 1 + 4 eps); the sum is rescaled once more to the row maximum, then a tree of log2(t) <= 8
-/// additions.
+/// additions, or (one row per workgroup, on a device with subgroups) two subgroup sums in the
+/// driver's order around a strided sum of the subgroups' slots: at most 2 (sg - 1) +
+/// wgs / sg^2 additions, 30 with lavapipe's subgroups of 8 and 1024 invocations.
 fn sum_path(cols: usize) -> f64 {
     let vec = if cols.is_multiple_of(4) { 4 } else { 1 };
     let loads = cols / vec;
     let t = loads.div_ceil(4).max(1).next_power_of_two().min(256);
     let k = loads.div_ceil(t);
-    (k * (vec + 5) + 5 + 8) as f64
+    (k * (vec + 5) + 5 + 30) as f64
 }
 
 /// The same for the cross-entropies' kernel: a strided partial sum of at most
@@ -296,6 +298,8 @@ const ROW_SHAPES: &[&[usize]] = &[
     &[3, 1000],
     &[2, 4100],
     &[2, 8192],
+    // 8192 loads per row: one row per 1024-invocation workgroup, 8 loads in registers each.
+    &[2, 32768],
     &[300, 3],
     &[0, 5],
     &[5, 0],
@@ -442,7 +446,7 @@ fn softmax_special_values() {
 fn softmax_special_values_long_rows() {
     let nan = f32::NAN;
     let inf = f32::INFINITY;
-    for cols in [4096usize, 4100, 1024, 1027] {
+    for cols in [4096usize, 4100, 1024, 1027, 32768] {
         let base = |r: usize, c: usize| ((r * 31 + c * 17) % 23) as f32 * 0.5 - 5.0;
         let mut x = vec![];
         for r in 0..6 {

@@ -640,22 +640,27 @@ fn max_pool_ties_and_nan_like_tensorflow_cpu() {
 /// MaxPool and MaxPoolGrad (and MaxPoolGradGrad with `grad_grad`) on an input with a NaN in
 /// about every fourth element, against the references, bit for bit.
 fn check_random_nan(cfg: &Cfg, seed: u64, what: &str, grad_grad: bool) {
+    check_random_nan_t(cfg, seed, what, grad_grad, false);
+}
+
+fn check_random_nan_t(cfg: &Cfg, seed: u64, what: &str, grad_grad: bool, half: bool) {
     let mut r = rng(seed);
     let n: usize = cfg.in_shape().iter().product();
-    let mut x = data(&mut r, n, true, false);
+    let mut x = data(&mut r, n, true, half);
     for v in x.iter_mut() {
         if r.random_range(0..4) == 0 {
             *v = f32::NAN;
         }
     }
-    let g = data(&mut r, cfg.out_shape().iter().product(), false, false);
-    let attrs = cfg.attrs(DType::F32);
-    let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &cfg.in_shape())], &[]);
-    assert_same_f32(&y, &ref_max(cfg, &x, f32::MIN), &format!("MaxPool {what}"));
+    let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
+    let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+    let lowest = if half { -65504.0 } else { f32::MIN };
+    let (_, y) = run_t("MaxPool", &attrs, half, &[(&x, &cfg.in_shape())], &[]);
+    assert_same_f32(&y, &ref_max(cfg, &x, lowest), &format!("MaxPool {what}"));
     let (_, dx) = run_t(
         "MaxPoolGrad",
         &attrs,
-        false,
+        half,
         &[
             (&x, &cfg.in_shape()),
             (&y, &cfg.out_shape()),
@@ -665,7 +670,7 @@ fn check_random_nan(cfg: &Cfg, seed: u64, what: &str, grad_grad: bool) {
     );
     assert_same_f32(
         &dx,
-        &ref_max_grad(cfg, &x, &g, false),
+        &ref_max_grad(cfg, &x, &g, half),
         &format!("MaxPoolGrad {what}"),
     );
     if grad_grad {
@@ -886,6 +891,10 @@ fn pool_vec4_channels_f32_and_f16() {
         (1, 1, 1, 4),
         (1, 6, 6, 12),
         (2, 5, 7, 132),
+        // float16 with C % 8 == 0 takes pairs of quads per invocation: 17 pairs per pixel
+        // (odd: the grid's row division), and 3 pairs.
+        (2, 5, 7, 136),
+        (1, 7, 8, 24),
     ] {
         for &(kh, kw, sh, sw) in &wins {
             for pad in [Pad::Same, Pad::Valid] {
@@ -1006,6 +1015,9 @@ fn max_pool_vec4_random_nan() {
         nchw: false,
     };
     check_random_nan(&cfg, 19, "NaN vec4", false);
+    // float16, 8 and 16 channels: pairs of quads per invocation.
+    check_random_nan_t(&cfg, 20, "NaN f16 x8", false, true);
+    check_random_nan_t(&Cfg { c: 16, ..cfg }, 21, "NaN f16 x8 c16", false, true);
 }
 
 /// float16: the four-channel kernels compare the halves' own 16-bit keys; against the
@@ -1121,23 +1133,28 @@ fn max_pool_vec4_3x3_specials() {
             .with("ksize", AttrValue::Ints(vec![1, 3, 3, 1]))
             .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
             .with("padding", AttrValue::Str("VALID".into()));
-        let g = [1.0f32, 2.0, 3.0, 4.0];
-        for group in cases.chunks(4) {
-            let mut x = vec![0.0f32; 36];
+        let g = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+        // float16 also on 8 channels (pairs of quads per invocation).
+        for (nc, group) in cases
+            .chunks(4)
+            .map(|c| (4, c))
+            .chain(cases.chunks(8).filter(|_| half).map(|c| (8, c)))
+        {
+            let mut x = vec![0.0f32; 9 * nc];
             for (ch, v) in group.iter().enumerate() {
                 for (e, &val) in v.iter().enumerate() {
-                    x[e * 4 + ch] = val;
+                    x[e * nc + ch] = val;
                 }
             }
-            let (_, y) = run_t("MaxPool", &attrs, half, &[(&x, &[1, 3, 3, 4])], &[]);
+            let (_, y) = run_t("MaxPool", &attrs, half, &[(&x, &[1, 3, 3, nc])], &[]);
             let (_, dx) = run_t(
                 "MaxPoolGrad",
                 &attrs,
                 half,
                 &[
-                    (&x, &[1, 3, 3, 4]),
-                    (&y, &[1, 1, 1, 4]),
-                    (&g, &[1, 1, 1, 4]),
+                    (&x, &[1, 3, 3, nc]),
+                    (&y, &[1, 1, 1, nc]),
+                    (&g[..nc], &[1, 1, 1, nc]),
                 ],
                 &[],
             );
@@ -1163,7 +1180,7 @@ fn max_pool_vec4_3x3_specials() {
                 for e in 0..9 {
                     let want = if e == arg { g[ch] } else { 0.0 };
                     assert_eq!(
-                        dx[e * 4 + ch].to_bits(),
+                        dx[e * nc + ch].to_bits(),
                         want.to_bits(),
                         "MaxPoolGrad {v:?} (half {half}) element {e}"
                     );

@@ -6,10 +6,12 @@
 //! exp(x - m) / sum, LogSoftmax (x - m) - log(sum); the cross-entropy loss is
 //! log(sum) - (x_label - m) (sparse) or sum_j labels_j (log(sum) - (x_j - m)) (dense), its
 //! gradient exp(x - m) / sum - labels. exp and log are the elementwise family's (a few ULP),
-//! sums are per-invocation partial sums combined by a tree. A row holding NaN or +inf, or
-//! only -inf, gives NaN throughout, as in TensorFlow; a -inf logit gives probability 0 and log
-//! probability -inf. In the dense cross-entropy a zero label at a -inf logit gives a NaN loss
-//! (0 * inf), as in TensorFlow.
+//! sums are per-invocation partial sums combined by a tree (Softmax / LogSoftmax of contiguous
+//! rows: `softmax_rows.wgsl`, whose rows held by one whole workgroup reduce through subgroup
+//! operations where the device has them; `TFWGPU_SOFTMAX_SUBGROUP=0` keeps the trees). A row
+//! holding NaN or +inf, or only -inf, gives NaN throughout, as in TensorFlow; a -inf logit
+//! gives probability 0 and log probability -inf. In the dense cross-entropy a zero label at a
+//! -inf logit gives a NaN loss (0 * inf), as in TensorFlow.
 //!
 //! Deviation: TensorFlow's CPU kernel of SparseSoftmaxCrossEntropyWithLogits reports a label
 //! outside [0, classes) as an InvalidArgument error. A GPU kernel cannot raise one, so here —
@@ -314,8 +316,9 @@ fn write_loss(r: u32, v: f32) {{
 
 /// `softmax_rows.wgsl` for Softmax (`log` false) or LogSoftmax, loading `vec4` floats at a
 /// time or one, in workgroups of `wgs` invocations; `cached`: rows of at most `k` loads per
-/// invocation, kept in registers.
-fn rows_shader(log: bool, vec4: bool, cached: bool, k: usize, wgs: usize) -> String {
+/// invocation, kept in registers; `sg`: the row reductions through subgroup operations (one
+/// row per workgroup only).
+fn rows_shader(log: bool, vec4: bool, cached: bool, k: usize, wgs: usize, sg: bool) -> String {
     let (v, funcs) = if vec4 {
         (
             "vec4<f32>",
@@ -430,12 +433,86 @@ fn out_vec(v: f32, m: f32, s: f32, log_s: f32) -> f32 {
             }),
         )
         .replace("$WGS", &wgs.to_string())
+        .replace("$SG_FNS", if sg { SG_FNS } else { SG_STUBS })
+        .replace(
+            "$SG_ARGS",
+            if sg {
+                ", @builtin(subgroup_invocation_id) sgi: u32, @builtin(subgroup_size) sgs: u32,
+        @builtin(subgroup_id) sid: u32, @builtin(num_subgroups) nsg: u32"
+            } else {
+                ""
+            },
+        )
+        .replace("$SG_PASS", if sg { ", sgi, sgs, sid, nsg" } else { "" })
+        .replace("$SG", &sg.to_string())
         .replace("$VFUNCS", funcs)
         .replace("$V", v)
         .replace("$LOG", &log.to_string())
         .replace("$CACHED", &cached.to_string())
         .replace("$COMMON", COMMON_WGSL)
         .replace("$MATH", MATH_WGSL)
+}
+
+/// `softmax_rows.wgsl`'s row reductions over one workgroup through subgroups: a subgroup
+/// reduction, one shared slot per subgroup, the first subgroup reduces the slots (each lane a
+/// strided part, then a subgroup reduction), and every invocation reads the result.
+const SG_FNS: &str = "fn wg_max(v: f32, sgi: u32, sgs: u32, sid: u32, nsg: u32) -> f32 {
+    let a = subgroupMax(v);
+    if sgi == 0u {
+        sh[sid] = a;
+    }
+    workgroupBarrier();
+    if sid == 0u {
+        var b = bitcast<f32>(NEG_INF_BITS);
+        for (var k = sgi; k < nsg; k = k + sgs) {
+            b = max(b, sh[k]);
+        }
+        b = subgroupMax(b);
+        if sgi == 0u {
+            sh_out = b;
+        }
+    }
+    workgroupBarrier();
+    return sh_out;
+}
+fn wg_sum(v: f32, sgi: u32, sgs: u32, sid: u32, nsg: u32) -> f32 {
+    let a = subgroupAdd(v);
+    if sgi == 0u {
+        sh[sid] = a;
+    }
+    workgroupBarrier();
+    if sid == 0u {
+        var b = 0.0;
+        for (var k = sgi; k < nsg; k = k + sgs) {
+            b = b + sh[k];
+        }
+        b = subgroupAdd(b);
+        if sgi == 0u {
+            sh_out = b;
+        }
+    }
+    workgroupBarrier();
+    return sh_out;
+}";
+
+/// Without subgroups: never called (SG is false).
+const SG_STUBS: &str = "fn wg_max(v: f32) -> f32 {
+    return v;
+}
+fn wg_sum(v: f32) -> f32 {
+    return v;
+}";
+
+/// Whether `softmax_rows.wgsl` may reduce its rows through subgroups (one row per
+/// workgroup, SUBGROUP on the device); `TFWGPU_SOFTMAX_SUBGROUP=0` keeps the trees
+/// (measurements, tests of the tree path on devices with subgroups).
+fn subgroups_enabled(ctx: &KernelContext) -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    ctx.features().contains(wgpu::Features::SUBGROUP)
+        && *ON.get_or_init(|| {
+            std::env::var("TFWGPU_SOFTMAX_SUBGROUP").map_or(true, |v| v.trim() != "0")
+        })
 }
 
 /// The workgroup size of `softmax_rows.wgsl`'s 8-load registers variant.
@@ -580,24 +657,26 @@ fn record_rows(
         k = 8;
         wgs = BIG_WG;
     }
+    let g = wgs / t;
+    let sg = g == 1 && subgroups_enabled(ctx);
     let key = PipelineKey::new(
         "nn",
         None,
         format!(
-            "softmax_rows/{}{}{}",
+            "softmax_rows/{}{}{}{}",
             if log { "log" } else { "softmax" },
             if vec4 { "/vec4" } else { "" },
             match (cached, k) {
                 (false, _) => "",
                 (true, 4) => "/cached",
                 _ => "/cached8",
-            }
+            },
+            if sg { "/sg" } else { "" }
         ),
     );
     let pipeline = ctx.pipeline(key, || {
-        crate::kernels::membound_shader(rows_shader(log, vec4, cached, k, wgs))
+        crate::kernels::membound_shader(rows_shader(log, vec4, cached, k, wgs, sg))
     })?;
-    let g = wgs / t;
     let groups = v.rows.div_ceil(g);
     let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
     let gy = groups.div_ceil(gx);

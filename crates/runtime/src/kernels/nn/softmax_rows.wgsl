@@ -25,10 +25,16 @@
 // only while it is still there: 2048 rows of 32768 floats in flight as 256-invocation
 // workgroups (~1000 rows, 128 KiB each) are ~2.7 times the H200's 50 MB L2.
 //
-// Placeholders: V (the load type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum,
-// lanes_splat and out_vec for V), LOG (LogSoftmax), CACHED, WGS (the workgroup size), the
-// CACHED code for its K loads (C_DECLS, C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE),
-// COMMON and MATH (shared WGSL).
+// SG (one row per workgroup, p.g == 1, on devices with subgroup operations): the two row
+// reductions take a subgroup reduction, one shared-memory slot per subgroup and a second
+// subgroup reduction by the first subgroup (two barriers each) instead of the trees' log2(t)
+// barriers each; the order of the additions is the driver's, the NaN rules are unchanged (a
+// maximum that drops a NaN still leaves a NaN sum, see fold).
+//
+// Placeholders: SG, SG_ARGS and SG_FNS (the subgroup built-ins and wg_max / wg_sum), V (the load
+// type), VFUNCS (lanes_max, lanes_sum_exp, lanes_exp, lanes_sum, lanes_splat and out_vec for V),
+// LOG (LogSoftmax), CACHED, WGS (the workgroup size), the CACHED code for its K loads (C_DECLS,
+// C_LOADS, C_MAX, C_EXP, C_SUM, C_NAN, C_STORE), COMMON and MATH (shared WGSL).
 struct Params {
     rows: u32,
     vcols: u32,
@@ -48,10 +54,13 @@ const LOG: bool = $LOG;
 // (e0..e3, relative to the invocation's own maximum) are computed once and rescaled for the
 // output: one exp per element instead of two.
 const CACHED: bool = $CACHED;
+const SG: bool = $SG;
 const WGS: u32 = $WGSu;
 const NEG_INF_BITS: u32 = 0xff800000u;
 
 var<workgroup> sh: array<f32, WGS>;
+// SG: the workgroup's result of wg_max / wg_sum.
+var<workgroup> sh_out: f32;
 
 $COMMON
 $MATH
@@ -68,6 +77,8 @@ fn max_nan(a: f32, b: f32) -> f32 {
 }
 
 $VFUNCS
+
+$SG_FNS
 
 // exp(d) for d <= 0 (every argument here is x - max <= 0), NaN for NaN, 0 below -104 and
 // for -inf: exp_f32's Cody-Waite reduction with a degree-7 Taylor polynomial (|r| <= ln(2)/2,
@@ -133,7 +144,7 @@ fn out_value(v: f32, m: f32, inv_s: f32, log_s: f32) -> f32 {
 }
 
 @compute @workgroup_size(WGS)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32$SG_ARGS) {
     let tid = l % p.t;
     let gi = l / p.t;
     let row = (wid.y * p.groups_x + wid.x) * p.g + gi;
@@ -177,16 +188,21 @@ $C_EXP
     }
     // Row maximum.
     let first = gi * t;
-    sh[l] = st.x;
-    workgroupBarrier();
-    for (var s = t / 2u; s > 0u; s = s / 2u) {
-        if tid < s {
-            sh[l] = max_nan(sh[l], sh[l + s]);
+    var m: f32;
+    if SG {
+        m = wg_max(st.x$SG_PASS);
+    } else {
+        sh[l] = st.x;
+        workgroupBarrier();
+        for (var s = t / 2u; s > 0u; s = s / 2u) {
+            if tid < s {
+                sh[l] = max_nan(sh[l], sh[l + s]);
+            }
+            workgroupBarrier();
         }
+        m = sh[first];
         workgroupBarrier();
     }
-    let m = sh[first];
-    workgroupBarrier();
     // Row sum, each invocation's sum rescaled to the row maximum first.
     // exp(NaN) (a NaN or +inf in the row) makes the sum NaN, as it must; an invocation that
     // saw only -inf contributes its s (0, or NaN if it saw a NaN).
@@ -194,15 +210,20 @@ $C_EXP
     if bitcast<u32>(st.x) != NEG_INF_BITS {
         mine = st.y * exp_le0(st.x - m);
     }
-    sh[l] = mine;
-    workgroupBarrier();
-    for (var s = t / 2u; s > 0u; s = s / 2u) {
-        if tid < s {
-            sh[l] = sh[l] + sh[l + s];
-        }
+    var total: f32;
+    if SG {
+        total = wg_sum(mine$SG_PASS);
+    } else {
+        sh[l] = mine;
         workgroupBarrier();
+        for (var s = t / 2u; s > 0u; s = s / 2u) {
+            if tid < s {
+                sh[l] = sh[l] + sh[l + s];
+            }
+            workgroupBarrier();
+        }
+        total = sh[first];
     }
-    var total = sh[first];
     if bitcast<u32>(m) == NEG_INF_BITS {
         // Only -inf in the row: NaN throughout (TensorFlow).
         total = bitcast<f32>(0x7fc00000u);

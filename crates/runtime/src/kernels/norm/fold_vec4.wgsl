@@ -1,6 +1,6 @@
 // Shared by stats_vec4.wgsl and onepass.wgsl (placeholders filled there): the per-invocation
 // fold of one channel quad's rows and the shared-memory combine of two invocations' states.
-// They use the bindings x, mean_in, `ldy(e)` (dy's element e as vec4<f32>), GRAD, `ld`, and
+// They use the binding mean_in, `ldx(e)` / `ldy(e)` (x's / dy's quad e as vec4<f32>), GRAD, and
 // the shared arrays sa, sb, sc.
 
 struct Fold {
@@ -51,7 +51,7 @@ fn fold_rows(q: u32, quads: u32, start: u32, end: u32, lane: u32, lanes: u32) ->
     }
     var j = start + lane;
     if !GRAD && j < end {
-        k = ld(x[j * quads + q]);
+        k = ldx(j * quads + q);
     }
     // Four rows per iteration, all loads before any fold and no guard inside (full
     // groups only), then the remaining rows one at a time; the sums run in row order.
@@ -61,10 +61,10 @@ fn fold_rows(q: u32, quads: u32, start: u32, end: u32, lane: u32, lanes: u32) ->
         let e1 = e0 + step;
         let e2 = e1 + step;
         let e3 = e2 + step;
-        let x0 = ld(x[e0]);
-        let x1 = ld(x[e1]);
-        let x2 = ld(x[e2]);
-        let x3 = ld(x[e3]);
+        let x0 = ldx(e0);
+        let x1 = ldx(e1);
+        let x2 = ldx(e2);
+        let x3 = ldx(e3);
         if GRAD {
             let d0 = ldy(e0);
             let d1 = ldy(e1);
@@ -97,7 +97,7 @@ fn fold_rows(q: u32, quads: u32, start: u32, end: u32, lane: u32, lanes: u32) ->
     }
     while j < end {
         let e0 = j * quads + q;
-        let x0 = ld(x[e0]);
+        let x0 = ldx(e0);
         if GRAD {
             let d0 = ldy(e0);
             b = b + d0;

@@ -10,7 +10,9 @@
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
 //! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
 //! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
-//! coefficients loaded once per apply invocation (2 vec4 per invocation).
+//! coefficients loaded once per apply invocation (2 vec4 per invocation); float16 with C % 8
+//! == 0 takes eight channels per invocation instead with `TFWGPU_NORM_F16X8=1`
+//! (`stats_x8.wgsl`; slower on the H200, kept for measurements).
 //! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
 //! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
@@ -60,6 +62,7 @@ const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
 const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
 const FOLD_VEC4_WGSL: &str = include_str!("fold_vec4.wgsl");
+const STATS_X8_WGSL: &str = include_str!("stats_x8.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
 const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
@@ -240,6 +243,9 @@ struct Plan {
     rest: usize,
     chunk: usize,
     splits: usize,
+    /// float16 with C % 8 == 0 on the vec4 shaders: eight channels per invocation (16-byte
+    /// loads) in the statistics (tc then counts octets) and the apply (`f16_x8`).
+    x8: bool,
 }
 
 impl Plan {
@@ -265,6 +271,7 @@ impl Plan {
             rest,
             chunk,
             splits,
+            x8: false,
         })
     }
 
@@ -278,21 +285,27 @@ impl Plan {
         // float32 pass's time per row, not per byte (request mem4-1: 64x56x56x256 55.9 us
         // for 103 MB against float32's 74 us for 206 MB). `TFWGPU_NORM_ROWS=16|32|64`
         // forces the rows (measurements).
+        // float16 with C % 8 == 0 (`f16_x8`): eight channels per invocation, 16-byte loads
+        // as float32's, so float32's rows.
+        let x8 = dtype == DType::F16 && self.c.is_multiple_of(8) && f16_x8();
         let rows = std::env::var("TFWGPU_NORM_ROWS")
             .ok()
             .and_then(|v| v.trim().parse::<usize>().ok())
             .filter(|r| matches!(r, 16 | 32 | 64))
-            .unwrap_or(if dtype == DType::F16 {
+            .unwrap_or(if dtype == DType::F16 && !x8 {
                 2 * PER_THREAD
             } else {
                 PER_THREAD
             });
-        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
+        let tc = (self.c / if x8 { 8 } else { 4 })
+            .next_power_of_two()
+            .min(MAX_TC);
         let chunk = RWG / tc * rows;
         Plan {
             tc,
             chunk,
             splits: self.rest.div_ceil(chunk).max(1),
+            x8,
             ..self
         }
     }
@@ -442,6 +455,57 @@ fn rt(r: vec4<f32>) -> vec4<f32> {
 /// key suffix that tells the two forms apart.
 pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'static str)> {
     f16conv::choice(ctx, dtype == DType::F16)
+}
+
+/// Whether float16 batch norms with C % 8 == 0 take eight channels per invocation in the
+/// statistics and apply passes (16-byte loads): only with `TFWGPU_NORM_F16X8=1`. Request
+/// mem5-1 (H200, 64x56x56x256): the statistics slower (forward 67.2 against 50.4 us), the
+/// apply 2-6% faster, the op slower on every shape measured; four stay the default.
+fn f16_x8() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_NORM_F16X8").is_ok_and(|v| v.trim() == "1"))
+}
+
+/// `stats_vec4.wgsl` (before `vec4_io`) with four channels per invocation or (`x8`, float16)
+/// eight: the arrays' element type, the x / dy accessors, the shared slots and the X8 code.
+fn stats_vec4_shader(grad: bool, x8: bool) -> String {
+    let (at, access, slots, fold8) = if x8 {
+        (
+            "vec4<u32>",
+            "fn ldx(e: u32) -> vec4<f32> {
+    let v = x[e >> 1u];
+    return ld(select(v.xy, v.zw, (e & 1u) == 1u));
+}
+fn ldy(e: u32) -> vec4<f32> {
+    let v = dy[e >> 1u];
+    return ld(select(v.xy, v.zw, (e & 1u) == 1u));
+}",
+            "512",
+            STATS_X8_WGSL,
+        )
+    } else {
+        (
+            "$XT",
+            "fn ldx(e: u32) -> vec4<f32> {
+    return ld(x[e]);
+}
+fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}",
+            "256",
+            "fn stats8(g: u32, t: u32) {}",
+        )
+    };
+    STATS_VEC4_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$FOLD8", fold8)
+        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace("$ACCESS", access)
+        .replace("$AT", at)
+        .replace("$SLOTS", slots)
+        .replace("$X8", if x8 { "true" } else { "false" })
+        .replace("$GRAD", if grad { "true" } else { "false" })
 }
 
 /// Whether `finalize.wgsl` writes the op's small outputs itself (11 storage bindings).
@@ -611,14 +675,20 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Opt
     // the three dispatches (wall 28.6 against 35.6 us), 16-byte runs lost on every tensor
     // but the smallest (64x14x14x1024 float32: 141 against 58 us; 64x7x7x2048 with tc 1:
     // 59 against 36 us; 32x14x14x256, 6.4 MB: 22.6 against 31.5 us, won), and so did
-    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB,
-    // any run up to 16 MiB, counting the bytes of x and (gradient) dy: the gradient on
-    // 64x7x7x2048 read 51 MB and tied by wall time (49.4 against 49.1 us), in float16 (26 MB,
-    // 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1` lifts the limits.
+    // 8-byte runs (float16, tc 1). So: runs of at least 32 bytes on tensors up to 32 MiB
+    // (64 MiB since request mem5-2, below), any run up to 16 MiB, counting the bytes of x and
+    // (gradient) dy: the gradient on 64x7x7x2048 read 51 MB and tied by wall time (49.4 against
+    // 49.1 us), in float16 (26 MB, 16-byte runs) lost (35.4 against 32.1). `TFWGPU_NORM_ONEPASS=1`
+    // lifts the limits.
     let size = if dtype == DType::F16 { 2 } else { 4 };
     let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
     let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
-    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 32 << 20);
+    // Request mem5-2 (same binary, same call): 64x7x7x2048 float32 gradient (51 MB of x and dy,
+    // tc 2) in one dispatch 58.6 / 49.1 us (span / wall) against 80.4 / 50.9 for the three
+    // dispatches, so 32-byte runs take tensors up to 64 MiB; on 64x14x14x1024 float32 forced to
+    // tc 2 (128 workgroups) one dispatch won by span (74.0 against 91.4 us) but lost by wall
+    // (62.7 against 56.6), and the tc chosen above is 1 there anyway.
+    let ok = forced_on || bytes <= 16 << 20 || (tc * 4 * size >= 32 && bytes <= 64 << 20);
     ok.then_some(tc)
 }
 
@@ -662,6 +732,7 @@ impl Run<'_> {
         let dtype = self.dtype;
         // The plan is `Plan::vec4` exactly when the vec4 shader applies (see `record`).
         let vec4 = p.vec4_stats(ctx, dtype);
+        let x8 = if p.x8 { "/x8" } else { "" };
         let (hw, suffix) = if vec4 {
             vec4_hw(ctx, dtype)?
         } else {
@@ -674,20 +745,13 @@ impl Run<'_> {
                 match (grad, vec4) {
                     (false, false) => "stats".to_string(),
                     (true, false) => "stats_grad".to_string(),
-                    (false, true) => format!("stats/vec4{suffix}"),
-                    (true, true) => format!("stats_grad/vec4{suffix}"),
+                    (false, true) => format!("stats/vec4{suffix}{x8}"),
+                    (true, true) => format!("stats_grad/vec4{suffix}{x8}"),
                 },
             ),
             || {
                 crate::kernels::membound_shader(if vec4 {
-                    vec4_io(
-                        STATS_VEC4_WGSL
-                            .replace("$NORM_COMMON", NORM_COMMON)
-                            .replace("$FOLD", FOLD_VEC4_WGSL)
-                            .replace("$GRAD", if grad { "true" } else { "false" }),
-                        dtype,
-                        hw,
-                    )
+                    vec4_io(stats_vec4_shader(grad, p.x8), dtype, hw)
                 } else {
                     stats_shader(dtype, grad)
                 })
@@ -695,7 +759,7 @@ impl Run<'_> {
         )?;
         let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
         let tiles = if vec4 {
-            (p.c / 4).div_ceil(p.tc)
+            (p.c / if p.x8 { 8 } else { 4 }).div_ceil(p.tc)
         } else {
             p.c.div_ceil(p.tc)
         };
@@ -802,11 +866,17 @@ impl Run<'_> {
         if p.vec4_stats(ctx, dtype) {
             let (hw, suffix) = vec4_hw(ctx, dtype)?;
             let k = APPLY_K;
+            let x8 = p.x8;
+            let per = if x8 { 8 } else { 4 };
             let pipeline = ctx.pipeline(
-                PipelineKey::new("norm", Some(dtype), format!("apply/vec4/k{k}{suffix}")),
+                PipelineKey::new(
+                    "norm",
+                    Some(dtype),
+                    format!("apply/vec4/k{k}{suffix}{}", if x8 { "/x8" } else { "" }),
+                ),
                 || {
                     crate::kernels::membound_shader(vec4_io(
-                        apply_vec4_shader(k)
+                        apply_vec4_shader(k, x8)
                             .replace("$NORM_COMMON", NORM_COMMON)
                             .replace("$LINEAR_INDEX", LINEAR_INDEX),
                         dtype,
@@ -815,11 +885,13 @@ impl Run<'_> {
                 },
             )?;
             words_for(name, dtype, n)?;
-            // Channel quads (C % 4 == 0, so n is a multiple of 4).
-            let words = (n / 4) as u32;
-            // K vec4 per invocation, S apart with S a multiple of the quads (so all are one
-            // quad's); S <= words as words is a multiple of the quads.
-            let threads = words.div_ceil(k as u32).next_multiple_of((p.c / 4) as u32);
+            // Channel quads (C % 4 == 0, so n is a multiple of 4), or octets with x8.
+            let words = (n / per) as u32;
+            // K items per invocation, S apart with S a multiple of the items per row (so all
+            // are one quad's or octet's); S <= words as words is a multiple of them.
+            let threads = words
+                .div_ceil(k as u32)
+                .next_multiple_of((p.c / per) as u32);
             let (grid, row) = grid_1d(threads as u64, WG);
             let params = p.params(row, n, words, threads, mode, None, self.eps);
             let o = bind_out(ctx, name, out)?;
@@ -888,7 +960,11 @@ impl Run<'_> {
             ),
             || crate::kernels::membound_shader(vec4_io(onepass_shader(grad), dtype, hw)),
         )?;
-        let plan = Plan { tc, ..self.plan };
+        let plan = Plan {
+            tc,
+            x8: false,
+            ..self.plan
+        };
         let (grid, gx) = groups(name, (plan.c / 4).div_ceil(tc))?;
         let small = outs.len() - 1;
         let params = plan.params(
@@ -947,46 +1023,83 @@ impl Run<'_> {
 /// K = 4 for float16, whose loads carry half the bytes (the float16 apply ran at 3.0 TB/s
 /// with K = 2 and float32 at 3.95 in request mem4-1), was slower on the H200 (request mem4-2,
 /// 64x56x56x256: forward apply 69.2 -> 82.0 us, gradient 105.3 -> 121.5).
-fn apply_vec4_shader(k: usize) -> String {
+fn apply_vec4_shader(k: usize, x8: bool) -> String {
     use std::fmt::Write;
     let mut b = String::new();
     for i in 1..k {
         let _ = writeln!(b, "    let i{i} = i{} + p.groups_x;", i - 1);
         let _ = writeln!(b, "    let v{i} = i{i} < p.words;");
     }
-    let _ = writeln!(b, "    let x0 = ld(x[i0]);");
+    // Loads stay raw words with x8 (each is two quads), else are widened at once.
+    let zero = if x8 { "vec4<u32>()" } else { "vec4<f32>()" };
+    let load = |arr: &str, i: usize| {
+        if x8 {
+            format!("{arr}[i{i}]")
+        } else {
+            format!("ld({arr}[i{i}])")
+        }
+    };
+    let _ = writeln!(b, "    let x0 = {};", load("x", 0));
     for i in 1..k {
         let _ = writeln!(
             b,
-            "    var x{i} = vec4<f32>();\n    if v{i} {{\n        x{i} = ld(x[i{i}]);\n    }}"
+            "    var x{i} = {zero};\n    if v{i} {{\n        x{i} = {};\n    }}",
+            load("x", i)
         );
     }
     for i in 0..k {
-        let _ = writeln!(b, "    var d{i} = vec4<f32>();");
+        let _ = writeln!(b, "    var d{i} = {zero};");
     }
-    let _ = writeln!(b, "    if p.mode >= 2u {{\n        d0 = ld(dy[i0]);");
+    let _ = writeln!(b, "    if p.mode >= 2u {{\n        d0 = {};", load("dy", 0));
     for i in 1..k {
         let _ = writeln!(
             b,
-            "        if v{i} {{\n            d{i} = ld(dy[i{i}]);\n        }}"
+            "        if v{i} {{\n            d{i} = {};\n        }}",
+            load("dy", i)
         );
     }
     let _ = writeln!(b, "    }}");
     for i in 0..k {
-        let _ = writeln!(b, "    let r{i} = value(x{i}, d{i}, c);");
+        if x8 {
+            let _ = writeln!(
+                b,
+                "    let r{i} = vec4<u32>(st(value(ld(x{i}.xy), ld(d{i}.xy), c)), \
+                 st(value(ld(x{i}.zw), ld(d{i}.zw), c1)));"
+            );
+        } else {
+            let _ = writeln!(b, "    let r{i} = st(value(x{i}, d{i}, c));");
+        }
     }
-    let _ = writeln!(b, "    out[i0] = st(r0);");
+    let _ = writeln!(b, "    out[i0] = r0;");
     for i in 1..k {
-        let _ = writeln!(b, "    if v{i} {{\n        out[i{i}] = st(r{i});\n    }}");
+        let _ = writeln!(b, "    if v{i} {{\n        out[i{i}] = r{i};\n    }}");
     }
-    APPLY_VEC4_WGSL.replace("$BODY", &b)
+    // float16 with eight channels per item: vec4<u32> arrays, item i0 covers quads 2 q and
+    // 2 q + 1 (coefficients c and c1).
+    let (at, per, q, c1) = if x8 {
+        (
+            "vec4<u32>",
+            "8u",
+            "2u * (i0 % items)",
+            "    let c1 = Coef(res[4u * quads + q + 1u], res[5u * quads + q + 1u], \
+             res[6u * quads + q + 1u], res[7u * quads + q + 1u]);",
+        )
+    } else {
+        ("$XT", "4u", "i0 % items", "")
+    };
+    APPLY_VEC4_WGSL
+        .replace("$BODY", &b)
+        .replace("$AT", at)
+        .replace("$PER", per)
+        .replace("$Q", q)
+        .replace("$C1", c1)
 }
 
 const APPLY_VEC4_WGSL: &str = "$NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
-@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(1) var<storage, read_write> x: array<$AT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$AT>;
 @group(0) @binding(3) var<storage, read_write> res: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(4) var<storage, read_write> out: array<$AT>;
 $LINEAR_INDEX
 $COMMON
 $LD
@@ -1016,9 +1129,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let quads = p.c / 4u;
-    let q = i0 % quads;
+    // Items per row: channel quads, or octets (float16 eight channels per item).
+    let items = p.c / $PER;
+    let q = $Q;
     // res holds 8 rows of C floats, so row 7 is always there to read.
     let c = Coef(res[4u * quads + q], res[5u * quads + q], res[6u * quads + q], res[7u * quads + q]);
+$C1
 $BODY}
 ";
 

@@ -28,6 +28,10 @@ $COMMON
 
 $LD
 
+fn ldx(e: u32) -> vec4<f32> {
+    return ld(x[e]);
+}
+
 var<workgroup> sa: array<f32, WGS>;
 var<workgroup> sb: array<vec4<f32>, WGS>;
 var<workgroup> sc: array<vec4<f32>, WGS>;

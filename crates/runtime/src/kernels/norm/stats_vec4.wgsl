@@ -13,26 +13,29 @@
 // Placeholders: GRAD, NORM_COMMON, FOLD (fold_vec4.wgsl), XT and LD (the load type and its
 // conversion), COMMON.
 $NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
-@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(1) var<storage, read_write> x: array<$AT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$AT>;
 @group(0) @binding(3) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const GRAD: bool = $GRAD;
+// float16 with C % 8 == 0: an invocation owns eight channels (a vec4<u32> of halves, 16-byte
+// loads; stats_x8.wgsl), x and dy hold vec4<u32>, and shared slots t and t + 256 hold its two
+// quads' states.
+const X8: bool = $X8;
 
 $COMMON
 
 $LD
 
-fn ldy(e: u32) -> vec4<f32> {
-    return ld(dy[e]);
-}
+$ACCESS
 
-var<workgroup> sa: array<f32, 256>;
-var<workgroup> sb: array<vec4<f32>, 256>;
-var<workgroup> sc: array<vec4<f32>, 256>;
+var<workgroup> sa: array<f32, $SLOTS>;
+var<workgroup> sb: array<vec4<f32>, $SLOTS>;
+var<workgroup> sc: array<vec4<f32>, $SLOTS>;
 
 $FOLD
+$FOLD8
 
 // The partial of channel ch in chunk `split`: (count, mean, M2) forward, (sum dy,
 // sum dy * (x - mean), 0) for the gradient, as stats.wgsl writes them.
@@ -52,6 +55,10 @@ fn put(ch: u32, split: u32, n: f32, b: f32, c: f32) {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let g = wid.y * p.groups_x + wid.x;
+    if X8 {
+        stats8(g, t);
+        return;
+    }
     let quads = p.c / 4u;
     let tiles = (quads + p.tc - 1u) / p.tc;
     if g >= tiles * p.splits {

@@ -4,7 +4,9 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
-//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4).
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). Opt-in measurement
+//! paths (slower on the H200): `TFWGPU_POOL_F16X8=1` (float16 eight channels per invocation,
+//! `pool_x8.wgsl`), `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_F16_FAST=0` (see `record`).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -39,6 +41,76 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const POOL_WGSL: &str = include_str!("pool.wgsl");
 const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
+const POOL_X8_WGSL: &str = include_str!("pool_x8.wgsl");
+
+/// `pool_vec4.wgsl`'s array accessors and W8 functions: quads (`x8` false: the arrays hold
+/// `$XT`, the W8 functions are stubs never called) or pairs of float16 quads (`x8`: the arrays
+/// hold vec4<u32>, the per-quad functions reach one half of an element).
+fn vec4_layout(src: &str, x8: bool) -> String {
+    const QUADS: &str = "fn lda(i: u32) -> $XT {
+    return a[i];
+}
+fn ldb(i: u32) -> $XT {
+    return b[i];
+}
+fn ldc(i: u32) -> u32 {
+    return codes[i];
+}
+fn stc(i: u32, v: u32) {
+    codes[i] = v;
+}
+fn sto(i: u32, v: $XT) {
+    out[i] = v;
+}";
+    const PAIRS: &str = "fn lda(i: u32) -> vec2<u32> {
+    let v = a[i >> 1u];
+    return select(v.xy, v.zw, (i & 1u) == 1u);
+}
+fn ldb(i: u32) -> vec2<u32> {
+    let v = b[i >> 1u];
+    return select(v.xy, v.zw, (i & 1u) == 1u);
+}
+fn ldc(i: u32) -> u32 {
+    return codes[i >> 1u][i & 1u];
+}
+fn stc(i: u32, v: u32) {
+    codes[i >> 1u][i & 1u] = v;
+}
+fn sto(i: u32, v: vec2<u32>) {
+    let j = 2u * (i & 1u);
+    out[i >> 1u][j] = v.x;
+    out[i >> 1u][j + 1u] = v.y;
+}";
+    const STUBS: &str = "fn max_pool8(n: u32, oy: u32, ox: u32, q: u32) -> $AT {
+    return $AT();
+}
+fn argmax_codes8(n: u32, oy: u32, ox: u32, q: u32) -> $CT {
+    return $CT();
+}
+fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
+}";
+    let (access, fns, at, ct) = if x8 {
+        (PAIRS, POOL_X8_WGSL, "vec4<u32>", "vec2<u32>")
+    } else {
+        (QUADS, STUBS, "$XT", "u32")
+    };
+    src.replace("$ACCESS", access)
+        .replace("$X8FNS", fns)
+        .replace("$AT", at)
+        .replace("$CT", ct)
+        .replace("$W8", if x8 { "true" } else { "false" })
+        .replace("$LANES", if x8 { "8" } else { "4" })
+}
+
+/// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
+/// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
+/// than four channels on 64x112x112x64 (MaxPool 67.4 against 61.1 us, the codes pass 75.6
+/// against 71.7; the block gather equal), so four stay the default.
+fn f16x8_enabled() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_POOL_F16X8").is_ok_and(|v| v.trim() == "1"))
+}
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
@@ -596,9 +668,23 @@ impl Kernel for Pool {
             let u = |v: usize| v as u32;
             let (hw, suffix) = crate::kernels::norm::vec4_hw(ctx, dtype)?;
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
-            // float16 where its widening is one hardware conversion.
-            let fast = dtype == DType::F32 || hw;
+            // float16 where its widening is one hardware conversion
+            // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
+            // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
+            // against 72, so the widening stays).
+            let fast = dtype == DType::F32
+                || (hw && std::env::var("TFWGPU_POOL_F16_FAST").map_or(true, |v| v.trim() != "0"));
+            // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
+            // the block gather; the per-input gather stays on quads).
+            let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
+            // `TFWGPU_POOL_RT_SKIP=1`: the float16 gathers skip the half round trip where it
+            // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
+            // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
+            // cost more than the conversions it saves), so it is off by default.
+            let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").is_ok_and(|v| v.trim() == "1");
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+                let x8 = x8_ok && pass != 2;
+                let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
@@ -606,23 +692,31 @@ impl Kernel for Pool {
                     6 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
                     _ => (g.ow, g.oh),
                 };
-                let rowq = cols * (g.c / 4);
+                let rowq = cols * (g.c / lanes);
                 let grid3 = grid3_fits(&g, cols, rows);
                 debug_assert!(pass != 6 || grid3);
+                let words = words * 4 / lanes;
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
-                            if fast { "/fast" } else { "" }
+                            if fast { "/fast" } else { "" },
+                            if x8 { "/x8" } else { "" },
+                            if rt_skip { "/skip" } else { "" }
                         ),
                     ),
                     || {
                         crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
-                            POOL_VEC4_WGSL
+                            vec4_layout(POOL_VEC4_WGSL, x8)
                                 .replace("$MODE", &pass.to_string())
+                                .replace(
+                                    "$HALF",
+                                    if dtype == DType::F16 { "true" } else { "false" },
+                                )
+                                .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
@@ -664,15 +758,16 @@ impl Kernel for Pool {
                     u(g.pt),
                     u(g.pl),
                     u(rowq),
-                    inv(g.c / 4),
+                    inv(g.c / lanes),
                     inv(g.sh),
                     inv(g.sw),
                 ]);
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };
             if mode == Mode::Max {
-                // Binding 2 (a vec4 array) unused: 16 bytes.
-                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, c, o]);
+                // Bindings 2 (a vec4 array) and 3 (the codes, vec2<u32> with pairs of
+                // quads) unused: 16 bytes each.
+                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, ctx.temp(16)?, o]);
             }
             // MaxPoolGrad: grad (b) has the output's n * oh * ow * c elements; one code
             // word per output vec4.

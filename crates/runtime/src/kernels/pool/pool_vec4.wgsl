@@ -50,13 +50,13 @@ struct Params {
 };
 @group(0) @binding(0) var<uniform> p: Params;
 // The input (MaxPool, codes).
-@group(0) @binding(1) var<storage, read_write> a: array<$XT>;
+@group(0) @binding(1) var<storage, read_write> a: array<$AT>;
 // MaxPoolGrad: grad (output shaped).
-@group(0) @binding(2) var<storage, read_write> b: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> b: array<$AT>;
 // The argmax codes: written by MODE 5, read by MODE 2.
-@group(0) @binding(3) var<storage, read_write> codes: array<u32>;
+@group(0) @binding(3) var<storage, read_write> codes: array<$CT>;
 // MaxPool's output, MaxPoolGrad's dx.
-@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
+@group(0) @binding(4) var<storage, read_write> out: array<$AT>;
 
 const MODE: u32 = $MODEu;
 // A three-dimensional grid: x over one row's quads (x * c / 4 + qd), y over the rows, z over
@@ -72,10 +72,22 @@ const GRID3: bool = $GRID3;
 // subnormals) takes the integer keys below. The keys cost ~11 integer operations per lane and
 // element, which made MaxPool and the codes ALU-bound.
 const FAST: bool = $FAST;
+// float16 with C % 8 == 0: eight channels (two quads, one vec4<u32> of halves) per invocation,
+// so every load and store moves 16 bytes (pool_x8.wgsl); the arrays hold vec4<u32> and the
+// per-quad functions below reach them through lda / ldb / ldc / stc / sto.
+const W8: bool = $W8;
+// Channels per item: 4, or 8 with W8.
+const LANES: u32 = $LANESu;
+// float16 storage: the gathers' sums round to half after every addition (`rt`).
+const HALF: bool = $HALF;
+// `add_rt` skips the round trip where it cannot change the sum (only with
+// `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
+const RT_SKIP: bool = $RT_SKIP;
 
 $LINEAR_INDEX
 $COMMON
 $LD
+$ACCESS
 
 // Order keys of the four lanes: x < y (IEEE, non-NaN) iff key(x) < key(y); -0 keys as +0;
 // NaN keys as i32 min, below every number, so a NaN is never greater than anything.
@@ -181,47 +193,55 @@ fn arg_first(v: $XT) -> Arg4 {
     return Arg4(select(k, vec4<i32>(2147483647), k == vec4<i32>(-2147483647 - 1)), vec4<u32>(0u));
 }
 
+// MaxPool over a whole 3x3 window, its nine elements already loaded (row by row).
+fn max9(v0: $XT, v1: $XT, v2: $XT, v3: $XT, v4: $XT, v5: $XT, v6: $XT, v7: $XT,
+        v8: $XT) -> $XT {
+    let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
+    if FAST {
+        let f = fast9(ld(v0), ld(v1), ld(v2), ld(v3), ld(v4), ld(v5), ld(v6), ld(v7), ld(v8));
+        let mx = max(f.mx, ld(lowest));
+        if fast_ok(mx, f.nan) {
+            return st(mx);
+        }
+    }
+    var m = Max4(bitsx(lowest), keyx(lowest));
+    m = max4(m, v0);
+    m = max4(m, v1);
+    m = max4(m, v2);
+    m = max4(m, v3);
+    m = max4(m, v4);
+    m = max4(m, v5);
+    m = max4(m, v6);
+    m = max4(m, v7);
+    m = max4(m, v8);
+    return from_bitsx(m.b);
+}
+
 fn max_pool(n: u32, oy: u32, ox: u32, qd: u32) -> $XT {
     let quads = p.c / 4u;
     let r = window(oy, ox);
-    let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
-    var m = Max4(bitsx(lowest), keyx(lowest));
     if r.y - r.x == 3u && r.w - r.z == 3u {
         // A whole 3x3 window: the nine loads first, then folded row by row.
         let row = p.w * quads;
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = a[i0];
-        let v1 = a[i0 + quads];
-        let v2 = a[i0 + 2u * quads];
-        let v3 = a[i1];
-        let v4 = a[i1 + quads];
-        let v5 = a[i1 + 2u * quads];
-        let v6 = a[i2];
-        let v7 = a[i2 + quads];
-        let v8 = a[i2 + 2u * quads];
-        if FAST {
-            let f = fast9(ld(v0), ld(v1), ld(v2), ld(v3), ld(v4), ld(v5), ld(v6), ld(v7), ld(v8));
-            let mx = max(f.mx, ld(lowest));
-            if fast_ok(mx, f.nan) {
-                return st(mx);
-            }
-        }
-        m = max4(m, v0);
-        m = max4(m, v1);
-        m = max4(m, v2);
-        m = max4(m, v3);
-        m = max4(m, v4);
-        m = max4(m, v5);
-        m = max4(m, v6);
-        m = max4(m, v7);
-        m = max4(m, v8);
-        return from_bitsx(m.b);
+        let v0 = lda(i0);
+        let v1 = lda(i0 + quads);
+        let v2 = lda(i0 + 2u * quads);
+        let v3 = lda(i1);
+        let v4 = lda(i1 + quads);
+        let v5 = lda(i1 + 2u * quads);
+        let v6 = lda(i2);
+        let v7 = lda(i2 + quads);
+        let v8 = lda(i2 + 2u * quads);
+        return max9(v0, v1, v2, v3, v4, v5, v6, v7, v8);
     }
+    let lowest = from_bitsx(vec4<u32>($LOWEST_BITSu));
+    var m = Max4(bitsx(lowest), keyx(lowest));
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
-            m = max4(m, a[((n * p.h + y) * p.w + x) * quads + qd]);
+            m = max4(m, lda(((n * p.h + y) * p.w + x) * quads + qd));
         }
     }
     return from_bitsx(m.b);
@@ -230,6 +250,48 @@ fn max_pool(n: u32, oy: u32, ox: u32, qd: u32) -> $XT {
 // Four 8-bit lane codes in one word, lane 0 in the low byte.
 fn pack_codes(c: vec4<u32>) -> u32 {
     return c.x | (c.y << 8u) | (c.z << 16u) | (c.w << 24u);
+}
+
+// The argmax codes of a whole 3x3 window, its nine elements already loaded (row by row).
+fn codes9(v0: $XT, v1: $XT, v2: $XT, v3: $XT, v4: $XT, v5: $XT, v6: $XT, v7: $XT,
+          v8: $XT) -> u32 {
+    let kw = p.kw;
+    if FAST {
+        let w0 = ld(v0);
+        let w1 = ld(v1);
+        let w2 = ld(v2);
+        let w3 = ld(v3);
+        let w4 = ld(v4);
+        let w5 = ld(v5);
+        let w6 = ld(v6);
+        let w7 = ld(v7);
+        let w8 = ld(v8);
+        let f = fast9(w0, w1, w2, w3, w4, w5, w6, w7, w8);
+        if fast_ok(f.mx, f.nan) {
+            // The first element equal to the maximum (every lane has one).
+            let mb = bitcast<vec4<u32>>(f.mx);
+            var c = vec4<u32>(2u * kw + 2u);
+            c = select(c, vec4<u32>(2u * kw + 1u), bitcast<vec4<u32>>(w7) == mb);
+            c = select(c, vec4<u32>(2u * kw), bitcast<vec4<u32>>(w6) == mb);
+            c = select(c, vec4<u32>(kw + 2u), bitcast<vec4<u32>>(w5) == mb);
+            c = select(c, vec4<u32>(kw + 1u), bitcast<vec4<u32>>(w4) == mb);
+            c = select(c, vec4<u32>(kw), bitcast<vec4<u32>>(w3) == mb);
+            c = select(c, vec4<u32>(2u), bitcast<vec4<u32>>(w2) == mb);
+            c = select(c, vec4<u32>(1u), bitcast<vec4<u32>>(w1) == mb);
+            c = select(c, vec4<u32>(0u), bitcast<vec4<u32>>(w0) == mb);
+            return pack_codes(c);
+        }
+    }
+    var s = arg_first(v0);
+    s = arg4(s, v1, 1u);
+    s = arg4(s, v2, 2u);
+    s = arg4(s, v3, kw);
+    s = arg4(s, v4, kw + 1u);
+    s = arg4(s, v5, kw + 2u);
+    s = arg4(s, v6, 2u * kw);
+    s = arg4(s, v7, 2u * kw + 1u);
+    s = arg4(s, v8, 2u * kw + 2u);
+    return pack_codes(s.code);
 }
 
 fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
@@ -243,58 +305,22 @@ fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
         let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
         let i1 = i0 + row;
         let i2 = i1 + row;
-        let v0 = a[i0];
-        let v1 = a[i0 + quads];
-        let v2 = a[i0 + 2u * quads];
-        let v3 = a[i1];
-        let v4 = a[i1 + quads];
-        let v5 = a[i1 + 2u * quads];
-        let v6 = a[i2];
-        let v7 = a[i2 + quads];
-        let v8 = a[i2 + 2u * quads];
-        let kw = p.kw;
-        if FAST {
-            let w0 = ld(v0);
-            let w1 = ld(v1);
-            let w2 = ld(v2);
-            let w3 = ld(v3);
-            let w4 = ld(v4);
-            let w5 = ld(v5);
-            let w6 = ld(v6);
-            let w7 = ld(v7);
-            let w8 = ld(v8);
-            let f = fast9(w0, w1, w2, w3, w4, w5, w6, w7, w8);
-            if fast_ok(f.mx, f.nan) {
-                // The first element equal to the maximum (every lane has one).
-                let mb = bitcast<vec4<u32>>(f.mx);
-                var c = vec4<u32>(2u * kw + 2u);
-                c = select(c, vec4<u32>(2u * kw + 1u), bitcast<vec4<u32>>(w7) == mb);
-                c = select(c, vec4<u32>(2u * kw), bitcast<vec4<u32>>(w6) == mb);
-                c = select(c, vec4<u32>(kw + 2u), bitcast<vec4<u32>>(w5) == mb);
-                c = select(c, vec4<u32>(kw + 1u), bitcast<vec4<u32>>(w4) == mb);
-                c = select(c, vec4<u32>(kw), bitcast<vec4<u32>>(w3) == mb);
-                c = select(c, vec4<u32>(2u), bitcast<vec4<u32>>(w2) == mb);
-                c = select(c, vec4<u32>(1u), bitcast<vec4<u32>>(w1) == mb);
-                c = select(c, vec4<u32>(0u), bitcast<vec4<u32>>(w0) == mb);
-                return pack_codes(c);
-            }
-        }
-        var s = arg_first(v0);
-        s = arg4(s, v1, 1u);
-        s = arg4(s, v2, 2u);
-        s = arg4(s, v3, kw);
-        s = arg4(s, v4, kw + 1u);
-        s = arg4(s, v5, kw + 2u);
-        s = arg4(s, v6, 2u * kw);
-        s = arg4(s, v7, 2u * kw + 1u);
-        s = arg4(s, v8, 2u * kw + 2u);
-        return pack_codes(s.code);
+        let v0 = lda(i0);
+        let v1 = lda(i0 + quads);
+        let v2 = lda(i0 + 2u * quads);
+        let v3 = lda(i1);
+        let v4 = lda(i1 + quads);
+        let v5 = lda(i1 + 2u * quads);
+        let v6 = lda(i2);
+        let v7 = lda(i2 + quads);
+        let v8 = lda(i2 + 2u * quads);
+        return codes9(v0, v1, v2, v3, v4, v5, v6, v7, v8);
     }
-    var s = arg_first(a[((n * p.h + r.x) * p.w + r.z) * quads + qd]);
+    var s = arg_first(lda(((n * p.h + r.x) * p.w + r.z) * quads + qd));
     for (var y = r.x; y < r.y; y = y + 1u) {
         for (var x = r.z; x < r.w; x = x + 1u) {
             if y != r.x || x != r.z {
-                s = arg4(s, a[((n * p.h + y) * p.w + x) * quads + qd], (y - r.x) * p.kw + (x - r.z));
+                s = arg4(s, lda(((n * p.h + y) * p.w + x) * quads + qd), (y - r.x) * p.kw + (x - r.z));
             }
         }
     }
@@ -317,14 +343,27 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
             let o = (orow + ox) * quads + qd;
             // The lanes whose code byte is `mine` are the zero bytes of z; whether there is
             // one at all by the exact zero-byte test (most covering outputs have none).
-            let z = codes[o] ^ (mine * 0x01010101u);
+            let z = ldc(o) ^ (mine * 0x01010101u);
             if ((z - 0x01010101u) & ~z & 0x80808080u) != 0u {
                 let lanes = (vec4<u32>(z) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
-                acc = select(acc, rt(acc + ld(b[o])), lanes == vec4<u32>(0u));
+                acc = add_rt(acc, ld(ldb(o)), lanes == vec4<u32>(0u));
             }
         }
     }
     return acc;
+}
+
+// acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
+// A lane whose acc is still 0 gets g itself, which is a value of T (0 + g = g exactly, and
+// +0 + -0 = +0 in both), so with RT_SKIP the round trip only runs when a hit lane already
+// holds a nonzero (or NaN) sum (most inputs receive at most one gradient); the test and branch
+// measured slower than the round trip itself on the H200, so RT_SKIP is off by default.
+fn add_rt(acc: vec4<f32>, g: vec4<f32>, h: vec4<bool>) -> vec4<f32> {
+    let s = acc + g;
+    if !HALF || (RT_SKIP && !any(h & (acc != vec4<f32>(0.0)))) {
+        return select(acc, s, h);
+    }
+    return select(acc, rt(s), h);
 }
 
 // The lanes of `code` that name input position `mine` of their window (zero bytes of the
@@ -337,9 +376,10 @@ fn hits(code: u32, mine: u32) -> vec4<bool> {
 
 // Output (oy, ox) of a MODE 6 block: its linear index (0 when out of range) and whether it
 // is in range (1 or 0).
-fn block_out(n: u32, oy: i32, ox: i32, qd: u32) -> vec2<u32> {
+// `per`: items per output (p.c / 4, or p.c / 8 with W8).
+fn block_out(n: u32, oy: i32, ox: i32, qd: u32, per: u32) -> vec2<u32> {
     let valid = oy >= 0 && ox >= 0 && oy < i32(p.oh) && ox < i32(p.ow);
-    let o = select(0u, ((n * p.oh + u32(oy)) * p.ow + u32(ox)) * (p.c / 4u) + qd, valid);
+    let o = select(0u, ((n * p.oh + u32(oy)) * p.ow + u32(ox)) * per + qd, valid);
     return vec2<u32>(o, u32(valid));
 }
 
@@ -352,7 +392,7 @@ fn block_add(acc: vec4<f32>, code: u32, g: vec4<f32>, y: i32, x: i32, oy: i32, o
     }
     let dy = u32(y - max(2 * oy - i32(p.pt), 0));
     let dx = u32(x - max(2 * ox - i32(p.pl), 0));
-    return select(acc, rt(acc + g), hits(code, dy * p.kw + dx));
+    return add_rt(acc, g, hits(code, dy * p.kw + dx));
 }
 
 // MODE 6, MaxPoolGrad's gather for strides 2 x 2 and windows of at most 4 x 4 (ResNet's 3x3 /
@@ -366,18 +406,18 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
     let quads = p.c / 4u;
     let oy0 = i32(by) - 1;
     let ox0 = i32(bx) - 1;
-    let o0 = block_out(n, oy0, ox0, qd);
-    let o1 = block_out(n, oy0, ox0 + 1, qd);
-    let o2 = block_out(n, oy0 + 1, ox0, qd);
-    let o3 = block_out(n, oy0 + 1, ox0 + 1, qd);
-    let c0 = select(0xffffffffu, codes[o0.x], o0.y == 1u);
-    let c1 = select(0xffffffffu, codes[o1.x], o1.y == 1u);
-    let c2 = select(0xffffffffu, codes[o2.x], o2.y == 1u);
-    let c3 = select(0xffffffffu, codes[o3.x], o3.y == 1u);
-    let g0 = ld(b[o0.x]);
-    let g1 = ld(b[o1.x]);
-    let g2 = ld(b[o2.x]);
-    let g3 = ld(b[o3.x]);
+    let o0 = block_out(n, oy0, ox0, qd, quads);
+    let o1 = block_out(n, oy0, ox0 + 1, qd, quads);
+    let o2 = block_out(n, oy0 + 1, ox0, qd, quads);
+    let o3 = block_out(n, oy0 + 1, ox0 + 1, qd, quads);
+    let c0 = select(0xffffffffu, ldc(o0.x), o0.y == 1u);
+    let c1 = select(0xffffffffu, ldc(o1.x), o1.y == 1u);
+    let c2 = select(0xffffffffu, ldc(o2.x), o2.y == 1u);
+    let c3 = select(0xffffffffu, ldc(o3.x), o3.y == 1u);
+    let g0 = ld(ldb(o0.x));
+    let g1 = ld(ldb(o1.x));
+    let g2 = ld(ldb(o2.x));
+    let g3 = ld(ldb(o3.x));
     for (var r = 0u; r < 4u; r = r + 1u) {
         let ry = r >> 1u;
         let rx = r & 1u;
@@ -395,14 +435,17 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
         acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
         acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
         acc = block_add(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, bottom && right);
-        out[((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd] = st(acc);
+        sto(((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd, st(acc));
     }
 }
+
+$X8FNS
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    let quads = p.c / 4u;
+    // Items per (n, y, x): channel quads, or pairs of quads with W8.
+    let quads = p.c / LANES;
     // The item's (n, row, column, quad) and its linear index e.
     var n: u32;
     var yy: u32;
@@ -443,13 +486,23 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         yy = t2 % rows;
         n = t2 / rows;
     }
-    if MODE == 6u {
+    if W8 {
+        // Pairs of quads (mod.rs never builds MODE 2 with W8: the gather per input runs on
+        // quads, reading the same code words).
+        if MODE == 6u {
+            max_pool_grad_block8(n, yy, xx, qd);
+        } else if MODE == 0u {
+            out[e] = max_pool8(n, yy, xx, qd);
+        } else if MODE == 5u {
+            codes[e] = argmax_codes8(n, yy, xx, qd);
+        }
+    } else if MODE == 6u {
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 0u {
-        out[e] = max_pool(n, yy, xx, qd);
+        sto(e, max_pool(n, yy, xx, qd));
     } else if MODE == 5u {
-        codes[e] = argmax_codes(n, yy, xx, qd);
+        stc(e, argmax_codes(n, yy, xx, qd));
     } else {
-        out[e] = st(max_pool_grad(n, yy, xx, qd));
+        sto(e, st(max_pool_grad(n, yy, xx, qd)));
     }
 }
