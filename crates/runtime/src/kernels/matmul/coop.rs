@@ -447,7 +447,9 @@ pub struct CoopSpec {
     /// product is the HWIO filter gradient [R*S*C, K].
     pub wgrad: bool,
     /// Split K: workgroup z of the grid (the batch index, no batch dimensions) takes K rows
-    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own M x N slice of C.
+    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own slice of C: rows
+    /// [p.bstr[0].x, p.bstr[0].x + p.bstr[0].y) of C (all M rows, or those of the launch's
+    /// tile rows, `Launch::row_tiles`), slice z at z * p.bstr[0].y * N.
     pub split: bool,
     /// C is float32 whatever the input type (split-K partial sums, added up afterwards).
     pub out_f32: bool,
@@ -1374,7 +1376,14 @@ fn main(
         let _ = writeln!(
             s,
             "    let cbase = {};\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
-            if self.phase { "0u" } else { "bidx * p.m * p.n" },
+            if self.phase {
+                "0u"
+            } else if self.split {
+                // (Split K: slice bidx of p.bstr[0].y rows from row p.bstr[0].x on.)
+                "bidx * p.bstr[0].y * p.n"
+            } else {
+                "bidx * p.m * p.n"
+            },
             if self.scratch_slots() == t.subgroups() {
                 "sg".to_string()
             } else {
@@ -1398,6 +1407,8 @@ fn main(
             let prow = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z + (ph_py + (pq / p.ow) * p.astr[0].x) * p.astr[0].z + ph_px + (pq % p.ow) * p.astr[0].y;",
                 "prow",
             )
+        } else if self.split {
+            ("", "(gm - p.bstr[0].x)")
         } else {
             ("", "gm")
         };
@@ -1761,6 +1772,7 @@ impl Kernel for CoopMatMul {
             dims,
             conv: [0; 16],
             aux: [0; 24],
+            row_tiles: None,
         };
         launch(ctx, op, &spec, &l, a_ref, b_ref, out)
     }
@@ -1788,6 +1800,8 @@ pub(crate) struct Launch {
     /// Strided input gradients by phase (`CoopSpec::phase`): the words of p.bdims, p.astr
     /// and p.bstr (no batch dimensions there).
     pub aux: [u32; 24],
+    /// Only tile rows [start, start + count) of C (None: all).
+    pub row_tiles: Option<(usize, usize)>,
 }
 
 /// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
@@ -1847,7 +1861,15 @@ pub(crate) fn launch(
         .map(|&v| to_u32(op, v))
         .collect::<Result<_>>()?;
     let tiles_x = l.n.div_ceil(spec.tile.bn as usize);
-    let tiles_y = l.m.div_ceil(spec.tile.bm as usize);
+    let (ty0, tiles_y) = l
+        .row_tiles
+        .unwrap_or((0, l.m.div_ceil(spec.tile.bm as usize)));
+    if spec.split {
+        // The rows of C this launch writes (the split slices hold only those).
+        let bm = spec.tile.bm as usize;
+        bstr[0] = to_u32(op, ty0 * bm)?;
+        bstr[1] = to_u32(op, ((ty0 + tiles_y) * bm).min(l.m).saturating_sub(ty0 * bm))?;
+    }
     let max = MAX_GROUPS_X as usize;
     for z0 in (0..l.batches).step_by(max) {
         let gz = (l.batches - z0).min(max);
@@ -1868,7 +1890,7 @@ pub(crate) fn launch(
                     spec.b_nfast as u32,
                     l.dims.len() as u32,
                     x0 as u32,
-                    y0 as u32,
+                    (ty0 + y0) as u32,
                     gx as u32,
                     gy as u32,
                     0,
