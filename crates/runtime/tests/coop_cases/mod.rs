@@ -619,7 +619,8 @@ pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
 /// tiles of 64) under `TFWGPU_CONV_COOP_SPLITS=splits`; where the device times dispatches,
 /// also checks the split sums that ran: none for one split, else v7's four-float sum (M * N
 /// a multiple of 4) with the row count of `splits` (clamped to the K tiles) and v5b's sum
-/// for M * N not a multiple of 4 (C = 6, K = 17).
+/// for M * N not a multiple of 4 (C = 6, K = 17); two splits: none, the products summed in
+/// pairs (`CoopSpec::pair`).
 pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
     let labels = kernels_run(|| {
         conv2d_backprop_filter(tiles);
@@ -643,6 +644,15 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
         assert!(sums.is_empty(), "one split, yet split sums ran: {sums:?}");
         return;
     }
+    if splits == 2 {
+        // (Two splits: summed in pairs in the products' epilogues, `_pr` kernels.)
+        assert!(sums.is_empty(), "two splits, yet split sums ran: {sums:?}");
+        assert!(
+            labels.iter().any(|l| l.contains("_pr")),
+            "expected pair-summed kernels among {labels:?}"
+        );
+        return;
+    }
     // (49 K tiles in the long case: min(splits, 49) splits, ceil(s / 4) rows rounded up to
     // a power of two, at most 32.)
     let s = splits.min(49);
@@ -664,7 +674,7 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
 /// forward through the windows, input gradient through the windows and as a 1x1 product,
 /// filter gradient through the windows (stride 1 and 2) and as a 1x1 product; output
 /// columns 16-40 (head offsets a multiple of the binding alignment where lavapipe's is up to
-/// 256 bytes). Where the device times dispatches, checks that split sums ran for the
+/// 256 bytes). Where the device times dispatches, checks that split kernels ran for the
 /// forward products (which never split with a wave of tiles or more otherwise).
 pub fn conv2d_head_tail(tiles: &[CoopTile]) {
     let labels = kernels_run(|| {
@@ -675,9 +685,13 @@ pub fn conv2d_head_tail(tiles: &[CoopTile]) {
         }
     });
     if let Some(labels) = labels {
+        // (Split kernels for the tails; with `TFWGPU_CONV_COOP_PAIR=0`, two splits through
+        // the split sum too.)
+        let pairs = !std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "0");
+        let want = if pairs { "_sk" } else { "split_sum" };
         assert!(
-            labels.iter().any(|l| l.contains("split_sum")),
-            "expected split sums for the tails among {labels:?}"
+            labels.iter().any(|l| l.contains(want)),
+            "expected {want} kernels for the tails among {labels:?}"
         );
     }
     for tile in tiles {

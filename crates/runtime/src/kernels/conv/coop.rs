@@ -164,15 +164,43 @@ fn record_plan(
             return Ok(());
         }
     }
+    let r0 = plan.head * bm;
+    let rows = m - r0;
+    let tail = (plan.head > 0).then_some((plan.head, tiles_y - plan.head));
+    if plan.splits == 2 && pair_on() {
+        // Two splits summed in the epilogue (`CoopSpec::pair`): the second workgroup of
+        // each tile adds the first one's float32 slice and writes the output.
+        let mut s = spec;
+        s.split = true;
+        s.out_f32 = false;
+        s.pair = true;
+        s.vout = vout_ok(&s, n);
+        tracing::debug!(
+            "{op} {m}x{n}x{k}: cooperative {}{what} (summed in pairs)",
+            s.specialization()
+        );
+        let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[2, rows, n]))?;
+        let tiles = tiles_y * n.div_ceil(spec.tile.bn as usize);
+        let arrivals = ctx.temp_tensor(TensorDesc::new(DType::U32, &[tiles]))?;
+        let size = (tiles * 4) as u64;
+        ctx.clear(&ctx.bind_bytes(arrivals.addr, size)?, size)?;
+        return coop::launch_with(
+            ctx,
+            op,
+            &s,
+            &relaunch(2, plan.kc, tail),
+            a,
+            b,
+            out,
+            &[&part, &arrivals],
+        );
+    }
     let mut s = spec;
     s.split = true;
     s.out_f32 = true;
     s.vout = vout_ok(&s, n);
     tracing::debug!("{op} {m}x{n}x{k}: cooperative {}{what}", s.specialization());
-    let r0 = plan.head * bm;
-    let rows = m - r0;
     let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
-    let tail = (plan.head > 0).then_some((plan.head, tiles_y - plan.head));
     coop::launch(
         ctx,
         op,
@@ -215,6 +243,7 @@ fn wgrad_spec(
         strided: false,
         phase: false,
         vout: false,
+        pair: false,
         emulate,
     }
 }
@@ -599,6 +628,7 @@ fn try_implicit(
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
         phase: false,
         vout: false,
+        pair: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -820,6 +850,7 @@ fn backprop_input_phases(
         strided: false,
         phase: true,
         vout: false,
+        pair: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -1034,7 +1065,11 @@ fn plan_split(
     // Head/tail: the tile rows of the full waves unsplit, the rest split.
     let tail_mode = tail_mode();
     let head = (tiles / wave) * wave / tiles_x;
+    // (Filter gradients only: request 1's forward and input-gradient tails, 196 tiles = 132
+    // + 64 in two splits, lost 5-10% against one launch of two waves; r50_7's filter
+    // gradient, 132 + 12 tiles, gained 22% against two waves.)
     if tail_mode != Tail::Off
+        && (always || tail_mode == Tail::Force)
         && head > 0
         && head < tiles_y
         && (head * bm * n * esize).is_multiple_of(align)
@@ -1047,7 +1082,7 @@ fn plan_split(
         } else {
             s
         };
-        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c;
+        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + TAIL_US;
         if s > 1 && (cost < best_cost || tail_mode == Tail::Force) {
             return SplitPlan { head, ..uniform(s) };
         }
@@ -1120,10 +1155,21 @@ fn model_cost(tile: &CoopTile, tiles: usize, kt: usize, s: usize, mn: usize, wav
     let run = waves * (kt.div_ceil(s) as f64 + 3.0) * t_k;
     if s == 1 {
         run
+    } else if s == 2 && pair_on() {
+        // (Summed in the epilogue: one slice written and read, no launch.)
+        run + (mn * 8) as f64 / 3.0e6
     } else {
-        run + (s * mn * 8) as f64 / 3.0e6 + 2.0
+        run + (s * mn * 8) as f64 / 3.0e6 + SUM_US
     }
 }
+
+/// The split sum's fixed cost (us): v7 request 1 measured 11-14 us of GPU time for every
+/// split sum from 4 to 24 MB of partial sums (a dependent launch after the product).
+const SUM_US: f64 = 9.0;
+
+/// A head/tail plan's second product launch (us): request 1's tails ran ~8 us longer than
+/// their K tiles (wide forward, 128 workgroups of 9 K tiles: 25.8 us against 18).
+const TAIL_US: f64 = 8.0;
 
 /// The uniform split count of least modelled time, 1..=kt, and that time.
 fn best_splits(tile: &CoopTile, tiles: usize, kt: usize, mn: usize, wave: usize) -> (usize, f64) {
@@ -1157,6 +1203,15 @@ fn tail_mode() -> Tail {
             Ok("force") => Tail::Force,
             _ => Tail::Model,
         }
+    })
+}
+
+/// `TFWGPU_CONV_COOP_PAIR=0`: two splits through `split_sum` like any other count instead
+/// of summed in the product's epilogue (`CoopSpec::pair`). Read once per process.
+fn pair_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "0") && split_model()
     })
 }
 
@@ -1288,9 +1343,10 @@ mod tests {
         let t16 = COOP_128X128X64_4X4WG1FSE8;
         // wide / r50_28 filter gradient: 1152 x 128 x 25088, 9 tiles: one wave of 14 splits.
         assert_eq!(best_splits(&t16, 9, 392, 1152 * 128, 132).0, 14);
-        // r50_7 filter gradient: 4608 x 512 x 1568, 144 tiles: no split (two waves either
-        // way; the partial sums would cost more).
-        assert_eq!(best_splits(&t16, 144, 25, 4608 * 512, 132).0, 1);
+        // r50_7 filter gradient: 4608 x 512 x 1568, 144 tiles: uniformly, two splits summed
+        // in pairs (three waves of 13 K tiles against two of 25; more splits cost more
+        // partial sums), but the head/tail plan below beats it.
+        assert_eq!(best_splits(&t16, 144, 25, 4608 * 512, 132).0, 2);
         // r50_7 forward / input gradient on 128 x 128: 52 tiles, 72 K tiles: two splits
         // (104 workgroups in one wave).
         assert_eq!(best_splits(&t16, 52, 72, 1568 * 512, 132).0, 2);
@@ -1299,13 +1355,14 @@ mod tests {
         assert_eq!(best_splits(&t16, 98, 36, 6272 * 256, 132).0, 1);
         assert_eq!(split_k(&t16, 128 * 140, 128, 4608, false), (1, 4608));
         // Head/tail plans: r50_7's filter gradient (36 x 4 tiles): 33 tile rows (132 tiles)
-        // unsplit, the last 3 rows (12 tiles) in 9 splits; wide forward (196 x 1 tiles):
-        // 132 rows unsplit, 64 in 2 splits; r50_14 forward (98 tiles, no full wave): none.
+        // unsplit, the last 3 rows (12 tiles) in 9 splits; none for the forward (wide: 196 x
+        // 1 tiles, one launch of two waves) nor where there is no full wave (r50_14
+        // forward, 98 tiles).
         let lay = (2, 256);
         let p = plan_split(&t16, 4608, 512, 1568, true, lay);
         assert_eq!((p.head, p.splits), (33, 9), "{p:?}");
         let p = plan_split(&t16, 25088, 128, 1152, false, lay);
-        assert_eq!((p.head, p.splits), (132, 2), "{p:?}");
+        assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
         let p = plan_split(&t16, 6272, 256, 2304, false, lay);
         assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
         // A split count gives whole K tiles per split, the last one shorter.
