@@ -1,9 +1,8 @@
-//! Split K forced to 2 (`TFWGPU_CONV_COOP_SPLITS=2`, at most one split per K tile) for
-//! the filter gradient (the 64 x 64 tile of 4 subgroups and the lavapipe form of the
-//! 16-subgroup tile) and the forward and input-gradient products, checked in the emulated form
-//! on any adapter with float16 shaders against f64 references: one split per K tile (up to 49
-//! splits: the row counts of v7's split sum up to 16). A binary of its own: the setting is read
-//! once per process.
+//! Split K forced to 2 (`TFWGPU_CONV_COOP_SPLITS=2`) and summed in the products' epilogues
+//! in pairs (`TFWGPU_CONV_COOP_PAIR=1`, no split sum) for the filter gradient (the 64 x 64
+//! tile of 4 subgroups and the lavapipe form of the 16-subgroup tile) and the forward and
+//! input-gradient products, checked in the emulated form on any adapter with float16 shaders
+//! against f64 references. A binary of its own: the settings are read once per process.
 mod common;
 mod coop_cases;
 
@@ -22,6 +21,7 @@ fn setup() {
         unsafe {
             std::env::set_var(EMULATE_VAR, "1");
             std::env::set_var("TFWGPU_CONV_COOP_SPLITS", "2");
+            std::env::set_var("TFWGPU_CONV_COOP_PAIR", "1");
         }
     });
     assert!(emulation_requested());

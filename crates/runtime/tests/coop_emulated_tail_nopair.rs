@@ -2,8 +2,8 @@
 //! split, summed into those rows) forced on small products (`TFWGPU_CONV_COOP_WAVE=3`,
 //! `TFWGPU_CONV_COOP_TAIL=force`), checked in the emulated form on any adapter with float16
 //! shaders against f64 references: the 64 x 64 tile and the lavapipe form of the
-//! 16-subgroup tile; two splits through the split sum (`TFWGPU_CONV_COOP_PAIR=0`), not summed
-//! in pairs. A binary of its own: the settings are read once per process.
+//! 16-subgroup tile; two splits through the split sum (`TFWGPU_CONV_COOP_PAIR=0`, the
+//! default), not summed in pairs. A binary of its own: the settings are read once per process.
 mod common;
 mod coop_cases;
 

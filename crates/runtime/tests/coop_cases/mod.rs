@@ -619,8 +619,8 @@ pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
 /// tiles of 64) under `TFWGPU_CONV_COOP_SPLITS=splits`; where the device times dispatches,
 /// also checks the split sums that ran: none for one split, else v7's four-float sum (M * N
 /// a multiple of 4) with the row count of `splits` (clamped to the K tiles) and v5b's sum
-/// for M * N not a multiple of 4 (C = 6, K = 17); two splits: none, the products summed in
-/// pairs (`CoopSpec::pair`).
+/// for M * N not a multiple of 4 (C = 3, K = 17, 5 K tiles); two splits with
+/// `TFWGPU_CONV_COOP_PAIR=1`: none, the products summed in pairs (`CoopSpec::pair`).
 pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
     let labels = kernels_run(|| {
         conv2d_backprop_filter(tiles);
@@ -634,6 +634,16 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
                 Some(tile.name),
                 89,
             );
+            // (M * N = 27 * 17, odd; K = 288: 5 K tiles.)
+            check_bwd_filter_f16(
+                (2, 12, 12, 3),
+                (3, 3, 17),
+                1,
+                1,
+                "SAME",
+                Some(tile.name),
+                90,
+            );
         }
     });
     let Some(labels) = labels else {
@@ -644,8 +654,8 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
         assert!(sums.is_empty(), "one split, yet split sums ran: {sums:?}");
         return;
     }
-    if splits == 2 {
-        // (Two splits: summed in pairs in the products' epilogues, `_pr` kernels.)
+    if splits == 2 && std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") {
+        // (Two splits summed in pairs in the products' epilogues, `_pr` kernels.)
         assert!(sums.is_empty(), "two splits, yet split sums ran: {sums:?}");
         assert!(
             labels.iter().any(|l| l.contains("_pr")),
@@ -664,7 +674,7 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
     );
     assert!(
         sums.iter().any(|l| l.contains("split_sum8")),
-        "expected v5b's split_sum8 (M * N = 54 * 17) among {sums:?}"
+        "expected v5b's split_sum8 (M * N = 27 * 17) among {sums:?}"
     );
 }
 
@@ -685,9 +695,9 @@ pub fn conv2d_head_tail(tiles: &[CoopTile]) {
         }
     });
     if let Some(labels) = labels {
-        // (Split kernels for the tails; with `TFWGPU_CONV_COOP_PAIR=0`, two splits through
-        // the split sum too.)
-        let pairs = !std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "0");
+        // (Split kernels for the tails; two splits through the split sum too, unless
+        // `TFWGPU_CONV_COOP_PAIR=1` sums them in pairs.)
+        let pairs = std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1");
         let want = if pairs { "_sk" } else { "split_sum" };
         assert!(
             labels.iter().any(|l| l.contains(want)),
