@@ -64,6 +64,8 @@ fn covered(s: &CoopSpec) -> bool {
         "c64x64x64_2x2w1fs",
         "c128x64x64_4x2wg1f",
         "c128x64x64_4x2wg1fs",
+        // (v6's 16-subgroup tile; v7 splits K on it and runs the filter gradient on it.)
+        "c128x128x64_4x4wg1fse8",
     ];
     let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
     if s.split || s.out_f32 || s.vout || s.strided || s.wgrad {

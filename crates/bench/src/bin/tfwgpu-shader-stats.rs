@@ -49,6 +49,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 out_f32: wgrad,
                 strided: false,
                 phase: false,
+                pair: false,
                 vout: conv,
                 emulate: false,
             };

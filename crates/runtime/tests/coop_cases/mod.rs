@@ -615,6 +615,105 @@ pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
     }
 }
 
+/// The filter gradient's cases (`conv2d_backprop_filter`) and a long K (3136 rows: 49 K
+/// tiles of 64) under `TFWGPU_CONV_COOP_SPLITS=splits`; where the device times dispatches,
+/// also checks the split sums that ran: none for one split, else v7's four-float sum (M * N
+/// a multiple of 4) with the row count of `splits` (clamped to the K tiles) and v5b's sum
+/// for M * N not a multiple of 4 (C = 3, K = 17, 5 K tiles); two splits with
+/// `TFWGPU_CONV_COOP_PAIR=1`: none, the products summed in pairs (`CoopSpec::pair`).
+pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
+    let labels = kernels_run(|| {
+        conv2d_backprop_filter(tiles);
+        for tile in tiles {
+            check_bwd_filter_f16(
+                (4, 28, 28, 32),
+                (3, 3, 64),
+                1,
+                1,
+                "SAME",
+                Some(tile.name),
+                89,
+            );
+            // (M * N = 27 * 17, odd; K = 288: 5 K tiles.)
+            check_bwd_filter_f16(
+                (2, 12, 12, 3),
+                (3, 3, 17),
+                1,
+                1,
+                "SAME",
+                Some(tile.name),
+                90,
+            );
+        }
+    });
+    let Some(labels) = labels else {
+        return;
+    };
+    let sums: Vec<&String> = labels.iter().filter(|l| l.contains("split_sum")).collect();
+    if splits == 1 {
+        assert!(sums.is_empty(), "one split, yet split sums ran: {sums:?}");
+        return;
+    }
+    if splits == 2 && std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") {
+        // (Two splits summed in pairs in the products' epilogues, `_pr` kernels.)
+        assert!(sums.is_empty(), "two splits, yet split sums ran: {sums:?}");
+        assert!(
+            labels.iter().any(|l| l.contains("_pr")),
+            "expected pair-summed kernels among {labels:?}"
+        );
+        return;
+    }
+    // (49 K tiles in the long case: min(splits, 49) splits, ceil(s / 4) rows rounded up to
+    // a power of two, at most 32.)
+    let s = splits.min(49);
+    let rows = s.div_ceil(4).next_power_of_two().min(32);
+    let want = format!("split_sum4_r{rows}");
+    assert!(
+        sums.iter().any(|l| l.contains(&want)),
+        "expected {want} among {sums:?}"
+    );
+    assert!(
+        sums.iter().any(|l| l.contains("split_sum8")),
+        "expected v5b's split_sum8 (M * N = 27 * 17) among {sums:?}"
+    );
+}
+
+/// Head/tail plans (v7) under `TFWGPU_CONV_COOP_WAVE=3` and `TFWGPU_CONV_COOP_TAIL=force`:
+/// products of 4-5 tiles of 64 rows whose first 3 tile rows run unsplit and the rest (1-2
+/// tile rows, the last one partial) in 2-5 splits summed into those rows of the output:
+/// forward through the windows, input gradient through the windows and as a 1x1 product,
+/// filter gradient through the windows (stride 1 and 2) and as a 1x1 product; output
+/// columns 16-40 (head offsets a multiple of the binding alignment where lavapipe's is up to
+/// 256 bytes). Where the device times dispatches, checks that split kernels ran for the
+/// forward products (which never split with a wave of tiles or more otherwise).
+pub fn conv2d_head_tail(tiles: &[CoopTile]) {
+    let labels = kernels_run(|| {
+        for tile in tiles {
+            let t = Some(tile.name);
+            check_conv_f16((2, 12, 11, 16), (3, 3, 40), 1, 1, "SAME", t, 121);
+            check_conv_f16((1, 17, 16, 8), (3, 3, 24), 1, 1, "SAME", t, 122);
+        }
+    });
+    if let Some(labels) = labels {
+        // (Split kernels for the tails; two splits through the split sum too, unless
+        // `TFWGPU_CONV_COOP_PAIR=1` sums them in pairs.)
+        let pairs = std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1");
+        let want = if pairs { "_sk" } else { "split_sum" };
+        assert!(
+            labels.iter().any(|l| l.contains(want)),
+            "expected {want} kernels for the tails among {labels:?}"
+        );
+    }
+    for tile in tiles {
+        let t = Some(tile.name);
+        check_bwd_input_f16((2, 12, 11, 16), (3, 3, 64), 1, 1, "SAME", t, 123);
+        check_bwd_input_f16((3, 8, 9, 24), (1, 1, 320), 1, 1, "VALID", t, 124);
+        check_bwd_filter_f16((2, 9, 8, 32), (3, 3, 40), 1, 1, "SAME", t, 125);
+        check_bwd_filter_f16((2, 11, 10, 32), (3, 3, 16), 2, 1, "SAME", t, 126);
+        check_bwd_filter_f16((4, 8, 8, 200), (1, 1, 24), 1, 1, "VALID", t, 127);
+    }
+}
+
 pub fn conv2d_split_k(tiles: &[CoopTile]) {
     // Few output tiles and K of 320-576: K split over the grid (float32 partial sums, the last
     // split shorter), through the windows (forward, backprop input with K tiles within one

@@ -4,8 +4,9 @@
 //! input or of dy (NHWC, one group; 1x1 stride-1 unpadded ones as plain products), K split
 //! over the grid where the output has few tiles (float32 partial sums added up by
 //! `split_sum`), for float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`).
-//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). Variants and H200
-//! figures: bench/NOTES-coop.md (v5).
+//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). How K is split (v7):
+//! a wave model (`plan_split`), uniformly or only for the tile rows past the last full wave.
+//! Variants and H200 figures: bench/NOTES-coop.md (v5-v7).
 
 use crate::kernel::{DeviceRef, KernelContext};
 use std::sync::OnceLock;
@@ -42,7 +43,7 @@ pub(super) fn try_forward(
 /// The product [R*S*C, N*OH*OW] x [N*OH*OW, K]: A the windows of x transposed (plain x as
 /// K x M for 1x1 stride-1 unpadded convolutions), B = dy. The output has few tiles and K is
 /// long, so K is split over the grid's z (float32 partial sums in a temporary, added up and
-/// rounded by `SPLIT_SUM_WGSL`) until about two workgroups run per SM.
+/// rounded by `split_sum`) as the wave model of `plan_split` says.
 pub(super) fn try_backprop_filter(
     ctx: &KernelContext,
     op: &str,
@@ -76,38 +77,145 @@ pub(super) fn try_backprop_filter(
     if forced.is_none() && !fits(ctx, &wgrad_spec(tile, lanes, input, g, plain, emulate)) {
         tile = COOP_64X64X64_2X2W1FS;
     }
-    let mut spec = wgrad_spec(tile, lanes, input, g, plain, emulate);
+    let spec = wgrad_spec(tile, lanes, input, g, plain, emulate);
     if !fits(ctx, &spec) {
         return Ok(false);
     }
-    let (splits, kc) = split_k(&tile, m, n, k, true);
-    spec.out_f32 = splits > 1;
-    spec.vout = vout_ok(&spec, n);
+    let plan = plan_split(&tile, m, n, k, true, out_layout(ctx, input));
     let mut conv = if plain { [0; 16] } else { window_words(g) };
-    conv[15] = kc;
+    conv[15] = k;
     let l = Launch {
         m,
         n,
         k,
-        batches: splits,
+        batches: 1,
         // A: x as K x M ([N*H*W, C] for 1x1; strides unused through the windows), B: dy.
         strides: [1, g.c, n, 1],
         dims: vec![],
         conv,
         aux: [0; 24],
+        row_tiles: None,
     };
-    tracing::debug!(
-        "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
-        spec.specialization()
-    );
-    if splits == 1 {
-        coop::launch(ctx, op, &spec, &l, x, dy, out)?;
-        return Ok(true);
-    }
-    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
-    coop::launch(ctx, op, &spec, &l, x, dy, &part)?;
-    split_sum(ctx, op, input, splits, m * n, &part, out)?;
+    record_plan(ctx, op, input, spec, &l, plan, x, dy, out)?;
     Ok(true)
+}
+
+/// How K is split (`plan_split`): the first `head` tile rows of C unsplit (all of them
+/// where `splits` is 1), the others in `splits` splits of `kc` rows of K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SplitPlan {
+    head: usize,
+    splits: usize,
+    kc: usize,
+}
+
+/// Records `spec` (its non-split form; the filter gradient's is split with one split) on
+/// `l` (M x N x K, one batch; p.ftap = conv[15] of the unsplit form) as `plan` says: the
+/// head's tile rows unsplit into `out`, the rest as float32 partial sums of `plan.splits`
+/// slices (their rows only) added up by `split_sum` into those rows of `out`.
+#[allow(clippy::too_many_arguments)]
+fn record_plan(
+    ctx: &KernelContext,
+    op: &str,
+    input: Input,
+    spec: CoopSpec,
+    l: &Launch,
+    plan: SplitPlan,
+    a: &DeviceRef,
+    b: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let (m, n, k) = (l.m, l.n, l.k);
+    let bm = spec.tile.bm as usize;
+    let tiles_y = m.div_ceil(bm);
+    let relaunch = |batches: usize, ftap: usize, row_tiles: Option<(usize, usize)>| {
+        let mut conv = l.conv;
+        conv[15] = ftap;
+        Launch {
+            m,
+            n,
+            k,
+            batches,
+            strides: l.strides,
+            dims: vec![],
+            conv,
+            aux: l.aux,
+            row_tiles,
+        }
+    };
+    let what = if plan.splits == 1 {
+        String::new()
+    } else if plan.head == 0 {
+        format!(" in {} splits of {}", plan.splits, plan.kc)
+    } else {
+        format!(
+            ": {} of {tiles_y} tile rows unsplit, the rest in {} splits of {}",
+            plan.head, plan.splits, plan.kc
+        )
+    };
+    if plan.splits == 1 || plan.head > 0 {
+        let mut s = spec;
+        s.out_f32 = false;
+        s.vout = vout_ok(&s, n);
+        tracing::debug!("{op} {m}x{n}x{k}: cooperative {}{what}", s.specialization());
+        let rows = (plan.splits > 1).then_some((0, plan.head));
+        coop::launch(ctx, op, &s, &relaunch(1, l.conv[15], rows), a, b, out)?;
+        if plan.splits == 1 {
+            return Ok(());
+        }
+    }
+    let r0 = plan.head * bm;
+    let rows = m - r0;
+    let tail = (plan.head > 0).then_some((plan.head, tiles_y - plan.head));
+    if plan.splits == 2 && pair_on() {
+        // Two splits summed in the epilogue (`CoopSpec::pair`): the second workgroup of
+        // each tile adds the first one's float32 slice and writes the output.
+        let mut s = spec;
+        s.split = true;
+        s.out_f32 = false;
+        s.pair = true;
+        s.vout = vout_ok(&s, n);
+        tracing::debug!(
+            "{op} {m}x{n}x{k}: cooperative {}{what} (summed in pairs)",
+            s.specialization()
+        );
+        let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[2, rows, n]))?;
+        let tiles = tiles_y * n.div_ceil(spec.tile.bn as usize);
+        let arrivals = ctx.temp_tensor(TensorDesc::new(DType::U32, &[tiles]))?;
+        let size = (tiles * 4) as u64;
+        ctx.clear(&ctx.bind_bytes(arrivals.addr, size)?, size)?;
+        return coop::launch_with(
+            ctx,
+            op,
+            &s,
+            &relaunch(2, plan.kc, tail),
+            a,
+            b,
+            out,
+            &[&part, &arrivals],
+        );
+    }
+    let mut s = spec;
+    s.split = true;
+    s.out_f32 = true;
+    s.vout = vout_ok(&s, n);
+    tracing::debug!("{op} {m}x{n}x{k}: cooperative {}{what}", s.specialization());
+    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
+    coop::launch(
+        ctx,
+        op,
+        &s,
+        &relaunch(plan.splits, plan.kc, tail),
+        a,
+        b,
+        &part,
+    )?;
+    // The rows of `out` from r0 on (`plan_split` checks the alignment of that offset).
+    let dst = DeviceRef {
+        desc: TensorDesc::new(out.desc.dtype, &[rows, n]),
+        addr: out.addr + (r0 * n * out.desc.dtype.size()) as u64,
+    };
+    split_sum(ctx, op, input, plan.splits, rows * n, &part, &dst)
 }
 
 /// The filter gradient's spec for `tile` (split K; `out_f32` set by the caller).
@@ -135,6 +243,7 @@ fn wgrad_spec(
         strided: false,
         phase: false,
         vout: false,
+        pair: false,
         emulate,
     }
 }
@@ -205,6 +314,9 @@ fn split_sum(
     part: &DeviceRef,
     out: &DeviceRef,
 ) -> Result<()> {
+    if mn.is_multiple_of(4) && !old_split_sum() {
+        return split_sum4(ctx, op, input, splits, mn, part, out);
+    }
     let (per, dtype) = match input {
         Input::F16 => (2u32, DType::F16),
         Input::F32 => (1u32, DType::F32),
@@ -228,17 +340,132 @@ fn split_sum(
     let groups = words.div_ceil(32);
     let gx = groups.min(MAX_GROUPS_X as usize);
     let gy = groups.div_ceil(gx);
-    let to = |v: usize| -> Result<u32> {
-        u32::try_from(v)
-            .map_err(|_| crate::Error::InvalidArgument(format!("{op}: {v} elements are too many")))
-    };
     let pb = ctx.bind(part)?;
     let ob = ctx.bind_bytes(out.addr, out.desc.byte_size().next_multiple_of(4))?;
     ctx.dispatch(
         &pipeline,
-        &params(&[to(mn)?, to(splits)?, to(words)?, 0]),
+        &params(&[to_u32(op, mn)?, to_u32(op, splits)?, to_u32(op, words)?, 0]),
         &[pb, ob],
-        [to(gx)?, to(gy)?, 1],
+        [to_u32(op, gx)?, to_u32(op, gy)?, 1],
+    )
+}
+
+fn to_u32(op: &str, v: usize) -> Result<u32> {
+    u32::try_from(v)
+        .map_err(|_| crate::Error::InvalidArgument(format!("{op}: {v} elements are too many")))
+}
+
+/// `TFWGPU_CONV_COOP_SUM=8`: v5b's split sum (two floats per invocation, 8 rows of splits)
+/// instead of v7's four-float one. Read once per process.
+fn old_split_sum() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_SUM").is_ok_and(|v| v.trim() == "8"))
+}
+
+/// v7's split sum (M * N a multiple of 4): an invocation adds up four consecutive floats
+/// (one 16-byte load per split) of every ROWS-th split; a workgroup of 256 is ROWS rows of
+/// 256 / ROWS such invocations, whose rows are added in order through workgroup memory
+/// (ROWS = 1: no barrier). The order of the additions depends on the split count only.
+const SPLIT_SUM4_WGSL: &str = "struct Params { mn4: u32, splits: u32, _pad0: u32, _pad1: u32 };
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> part: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read_write> out: array<OUT>;
+ACC_DECL
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let col = lid % COLSu;
+    let row = lid / COLSu;
+    let j = (wid.y * 65535u + wid.x) * COLSu + col;
+    var s = vec4<f32>(0.0, 0.0, 0.0, 0.0);
+    if j < p.mn4 {
+        var z = row;
+        for (; z + ROWSu < p.splits; z += 2u * ROWSu) {
+            let u = part[z * p.mn4 + j];
+            let v = part[(z + ROWSu) * p.mn4 + j];
+            s += u;
+            s += v;
+        }
+        if z < p.splits {
+            s += part[z * p.mn4 + j];
+        }
+    }
+ROWS_SUM
+    if row == 0u && j < p.mn4 {
+        STORE
+    }
+}
+";
+
+/// The rows of `SPLIT_SUM4_WGSL` for `splits`: about four loads per invocation, at most 32
+/// rows (8 invocations of 16 bytes per row: one 128-byte line).
+fn split_sum_rows(splits: usize) -> u32 {
+    (splits.div_ceil(4).next_power_of_two()).clamp(1, 32) as u32
+}
+
+fn split_sum4(
+    ctx: &KernelContext,
+    op: &str,
+    input: Input,
+    splits: usize,
+    mn: usize,
+    part: &DeviceRef,
+    out: &DeviceRef,
+) -> Result<()> {
+    let dtype = match input {
+        Input::F16 => DType::F16,
+        Input::F32 => DType::F32,
+    };
+    let rows = split_sum_rows(splits);
+    let cols = 256 / rows;
+    let pipeline = ctx.pipeline(
+        PipelineKey::new("conv_coop", Some(dtype), format!("split_sum4_r{rows}")),
+        || {
+            let (ty, store) = match input {
+                Input::F16 => (
+                    "vec2<u32>",
+                    "out[j] = vec2<u32>(pack2x16float(s.xy), pack2x16float(s.zw));",
+                ),
+                Input::F32 => ("vec4<f32>", "out[j] = s;"),
+            };
+            let (decl, sum) = if rows == 1 {
+                (String::new(), String::new())
+            } else {
+                (
+                    "var<workgroup> acc: array<vec4<f32>, 256>;".to_string(),
+                    format!(
+                        "    acc[lid] = s;
+    workgroupBarrier();
+    if row == 0u && j < p.mn4 {{
+        for (var g = 1u; g < {rows}u; g += 1u) {{
+            s += acc[g * {cols}u + col];
+        }}
+    }}
+"
+                    ),
+                )
+            };
+            ShaderSource::new(
+                SPLIT_SUM4_WGSL
+                    .replace("OUT", ty)
+                    .replace("ACC_DECL", &decl)
+                    .replace("ROWS_SUM\n", &sum)
+                    .replace("ROWSu", &format!("{rows}u"))
+                    .replace("COLSu", &format!("{cols}u"))
+                    .replace("STORE", store),
+            )
+        },
+    )?;
+    let mn4 = mn / 4;
+    let groups = mn4.div_ceil(cols as usize);
+    let gx = groups.min(MAX_GROUPS_X as usize);
+    let gy = groups.div_ceil(gx);
+    let pb = ctx.bind(part)?;
+    let ob = ctx.bind_bytes(out.addr, out.desc.byte_size().next_multiple_of(8))?;
+    ctx.dispatch(
+        &pipeline,
+        &params(&[to_u32(op, mn4)?, to_u32(op, splits)?, 0, 0]),
+        &[pb, ob],
+        [to_u32(op, gx)?, to_u32(op, gy)?, 1],
     )
 }
 
@@ -256,9 +483,19 @@ fn choose_wgrad_tile(input: Input, m: usize, n: usize) -> CoopTile {
         }
     } else if n <= 64 {
         COOP_128X64X64_4X2WG1F
+    } else if n >= 128 && m >= 128 && !v6_wgrad() {
+        // v7: 16 subgroups (the forward's best tile for 128+ columns, v6).
+        COOP_128X128X64_4X4WG1FSE8
     } else {
         COOP_128X128X64_2X4WG1F
     }
+}
+
+/// `TFWGPU_CONV_COOP_WGRAD=v6`: the filter gradient's v6 tiles (8 subgroups on 128 x 128).
+/// Read once per process.
+fn v6_wgrad() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_WGRAD").is_ok_and(|v| v.trim() == "v6"))
 }
 
 /// Records Conv2DBackpropInput (`dy` NHWC, `f` HWIO, output dx) on cooperative matrices
@@ -391,6 +628,7 @@ fn try_implicit(
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
         phase: false,
         vout: false,
+        pair: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -423,6 +661,7 @@ fn try_implicit(
             dims: vec![],
             conv: [0; 16],
             aux: [0; 24],
+            row_tiles: None,
         }
     } else if bwd_input {
         Launch {
@@ -451,6 +690,7 @@ fn try_implicit(
                 g.c * g.k,
             ],
             aux: [0; 24],
+            row_tiles: None,
         }
     } else {
         Launch {
@@ -462,34 +702,19 @@ fn try_implicit(
             dims: vec![],
             conv: window_words(g),
             aux: [0; 24],
+            row_tiles: None,
         }
     };
-    let (splits, kc) = if split_allowed() {
-        split_k(&spec.tile, m, n, k, false)
+    let plan = if split_allowed() {
+        plan_split(&spec.tile, m, n, k, false, out_layout(ctx, input))
     } else {
-        (1, k)
+        SplitPlan {
+            head: 0,
+            splits: 1,
+            kc: k,
+        }
     };
-    spec.vout = vout_ok(&spec, n);
-    if splits == 1 {
-        tracing::debug!("{op} {m}x{n}x{k}: cooperative {}", spec.specialization());
-        coop::launch(ctx, op, &spec, &l, a, f, out)?;
-        return Ok(true);
-    }
-    // Split K: float32 partial sums, added up by `split_sum` (the backprop input's
-    // per-tap offset is then N * kc in the shader; p.ftap carries the split length).
-    spec.split = true;
-    spec.out_f32 = true;
-    spec.vout = vout_ok(&spec, n);
-    let mut l = l;
-    l.batches = splits;
-    l.conv[15] = kc;
-    tracing::debug!(
-        "{op} {m}x{n}x{k}: cooperative {} in {splits} splits of {kc}",
-        spec.specialization()
-    );
-    let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[splits, m, n]))?;
-    coop::launch(ctx, op, &spec, &l, a, f, &part)?;
-    split_sum(ctx, op, input, splits, m * n, &part, out)?;
+    record_plan(ctx, op, input, spec, &l, plan, a, f, out)?;
     Ok(true)
 }
 
@@ -625,6 +850,7 @@ fn backprop_input_phases(
         strided: false,
         phase: true,
         vout: false,
+        pair: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -748,6 +974,7 @@ fn backprop_input_phases(
                 ckk,
             ],
             aux,
+            row_tiles: None,
         };
         let what: Vec<String> = grp
             .iter()
@@ -776,22 +1003,238 @@ fn backprop_input_phases(
     Ok(true)
 }
 
-/// K split over the grid's z for a product of M x N x K on `tile`: where it has fewer than
-/// 128 output tiles (or `always`), until ~264 workgroups (2 per SM of the H200's 132), each
-/// split at least 4 K tiles long. Returns (splits, rows of K per split, a multiple of BK).
+/// How K is split over the grid's z for a product of M x N x K on `tile` (`always`: the
+/// filter gradient, whose output has few tiles and K is long; else forward and input
+/// gradient).
+///
+/// v7 (`split_model`): the plan of least modelled time. A wave model: `tiles * s`
+/// workgroups run in waves of SMs x workgroups per SM (`wave`), each taking `kt / s` K tiles
+/// plus F = 3 K tiles of fixed cost (prologue, epilogue, first loads) at the tile's t_k per
+/// K tile; split K adds the float32 partial sums written and read again (8 B per element
+/// per split at 3 TB/s) and L = 2 us for the sum's launch. Plans: K split uniformly in s
+/// (`best_splits`; forward and input gradient only below one wave of tiles), or, where
+/// the tiles make one or more full waves and a partial last one, the full waves' tile rows
+/// unsplit and only the rest split (a second launch after the first has drained: e.g.
+/// r50_7's filter gradient, 144 tiles = 132 + 12, the 12 in 9 splits). The head's rows
+/// must end at an offset of `out` a binding may start at. `TFWGPU_CONV_COOP_TAIL=0`: no
+/// head/tail plans; `=force`: the head/tail plan wherever there is one (tests).
+/// `TFWGPU_CONV_COOP_WAVE=n`: n workgroups per wave (tests). `TFWGPU_CONV_COOP_SPLIT_MODEL=0`:
+/// v5's rule (about 264 workgroups, each split at least 4 K tiles; forward and input
+/// gradient only below 66 tiles). `TFWGPU_CONV_COOP_SPLITS=n`: n uniform splits (at most one
+/// per K tile) wherever a split applies.
+fn plan_split(
+    tile: &CoopTile,
+    m: usize,
+    n: usize,
+    k: usize,
+    always: bool,
+    (esize, align): (usize, usize),
+) -> SplitPlan {
+    let bk = tile.bk as usize;
+    let bm = tile.bm as usize;
+    let uniform = |s: usize| {
+        let kc = k.div_ceil(s.max(1)).next_multiple_of(bk);
+        SplitPlan {
+            head: 0,
+            splits: k.div_ceil(kc).max(1),
+            kc,
+        }
+    };
+    let (tiles_x, tiles_y) = (n.div_ceil(tile.bn as usize), m.div_ceil(bm));
+    let tiles = tiles_x * tiles_y;
+    let kt = k.div_ceil(bk).max(1);
+    if let Some(s) = forced_splits() {
+        return uniform(s.clamp(1, kt));
+    }
+    if !split_model() {
+        // v5's rule: only below half the SMs' worth of tiles for forward and input
+        // gradient; until ~264 workgroups, each split at least 4 K tiles long.
+        if !always && tiles >= 66 {
+            return uniform(1);
+        }
+        let max_splits = k.div_ceil(4 * bk).max(1);
+        return uniform(264usize.div_ceil(tiles).clamp(1, max_splits));
+    }
+    let wave = wave_size(tile);
+    let (best, best_cost) = if !always && tiles >= wave {
+        (uniform(1), model_cost(tile, tiles, kt, 1, m * n, wave))
+    } else {
+        let (s, c) = best_splits(tile, tiles, kt, m * n, wave);
+        (uniform(s), c)
+    };
+    // Head/tail: the tile rows of the full waves unsplit, the rest split.
+    let tail_mode = tail_mode();
+    let head = (tiles / wave) * wave / tiles_x;
+    // (Filter gradients only: request 1's forward and input-gradient tails, 196 tiles = 132
+    // + 64 in two splits, lost 5-10% against one launch of two waves; r50_7's filter
+    // gradient, 132 + 12 tiles, gained 22% against two waves.)
+    if tail_mode != Tail::Off
+        && (always || tail_mode == Tail::Force)
+        && head > 0
+        && head < tiles_y
+        && (head * bm * n * esize).is_multiple_of(align)
+    {
+        let rest = tiles - head * tiles_x;
+        let rows = m - head * bm;
+        let (s, c) = best_splits(tile, rest, kt, rows * n, wave);
+        let s = if tail_mode == Tail::Force {
+            s.max(2).min(kt)
+        } else {
+            s
+        };
+        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + TAIL_US;
+        if s > 1 && (cost < best_cost || tail_mode == Tail::Force) {
+            return SplitPlan { head, ..uniform(s) };
+        }
+    }
+    best
+}
+
+/// The output's element size and the device's binding offset alignment (`plan_split`).
+fn out_layout(ctx: &KernelContext, input: Input) -> (usize, usize) {
+    let esize = match input {
+        Input::F16 => 2,
+        Input::F32 => 4,
+    };
+    (
+        esize,
+        ctx.limits().min_storage_buffer_offset_alignment as usize,
+    )
+}
+
+/// The uniform split of K before v7 (`TFWGPU_CONV_COOP_SPLIT_MODEL=0`) or v7's uniform
+/// choice: (splits, rows of K per split). For tests and the model's unit test.
+#[cfg(test)]
 fn split_k(tile: &CoopTile, m: usize, n: usize, k: usize, always: bool) -> (usize, usize) {
     let bk = tile.bk as usize;
     let tiles = m.div_ceil(tile.bm as usize) * n.div_ceil(tile.bn as usize);
-    // Forward and input gradient: only below half the SMs' worth of tiles (one workgroup of
-    // these tiles runs per SM; at 66-131 tiles more splits mostly add partial-sum traffic and
-    // another partly filled wave).
-    if !always && tiles >= 66 {
-        return (1, k);
-    }
-    let max_splits = k.div_ceil(4 * bk).max(1);
-    let want = 264usize.div_ceil(tiles).clamp(1, max_splits);
-    let kc = k.div_ceil(want).next_multiple_of(bk);
+    let kt = k.div_ceil(bk).max(1);
+    let wave = wave_size(tile);
+    let s = if !always && tiles >= wave {
+        1
+    } else {
+        best_splits(tile, tiles, kt, m * n, wave).0
+    };
+    let kc = k.div_ceil(s).next_multiple_of(bk);
     (k.div_ceil(kc), kc)
+}
+
+/// SMs of the GPU the split model is for (the H200's 132; wgpu does not tell).
+const SMS: usize = 132;
+
+/// Workgroups of `tile` in one wave: SMs x workgroups per SM (v3/v6 driver statistics: the
+/// 128-row tiles hold one per SM by registers or workgroup memory; the 64 x 64 tiles of 4
+/// subgroups, 22.5 KiB, two), or `TFWGPU_CONV_COOP_WAVE`.
+fn wave_size(tile: &CoopTile) -> usize {
+    static WAVE: OnceLock<Option<usize>> = OnceLock::new();
+    let forced = *WAVE.get_or_init(|| {
+        std::env::var("TFWGPU_CONV_COOP_WAVE")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&w: &usize| w > 0)
+    });
+    forced.unwrap_or_else(|| {
+        if tile.bm * tile.bn <= 64 * 64 && tile.subgroups() <= 4 {
+            2 * SMS
+        } else {
+            SMS
+        }
+    })
+}
+
+/// The model's time (us) of `tiles` output tiles of `kt` K tiles in `s` splits (`mn`
+/// elements of C for the partial sums); see `plan_split`.
+fn model_cost(tile: &CoopTile, tiles: usize, kt: usize, s: usize, mn: usize, wave: usize) -> f64 {
+    // Time per K tile of 64 (us): ~1.5 for 128 x 128 in 16 subgroups (conv16: r50_14
+    // forward, 98 workgroups of 36 K tiles in 0.054 ms), in proportion to the tile's area,
+    // 25% more for fewer subgroups.
+    let area = (tile.bm * tile.bn) as f64 / (128.0 * 128.0);
+    let sub = if tile.subgroups() >= 16 { 1.0 } else { 1.25 };
+    let t_k = 1.5 * area * sub * tile.bk as f64 / 64.0;
+    let waves = (tiles * s).div_ceil(wave) as f64;
+    let run = waves * (kt.div_ceil(s) as f64 + 3.0) * t_k;
+    if s == 1 {
+        run
+    } else if s == 2 && pair_on() {
+        // (Summed in the epilogue: one slice written and read, no launch.)
+        run + (mn * 8) as f64 / 3.0e6
+    } else {
+        run + (s * mn * 8) as f64 / 3.0e6 + SUM_US
+    }
+}
+
+/// The split sum's fixed cost (us): v7 request 1 measured 11-14 us of GPU time for every
+/// split sum from 4 to 24 MB of partial sums (a dependent launch after the product).
+const SUM_US: f64 = 9.0;
+
+/// A head/tail plan's second product launch (us): request 1's tails ran ~8 us longer than
+/// their K tiles (wide forward, 128 workgroups of 9 K tiles: 25.8 us against 18).
+const TAIL_US: f64 = 8.0;
+
+/// The uniform split count of least modelled time, 1..=kt, and that time.
+fn best_splits(tile: &CoopTile, tiles: usize, kt: usize, mn: usize, wave: usize) -> (usize, f64) {
+    let mut best = (1, model_cost(tile, tiles, kt, 1, mn, wave));
+    for s in 2..=kt.min(4096) {
+        let c = model_cost(tile, tiles, kt, s, mn, wave);
+        if c < best.1 {
+            best = (s, c);
+        }
+    }
+    best
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    Off,
+    Model,
+    Force,
+}
+
+/// `TFWGPU_CONV_COOP_TAIL`: `0` no head/tail plans, `force` wherever one exists, else the
+/// model's choice. Read once per process.
+fn tail_mode() -> Tail {
+    static MODE: OnceLock<Tail> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        match std::env::var("TFWGPU_CONV_COOP_TAIL")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("0") => Tail::Off,
+            Ok("force") => Tail::Force,
+            _ => Tail::Model,
+        }
+    })
+}
+
+/// `TFWGPU_CONV_COOP_PAIR=1`: two splits summed in the product's epilogue
+/// (`CoopSpec::pair`) instead of by `split_sum`. Off by default: v7 request 2 measured
+/// r50_7's forward / input gradient at 0.0975 / 0.0890 ms with it against 0.0632 / 0.0618
+/// through the split sum (the arrival counters' clear costs 8 us of GPU time and a break
+/// of the compute pass; the pair epilogue 5 us). Read once per process.
+fn pair_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") && split_model()
+    })
+}
+
+/// `TFWGPU_CONV_COOP_SPLIT_MODEL=0`: v5's split rule. Read once per process.
+fn split_model() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| {
+        !std::env::var("TFWGPU_CONV_COOP_SPLIT_MODEL").is_ok_and(|v| v.trim() == "0")
+    })
+}
+
+/// `TFWGPU_CONV_COOP_SPLITS=n`: the split count wherever K is split (for measurements and
+/// tests). Read once per process.
+fn forced_splits() -> Option<usize> {
+    static N: OnceLock<Option<usize>> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("TFWGPU_CONV_COOP_SPLITS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+    })
 }
 
 /// The tile of a Conv2D forward or input-gradient product of M x N x K (`ac`: channels of
@@ -838,7 +1281,13 @@ fn choose_conv_tile(
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
     if m <= 64 || k < 64 || (plain && n <= 64 && k <= 64) {
         COOP_64X64X64_2X2W1FS
-    } else if !plain && n >= 128 && tiles >= 96 && k >= 512 {
+    } else if !plain
+        && n >= 128
+        && k >= 512
+        && (tiles >= 96 || (tiles < 66 && split_allowed() && split_model()))
+    {
+        // (v7: below half a wave of 128 x 128 tiles, split K fills the GPU with them:
+        // r50_7, 52 tiles, in two splits.)
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         COOP_128X128X64_2X4WG1F
@@ -884,4 +1333,53 @@ fn coop_input_and_tile(out: &DeviceRef, attrs: &ConvAttrs) -> Option<(Input, Opt
         Some(name) => Some(*COOP_TILES.iter().find(|t| t.name == name)?),
     };
     Some((input, forced))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The split model's choices on the ResNet-50 filter-gradient and 7x7 shapes (v7's
+    /// predictions in NOTES-coop.md; splits of whole K tiles of 64).
+    #[test]
+    fn split_model_choices() {
+        let t16 = COOP_128X128X64_4X4WG1FSE8;
+        // wide / r50_28 filter gradient: 1152 x 128 x 25088, 9 tiles: one wave of 14 splits.
+        assert_eq!(best_splits(&t16, 9, 392, 1152 * 128, 132).0, 14);
+        // r50_7 filter gradient: 4608 x 512 x 1568, 144 tiles: uniformly, no split (two
+        // waves either way; the partial sums would cost more), but the head/tail plan below
+        // beats it.
+        assert_eq!(best_splits(&t16, 144, 25, 4608 * 512, 132).0, 1);
+        // r50_7 forward / input gradient on 128 x 128: 52 tiles, 72 K tiles: two splits
+        // (104 workgroups in one wave).
+        assert_eq!(best_splits(&t16, 52, 72, 1568 * 512, 132).0, 2);
+        // r50_14 forward (98 tiles, 36 K tiles): no split; and `split_k` never splits a
+        // forward product with a wave of tiles or more.
+        assert_eq!(best_splits(&t16, 98, 36, 6272 * 256, 132).0, 1);
+        assert_eq!(split_k(&t16, 128 * 140, 128, 4608, false), (1, 4608));
+        // Head/tail plans: r50_7's filter gradient (36 x 4 tiles): 33 tile rows (132 tiles)
+        // unsplit, the last 3 rows (12 tiles) in 9 splits; none for the forward (wide: 196 x
+        // 1 tiles, one launch of two waves) nor where there is no full wave (r50_14
+        // forward, 98 tiles).
+        let lay = (2, 256);
+        let p = plan_split(&t16, 4608, 512, 1568, true, lay);
+        assert_eq!((p.head, p.splits), (33, 9), "{p:?}");
+        let p = plan_split(&t16, 25088, 128, 1152, false, lay);
+        assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
+        let p = plan_split(&t16, 6272, 256, 2304, false, lay);
+        assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
+        // A split count gives whole K tiles per split, the last one shorter.
+        let (s, kc) = split_k(&t16, 1152, 128, 25088, true);
+        assert!(kc.is_multiple_of(64) && s * kc >= 25088 && (s - 1) * kc < 25088);
+    }
+
+    #[test]
+    fn split_sum_rows() {
+        assert_eq!(super::split_sum_rows(1), 1);
+        assert_eq!(super::split_sum_rows(4), 1);
+        assert_eq!(super::split_sum_rows(5), 2);
+        assert_eq!(super::split_sum_rows(14), 4);
+        assert_eq!(super::split_sum_rows(49), 16);
+        assert_eq!(super::split_sum_rows(264), 32);
+    }
 }

@@ -447,7 +447,9 @@ pub struct CoopSpec {
     /// product is the HWIO filter gradient [R*S*C, K].
     pub wgrad: bool,
     /// Split K: workgroup z of the grid (the batch index, no batch dimensions) takes K rows
-    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own M x N slice of C.
+    /// [z * p.ftap, min(p.k, (z + 1) * p.ftap)) and writes its own slice of C: rows
+    /// [p.bstr[0].x, p.bstr[0].x + p.bstr[0].y) of C (all M rows, or those of the launch's
+    /// tile rows, `Launch::row_tiles`), slice z at z * p.bstr[0].y * N.
     pub split: bool,
     /// C is float32 whatever the input type (split-K partial sums, added up afterwards).
     pub out_f32: bool,
@@ -472,6 +474,14 @@ pub struct CoopSpec {
     /// zeros of the other phases' pixels of its (n, Y, X) (where only one phase has taps).
     /// No split K, no batches.
     pub phase: bool,
+    /// Split K in exactly two with the sum in the product's epilogue (`split`, output of the
+    /// final type, not `out_f32`): each workgroup writes its float32 partial tile to slice
+    /// z of `part` (binding 4, rows as `split`), then increments its tile's arrival counter
+    /// (binding 5, `atomic<u32>` per output tile, zero before the launch) after a
+    /// device-scope barrier; the second to arrive adds the other slice to its own
+    /// accumulators and writes the output (a + b = b + a: the same result whichever
+    /// arrives last).
+    pub pair: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -642,12 +652,13 @@ impl CoopSpec {
             && (!self.phase || (self.bwd_input && !self.strided && !self.split))
             && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
             && (!self.emulate || 256 % self.lanes == 0)
+            && (!self.pair || (self.split && !self.out_f32 && !self.phase))
     }
 
     /// The pipeline key's specialization.
     pub fn specialization(&self) -> String {
         format!(
-            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}",
+            "{}{}_l{}_{}{}_w{}x{}_{}{}{}{}{}{}",
             match (self.conv, self.bwd_input, self.wgrad) {
                 (true, true, _) if self.strided => "convbis_",
                 (true, true, _) if self.phase => "convbip_",
@@ -668,6 +679,7 @@ impl CoopSpec {
             },
             if self.split { "_sk" } else { "" },
             if self.out_f32 { "_o32" } else { "" },
+            if self.pair { "_pr" } else { "" },
             if self.vout { "_vo" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
@@ -785,6 +797,7 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
 @group(0) @binding(2) var<storage, read_write> b: array<{eb}>;
 @group(0) @binding(3) var<storage, read_write> c: array<{out_ty}>;
 
+{pair_bind}
 var<workgroup> sa: array<{smem_ty}, {sa_len}>;
 var<workgroup> sb: array<{smem_ty}, {sb_len}>;
 var<workgroup> sc: array<f32, {sc_len}>;
@@ -846,6 +859,14 @@ fn main(
                 format!("    let ntiles = ({pk} + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
             },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
+            pair_bind = if self.pair {
+                format!(
+                    "@group(0) @binding(4) var<storage, read_write> part: array<{}>;\n@group(0) @binding(5) var<storage, read_write> arrivals: array<atomic<u32>>;\nvar<workgroup> pair_old: u32;",
+                    if self.vout { "vec4<f32>" } else { "f32" }
+                )
+            } else {
+                String::new()
+            },
             sg_params = if emu {
                 ""
             } else {
@@ -1374,7 +1395,14 @@ fn main(
         let _ = writeln!(
             s,
             "    let cbase = {};\n    let sc_base = {} * 256u;\n    let sc_stride = 16u;",
-            if self.phase { "0u" } else { "bidx * p.m * p.n" },
+            if self.phase {
+                "0u"
+            } else if self.split {
+                // (Split K: slice bidx of p.bstr[0].y rows from row p.bstr[0].x on.)
+                "bidx * p.bstr[0].y * p.n"
+            } else {
+                "bidx * p.m * p.n"
+            },
             if self.scratch_slots() == t.subgroups() {
                 "sg".to_string()
             } else {
@@ -1398,6 +1426,8 @@ fn main(
             let prow = (gm / (p.oh * p.ow)) * p.astr[0].w * p.astr[0].z + (ph_py + (pq / p.ow) * p.astr[0].x) * p.astr[0].z + ph_px + (pq % p.ow) * p.astr[0].y;",
                 "prow",
             )
+        } else if self.split {
+            ("", "(gm - p.bstr[0].x)")
         } else {
             ("", "gm")
         };
@@ -1427,95 +1457,180 @@ fn main(
             }}"
             )
         };
-        for i in 0..tm {
-            for j in 0..tn {
-                for r in 0..rounds {
-                    let (open, close) = if rounds > 1 {
-                        (format!("    if sg / {slots}u == {r}u {{\n"), "    }\n")
-                    } else {
-                        (String::new(), "")
-                    };
-                    s.push_str(&open);
-                    if emu {
-                        let _ = write!(
-                            s,
-                            "    for (var q = 0u; q < {per}u; q += 1u) {{
+        // The epilogue's passes: `Out` the accumulators to C (`c`; split K: the slice of
+        // `cbase`), `PairWrite` to this workgroup's float32 slice of `part`, `PairFinish`
+        // (the second to arrive) to C with the other slice added.
+        #[derive(Clone, Copy, PartialEq)]
+        enum Pass {
+            Out,
+            PairWrite,
+            PairFinish,
+        }
+        let out_vw = if self.input == Input::F16 && !self.out_f32 {
+            8
+        } else {
+            4
+        };
+        let epilogue = |s: &mut String, pass: Pass| {
+            let (target, base, orow, vw) = match pass {
+                Pass::Out => ("c", "cbase", orow, out_vw),
+                Pass::PairWrite => ("part", "pbase", orow, 4),
+                Pass::PairFinish => ("c", "0u", "gm", out_vw),
+            };
+            for i in 0..tm {
+                for j in 0..tn {
+                    for r in 0..rounds {
+                        let (open, close) = if rounds > 1 {
+                            (format!("    if sg / {slots}u == {r}u {{\n"), "    }\n")
+                        } else {
+                            (String::new(), "")
+                        };
+                        s.push_str(&open);
+                        if emu {
+                            let _ = write!(
+                                s,
+                                "    for (var q = 0u; q < {per}u; q += 1u) {{
         sc[sc_base + lane + q * {lanes}u] = acc_{i}_{j}[q];
     }}
 ",
-                            per = 256 / self.lanes,
-                            lanes = self.lanes
-                        );
-                    } else {
-                        let _ =
-                            writeln!(s, "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);");
-                    }
-                    s.push_str(close);
-                    s.push_str("    workgroupBarrier();\n");
-                    s.push_str(&open);
-                    if self.vout {
-                        // 8 halves (or 4 floats) of one row per store.
-                        let (vw, pack) = if self.input == Input::F16 && !self.out_f32 {
-                            (
-                                8,
-                                "vec4<u32>(pack2x16float(vec2<f32>(sc[o], sc[o + 1u])), \
-                                 pack2x16float(vec2<f32>(sc[o + 2u], sc[o + 3u])), \
-                                 pack2x16float(vec2<f32>(sc[o + 4u], sc[o + 5u])), \
-                                 pack2x16float(vec2<f32>(sc[o + 6u], sc[o + 7u])))",
-                            )
+                                per = 256 / self.lanes,
+                                lanes = self.lanes
+                            );
                         } else {
-                            (4, "vec4<f32>(sc[o], sc[o + 1u], sc[o + 2u], sc[o + 3u])")
-                        };
-                        let _ = write!(
-                            s,
-                            "    for (var e = lane; e < {pieces}u; e += {lanes}u) {{
+                            let _ = writeln!(
+                                s,
+                                "    coopStoreT(acc_{i}_{j}, &sc[sc_base], sc_stride);"
+                            );
+                        }
+                        s.push_str(close);
+                        s.push_str("    workgroupBarrier();\n");
+                        s.push_str(&open);
+                        if self.vout {
+                            // 8 halves (or 4 floats) of one row per store; the pair's
+                            // finish adds the other slice's floats (16-byte loads).
+                            let sv = |q: u32| -> String {
+                                if pass == Pass::PairFinish {
+                                    format!(
+                                        "(sc[o + {q}u] + po{}.{})",
+                                        q / 4,
+                                        ["x", "y", "z", "w"][q as usize % 4]
+                                    )
+                                } else {
+                                    format!("sc[o + {q}u]")
+                                }
+                            };
+                            let pack = if vw == 8 && pass != Pass::PairWrite {
+                                format!(
+                                    "vec4<u32>(pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})))",
+                                    sv(0),
+                                    sv(1),
+                                    sv(2),
+                                    sv(3),
+                                    sv(4),
+                                    sv(5),
+                                    sv(6),
+                                    sv(7)
+                                )
+                            } else {
+                                format!("vec4<f32>({}, {}, {}, {})", sv(0), sv(1), sv(2), sv(3))
+                            };
+                            let other = if pass == Pass::PairFinish {
+                                let mut o = "
+            let pidx = (obase + (gm - p.bstr[0].x) * p.n + gn) / 4u;"
+                                    .to_string();
+                                for q in 0..vw / 4 {
+                                    let _ =
+                                        write!(o, "\n            let po{q} = part[pidx + {q}u];");
+                                }
+                                o
+                            } else {
+                                String::new()
+                            };
+                            let _ = write!(
+                                s,
+                                "    for (var e = lane; e < {pieces}u; e += {lanes}u) {{
         let row = e / {per_row}u;
         let col = (e % {per_row}u) * {vw}u;
         let gm = m0 + sg_row + {r0}u + row;
         let gn = n0 + sg_col + {c0}u + col;
         if gm < p.m && gn < p.n {{
-            let o = sc_base + row * 16u + col;{prow}
-            c[(cbase + {orow} * p.n + gn) / {vw}u] = {pack};{zf}
+            let o = sc_base + row * 16u + col;{prow}{other}
+            {target}[({base} + {orow} * p.n + gn) / {vw}u] = {pack};{zf}
         }}
     }}
 ",
-                            pieces = 256 / vw,
-                            per_row = 16 / vw,
+                                pieces = 256 / vw,
+                                per_row = 16 / vw,
+                                lanes = self.lanes,
+                                r0 = i * 16,
+                                c0 = j * 16,
+                                prow = prow,
+                                zf = zfill(
+                                    &format!("(cbase + zrow * p.n + gn) / {vw}u"),
+                                    &format!("{}()", out_ty)
+                                ),
+                            );
+                            s.push_str(close);
+                            s.push_str("    workgroupBarrier();\n");
+                            continue;
+                        }
+                        let (conv, val) = match pass {
+                            Pass::Out => (conv_out, "sc[sc_base + e]".to_string()),
+                            Pass::PairWrite => ("", "sc[sc_base + e]".to_string()),
+                            Pass::PairFinish => (
+                                conv_out,
+                                "(sc[sc_base + e] + part[obase + (gm - p.bstr[0].x) * p.n + gn])"
+                                    .to_string(),
+                            ),
+                        };
+                        let _ = write!(
+                            s,
+                            "    for (var e = lane; e < 256u; e += {lanes}u) {{
+        let gm = m0 + sg_row + {r0}u + e / 16u;
+        let gn = n0 + sg_col + {c0}u + e % 16u;
+        if gm < p.m && gn < p.n {{{prow}
+            {target}[{base} + {orow} * p.n + gn] = {conv}({val});{zf}
+        }}
+    }}
+",
                             lanes = self.lanes,
                             r0 = i * 16,
                             c0 = j * 16,
                             prow = prow,
-                            orow = orow,
-                            zf = zfill(
-                                &format!("(cbase + zrow * p.n + gn) / {vw}u"),
-                                &format!("{}()", out_ty)
-                            ),
+                            zf = zfill("cbase + zrow * p.n + gn", &format!("{}()", out_ty)),
                         );
                         s.push_str(close);
                         s.push_str("    workgroupBarrier();\n");
-                        continue;
                     }
-                    let _ = write!(
-                        s,
-                        "    for (var e = lane; e < 256u; e += {lanes}u) {{
-        let gm = m0 + sg_row + {r0}u + e / 16u;
-        let gn = n0 + sg_col + {c0}u + e % 16u;
-        if gm < p.m && gn < p.n {{{prow}
-            c[cbase + {orow} * p.n + gn] = {conv_out}(sc[sc_base + e]);{zf}
-        }}
-    }}
-",
-                        lanes = self.lanes,
-                        r0 = i * 16,
-                        c0 = j * 16,
-                        prow = prow,
-                        orow = orow,
-                        zf = zfill("cbase + zrow * p.n + gn", &format!("{}()", out_ty)),
-                    );
-                    s.push_str(close);
-                    s.push_str("    workgroupBarrier();\n");
                 }
             }
+        };
+        if self.pair {
+            // Own partial out, a device-scope barrier (release), the arrival; the second
+            // workgroup of the tile (acquire) adds the first one's slice.
+            let _ = write!(
+                s,
+                "    let pbase = bidx * p.bstr[0].y * p.n;
+    let obase = (1u - bidx) * p.bstr[0].y * p.n;
+    let pair_tile = (p.tile_base_y + tile.y) * ((p.n + {bn}u - 1u) / {bn}u) + p.tile_base_x + tile.x;
+",
+                bn = t.bn
+            );
+            epilogue(&mut s, Pass::PairWrite);
+            s.push_str(
+                "    storageBarrier();
+    if lid == 0u {
+        pair_old = atomicAdd(&arrivals[pair_tile], 1u);
+    }
+    let pair_last = workgroupUniformLoad(&pair_old) == 1u;
+    if pair_last {
+        storageBarrier();
+",
+            );
+            epilogue(&mut s, Pass::PairFinish);
+            s.push_str("    }\n");
+        } else {
+            epilogue(&mut s, Pass::Out);
         }
         s.push_str("}\n");
         s
@@ -1738,6 +1853,7 @@ impl Kernel for CoopMatMul {
             strided: false,
             phase: false,
             vout: false,
+            pair: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -1761,6 +1877,7 @@ impl Kernel for CoopMatMul {
             dims,
             conv: [0; 16],
             aux: [0; 24],
+            row_tiles: None,
         };
         launch(ctx, op, &spec, &l, a_ref, b_ref, out)
     }
@@ -1788,6 +1905,8 @@ pub(crate) struct Launch {
     /// Strided input gradients by phase (`CoopSpec::phase`): the words of p.bdims, p.astr
     /// and p.bstr (no batch dimensions there).
     pub aux: [u32; 24],
+    /// Only tile rows [start, start + count) of C (None: all).
+    pub row_tiles: Option<(usize, usize)>,
 }
 
 /// Records the dispatches of `spec` for `l`: C (`out`, M x N per batch) = A x B.
@@ -1799,6 +1918,22 @@ pub(crate) fn launch(
     a_ref: &DeviceRef,
     b_ref: &DeviceRef,
     out: &DeviceRef,
+) -> Result<()> {
+    launch_with(ctx, op, spec, l, a_ref, b_ref, out, &[])
+}
+
+/// `launch` with bindings after C (`CoopSpec::pair`: the partial slices and the arrival
+/// counters).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch_with(
+    ctx: &KernelContext,
+    op: &str,
+    spec: &CoopSpec,
+    l: &Launch,
+    a_ref: &DeviceRef,
+    b_ref: &DeviceRef,
+    out: &DeviceRef,
+    extra: &[&DeviceRef],
 ) -> Result<()> {
     for r in [a_ref, b_ref, out] {
         to_u32(op, r.desc.num_elements())?;
@@ -1828,6 +1963,10 @@ pub(crate) fn launch(
     // loads the tensor's size is a multiple of 16 already.
     let bind = |r: &DeviceRef| ctx.bind_bytes(r.addr, r.desc.byte_size().next_multiple_of(4));
     let (a, b, c) = (bind(a_ref)?, bind(b_ref)?, bind(out)?);
+    let mut bindings = vec![a, b, c];
+    for r in extra {
+        bindings.push(bind(r)?);
+    }
     let mut bdims = [0u32; MAX_BATCH_DIMS];
     let mut astr = [0u32; MAX_BATCH_DIMS];
     let mut bstr = [0u32; MAX_BATCH_DIMS];
@@ -1847,7 +1986,15 @@ pub(crate) fn launch(
         .map(|&v| to_u32(op, v))
         .collect::<Result<_>>()?;
     let tiles_x = l.n.div_ceil(spec.tile.bn as usize);
-    let tiles_y = l.m.div_ceil(spec.tile.bm as usize);
+    let (ty0, tiles_y) = l
+        .row_tiles
+        .unwrap_or((0, l.m.div_ceil(spec.tile.bm as usize)));
+    if spec.split {
+        // The rows of C this launch writes (the split slices hold only those).
+        let bm = spec.tile.bm as usize;
+        bstr[0] = to_u32(op, ty0 * bm)?;
+        bstr[1] = to_u32(op, ((ty0 + tiles_y) * bm).min(l.m).saturating_sub(ty0 * bm))?;
+    }
     let max = MAX_GROUPS_X as usize;
     for z0 in (0..l.batches).step_by(max) {
         let gz = (l.batches - z0).min(max);
@@ -1868,7 +2015,7 @@ pub(crate) fn launch(
                     spec.b_nfast as u32,
                     l.dims.len() as u32,
                     x0 as u32,
-                    y0 as u32,
+                    (ty0 + y0) as u32,
                     gx as u32,
                     gy as u32,
                     0,
@@ -1880,7 +2027,7 @@ pub(crate) fn launch(
                 ctx.dispatch(
                     &pipeline,
                     &params(&words),
-                    &[a.clone(), b.clone(), c.clone()],
+                    &bindings,
                     [gx as u32, gy as u32, gz as u32],
                 )?;
             }
@@ -1915,6 +2062,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             strided: false,
                             phase: false,
                             vout: false,
+                            pair: false,
                             emulate: false,
                         };
                         // Products, Conv2D forward, backprop input; split-K products and the
@@ -1937,6 +2085,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     out_f32: split,
                                     strided: true,
                                     vout: true,
+                                    pair: false,
                                     ..s
                                 };
                                 if st.is_valid() {
@@ -1948,6 +2097,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     bwd_input,
                                     phase: true,
                                     vout: true,
+                                    pair: false,
                                     ..s
                                 };
                                 if ph.is_valid() {
@@ -1965,6 +2115,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     out_f32,
                                     // (The vector epilogue is for the Conv2D forms only.)
                                     vout: vout && (conv || split),
+                                    pair: false,
                                     ..s
                                 };
                                 if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {

@@ -1,0 +1,35 @@
+//! v7's head/tail split plans (the tile rows of the full waves unsplit, the rest with K
+//! split, summed into those rows) forced on small products (`TFWGPU_CONV_COOP_WAVE=3`,
+//! `TFWGPU_CONV_COOP_TAIL=force`), checked in the emulated form on any adapter with float16
+//! shaders against f64 references: the 64 x 64 tile and the lavapipe form of the
+//! 16-subgroup tile, two splits summed in pairs (`TFWGPU_CONV_COOP_PAIR=1`). A binary of its
+//! own: the settings are read once per process.
+mod common;
+mod coop_cases;
+
+use std::sync::Once;
+
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4, EMULATE_VAR, emulation_requested,
+};
+
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
+        // others until the variables are set, so no other thread reads the environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            std::env::set_var("TFWGPU_CONV_COOP_WAVE", "3");
+            std::env::set_var("TFWGPU_CONV_COOP_TAIL", "force");
+            std::env::set_var("TFWGPU_CONV_COOP_PAIR", "1");
+        }
+    });
+    assert!(emulation_requested());
+}
+
+#[test]
+fn emulated_conv2d_head_tail() {
+    setup();
+    coop_cases::conv2d_head_tail(&[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4]);
+}
