@@ -528,6 +528,12 @@ unsafe extern "C" fn optimize(
         {
             cur = g.into();
         }
+        // Casts of the input pipeline's labels on the host.
+        if pin::casts_enabled()
+            && let Some(g) = pin::pin_host_casts(&cur)?
+        {
+            cur = g.into();
+        }
         // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
         // read by the variable's AssignAdd, whose read must not wait for m's read), and after
         // it (Adam's m and v are AssignAdds, then read by the variable's update).

@@ -152,6 +152,18 @@ pub enum FusedOp {
     RsqrtGrad,
     /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
     Tile,
+    /// x / y, 0 where y is 0 (either sign).
+    DivNoNan,
+    /// The comparisons: a bool held in the program (1.0 or 0.0), only ever SelectV2's
+    /// condition; false where either side is NaN (NotEqual: true).
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    /// condition ? then : else, the condition a comparison of the program.
+    SelectV2,
 }
 
 /// The TensorFlow ops a program may hold (float `T`; BiasAdd with `data_format` NHWC).
@@ -184,7 +196,23 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("ReluGrad", FusedOp::ReluGrad),
     ("RsqrtGrad", FusedOp::RsqrtGrad),
     ("Tile", FusedOp::Tile),
+    ("DivNoNan", FusedOp::DivNoNan),
+    ("Equal", FusedOp::Equal),
+    ("NotEqual", FusedOp::NotEqual),
+    ("Less", FusedOp::Less),
+    ("LessEqual", FusedOp::LessEqual),
+    ("Greater", FusedOp::Greater),
+    ("GreaterEqual", FusedOp::GreaterEqual),
+    ("SelectV2", FusedOp::SelectV2),
 ];
+
+/// Whether a fusible TensorFlow op is a comparison (its bool result lives only inside a
+/// program, as a SelectV2's condition: it never roots a group).
+pub fn is_predicate(tf_op: &str) -> bool {
+    FUSIBLE
+        .iter()
+        .any(|(n, op)| *n == tf_op && op.is_predicate())
+}
 
 /// The number of inputs of a fusible TensorFlow op; `None` for an op programs cannot hold.
 pub fn fusible_arity(tf_op: &str) -> Option<usize> {
@@ -204,9 +232,20 @@ impl FusedOp {
         use FusedOp::*;
         match self {
             Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
-            | ReluGrad | RsqrtGrad => 2,
+            | ReluGrad | RsqrtGrad | DivNoNan | Equal | NotEqual | Less | LessEqual | Greater
+            | GreaterEqual => 2,
+            SelectV2 => 3,
             _ => 1,
         }
+    }
+
+    /// A comparison: its result is a bool (1.0 or 0.0 in the program), SelectV2's condition.
+    pub fn is_predicate(self) -> bool {
+        use FusedOp::*;
+        matches!(
+            self,
+            Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual
+        )
     }
 
     /// The body of `fn opK(x: f32[, y: f32]) -> f32`, as the elementwise family computes
@@ -264,6 +303,32 @@ impl FusedOp {
             }
             // The broadcast is in the reads.
             Tile => "    return x;",
+            // As the elementwise family's DivNoNan.
+            DivNoNan => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return x / y;"
+            }
+            // As the elementwise family's comparisons, on bit patterns (NaN is false).
+            Equal => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(x, y) && !f32_less(y, x));"
+            }
+            NotEqual => {
+                "    return select(0.0, 1.0, is_nan(x) || is_nan(y) || f32_less(x, y) || f32_less(y, x));"
+            }
+            Less => "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && f32_less(x, y));",
+            LessEqual => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(y, x));"
+            }
+            Greater => "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && f32_less(y, x));",
+            GreaterEqual => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(x, y));"
+            }
+            // The value moves as bits (NaN payloads and -0 kept).
+            SelectV2 => {
+                "    return bitcast<f32>(select(bitcast<u32>(z), bitcast<u32>(y), bitcast<u32>(x) != 0u));"
+            }
         }
     }
 }
@@ -397,6 +462,32 @@ impl Program {
                 .any(|i| i.args.contains(&Arg::Temp(k)));
             if !used && !exports.contains(&k) {
                 bail_invalid!("{OP}: the result of instruction {k} is never used");
+            }
+        }
+        // A comparison's bool is only ever a SelectV2's condition (never an output, an input
+        // of another op or a SelectV2's value), and a SelectV2's condition is a comparison.
+        for (k, ins) in instrs.iter().enumerate() {
+            if ins.op.is_predicate() && (k == last || exports.contains(&k)) {
+                bail_invalid!(
+                    "{OP}: instruction {k} ({}) is a comparison, whose bool result can only be \
+                     a SelectV2's condition, not an output",
+                    ins.name
+                );
+            }
+            for (j, a) in ins.args.iter().enumerate() {
+                let pred = matches!(*a, Arg::Temp(t) if instrs[t].op.is_predicate());
+                let cond = ins.op == FusedOp::SelectV2 && j == 0;
+                if pred != cond {
+                    bail_invalid!(
+                        "{OP}: instruction {k} ({}): argument {j} {}",
+                        ins.name,
+                        if cond {
+                            "(the condition) must be the result of a comparison"
+                        } else {
+                            "is a comparison's bool, which only a SelectV2's condition takes"
+                        }
+                    );
+                }
             }
         }
         Ok(Program {
@@ -573,6 +664,24 @@ impl Program {
                         );
                     }
                     x.iter().zip(m).map(|(&a, &b)| a * b).collect()
+                }
+                FusedOp::SelectV2 => {
+                    let (c, t, e) = (
+                        shape_of(&ins.args[0]),
+                        shape_of(&ins.args[1]),
+                        shape_of(&ins.args[2]),
+                    );
+                    broadcast2(&c, &t)
+                        .and_then(|ct| broadcast2(&ct, &e))
+                        .ok_or_else(|| {
+                            invalid_arg!(
+                                "{OP}: instruction {k}: SelectV2: condition {}, then {} and else \
+                                 {} do not broadcast",
+                                fmt_shape(&c),
+                                fmt_shape(&t),
+                                fmt_shape(&e)
+                            )
+                        })?
                 }
                 _ if ins.args.len() == 2 => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
@@ -775,10 +884,10 @@ fn fence(v: f32) -> f32 {{
             ));
         }
         for (k, ins) in self.instrs.iter().enumerate() {
-            let params = if ins.op.arity() == 2 {
-                "x: f32, y: f32"
-            } else {
-                "x: f32"
+            let params = match ins.op.arity() {
+                3 => "x: f32, y: f32, z: f32",
+                2 => "x: f32, y: f32",
+                _ => "x: f32",
             };
             s.push_str(&format!(
                 "fn op{k}({params}) -> f32 {{\n{}\n}}\n",
