@@ -4,7 +4,9 @@ condition (Keras's dropout: forward `select(random >= rate, x * scale, 0)`, grad
 `select(random >= rate, dy, 0) * scale`: five kernels become two, the comparison computed again
 in the gradient's program from the same random values), DivNoNan joins the loss and metric
 scalars' group; and Keras's label casts of host data run on the host
-(crates/plugin/src/graph/pin.rs, `TFWGPU_PIN_CASTS=0` turns that off).
+(crates/plugin/src/graph/pin.rs, `TFWGPU_PIN_CASTS=0` turns that off); a Conv2D or MatMul and
+the BiasAdd after it run as one kernel call (crates/plugin/src/graph/epilogue.rs,
+`TFWGPU_BIAS_EPILOGUE=0` turns that off: the same two kernels, the same bits).
 
 Comparisons and selects are exact, DivNoNan one rounding (WGSL's division, as the unfused
 kernel's): against the unfused kernels equal bits, against the CPU exact where the ops are
@@ -180,8 +182,8 @@ def test_div_no_nan_scalars_match_cpu(tf):
             np.testing.assert_array_equal(g, w)
 
 
-def _fit_cnn(tf, keras, pin_casts):
-    with _Env(TFWGPU_PIN_CASTS=pin_casts):
+def _fit_cnn(tf, keras, pin_casts, epilogue="1"):
+    with _Env(TFWGPU_PIN_CASTS=pin_casts, TFWGPU_BIAS_EPILOGUE=epilogue):
         keras.utils.set_random_seed(11)
         rng = np.random.default_rng(11)
         x = rng.random((32, 10, 10, 1), dtype=np.float32)
@@ -220,3 +222,42 @@ def test_keras_fit_casts_labels_on_the_host_with_equal_results(tf):
     for a, b in zip(w_on, w_off):
         np.testing.assert_array_equal(a, b)
     assert np.all(np.isfinite(loss_on))
+
+
+def test_keras_fit_adds_biases_in_their_products_kernel_call_with_equal_results(tf):
+    import keras
+
+    loss_on, w_on, d_on = _fit_cnn(tf, keras, "1", epilogue="1")
+    loss_off, w_off, d_off = _fit_cnn(tf, keras, "1", epilogue="0")
+    # Off: the convolution's and the dense layer's BiasAdd run as kernels every step.
+    assert d_off.get("BiasAdd", 0) >= 8 and d_off.get("Conv2D", 0) >= 4, d_off
+    assert d_on.get("BiasAdd", 0) == 0 and d_on.get("Conv2D", 0) == 0, d_on
+    assert d_on.get("_TfwgpuConv2DBiasAdd", 0) >= 4 and d_on.get("_TfwgpuMatMulBiasAdd", 0) >= 4, d_on
+    assert sum(d_on.values()) <= sum(d_off.values()) - 8, (d_on, d_off)
+    np.testing.assert_array_equal(loss_on, loss_off)
+    for a, b in zip(w_on, w_off):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_inference_of_conv_and_dense_with_bias_matches_cpu(tf):
+    """model(x) of a Conv2D (SAME, stride 2) and a Dense, each with its bias: against the CPU
+    within the products' rounding, and the two kernel calls fewer."""
+    import keras
+
+    keras.utils.set_random_seed(2)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5, 9, 9, 3)).astype(np.float32)
+    m = keras.Sequential([keras.Input((9, 9, 3)), keras.layers.Conv2D(7, 3, strides=2, padding="same"),
+                          keras.layers.AveragePooling2D(2), keras.layers.Flatten(), keras.layers.Dense(11)])
+    with tf.device("/CPU:0"):
+        want = m(tf.constant(x), training=False).numpy()
+    with tf.device("/GPU:0"):
+        f = tf.function(lambda v: m(v, training=False))
+        xd = tf.constant(x)
+        f(xd)
+        before = _ops()
+        got = f(xd).numpy()
+        d = _delta(before, _ops())
+    assert d.get("_TfwgpuConv2DBiasAdd") == 1 and d.get("_TfwgpuMatMulBiasAdd") == 1, d
+    assert "BiasAdd" not in d, d
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

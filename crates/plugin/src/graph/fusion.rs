@@ -95,7 +95,7 @@ fn reducible(n: &Node) -> bool {
 }
 
 /// The value of a varint field of an encoded AttrValue (`type` is 6).
-fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
+pub(super) fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
     let mut r = Reader::new(value);
     while let Ok(Some((f, v))) = r.next() {
         if let (true, Field::Varint(x)) = (f == field, v) {
@@ -106,7 +106,7 @@ fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
 }
 
 /// The string of an encoded AttrValue (`s`, field 2).
-fn attr_str(value: &[u8]) -> Option<&[u8]> {
+pub(super) fn attr_str(value: &[u8]) -> Option<&[u8]> {
     let mut r = Reader::new(value);
     while let Ok(Some((f, v))) = r.next() {
         if let (2, Field::Bytes(b)) = (f, v) {
@@ -1322,7 +1322,7 @@ fn dominant(shapes: &[Option<Vec<Option<i64>>>]) -> Option<usize> {
 
 /// Shape function of the tiled fused op: unknown (a Tile in the program can make the output
 /// larger than every input, and the program is not visible here).
-unsafe extern "C" fn unknown_shape_fn(
+pub(super) unsafe extern "C" fn unknown_shape_fn(
     ctx: *mut sys::TF_ShapeInferenceContext,
     status: *mut sys::TF_Status,
 ) {

@@ -55,6 +55,7 @@ pub const OP_REDUCE: &str = "_TfwgpuFusedReduce";
 /// The same kernel with more outputs: values of the program also used elsewhere.
 pub const OP_REDUCE_MULTI: &str = "_TfwgpuFusedReduceMulti";
 
+pub mod bias;
 mod reduce;
 
 /// The elementwise family's f32 pow (needs `opaque`).
