@@ -479,3 +479,48 @@ fn a_comparisons_bool_is_only_a_selects_condition() {
         .to_string();
     assert!(e.contains("SelectV2"), "{e}");
 }
+
+#[test]
+fn one_kernel_on_shapes_that_change_from_call_to_call() {
+    // The kernel keeps each dispatch's shape-dependent plan: calls on other shapes (and back)
+    // must each get their own broadcast, params and grid.
+    let k = tfwgpu_runtime::kernels::fused::Fused::build(&attrs(DROPOUT, 5, DType::F32)).unwrap();
+    let mut r = rng(9);
+    for shape in [
+        vec![7usize],
+        vec![3, 129],
+        vec![7],
+        vec![1],
+        vec![2, 1, 65],
+        vec![3, 129],
+    ] {
+        let n: usize = shape.iter().product();
+        let data = [
+            rand_f32(&mut r, n, 0.0, 1.0),
+            vec![0.5f32],
+            rand_f32(&mut r, n, -1.0, 1.0),
+            vec![2.0f32],
+            vec![0.0f32],
+        ];
+        let shapes: [&[usize]; 5] = [&shape, &[], &shape, &[], &[]];
+        let t: Vec<Tensor> = data
+            .iter()
+            .zip(shapes)
+            .map(|(d, s)| dev().upload(d, s).unwrap())
+            .collect();
+        let args: Vec<Arg> = t.iter().map(Arg::from).collect();
+        let got = dev().run_kernel(k.as_ref(), &args).unwrap().remove(0);
+        assert_eq!(got.shape(), shape.as_slice());
+        let ins: Vec<(&[f32], &[usize])> = data
+            .iter()
+            .zip(shapes)
+            .map(|(d, s)| (d.as_slice(), s))
+            .collect();
+        let want = cpu_program(DROPOUT, &ins, &shape);
+        assert_eq!(
+            bits(&got.download::<f32>().unwrap()),
+            bits(&want),
+            "{shape:?}"
+        );
+    }
+}

@@ -1084,7 +1084,27 @@ pub struct Fused {
     /// Programs restricted to the outputs of one shape (by their instructions, in dispatch
     /// order), with their inputs and key text: computed once per set of outputs.
     restricted: std::sync::Mutex<Vec<(Vec<usize>, std::sync::Arc<Restricted>)>>,
+    /// What a dispatch of a program (by its key text) on inputs of given shapes needs, kept
+    /// from the first call (TensorFlow runs a node on the same shapes step after step): the
+    /// merged broadcast, the params, the pipeline key's variant, built once instead of on
+    /// every call.
+    plans: std::sync::Mutex<Vec<std::sync::Arc<DispatchPlan>>>,
 }
+
+/// One dispatch's shape-dependent parts (see `Fused::plans`).
+struct DispatchPlan {
+    text: String,
+    shapes: Vec<Vec<usize>>,
+    out: Vec<usize>,
+    variant: String,
+    flat: bool,
+    uniform: Vec<bool>,
+    params: Vec<u8>,
+    groups: [u32; 3],
+}
+
+/// Most plans a kernel keeps (a node whose shapes keep changing builds them afresh).
+const MAX_PLANS: usize = 8;
 
 /// A program restricted to some of the outputs, its inputs in the whole program and its key
 /// text.
@@ -1146,6 +1166,7 @@ impl Fused {
             program,
             dtype,
             restricted: Default::default(),
+            plans: Default::default(),
         }))
     }
 
@@ -1200,7 +1221,9 @@ impl Fused {
     }
 
     /// One dispatch of `program` (every instruction's result of `shape` or broadcasting to
-    /// it) writing its outputs `outs` in order.
+    /// it) writing its outputs `outs` in order; its plan is kept when `cache` (a program that
+    /// lives as long as the kernel: not one whose Tiles were materialized for this call).
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
         ctx: &KernelContext,
@@ -1209,11 +1232,71 @@ impl Fused {
         inputs: &[Operand],
         shape: &[usize],
         outs: &[&DeviceRef],
+        cache: bool,
     ) -> Result<()> {
         let n: usize = shape.iter().product();
         if n == 0 {
             return Ok(());
         }
+        let bindings_needed = (program.inputs + outs.len()) as u32;
+        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
+                ctx.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
+        let found = cache
+            .then(|| {
+                let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+                plans
+                    .iter()
+                    .find(|p| {
+                        p.text == text
+                            && p.out == shape
+                            && p.shapes.len() == inputs.len()
+                            && p.shapes.iter().zip(inputs).all(|(s, i)| s == i.shape())
+                    })
+                    .cloned()
+            })
+            .flatten();
+        let plan = match found {
+            Some(p) => p,
+            None => {
+                let p = std::sync::Arc::new(self.plan(program, text, inputs, shape)?);
+                if cache {
+                    let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+                    if plans.len() >= MAX_PLANS {
+                        plans.remove(0);
+                    }
+                    plans.push(p.clone());
+                }
+                p
+            }
+        };
+        let mut binds = Vec::with_capacity(inputs.len() + outs.len());
+        for (k, i) in inputs.iter().enumerate() {
+            binds.push(ctx.bind(i.device(OP, k)?)?);
+        }
+        for o in outs {
+            binds.push(bind_out(ctx, OP, o)?);
+        }
+        let key = PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
+        let pipeline = ctx.pipeline(key, || {
+            ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform))
+        })?;
+        ctx.dispatch(&pipeline, &plan.params, &binds, plan.groups)
+    }
+
+    /// The shape-dependent parts of a dispatch of `program` on `inputs` for an output of
+    /// `shape` (not empty).
+    fn plan(
+        &self,
+        program: &Program,
+        text: &str,
+        inputs: &[Operand],
+        shape: &[usize],
+    ) -> Result<DispatchPlan> {
+        let n: usize = shape.iter().product();
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
         let reads = Reads::of(shape, &shapes).ok_or_else(|| {
             invalid_arg!(
@@ -1229,20 +1312,6 @@ impl Fused {
                 reads.dims.len()
             )));
         }
-        let bindings_needed = (program.inputs + outs.len()) as u32;
-        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
-            return Err(Error::Unimplemented(format!(
-                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
-                ctx.limits().max_storage_buffers_per_shader_stage
-            )));
-        }
-        let mut binds = Vec::with_capacity(inputs.len() + outs.len());
-        for (k, i) in inputs.iter().enumerate() {
-            binds.push(ctx.bind(i.device(OP, k)?)?);
-        }
-        for o in outs {
-            binds.push(bind_out(ctx, OP, o)?);
-        }
         let flat = reads.dims.len() <= 1;
         let uniform = program.uniform_instrs(&shapes, n);
         let mut variant = format!("{text}/{}", if flat { "flat" } else { "bcast" });
@@ -1250,10 +1319,6 @@ impl Fused {
             variant.push_str("/uniform:");
             variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
         }
-        let key = PipelineKey::new("fused", Some(self.dtype), variant);
-        let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(program.shader(self.dtype, flat, &uniform))
-        })?;
         let words = words_for(OP, self.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         let mut w = vec![row, n as u32, reads.dims.len() as u32, words, 0, 0, 0, 0];
@@ -1269,7 +1334,16 @@ impl Fused {
             }
             w.extend_from_slice(&a8);
         }
-        ctx.dispatch(&pipeline, &params(&w), &binds, groups)
+        Ok(DispatchPlan {
+            text: text.to_string(),
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            out: shape.to_vec(),
+            variant,
+            flat,
+            uniform,
+            params: params(&w),
+            groups,
+        })
     }
 }
 
@@ -1387,7 +1461,10 @@ impl Kernel for Fused {
         if out_instrs.iter().all(|&o| &temps[o] == root_shape) {
             // One dispatch writes every output (a single-output program, or SGD's update).
             let outs: Vec<&DeviceRef> = outputs.iter().collect();
-            return self.dispatch(ctx, &program, &self.text, &replaced, root_shape, &outs);
+            let cache = tiled.is_empty();
+            return self.dispatch(
+                ctx, &program, &self.text, &replaced, root_shape, &outs, cache,
+            );
         }
         // Outputs by shape: those of output 0's shape in the last dispatch (output 0 may be
         // written over an input, which the other dispatches read), the others one dispatch
@@ -1415,7 +1492,16 @@ impl Kernel for Fused {
             let sub = self.restricted(&program, &values, !tiled.is_empty());
             let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| replaced[i]).collect();
             let outs: Vec<&DeviceRef> = ks.iter().map(|&k| &outputs[k]).collect();
-            self.dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, &outs)?;
+            let cache = tiled.is_empty();
+            self.dispatch(
+                ctx,
+                &sub.program,
+                &sub.text,
+                &sub_inputs,
+                shape,
+                &outs,
+                cache,
+            )?;
         }
         Ok(())
     }
