@@ -16,6 +16,9 @@ the device; the batch-end callbacks read the loss). This script times, by wall c
   pageable:      each step copies the batch from pageable host memory (.to(cuda))
   pageable+sync: each step copies the batch and reads the loss (`loss.item()`: a host sync),
                  as Keras fit's step does
+  infer:         inference as bench/keras_models.py times it (the model in eval mode under
+                 torch.inference_mode on a batch on the GPU, `--steps` calls, then one read of
+                 the last output: wall / steps)
 """
 import argparse
 import json
@@ -41,6 +44,8 @@ def run(name, variant, steps, warmup, reps):
     hy = torch.randint(0, tm.CLASSES[name], (b,))
     x, y = hx.to(dev), hy.to(dev)
     probs = model.probs
+    if variant == "infer":
+        return _infer(model, x, steps, warmup, reps)
     model.train()
 
     def step():
@@ -65,20 +70,38 @@ def run(name, variant, steps, warmup, reps):
     return out
 
 
+def _infer(model, x, steps, warmup, reps):
+    model.eval()
+    with torch.inference_mode():
+        for _ in range(warmup):
+            out = model(x)
+        out.cpu()
+        res = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                out = model(x)
+            out.cpu()
+            res.append((time.perf_counter() - t0) / steps * 1e3)
+    return res
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--models", default="cnn")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--variants", default="device,pageable,pageable+sync,infer")
     p.add_argument("--json")
     a = p.parse_args(argv)
     res = {}
     for name in a.models.split(","):
-        for variant in ("device", "pageable", "pageable+sync"):
+        for variant in a.variants.split(","):
             ms = run(name, variant, a.steps, a.warmup, a.reps)
             res[f"{name}/{variant}"] = {"ms_per_step": ms, "median": statistics.median(ms)}
-            print(f"{name:7s} {variant:14s} train {statistics.median(ms):7.3f} ms/step (wall; runs "
+            what = "infer" if variant == "infer" else "train"
+            print(f"{name:7s} {variant:14s} {what} {statistics.median(ms):7.3f} ms/step (wall; runs "
                   + ", ".join(f"{v:.3f}" for v in ms) + ")", flush=True)
     if a.json:
         with open(a.json, "w") as f:

@@ -19,6 +19,7 @@ use crate::nodedef::{Field, Reader};
 use crate::status::guard;
 
 pub mod apply;
+pub mod epilogue;
 pub mod fusion;
 pub mod pin;
 
@@ -509,7 +510,9 @@ unsafe extern "C" fn optimize(
         let fusing =
             fusion::enabled() && fusion::REGISTERED.load(std::sync::atomic::Ordering::Relaxed);
         let multi = fusing && fusion::multi_output();
-        let preserve = if fusing {
+        let epilogues =
+            epilogue::enabled() && epilogue::REGISTERED.load(std::sync::atomic::Ordering::Relaxed);
+        let preserve = if fusing || epilogues {
             // SAFETY: the item TensorFlow passed with the graph.
             unsafe { fusion::nodes_to_preserve(item) }?
         } else {
@@ -528,6 +531,12 @@ unsafe extern "C" fn optimize(
         {
             cur = g.into();
         }
+        // Casts of the input pipeline's labels on the host.
+        if pin::casts_enabled()
+            && let Some(g) = pin::pin_host_casts(&cur)?
+        {
+            cur = g.into();
+        }
         // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
         // read by the variable's AssignAdd, whose read must not wait for m's read), and after
         // it (Adam's m and v are AssignAdds, then read by the variable's update).
@@ -541,6 +550,10 @@ unsafe extern "C" fn optimize(
             cur = g.into();
         }
         if fusing && let Some(g) = fusion::fuse(&cur, &preserve, fusion::max_inputs())? {
+            cur = g.into();
+        }
+        // A Conv2D or MatMul and the BiasAdd after it (that no group took): one node.
+        if epilogues && let Some(g) = epilogue::bias_epilogues(&cur, &preserve)? {
             cur = g.into();
         }
         let bytes: &[u8] = &cur;

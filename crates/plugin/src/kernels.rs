@@ -748,6 +748,10 @@ pub extern "C" fn TF_InitKernel() {
         }
         // The op of the graph pass's fused nodes, before its kernels.
         crate::graph::fusion::register_op();
+        // The product-and-bias ops of the graph pass, before their kernels.
+        if crate::graph::epilogue::register_ops() {
+            crate::graph::epilogue::REGISTERED.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let n = register_all() + crate::variables::register();
         tracing::info!("registered {n} tfwgpu kernels");
     })

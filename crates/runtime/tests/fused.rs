@@ -105,6 +105,21 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
         }
         // The broadcast happens in the reads.
         Tile => x,
+        DivNoNan => {
+            if y == 0.0 {
+                0.0
+            } else {
+                x / y
+            }
+        }
+        // A comparison's bool, as the program holds it (1.0 or 0.0).
+        Equal => (x == y) as u8 as f32,
+        NotEqual => (x != y) as u8 as f32,
+        Less => (x < y) as u8 as f32,
+        LessEqual => (x <= y) as u8 as f32,
+        Greater => (x > y) as u8 as f32,
+        GreaterEqual => (x >= y) as u8 as f32,
+        SelectV2 => panic!("SelectV2 takes three operands: tests/fused_select.rs checks it"),
     }
 }
 

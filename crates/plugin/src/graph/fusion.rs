@@ -95,7 +95,7 @@ fn reducible(n: &Node) -> bool {
 }
 
 /// The value of a varint field of an encoded AttrValue (`type` is 6).
-fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
+pub(super) fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
     let mut r = Reader::new(value);
     while let Ok(Some((f, v))) = r.next() {
         if let (true, Field::Varint(x)) = (f == field, v) {
@@ -106,7 +106,7 @@ fn attr_varint(value: &[u8], field: u32) -> Option<u64> {
 }
 
 /// The string of an encoded AttrValue (`s`, field 2).
-fn attr_str(value: &[u8]) -> Option<&[u8]> {
+pub(super) fn attr_str(value: &[u8]) -> Option<&[u8]> {
     let mut r = Reader::new(value);
     while let Ok(Some((f, v))) = r.next() {
         if let (2, Field::Bytes(b)) = (f, v) {
@@ -174,7 +174,129 @@ fn fusible(n: &Node) -> Option<u64> {
     {
         return None;
     }
+    // Equal/NotEqual with `incompatible_shape_error` false give a scalar for shapes that do
+    // not broadcast: not a program's broadcast.
+    if matches!(n.op.as_str(), "Equal" | "NotEqual")
+        && n.attr("incompatible_shape_error")
+            .and_then(|v| attr_varint(v, 5))
+            == Some(0)
+    {
+        return None;
+    }
     Some(t)
+}
+
+/// Comparisons read by several fusible SelectV2 nodes (Keras's dropout mask: the forward's
+/// select and the gradient's): a comparison's bool lives only inside a program, so it joins
+/// the group of its consumer when it has one consumer; with several, each further consumer
+/// gets a copy of its own (the same inputs, attributes and device: the same bool, computed
+/// again from its inputs in that consumer's program), `<name>/tfwgpu_copy_<k>`. A comparison
+/// that is to be preserved, waited on by a control edge, or read by anything but a SelectV2's
+/// condition is left alone. The rewritten graph, or `None` when nothing was copied.
+fn copy_predicates(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
+    let mut r = Reader::new(graph);
+    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
+    let mut nodes = vec![];
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        match (f, v) {
+            (1, Field::Bytes(nb)) => {
+                items.push((Some(nodes.len()), raw));
+                nodes.push(Node::parse(nb)?);
+            }
+            _ => items.push((None, raw)),
+        }
+    }
+    let by_name: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let candidates: HashSet<usize> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            fused::is_predicate(&n.op) && fusible(n).is_some() && !preserve.contains(&n.name)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    // Per candidate: its consumers (node, data input index), or None when one is not a
+    // SelectV2's condition or the candidate is waited on.
+    let mut uses: HashMap<usize, Option<Vec<usize>>> =
+        candidates.iter().map(|&i| (i, Some(vec![]))).collect();
+    for (c, n) in nodes.iter().enumerate() {
+        let mut k = 0;
+        for i in &n.inputs {
+            if let Some(ctl) = i.strip_prefix('^') {
+                if let Some(p) = by_name.get(ctl)
+                    && let Some(u) = uses.get_mut(p)
+                {
+                    *u = None;
+                }
+                continue;
+            }
+            let (src, port) = source(i);
+            if let Some(p) = by_name.get(src)
+                && let Some(u) = uses.get_mut(p)
+            {
+                let cond = k == 0
+                    && port == 0
+                    && n.op == "SelectV2"
+                    && fusible(n).is_some()
+                    && n.device == nodes[*p].device;
+                match (cond, u.as_mut()) {
+                    (true, Some(list)) if !list.contains(&c) => list.push(c),
+                    (true, Some(_)) => {}
+                    _ => *u = None,
+                }
+            }
+            k += 1;
+        }
+    }
+    // consumer -> (the comparison it reads, the copy it reads instead)
+    let mut rewire: HashMap<usize, (usize, String)> = HashMap::new();
+    let mut copies: HashMap<usize, Vec<Node>> = HashMap::new();
+    for (&p, u) in &uses {
+        let Some(list) = u else { continue };
+        for (k, &c) in list.iter().enumerate().skip(1) {
+            let mut copy = nodes[p].clone();
+            copy.name = format!("{}/tfwgpu_copy_{k}", nodes[p].name);
+            rewire.insert(c, (p, copy.name.clone()));
+            copies.entry(p).or_default().push(copy);
+        }
+    }
+    if copies.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(graph.len() + 512);
+    for (i, raw) in &items {
+        let Some(i) = *i else {
+            out.extend_from_slice(raw);
+            continue;
+        };
+        match rewire.get(&i) {
+            Some((_, to)) => {
+                let mut n = nodes[i].clone();
+                let first = n
+                    .inputs
+                    .iter_mut()
+                    .find(|x| !x.starts_with('^'))
+                    .expect("a SelectV2 has its condition");
+                *first = to.clone();
+                n.encode(&mut out);
+            }
+            None => out.extend_from_slice(raw),
+        }
+        for c in copies.get(&i).into_iter().flatten() {
+            c.encode(&mut out);
+        }
+    }
+    Ok(Some(out))
 }
 
 /// The values of an integer Const node (int32 or int64 `value`), if `name` is one.
@@ -559,6 +681,31 @@ fn groups(
             }
         }
     }
+    // A SelectV2 is fusible only with the comparison that computes its condition: a fusible
+    // comparison of the same T on the same device that only it reads (after
+    // `copy_predicates`), not to be preserved, read at port 0. That comparison then always
+    // joins its group (its inputs and instruction are counted with the SelectV2's).
+    let mut types = types;
+    for (i, n) in nodes.iter().enumerate() {
+        if n.op != "SelectV2" || types[i].is_none() {
+            continue;
+        }
+        let ok = operands_all(n).next().is_some_and(|c| {
+            let (src, port) = source(c);
+            by_name.get(src).is_some_and(|&p| {
+                port == 0
+                    && fused::is_predicate(&nodes[p].op)
+                    && types[p] == types[i]
+                    && nodes[p].device == n.device
+                    && !blocked[p]
+                    && !preserve.contains(&nodes[p].name)
+                    && consumers[p] == [i]
+            })
+        });
+        if !ok {
+            types[i] = None;
+        }
+    }
     // Kahn's order over the data edges (producers first); nodes on a cycle (a while loop's
     // back edge) get none and are left alone.
     let mut pending: Vec<usize> = vec![0; nodes.len()];
@@ -637,9 +784,7 @@ fn groups(
             }
             let mut next = growing[g].externals.clone();
             next.remove(&(node.name.clone(), 0));
-            for i in operands(node) {
-                next.insert(input_key(node, n, i, &tiles));
-            }
+            next.extend(operand_keys(nodes, &by_name, n, &tiles));
             // A long chain splits into groups whose programs fit the kernel's limit.
             let fits = growing[g].instrs + instructions(node) <= fused::MAX_INSTRUCTIONS;
             (next.len() <= max_inputs && fits).then_some((g, next))
@@ -651,9 +796,11 @@ fn groups(
                 growing[g].instrs += instructions(node);
                 group_of[n] = Some(g);
             }
+            // A comparison's bool is no output of a program: it only ever joins its consumer.
+            None if fused::is_predicate(&node.op) => {}
             None => {
-                let externals = operands(node)
-                    .map(|i| input_key(node, n, i, &tiles))
+                let externals = operand_keys(nodes, &by_name, n, &tiles)
+                    .into_iter()
                     .collect();
                 group_of[n] = Some(growing.len());
                 growing.push(Growing {
@@ -775,9 +922,38 @@ pub fn multi_output() -> bool {
 fn instructions(n: &Node) -> usize {
     if n.op == "AddN" {
         operands(n).count().saturating_sub(1)
+    } else if n.op == "SelectV2" {
+        // Its condition's comparison, which joins with it (see `groups`), counted here.
+        2
+    } else if fused::is_predicate(&n.op) {
+        0
     } else {
         1
     }
+}
+
+/// The identities of the inputs a member brings to its group: its operands' (see
+/// `input_key`), a SelectV2's condition replaced by the operands of the comparison that
+/// computes it (which always joins the SelectV2's group, see `groups`).
+fn operand_keys(
+    nodes: &[Node],
+    by_name: &HashMap<&str, usize>,
+    n: usize,
+    tiles: &HashMap<usize, Vec<usize>>,
+) -> Vec<(String, u32)> {
+    let node = &nodes[n];
+    let mut keys = vec![];
+    for (k, i) in operands(node).enumerate() {
+        if k == 0
+            && node.op == "SelectV2"
+            && let Some(&p) = by_name.get(source(i).0)
+        {
+            keys.extend(operands(&nodes[p]).map(|x| input_key(&nodes[p], p, x, tiles)));
+            continue;
+        }
+        keys.push(input_key(node, n, i, tiles));
+    }
+    keys
 }
 
 /// Whether `members` (the root first) can be one fused node: no Tile reads a member (a
@@ -945,6 +1121,8 @@ pub fn fuse_opts(
         Node(usize, &'a [u8], &'a [u8]),
         Raw(&'a [u8]),
     }
+    let copied = copy_predicates(graph, preserve)?;
+    let graph: &[u8] = copied.as_deref().unwrap_or(graph);
     let mut r = Reader::new(graph);
     let mut items = vec![];
     let mut nodes = vec![];
@@ -962,7 +1140,7 @@ pub fn fuse_opts(
     }
     let (groups, tiles) = groups(&nodes, preserve, max_inputs, opts);
     if groups.is_empty() {
-        return Ok(None);
+        return Ok(copied);
     }
     // Interior members disappear; a root is replaced by its group's node.
     let mut replaced: HashMap<usize, Node> = HashMap::new();
@@ -1144,7 +1322,7 @@ fn dominant(shapes: &[Option<Vec<Option<i64>>>]) -> Option<usize> {
 
 /// Shape function of the tiled fused op: unknown (a Tile in the program can make the output
 /// larger than every input, and the program is not visible here).
-unsafe extern "C" fn unknown_shape_fn(
+pub(super) unsafe extern "C" fn unknown_shape_fn(
     ctx: *mut sys::TF_ShapeInferenceContext,
     status: *mut sys::TF_Status,
 ) {
@@ -2152,5 +2330,71 @@ mod tests {
         varint(3, &mut v);
         v.extend_from_slice(b"abc");
         assert_eq!(str_attr("abc"), v);
+    }
+
+    /// Keras's dropout and its gradient: one comparison, read by the forward's select and the
+    /// gradient's.
+    fn dropout() -> Vec<Node> {
+        vec![
+            node("ge", "GreaterEqual", &["random", "rate"], GPU, 1),
+            node("scaled", "Mul", &["x", "scale"], GPU, 1),
+            node("fwd", "SelectV2", &["ge", "scaled", "zero"], GPU, 1),
+            node("flat", "Reshape", &["fwd", "shape"], GPU, 1),
+            node("back", "SelectV2", &["ge", "dy", "zero"], GPU, 1),
+            node("grad", "Mul", &["back", "scale"], GPU, 1),
+            node("pool_grad", "AvgPoolGrad", &["s", "grad"], GPU, 1),
+        ]
+    }
+
+    #[test]
+    fn a_comparison_read_by_two_selects_is_copied_into_both_programs() {
+        let out = fused(&dropout(), &[]).expect("fused");
+        let by: HashMap<&str, &Node> = out.iter().map(|n| (n.name.as_str(), n)).collect();
+        assert_eq!(by["fwd"].op, OP);
+        assert_eq!(
+            program(by["fwd"]),
+            "GreaterEqual(i0,i1);Mul(i2,i3);SelectV2(t0,t1,i4)"
+        );
+        assert_eq!(by["fwd"].inputs, ["random", "rate", "x", "scale", "zero"]);
+        assert_eq!(by["grad"].op, OP);
+        assert_eq!(
+            program(by["grad"]),
+            "GreaterEqual(i0,i1);SelectV2(t0,i2,i3);Mul(t1,i4)"
+        );
+        assert_eq!(by["grad"].inputs, ["random", "rate", "dy", "zero", "scale"]);
+        // No comparison or select node is left.
+        for n in &out {
+            assert!(
+                !matches!(n.op.as_str(), "GreaterEqual" | "SelectV2"),
+                "{}",
+                n.name
+            );
+        }
+    }
+
+    #[test]
+    fn a_comparison_never_roots_a_group_and_waited_on_ones_are_not_copied() {
+        // The comparison's bool is returned: it stays a node; its producer is not fused into
+        // it (a program's output is never a bool).
+        let nodes = vec![
+            node("d", "Sub", &["a", "b"], GPU, 1),
+            node("gt", "Greater", &["d", "c"], GPU, 1),
+            node("ret", "_Retval", &["gt"], GPU, 10),
+        ];
+        assert!(fused(&nodes, &[]).is_none());
+        // Waited on by a control edge: no copies, and a select whose condition its program
+        // cannot compute is no member of any group (its condition would be a bool input):
+        // here nothing is left to fuse.
+        let mut nodes = dropout();
+        nodes.push(node("after", "NoOp", &["^ge"], GPU, 1));
+        assert!(fused(&nodes, &[]).is_none());
+        // A select with another member: the product fuses, the select does not.
+        let nodes = vec![
+            node("m", "Relu", &["x"], GPU, 1),
+            node("sel", "SelectV2", &["cond_in", "m", "zero"], GPU, 1),
+            node("neg", "Neg", &["sel"], GPU, 1),
+            node("r", "_Retval", &["neg"], GPU, 1),
+        ];
+        assert!(fused(&nodes, &[]).is_none());
     }
 }

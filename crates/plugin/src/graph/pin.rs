@@ -407,6 +407,118 @@ fn plan(nodes: &[Node]) -> Option<Plan> {
     })
 }
 
+/// Whether [`pin_host_casts`] runs (`TFWGPU_PIN_CASTS`, default on; read each time a graph
+/// is optimized).
+pub fn casts_enabled() -> bool {
+    std::env::var("TFWGPU_PIN_CASTS").map_or(true, |v| v.trim() != "0")
+}
+
+/// TensorFlow's integer types a cast the host feeds may start from (labels, indices: small
+/// tensors; image batches are uint8 or float, whose casts stay on the GPU).
+const HOST_CAST_SRC: &[u64] = &[DT_INT32, DT_INT64];
+
+/// Casts of host data on the host: a `Cast` on a tfwgpu GPU whose input comes from the host's
+/// CPU device (the input pipeline's `IteratorGetNext`) and is int32 or int64, and the `Cast`s
+/// that only such casts feed, move to the host's CPU device. Keras's sparse cross-entropy
+/// casts its int32 labels to float32 and then to int64 (two kernel calls on the device every
+/// step): on the host, TensorFlow's CPU kernels cast them, and the int64 labels are copied to
+/// the device instead of the int32 ones (one copy either way). The values are the same (the
+/// same casts).
+///
+/// The rewritten graph, or `None` when no such cast is on a tfwgpu GPU.
+pub fn pin_host_casts(graph: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut r = Reader::new(graph);
+    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
+    let mut nodes = vec![];
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        match (f, v) {
+            (1, Field::Bytes(nb)) => {
+                items.push((Some(nodes.len()), raw));
+                nodes.push(Node::parse(nb)?);
+            }
+            _ => items.push((None, raw)),
+        }
+    }
+    let moved = host_cast_plan(&nodes);
+    if moved.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(graph.len() + 64);
+    for (i, raw) in &items {
+        match *i {
+            Some(i) if moved.contains(&i) => {
+                let mut n = nodes[i].clone();
+                n.device = host_device(&n.device);
+                n.encode(&mut out);
+            }
+            _ => out.extend_from_slice(raw),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The casts [`pin_host_casts`] moves.
+fn host_cast_plan(nodes: &[Node]) -> HashSet<usize> {
+    let by_name: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let cast_input = |n: &Node| -> Option<usize> {
+        if n.op != "Cast" || !on_tfwgpu_gpu(&n.device) {
+            return None;
+        }
+        let mut data = data_inputs(n);
+        let (_, x) = data.next()?;
+        if data.next().is_some() {
+            return None;
+        }
+        by_name.get(source(x).0).copied()
+    };
+    let mut moved: HashSet<usize> = HashSet::new();
+    // First casts: fed by a node on the host (not a GPU), from int32 or int64.
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(p) = cast_input(n)
+            && !on_tfwgpu_gpu(&nodes[p].device)
+            && !nodes[p].device.is_empty()
+            && attr_type(n, "SrcT").is_some_and(|t| HOST_CAST_SRC.contains(&t))
+        {
+            moved.insert(i);
+        }
+    }
+    // Then casts that a moved cast feeds, when that cast feeds only casts (otherwise the
+    // first cast's result goes to the device anyway, and so may the rest of the chain).
+    let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
+    for (c, n) in nodes.iter().enumerate() {
+        for (_, x) in data_inputs(n) {
+            if let Some(&p) = by_name.get(source(x).0) {
+                consumers[p].push(c);
+            }
+        }
+    }
+    loop {
+        let before = moved.len();
+        for (i, n) in nodes.iter().enumerate() {
+            if moved.contains(&i) {
+                continue;
+            }
+            if let Some(p) = cast_input(n)
+                && moved.contains(&p)
+                && consumers[p].iter().all(|&c| nodes[c].op == "Cast")
+            {
+                moved.insert(i);
+            }
+        }
+        if moved.len() == before {
+            break;
+        }
+    }
+    moved
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::{bytes_field, type_attr, varint};
@@ -609,5 +721,65 @@ mod tests {
         assert_eq!(p.replaced[&m_index].device, GPU);
         let mod_index = nodes.iter().position(|n| n.name == "mod").unwrap();
         assert_eq!(p.replaced[&mod_index].inputs, ["mul", "m/tfwgpu_on_host"]);
+    }
+
+    fn cast(name: &str, input: &str, src: u64, dst: u64) -> Node {
+        node(
+            name,
+            "Cast",
+            &[input],
+            vec![("SrcT", type_attr(src)), ("DstT", type_attr(dst))],
+        )
+    }
+
+    #[test]
+    fn label_casts_of_host_data_move_to_the_host() {
+        let mut it = node("IteratorGetNext", "IteratorGetNext", &["iterator"], vec![]);
+        it.device = CPU.into();
+        let nodes = vec![
+            it,
+            cast("Cast", "IteratorGetNext:1", DT_INT32, 1),
+            cast("Cast_1", "Cast", 1, DT_INT64),
+            node(
+                "xent",
+                "SparseSoftmaxCrossEntropyWithLogits",
+                &["logits", "Cast_1"],
+                vec![],
+            ),
+            // An image batch cast (uint8) stays on the GPU.
+            cast("image", "IteratorGetNext", 4, 1),
+            // A cast of a GPU tensor stays.
+            cast("other", "xent", 1, DT_INT64),
+        ];
+        assert_eq!(host_cast_plan(&nodes), HashSet::from([1, 2]));
+        let mut g = vec![];
+        for n in &nodes {
+            n.encode(&mut g);
+        }
+        let out = pin_host_casts(&g).unwrap().expect("rewritten");
+        let mut r = Reader::new(&out);
+        let mut back = vec![];
+        while let Some((1, Field::Bytes(b))) = r.next().unwrap() {
+            back.push(Node::parse(b).unwrap());
+        }
+        let devices: Vec<&str> = back.iter().map(|n| n.device.as_str()).collect();
+        assert_eq!(devices, [CPU, CPU, CPU, GPU, GPU, GPU]);
+        for (a, b) in nodes.iter().zip(&back) {
+            assert_eq!((&a.name, &a.op, &a.inputs), (&b.name, &b.op, &b.inputs));
+        }
+    }
+
+    #[test]
+    fn a_cast_whose_result_the_gpu_also_reads_ends_the_chain() {
+        let mut it = node("it", "IteratorGetNext", &["iterator"], vec![]);
+        it.device = CPU.into();
+        let nodes = vec![
+            it,
+            cast("a", "it:1", DT_INT32, 1),
+            cast("b", "a", 1, DT_INT64),
+            node("gpu_use", "Mul", &["a", "a"], vec![]),
+        ];
+        // `a` moves (its result is copied to the device once, as `it:1` was); `b` stays.
+        assert_eq!(host_cast_plan(&nodes), HashSet::from([1]));
     }
 }

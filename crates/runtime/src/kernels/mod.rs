@@ -102,6 +102,7 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(conv::OPS);
     defs.extend_from_slice(nonzero::OPS);
     defs.extend_from_slice(fused::OPS);
+    defs.extend_from_slice(fused::bias::OPS);
 }
 
 /// The shader module of a memory-bound kernel (elementwise, reductions, softmax, batch norm,

@@ -55,6 +55,7 @@ pub const OP_REDUCE: &str = "_TfwgpuFusedReduce";
 /// The same kernel with more outputs: values of the program also used elsewhere.
 pub const OP_REDUCE_MULTI: &str = "_TfwgpuFusedReduceMulti";
 
+pub mod bias;
 mod reduce;
 
 /// The elementwise family's f32 pow (needs `opaque`).
@@ -152,6 +153,18 @@ pub enum FusedOp {
     RsqrtGrad,
     /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
     Tile,
+    /// x / y, 0 where y is 0 (either sign).
+    DivNoNan,
+    /// The comparisons: a bool held in the program (1.0 or 0.0), only ever SelectV2's
+    /// condition; false where either side is NaN (NotEqual: true).
+    Equal,
+    NotEqual,
+    Less,
+    LessEqual,
+    Greater,
+    GreaterEqual,
+    /// condition ? then : else, the condition a comparison of the program.
+    SelectV2,
 }
 
 /// The TensorFlow ops a program may hold (float `T`; BiasAdd with `data_format` NHWC).
@@ -184,7 +197,23 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("ReluGrad", FusedOp::ReluGrad),
     ("RsqrtGrad", FusedOp::RsqrtGrad),
     ("Tile", FusedOp::Tile),
+    ("DivNoNan", FusedOp::DivNoNan),
+    ("Equal", FusedOp::Equal),
+    ("NotEqual", FusedOp::NotEqual),
+    ("Less", FusedOp::Less),
+    ("LessEqual", FusedOp::LessEqual),
+    ("Greater", FusedOp::Greater),
+    ("GreaterEqual", FusedOp::GreaterEqual),
+    ("SelectV2", FusedOp::SelectV2),
 ];
+
+/// Whether a fusible TensorFlow op is a comparison (its bool result lives only inside a
+/// program, as a SelectV2's condition: it never roots a group).
+pub fn is_predicate(tf_op: &str) -> bool {
+    FUSIBLE
+        .iter()
+        .any(|(n, op)| *n == tf_op && op.is_predicate())
+}
 
 /// The number of inputs of a fusible TensorFlow op; `None` for an op programs cannot hold.
 pub fn fusible_arity(tf_op: &str) -> Option<usize> {
@@ -204,9 +233,20 @@ impl FusedOp {
         use FusedOp::*;
         match self {
             Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
-            | ReluGrad | RsqrtGrad => 2,
+            | ReluGrad | RsqrtGrad | DivNoNan | Equal | NotEqual | Less | LessEqual | Greater
+            | GreaterEqual => 2,
+            SelectV2 => 3,
             _ => 1,
         }
+    }
+
+    /// A comparison: its result is a bool (1.0 or 0.0 in the program), SelectV2's condition.
+    pub fn is_predicate(self) -> bool {
+        use FusedOp::*;
+        matches!(
+            self,
+            Equal | NotEqual | Less | LessEqual | Greater | GreaterEqual
+        )
     }
 
     /// The body of `fn opK(x: f32[, y: f32]) -> f32`, as the elementwise family computes
@@ -264,6 +304,32 @@ impl FusedOp {
             }
             // The broadcast is in the reads.
             Tile => "    return x;",
+            // As the elementwise family's DivNoNan.
+            DivNoNan => {
+                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
+        return 0.0;
+    }
+    return x / y;"
+            }
+            // As the elementwise family's comparisons, on bit patterns (NaN is false).
+            Equal => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(x, y) && !f32_less(y, x));"
+            }
+            NotEqual => {
+                "    return select(0.0, 1.0, is_nan(x) || is_nan(y) || f32_less(x, y) || f32_less(y, x));"
+            }
+            Less => "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && f32_less(x, y));",
+            LessEqual => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(y, x));"
+            }
+            Greater => "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && f32_less(y, x));",
+            GreaterEqual => {
+                "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(x, y));"
+            }
+            // The value moves as bits (NaN payloads and -0 kept).
+            SelectV2 => {
+                "    return bitcast<f32>(select(bitcast<u32>(z), bitcast<u32>(y), bitcast<u32>(x) != 0u));"
+            }
         }
     }
 }
@@ -397,6 +463,32 @@ impl Program {
                 .any(|i| i.args.contains(&Arg::Temp(k)));
             if !used && !exports.contains(&k) {
                 bail_invalid!("{OP}: the result of instruction {k} is never used");
+            }
+        }
+        // A comparison's bool is only ever a SelectV2's condition (never an output, an input
+        // of another op or a SelectV2's value), and a SelectV2's condition is a comparison.
+        for (k, ins) in instrs.iter().enumerate() {
+            if ins.op.is_predicate() && (k == last || exports.contains(&k)) {
+                bail_invalid!(
+                    "{OP}: instruction {k} ({}) is a comparison, whose bool result can only be \
+                     a SelectV2's condition, not an output",
+                    ins.name
+                );
+            }
+            for (j, a) in ins.args.iter().enumerate() {
+                let pred = matches!(*a, Arg::Temp(t) if instrs[t].op.is_predicate());
+                let cond = ins.op == FusedOp::SelectV2 && j == 0;
+                if pred != cond {
+                    bail_invalid!(
+                        "{OP}: instruction {k} ({}): argument {j} {}",
+                        ins.name,
+                        if cond {
+                            "(the condition) must be the result of a comparison"
+                        } else {
+                            "is a comparison's bool, which only a SelectV2's condition takes"
+                        }
+                    );
+                }
             }
         }
         Ok(Program {
@@ -573,6 +665,24 @@ impl Program {
                         );
                     }
                     x.iter().zip(m).map(|(&a, &b)| a * b).collect()
+                }
+                FusedOp::SelectV2 => {
+                    let (c, t, e) = (
+                        shape_of(&ins.args[0]),
+                        shape_of(&ins.args[1]),
+                        shape_of(&ins.args[2]),
+                    );
+                    broadcast2(&c, &t)
+                        .and_then(|ct| broadcast2(&ct, &e))
+                        .ok_or_else(|| {
+                            invalid_arg!(
+                                "{OP}: instruction {k}: SelectV2: condition {}, then {} and else \
+                                 {} do not broadcast",
+                                fmt_shape(&c),
+                                fmt_shape(&t),
+                                fmt_shape(&e)
+                            )
+                        })?
                 }
                 _ if ins.args.len() == 2 => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
@@ -775,10 +885,10 @@ fn fence(v: f32) -> f32 {{
             ));
         }
         for (k, ins) in self.instrs.iter().enumerate() {
-            let params = if ins.op.arity() == 2 {
-                "x: f32, y: f32"
-            } else {
-                "x: f32"
+            let params = match ins.op.arity() {
+                3 => "x: f32, y: f32, z: f32",
+                2 => "x: f32, y: f32",
+                _ => "x: f32",
             };
             s.push_str(&format!(
                 "fn op{k}({params}) -> f32 {{\n{}\n}}\n",
@@ -974,7 +1084,27 @@ pub struct Fused {
     /// Programs restricted to the outputs of one shape (by their instructions, in dispatch
     /// order), with their inputs and key text: computed once per set of outputs.
     restricted: std::sync::Mutex<Vec<(Vec<usize>, std::sync::Arc<Restricted>)>>,
+    /// What a dispatch of a program (by its key text) on inputs of given shapes needs, kept
+    /// from the first call (TensorFlow runs a node on the same shapes step after step): the
+    /// merged broadcast, the params, the pipeline key's variant, built once instead of on
+    /// every call.
+    plans: std::sync::Mutex<Vec<std::sync::Arc<DispatchPlan>>>,
 }
+
+/// One dispatch's shape-dependent parts (see `Fused::plans`).
+struct DispatchPlan {
+    text: String,
+    shapes: Vec<Vec<usize>>,
+    out: Vec<usize>,
+    variant: String,
+    flat: bool,
+    uniform: Vec<bool>,
+    params: Vec<u8>,
+    groups: [u32; 3],
+}
+
+/// Most plans a kernel keeps (a node whose shapes keep changing builds them afresh).
+const MAX_PLANS: usize = 8;
 
 /// A program restricted to some of the outputs, its inputs in the whole program and its key
 /// text.
@@ -1036,6 +1166,7 @@ impl Fused {
             program,
             dtype,
             restricted: Default::default(),
+            plans: Default::default(),
         }))
     }
 
@@ -1090,7 +1221,9 @@ impl Fused {
     }
 
     /// One dispatch of `program` (every instruction's result of `shape` or broadcasting to
-    /// it) writing its outputs `outs` in order.
+    /// it) writing its outputs `outs` in order; its plan is kept when `cache` (a program that
+    /// lives as long as the kernel: not one whose Tiles were materialized for this call).
+    #[allow(clippy::too_many_arguments)]
     fn dispatch(
         &self,
         ctx: &KernelContext,
@@ -1099,11 +1232,71 @@ impl Fused {
         inputs: &[Operand],
         shape: &[usize],
         outs: &[&DeviceRef],
+        cache: bool,
     ) -> Result<()> {
         let n: usize = shape.iter().product();
         if n == 0 {
             return Ok(());
         }
+        let bindings_needed = (program.inputs + outs.len()) as u32;
+        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
+            return Err(Error::Unimplemented(format!(
+                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
+                ctx.limits().max_storage_buffers_per_shader_stage
+            )));
+        }
+        let found = cache
+            .then(|| {
+                let plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+                plans
+                    .iter()
+                    .find(|p| {
+                        p.text == text
+                            && p.out == shape
+                            && p.shapes.len() == inputs.len()
+                            && p.shapes.iter().zip(inputs).all(|(s, i)| s == i.shape())
+                    })
+                    .cloned()
+            })
+            .flatten();
+        let plan = match found {
+            Some(p) => p,
+            None => {
+                let p = std::sync::Arc::new(self.plan(program, text, inputs, shape)?);
+                if cache {
+                    let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+                    if plans.len() >= MAX_PLANS {
+                        plans.remove(0);
+                    }
+                    plans.push(p.clone());
+                }
+                p
+            }
+        };
+        let mut binds = Vec::with_capacity(inputs.len() + outs.len());
+        for (k, i) in inputs.iter().enumerate() {
+            binds.push(ctx.bind(i.device(OP, k)?)?);
+        }
+        for o in outs {
+            binds.push(bind_out(ctx, OP, o)?);
+        }
+        let key = PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
+        let pipeline = ctx.pipeline(key, || {
+            ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform))
+        })?;
+        ctx.dispatch(&pipeline, &plan.params, &binds, plan.groups)
+    }
+
+    /// The shape-dependent parts of a dispatch of `program` on `inputs` for an output of
+    /// `shape` (not empty).
+    fn plan(
+        &self,
+        program: &Program,
+        text: &str,
+        inputs: &[Operand],
+        shape: &[usize],
+    ) -> Result<DispatchPlan> {
+        let n: usize = shape.iter().product();
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
         let reads = Reads::of(shape, &shapes).ok_or_else(|| {
             invalid_arg!(
@@ -1119,20 +1312,6 @@ impl Fused {
                 reads.dims.len()
             )));
         }
-        let bindings_needed = (program.inputs + outs.len()) as u32;
-        if bindings_needed > ctx.limits().max_storage_buffers_per_shader_stage {
-            return Err(Error::Unimplemented(format!(
-                "{OP}: {bindings_needed} storage bindings needed, the adapter allows {}",
-                ctx.limits().max_storage_buffers_per_shader_stage
-            )));
-        }
-        let mut binds = Vec::with_capacity(inputs.len() + outs.len());
-        for (k, i) in inputs.iter().enumerate() {
-            binds.push(ctx.bind(i.device(OP, k)?)?);
-        }
-        for o in outs {
-            binds.push(bind_out(ctx, OP, o)?);
-        }
         let flat = reads.dims.len() <= 1;
         let uniform = program.uniform_instrs(&shapes, n);
         let mut variant = format!("{text}/{}", if flat { "flat" } else { "bcast" });
@@ -1140,10 +1319,6 @@ impl Fused {
             variant.push_str("/uniform:");
             variant.extend(uniform.iter().map(|&u| if u { '1' } else { '0' }));
         }
-        let key = PipelineKey::new("fused", Some(self.dtype), variant);
-        let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(program.shader(self.dtype, flat, &uniform))
-        })?;
         let words = words_for(OP, self.dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         let mut w = vec![row, n as u32, reads.dims.len() as u32, words, 0, 0, 0, 0];
@@ -1159,7 +1334,16 @@ impl Fused {
             }
             w.extend_from_slice(&a8);
         }
-        ctx.dispatch(&pipeline, &params(&w), &binds, groups)
+        Ok(DispatchPlan {
+            text: text.to_string(),
+            shapes: shapes.iter().map(|s| s.to_vec()).collect(),
+            out: shape.to_vec(),
+            variant,
+            flat,
+            uniform,
+            params: params(&w),
+            groups,
+        })
     }
 }
 
@@ -1277,7 +1461,10 @@ impl Kernel for Fused {
         if out_instrs.iter().all(|&o| &temps[o] == root_shape) {
             // One dispatch writes every output (a single-output program, or SGD's update).
             let outs: Vec<&DeviceRef> = outputs.iter().collect();
-            return self.dispatch(ctx, &program, &self.text, &replaced, root_shape, &outs);
+            let cache = tiled.is_empty();
+            return self.dispatch(
+                ctx, &program, &self.text, &replaced, root_shape, &outs, cache,
+            );
         }
         // Outputs by shape: those of output 0's shape in the last dispatch (output 0 may be
         // written over an input, which the other dispatches read), the others one dispatch
@@ -1305,7 +1492,16 @@ impl Kernel for Fused {
             let sub = self.restricted(&program, &values, !tiled.is_empty());
             let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| replaced[i]).collect();
             let outs: Vec<&DeviceRef> = ks.iter().map(|&k| &outputs[k]).collect();
-            self.dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, &outs)?;
+            let cache = tiled.is_empty();
+            self.dispatch(
+                ctx,
+                &sub.program,
+                &sub.text,
+                &sub_inputs,
+                shape,
+                &outs,
+                cache,
+            )?;
         }
         Ok(())
     }

@@ -130,6 +130,7 @@ impl FusedReduce {
                 program,
                 dtype,
                 restricted: Default::default(),
+                plans: Default::default(),
             },
             rop,
             keep_dims,
@@ -209,7 +210,7 @@ impl FusedReduce {
         let sub = self.fused.restricted(&self.fused.program, values, false);
         let sub_inputs: Vec<Operand> = sub.inputs.iter().map(|&i| data[i]).collect();
         self.fused
-            .dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, outs)
+            .dispatch(ctx, &sub.program, &sub.text, &sub_inputs, shape, outs, true)
     }
 }
 

@@ -622,7 +622,8 @@ impl MatMul {
             )));
         }
         let (sa, sb) = (inputs[0].shape(), inputs[1].shape());
-        let (fa, fb) = (fmt_shape(sa), fmt_shape(sb));
+        // The shapes as text, only for an error (not formatted on every call).
+        let (fa, fb) = (|| fmt_shape(sa), || fmt_shape(sb));
         match self.variant {
             Variant::MatMul => {
                 for (i, s) in [sa, sb].into_iter().enumerate() {
@@ -667,7 +668,9 @@ impl MatMul {
         let batch = if self.variant == Variant::BatchMatMul {
             if ra != rb || bat_a != bat_b {
                 bail_invalid!(
-                    "{op}: In[0] and In[1] must have the same batch dimensions: {fa} vs. {fb}"
+                    "{op}: In[0] and In[1] must have the same batch dimensions: {} vs. {}",
+                    fa(),
+                    fb()
                 );
             }
             bat_a.to_vec()
@@ -677,7 +680,9 @@ impl MatMul {
                 if x != y && x != 1 && y != 1 {
                     bail_invalid!(
                         "{op}: In[0] and In[1] must have compatible batch dimensions: \
-                         {fa} vs. {fb}"
+                         {} vs. {}",
+                        fa(),
+                        fb()
                     );
                 }
                 out.push(if x == 1 { y } else { x });
@@ -686,7 +691,9 @@ impl MatMul {
         };
         if ka != kb {
             bail_invalid!(
-                "{op}: Matrix size-incompatible: In[0]: {fa}, In[1]: {fb}{}",
+                "{op}: Matrix size-incompatible: In[0]: {}, In[1]: {}{}",
+                fa(),
+                fb(),
                 match (self.ta, self.tb) {
                     (false, false) => String::new(),
                     (ta, tb) => format!(" (transposed: In[0] {ta}, In[1] {tb})"),
