@@ -357,6 +357,89 @@ impl Device {
             .read_finish(read.pending, |bytes| f(&bytes[..len.min(bytes.len())]))
     }
 
+    /// Starts copying `len` bytes at `src` on this device to `dst` on device `to`, ordered
+    /// on both devices and without waiting for either GPU: see [`Device::gated_write`].
+    pub fn copy_to_device(
+        &self,
+        src: u64,
+        to: &Device,
+        dst: u64,
+        len: usize,
+    ) -> Result<IncomingCopy> {
+        let read = self.read_async(src, len)?;
+        to.gated_write(dst, self, read)
+    }
+
+    /// Records on this device, in its order, the write at `dst` of the bytes that `read` (a
+    /// read started on device `from`) brings back, and returns at once: a copy between two
+    /// devices, ordered on the GPU side instead of on the host.
+    ///
+    /// The write is a copy from a staging buffer of this device, recorded now; the batch that
+    /// holds it, and every later one, is held back from this device's queue until
+    /// [`IncomingCopy::land`] has put the bytes into the staging buffer (see
+    /// `ExecutionContext::record_gated_copy`). Work recorded here after this call (the
+    /// copy's consumers) therefore sees the new bytes, work recorded before does not, and
+    /// the host records on as usual; reads of this device, its synchronizations and waits
+    /// wait for the bytes. The source side is `read`: recorded and submitted on `from` when
+    /// it was started, in `from`'s order.
+    ///
+    /// Deadlock freedom: a read is held only behind gates registered before it was started,
+    /// and a gate opens when its own read (started before it was registered) has landed; so
+    /// a chain of waits goes back in time and ends, provided whoever lands the copies does so
+    /// in the order their gates were registered (one thread per device that issues copies,
+    /// fed in that order, does).
+    pub fn gated_write(&self, dst: u64, from: &Device, read: ReadInFlight) -> Result<IncomingCopy> {
+        let len = read.len;
+        let done = IncomingCopy {
+            from: from.clone(),
+            to: self.clone(),
+            read: None,
+            staging: None,
+            batch: 0,
+            len,
+        };
+        if len == 0 {
+            return Ok(done);
+        }
+        if let Some(bytes) = &read.mirrored {
+            // The source's host mirror had the bytes: nothing to wait for.
+            self.write(dst, bytes)?;
+            return Ok(done);
+        }
+        let r = self.inner.alloc.resolve(dst)?;
+        let padded = (len as u64).next_multiple_of(4);
+        if padded > r.remaining {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes to {dst:#x} runs past its allocation"
+            )));
+        }
+        if !r.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "a copy between devices to {dst:#x}: the address must be 4-byte aligned"
+            )));
+        }
+        let staging = self
+            .inner
+            .exec
+            .device()
+            .create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tfwgpu incoming copy"),
+                size: padded,
+                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                mapped_at_creation: true,
+            });
+        self.inner.mirror.written(dst, padded);
+        let batch = self
+            .inner
+            .exec
+            .record_gated_copy(&staging, &r.buffer, r.offset, padded)?;
+        let mut copy = done;
+        copy.read = Some(read);
+        copy.staging = Some(staging);
+        copy.batch = batch;
+        Ok(copy)
+    }
+
     /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).
     pub fn copy(&self, src: u64, dst: u64, len: u64) -> Result<()> {
         if len == 0 {
@@ -527,6 +610,86 @@ impl ReadInFlight {
     /// The batch whose completion makes the bytes available.
     pub fn batch(&self) -> u64 {
         self.pending.batch()
+    }
+}
+
+/// A copy between two devices in flight (see [`Device::gated_write`]): its write is recorded
+/// on the destination, whose later batches wait for [`IncomingCopy::land`]. Dropping it
+/// without landing it poisons the destination (its held work is released, and its reads and
+/// synchronizations report the failure): nothing waits forever.
+#[must_use = "the destination device holds its later work until the copy lands"]
+pub struct IncomingCopy {
+    from: Device,
+    to: Device,
+    read: Option<ReadInFlight>,
+    staging: Option<wgpu::Buffer>,
+    /// The destination's batch holding the write (its gate).
+    batch: u64,
+    len: usize,
+}
+
+impl IncomingCopy {
+    /// The source device's batch whose completion makes the bytes available (0: none).
+    pub fn source_batch(&self) -> u64 {
+        self.read.as_ref().map_or(0, |r| r.batch())
+    }
+
+    /// Bytes copied.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a copy of nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Waits for the source's bytes (polling the source for up to `spin` first, then
+    /// blocking), puts them into the destination's staging buffer and lets the destination
+    /// submit the work held behind it. A failed source read poisons the destination and is
+    /// returned.
+    pub fn land(mut self, spin: std::time::Duration) -> Result<()> {
+        let (Some(read), Some(staging)) = (self.read.take(), self.staging.take()) else {
+            return Ok(());
+        };
+        let batch = read.batch();
+        let exec = self.from.exec();
+        if batch > 0 && exec.completed() < batch && !spin.is_zero() {
+            let t0 = std::time::Instant::now();
+            while exec.completed() < batch && t0.elapsed() < spin {
+                exec.poll_completions();
+                std::hint::spin_loop();
+            }
+        }
+        let len = self.len;
+        let r = self
+            .from
+            .finish_read(read, |bytes| -> Result<()> {
+                let mut view = staging
+                    .slice(..)
+                    .get_mapped_range_mut()
+                    .map_err(|e| Error::Gpu(format!("mapping an incoming copy: {e}")))?;
+                view.slice(..len.min(bytes.len()))
+                    .copy_from_slice(&bytes[..len.min(bytes.len())]);
+                Ok(())
+            })
+            .and_then(|r| r);
+        staging.unmap();
+        let failure = r.as_ref().err().map(|e| e.to_string());
+        let opened = self.to.inner.exec.open_gate(self.batch, failure);
+        r.and(opened)
+    }
+}
+
+impl Drop for IncomingCopy {
+    fn drop(&mut self) {
+        if let Some(staging) = self.staging.take() {
+            staging.unmap();
+            let _ = self.to.inner.exec.open_gate(
+                self.batch,
+                Some("the copy was dropped before its bytes landed".into()),
+            );
+        }
     }
 }
 
