@@ -19,6 +19,100 @@ pub(crate) struct DeviceInner {
     pub(crate) kernels: KernelManager,
     /// Small host writes, to answer reads of them without a GPU round trip.
     mirror: HostMirror,
+    /// Staging buffers of copies from other devices, for reuse (see `Device::gated_write`).
+    incoming: parking_lot::Mutex<StagingPool>,
+}
+
+/// Staging buffers of copies from other devices ([`Device::gated_write`]), reused: a new
+/// buffer mapped at creation costs a driver allocation and wgpu's zero-fill of its memory on
+/// the thread that issues the copy (a TensorFlow thread), ~0.1 ms for a few hundred KB on the
+/// H200 (bench/RESULTS.md, session 7: uploads), several times per MirroredStrategy step. A
+/// landed buffer is mapped again once the batch that copies out of it has completed.
+#[derive(Default)]
+struct StagingPool {
+    /// Landed; the batch that copies out of it has not completed yet.
+    used: Vec<(wgpu::Buffer, u64)>,
+    /// Being mapped for writing: 0 pending, 1 mapped, 2 failed.
+    mapping: Vec<(wgpu::Buffer, Arc<std::sync::atomic::AtomicU8>)>,
+    /// Mapped for writing, ready for the next copy.
+    ready: Vec<wgpu::Buffer>,
+    /// Buffers created, and copies that got one from the pool.
+    created: u64,
+    reused: u64,
+}
+
+/// Staging buffers kept at most, and the largest kept (larger copies get their own).
+const STAGING_POOL_BUFFERS: usize = 32;
+const STAGING_POOL_MAX_BYTES: u64 = 16 << 20;
+
+impl StagingPool {
+    /// The size of the staging buffer a copy of `padded` bytes gets.
+    fn class(padded: u64) -> u64 {
+        if padded <= STAGING_POOL_MAX_BYTES {
+            padded.next_power_of_two().max(256)
+        } else {
+            padded
+        }
+    }
+
+    /// Moves buffers along: completed ones are mapped again, mapped ones become ready.
+    fn advance(&mut self, exec: &ExecutionContext) {
+        let done = exec.completed();
+        let mut i = 0;
+        while i < self.used.len() {
+            if self.used[i].1 <= done {
+                let (buf, _) = self.used.swap_remove(i);
+                let flag = Arc::new(std::sync::atomic::AtomicU8::new(0));
+                let f = flag.clone();
+                buf.slice(..).map_async(wgpu::MapMode::Write, move |r| {
+                    f.store(
+                        if r.is_ok() { 1 } else { 2 },
+                        std::sync::atomic::Ordering::Release,
+                    );
+                });
+                self.mapping.push((buf, flag));
+            } else {
+                i += 1;
+            }
+        }
+        if !self.mapping.is_empty() {
+            let _ = exec.device().poll(wgpu::PollType::Poll);
+        }
+        let mut i = 0;
+        while i < self.mapping.len() {
+            match self.mapping[i].1.load(std::sync::atomic::Ordering::Acquire) {
+                0 => i += 1,
+                1 => {
+                    let (buf, _) = self.mapping.swap_remove(i);
+                    self.ready.push(buf);
+                }
+                _ => {
+                    self.mapping.swap_remove(i);
+                }
+            }
+        }
+    }
+
+    /// A mapped buffer of `class` bytes, if one is ready.
+    fn take(&mut self, class: u64, exec: &ExecutionContext) -> Option<wgpu::Buffer> {
+        if class > STAGING_POOL_MAX_BYTES {
+            return None;
+        }
+        if !self.used.is_empty() || !self.mapping.is_empty() {
+            self.advance(exec);
+        }
+        let i = self.ready.iter().position(|b| b.size() == class)?;
+        self.reused += 1;
+        Some(self.ready.swap_remove(i))
+    }
+
+    /// A landed buffer, free again once batch `batch` of its device completed.
+    fn give_back(&mut self, buf: wgpu::Buffer, batch: u64) {
+        let kept = self.used.len() + self.mapping.len() + self.ready.len();
+        if buf.size() <= STAGING_POOL_MAX_BYTES && kept < STAGING_POOL_BUFFERS {
+            self.used.push((buf, batch));
+        }
+    }
 }
 
 /// One opened adapter. Cheap to clone; thread-safe.
@@ -188,6 +282,7 @@ impl Device {
             exec,
             desc,
             mirror: HostMirror::new(opts.host_mirror_bytes),
+            incoming: parking_lot::Mutex::new(StagingPool::default()),
         };
         Ok(Device {
             inner: Arc::new(inner),
@@ -418,16 +513,24 @@ impl Device {
                 "a copy between devices to {dst:#x}: the address must be 4-byte aligned"
             )));
         }
-        let staging = self
-            .inner
-            .exec
-            .device()
-            .create_buffer(&wgpu::BufferDescriptor {
-                label: Some("tfwgpu incoming copy"),
-                size: padded,
-                usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                mapped_at_creation: true,
-            });
+        let class = StagingPool::class(padded);
+        let pooled = {
+            let mut pool = self.inner.incoming.lock();
+            let b = pool.take(class, &self.inner.exec);
+            pool.created += b.is_none() as u64;
+            b
+        };
+        let staging = pooled.unwrap_or_else(|| {
+            self.inner
+                .exec
+                .device()
+                .create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("tfwgpu incoming copy"),
+                    size: class,
+                    usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                })
+        });
         self.inner.mirror.written(dst, padded);
         let batch = self
             .inner
@@ -438,6 +541,13 @@ impl Device {
         copy.staging = Some(staging);
         copy.batch = batch;
         Ok(copy)
+    }
+
+    /// Staging buffers of copies from other devices ([`Device::gated_write`]): how many were
+    /// created, and how many copies reused one.
+    pub fn incoming_staging(&self) -> (u64, u64) {
+        let p = self.inner.incoming.lock();
+        (p.created, p.reused)
     }
 
     /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).
@@ -677,6 +787,9 @@ impl IncomingCopy {
         staging.unmap();
         let failure = r.as_ref().err().map(|e| e.to_string());
         let opened = self.to.inner.exec.open_gate(self.batch, failure);
+        if r.is_ok() && opened.is_ok() {
+            self.to.inner.incoming.lock().give_back(staging, self.batch);
+        }
         r.and(opened)
     }
 }

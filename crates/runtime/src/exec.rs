@@ -5,6 +5,32 @@
 //! `max_ops` commands, when it is older than `max_age` (a background thread checks), or when the
 //! host needs a result. Each batch gets an id; ids complete in order, and `completed()` is the
 //! highest finished id. Reading from the device is the only blocking call.
+//!
+//! Copy gates (`record_gated_copy` / `open_gate`, used by `Device::gated_write` for copies
+//! from another device): a write whose bytes are still on their way is recorded in order
+//! from a mapped staging buffer, and its batch and every later one are *held* (taken out as
+//! usual, but kept in `Gates::held` instead of going to the queue) until the gate opens; the
+//! thread that opens it submits them, in turn. Nothing that records ever waits for a gate:
+//! only `wait` (reads, synchronizations, host callbacks) does, through `await_submitted`.
+//! Ordering and deadlock argument:
+//! - A gate is registered under the batch lock in the open batch `g`, so batches taken before
+//!   it (ids < `g`) are never held by it, and every batch >= `g` is (`hold`: an open gate at or
+//!   before its id, or an earlier batch held). Batches reach the queue in id order, held or
+//!   not: a thread waiting for its turn waits only for batches that are not held (an unheld
+//!   batch k was checked against the gates when taken; a gate that could hold an earlier batch
+//!   was already registered then, so the earlier batch is unheld too or k would be held).
+//! - Large uploads (queue writes, which run before the next submit) would overtake held
+//!   batches: while anything is gated they take the ordered staging path instead.
+//! - A read (`read_begin`) on a device with held batches is held too; its buffer is mapped
+//!   only once its batch is submitted (mapping a buffer used by unsubmitted work fails that
+//!   submit). A read started at time t is held only by gates registered before t. A gate
+//!   opens when its copy's source read (started before the gate was registered) has
+//!   completed. So every "waits for" edge between copies goes to a copy registered strictly
+//!   earlier; with copies landed in registration order per landing thread (the plugin's
+//!   lanes take the read, the gate and the hand-over under one lock), there is no cycle.
+//! - A failed source (or a copy dropped unlanded) still opens its gate, with a failure: the
+//!   held batches go to the queue (nothing waits forever) and the context is poisoned, so
+//!   every later check, read and synchronization reports it.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;

@@ -437,3 +437,25 @@ fn small_and_odd_sized_copies_keep_the_bytes_after_them_and_use_the_mirror() {
         b.deallocate(dst).unwrap();
     });
 }
+
+/// Staging buffers are reused once the work that copied out of them completed, and a reused
+/// buffer carries the new copy's bytes, never the old ones.
+#[test]
+fn staging_buffers_are_reused_with_the_new_bytes() {
+    within(LIMIT, "staging reuse", || {
+        let rt = two_devices(ExecConfig::default());
+        let (a, b) = (&rt.devices[0], &rt.devices[1]);
+        let n = 1000;
+        let t = b.empty(tfwgpu_runtime::DType::F32, &[n]).unwrap();
+        for k in 0..12 {
+            let x = a.upload(&vec![-(k as f32); n], &[n]).unwrap();
+            let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+            let c = a.copy_to_device(y[0].addr(), b, t.addr(), n * 4).unwrap();
+            c.land(Duration::ZERO).unwrap();
+            assert_eq!(t.download::<f32>().unwrap(), vec![k as f32; n], "copy {k}");
+        }
+        let (created, reused) = b.incoming_staging();
+        assert_eq!(created + reused, 12);
+        assert!(reused >= 8, "created {created}, reused {reused}");
+    });
+}
