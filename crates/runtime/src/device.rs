@@ -21,6 +21,29 @@ pub(crate) struct DeviceInner {
     mirror: HostMirror,
     /// Staging buffers of copies from other devices, for reuse (see `Device::gated_write`).
     incoming: parking_lot::Mutex<StagingPool>,
+    /// Copies from other devices whose write is not recorded yet, in issue order (see
+    /// `Device::gated_write`), and their number, readable without the lock.
+    pending: parking_lot::Mutex<Vec<Pending>>,
+    pending_count: std::sync::atomic::AtomicUsize,
+}
+
+/// A copy from another device registered on this one (see [`Device::gated_write`]).
+struct Pending {
+    addr: u64,
+    /// Bytes written (the copy's length rounded up to whole words).
+    len: u64,
+    state: Arc<parking_lot::Mutex<Incoming>>,
+}
+
+/// Where a copy from another device stands on its destination.
+enum Incoming {
+    /// Nothing recorded yet: the first work here that touches the range records the write
+    /// behind a gate; if the bytes land first, they are written as an ordinary upload.
+    Waiting,
+    /// Recorded behind the gate of batch `batch`, from `staging` (mapped, not yet filled).
+    Gated { staging: wgpu::Buffer, batch: u64 },
+    /// Landed or failed.
+    Done,
 }
 
 /// Staging buffers of copies from other devices ([`Device::gated_write`]), reused: a new
@@ -283,6 +306,8 @@ impl Device {
             desc,
             mirror: HostMirror::new(opts.host_mirror_bytes),
             incoming: parking_lot::Mutex::new(StagingPool::default()),
+            pending: parking_lot::Mutex::new(Vec::new()),
+            pending_count: std::sync::atomic::AtomicUsize::new(0),
         };
         Ok(Device {
             inner: Arc::new(inner),
@@ -338,6 +363,13 @@ impl Device {
 
     /// Frees an allocation; its memory is reused only after work recorded so far completes.
     pub fn deallocate(&self, addr: u64) -> Result<()> {
+        if self.pending_incoming() > 0
+            && let Ok(r) = self.inner.alloc.resolve(addr)
+        {
+            // A copy from another device still pending in the allocation is recorded first,
+            // so that the memory is reused only after it ran.
+            self.touch(addr, r.remaining)?;
+        }
         self.inner.alloc.free(addr, self.inner.exec.tag())
     }
 
@@ -346,6 +378,12 @@ impl Device {
         if data.is_empty() {
             return Ok(());
         }
+        self.touch(addr, data.len() as u64)?;
+        self.write_untouched(addr, data)
+    }
+
+    /// [`Device::write`] without looking for copies from other devices pending there.
+    fn write_untouched(&self, addr: u64, data: &[u8]) -> Result<()> {
         let r = self.inner.alloc.resolve(addr)?;
         if data.len() as u64 > r.remaining {
             return Err(Error::InvalidArgument(format!(
@@ -392,6 +430,7 @@ impl Device {
     /// Copies `dst.len()` bytes at `addr` back into `dst`, waiting for the work that produces
     /// them; large reads are copied out of the mapped memory by several threads.
     pub fn read_into(&self, addr: u64, dst: &mut [u8]) -> Result<()> {
+        self.touch(addr, dst.len() as u64)?;
         if self.inner.mirror.read(addr, dst) {
             return Ok(());
         }
@@ -410,6 +449,7 @@ impl Device {
                 mirrored: None,
             });
         }
+        self.touch(addr, len as u64)?;
         let mut bytes = vec![0u8; len];
         if self.inner.mirror.read(addr, &mut bytes) {
             return Ok(ReadInFlight {
@@ -465,41 +505,48 @@ impl Device {
         to.gated_write(dst, self, read)
     }
 
-    /// Records on this device, in its order, the write at `dst` of the bytes that `read` (a
-    /// read started on device `from`) brings back, and returns at once: a copy between two
-    /// devices, ordered on the GPU side instead of on the host.
+    /// Registers on this device the write at `dst` of the bytes that `read` (a read started
+    /// on device `from`) brings back, and returns at once: a copy between two devices, ordered
+    /// on the GPU side instead of on the host. [`IncomingCopy::land`] (a copier thread) puts
+    /// the bytes in place later.
     ///
-    /// The write is a copy from a staging buffer of this device, recorded now; the batch that
-    /// holds it, and every later one, is held back from this device's queue until
-    /// [`IncomingCopy::land`] has put the bytes into the staging buffer (see
-    /// `ExecutionContext::record_gated_copy`). Work recorded here after this call (the
-    /// copy's consumers) therefore sees the new bytes, work recorded before does not, and
-    /// the host records on as usual; reads of this device, its synchronizations and waits
-    /// wait for the bytes. The source side is `read`: recorded and submitted on `from` when
-    /// it was started, in `from`'s order.
+    /// The write is recorded lazily, where this device's order needs it: the first work
+    /// recorded here that touches the range (a kernel reading or writing it, a copy, a fill, a
+    /// host write or read, a synchronization) first records the write, from a staging buffer
+    /// the copier fills later, behind a *gate*: that batch and every later one are held back
+    /// from this device's queue until the bytes are in the staging buffer (see
+    /// `ExecutionContext::record_gated_copy`); the host records on. If the bytes land before
+    /// anything touched the range, they are written as an ordinary upload and nothing is held.
+    /// Work recorded here that does not touch the range (another replica's backward pass, a
+    /// read for a copy the other way) is never held behind the copy. The source side is
+    /// `read`: recorded and submitted on `from` when it was started, in `from`'s order.
     ///
     /// Deadlock freedom: a read is held only behind gates registered before it was started,
-    /// and a gate opens when its own read (started before it was registered) has landed; so
-    /// a chain of waits goes back in time and ends, provided whoever lands the copies does so
-    /// in the order their gates were registered (one thread per device that issues copies,
-    /// fed in that order, does).
+    /// and a gate opens when its own read (started before the copy was registered, so before
+    /// the gate) has landed; so a chain of waits goes back in time and ends, provided whoever
+    /// lands the copies does so in the order they were registered (one thread per device that
+    /// issues copies, fed in that order, does).
+    ///
+    /// A copy whose length is not a multiple of 4 writes whole words: the 1-3 bytes after it
+    /// in its last word get the source's (TensorFlow's tensors are 256-byte aligned, so these
+    /// are the padding of the same tensor).
     pub fn gated_write(&self, dst: u64, from: &Device, read: ReadInFlight) -> Result<IncomingCopy> {
         let len = read.len;
-        let done = IncomingCopy {
+        let mut copy = IncomingCopy {
             from: from.clone(),
             to: self.clone(),
             read: None,
-            staging: None,
-            batch: 0,
+            state: None,
+            dst,
             len,
         };
         if len == 0 {
-            return Ok(done);
+            return Ok(copy);
         }
         if let Some(bytes) = &read.mirrored {
             // The source's host mirror had the bytes: nothing to wait for.
             self.write(dst, bytes)?;
-            return Ok(done);
+            return Ok(copy);
         }
         let r = self.inner.alloc.resolve(dst)?;
         let padded = (len as u64).next_multiple_of(4);
@@ -513,7 +560,89 @@ impl Device {
                 "a copy between devices to {dst:#x}: the address must be 4-byte aligned"
             )));
         }
-        let class = StagingPool::class(padded);
+        // An earlier copy still pending in the range is recorded first (writes stay in order).
+        self.touch(dst, padded)?;
+        self.inner.mirror.written(dst, padded);
+        let state = Arc::new(parking_lot::Mutex::new(Incoming::Waiting));
+        {
+            let mut list = self.inner.pending.lock();
+            list.push(Pending {
+                addr: dst,
+                len: padded,
+                state: state.clone(),
+            });
+            self.inner
+                .pending_count
+                .store(list.len(), std::sync::atomic::Ordering::Release);
+        }
+        copy.read = Some(read);
+        copy.state = Some(state);
+        Ok(copy)
+    }
+
+    /// Records, behind gates, the writes of copies from other devices pending in
+    /// `[addr, addr + len)`, in the order they were issued: work about to touch the range
+    /// comes after them.
+    fn touch(&self, addr: u64, len: u64) -> Result<()> {
+        if self
+            .inner
+            .pending_count
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
+            return Ok(());
+        }
+        let mut list = self.inner.pending.lock();
+        let end = addr.saturating_add(len.max(1));
+        let mut result = Ok(());
+        let mut i = 0;
+        while i < list.len() {
+            let p = &list[i];
+            if p.addr < end && addr < p.addr + p.len {
+                let p = list.remove(i);
+                let r = self.gate(&p);
+                if result.is_ok() {
+                    result = r;
+                }
+            } else {
+                i += 1;
+            }
+        }
+        self.inner
+            .pending_count
+            .store(list.len(), std::sync::atomic::Ordering::Release);
+        result
+    }
+
+    /// [`Device::touch`] for a kernel's device inputs and its outputs.
+    fn touch_operands(&self, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        if self
+            .inner
+            .pending_count
+            .load(std::sync::atomic::Ordering::Acquire)
+            == 0
+        {
+            return Ok(());
+        }
+        for i in inputs {
+            if let Operand::Device(r) = i {
+                self.touch(r.addr, r.desc.byte_size())?;
+            }
+        }
+        for o in outputs {
+            self.touch(o.addr, o.desc.byte_size())?;
+        }
+        Ok(())
+    }
+
+    /// Records a pending copy's write behind a gate (the caller holds the pending list).
+    fn gate(&self, p: &Pending) -> Result<()> {
+        let mut st = p.state.lock();
+        if !matches!(*st, Incoming::Waiting) {
+            return Ok(());
+        }
+        let r = self.inner.alloc.resolve(p.addr)?;
+        let class = StagingPool::class(p.len);
         let pooled = {
             let mut pool = self.inner.incoming.lock();
             let b = pool.take(class, &self.inner.exec);
@@ -531,16 +660,41 @@ impl Device {
                     mapped_at_creation: true,
                 })
         });
-        self.inner.mirror.written(dst, padded);
         let batch = self
             .inner
             .exec
-            .record_gated_copy(&staging, &r.buffer, r.offset, padded)?;
-        let mut copy = done;
-        copy.read = Some(read);
-        copy.staging = Some(staging);
-        copy.batch = batch;
-        Ok(copy)
+            .record_gated_copy(&staging, &r.buffer, r.offset, p.len)?;
+        *st = Incoming::Gated { staging, batch };
+        Ok(())
+    }
+
+    /// Copies from other devices registered here whose bytes have not landed and that nothing
+    /// has touched yet (their writes are not recorded).
+    pub fn pending_incoming(&self) -> usize {
+        self.inner
+            .pending_count
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// A copy registered here failed (its source read failed, or it was dropped unlanded):
+    /// its gate opens with the failure, or, if its write was not recorded, the device is
+    /// poisoned directly. Nothing waits for it forever.
+    fn fail_incoming(&self, state: &Arc<parking_lot::Mutex<Incoming>>, msg: String) {
+        let mut list = self.inner.pending.lock();
+        list.retain(|p| !Arc::ptr_eq(&p.state, state));
+        self.inner
+            .pending_count
+            .store(list.len(), std::sync::atomic::Ordering::Release);
+        let was = std::mem::replace(&mut *state.lock(), Incoming::Done);
+        drop(list);
+        match was {
+            Incoming::Waiting => self.inner.exec.poison(msg),
+            Incoming::Gated { staging, batch } => {
+                staging.unmap();
+                let _ = self.inner.exec.open_gate(batch, Some(msg));
+            }
+            Incoming::Done => {}
+        }
     }
 
     /// Staging buffers of copies from other devices ([`Device::gated_write`]): how many were
@@ -568,6 +722,8 @@ impl Device {
                 "device-to-device copies need 4-byte aligned addresses".into(),
             ));
         }
+        self.touch(src, padded)?;
+        self.touch(dst, padded)?;
         self.inner.mirror.written(dst, padded);
         let ctx = KernelContext::new(&self.inner);
         crate::kernels::copy::copy_range(&ctx, &s.range(padded), &d.range(padded), padded)
@@ -578,6 +734,7 @@ impl Device {
         if len == 0 {
             return Ok(());
         }
+        self.touch(addr, len)?;
         self.inner.mirror.written(addr, len);
         if pattern == 0 && len.is_multiple_of(4) {
             let r = self.inner.alloc.resolve(addr)?;
@@ -591,8 +748,10 @@ impl Device {
         crate::kernels::fill::fill_bytes(&KernelContext::new(&self.inner), addr, len, pattern)
     }
 
-    /// Blocks until all work recorded so far has run.
+    /// Blocks until all work recorded so far has run, copies from other devices pending
+    /// here included (they are recorded first).
     pub fn synchronize(&self) -> Result<()> {
+        self.touch(0, u64::MAX)?;
         self.inner.exec.synchronize()
     }
 
@@ -608,6 +767,7 @@ impl Device {
         kernel: &dyn crate::Kernel,
         inputs: &[Operand],
     ) -> Result<Vec<crate::TensorDesc>> {
+        self.touch_operands(inputs, &[])?;
         let ctx = KernelContext::new(&self.inner);
         kernel.outputs_on_device(&ctx, inputs)
     }
@@ -619,6 +779,7 @@ impl Device {
         inputs: &[Operand],
         outputs: &[DeviceRef],
     ) -> Result<()> {
+        self.touch_operands(inputs, outputs)?;
         for o in outputs {
             self.inner.mirror.written(o.addr, o.desc.byte_size());
         }
@@ -723,18 +884,18 @@ impl ReadInFlight {
     }
 }
 
-/// A copy between two devices in flight (see [`Device::gated_write`]): its write is recorded
-/// on the destination, whose later batches wait for [`IncomingCopy::land`]. Dropping it
-/// without landing it poisons the destination (its held work is released, and its reads and
-/// synchronizations report the failure): nothing waits forever.
-#[must_use = "the destination device holds its later work until the copy lands"]
+/// A copy between two devices in flight (see [`Device::gated_write`]): registered on the
+/// destination, whose work that touches its range waits (on the GPU side) for
+/// [`IncomingCopy::land`]. Dropping it without landing it poisons the destination (held work
+/// is released, and its reads and synchronizations report the failure): nothing waits
+/// forever.
+#[must_use = "the destination's work on the range waits until the copy lands"]
 pub struct IncomingCopy {
     from: Device,
     to: Device,
     read: Option<ReadInFlight>,
-    staging: Option<wgpu::Buffer>,
-    /// The destination's batch holding the write (its gate).
-    batch: u64,
+    state: Option<Arc<parking_lot::Mutex<Incoming>>>,
+    dst: u64,
     len: usize,
 }
 
@@ -755,11 +916,12 @@ impl IncomingCopy {
     }
 
     /// Waits for the source's bytes (polling the source for up to `spin` first, then
-    /// blocking), puts them into the destination's staging buffer and lets the destination
-    /// submit the work held behind it. A failed source read poisons the destination and is
-    /// returned.
+    /// blocking), and puts them in place: into the staging buffer of the write recorded
+    /// behind a gate (and lets the destination submit the work held behind it), or, if
+    /// nothing touched the range yet, as an ordinary upload. A failed source read poisons the
+    /// destination and is returned.
     pub fn land(mut self, spin: std::time::Duration) -> Result<()> {
-        let (Some(read), Some(staging)) = (self.read.take(), self.staging.take()) else {
+        let (Some(read), Some(state)) = (self.read.take(), self.state.take()) else {
             return Ok(());
         };
         let batch = read.batch();
@@ -771,36 +933,67 @@ impl IncomingCopy {
                 std::hint::spin_loop();
             }
         }
-        let len = self.len;
+        let (to, dst, len) = (&self.to, self.dst, self.len);
+        let mut opened: Option<(wgpu::Buffer, u64)> = None;
         let r = self
             .from
             .finish_read(read, |bytes| -> Result<()> {
-                let mut view = staging
-                    .slice(..)
-                    .get_mapped_range_mut()
-                    .map_err(|e| Error::Gpu(format!("mapping an incoming copy: {e}")))?;
-                view.slice(..len.min(bytes.len()))
-                    .copy_from_slice(&bytes[..len.min(bytes.len())]);
-                Ok(())
+                let bytes = &bytes[..len.min(bytes.len())];
+                // The pending list first, as `touch` takes them: no toucher is halfway.
+                let mut list = to.inner.pending.lock();
+                let mut st = state.lock();
+                match std::mem::replace(&mut *st, Incoming::Done) {
+                    Incoming::Waiting => {
+                        // Nothing touched the range: an ordinary upload, recorded before the
+                        // list is let go (work touching the range after this comes after it).
+                        list.retain(|p| !Arc::ptr_eq(&p.state, &state));
+                        to.inner
+                            .pending_count
+                            .store(list.len(), std::sync::atomic::Ordering::Release);
+                        to.write_untouched(dst, bytes)
+                    }
+                    Incoming::Gated { staging, batch } => {
+                        drop(list);
+                        let filled = staging
+                            .slice(..)
+                            .get_mapped_range_mut()
+                            .map(|mut view| view.slice(..bytes.len()).copy_from_slice(bytes))
+                            .map_err(|e| Error::Gpu(format!("mapping an incoming copy: {e}")));
+                        staging.unmap();
+                        opened = Some((staging, batch));
+                        filled
+                    }
+                    Incoming::Done => Ok(()),
+                }
             })
             .and_then(|r| r);
-        staging.unmap();
-        let failure = r.as_ref().err().map(|e| e.to_string());
-        let opened = self.to.inner.exec.open_gate(self.batch, failure);
-        if r.is_ok() && opened.is_ok() {
-            self.to.inner.incoming.lock().give_back(staging, self.batch);
+        match (opened, &r) {
+            (Some((staging, batch)), Ok(())) => {
+                let o = to.inner.exec.open_gate(batch, None);
+                if o.is_ok() {
+                    to.inner.incoming.lock().give_back(staging, batch);
+                }
+                o
+            }
+            (Some((_, batch)), Err(e)) => {
+                let _ = to.inner.exec.open_gate(batch, Some(e.to_string()));
+                r
+            }
+            (None, Err(e)) => {
+                to.fail_incoming(&state, e.to_string());
+                r
+            }
+            (None, Ok(())) => r,
         }
-        r.and(opened)
     }
 }
 
 impl Drop for IncomingCopy {
     fn drop(&mut self) {
-        if let Some(staging) = self.staging.take() {
-            staging.unmap();
-            let _ = self.to.inner.exec.open_gate(
-                self.batch,
-                Some("the copy was dropped before its bytes landed".into()),
+        if let Some(state) = self.state.take() {
+            self.to.fail_incoming(
+                &state,
+                "the copy was dropped before its bytes landed".into(),
             );
         }
     }

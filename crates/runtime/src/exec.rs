@@ -997,6 +997,14 @@ impl ExecutionContext {
         result
     }
 
+    /// Poisons the context: every later check, read, wait and synchronization reports
+    /// `failure` (a copy from another device whose write was never recorded failed).
+    pub fn poison(&self, failure: String) {
+        let mut g = self.gates.lock();
+        g.poison.get_or_insert(failure);
+        self.poisoned.store(true, Ordering::Release);
+    }
+
     /// Gated writes not yet landed plus batches held behind them (0: nothing held).
     pub fn gates_pending(&self) -> u64 {
         self.gates_pending.load(Ordering::Acquire)

@@ -141,7 +141,7 @@ fn reads_and_syncs_of_the_destination_wait_for_the_bytes() {
         let x = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
         let t = b.upload(&vec![1.0f32; n], &[n]).unwrap();
         let copy = a.copy_to_device(x[0].addr(), b, t.addr(), n * 4).unwrap();
-        assert!(b.exec().gates_pending() > 0);
+        assert_eq!(b.pending_incoming(), 1, "registered, not recorded");
         let addr = t.addr();
         let (rtx, rrx) = mpsc::channel();
         let (stx, srx) = mpsc::channel();
@@ -430,7 +430,9 @@ fn small_and_odd_sized_copies_keep_the_bytes_after_them_and_use_the_mirror() {
         let x = a.upload(&[1.5f32, 2.5, 3.5], &[3]).unwrap();
         let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
         let c = a.copy_to_device(y[0].addr(), b, dst + 16, 12).unwrap();
-        assert!(b.exec().gates_pending() > 0);
+        assert_eq!(b.pending_incoming(), 1);
+        // A read of the bytes before it: not held by the copy.
+        assert_eq!(b.read(dst + 8, 3).unwrap(), [4, 5, 6]);
         c.land(Duration::ZERO).unwrap();
         assert_eq!(b.read(dst + 16, 12).unwrap(), f32s(&[-1.5, -2.5, -3.5]));
         a.deallocate(src).unwrap();
@@ -451,11 +453,69 @@ fn staging_buffers_are_reused_with_the_new_bytes() {
             let x = a.upload(&vec![-(k as f32); n], &[n]).unwrap();
             let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
             let c = a.copy_to_device(y[0].addr(), b, t.addr(), n * 4).unwrap();
+            // A consumer before the bytes land: the write goes behind a gate, from staging.
+            let z = b.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
             c.land(Duration::ZERO).unwrap();
-            assert_eq!(t.download::<f32>().unwrap(), vec![k as f32; n], "copy {k}");
+            assert_eq!(
+                z[0].download::<f32>().unwrap(),
+                vec![-(k as f32); n],
+                "copy {k}"
+            );
         }
         let (created, reused) = b.incoming_staging();
         assert_eq!(created + reused, 12);
         assert!(reused >= 8, "created {created}, reused {reused}");
+    });
+}
+
+/// Work on the destination that does not touch the copy's range is not held behind it, and a
+/// copy whose bytes land before anything touched its range is written as an ordinary upload.
+#[test]
+fn work_elsewhere_is_not_held_and_an_untouched_copy_lands_as_an_upload() {
+    within(LIMIT, "untouched copy", || {
+        let rt = two_devices(ExecConfig::default());
+        let (a, b) = (&rt.devices[0], &rt.devices[1]);
+        let n = 500;
+        let x = a.upload(&vec![-2.0f32; n], &[n]).unwrap();
+        let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+        let t = b.upload(&vec![0.0f32; n], &[n]).unwrap();
+        let u = b.upload(&vec![3.0f32; n], &[n]).unwrap();
+        let c = a.copy_to_device(y[0].addr(), b, t.addr(), n * 4).unwrap();
+        assert_eq!(b.pending_incoming(), 1);
+        // Elsewhere on B: recorded, submitted and read back while the copy is in flight.
+        let v = b.run("Square", &Attrs::new(), &[Arg::from(&u)]).unwrap();
+        assert_eq!(v[0].download::<f32>().unwrap(), vec![9.0f32; n]);
+        assert_eq!(b.exec().gates_pending(), 0, "nothing was held");
+        assert_eq!(b.pending_incoming(), 1, "the copy is still pending");
+        c.land(Duration::ZERO).unwrap();
+        assert_eq!(b.pending_incoming(), 0);
+        assert_eq!(
+            b.incoming_staging(),
+            (0, 0),
+            "landed as an upload, no staging buffer"
+        );
+        let z = b.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
+        assert_eq!(z[0].download::<f32>().unwrap(), vec![-2.0f32; n]);
+    });
+}
+
+/// Freeing the destination's allocation while a copy into it is pending records the copy
+/// first: the memory is reused only after it ran, and the copy does not land in a new owner.
+#[test]
+fn freeing_a_pending_destination_records_the_copy_first() {
+    within(LIMIT, "free pending", || {
+        let rt = two_devices(ExecConfig::default());
+        let (a, b) = (&rt.devices[0], &rt.devices[1]);
+        let n = 256;
+        let x = a.upload(&vec![-7.0f32; n], &[n]).unwrap();
+        let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+        let dst = b.allocate(4 * n as u64).unwrap();
+        let c = a.copy_to_device(y[0].addr(), b, dst, n * 4).unwrap();
+        b.deallocate(dst).unwrap();
+        assert_eq!(b.pending_incoming(), 0, "recorded at the free");
+        assert!(b.exec().gates_pending() > 0, "behind a gate");
+        c.land(Duration::ZERO).unwrap();
+        b.synchronize().unwrap();
+        assert_eq!(b.exec().gates_pending(), 0);
     });
 }
