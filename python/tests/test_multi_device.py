@@ -154,8 +154,8 @@ def test_copies_between_devices_stay_ordered(tf, gates):
     them): work that consumes a copied tensor, and the source buffers being reused right after,
     must still see every value in order. A chain that ping-pongs one tensor between the devices
     with arithmetic on both sides, eagerly and inside one tf.function. With copy gates
-    (TFWGPU_COPY_GATES=1, the default) the consumer is recorded before the bytes land, and the
-    destination holds its work back until they do; with 0 the consumer waits on the host."""
+    (TFWGPU_COPY_GATES=1) the consumer is recorded before the bytes land, and the destination
+    holds its work back until they do; with 0 (the default) the consumer waits on the host."""
     out = run_two_devices(
         """
         import json

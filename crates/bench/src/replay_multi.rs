@@ -9,9 +9,10 @@
 //!   thread waits for that read and uploads the bytes before the first of its events that
 //!   touches the destination range (or at its next host sync, mark, or the end). A thread
 //!   thus waits for another device exactly where its data comes from there.
-//!   With copy gates (`TFWGPU_COPY_GATES=1`, the default, as in the plugin), the destination's
-//!   thread instead records the write at the copy's place in the trace, behind a gate
-//!   (`Device::gated_write`: the destination holds back submitting it and later work until a
+//!   With copy gates (`TFWGPU_COPY_GATES=1`; off by default, as in the plugin), the
+//!   destination's thread instead registers the copy at its place in the trace
+//!   (`Device::gated_write`: the first work there that touches the destination records the
+//!   write behind a gate, and the destination holds back submitting it and later work until a
 //!   copier thread has landed the bytes), and goes on without waiting for the source's GPU.
 //! - Marks (step boundaries) are met by every thread: each drains its device, and the step's
 //!   time is taken when the last one has.
@@ -518,9 +519,9 @@ fn copier_spin(d: &Device) -> std::time::Duration {
     std::time::Duration::from_micros(us)
 }
 
-/// `TFWGPU_COPY_GATES` (default on, as in the plugin): copies gated on their destination.
+/// `TFWGPU_COPY_GATES=1` (default off, as in the plugin): copies gated on their destination.
 pub fn gates_from_env() -> bool {
-    std::env::var("TFWGPU_COPY_GATES").map_or(true, |v| v.trim() != "0")
+    std::env::var("TFWGPU_COPY_GATES").is_ok_and(|v| v.trim() == "1")
 }
 
 /// Writes the median pass's timeline: one JSON line per replayed event and device thread,

@@ -13,14 +13,22 @@
 //! The copier threads never run TensorFlow code, so waiting for them cannot deadlock with a
 //! TensorFlow callback.
 //!
-//! With copy gates (`TFWGPU_COPY_GATES=1`, see [`gates`]) the order is kept on the GPU side
-//! instead: B's write is recorded at issue time, in B's order, from a staging buffer the
-//! copier fills later, and B holds back submitting that batch and every later one until then
-//! (`Device::gated_write`). The copy then needs no wait on the host: events, callbacks and
-//! synchronizations of the issuing stream do not wait for it, TensorFlow hands the
-//! destination to its consumers at once, and they are recorded on B while A's GPU is still
-//! producing the bytes; what reads B from the host waits for them (B's reads and syncs wait
-//! for its held batches).
+//! With copy gates (`TFWGPU_COPY_GATES=1`, off by default, see [`gates`]) the order is kept
+//! on the GPU side instead: the copy is registered on B at issue time, and the first work on
+//! B that touches the destination records B's write (from a staging buffer the copier fills
+//! later) behind a gate: B holds back submitting that batch and every later one until the
+//! bytes are there (`Device::gated_write`). The copy then needs no wait on the host: events,
+//! callbacks and synchronizations of the issuing stream do not wait for it, TensorFlow hands
+//! the destination to its consumers at once, and they are recorded on B while A's GPU is
+//! still producing the bytes; what reads B from the host waits for them.
+//!
+//! Why off: B has one in-order queue, so a gate also holds everything B records after the
+//! consumer, and under MirroredStrategy that is the replica's own backward pass and the reads
+//! of its next gradients: the two replicas' exchanges turn into a ping-pong of round trips
+//! through the host. On two H200s the Keras two-GPU CNN step took 9.2-9.8 ms with gates
+//! against 6.5-6.6 ms without, the replayed ring step 3.96 against 2.48 ms
+//! (bench/RESULTS.md, session 9, branch dual9). Without gates TensorFlow's executor records
+//! that independent work while the copy is in flight, and only the consumer waits.
 
 use std::sync::OnceLock;
 use std::sync::mpsc;
@@ -144,15 +152,16 @@ fn copier_spin(from: &Device) -> std::time::Duration {
     std::time::Duration::from_micros(us.unwrap_or(default))
 }
 
-/// Whether copies between devices are ordered on the GPU side (`TFWGPU_COPY_GATES=1`, the
-/// default; `0`: the destination's consumers wait for the bytes on the host, as before).
+/// Whether copies between devices are ordered on the GPU side (`TFWGPU_COPY_GATES=1`;
+/// default `0`: the destination's consumers wait for the bytes on the host; see the module
+/// doc for why).
 pub fn gates() -> bool {
     static G: OnceLock<bool> = OnceLock::new();
-    *G.get_or_init(|| std::env::var("TFWGPU_COPY_GATES").map_or(DEFAULT_GATES, |v| v.trim() != "0"))
+    *G.get_or_init(|| std::env::var("TFWGPU_COPY_GATES").map_or(DEFAULT_GATES, |v| v.trim() == "1"))
 }
 
-/// See [`gates`].
-const DEFAULT_GATES: bool = true;
+/// See [`gates`] (measured on two H200s: bench/RESULTS.md, session 9).
+const DEFAULT_GATES: bool = false;
 
 /// Polls `from` until the batch that makes `read`'s bytes available completed, for at most
 /// [`copier_spin`]; `finish_read` then finds it done (or blocks for the rest).
