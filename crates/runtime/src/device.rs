@@ -945,12 +945,14 @@ impl IncomingCopy {
                 match std::mem::replace(&mut *st, Incoming::Done) {
                     Incoming::Waiting => {
                         // Nothing touched the range: an ordinary upload, recorded before the
-                        // list is let go (work touching the range after this comes after it).
+                        // entry leaves the list (a thread that finds the list empty skips the
+                        // lock: its work must come after the upload).
+                        let written = to.write_untouched(dst, bytes);
                         list.retain(|p| !Arc::ptr_eq(&p.state, &state));
                         to.inner
                             .pending_count
                             .store(list.len(), std::sync::atomic::Ordering::Release);
-                        to.write_untouched(dst, bytes)
+                        written
                     }
                     Incoming::Gated { staging, batch } => {
                         drop(list);

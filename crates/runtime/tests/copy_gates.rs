@@ -519,3 +519,34 @@ fn freeing_a_pending_destination_records_the_copy_first() {
         assert_eq!(b.exec().gates_pending(), 0);
     });
 }
+
+/// The copier landing a copy races with the destination recording its consumer: whichever
+/// comes first, the consumer sees the new bytes (a landing that took the copy off the pending
+/// list before recording its upload let a consumer that found the list empty go first).
+#[test]
+fn landing_and_a_consumer_racing_keep_their_order() {
+    within(LIMIT, "landing race", || {
+        let rt = two_devices(ExecConfig::default());
+        let (a, b) = (&rt.devices[0], &rt.devices[1]);
+        let copier = Copier::new();
+        let n = 64;
+        let t = b.empty(tfwgpu_runtime::DType::F32, &[n]).unwrap();
+        for k in 0..150 {
+            let x = a.upload(&vec![-(k as f32); n], &[n]).unwrap();
+            let y = a.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+            // Make sure the source's bytes are there, so the landing is quick.
+            a.synchronize().unwrap();
+            copier.send(a.copy_to_device(y[0].addr(), b, t.addr(), n * 4).unwrap());
+            if k % 3 == 1 {
+                std::thread::yield_now();
+            }
+            let z = b.run("Neg", &Attrs::new(), &[Arg::from(&t)]).unwrap();
+            assert_eq!(
+                z[0].download::<f32>().unwrap(),
+                vec![-(k as f32); n],
+                "round {k}"
+            );
+        }
+        assert!(copier.finish().is_empty());
+    });
+}
