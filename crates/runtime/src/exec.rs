@@ -102,12 +102,8 @@ pub struct ExecConfig {
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
-    /// `0`: the recording thread encodes and submits them itself, outside the batch lock;
-    /// `None`: on for a GPU, off for a CPU adapter, whose execution threads need the cores).
-    /// On the H200 the Keras CNN's training step was 0.17-0.43 ms shorter with it in three
-    /// alternated pairs, and the two-GPU step 6.32 against 6.48-6.59 ms (bench/RESULTS.md,
-    /// session 9, host9 and dual9 sections).
-    pub submit_thread: Option<bool>,
+    /// default off: the recording thread submits them itself, outside the batch lock).
+    pub submit_thread: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -126,7 +122,7 @@ impl Default for ExecConfig {
             upload_submit: true,
             arena_upload_bytes: 16 << 10,
             spin: None,
-            submit_thread: None,
+            submit_thread: false,
         }
     }
 }
@@ -169,7 +165,7 @@ impl ExecConfig {
             c.spin = Some(Duration::from_micros(us));
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
-            c.submit_thread = Some(n > 0);
+            c.submit_thread = n > 0;
         }
         c
     }
@@ -562,7 +558,7 @@ impl ExecutionContext {
             .spawn(move || poller(weak, shared))
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
-        if ctx.cfg.submit_thread == Some(true) {
+        if ctx.cfg.submit_thread {
             let (tx, rx) = std::sync::mpsc::channel::<Taken>();
             let weak = Arc::downgrade(&ctx);
             std::thread::Builder::new()
