@@ -43,6 +43,31 @@ pub(crate) fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b);
 }
 
+/// A GraphDef's top-level fields in order, each raw, with the index of its parsed node for
+/// the nodes (field 1) and `None` for the rest (library, versions); and the parsed nodes.
+type GraphItems<'a> = (Vec<(Option<usize>, &'a [u8])>, Vec<Node>);
+
+/// Splits a serialized GraphDef into [`GraphItems`], for the passes that rewrite some nodes and
+/// re-encode the rest unchanged.
+fn split_graph(graph: &[u8]) -> Result<GraphItems<'_>> {
+    let mut r = Reader::new(graph);
+    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
+    let mut nodes = vec![];
+    loop {
+        let start = r.pos;
+        let Some((f, v)) = r.next()? else { break };
+        let raw = &graph[start..r.pos];
+        match (f, v) {
+            (1, Field::Bytes(nb)) => {
+                items.push((Some(nodes.len()), raw));
+                nodes.push(Node::parse(nb)?);
+            }
+            _ => items.push((None, raw)),
+        }
+    }
+    Ok((items, nodes))
+}
+
 /// The parts of a NodeDef the rewrite needs; `attrs` keeps each map entry's encoded value.
 #[derive(Clone, Default)]
 struct Node {

@@ -22,7 +22,7 @@ use tfwgpu_sys as sys;
 
 use super::fusion::{attr_str, attr_varint, source};
 use super::{Node, on_tfwgpu_gpu};
-use crate::nodedef::{Field, Reader};
+
 use crate::status::Status;
 
 /// Whether the pass runs (`TFWGPU_BIAS_EPILOGUE`, default on).
@@ -55,21 +55,7 @@ fn float_t(n: &Node) -> Option<u64> {
 
 /// The rewritten graph, or `None` when no product and bias qualify.
 pub fn bias_epilogues(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
-    let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push((None, raw)),
-        }
-    }
+    let (items, nodes) = super::split_graph(graph)?;
     let pairs = plan(&nodes, preserve);
     if pairs.is_empty() {
         return Ok(None);
@@ -249,6 +235,7 @@ pub static REGISTERED: std::sync::atomic::AtomicBool = std::sync::atomic::Atomic
 mod tests {
     use super::super::{bytes_field, type_attr};
     use super::*;
+    use crate::nodedef::{Field, Reader};
 
     const GPU: &str = "/job:localhost/replica:0/task:0/device:GPU:0";
 

@@ -194,21 +194,7 @@ fn fusible(n: &Node) -> Option<u64> {
 /// that is to be preserved, waited on by a control edge, or read by anything but a SelectV2's
 /// condition is left alone. The rewritten graph, or `None` when nothing was copied.
 fn copy_predicates(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Vec<u8>>> {
-    let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push((None, raw)),
-        }
-    }
+    let (items, nodes) = super::split_graph(graph)?;
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()

@@ -149,21 +149,7 @@ fn data_inputs(n: &Node) -> impl Iterator<Item = (usize, &String)> {
 
 /// The rewritten graph, or `None` when no chain qualifies.
 pub fn pin_seed_chains(graph: &[u8]) -> Result<Option<Vec<u8>>> {
-    let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push((None, raw)),
-        }
-    }
+    let (items, nodes) = super::split_graph(graph)?;
     let Some(plan) = plan(&nodes) else {
         return Ok(None);
     };
@@ -427,21 +413,7 @@ const HOST_CAST_SRC: &[u64] = &[DT_INT32, DT_INT64];
 ///
 /// The rewritten graph, or `None` when no such cast is on a tfwgpu GPU.
 pub fn pin_host_casts(graph: &[u8]) -> Result<Option<Vec<u8>>> {
-    let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push((None, raw)),
-        }
-    }
+    let (items, nodes) = super::split_graph(graph)?;
     let moved = host_cast_plan(&nodes);
     if moved.is_empty() {
         return Ok(None);
