@@ -104,10 +104,6 @@ pub struct ExecConfig {
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
     /// default off: the recording thread submits them itself, outside the batch lock).
     pub submit_thread: bool,
-    /// The idle rules (`idle_ops`, `idle_age`) also submit a batch without compute dispatches
-    /// (copies, uploads, clears only) (`TFWGPU_BATCH_IDLE_TRANSFERS=1`; default off: such a
-    /// batch goes out with the next kernels, by count or by `max_age`, or with a host wait).
-    pub idle_transfers: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -127,7 +123,6 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
-            idle_transfers: false,
         }
     }
 }
@@ -171,9 +166,6 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = n > 0;
-        }
-        if let Some(n) = env_parse::<u32>("TFWGPU_BATCH_IDLE_TRANSFERS") {
-            c.idle_transfers = n > 0;
         }
         c
     }
@@ -386,8 +378,6 @@ struct Batch {
     encoder: Option<wgpu::CommandEncoder>,
     pass: Option<wgpu::ComputePass<'static>>,
     ops: usize,
-    /// Of `ops`, the compute dispatches (the rest: copies, uploads, clears).
-    dispatches: usize,
     started: Option<Instant>,
     uniforms: Vec<u8>,
     bind_groups: BindGroupCache,
@@ -539,7 +529,6 @@ impl ExecutionContext {
                 id: 1,
                 encoder: None,
                 pass: None,
-                dispatches: 0,
                 ops: 0,
                 started: None,
                 uniforms: vec![],
@@ -651,15 +640,8 @@ impl ExecutionContext {
         if b.ops == 1 {
             self.recorded_tag.store(b.id, Ordering::Release);
         }
-        // The idle rules submit a batch only when it holds compute work (or `idle_transfers`):
-        // a batch of small copies alone (the labels, seeds and flags uploaded at the start of a
-        // training step) gives the GPU nothing worth a submit, which cost the recording thread
-        // 70-125 us each on the H200 (host9, bench/RESULTS.md session 9). It goes out with the
-        // next kernels, by count or by age (the poller), or with a host wait.
         if b.ops >= self.cfg.max_ops
-            || ((b.dispatches > 0 || self.cfg.idle_transfers)
-                && self.cfg.due_when_idle(b.ops, b.started)
-                && self.gpu_idle())
+            || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
         {
             let taken = self.take_locked(&mut b);
             return match (taken, self.submitter.get()) {
@@ -845,7 +827,6 @@ impl ExecutionContext {
             pass.write_timestamp(set, 2 * i + 1);
         }
         self.stats.lock().dispatches += 1;
-        b.dispatches += 1;
         self.after_record(b)
     }
 
@@ -1384,7 +1365,6 @@ impl ExecutionContext {
         b.id += 1;
         b.ops = 0;
         b.started = None;
-        b.dispatches = 0;
         Some(taken)
     }
 
@@ -1645,9 +1625,7 @@ impl ExecutionContext {
         let mut b = self.batch.lock();
         if !(b.ops > 0
             && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
-                || ((b.dispatches > 0 || self.cfg.idle_transfers)
-                    && self.cfg.due_when_idle(b.ops, b.started)
-                    && self.gpu_idle())))
+                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())))
         {
             return;
         }

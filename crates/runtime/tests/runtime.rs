@@ -479,59 +479,6 @@ fn manual_batching(idle_ops: usize) -> Runtime {
 }
 
 #[test]
-fn an_idle_gpu_is_not_handed_a_batch_of_small_copies_alone() {
-    // The idle rules submit a batch only once it holds a kernel: small uploads at a step's
-    // start (labels, seeds, flags) wait for the kernels after them (a submit per upload cost
-    // the recording thread 70-125 us on the H200). TFWGPU_BATCH_IDLE_TRANSFERS=1: as before.
-    for idle_transfers in [false, true] {
-        let rt = runtime_with(|o| {
-            o.exec = ExecConfig {
-                max_ops: 1_000_000,
-                max_age: Duration::from_secs(3600),
-                idle_ops: 2,
-                idle_inflight: 1,
-                idle_age: Some(Duration::from_micros(1)),
-                idle_transfers,
-                ..ExecConfig::default()
-            }
-        });
-        let d = rt.device();
-        let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
-        let t = d.empty(DType::F32, &[64]).unwrap();
-        d.synchronize().unwrap();
-        let submits = d.exec_stats().submits;
-        let bytes: Vec<u8> = (0..256u32).map(|i| i as u8).collect();
-        for _ in 0..3 {
-            d.write(t.addr(), &bytes).unwrap();
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let after_copies = d.exec_stats().submits;
-        if idle_transfers {
-            assert!(after_copies > submits, "copies alone submitted while idle");
-        } else {
-            assert_eq!(after_copies, submits, "copies alone stay on the host");
-        }
-        let y = d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
-        let t0 = std::time::Instant::now();
-        while d.exec_stats().submits == after_copies {
-            assert!(
-                t0.elapsed() < Duration::from_secs(20),
-                "the batch with a kernel was never submitted"
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(y[0].download::<f32>().unwrap(), vec![-2.0; 16]);
-        let got: Vec<u8> = t
-            .download::<f32>()
-            .unwrap()
-            .iter()
-            .flat_map(|v| v.to_bits().to_le_bytes())
-            .collect();
-        assert_eq!(got, bytes, "the uploads' bytes");
-    }
-}
-
-#[test]
 fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
     // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 300 ms age while idle
     // (long enough that a loaded machine records the command well within it).
