@@ -3,46 +3,12 @@
 //! kernels' results) and against a CPU reference evaluated per output element.
 
 mod common;
+mod fused_cases;
 
 use common::*;
-use tfwgpu_runtime::kernels::fused::{Arg as PArg, FusedOp, OP, Program};
+use fused_cases::*;
+use tfwgpu_runtime::kernels::fused::{FusedOp, OP, Program};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, Tensor, f16};
-
-fn fused_attrs(program: &str, n: usize, dtype: DType) -> Attrs {
-    Attrs::new()
-        .with("T", AttrValue::Type(dtype))
-        .with("N", AttrValue::Int(n as i64))
-        .with("program", AttrValue::Str(program.into()))
-}
-
-/// Runs the program fused.
-fn run_fused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
-    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
-    let mut out = dev()
-        .run(OP, &fused_attrs(program, inputs.len(), dtype), &args)
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
-    out.remove(0)
-}
-
-/// Runs the program one op (one kernel) at a time.
-fn run_unfused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
-    let p = Program::parse(program, inputs.len()).unwrap();
-    let attrs = Attrs::new().with("T", AttrValue::Type(dtype));
-    let mut temps: Vec<Tensor> = vec![];
-    for ins in &p.instrs {
-        let args: Vec<Arg> = ins
-            .args
-            .iter()
-            .map(|a| match *a {
-                PArg::Input(i) => Arg::from(inputs[i]),
-                PArg::Temp(t) => Arg::from(&temps[t]),
-            })
-            .collect();
-        let mut out = dev().run(ins.name, &attrs, &args).unwrap();
-        temps.push(out.remove(0));
-    }
-    temps.pop().unwrap()
-}
 
 /// The value of one op on the CPU (f64 for the transcendental functions, rounded once).
 fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
@@ -123,49 +89,11 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
     }
 }
 
-/// The program on the CPU: each output element computed from the inputs read at its
-/// broadcast coordinates (NumPy rules, aligned on the right).
+/// The program on the CPU per output element, through `cpu_op`.
 fn cpu_program(program: &str, inputs: &[(&[f32], &[usize])], out_shape: &[usize]) -> Vec<f32> {
-    let p = Program::parse(program, inputs.len()).unwrap();
-    let n: usize = out_shape.iter().product();
-    let rank = out_shape.len();
-    (0..n)
-        .map(|e| {
-            let mut coord = vec![0; rank];
-            let mut rem = e;
-            for d in (0..rank).rev() {
-                coord[d] = rem % out_shape[d];
-                rem /= out_shape[d];
-            }
-            let x: Vec<f32> = inputs
-                .iter()
-                .map(|(data, shape)| {
-                    let pad = rank - shape.len();
-                    let mut off = 0;
-                    for (d, &s) in shape.iter().enumerate() {
-                        let c = if s == 1 { 0 } else { coord[d + pad] };
-                        off = off * s + c;
-                    }
-                    data[off]
-                })
-                .collect();
-            let mut t: Vec<f32> = vec![];
-            for ins in &p.instrs {
-                let v = |a: &PArg| match *a {
-                    PArg::Input(i) => x[i],
-                    PArg::Temp(k) => t[k],
-                };
-                let a = v(&ins.args[0]);
-                let b = ins.args.get(1).map_or(0.0, v);
-                t.push(cpu_op(ins.op, a, b));
-            }
-            *t.last().unwrap()
-        })
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
+    fused_cases::cpu_program(program, inputs, out_shape, |ins, a| {
+        cpu_op(ins.op, a[0], a.get(1).copied().unwrap_or(0.0))
+    })
 }
 
 /// Checks `program` on f32 inputs of `shapes` (values from `ranges`): equal bits to the
@@ -610,53 +538,6 @@ fn bad_inputs_are_errors() {
             )
             .is_err()
     );
-}
-
-/// Runs a multi-output program fused (`_TfwgpuFusedElementwiseMulti`).
-fn run_multi(program: &str, exports: &[usize], inputs: &[&Tensor], dtype: DType) -> Vec<Tensor> {
-    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
-    let attrs = fused_attrs(program, inputs.len(), dtype)
-        .with("M", AttrValue::Int(exports.len() as i64 + 1))
-        .with(
-            "exports",
-            AttrValue::Ints(exports.iter().map(|&e| e as i64).collect()),
-        );
-    dev()
-        .run(tfwgpu_runtime::kernels::fused::OP_MULTI, &attrs, &args)
-        .unwrap_or_else(|e| panic!("{program} exports {exports:?}: {e}"))
-}
-
-/// Every instruction's result, one op (one kernel) at a time.
-fn run_unfused_all(
-    program: &str,
-    inputs: &[&Tensor],
-    exports: &[usize],
-    dtype: DType,
-) -> Vec<Tensor> {
-    let p = Program::parse_multi(program, inputs.len(), exports).unwrap();
-    let attrs = Attrs::new().with("T", AttrValue::Type(dtype));
-    let mut temps: Vec<Tensor> = vec![];
-    for ins in &p.instrs {
-        let args: Vec<Arg> = ins
-            .args
-            .iter()
-            .map(|a| match *a {
-                PArg::Input(i) => Arg::from(inputs[i]),
-                PArg::Temp(t) => Arg::from(&temps[t]),
-            })
-            .collect();
-        let mut out = if ins.op == FusedOp::Tile {
-            let m: Vec<i32> = ins.multiples.iter().map(|&m| m as i32).collect();
-            let mt = HostTensor::new(&m, &[m.len()]).unwrap();
-            dev()
-                .run("Tile", &attrs, &[args[0], Arg::from(&mt)])
-                .unwrap()
-        } else {
-            dev().run(ins.name, &attrs, &args).unwrap()
-        };
-        temps.push(out.remove(0));
-    }
-    temps
 }
 
 /// Checks a multi-output program: each output has the shape of its instruction's result and

@@ -6,57 +6,12 @@
 //! division as the unfused kernel) and against a CPU reference with TensorFlow's semantics.
 
 mod common;
+mod fused_cases;
 
 use common::*;
-use tfwgpu_runtime::kernels::fused::{Arg as PArg, OP, OP_MULTI, Program};
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Tensor, f16};
-
-fn attrs(program: &str, n: usize, dtype: DType) -> Attrs {
-    Attrs::new()
-        .with("T", AttrValue::Type(dtype))
-        .with("N", AttrValue::Int(n as i64))
-        .with("program", AttrValue::Str(program.into()))
-}
-
-fn run_fused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
-    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
-    dev()
-        .run(OP, &attrs(program, inputs.len(), dtype), &args)
-        .unwrap_or_else(|e| panic!("{program}: {e}"))
-        .remove(0)
-}
-
-/// Every instruction's result, one kernel at a time (comparisons give bool tensors, which
-/// the SelectV2 kernel takes as its condition).
-fn run_unfused_all(
-    program: &str,
-    inputs: &[&Tensor],
-    exports: &[usize],
-    dtype: DType,
-) -> Vec<Tensor> {
-    let p = Program::parse_multi(program, inputs.len(), exports).unwrap();
-    let a = Attrs::new().with("T", AttrValue::Type(dtype));
-    let mut temps: Vec<Tensor> = vec![];
-    for ins in &p.instrs {
-        let args: Vec<Arg> = ins
-            .args
-            .iter()
-            .map(|x| match *x {
-                PArg::Input(i) => Arg::from(inputs[i]),
-                PArg::Temp(t) => Arg::from(&temps[t]),
-            })
-            .collect();
-        let mut out = dev()
-            .run(ins.name, &a, &args)
-            .unwrap_or_else(|e| panic!("{}: {e}", ins.name));
-        temps.push(out.remove(0));
-    }
-    temps
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
+use fused_cases::*;
+use tfwgpu_runtime::kernels::fused::{OP, OP_MULTI, Program};
+use tfwgpu_runtime::{Arg, AttrValue, DType, Tensor, f16};
 
 /// TensorFlow's value of one instruction on the CPU (`c` a comparison's bool as 1.0/0.0).
 fn cpu(op: &str, a: &[f32]) -> f32 {
@@ -97,45 +52,9 @@ fn cpu(op: &str, a: &[f32]) -> f32 {
     }
 }
 
-/// The program on the CPU for each output element (NumPy broadcasting).
+/// The program on the CPU per output element, through `cpu`.
 fn cpu_program(program: &str, inputs: &[(&[f32], &[usize])], out_shape: &[usize]) -> Vec<f32> {
-    let p = Program::parse(program, inputs.len()).unwrap();
-    let n: usize = out_shape.iter().product();
-    let rank = out_shape.len();
-    (0..n)
-        .map(|e| {
-            let mut coord = vec![0; rank];
-            let mut rem = e;
-            for d in (0..rank).rev() {
-                coord[d] = rem % out_shape[d];
-                rem /= out_shape[d];
-            }
-            let x: Vec<f32> = inputs
-                .iter()
-                .map(|(data, shape)| {
-                    let pad = rank - shape.len();
-                    let mut off = 0;
-                    for (d, &s) in shape.iter().enumerate() {
-                        off = off * s + if s == 1 { 0 } else { coord[d + pad] };
-                    }
-                    data[off]
-                })
-                .collect();
-            let mut t: Vec<f32> = vec![];
-            for ins in &p.instrs {
-                let args: Vec<f32> = ins
-                    .args
-                    .iter()
-                    .map(|a| match *a {
-                        PArg::Input(i) => x[i],
-                        PArg::Temp(k) => t[k],
-                    })
-                    .collect();
-                t.push(cpu(ins.name, &args));
-            }
-            *t.last().unwrap()
-        })
-        .collect()
+    fused_cases::cpu_program(program, inputs, out_shape, |ins, a| cpu(ins.name, a))
 }
 
 /// Checks an f32 program on `data` of `shapes`: the unfused kernels' bits, and TensorFlow's
@@ -385,7 +304,7 @@ fn multi_output_with_a_select() {
         .map(|(d, s)| dev().upload(d, s).unwrap())
         .collect();
     let refs: Vec<&Tensor> = t.iter().collect();
-    let a = attrs(DROPOUT, 5, DType::F32)
+    let a = fused_attrs(DROPOUT, 5, DType::F32)
         .with("M", AttrValue::Int(2))
         .with("exports", AttrValue::Ints(vec![1]));
     let args: Vec<Arg> = refs.iter().map(|x| Arg::from(*x)).collect();
@@ -459,7 +378,7 @@ fn a_comparisons_bool_is_only_a_selects_condition() {
     let e = dev()
         .run(
             OP,
-            &attrs("Greater(i0,i1)", 2, DType::F32),
+            &fused_attrs("Greater(i0,i1)", 2, DType::F32),
             &[Arg::from(&a), Arg::from(&a)],
         )
         .err()
@@ -471,7 +390,7 @@ fn a_comparisons_bool_is_only_a_selects_condition() {
     let e = dev()
         .run(
             OP,
-            &attrs("Less(i0,i1);SelectV2(t0,i0,i2)", 3, DType::F32),
+            &fused_attrs("Less(i0,i1);SelectV2(t0,i0,i2)", 3, DType::F32),
             &[Arg::from(&a), Arg::from(&a), Arg::from(&b)],
         )
         .err()
@@ -484,7 +403,8 @@ fn a_comparisons_bool_is_only_a_selects_condition() {
 fn one_kernel_on_shapes_that_change_from_call_to_call() {
     // The kernel keeps each dispatch's shape-dependent plan: calls on other shapes (and back)
     // must each get their own broadcast, params and grid.
-    let k = tfwgpu_runtime::kernels::fused::Fused::build(&attrs(DROPOUT, 5, DType::F32)).unwrap();
+    let k =
+        tfwgpu_runtime::kernels::fused::Fused::build(&fused_attrs(DROPOUT, 5, DType::F32)).unwrap();
     let mut r = rng(9);
     for shape in [
         vec![7usize],
