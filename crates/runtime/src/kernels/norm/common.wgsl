@@ -18,9 +18,10 @@ struct Params {
     factor: u32,
     rest_inv: u32,
     adjust: u32,
-    // stats_last.wgsl: chunks per arrival group.
+    // stats_last.wgsl: chunks per arrival group; 1: workgroups split-major (the tiles of a
+    // chunk neighbours), else tile-major.
     group: u32,
-    pad0: u32,
+    order: u32,
     pad1: u32,
     pad2: u32,
 };

@@ -249,6 +249,8 @@ struct Plan {
     x8: bool,
     /// Chunks per arrival group of `stats_last.wgsl` (see `Plan::last_group`).
     group: usize,
+    /// `stats_last.wgsl`: workgroups split-major (`LastOpts::split_major`).
+    split_major: bool,
 }
 
 impl Plan {
@@ -276,6 +278,7 @@ impl Plan {
             splits,
             x8: false,
             group: splits,
+            split_major: false,
         })
     }
 
@@ -376,7 +379,7 @@ impl Plan {
             rest_inv.to_bits(),
             adjust.to_bits(),
             self.group as u32,
-            0,
+            self.split_major as u32,
             0,
             0,
         ])
@@ -529,7 +532,7 @@ fn ldy(e: u32) -> vec4<f32> {
     STATS_VEC4_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD8", fold8)
-        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace("$FOLD", &FOLD_VEC4_WGSL.replace("$UNROLL8", "false"))
         .replace("$ACCESS", access)
         .replace("$AT", at)
         .replace("$SLOTS", slots)
@@ -646,7 +649,7 @@ fn put_space3() {
     };
     ONEPASS_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace("$FOLD", &FOLD_VEC4_WGSL.replace("$UNROLL8", "false"))
         .replace("$DECLS", decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$WGS", &OWG.to_string())
@@ -655,7 +658,7 @@ fn put_space3() {
 }
 
 /// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
-fn stats_last_shader(grad: bool) -> String {
+fn stats_last_shader(grad: bool, unroll8: bool) -> String {
     let (decls, put_out, results) = if grad {
         (
             "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
@@ -712,11 +715,40 @@ fn put_space3() {
     };
     STATS_LAST_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace(
+            "$FOLD",
+            &FOLD_VEC4_WGSL.replace("$UNROLL8", if unroll8 { "true" } else { "false" }),
+        )
         .replace("$DECLS", decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$PUT_OUT", put_out)
         .replace("$RESULTS", results)
+}
+
+/// Measurement switches of the `stats_last.wgsl` path (read once per process):
+/// `TFWGPU_NORM_UNROLL=8` folds eight rows per loop iteration (loads first) before the
+/// four-row steps; `TFWGPU_NORM_ORDER=split` numbers the workgroups split-major, so the tiles
+/// of one chunk of rows (complementary runs of the same rows) run side by side instead of
+/// one tile's chunks after another; `TFWGPU_NORM_APPLY_X8=1` runs the float16 apply with
+/// eight channels per invocation (16-byte loads and stores) where C % 8 == 0.
+#[derive(Clone, Copy, Debug)]
+struct LastOpts {
+    unroll8: bool,
+    split_major: bool,
+    apply_x8: bool,
+}
+
+fn last_opts() -> LastOpts {
+    use std::sync::OnceLock;
+    static OPTS: OnceLock<LastOpts> = OnceLock::new();
+    *OPTS.get_or_init(|| {
+        let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+        LastOpts {
+            unroll8: env("TFWGPU_NORM_UNROLL").is_some_and(|v| v == "8"),
+            split_major: env("TFWGPU_NORM_ORDER").is_some_and(|v| v == "split"),
+            apply_x8: env("TFWGPU_NORM_APPLY_X8").is_some_and(|v| v == "1"),
+        }
+    })
 }
 
 /// Storage bindings of `stats_last.wgsl` (the forward's).
@@ -893,6 +925,19 @@ impl Run<'_> {
         Ok(part)
     }
 
+    /// The run of the apply after `stats_last`: eight channels per invocation for float16
+    /// with C % 8 == 0 where `TFWGPU_NORM_APPLY_X8=1` (the coefficients' layout is the same).
+    fn last_apply(&self) -> Run<'_> {
+        let x8 = self.dtype == DType::F16 && self.plan.c.is_multiple_of(8) && last_opts().apply_x8;
+        Run {
+            ctx: self.ctx,
+            plan: Plan { x8, ..self.plan },
+            dtype: self.dtype,
+            eps: self.eps,
+            factor: self.factor,
+        }
+    }
+
     /// Dispatches `stats_last.wgsl` (training; `stats_last_on`): the statistics and the
     /// per-channel results of x (forward: `vecs` scale, offset, mean, variance; gradient: dy
     /// and `vecs` scale, reserve_space_1, reserve_space_2), writing the [C] outputs `outs` (4
@@ -912,14 +957,29 @@ impl Run<'_> {
         let grad = dy.is_some();
         let dtype = self.dtype;
         let (hw, suffix) = vec4_hw(ctx, dtype)?;
+        let opts = last_opts();
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
-                format!("stats_last{}/vec4{suffix}", if grad { "_grad" } else { "" }),
+                format!(
+                    "stats_last{}/vec4{suffix}{}",
+                    if grad { "_grad" } else { "" },
+                    if opts.unroll8 { "/u8" } else { "" }
+                ),
             ),
-            || crate::kernels::membound_shader(vec4_io(stats_last_shader(grad), dtype, hw)),
+            || {
+                crate::kernels::membound_shader(vec4_io(
+                    stats_last_shader(grad, opts.unroll8),
+                    dtype,
+                    hw,
+                ))
+            },
         )?;
+        let p = &Plan {
+            split_major: opts.split_major,
+            ..*p
+        };
         let quads = p.c / 4;
         let groups_n = p.splits.div_ceil(p.group);
         // Coefficient rows, then a record (3 vec4) per chunk and group of each quad.
@@ -1471,7 +1531,7 @@ impl Kernel for BatchNorm {
                 space3,
                 name,
             )?;
-            return run.apply(0, &x, None, &res, &outputs[0], name);
+            return run.last_apply().apply(0, &x, None, &res, &outputs[0], name);
         }
         let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
         let res = if self.a.training {
@@ -1585,7 +1645,9 @@ impl Kernel for BatchNormGrad {
                 None,
                 name,
             )?;
-            return run.apply(2, &x, Some(&dy), &res, &outputs[0], name);
+            return run
+                .last_apply()
+                .apply(2, &x, Some(&dy), &res, &outputs[0], name);
         }
         let part = run.stats(&x, Some(&dy), Some(&mean))?;
         let mode = if self.a.training { 2 } else { 3 };

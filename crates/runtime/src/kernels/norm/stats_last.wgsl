@@ -133,9 +133,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let lanes = 256u / p.tc;
     let lane = t / p.tc;
-    let tile = g / p.splits;
+    var tile = g / p.splits;
+    var split = g % p.splits;
+    if p.order == 1u {
+        tile = g % tiles;
+        split = g / tiles;
+    }
     let q = tile * p.tc + t % p.tc;
-    let split = g % p.splits;
     let valid = q < quads;
     let start = split * p.chunk;
     let end = min(start + p.chunk, p.rest);
