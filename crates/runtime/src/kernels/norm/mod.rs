@@ -325,6 +325,9 @@ impl Plan {
     /// merges reads about sqrt(splits) records per quad: 28 instead of 784 on 64x56x56x256
     /// float16).
     fn last_group(splits: usize, lanes: usize) -> usize {
+        if let Some(g) = last_opts().group {
+            return g.clamp(1, splits.max(1));
+        }
         if splits <= 4 * lanes {
             splits.max(1)
         } else {
@@ -730,12 +733,16 @@ fn put_space3() {
 /// four-row steps; `TFWGPU_NORM_ORDER=split` numbers the workgroups split-major, so the tiles
 /// of one chunk of rows (complementary runs of the same rows) run side by side instead of
 /// one tile's chunks after another; `TFWGPU_NORM_APPLY_X8=1` runs the float16 apply with
-/// eight channels per invocation (16-byte loads and stores) where C % 8 == 0.
+/// eight channels per invocation (16-byte loads and stores) where C % 8 == 0;
+/// `TFWGPU_NORM_GROUP` forces the chunks per arrival group.
 #[derive(Clone, Copy, Debug)]
 struct LastOpts {
     unroll8: bool,
     split_major: bool,
     apply_x8: bool,
+    /// `TFWGPU_NORM_GROUP=<chunks>`: the chunks per arrival group (at least the chunks: one
+    /// level).
+    group: Option<usize>,
 }
 
 fn last_opts() -> LastOpts {
@@ -747,6 +754,7 @@ fn last_opts() -> LastOpts {
             unroll8: env("TFWGPU_NORM_UNROLL").is_some_and(|v| v == "8"),
             split_major: env("TFWGPU_NORM_ORDER").is_some_and(|v| v == "split"),
             apply_x8: env("TFWGPU_NORM_APPLY_X8").is_some_and(|v| v == "1"),
+            group: env("TFWGPU_NORM_GROUP").and_then(|v| v.parse::<usize>().ok()),
         }
     })
 }
