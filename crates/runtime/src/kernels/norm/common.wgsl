@@ -18,10 +18,9 @@ struct Params {
     factor: u32,
     rest_inv: u32,
     adjust: u32,
-    // stats_last.wgsl: chunks per arrival group; 1: workgroups split-major (the tiles of a
-    // chunk neighbours), else tile-major.
+    // stats_last.wgsl: chunks per arrival group.
     group: u32,
-    order: u32,
+    pad0: u32,
     pad1: u32,
     pad2: u32,
 };

@@ -55,35 +55,7 @@ fn fold_rows(q: u32, quads: u32, start: u32, end: u32, lane: u32, lanes: u32) ->
     }
     // Four rows per iteration, all loads before any fold and no guard inside (full
     // groups only), then the remaining rows one at a time; the sums run in row order.
-    // UNROLL8 (stats_last.wgsl with `TFWGPU_NORM_UNROLL=8`): eight rows per iteration first.
     let step = lanes * quads;
-    if $UNROLL8 {
-        while j + 7u * lanes < end {
-            var xs: array<vec4<f32>, 8>;
-            var ds: array<vec4<f32>, 8>;
-            let e0 = j * quads + q;
-            for (var u = 0u; u < 8u; u++) {
-                xs[u] = ldx(e0 + u * step);
-            }
-            if GRAD {
-                for (var u = 0u; u < 8u; u++) {
-                    ds[u] = ldy(e0 + u * step);
-                }
-                for (var u = 0u; u < 8u; u++) {
-                    b = b + ds[u];
-                    c = c + ds[u] * (xs[u] - m);
-                }
-            } else {
-                for (var u = 0u; u < 8u; u++) {
-                    let y = xs[u] - k;
-                    b = b + y;
-                    c = c + y * y;
-                }
-                a = a + 8.0;
-            }
-            j += 8u * lanes;
-        }
-    }
     while j + 3u * lanes < end {
         let e0 = j * quads + q;
         let e1 = e0 + step;

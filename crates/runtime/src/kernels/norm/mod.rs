@@ -18,6 +18,11 @@
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
 //! `finalize.wgsl` runs too) and re-reads its rows from L2 for the output; used where it
 //! measured faster on the H200 (small tensors, 32-byte runs per row).
+//! Elsewhere, training on the vec4 layout runs the statistics and the finalize in ONE
+//! dispatch (`stats_last.wgsl`, see `stats_last_on`): the statistics workgroups count their
+//! arrival on the device's atomic counters and the last one to arrive merges the partials
+//! and computes the per-channel results, so two dispatches (statistics, apply) instead of
+//! three (request mem6-1 on the H200: span -7 to -12 us per op).
 //! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
 //! by trees. No sum runs serially over more than 64 elements per invocation (16 or 32 in the
@@ -249,8 +254,6 @@ struct Plan {
     x8: bool,
     /// Chunks per arrival group of `stats_last.wgsl` (see `Plan::last_group`).
     group: usize,
-    /// `stats_last.wgsl`: workgroups split-major (`LastOpts::split_major`).
-    split_major: bool,
 }
 
 impl Plan {
@@ -278,7 +281,6 @@ impl Plan {
             splits,
             x8: false,
             group: splits,
-            split_major: false,
         })
     }
 
@@ -382,7 +384,7 @@ impl Plan {
             rest_inv.to_bits(),
             adjust.to_bits(),
             self.group as u32,
-            self.split_major as u32,
+            0,
             0,
             0,
         ])
@@ -535,7 +537,7 @@ fn ldy(e: u32) -> vec4<f32> {
     STATS_VEC4_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD8", fold8)
-        .replace("$FOLD", &FOLD_VEC4_WGSL.replace("$UNROLL8", "false"))
+        .replace("$FOLD", FOLD_VEC4_WGSL)
         .replace("$ACCESS", access)
         .replace("$AT", at)
         .replace("$SLOTS", slots)
@@ -652,7 +654,7 @@ fn put_space3() {
     };
     ONEPASS_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$FOLD", &FOLD_VEC4_WGSL.replace("$UNROLL8", "false"))
+        .replace("$FOLD", FOLD_VEC4_WGSL)
         .replace("$DECLS", decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$WGS", &OWG.to_string())
@@ -661,7 +663,7 @@ fn put_space3() {
 }
 
 /// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
-fn stats_last_shader(grad: bool, unroll8: bool) -> String {
+fn stats_last_shader(grad: bool) -> String {
     let (decls, put_out, results) = if grad {
         (
             "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
@@ -718,27 +720,20 @@ fn put_space3() {
     };
     STATS_LAST_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace(
-            "$FOLD",
-            &FOLD_VEC4_WGSL.replace("$UNROLL8", if unroll8 { "true" } else { "false" }),
-        )
+        .replace("$FOLD", FOLD_VEC4_WGSL)
         .replace("$DECLS", decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$PUT_OUT", put_out)
         .replace("$RESULTS", results)
 }
 
-/// Measurement switches of the `stats_last.wgsl` path (read once per process):
-/// `TFWGPU_NORM_UNROLL=8` folds eight rows per loop iteration (loads first) before the
-/// four-row steps; `TFWGPU_NORM_ORDER=split` numbers the workgroups split-major, so the tiles
-/// of one chunk of rows (complementary runs of the same rows) run side by side instead of
-/// one tile's chunks after another; `TFWGPU_NORM_APPLY_X8=1` runs the float16 apply with
-/// eight channels per invocation (16-byte loads and stores) where C % 8 == 0;
-/// `TFWGPU_NORM_GROUP` forces the chunks per arrival group.
+/// Switches of the `stats_last.wgsl` path (read once per process): `TFWGPU_NORM_APPLY_X8=0`
+/// keeps the float16 apply after it at four channels per invocation (default eight, 16-byte
+/// loads and stores, where C % 8 == 0: request mem6-2 on the H200, 64x56x56x256 float16
+/// apply 70.1 -> 67.6 us forward, 105.3 -> 98.7 gradient, the smaller shapes within +-0.7
+/// us); `TFWGPU_NORM_GROUP=<chunks>` forces the chunks per arrival group (measurements).
 #[derive(Clone, Copy, Debug)]
 struct LastOpts {
-    unroll8: bool,
-    split_major: bool,
     apply_x8: bool,
     /// `TFWGPU_NORM_GROUP=<chunks>`: the chunks per arrival group (at least the chunks: one
     /// level).
@@ -751,9 +746,7 @@ fn last_opts() -> LastOpts {
     *OPTS.get_or_init(|| {
         let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
         LastOpts {
-            unroll8: env("TFWGPU_NORM_UNROLL").is_some_and(|v| v == "8"),
-            split_major: env("TFWGPU_NORM_ORDER").is_some_and(|v| v == "split"),
-            apply_x8: env("TFWGPU_NORM_APPLY_X8").is_some_and(|v| v == "1"),
+            apply_x8: env("TFWGPU_NORM_APPLY_X8").is_none_or(|v| v != "0"),
             group: env("TFWGPU_NORM_GROUP").and_then(|v| v.parse::<usize>().ok()),
         }
     })
@@ -934,7 +927,8 @@ impl Run<'_> {
     }
 
     /// The run of the apply after `stats_last`: eight channels per invocation for float16
-    /// with C % 8 == 0 where `TFWGPU_NORM_APPLY_X8=1` (the coefficients' layout is the same).
+    /// with C % 8 == 0 unless `TFWGPU_NORM_APPLY_X8=0` (the coefficients' layout is the same;
+    /// see `LastOpts`).
     fn last_apply(&self) -> Run<'_> {
         let x8 = self.dtype == DType::F16 && self.plan.c.is_multiple_of(8) && last_opts().apply_x8;
         Run {
@@ -965,29 +959,14 @@ impl Run<'_> {
         let grad = dy.is_some();
         let dtype = self.dtype;
         let (hw, suffix) = vec4_hw(ctx, dtype)?;
-        let opts = last_opts();
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
-                format!(
-                    "stats_last{}/vec4{suffix}{}",
-                    if grad { "_grad" } else { "" },
-                    if opts.unroll8 { "/u8" } else { "" }
-                ),
+                format!("stats_last{}/vec4{suffix}", if grad { "_grad" } else { "" }),
             ),
-            || {
-                crate::kernels::membound_shader(vec4_io(
-                    stats_last_shader(grad, opts.unroll8),
-                    dtype,
-                    hw,
-                ))
-            },
+            || crate::kernels::membound_shader(vec4_io(stats_last_shader(grad), dtype, hw)),
         )?;
-        let p = &Plan {
-            split_major: opts.split_major,
-            ..*p
-        };
         let quads = p.c / 4;
         let groups_n = p.splits.div_ceil(p.group);
         // Coefficient rows, then a record (3 vec4) per chunk and group of each quad.

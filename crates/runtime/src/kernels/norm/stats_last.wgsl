@@ -133,12 +133,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let lanes = 256u / p.tc;
     let lane = t / p.tc;
-    var tile = g / p.splits;
-    var split = g % p.splits;
-    if p.order == 1u {
-        tile = g % tiles;
-        split = g / tiles;
-    }
+    let tile = g / p.splits;
+    let split = g % p.splits;
     let q = tile * p.tc + t % p.tc;
     let valid = q < quads;
     let start = split * p.chunk;

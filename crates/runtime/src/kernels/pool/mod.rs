@@ -682,7 +682,6 @@ impl Kernel for Pool {
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
             let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").is_ok_and(|v| v.trim() == "1");
-            let pair_on = std::env::var("TFWGPU_POOL_PAIR").is_ok_and(|v| v.trim() == "1");
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 let x8 = x8_ok && pass != 2;
                 let lanes = if x8 { 8 } else { 4 };
@@ -696,20 +695,17 @@ impl Kernel for Pool {
                 let rowq = cols * (g.c / lanes);
                 let grid3 = grid3_fits(&g, cols, rows);
                 debug_assert!(pass != 6 || grid3);
-                // `TFWGPU_POOL_PAIR=1`: MaxPool and the codes two output rows per invocation.
-                let pair = pair_on && grid3 && !x8 && (pass == 0 || pass == 5);
                 let words = words * 4 / lanes;
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
-                            if rt_skip { "/skip" } else { "" },
-                            if pair { "/pair" } else { "" }
+                            if rt_skip { "/skip" } else { "" }
                         ),
                     ),
                     || {
@@ -722,7 +718,6 @@ impl Kernel for Pool {
                                 )
                                 .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
-                                .replace("$PAIR", if pair { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
                                 .replace("$KEYS", vec4_keys(dtype))
@@ -740,14 +735,7 @@ impl Kernel for Pool {
                     },
                 )?;
                 let (groups, row) = if grid3 {
-                    (
-                        [
-                            u(rowq.div_ceil(WG as usize)),
-                            u(if pair { rows.div_ceil(2) } else { rows }),
-                            u(g.n),
-                        ],
-                        0,
-                    )
+                    ([u(rowq.div_ceil(WG as usize)), u(rows), u(g.n)], 0)
                 } else {
                     grid_1d(words as u64, WG)
                 };

@@ -78,10 +78,6 @@ const FAST: bool = $FAST;
 const W8: bool = $W8;
 // Channels per item: 4, or 8 with W8.
 const LANES: u32 = $LANESu;
-// MaxPool and the codes (GRID3, not W8): two vertically neighbouring outputs per invocation
-// (rows 2 wid.y and 2 wid.y + 1), so with 3x3 windows and stride 2 the row they share is
-// loaded once (15 loads instead of 18); `TFWGPU_POOL_PAIR=1` (measurements).
-const PAIR: bool = $PAIR;
 // float16 storage: the gathers' sums round to half after every addition (`rt`).
 const HALF: bool = $HALF;
 // `add_rt` skips the round trip where it cannot change the sum (only with
@@ -331,59 +327,6 @@ fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
     return pack_codes(s.code);
 }
 
-// PAIR: outputs (oy, ox) and (oy + 1, ox) (if oy + 1 < p.oh) of MaxPool (MODE 0) or the codes
-// (MODE 5) at items e and e + p.rowq. Two whole 3x3 windows two rows apart: the 15 loads of
-// their five rows first, then each window folded as max9 / codes9 do (the same results as
-// one output per invocation); other windows one output at a time.
-fn pool_pair(n: u32, oy: u32, ox: u32, qd: u32, e: u32) {
-    let second = oy + 1u < p.oh;
-    let r = window(oy, ox);
-    let r1 = window(oy + 1u, ox);
-    if second && r.y - r.x == 3u && r.w - r.z == 3u && r1.x == r.x + 2u && r1.y == r.x + 5u {
-        let quads = p.c / 4u;
-        let row = p.w * quads;
-        let i0 = ((n * p.h + r.x) * p.w + r.z) * quads + qd;
-        let i1 = i0 + row;
-        let i2 = i1 + row;
-        let i3 = i2 + row;
-        let i4 = i3 + row;
-        let v0 = lda(i0);
-        let v1 = lda(i0 + quads);
-        let v2 = lda(i0 + 2u * quads);
-        let v3 = lda(i1);
-        let v4 = lda(i1 + quads);
-        let v5 = lda(i1 + 2u * quads);
-        let v6 = lda(i2);
-        let v7 = lda(i2 + quads);
-        let v8 = lda(i2 + 2u * quads);
-        let w3 = lda(i3);
-        let w4 = lda(i3 + quads);
-        let w5 = lda(i3 + 2u * quads);
-        let w6 = lda(i4);
-        let w7 = lda(i4 + quads);
-        let w8 = lda(i4 + 2u * quads);
-        if MODE == 0u {
-            sto(e, max9(v0, v1, v2, v3, v4, v5, v6, v7, v8));
-            sto(e + p.rowq, max9(v6, v7, v8, w3, w4, w5, w6, w7, w8));
-        } else {
-            stc(e, codes9(v0, v1, v2, v3, v4, v5, v6, v7, v8));
-            stc(e + p.rowq, codes9(v6, v7, v8, w3, w4, w5, w6, w7, w8));
-        }
-        return;
-    }
-    if MODE == 0u {
-        sto(e, max_pool(n, oy, ox, qd));
-        if second {
-            sto(e + p.rowq, max_pool(n, oy + 1u, ox, qd));
-        }
-    } else {
-        stc(e, argmax_codes(n, oy, ox, qd));
-        if second {
-            stc(e + p.rowq, argmax_codes(n, oy + 1u, ox, qd));
-        }
-    }
-}
-
 fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     let quads = p.c / 4u;
     let rows = covering(y, p.pt, p.kh, p.sh, p.oh, p.inv_sh);
@@ -530,11 +473,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         yy = wid.y;
         xx = div_small(xq, quads, p.inv_q);
         qd = xq - xx * quads;
-        if PAIR {
-            yy = 2u * wid.y;
-            pool_pair(n, yy, xx, qd, (n * rows + yy) * p.rowq + xq);
-            return;
-        }
         e = (n * rows + yy) * p.rowq + xq;
     } else {
         e = linear_index(gid);
