@@ -453,6 +453,19 @@ impl<'d> KernelContext<'d> {
         self.dev.exec.read(&src.buffer, src.offset, size)
     }
 
+    /// The device's arrival counters, `words` of them (None if it has fewer): u32 words that
+    /// are zero between dispatches, for kernels whose last workgroup to arrive finishes the
+    /// work. A user counts arrivals with `atomicAdd` and the last arriver stores 0 back, so
+    /// they stay zero for the next dispatch (dispatches are ordered by barriers: the counters
+    /// are bound read-write).
+    pub fn arrivals(&self, words: u64) -> Option<BufferRange> {
+        (words <= crate::device::ARRIVAL_WORDS).then(|| BufferRange {
+            buffer: self.dev.arrivals.clone(),
+            offset: 0,
+            size: words.max(1) * 4,
+        })
+    }
+
     /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.
     pub fn clear(&self, dst: &BufferRange, size: u64) -> Result<()> {
         self.dev.exec.clear(&dst.buffer, dst.offset, size)

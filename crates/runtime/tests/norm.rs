@@ -640,6 +640,50 @@ fn onepass_geometry() {
     }
 }
 
+/// Training statistics finalized by the last workgroup to arrive (`stats_last.wgsl`) with two
+/// levels of arrival groups, on shapes past the one-dispatch kernel (more than 32768 rows):
+/// 33000 rows of 33 quads (two tiles, the second with one quad, 8 lanes) are 258 chunks of 128
+/// rows in float32, more than 4 per lane, so 16 groups of 17 chunks (the last of 3), then the
+/// groups' records; in float16 129 chunks of 256 rows (11 groups of 12, the last of 9);
+/// 70000 rows of 8 quads (32 lanes) in float32: 137 chunks of 512 rows, 12 groups of 12 (the
+/// last of 5).
+#[test]
+fn last_arrival_groups() {
+    let shapes: &[(&[usize], bool)] = &[
+        (&[1, 3, 11000, 132], false),
+        (&[1, 3, 11000, 132], true),
+        (&[1, 2, 35000, 32], false),
+    ];
+    let mut seed = 900;
+    for &(shape, half) in shapes {
+        seed += 1;
+        check_forward(
+            &FwdCase {
+                shape: shape.to_vec(),
+                cf: false,
+                half,
+                training: true,
+                factor: 0.5,
+                eps: 1e-3,
+                center: 50.0,
+                spread: 3.0,
+                version: 3,
+            },
+            seed,
+        );
+        check_grad(
+            &GradCase {
+                shape: shape.to_vec(),
+                cf: false,
+                half,
+                training: true,
+                version: 3,
+            },
+            seed,
+        );
+    }
+}
+
 /// A NaN or an infinity in a channel: TensorFlow's formulas give that channel a NaN (or
 /// infinite) mean, a NaN variance and NaN outputs, and leave the other channels alone; the
 /// gradient with a NaN dy gives that channel NaN sums and x_backprop. Known deviation (every

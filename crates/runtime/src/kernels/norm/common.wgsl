@@ -18,6 +18,11 @@ struct Params {
     factor: u32,
     rest_inv: u32,
     adjust: u32,
+    // stats_last.wgsl: chunks per arrival group.
+    group: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
 

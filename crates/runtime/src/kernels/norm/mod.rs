@@ -18,6 +18,11 @@
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
 //! `finalize.wgsl` runs too) and re-reads its rows from L2 for the output; used where it
 //! measured faster on the H200 (small tensors, 32-byte runs per row).
+//! Elsewhere, training on the vec4 layout runs the statistics and the finalize in ONE
+//! dispatch (`stats_last.wgsl`, see `stats_last_on`): the statistics workgroups count their
+//! arrival on the device's atomic counters and the last one to arrive merges the partials
+//! and computes the per-channel results, so two dispatches (statistics, apply) instead of
+//! three (request mem6-1 on the H200: span -7 to -12 us per op).
 //! The forward statistics are Welford states (count, mean, M2) merged by Chan's
 //! formula, so the variance does not cancel; the gradient sums are f32 partial sums combined
 //! by trees. No sum runs serially over more than 64 elements per invocation (16 or 32 in the
@@ -68,6 +73,7 @@ const APPLY_WGSL: &str = include_str!("apply.wgsl");
 const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
 const RESULTS_FWD: &str = include_str!("results_fwd.wgsl");
 const RESULTS_GRAD: &str = include_str!("results_grad.wgsl");
+const STATS_LAST_WGSL: &str = include_str!("stats_last.wgsl");
 
 const V1_DTYPES: &[DType] = &[DType::F32];
 const DTYPES: &[DType] = &[DType::F32, DType::F16];
@@ -246,6 +252,8 @@ struct Plan {
     /// float16 with C % 8 == 0 on the vec4 shaders: eight channels per invocation (16-byte
     /// loads) in the statistics (tc then counts octets) and the apply (`f16_x8`).
     x8: bool,
+    /// Chunks per arrival group of `stats_last.wgsl` (see `Plan::last_group`).
+    group: usize,
 }
 
 impl Plan {
@@ -272,6 +280,7 @@ impl Plan {
             chunk,
             splits,
             x8: false,
+            group: splits,
         })
     }
 
@@ -301,13 +310,37 @@ impl Plan {
             .next_power_of_two()
             .min(MAX_TC);
         let chunk = RWG / tc * rows;
+        let splits = self.rest.div_ceil(chunk).max(1);
         Plan {
             tc,
             chunk,
-            splits: self.rest.div_ceil(chunk).max(1),
+            splits,
             x8,
+            group: Plan::last_group(splits, RWG / tc),
             ..self
         }
+    }
+
+    /// Chunks per arrival group of `stats_last.wgsl` for `splits` chunks and `lanes` lanes
+    /// per quad: all of them (one level: the last workgroup merges every chunk's record)
+    /// up to 4 records per lane, else about sqrt(splits) (two levels, each workgroup that
+    /// merges reads about sqrt(splits) records per quad: 28 instead of 784 on 64x56x56x256
+    /// float16).
+    fn last_group(splits: usize, lanes: usize) -> usize {
+        if let Some(g) = last_opts().group {
+            return g.clamp(1, splits.max(1));
+        }
+        if splits <= 4 * lanes {
+            splits.max(1)
+        } else {
+            (splits as f64).sqrt().ceil() as usize
+        }
+    }
+
+    /// Arrival counters `stats_last.wgsl` uses: one per tile and group, one per tile.
+    fn last_words(&self) -> usize {
+        let tiles = (self.c / 4).div_ceil(self.tc);
+        tiles * (self.splits.div_ceil(self.group) + 1)
     }
 
     /// Whether the statistics of `dtype` can run on `stats_vec4.wgsl`.
@@ -350,6 +383,10 @@ impl Plan {
             factor.unwrap_or(1.0).to_bits(),
             rest_inv.to_bits(),
             adjust.to_bits(),
+            self.group as u32,
+            0,
+            0,
+            0,
         ])
     }
 }
@@ -625,6 +662,121 @@ fn put_space3() {
         .replace("$RESULTS", results)
 }
 
+/// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
+fn stats_last_shader(grad: bool, loads4: bool) -> String {
+    let (decls, put_out, results) = if grad {
+        (
+            "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
+@group(0) @binding(5) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o1: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_grad(ch, b, c);
+}
+fn put_space3() {}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        }",
+            RESULTS_GRAD,
+        )
+    } else {
+        (
+            "@group(0) @binding(4) var<storage, read_write> scale: array<f32>;
+@group(0) @binding(5) var<storage, read_write> offset: array<f32>;
+@group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
+@group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(10) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(11) var<storage, read_write> o3: array<f32>;
+@group(0) @binding(12) var<storage, read_write> o4: array<f32>;
+fn ldy(e: u32) -> vec4<f32> {
+    return vec4<f32>(0.0);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_train(ch, b, c);
+}
+fn put_space3() {
+    o4[0] = 0.0;
+}",
+            "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        } else if row == 2u {
+            o2[ch] = v;
+        } else {
+            o3[ch] = v;
+        }",
+            RESULTS_FWD,
+        )
+    };
+    STATS_LAST_WGSL
+        .replace("$NORM_COMMON", NORM_COMMON)
+        .replace("$FOLD", FOLD_VEC4_WGSL)
+        .replace("$DECLS", decls)
+        .replace("$LOADS4", if loads4 { "true" } else { "false" })
+        .replace("$GRAD", if grad { "true" } else { "false" })
+        .replace("$PUT_OUT", put_out)
+        .replace("$RESULTS", results)
+}
+
+/// Switches of the `stats_last.wgsl` path (read once per process): `TFWGPU_NORM_APPLY_X8=0`
+/// keeps the float16 apply after it at four channels per invocation (default eight, 16-byte
+/// loads and stores, where C % 8 == 0: request mem6-2 on the H200, 64x56x56x256 float16
+/// apply 70.1 -> 67.6 us forward, 105.3 -> 98.7 gradient, the smaller shapes within +-0.7
+/// us); `TFWGPU_NORM_GROUP=<chunks>` forces the chunks per arrival group and
+/// `TFWGPU_NORM_LOADS4=1` batches the merges' loads (measurements).
+#[derive(Clone, Copy, Debug)]
+struct LastOpts {
+    apply_x8: bool,
+    /// `TFWGPU_NORM_GROUP=<chunks>`: the chunks per arrival group (at least the chunks: one
+    /// level).
+    group: Option<usize>,
+    /// `TFWGPU_NORM_LOADS4=1`: the last arrivers' merges load up to four records per lane
+    /// before merging them (the merge is L2-latency-bound: request mem6-2, one level of 784
+    /// chunks, ~98 records per lane one after another, cost 37 us); not measured yet.
+    loads4: bool,
+}
+
+fn last_opts() -> LastOpts {
+    use std::sync::OnceLock;
+    static OPTS: OnceLock<LastOpts> = OnceLock::new();
+    *OPTS.get_or_init(|| {
+        let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+        LastOpts {
+            apply_x8: env("TFWGPU_NORM_APPLY_X8").is_none_or(|v| v != "0"),
+            group: env("TFWGPU_NORM_GROUP").and_then(|v| v.parse::<usize>().ok()),
+            loads4: env("TFWGPU_NORM_LOADS4").is_some_and(|v| v == "1"),
+        }
+    })
+}
+
+/// Storage bindings of `stats_last.wgsl` (the forward's).
+const LAST_BINDINGS: u32 = 12;
+
+/// Whether a training batch norm of `plan` (already `Plan::vec4`) on the vec4 shaders takes
+/// its statistics and per-channel results in one dispatch (`stats_last.wgsl`, the last
+/// workgroup to arrive finalizes) instead of two (statistics, finalize): the vec4 layout with
+/// four channels per invocation, 12 storage bindings, and enough of the device's arrival
+/// counters (`KernelContext::arrivals`). `TFWGPU_NORM_LAST=0` keeps the two dispatches.
+fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
+    use std::sync::OnceLock;
+    static OFF: OnceLock<bool> = OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("TFWGPU_NORM_LAST").is_ok_and(|v| v.trim() == "0"));
+    !off && plan.vec4_stats(ctx, dtype)
+        && !plan.x8
+        && ctx.limits().max_storage_buffers_per_shader_stage >= LAST_BINDINGS
+        && ctx.arrivals(plan.last_words() as u64).is_some()
+}
+
 /// Channel quads per workgroup of `onepass.wgsl` for a training batch norm (forward or
 /// gradient) of `plan`, or None where it does not apply: the vec4 layout (NHWC, C % 4 == 0),
 /// at most ONEPASS_ROWS rows per invocation, a device with 512-invocation workgroups, their
@@ -778,6 +930,94 @@ impl Run<'_> {
             ],
             grid,
         )?;
+        Ok(part)
+    }
+
+    /// The run of the apply after `stats_last`: eight channels per invocation for float16
+    /// with C % 8 == 0 unless `TFWGPU_NORM_APPLY_X8=0` (the coefficients' layout is the same;
+    /// see `LastOpts`).
+    fn last_apply(&self) -> Run<'_> {
+        let x8 = self.dtype == DType::F16 && self.plan.c.is_multiple_of(8) && last_opts().apply_x8;
+        Run {
+            ctx: self.ctx,
+            plan: Plan { x8, ..self.plan },
+            dtype: self.dtype,
+            eps: self.eps,
+            factor: self.factor,
+        }
+    }
+
+    /// Dispatches `stats_last.wgsl` (training; `stats_last_on`): the statistics and the
+    /// per-channel results of x (forward: `vecs` scale, offset, mean, variance; gradient: dy
+    /// and `vecs` scale, reserve_space_1, reserve_space_2), writing the [C] outputs `outs` (4
+    /// forward, 2 gradient) and V3's `space3`; returns the buffer whose start holds the
+    /// coefficients for the vec4 apply.
+    fn stats_last(
+        &self,
+        x: &BufferRange,
+        dy: Option<&BufferRange>,
+        vecs: &[&BufferRange],
+        outs: &[DeviceRef],
+        space3: Option<&DeviceRef>,
+        name: &str,
+    ) -> Result<BufferRange> {
+        let ctx = self.ctx;
+        let p = &self.plan;
+        let grad = dy.is_some();
+        let dtype = self.dtype;
+        let (hw, suffix) = vec4_hw(ctx, dtype)?;
+        let opts = last_opts();
+        let pipeline = ctx.pipeline(
+            PipelineKey::new(
+                "norm",
+                Some(dtype),
+                format!(
+                    "stats_last{}/vec4{suffix}{}",
+                    if grad { "_grad" } else { "" },
+                    if opts.loads4 { "/l4" } else { "" }
+                ),
+            ),
+            || {
+                crate::kernels::membound_shader(vec4_io(
+                    stats_last_shader(grad, opts.loads4),
+                    dtype,
+                    hw,
+                ))
+            },
+        )?;
+        let quads = p.c / 4;
+        let groups_n = p.splits.div_ceil(p.group);
+        // Coefficient rows, then a record (3 vec4) per chunk and group of each quad.
+        let part = ctx.temp((16 * (8 * quads + 3 * quads * (p.splits + groups_n))) as u64)?;
+        let arrivals = ctx
+            .arrivals(p.last_words() as u64)
+            .ok_or_else(|| Error::Unimplemented(format!("{name}: too few arrival counters")))?;
+        let tiles = quads.div_ceil(p.tc);
+        let (grid, gx) = groups("batch norm statistics", tiles * p.splits)?;
+        let params = p.params(
+            0,
+            space3.is_some() as usize,
+            outs.len() as u32,
+            gx,
+            if grad { 2 } else { 0 },
+            self.factor,
+            self.eps,
+        );
+        let mut b = vec![x.clone(), part.clone(), arrivals];
+        if let Some(d) = dy {
+            b.push(d.clone());
+        }
+        b.extend(vecs.iter().map(|v| (*v).clone()));
+        for o in outs {
+            b.push(bind_out(ctx, name, o)?);
+        }
+        if !grad {
+            b.push(match space3 {
+                Some(o) => bind_out(ctx, name, o)?,
+                None => ctx.temp(4)?,
+            });
+        }
+        ctx.dispatch(&pipeline, &params, &b, grid)?;
         Ok(part)
     }
 
@@ -1287,6 +1527,17 @@ impl Kernel for BatchNorm {
                 name,
             );
         }
+        if self.a.training && stats_last_on(ctx, &run.plan, dtype) {
+            let res = run.stats_last(
+                &x,
+                None,
+                &[&scale, &offset, &mean, &var],
+                &outputs[1..5],
+                space3,
+                name,
+            )?;
+            return run.last_apply().apply(0, &x, None, &res, &outputs[0], name);
+        }
         let vecs = [Some(&scale), Some(&offset), Some(&mean), Some(&var)];
         let res = if self.a.training {
             let part = run.stats(&x, None, None)?;
@@ -1389,6 +1640,19 @@ impl Kernel for BatchNormGrad {
                 None,
                 name,
             );
+        }
+        if self.a.training && stats_last_on(ctx, &run.plan, dtype) {
+            let res = run.stats_last(
+                &x,
+                Some(&dy),
+                &[&scale, &mean, &var],
+                &outputs[1..3],
+                None,
+                name,
+            )?;
+            return run
+                .last_apply()
+                .apply(2, &x, Some(&dy), &res, &outputs[0], name);
         }
         let part = run.stats(&x, Some(&dy), Some(&mean))?;
         let mode = if self.a.training { 2 } else { 3 };
