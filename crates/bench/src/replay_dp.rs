@@ -23,9 +23,13 @@
 //!   into its own, reads the sum back and sends it, and uploads the sum of the other half it
 //!   receives (two round trips, the same bytes). `--allreduce none`: no all-reduce at all, the
 //!   devices train apart (what the devices and the host give without communication).
-//! - The device's thread waits, before the first kernel that consumes a gradient of a bucket,
-//!   until that bucket's sum is recorded on its device: the optimizer is recorded only then, as
-//!   it must be. Everything else (the rest of the backward pass, the other buckets) goes on.
+//! - The first kernel that consumes a gradient of a bucket is recorded only once that bucket's
+//!   sum is recorded on its device, as it must be. By default the device's thread holds such a
+//!   kernel back, with every later event that touches memory a held-back event touches, and
+//!   goes on with the rest (the rest of the backward pass, the other buckets), as TensorFlow's
+//!   executor runs every op whose inputs are ready; marks and host syncs replay everything held
+//!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
+//!   order kept, the backward pass's recording stalled behind the all-reduce).
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
 //!   step's time is taken when the last one has, as `replay --per-device` does.
 //!
@@ -113,7 +117,15 @@ pub struct DpPlan {
     pub buckets: Vec<Bucket>,
     issue_after: HashMap<usize, Vec<usize>>,
     wait_before: HashMap<usize, Vec<usize>>,
+    /// Per trace event: the traced address ranges it reads and writes (a free writes its
+    /// allocation).
+    touch: Vec<Ranges>,
+    /// Per trace event: a mark or host sync (everything held back is replayed before it).
+    barrier: Vec<bool>,
 }
+
+/// Address ranges `[start, end)` an event reads, and those it writes.
+type Ranges = (Vec<(u64, u64)>, Vec<(u64, u64)>);
 
 fn is_tape(node: &str) -> bool {
     node.contains("gradient_tape")
@@ -235,12 +247,50 @@ impl DpPlan {
             issue_after.entry(k.issue_after).or_default().push(b);
             wait_before.entry(k.wait_before).or_default().push(b);
         }
+        let mut sizes: HashMap<u64, u64> = HashMap::new();
+        let mut touch: Vec<Ranges> = vec![];
+        let mut barrier = vec![];
+        for ev in &trace.events {
+            let (mut r, mut w) = (vec![], vec![]);
+            let mut b = false;
+            match ev {
+                Event::Alloc { addr, size } => {
+                    sizes.insert(*addr, *size);
+                }
+                Event::Free { addr } => {
+                    if let Some(size) = sizes.get(addr) {
+                        w.push((*addr, addr + size));
+                    }
+                }
+                Event::H2d { dst, size, .. } => w.push((*dst, dst + size)),
+                Event::Fill { addr, size, .. } => w.push((*addr, addr + size)),
+                Event::D2d { src, dst, size, .. } => {
+                    r.push((*src, src + size));
+                    w.push((*dst, dst + size));
+                }
+                Event::Kernel(k) => {
+                    for inp in &k.inputs {
+                        if let Input::Device(d, a) = inp {
+                            r.push((*a, a + d.byte_size()));
+                        }
+                    }
+                    for (d, a) in &k.outputs {
+                        w.push((*a, a + d.byte_size()));
+                    }
+                }
+                Event::D2h { .. } | Event::Sync | Event::HostKernel | Event::Mark(_) => b = true,
+            }
+            touch.push((r, w));
+            barrier.push(b);
+        }
         Ok(DpPlan {
             events,
             grads,
             buckets,
             issue_after,
             wait_before,
+            touch,
+            barrier,
         })
     }
 
@@ -329,6 +379,8 @@ struct State {
     failed: bool,
     /// Per device, per bucket: its sum is recorded there.
     done: Vec<Vec<bool>>,
+    /// Per device: its communication thread is still running.
+    comm_running: Vec<bool>,
     marks: Vec<(String, f64)>,
 }
 
@@ -377,6 +429,20 @@ impl Shared {
         Ok(())
     }
 
+    fn comm_finished(&self, s: usize) {
+        self.lock().comm_running[s] = false;
+        self.cv.notify_all();
+    }
+
+    /// Waits until device `s`'s communication thread has stopped (it records on the device and
+    /// writes into its memory until then).
+    fn wait_comm(&self, s: usize) {
+        let mut st = self.lock();
+        while st.comm_running[s] {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     fn failed(&self) -> bool {
         self.lock().failed
     }
@@ -405,6 +471,8 @@ pub struct DpPass {
     pub comm: Vec<Vec<BucketTimes>>,
     /// With `check`: per device, per gradient, (bytes before, bytes after the all-reduce).
     pub checked: Vec<Checked>,
+    /// Per device: the most events held back at once behind an all-reduce.
+    pub deferred_max: Vec<usize>,
 }
 
 impl Timed for DpPass {
@@ -417,6 +485,7 @@ impl Timed for DpPass {
 }
 
 struct DeviceRun {
+    deferred_max: usize,
     pass: Pass,
     wait_s: f64,
     mark_waits: Vec<f64>,
@@ -432,6 +501,193 @@ struct Ctx<'a> {
     n: usize,
     t0: Instant,
     check: bool,
+    defer: bool,
+}
+
+/// One device's replay state: its memory map, counters, and the events deferred behind an
+/// all-reduce.
+struct DevState<'a> {
+    s: usize,
+    dev: &'a Device,
+    cx: &'a Ctx<'a>,
+    cache: &'a mut HashMap<String, Box<dyn Kernel>>,
+    payloads: HashMap<usize, Vec<u8>>,
+    jobs: Option<Sender<Job>>,
+    mem: Memory<'a>,
+    pass: Pass,
+    wait_s: f64,
+    since_mark: f64,
+    mark_waits: Vec<f64>,
+    checked: Checked,
+    /// Events held back, in trace order: each waits for a bucket's sum, or touches memory
+    /// an earlier held-back event touches.
+    deferred: Vec<usize>,
+    deferred_max: usize,
+}
+
+impl DevState<'_> {
+    fn err(e: tfwgpu_runtime::Error) -> String {
+        e.to_string()
+    }
+
+    /// Whether every bucket event `i` waits for has its sum recorded here.
+    fn ready(&self, i: usize) -> bool {
+        let Some(bs) = self.cx.plan.wait_before.get(&i) else {
+            return true;
+        };
+        if self.jobs.is_none() {
+            return true;
+        }
+        let st = self.cx.shared.lock();
+        bs.iter().all(|&b| st.done[self.s][b])
+    }
+
+    /// Blocks until the buckets event `i` waits for are summed here.
+    fn wait(&mut self, i: usize) -> Result<(), String> {
+        if let (Some(bs), Some(_)) = (self.cx.plan.wait_before.get(&i), &self.jobs) {
+            let t = Instant::now();
+            for &b in bs {
+                self.cx.shared.wait_done(self.s, b)?;
+            }
+            let w = t.elapsed().as_secs_f64();
+            self.wait_s += w;
+            self.since_mark += w;
+        }
+        Ok(())
+    }
+
+    /// Replays event `i` (its buckets are summed), then starts the all-reduce of the buckets
+    /// whose last gradient it produced.
+    fn exec(&mut self, i: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let e = Self::err;
+        if let (Some(bs), true, Some(_)) = (plan.wait_before.get(&i), cx.check, &self.jobs) {
+            for &b in bs {
+                for &j in &plan.buckets[b].grads {
+                    let g = &plan.grads[j];
+                    let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                    let after = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                    self.checked.entry(j).or_default().1 = after;
+                }
+            }
+        }
+        match &cx.trace.events[i] {
+            Event::Mark(label) => {
+                self.mark_waits.push(std::mem::take(&mut self.since_mark));
+                self.dev.synchronize().map_err(e)?;
+                if cx.shared.barrier()? {
+                    cx.shared
+                        .lock()
+                        .marks
+                        .push((label.clone(), cx.t0.elapsed().as_secs_f64()));
+                }
+            }
+            ev => {
+                let mut data = self.payloads.remove(&i).into_iter();
+                apply_event(
+                    self.dev,
+                    i,
+                    ev,
+                    self.cache,
+                    &mut self.mem,
+                    &mut data,
+                    &mut self.pass,
+                )?;
+            }
+        }
+        if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &self.jobs) {
+            for &b in bs {
+                let mut addrs = vec![];
+                let mut reads = vec![];
+                for &j in &plan.buckets[b].grads {
+                    let g = &plan.grads[j];
+                    let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                    if cx.check {
+                        let bytes = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                        self.checked.entry(j).or_default().0 = bytes;
+                    }
+                    // The part this device sends: all of it, or the other device's half.
+                    let (off, len) = match cx.mode {
+                        AllReduce::Halves => owned(j, g.bytes, 1 - self.s),
+                        _ => (0, g.bytes),
+                    };
+                    reads.push(self.dev.read_async(a + off, len as usize).map_err(e)?);
+                    addrs.push(a);
+                }
+                tx.send(Job {
+                    bucket: b,
+                    addrs,
+                    reads,
+                    issued_us: cx.t0.elapsed().as_secs_f64() * 1e6,
+                })
+                .map_err(|_| "a communication thread stopped".to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether event `i` touches memory that one of the first `k` deferred events touches
+    /// (one writes what the other reads or writes).
+    fn conflicts(&self, i: usize, k: usize) -> bool {
+        let t = &self.cx.plan.touch;
+        let (r, w) = (&t[i].0, &t[i].1);
+        self.deferred[..k].iter().any(|&d| {
+            let (dr, dw) = (&t[d].0, &t[d].1);
+            w.iter()
+                .any(|&x| dr.iter().chain(dw).any(|&y| overlaps(x, y)))
+                || r.iter().any(|&x| dw.iter().any(|&y| overlaps(x, y)))
+        })
+    }
+
+    /// Replays the deferred events that may go now, in order.
+    fn flush(&mut self) -> Result<(), String> {
+        let mut k = 0;
+        while k < self.deferred.len() {
+            let i = self.deferred[k];
+            if self.ready(i) && !self.conflicts(i, k) {
+                self.deferred.remove(k);
+                self.exec(i)?;
+            } else {
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays every deferred event, waiting for their buckets.
+    fn drain(&mut self) -> Result<(), String> {
+        while let Some(&first) = self.deferred.first() {
+            self.wait(first)?;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Event `i` in trace order: replayed now, or, with deferral, held back while it waits
+    /// for a bucket or touches what a held-back event touches. Host syncs and marks replay
+    /// everything held back first.
+    fn step(&mut self, i: usize) -> Result<(), String> {
+        if !self.cx.defer || self.jobs.is_none() {
+            self.wait(i)?;
+            return self.exec(i);
+        }
+        self.flush()?;
+        if self.cx.plan.barrier[i] {
+            self.drain()?;
+            return self.exec(i);
+        }
+        let n = self.deferred.len();
+        if !self.ready(i) || self.conflicts(i, n) {
+            self.deferred.push(i);
+            self.deferred_max = self.deferred_max.max(self.deferred.len());
+            return Ok(());
+        }
+        self.exec(i)
+    }
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
 }
 
 fn device_thread(
@@ -439,97 +695,51 @@ fn device_thread(
     dev: &Device,
     cx: &Ctx,
     cache: &mut HashMap<String, Box<dyn Kernel>>,
-    payloads: Vec<Vec<u8>>,
+    payloads: HashMap<usize, Vec<u8>>,
     jobs: Option<Sender<Job>>,
 ) -> Result<DeviceRun, String> {
-    let e = |e: tfwgpu_runtime::Error| e.to_string();
-    let (trace, plan, shared) = (cx.trace, cx.plan, cx.shared);
-    let mut mem = Memory::new(dev);
-    let mut pass = Pass::default();
-    let mut wait_s = 0.0;
-    let mut since_mark = 0.0;
-    let mut mark_waits = vec![];
-    let mut checked = Checked::new();
-    let mut payloads = payloads.into_iter();
     let before = dev.exec_stats();
+    let mut st = DevState {
+        s,
+        dev,
+        cx,
+        cache,
+        payloads,
+        jobs,
+        mem: Memory::new(dev),
+        pass: Pass::default(),
+        wait_s: 0.0,
+        since_mark: 0.0,
+        mark_waits: vec![],
+        checked: Checked::new(),
+        deferred: vec![],
+        deferred_max: 0,
+    };
     let result = (|| -> Result<(), String> {
-        for &i in &plan.events {
-            if let (Some(bs), Some(_)) = (plan.wait_before.get(&i), &jobs) {
-                let t = Instant::now();
-                for &b in bs {
-                    shared.wait_done(s, b)?;
-                }
-                wait_s += t.elapsed().as_secs_f64();
-                since_mark += t.elapsed().as_secs_f64();
-                if cx.check {
-                    for &b in bs {
-                        for &j in &plan.buckets[b].grads {
-                            let g = &plan.grads[j];
-                            let a = mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
-                            let after = dev.read(a, g.bytes as usize).map_err(e)?;
-                            checked.entry(j).or_default().1 = after;
-                        }
-                    }
-                }
-            }
-            match &trace.events[i] {
-                Event::Mark(label) => {
-                    mark_waits.push(std::mem::take(&mut since_mark));
-                    dev.synchronize().map_err(e)?;
-                    if shared.barrier()? {
-                        shared
-                            .lock()
-                            .marks
-                            .push((label.clone(), cx.t0.elapsed().as_secs_f64()));
-                    }
-                }
-                ev => apply_event(dev, i, ev, cache, &mut mem, &mut payloads, &mut pass)?,
-            }
-            if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &jobs) {
-                for &b in bs {
-                    let mut addrs = vec![];
-                    let mut reads = vec![];
-                    for &j in &plan.buckets[b].grads {
-                        let g = &plan.grads[j];
-                        let a = mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
-                        if cx.check {
-                            let bytes = dev.read(a, g.bytes as usize).map_err(e)?;
-                            checked.entry(j).or_default().0 = bytes;
-                        }
-                        // The part this device sends: all of it, or the other device's half.
-                        let (off, len) = match cx.mode {
-                            AllReduce::Halves => owned(j, g.bytes, 1 - s),
-                            _ => (0, g.bytes),
-                        };
-                        reads.push(dev.read_async(a + off, len as usize).map_err(e)?);
-                        addrs.push(a);
-                    }
-                    tx.send(Job {
-                        bucket: b,
-                        addrs,
-                        reads,
-                        issued_us: cx.t0.elapsed().as_secs_f64() * 1e6,
-                    })
-                    .map_err(|_| "a communication thread stopped".to_string())?;
-                }
-            }
+        for &i in &cx.plan.events {
+            st.step(i)?;
         }
-        dev.synchronize().map_err(e)
+        st.drain()?;
+        dev.synchronize().map_err(DevState::err)
     })();
-    drop(jobs);
     if result.is_err() {
-        shared.fail();
+        cx.shared.fail();
     }
-    pass.wall_s = cx.t0.elapsed().as_secs_f64();
-    pass.stats = sub(dev.exec_stats(), before);
-    let freed = mem.free_all();
+    // The communication thread stops once it has no jobs left (or another thread failed);
+    // only then may this device's memory go.
+    st.jobs = None;
+    cx.shared.wait_comm(s);
+    st.pass.wall_s = cx.t0.elapsed().as_secs_f64();
+    st.pass.stats = sub(dev.exec_stats(), before);
+    let freed = st.mem.free_all();
     result?;
     freed?;
     Ok(DeviceRun {
-        pass,
-        wait_s,
-        mark_waits,
-        checked,
+        pass: st.pass,
+        wait_s: st.wait_s,
+        mark_waits: st.mark_waits,
+        checked: st.checked,
+        deferred_max: st.deferred_max,
     })
 }
 
@@ -694,6 +904,18 @@ fn comm_thread(
     Ok(times)
 }
 
+/// How a data-parallel pass runs.
+#[derive(Clone, Copy, Debug)]
+pub struct DpOptions {
+    pub mode: AllReduce,
+    /// Events that wait for a bucket's sum, and those touching what they touch, are held back
+    /// while the thread goes on with the rest (as TensorFlow's executor runs the ops whose
+    /// inputs are ready); without it, the thread blocks at the first such event.
+    pub defer: bool,
+    /// Read every gradient back before and after its all-reduce (blocking reads).
+    pub check: bool,
+}
+
 /// One pass of the plan on `devs` (one thread per device, plus a communication thread each
 /// when there are several).
 pub fn replay_dp(
@@ -701,10 +923,10 @@ pub fn replay_dp(
     trace: &Trace,
     plan: &DpPlan,
     caches: &mut [HashMap<String, Box<dyn Kernel>>],
-    mode: AllReduce,
+    opts: DpOptions,
     seed: u64,
-    check: bool,
 ) -> Result<DpPass, String> {
+    let DpOptions { mode, defer, check } = opts;
     let n = devs.len();
     assert!(caches.len() >= n);
     if mode == AllReduce::Halves && n > 2 {
@@ -712,13 +934,15 @@ pub fn replay_dp(
     }
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     // Each device trains on data of its own.
-    let payloads: Vec<Vec<Vec<u8>>> = (0..n)
+    let payloads: Vec<HashMap<usize, Vec<u8>>> = (0..n)
         .map(|s| {
             let mut rng = StdRng::seed_from_u64(seed * 1000 + s as u64);
             plan.events
                 .iter()
                 .filter_map(|&i| match &trace.events[i] {
-                    Event::H2d { size, fill, .. } => Some(random_bytes(&mut rng, *fill, *size)),
+                    Event::H2d { size, fill, .. } => {
+                        Some((i, random_bytes(&mut rng, *fill, *size)))
+                    }
                     _ => None,
                 })
                 .collect()
@@ -749,6 +973,7 @@ pub fn replay_dp(
             generation: 0,
             failed: false,
             done: vec![vec![false; plan.buckets.len()]; n],
+            comm_running: vec![comm; n],
             marks: vec![],
         }),
         cv: Condvar::new(),
@@ -763,6 +988,7 @@ pub fn replay_dp(
         n,
         t0,
         check,
+        defer,
     };
     type Res = (
         Result<DeviceRun, String>,
@@ -793,6 +1019,14 @@ pub fn replay_dp(
             let (jobs, inbox) = (job_rx[s].take().unwrap(), msg_rx[s].take().unwrap());
             let (dev, cx, st) = (devs[s], &cx, &staging[s]);
             comms.push(Some(sc.spawn(move || {
+                // Tells the device's thread, even on a panic, that this thread stopped.
+                struct Finished<'a>(&'a Shared, usize);
+                impl Drop for Finished<'_> {
+                    fn drop(&mut self) {
+                        self.0.comm_finished(self.1);
+                    }
+                }
+                let _finished = Finished(cx.shared, s);
                 let r = comm_thread(s, dev, cx, st, jobs, inbox, peers);
                 if r.is_err() {
                     cx.shared.fail();
@@ -837,14 +1071,15 @@ pub fn replay_dp(
             }
         }
     }
+    // The devices' errors first: a communication thread fails after its device did.
     let errs: Vec<&String> = results
         .iter()
-        .flat_map(|(d, c)| {
-            d.as_ref()
-                .err()
-                .into_iter()
-                .chain(c.as_ref().and_then(|c| c.as_ref().err()))
-        })
+        .filter_map(|(d, _)| d.as_ref().err())
+        .chain(
+            results
+                .iter()
+                .filter_map(|(_, c)| c.as_ref().and_then(|c| c.as_ref().err())),
+        )
         .collect();
     if let Some(err) = errs
         .iter()
@@ -864,6 +1099,7 @@ pub fn replay_dp(
         out.devices.push(d.pass);
         out.waits_s.push(d.wait_s);
         out.mark_waits_s.push(d.mark_waits);
+        out.deferred_max.push(d.deferred_max);
         out.checked.push(d.checked);
         out.comm
             .push(c.map(|c| c.expect("checked above")).unwrap_or_default());
@@ -972,6 +1208,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         .map_or(Ok(3), |s| s.parse())
         .map_err(|_| "bad --repeat")?;
     let check = args.iter().any(|a| a == "--check");
+    let defer = !args.iter().any(|a| a == "--no-defer");
     let max_n = counts.iter().copied().max().unwrap_or(1);
     if counts.contains(&0) || rt.devices.len() < max_n {
         return Err(format!(
@@ -985,12 +1222,17 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let devs: Vec<&Device> = rt.devices.iter().take(max_n).collect();
     println!(
         "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
-         float32, {:.1} KB, {nb} buckets), all-reduce {}",
+         float32, {:.1} KB, {nb} buckets), all-reduce {}, {}",
         plan.events.len(),
         plan.grads.len(),
         ng,
         bytes as f64 / 1e3,
-        mode.name()
+        mode.name(),
+        if defer {
+            "events waiting for it held back (--no-defer: the thread blocks)"
+        } else {
+            "the thread blocks at the first event waiting for it (--no-defer)"
+        }
     );
     for (d, dev) in devs.iter().enumerate() {
         println!("  device {d}: {}", dev.description().name);
@@ -1003,7 +1245,12 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     }
     if check {
         for &n in counts.iter().filter(|&&n| n > 1) {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, mode, 99, true)?;
+            let o = DpOptions {
+                mode,
+                defer,
+                check: true,
+            };
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, 99)?;
             let (g, el, fin) = verify(&p, &plan)?;
             println!(
                 "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
@@ -1018,7 +1265,12 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let mut passes: HashMap<usize, Vec<DpPass>> = HashMap::new();
     for r in 0..repeat.max(1) {
         for &n in &counts {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, mode, r as u64, false)?;
+            let o = DpOptions {
+                mode,
+                defer,
+                check: false,
+            };
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, r as u64)?;
             passes.entry(n).or_default().push(p);
         }
     }
@@ -1082,7 +1334,15 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 String::new()
             }),
             if n > 1 {
-                format!(", waiting for the all-reduce {wait:.3} ms per step and device (median)")
+                let held = later
+                    .iter()
+                    .flat_map(|p| p.deferred_max.iter().copied())
+                    .max()
+                    .unwrap_or(0);
+                format!(
+                    ", blocked on the all-reduce {wait:.3} ms per step and device (median), up \
+                     to {held} events held back"
+                )
             } else {
                 String::new()
             }
@@ -1128,6 +1388,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         doc.insert("trace".into(), json!(path));
         doc.insert("allreduce".into(), json!(mode.name()));
         doc.insert("bucket_kb".into(), json!(bucket_kb));
+        doc.insert("defer".into(), json!(defer));
         doc.insert("per_device_batch".into(), json!(batch));
         doc.insert(
             "gradients_per_step".into(),
@@ -1334,7 +1595,11 @@ mod tests {
         }
     }
 
-    fn all_reduced(mode: AllReduce) {
+    fn o(mode: AllReduce, defer: bool, check: bool) -> DpOptions {
+        DpOptions { mode, defer, check }
+    }
+
+    fn all_reduced(mode: AllReduce, defer: bool) {
         let rt = two_devices();
         let devs: Vec<&Device> = rt.devices.iter().collect();
         let trace = Trace::parse(&dp_trace(3)).unwrap();
@@ -1342,7 +1607,15 @@ mod tests {
         let mut caches = vec![HashMap::new(), HashMap::new()];
         let in_use: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
         for seed in 0..2 {
-            let p = replay_dp(&devs, &trace, &plan, &mut caches, mode, seed, true).unwrap();
+            let p = replay_dp(
+                &devs,
+                &trace,
+                &plan,
+                &mut caches,
+                o(mode, defer, true),
+                seed,
+            )
+            .unwrap();
             let (g, el, fin) = verify(&p, &plan).unwrap();
             assert_eq!((g, el, fin), (9, 2 * 3 * 621, 2 * 3 * 621));
             let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
@@ -1367,7 +1640,15 @@ mod tests {
             assert!(err.contains("the devices' sum"), "{err}");
         }
         // One device alone: no all-reduce, the same replay.
-        let p = replay_dp(&devs[..1], &trace, &plan, &mut caches, mode, 0, false).unwrap();
+        let p = replay_dp(
+            &devs[..1],
+            &trace,
+            &plan,
+            &mut caches,
+            o(mode, defer, false),
+            0,
+        )
+        .unwrap();
         assert_eq!(p.marks.len(), 4);
         assert!(p.comm[0].is_empty());
         let now: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
@@ -1376,12 +1657,14 @@ mod tests {
 
     #[test]
     fn exchange_gives_every_device_the_sum_of_the_gradients() {
-        all_reduced(AllReduce::Exchange);
+        all_reduced(AllReduce::Exchange, true);
+        all_reduced(AllReduce::Exchange, false);
     }
 
     #[test]
     fn halves_give_every_device_the_sum_of_the_gradients() {
-        all_reduced(AllReduce::Halves);
+        all_reduced(AllReduce::Halves, true);
+        all_reduced(AllReduce::Halves, false);
     }
 
     #[test]
@@ -1391,7 +1674,8 @@ mod tests {
         let trace = Trace::parse(&dp_trace(2)).unwrap();
         let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
-        let p = replay_dp(&devs, &trace, &plan, &mut caches, AllReduce::None, 0, false).unwrap();
+        let none = o(AllReduce::None, true, false);
+        let p = replay_dp(&devs, &trace, &plan, &mut caches, none, 0).unwrap();
         assert_eq!(p.marks.len(), 3);
         assert!(p.comm.iter().all(Vec::is_empty));
         assert!(p.waits_s.iter().all(|&w| w == 0.0));
@@ -1409,8 +1693,11 @@ mod tests {
         let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
         for mode in [AllReduce::Exchange, AllReduce::Halves] {
-            let err = replay_dp(&devs, &trace, &plan, &mut caches, mode, 0, false).unwrap_err();
-            assert!(err.contains("lies in no traced allocation"), "{err}");
+            for defer in [false, true] {
+                let err = replay_dp(&devs, &trace, &plan, &mut caches, o(mode, defer, false), 0)
+                    .unwrap_err();
+                assert!(err.contains("lies in no traced allocation"), "{err}");
+            }
         }
     }
 }
