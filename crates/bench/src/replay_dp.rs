@@ -1310,8 +1310,21 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         };
         let mut per_pos: std::collections::BTreeMap<usize, Vec<(f64, f64, f64)>> =
             std::collections::BTreeMap::new();
+        // Buckets of the labelled steps only (the program's first, unmarked steps number
+        // their buckets on).
+        let first_mark = plan
+            .events
+            .iter()
+            .copied()
+            .find(|&i| matches!(&trace.events[i], Event::Mark(l) if l == label))
+            .unwrap_or(0);
         for p in later {
-            for c in p.comm.iter().flatten() {
+            for c in p
+                .comm
+                .iter()
+                .flatten()
+                .filter(|c| plan.buckets[c.bucket].issue_after > first_mark)
+            {
                 per_pos
                     .entry(plan.buckets[c.bucket].pos)
                     .or_default()
