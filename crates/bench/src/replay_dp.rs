@@ -117,8 +117,8 @@ pub struct DpPlan {
     pub buckets: Vec<Bucket>,
     issue_after: HashMap<usize, Vec<usize>>,
     wait_before: HashMap<usize, Vec<usize>>,
-    /// Per trace event: the traced address ranges it reads and writes (a free writes its
-    /// allocation).
+    /// Per trace event: the traced address ranges it reads and writes (an allocation and a
+    /// free write theirs).
     touch: Vec<Ranges>,
     /// Per trace event: a mark or host sync (everything held back is replayed before it).
     barrier: Vec<bool>,
@@ -254,8 +254,11 @@ impl DpPlan {
             let (mut r, mut w) = (vec![], vec![]);
             let mut b = false;
             match ev {
+                // An allocation or a free writes its range: a traced address freed and
+                // allocated again must not be remapped under a held-back event.
                 Event::Alloc { addr, size } => {
                     sizes.insert(*addr, *size);
+                    w.push((*addr, addr + size));
                 }
                 Event::Free { addr } => {
                     if let Some(size) = sizes.get(addr) {
