@@ -632,14 +632,7 @@ impl DevState<'_> {
     /// Whether event `i` touches memory that one of the first `k` deferred events touches
     /// (one writes what the other reads or writes).
     fn conflicts(&self, i: usize, k: usize) -> bool {
-        let t = &self.cx.plan.touch;
-        let (r, w) = (&t[i].0, &t[i].1);
-        self.deferred[..k].iter().any(|&d| {
-            let (dr, dw) = (&t[d].0, &t[d].1);
-            w.iter()
-                .any(|&x| dr.iter().chain(dw).any(|&y| overlaps(x, y)))
-                || r.iter().any(|&x| dw.iter().any(|&y| overlaps(x, y)))
-        })
+        conflicts(&self.cx.plan.touch, i, &self.deferred[..k])
     }
 
     /// Replays the deferred events that may go now, in order.
@@ -691,6 +684,18 @@ impl DevState<'_> {
 
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
+}
+
+/// Whether event `i` must stay behind the `held` events: it writes what one of them reads or
+/// writes, or reads what one of them writes.
+fn conflicts(touch: &[Ranges], i: usize, held: &[usize]) -> bool {
+    let (r, w) = (&touch[i].0, &touch[i].1);
+    held.iter().any(|&d| {
+        let (dr, dw) = (&touch[d].0, &touch[d].1);
+        w.iter()
+            .any(|&x| dr.iter().chain(dw).any(|&y| overlaps(x, y)))
+            || r.iter().any(|&x| dw.iter().any(|&y| overlaps(x, y)))
+    })
 }
 
 fn device_thread(
@@ -1581,6 +1586,38 @@ mod tests {
         // Without the label's steps first, a two-device trace is refused.
         let err = DpPlan::new(&trace, "none", 0).unwrap_err();
         assert!(err.contains("one-device program"), "{err}");
+    }
+
+    #[test]
+    fn held_back_events_keep_their_order_against_what_touches_their_memory() {
+        let trace = Trace::parse(&dp_trace(1)).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        let t = &plan.touch;
+        // Events: 0 alloc, 1 mark, 2-3 h2d, 4 relu (A -> A+256), 5 w (A+256 -> A+512),
+        // 6 b (A+2048 -> A+4096), 7 adam/w (A+512, A+256 -> A+1024), 8 c (A+2048 -> A+6144),
+        // 9 adam/b (A+4096 -> A+8192), 10 adam/c (A+6144, A+4096 -> A+10240), 11 mark, 12 free.
+        assert!(plan.barrier[1] && plan.barrier[11] && !plan.barrier[7]);
+        // With adam/w held back, c and adam/b touch other memory and go on; adam/c only reads
+        // what adam/b reads.
+        assert!(!conflicts(t, 8, &[7]));
+        assert!(!conflicts(t, 9, &[7]));
+        assert!(!conflicts(t, 10, &[9]));
+        // Writing what a held event reads, reading or writing what it writes: held too.
+        assert!(
+            conflicts(t, 4, &[7]),
+            "relu rewrites A+256, which adam/w reads"
+        );
+        assert!(
+            conflicts(t, 5, &[7]),
+            "w rewrites the gradient adam/w reads"
+        );
+        assert!(conflicts(t, 10, &[8]), "adam/c reads the gradient c writes");
+        assert!(
+            conflicts(t, 12, &[9]),
+            "the free of the allocation adam/b uses"
+        );
+        assert!(conflicts(t, 0, &[9]), "an allocation of its range");
+        assert!(!conflicts(t, 2, &[9]), "an upload elsewhere");
     }
 
     fn trace_len(text: &str) -> usize {
