@@ -12,7 +12,7 @@ hundreds of ms in TensorFlow before the first step) and end. The speedup is take
 state; both are reported.
 
     python bench/mirrored.py [--per-gpu-batch 256] [--steps 200] [--skip 5] [--json FILE]
-        [--only one|all] [--cross-device-ops default|collective|one_device|hierarchical]
+        [--only one|all] [--cross-device-ops default|collective|one_device|hierarchical|exchange]
         [--host-budget R]
         [--bytes-per-pack N]
 
@@ -21,7 +21,9 @@ state; both are reported.
 tensorflow_wgpu/_hooks.py), `collective` is TensorFlow's own default
 (CollectiveAllReduce; on devices without NCCL a ring of CollectiveReduceV2 ops),
 `one_device` is ReductionToOneDevice (sum on the first GPU, then copies back),
-`hierarchical` is HierarchicalCopyAllReduce (packed AddN on the devices and copies).
+`hierarchical` is HierarchicalCopyAllReduce (packed AddN on the devices and copies),
+`exchange` is tensorflow_wgpu's exchange all-reduce (TFWGPU_MIRRORED_REDUCE=exchange: every
+device sums all the replicas' gradients itself, one host round trip per gradient).
 `--bytes-per-pack N` (with `collective`) splits the gradients into packs of about N bytes, each
 all-reduced by its own collective (TensorFlow's CommunicationOptions.bytes_per_pack, set as the
 strategy's default options: Keras's all_reduce passes none), so that the first pack's hops can
@@ -196,6 +198,10 @@ def cross_device_ops(tf, name):
         return None
     if name == "one_device":
         return tf.distribute.ReductionToOneDevice()
+    if name == "exchange":
+        # tensorflow_wgpu's exchange all-reduce (TFWGPU_MIRRORED_REDUCE=exchange).
+        os.environ["TFWGPU_MIRRORED_REDUCE"] = "exchange"
+        return None
     if name == "hierarchical":
         return tf.distribute.HierarchicalCopyAllReduce()
     raise SystemExit(f"unknown --cross-device-ops {name}")
@@ -209,7 +215,7 @@ def main():
     p.add_argument("--json")
     p.add_argument("--only", choices=["one", "all"], help="run one setting only")
     p.add_argument("--cross-device-ops", default="default",
-                   choices=["default", "collective", "one_device", "hierarchical"])
+                   choices=["default", "collective", "one_device", "hierarchical", "exchange"])
     p.add_argument("--bytes-per-pack", type=int, default=0)
     p.add_argument("--host-budget", type=int, metavar="R",
                    help="measure where the step's host time goes R times instead of the throughput")

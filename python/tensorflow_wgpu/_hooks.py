@@ -22,7 +22,9 @@ else), and each changes behaviour only for tfwgpu devices:
   are all tfwgpu GPUs, all-reduces with `ReductionToOneDevice` instead of TensorFlow's default
   ring of collective ops: without NCCL the ring's two hops each cross the host, and on two
   H200s the CNN's two-GPU step took 8.9 ms with the ring against 7.3 ms (bench/RESULTS.md,
-  session 8). `TFWGPU_MIRRORED_REDUCE=tensorflow` keeps TensorFlow's choice; an explicit
+  session 8). `TFWGPU_MIRRORED_REDUCE=tensorflow` keeps TensorFlow's choice,
+  `TFWGPU_MIRRORED_REDUCE=exchange` uses `exchange_all_reduce()` (every device sums all the
+  replicas' values itself: one host round trip instead of two); an explicit
   `cross_device_ops` is left alone.
 """
 import importlib.abc
@@ -383,10 +385,12 @@ def _patch_mirrored_strategy(module):
 
 def _mirrored_reduce(devices):
     """The cross-device ops MirroredStrategy gets by default: ReductionToOneDevice over two or
-    more tfwgpu GPUs (None: TensorFlow's own choice)."""
+    more tfwgpu GPUs, or the exchange all-reduce with TFWGPU_MIRRORED_REDUCE=exchange (None:
+    TensorFlow's own choice)."""
     import os
 
-    if os.environ.get("TFWGPU_MIRRORED_REDUCE", "").strip().lower() == "tensorflow":
+    setting = os.environ.get("TFWGPU_MIRRORED_REDUCE", "").strip().lower()
+    if setting == "tensorflow":
         return None
     import tensorflow as tf
 
@@ -396,7 +400,49 @@ def _mirrored_reduce(devices):
         names = [d.name for d in tf.config.list_logical_devices("GPU")]
     if len(names) < 2 or not all(_is_tfwgpu_device(n) for n in names):
         return None
+    if setting == "exchange":
+        return exchange_all_reduce()
     return tf.distribute.ReductionToOneDevice()
+
+
+def exchange_all_reduce():
+    """A `tf.distribute.CrossDeviceOps` for tfwgpu GPUs: every device sums all the replicas'
+    values itself (`add_n` over them in replica order on each destination; TensorFlow copies
+    each value to the other devices), instead of summing on one device and copying the sum
+    back (ReductionToOneDevice). Each value crosses the host once per other device, and no
+    device waits for another's sum: one host round trip per gradient instead of two. Every
+    device adds the same operands in the same order, so the replicas' sums are identical.
+    Sparse values (IndexedSlices), one destination, and anything else unusual go to
+    ReductionToOneDevice."""
+    from tensorflow.python.distribute import cross_device_ops as cdo
+    from tensorflow.python.distribute import distribute_utils, reduce_util
+    from tensorflow.python.distribute import values as value_lib
+    from tensorflow.python.eager import context
+    from tensorflow.python.framework import indexed_slices, ops
+    from tensorflow.python.ops import math_ops
+
+    class ExchangeAllReduce(cdo.ReductionToOneDevice):
+        def reduce_implementation(self, reduce_op, per_replica_value, destinations, options):
+            values = list(getattr(per_replica_value, "values", None) or [])
+            if cdo.check_destinations(destinations):
+                devices = cdo.get_devices_from(destinations, self._canonicalize_devices)
+            else:
+                devices = cdo.get_devices_from(per_replica_value, self._canonicalize_devices)
+            if (len(devices) < 2 or not values
+                    or any(isinstance(v, indexed_slices.IndexedSlices) for v in values)
+                    or reduce_op not in (reduce_util.ReduceOp.SUM, reduce_util.ReduceOp.MEAN)):
+                return super().reduce_implementation(
+                    reduce_op, per_replica_value, destinations, options)
+            out = []
+            for d in devices:
+                with ops.device(d), context.device_policy(context.DEVICE_PLACEMENT_SILENT):
+                    total = math_ops.add_n(values)
+                    if reduce_op == reduce_util.ReduceOp.MEAN:
+                        total = total / len(values)
+                out.append(total)
+            return distribute_utils.regroup(out, wrap_class=value_lib.Mirrored)
+
+    return ExchangeAllReduce()
 
 
 _PATCHES = {

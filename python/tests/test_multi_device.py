@@ -59,8 +59,9 @@ def test_copies_between_devices(tf):
     assert out["between"] >= 8
 
 
-@pytest.mark.parametrize("model,gates", [("mlp", "1"), ("cnn", "1"), ("cnn", "0")])
-def test_mirrored_strategy_fit_matches_one_device(tf, model, gates):
+@pytest.mark.parametrize("model,gates,reduce", [("mlp", "1", ""), ("cnn", "1", ""),
+                                               ("cnn", "0", ""), ("cnn", "0", "exchange")])
+def test_mirrored_strategy_fit_matches_one_device(tf, model, gates, reduce):
     """MirroredStrategy over both devices trains the reference model with fit: replicas hold
     identical trainable weights after every step, and the losses match one device on the same global
     batch (the all-reduced mean gradient equals the full batch's up to summation order)."""
@@ -98,7 +99,7 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model, gates):
         res["one"] = train(tf.distribute.OneDeviceStrategy("/GPU:0"), [])
         print(json.dumps(res))
         """,
-        env={"TFWGPU_COPY_GATES": gates},
+        env={"TFWGPU_COPY_GATES": gates, "TFWGPU_MIRRORED_REDUCE": reduce},
     )
     assert out["replicas"] == 2
     assert out["identical"] is True
@@ -110,12 +111,13 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model, gates):
     assert out["two"][-1] < out["two"][0]
 
 
-@pytest.mark.parametrize("setting", ["", "tensorflow"])
+@pytest.mark.parametrize("setting", ["", "tensorflow", "exchange"])
 def test_mirrored_strategy_reduces_to_one_device_by_default(tf, setting):
     """Over tfwgpu GPUs MirroredStrategy() all-reduces with ReductionToOneDevice (the ring's
     hops each cross the host); TFWGPU_MIRRORED_REDUCE=tensorflow keeps TensorFlow's collective
-    ring, and an explicit cross_device_ops or a list with a CPU device is left alone. The sum
-    is the same either way."""
+    ring, =exchange the exchange all-reduce (every device sums the replicas' values itself), and
+    an explicit cross_device_ops or a list with a CPU device is left alone. The sums (to the
+    host, and all-reduced in the replicas: each on its own device) are the same either way."""
     out = run_two_devices(
         """
         import json
@@ -135,17 +137,34 @@ def test_mirrored_strategy_reduces_to_one_device_by_default(tf, setting):
         v = s.run(lambda: tf.cast(tf.distribute.get_replica_context().replica_id_in_sync_group + 1,
                                    tf.float32) * tf.constant([1.0, 2.0, 3.0]))
         res["sum"] = s.reduce(tf.distribute.ReduceOp.SUM, v, axis=None).numpy().tolist()
+
+        def all_reduced():  # eagerly: each replica's result stays on its device
+            def fn():
+                ctx = tf.distribute.get_replica_context()
+                x = tf.cast(ctx.replica_id_in_sync_group + 1, tf.float32) * tf.constant(
+                    [1.0, 2.0, 3.0])
+                return (ctx.all_reduce(tf.distribute.ReduceOp.SUM, x),
+                        ctx.all_reduce(tf.distribute.ReduceOp.MEAN, x))
+            return s.run(fn)
+
+        total, mean = all_reduced()
+        res["all_sum"] = [t.numpy().tolist() for t in s.experimental_local_results(total)]
+        res["all_mean"] = [t.numpy().tolist() for t in s.experimental_local_results(mean)]
+        res["all_devices"] = [t.device for t in s.experimental_local_results(total)]
         print(json.dumps(res))
         """,
         env={"TFWGPU_MIRRORED_REDUCE": setting},
     )
     ring = "CollectiveAllReduce"
-    want = ring if setting == "tensorflow" else "ReductionToOneDevice"
+    want = {"tensorflow": ring, "exchange": "ExchangeAllReduce"}.get(setting, "ReductionToOneDevice")
     assert out["default"] == want
     assert out["listed"] == want
     assert out["explicit"] == "HierarchicalCopyAllReduce"
     assert out["with_cpu"] is True
     assert out["sum"] == [3.0, 6.0, 9.0]
+    assert out["all_sum"] == [[3.0, 6.0, 9.0]] * 2
+    assert out["all_mean"] == [[1.5, 3.0, 4.5]] * 2
+    assert [d[-5:] for d in out["all_devices"]] == ["GPU:0", "GPU:1"]
 
 
 @pytest.mark.parametrize("gates", ["1", "0"])

@@ -24,6 +24,7 @@ mod cases;
 mod ops;
 mod overhead;
 mod replay;
+mod replay_dp;
 mod replay_multi;
 mod transfer;
 
@@ -66,7 +67,11 @@ const USAGE: &str = "usage:
                                              random data: wall time (median of N), dispatches,
                                              submits, host time per op; --per-device: each traced
                                              device on its own adapter, one thread per device,
-                                             steps per mark label and <n>gpu scaling
+                                             steps per mark label and <n>gpu scaling;
+                                             --data-parallel 1,2: the one-device steps on 1 and
+                                             2 devices, gradients all-reduced in buckets through
+                                             the host ([--allreduce exchange|halves]
+                                             [--bucket-kb K] [--per-device-batch B] [--check])
   tfwgpu-bench transfer [--mb 0.8,38.5] [--reps N] [--latency N] [--json FILE]
                                              host-to-device and device-to-host copies through
                                              Device::write/read (the plugin's memcpy path),

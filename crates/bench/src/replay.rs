@@ -29,6 +29,8 @@ pub enum Input {
 pub struct KernelRec {
     pub seq: u64,
     pub op: String,
+    /// The TensorFlow node's name ("" when the trace has none).
+    pub node: String,
     pub attrs: Attrs,
     /// The attributes' JSON text: the key of the kernel cache.
     pub key: String,
@@ -314,6 +316,7 @@ impl Trace {
                         seq: u(&v, "seq", line)?,
                         key: format!("{op} {}", v["attrs"]),
                         op,
+                        node: v["node"].as_str().unwrap_or("").to_string(),
                         attrs,
                         inputs: list(&v, "inputs", line)?
                             .iter()
@@ -1057,14 +1060,18 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// The `replay` command.
 pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
-                         [--sync-each] [--per-device [--timeline FILE]]";
+                         [--sync-each] [--per-device [--timeline FILE]] [--data-parallel N,M \
+                         [--allreduce exchange|halves] [--bucket-kb K] [--label L] \
+                         [--per-device-batch B] [--check] [--no-defer]]";
     let dev = rt.device();
     let mut path = None;
     let mut per_device = false;
     let mut i = 0;
     while i < args.len() {
         match args[i].as_str() {
-            "--repeat" | "--json" | "--top" | "--timeline" => i += 2,
+            "--repeat" | "--json" | "--top" | "--timeline" | "--data-parallel" | "--allreduce"
+            | "--bucket-kb" | "--label" | "--per-device-batch" => i += 2,
+            "--check" | "--no-defer" => i += 1,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
                 i += 1;
@@ -1104,6 +1111,9 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     let trace = Trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
     let traced_kernels = trace.kernels().count() as u64;
     let traced_dispatches: u64 = trace.kernels().map(|k| k.dispatches).sum();
+    if args.iter().any(|a| a == "--data-parallel") {
+        return crate::replay_dp::run(args, path, &trace, rt);
+    }
     if per_device {
         return crate::replay_multi::run(
             path,

@@ -1,0 +1,1756 @@
+//! `tfwgpu-bench replay TRACE --data-parallel 1,2`: data-parallel training measured at the
+//! runtime level (issue 8), from a trace of the one-device training program.
+//!
+//! Each of N devices replays the one-device part of the trace (the steps labelled `1gpu` by
+//! bench/mirrored.py, or a whole one-device trace) on its own host thread, with data of its own,
+//! and the weight gradients are all-reduced between the devices the way a data-parallel
+//! framework does it (PyTorch's DDP: buckets all-reduced while the backward pass goes on):
+//!
+//! - The gradients are found in the trace: the float32 outputs of the gradient tape's kernels
+//!   (node names containing `gradient_tape`) that a kernel outside the tape reads (the
+//!   optimizer); their shapes are the variables'. They are grouped in production order into
+//!   buckets, a bucket closing where the first of its gradients is consumed (or at
+//!   `--bucket-kb`).
+//! - Right after a bucket's last gradient is recorded, the device's thread starts reading the
+//!   bytes it must send back to the host (`Device::read_async`: ordered after the work
+//!   recorded so far, not waited for) and goes on recording; a communication thread per device
+//!   finishes the reads, hands the bytes to the other devices' communication threads, uploads
+//!   what it receives into staging tensors and records the sum on its device.
+//! - `--allreduce exchange` (default): every device sends its whole bucket to the others and
+//!   sums all of them itself (for two devices: one host round trip, each device reads back and
+//!   uploads every gradient byte once). `--allreduce halves` (two devices): reduce-scatter then
+//!   all-gather: each device owns half of each gradient, sums the other's copy of that half
+//!   into its own, reads the sum back and sends it, and uploads the sum of the other half it
+//!   receives (two round trips, the same bytes). `--allreduce none`: no all-reduce at all, the
+//!   devices train apart (what the devices and the host give without communication).
+//! - The first kernel that consumes a gradient of a bucket is recorded only once that bucket's
+//!   sum is recorded on its device, as it must be. By default the device's thread holds such a
+//!   kernel back, with every later event that touches memory a held-back event touches, and
+//!   goes on with the rest (the rest of the backward pass, the other buckets), as TensorFlow's
+//!   executor runs every op whose inputs are ready; marks and host syncs replay everything held
+//!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
+//!   order kept, the backward pass's recording stalled behind the all-reduce).
+//! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
+//!   step's time is taken when the last one has, as `replay --per-device` does.
+//!
+//! Passes with each device count in the list alternate in one process; the step times give
+//! images/s with 1 and N devices at the traced per-device batch. `--check` reads every
+//! gradient back before and after its all-reduce (blocking reads: a pass for correctness, not
+//! timing) and checks that every device got the same sum of the devices' gradients.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::{SeedableRng, rngs::StdRng};
+use serde_json::{Value, json};
+use tfwgpu_runtime::{
+    AttrValue, Attrs, DType, Device, DeviceRef, Kernel, Operand, ReadInFlight, Runtime, TensorDesc,
+};
+
+use crate::replay::{
+    Event, Input, Memory, Pass, Timed, Trace, apply_event, median, random_bytes, report_steps, sub,
+    write_json,
+};
+
+/// How the gradients are all-reduced between the devices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllReduce {
+    /// Every device sends every gradient to every other and sums them itself.
+    Exchange,
+    /// Two devices: each sums its half of each gradient and sends the sum back.
+    Halves,
+    /// No all-reduce: the devices train apart (the ceiling the all-reduce is measured from).
+    None,
+}
+
+impl AllReduce {
+    pub fn parse(s: &str) -> Result<AllReduce, String> {
+        match s {
+            "exchange" => Ok(AllReduce::Exchange),
+            "halves" => Ok(AllReduce::Halves),
+            "none" => Ok(AllReduce::None),
+            _ => Err(format!("--allreduce {s:?}: exchange, halves or none")),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            AllReduce::Exchange => "exchange",
+            AllReduce::Halves => "halves",
+            AllReduce::None => "none",
+        }
+    }
+}
+
+/// A weight gradient of the traced program, one per step it was computed in.
+#[derive(Clone, Debug)]
+pub struct Grad {
+    /// The kernel event that wrote it.
+    pub producer: usize,
+    /// Its traced address and size.
+    pub addr: u64,
+    pub bytes: u64,
+    pub shape: Vec<usize>,
+    /// The first event outside the gradient tape that reads it.
+    pub consumer: usize,
+}
+
+/// Gradients all-reduced together: their reads start after `issue_after`, and the device
+/// waits for their sum before `wait_before`.
+#[derive(Clone, Debug)]
+pub struct Bucket {
+    pub grads: Vec<usize>,
+    pub issue_after: usize,
+    pub wait_before: usize,
+    /// Its position among the buckets of its step (0 = the first all-reduced).
+    pub pos: usize,
+}
+
+/// What every device replays, and where the all-reduce starts and is waited for.
+#[derive(Debug)]
+pub struct DpPlan {
+    /// The events every device replays, in trace order (marks included).
+    pub events: Vec<usize>,
+    pub grads: Vec<Grad>,
+    pub buckets: Vec<Bucket>,
+    issue_after: HashMap<usize, Vec<usize>>,
+    wait_before: HashMap<usize, Vec<usize>>,
+    /// Per trace event: the traced address ranges it reads and writes (an allocation and a
+    /// free write theirs).
+    touch: Vec<Ranges>,
+    /// Per trace event: a mark or host sync (everything held back is replayed before it).
+    barrier: Vec<bool>,
+}
+
+/// Address ranges `[start, end)` an event reads, and those it writes.
+type Ranges = (Vec<(u64, u64)>, Vec<(u64, u64)>);
+
+fn is_tape(node: &str) -> bool {
+    node.contains("gradient_tape")
+}
+
+impl DpPlan {
+    /// The one-device part of `trace`: every event up to the first mark after the `label`
+    /// marks that has another label (the whole trace if none), all on one device.
+    /// `bucket_bytes` > 0 also closes a bucket once it holds that many bytes.
+    pub fn new(trace: &Trace, label: &str, bucket_bytes: u64) -> Result<DpPlan, String> {
+        let mut end = trace.events.len();
+        let mut seen = false;
+        for (i, ev) in trace.events.iter().enumerate() {
+            if let Event::Mark(l) = ev {
+                if l == label {
+                    seen = true;
+                } else if seen {
+                    end = i + 1;
+                    break;
+                }
+            }
+        }
+        let events: Vec<usize> = (0..end).collect();
+        let devs: Vec<i64> = {
+            let mut d: Vec<i64> = events
+                .iter()
+                .map(|&i| trace.dev_of[i])
+                .filter(|&d| d >= 0)
+                .collect();
+            d.sort_unstable();
+            d.dedup();
+            d
+        };
+        if devs.len() > 1 {
+            return Err(format!(
+                "--data-parallel replays a one-device program: events 0..{end} used devices {devs:?}"
+            ));
+        }
+        // Gradients: tape outputs read by a kernel outside the tape.
+        let mut last_writer: HashMap<u64, (usize, bool)> = HashMap::new();
+        let mut found: HashMap<(usize, u64), usize> = HashMap::new();
+        let mut grads: Vec<Grad> = vec![];
+        for &i in &events {
+            match &trace.events[i] {
+                Event::Kernel(k) => {
+                    let tape = is_tape(&k.node);
+                    for inp in &k.inputs {
+                        if let Input::Device(d, a) = inp
+                            && !tape
+                            && d.dtype == DType::F32
+                            && d.num_elements() > 0
+                            && let Some(&(w, true)) = last_writer.get(a)
+                            && !found.contains_key(&(w, *a))
+                        {
+                            found.insert((w, *a), grads.len());
+                            grads.push(Grad {
+                                producer: w,
+                                addr: *a,
+                                bytes: d.byte_size(),
+                                shape: d.shape.clone(),
+                                consumer: i,
+                            });
+                        }
+                    }
+                    for (_, a) in &k.outputs {
+                        last_writer.insert(*a, (i, tape));
+                    }
+                }
+                Event::H2d { dst: a, .. } | Event::Fill { addr: a, .. } => {
+                    last_writer.insert(*a, (i, false));
+                }
+                Event::D2d { dst, .. } => {
+                    last_writer.insert(*dst, (i, false));
+                }
+                _ => {}
+            }
+        }
+        grads.sort_by_key(|g| (g.producer, g.addr));
+        // Buckets in production order; one closes before a gradient produced after one of its
+        // gradients was consumed (or a mark), or once it holds `bucket_bytes`.
+        let mark_between = |a: usize, b: usize| {
+            trace.events[a.min(b)..a.max(b)]
+                .iter()
+                .any(|e| matches!(e, Event::Mark(_)))
+        };
+        let mut buckets: Vec<Bucket> = vec![];
+        let mut open: Vec<usize> = vec![];
+        let mut pos = 0;
+        let close = |open: &mut Vec<usize>, buckets: &mut Vec<Bucket>, pos: usize| {
+            if open.is_empty() {
+                return;
+            }
+            let g = std::mem::take(open);
+            buckets.push(Bucket {
+                issue_after: g.iter().map(|&j| grads[j].producer).max().unwrap_or(0),
+                wait_before: g.iter().map(|&j| grads[j].consumer).min().unwrap_or(0),
+                grads: g,
+                pos,
+            });
+        };
+        for (j, g) in grads.iter().enumerate() {
+            if let Some(&first) = open.first() {
+                let consumed = open.iter().map(|&k| grads[k].consumer).min().unwrap_or(0);
+                let bytes: u64 = open.iter().map(|&k| grads[k].bytes).sum();
+                let new_step = mark_between(grads[first].producer, g.producer);
+                if consumed < g.producer || new_step || (bucket_bytes > 0 && bytes >= bucket_bytes)
+                {
+                    close(&mut open, &mut buckets, pos);
+                    pos = if new_step { 0 } else { pos + 1 };
+                }
+            }
+            open.push(j);
+        }
+        close(&mut open, &mut buckets, pos);
+        let mut issue_after: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut wait_before: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (b, k) in buckets.iter().enumerate() {
+            debug_assert!(k.issue_after < k.wait_before);
+            issue_after.entry(k.issue_after).or_default().push(b);
+            wait_before.entry(k.wait_before).or_default().push(b);
+        }
+        let mut sizes: HashMap<u64, u64> = HashMap::new();
+        let mut touch: Vec<Ranges> = vec![];
+        let mut barrier = vec![];
+        for ev in &trace.events {
+            let (mut r, mut w) = (vec![], vec![]);
+            let mut b = false;
+            match ev {
+                // An allocation or a free writes its range: a traced address freed and
+                // allocated again must not be remapped under a held-back event.
+                Event::Alloc { addr, size } => {
+                    sizes.insert(*addr, *size);
+                    w.push((*addr, addr + size));
+                }
+                Event::Free { addr } => {
+                    if let Some(size) = sizes.get(addr) {
+                        w.push((*addr, addr + size));
+                    }
+                }
+                Event::H2d { dst, size, .. } => w.push((*dst, dst + size)),
+                Event::Fill { addr, size, .. } => w.push((*addr, addr + size)),
+                Event::D2d { src, dst, size, .. } => {
+                    r.push((*src, src + size));
+                    w.push((*dst, dst + size));
+                }
+                Event::Kernel(k) => {
+                    for inp in &k.inputs {
+                        if let Input::Device(d, a) = inp {
+                            r.push((*a, a + d.byte_size()));
+                        }
+                    }
+                    for (d, a) in &k.outputs {
+                        w.push((*a, a + d.byte_size()));
+                    }
+                }
+                Event::D2h { .. } | Event::Sync | Event::HostKernel | Event::Mark(_) => b = true,
+            }
+            touch.push((r, w));
+            barrier.push(b);
+        }
+        Ok(DpPlan {
+            events,
+            grads,
+            buckets,
+            issue_after,
+            wait_before,
+            touch,
+            barrier,
+        })
+    }
+
+    /// The gradients and buckets of the last whole step (between the last two marks, or of
+    /// the whole plan without marks): (gradients, float32 elements, bytes, buckets).
+    pub fn per_step(&self, trace: &Trace) -> (usize, u64, u64, usize) {
+        let marks: Vec<usize> = self
+            .events
+            .iter()
+            .copied()
+            .filter(|&i| matches!(trace.events[i], Event::Mark(_)))
+            .collect();
+        let (lo, hi) = match marks.len() {
+            0 | 1 => (0, usize::MAX),
+            m => (marks[m - 2], marks[m - 1]),
+        };
+        let inside: Vec<&Bucket> = self
+            .buckets
+            .iter()
+            .filter(|b| b.issue_after > lo && b.issue_after < hi)
+            .collect();
+        let n = inside.iter().map(|b| b.grads.len()).sum();
+        let bytes: u64 = inside
+            .iter()
+            .flat_map(|b| &b.grads)
+            .map(|&j| self.grads[j].bytes)
+            .sum();
+        (n, bytes / 4, bytes, inside.len())
+    }
+}
+
+/// The part of gradient `j` (`bytes` long) that device `s` of two owns under `halves`:
+/// (byte offset, byte length). Halves split at a multiple of 64 elements; a gradient of fewer
+/// than 128 elements is owned whole by device `j % 2`.
+fn owned(j: usize, bytes: u64, s: usize) -> (u64, u64) {
+    let n = bytes / 4;
+    let h = n / 2 / 64 * 64;
+    if h == 0 {
+        return if j % 2 == s { (0, bytes) } else { (0, 0) };
+    }
+    if s == 0 {
+        (0, h * 4)
+    } else {
+        (h * 4, bytes - h * 4)
+    }
+}
+
+/// A bucket handed by a device's thread to its communication thread.
+struct Job {
+    bucket: usize,
+    /// Per gradient of the bucket: its address on this device, and the read of the part sent.
+    addrs: Vec<u64>,
+    reads: Vec<ReadInFlight>,
+    issued_us: f64,
+}
+
+/// Bytes between two communication threads.
+struct Msg {
+    from: usize,
+    bucket: usize,
+    /// 0: a device's own gradients (or, under `halves`, its copy of the receiver's half);
+    /// 1: under `halves`, the sum of the receiver's other half.
+    phase: u8,
+    parts: Vec<Vec<u8>>,
+}
+
+/// When one bucket's all-reduce went where on one device (microseconds since the pass began).
+#[derive(Clone, Debug, Default)]
+pub struct BucketTimes {
+    pub bucket: usize,
+    pub issued_us: f64,
+    pub read_us: f64,
+    pub received_us: f64,
+    pub done_us: f64,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    cv: Condvar,
+    threads: usize,
+}
+
+struct State {
+    arrived: usize,
+    generation: u64,
+    failed: bool,
+    /// Per device, per bucket: its sum is recorded there.
+    done: Vec<Vec<bool>>,
+    /// Per device: its communication thread is still running.
+    comm_running: Vec<bool>,
+    marks: Vec<(String, f64)>,
+}
+
+const OTHER_FAILED: &str = "another device's replay failed";
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn barrier(&self) -> Result<bool, String> {
+        let mut st = self.lock();
+        if st.failed {
+            return Err(OTHER_FAILED.into());
+        }
+        st.arrived += 1;
+        if st.arrived == self.threads {
+            st.arrived = 0;
+            st.generation += 1;
+            self.cv.notify_all();
+            return Ok(true);
+        }
+        let g = st.generation;
+        while st.generation == g && !st.failed {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        if st.generation == g {
+            return Err(OTHER_FAILED.into());
+        }
+        Ok(false)
+    }
+
+    fn set_done(&self, s: usize, b: usize) {
+        self.lock().done[s][b] = true;
+        self.cv.notify_all();
+    }
+
+    fn wait_done(&self, s: usize, b: usize) -> Result<(), String> {
+        let mut st = self.lock();
+        while !st.done[s][b] {
+            if st.failed {
+                return Err(OTHER_FAILED.into());
+            }
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(())
+    }
+
+    fn comm_finished(&self, s: usize) {
+        self.lock().comm_running[s] = false;
+        self.cv.notify_all();
+    }
+
+    /// Waits until device `s`'s communication thread has stopped (it records on the device and
+    /// writes into its memory until then).
+    fn wait_comm(&self, s: usize) {
+        let mut st = self.lock();
+        while st.comm_running[s] {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    fn fail(&self) {
+        self.lock().failed = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Per gradient: its bytes on one device before and after the all-reduce (`--check`).
+pub type Checked = HashMap<usize, (Vec<u8>, Vec<u8>)>;
+
+/// One data-parallel pass over the plan's events on `n` devices.
+#[derive(Debug, Default)]
+pub struct DpPass {
+    pub n: usize,
+    pub wall_s: f64,
+    pub marks: Vec<(String, f64)>,
+    pub devices: Vec<Pass>,
+    /// Per device: seconds its thread waited for all-reduced buckets.
+    pub waits_s: Vec<f64>,
+    /// Per device, per mark: seconds waited since the previous mark (or the pass's start).
+    pub mark_waits_s: Vec<Vec<f64>>,
+    /// Per device: each bucket's times.
+    pub comm: Vec<Vec<BucketTimes>>,
+    /// With `check`: per device, per gradient, (bytes before, bytes after the all-reduce).
+    pub checked: Vec<Checked>,
+    /// Per device: the most events held back at once behind an all-reduce.
+    pub deferred_max: Vec<usize>,
+}
+
+impl Timed for DpPass {
+    fn wall_s(&self) -> f64 {
+        self.wall_s
+    }
+    fn marks(&self) -> &[(String, f64)] {
+        &self.marks
+    }
+}
+
+struct DeviceRun {
+    deferred_max: usize,
+    pass: Pass,
+    wait_s: f64,
+    mark_waits: Vec<f64>,
+    checked: Checked,
+}
+
+/// What a device's thread needs besides its device.
+struct Ctx<'a> {
+    trace: &'a Trace,
+    plan: &'a DpPlan,
+    shared: &'a Shared,
+    mode: AllReduce,
+    n: usize,
+    t0: Instant,
+    check: bool,
+    defer: bool,
+}
+
+/// One device's replay state: its memory map, counters, and the events deferred behind an
+/// all-reduce.
+struct DevState<'a> {
+    s: usize,
+    dev: &'a Device,
+    cx: &'a Ctx<'a>,
+    cache: &'a mut HashMap<String, Box<dyn Kernel>>,
+    payloads: HashMap<usize, Vec<u8>>,
+    jobs: Option<Sender<Job>>,
+    mem: Memory<'a>,
+    pass: Pass,
+    wait_s: f64,
+    since_mark: f64,
+    mark_waits: Vec<f64>,
+    checked: Checked,
+    /// Events held back, in trace order: each waits for a bucket's sum, or touches memory
+    /// an earlier held-back event touches.
+    deferred: Vec<usize>,
+    deferred_max: usize,
+}
+
+impl DevState<'_> {
+    fn err(e: tfwgpu_runtime::Error) -> String {
+        e.to_string()
+    }
+
+    /// Whether every bucket event `i` waits for has its sum recorded here.
+    fn ready(&self, i: usize) -> bool {
+        let Some(bs) = self.cx.plan.wait_before.get(&i) else {
+            return true;
+        };
+        if self.jobs.is_none() {
+            return true;
+        }
+        let st = self.cx.shared.lock();
+        bs.iter().all(|&b| st.done[self.s][b])
+    }
+
+    /// Blocks until the buckets event `i` waits for are summed here.
+    fn wait(&mut self, i: usize) -> Result<(), String> {
+        if let (Some(bs), Some(_)) = (self.cx.plan.wait_before.get(&i), &self.jobs) {
+            let t = Instant::now();
+            for &b in bs {
+                self.cx.shared.wait_done(self.s, b)?;
+            }
+            let w = t.elapsed().as_secs_f64();
+            self.wait_s += w;
+            self.since_mark += w;
+        }
+        Ok(())
+    }
+
+    /// Replays event `i` (its buckets are summed), then starts the all-reduce of the buckets
+    /// whose last gradient it produced.
+    fn exec(&mut self, i: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let e = Self::err;
+        if let (Some(bs), true, Some(_)) = (plan.wait_before.get(&i), cx.check, &self.jobs) {
+            for &b in bs {
+                for &j in &plan.buckets[b].grads {
+                    let g = &plan.grads[j];
+                    let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                    let after = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                    self.checked.entry(j).or_default().1 = after;
+                }
+            }
+        }
+        match &cx.trace.events[i] {
+            Event::Mark(label) => {
+                self.mark_waits.push(std::mem::take(&mut self.since_mark));
+                self.dev.synchronize().map_err(e)?;
+                if cx.shared.barrier()? {
+                    cx.shared
+                        .lock()
+                        .marks
+                        .push((label.clone(), cx.t0.elapsed().as_secs_f64()));
+                }
+            }
+            ev => {
+                let mut data = self.payloads.remove(&i).into_iter();
+                apply_event(
+                    self.dev,
+                    i,
+                    ev,
+                    self.cache,
+                    &mut self.mem,
+                    &mut data,
+                    &mut self.pass,
+                )?;
+            }
+        }
+        if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &self.jobs) {
+            for &b in bs {
+                let mut addrs = vec![];
+                let mut reads = vec![];
+                for &j in &plan.buckets[b].grads {
+                    let g = &plan.grads[j];
+                    let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                    if cx.check {
+                        let bytes = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                        self.checked.entry(j).or_default().0 = bytes;
+                    }
+                    // The part this device sends: all of it, or the other device's half.
+                    let (off, len) = match cx.mode {
+                        AllReduce::Halves => owned(j, g.bytes, 1 - self.s),
+                        _ => (0, g.bytes),
+                    };
+                    reads.push(self.dev.read_async(a + off, len as usize).map_err(e)?);
+                    addrs.push(a);
+                }
+                tx.send(Job {
+                    bucket: b,
+                    addrs,
+                    reads,
+                    issued_us: cx.t0.elapsed().as_secs_f64() * 1e6,
+                })
+                .map_err(|_| "a communication thread stopped".to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether event `i` touches memory that one of the first `k` deferred events touches
+    /// (one writes what the other reads or writes).
+    fn conflicts(&self, i: usize, k: usize) -> bool {
+        conflicts(&self.cx.plan.touch, i, &self.deferred[..k])
+    }
+
+    /// Replays the deferred events that may go now, in order.
+    fn flush(&mut self) -> Result<(), String> {
+        let mut k = 0;
+        while k < self.deferred.len() {
+            let i = self.deferred[k];
+            if self.ready(i) && !self.conflicts(i, k) {
+                self.deferred.remove(k);
+                self.exec(i)?;
+            } else {
+                k += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replays every deferred event, waiting for their buckets.
+    fn drain(&mut self) -> Result<(), String> {
+        while let Some(&first) = self.deferred.first() {
+            self.wait(first)?;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Event `i` in trace order: replayed now, or, with deferral, held back while it waits
+    /// for a bucket or touches what a held-back event touches. Host syncs and marks replay
+    /// everything held back first.
+    fn step(&mut self, i: usize) -> Result<(), String> {
+        if !self.cx.defer || self.jobs.is_none() {
+            self.wait(i)?;
+            return self.exec(i);
+        }
+        self.flush()?;
+        if self.cx.plan.barrier[i] {
+            self.drain()?;
+            return self.exec(i);
+        }
+        let n = self.deferred.len();
+        if !self.ready(i) || self.conflicts(i, n) {
+            self.deferred.push(i);
+            self.deferred_max = self.deferred_max.max(self.deferred.len());
+            return Ok(());
+        }
+        self.exec(i)
+    }
+}
+
+fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
+    a.0 < b.1 && b.0 < a.1
+}
+
+/// Whether event `i` must stay behind the `held` events: it writes what one of them reads or
+/// writes, or reads what one of them writes.
+fn conflicts(touch: &[Ranges], i: usize, held: &[usize]) -> bool {
+    let (r, w) = (&touch[i].0, &touch[i].1);
+    held.iter().any(|&d| {
+        let (dr, dw) = (&touch[d].0, &touch[d].1);
+        w.iter()
+            .any(|&x| dr.iter().chain(dw).any(|&y| overlaps(x, y)))
+            || r.iter().any(|&x| dw.iter().any(|&y| overlaps(x, y)))
+    })
+}
+
+fn device_thread(
+    s: usize,
+    dev: &Device,
+    cx: &Ctx,
+    cache: &mut HashMap<String, Box<dyn Kernel>>,
+    payloads: HashMap<usize, Vec<u8>>,
+    jobs: Option<Sender<Job>>,
+) -> Result<DeviceRun, String> {
+    let before = dev.exec_stats();
+    let mut st = DevState {
+        s,
+        dev,
+        cx,
+        cache,
+        payloads,
+        jobs,
+        mem: Memory::new(dev),
+        pass: Pass::default(),
+        wait_s: 0.0,
+        since_mark: 0.0,
+        mark_waits: vec![],
+        checked: Checked::new(),
+        deferred: vec![],
+        deferred_max: 0,
+    };
+    let result = (|| -> Result<(), String> {
+        for &i in &cx.plan.events {
+            st.step(i)?;
+        }
+        st.drain()?;
+        dev.synchronize().map_err(DevState::err)
+    })();
+    if result.is_err() {
+        cx.shared.fail();
+    }
+    // The communication thread stops once it has no jobs left (or another thread failed);
+    // only then may this device's memory go.
+    st.jobs = None;
+    cx.shared.wait_comm(s);
+    st.pass.wall_s = cx.t0.elapsed().as_secs_f64();
+    st.pass.stats = sub(dev.exec_stats(), before);
+    let freed = st.mem.free_all();
+    result?;
+    freed?;
+    Ok(DeviceRun {
+        pass: st.pass,
+        wait_s: st.wait_s,
+        mark_waits: st.mark_waits,
+        checked: st.checked,
+        deferred_max: st.deferred_max,
+    })
+}
+
+/// Receives the next message for `bucket` in `phase` (from any peer), keeping others.
+fn receive(
+    inbox: &Receiver<Msg>,
+    kept: &mut Vec<Msg>,
+    bucket: usize,
+    phase: u8,
+    shared: &Shared,
+) -> Result<Msg, String> {
+    if let Some(k) = kept
+        .iter()
+        .position(|m| m.bucket == bucket && m.phase == phase)
+    {
+        return Ok(kept.swap_remove(k));
+    }
+    loop {
+        match inbox.recv_timeout(Duration::from_millis(20)) {
+            Ok(m) if m.bucket == bucket && m.phase == phase => return Ok(m),
+            Ok(m) => kept.push(m),
+            Err(RecvTimeoutError::Timeout) => {
+                if shared.failed() {
+                    return Err(OTHER_FAILED.into());
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                return Err("a peer's communication thread stopped".into());
+            }
+        }
+    }
+}
+
+/// Records `dst[..len] += staging[..len]` (float32) on `dev`.
+fn add_into(
+    dev: &Device,
+    add: &dyn Kernel,
+    dst: u64,
+    staging: u64,
+    len: u64,
+) -> Result<(), String> {
+    if len == 0 {
+        return Ok(());
+    }
+    let desc = TensorDesc::new(DType::F32, &[(len / 4) as usize]);
+    let d = DeviceRef {
+        desc: desc.clone(),
+        addr: dst,
+    };
+    let st = DeviceRef {
+        desc,
+        addr: staging,
+    };
+    dev.record(
+        add,
+        &[Operand::Device(&d), Operand::Device(&st)],
+        std::slice::from_ref(&d),
+    )
+    .map_err(|e| format!("all-reduce Add: {e}"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn comm_thread(
+    s: usize,
+    dev: &Device,
+    cx: &Ctx,
+    staging: &[u64],
+    jobs: Receiver<Job>,
+    inbox: Receiver<Msg>,
+    peers: Vec<(usize, Sender<Msg>)>,
+) -> Result<Vec<BucketTimes>, String> {
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let (plan, shared) = (cx.plan, cx.shared);
+    let add = dev
+        .kernel(
+            "AddV2",
+            &Attrs::new().with("T", AttrValue::Type(DType::F32)),
+        )
+        .map_err(e)?;
+    let now = || cx.t0.elapsed().as_secs_f64() * 1e6;
+    let mut kept = vec![];
+    let mut times = vec![];
+    let send = |m: &dyn Fn() -> Msg| -> Result<(), String> {
+        for (_, tx) in &peers {
+            tx.send(m())
+                .map_err(|_| "a peer's communication thread stopped".to_string())?;
+        }
+        Ok(())
+    };
+    for job in jobs {
+        let b = job.bucket;
+        let grads = &plan.buckets[b].grads;
+        let mut parts = vec![];
+        for r in job.reads {
+            parts.push(dev.finish_read(r, |x| x.to_vec()).map_err(e)?);
+        }
+        let read_us = now();
+        send(&|| Msg {
+            from: s,
+            bucket: b,
+            phase: 0,
+            parts: parts.clone(),
+        })?;
+        let mut received_us = 0.0;
+        match cx.mode {
+            AllReduce::Exchange | AllReduce::None => {
+                for _ in 0..cx.n - 1 {
+                    let m = receive(&inbox, &mut kept, b, 0, shared)?;
+                    received_us = now();
+                    for (k, &j) in grads.iter().enumerate() {
+                        dev.write(staging[j], &m.parts[k]).map_err(e)?;
+                        add_into(
+                            dev,
+                            add.as_ref(),
+                            job.addrs[k],
+                            staging[j],
+                            plan.grads[j].bytes,
+                        )?;
+                    }
+                }
+            }
+            AllReduce::Halves => {
+                let m = receive(&inbox, &mut kept, b, 0, shared)?;
+                received_us = now();
+                let mut sums = vec![];
+                for (k, &j) in grads.iter().enumerate() {
+                    let (off, len) = owned(j, plan.grads[j].bytes, s);
+                    dev.write(staging[j], &m.parts[k]).map_err(e)?;
+                    add_into(dev, add.as_ref(), job.addrs[k] + off, staging[j], len)?;
+                    sums.push(
+                        dev.read_async(job.addrs[k] + off, len as usize)
+                            .map_err(e)?,
+                    );
+                }
+                let mut reduced = vec![];
+                for r in sums {
+                    reduced.push(dev.finish_read(r, |x| x.to_vec()).map_err(e)?);
+                }
+                send(&|| Msg {
+                    from: s,
+                    bucket: b,
+                    phase: 1,
+                    parts: reduced.clone(),
+                })?;
+                let m = receive(&inbox, &mut kept, b, 1, shared)?;
+                debug_assert_ne!(m.from, s);
+                for (k, &j) in grads.iter().enumerate() {
+                    let (off, _) = owned(j, plan.grads[j].bytes, m.from);
+                    dev.write(job.addrs[k] + off, &m.parts[k]).map_err(e)?;
+                }
+            }
+        }
+        shared.set_done(s, b);
+        times.push(BucketTimes {
+            bucket: b,
+            issued_us: job.issued_us,
+            read_us,
+            received_us,
+            done_us: now(),
+        });
+    }
+    Ok(times)
+}
+
+/// How a data-parallel pass runs.
+#[derive(Clone, Copy, Debug)]
+pub struct DpOptions {
+    pub mode: AllReduce,
+    /// Events that wait for a bucket's sum, and those touching what they touch, are held back
+    /// while the thread goes on with the rest (as TensorFlow's executor runs the ops whose
+    /// inputs are ready); without it, the thread blocks at the first such event.
+    pub defer: bool,
+    /// Read every gradient back before and after its all-reduce (blocking reads).
+    pub check: bool,
+}
+
+/// One pass of the plan on `devs` (one thread per device, plus a communication thread each
+/// when there are several).
+pub fn replay_dp(
+    devs: &[&Device],
+    trace: &Trace,
+    plan: &DpPlan,
+    caches: &mut [HashMap<String, Box<dyn Kernel>>],
+    opts: DpOptions,
+    seed: u64,
+) -> Result<DpPass, String> {
+    let DpOptions { mode, defer, check } = opts;
+    let n = devs.len();
+    assert!(caches.len() >= n);
+    if mode == AllReduce::Halves && n > 2 {
+        return Err("--allreduce halves takes two devices".into());
+    }
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    // Each device trains on data of its own.
+    let payloads: Vec<HashMap<usize, Vec<u8>>> = (0..n)
+        .map(|s| {
+            let mut rng = StdRng::seed_from_u64(seed * 1000 + s as u64);
+            plan.events
+                .iter()
+                .filter_map(|&i| match &trace.events[i] {
+                    Event::H2d { size, fill, .. } => {
+                        Some((i, random_bytes(&mut rng, *fill, *size)))
+                    }
+                    _ => None,
+                })
+                .collect()
+        })
+        .collect();
+    // Staging tensors for the bytes received, per device and gradient.
+    let comm = n > 1 && mode != AllReduce::None;
+    let mut staging: Vec<Vec<u64>> = vec![];
+    if comm {
+        for (s, d) in devs.iter().enumerate() {
+            let mut v = vec![];
+            for (j, g) in plan.grads.iter().enumerate() {
+                let len = match mode {
+                    AllReduce::Halves => owned(j, g.bytes, s).1,
+                    _ => g.bytes,
+                };
+                v.push(d.allocate(len.max(4)).map_err(e)?);
+            }
+            staging.push(v);
+        }
+    }
+    for d in devs {
+        d.synchronize().map_err(e)?;
+    }
+    let shared = Shared {
+        state: Mutex::new(State {
+            arrived: 0,
+            generation: 0,
+            failed: false,
+            done: vec![vec![false; plan.buckets.len()]; n],
+            comm_running: vec![comm; n],
+            marks: vec![],
+        }),
+        cv: Condvar::new(),
+        threads: n,
+    };
+    let t0 = Instant::now();
+    let cx = Ctx {
+        trace,
+        plan,
+        shared: &shared,
+        mode,
+        n,
+        t0,
+        check,
+        defer,
+    };
+    type Res = (
+        Result<DeviceRun, String>,
+        Option<Result<Vec<BucketTimes>, String>>,
+    );
+    let results: Vec<Res> = std::thread::scope(|sc| {
+        let (mut job_tx, mut job_rx) = (vec![], vec![]);
+        let (mut msg_tx, mut msg_rx) = (vec![], vec![]);
+        for _ in 0..n {
+            let (t, r) = channel::<Job>();
+            job_tx.push(Some(t));
+            job_rx.push(Some(r));
+            let (t, r) = channel::<Msg>();
+            msg_tx.push(t);
+            msg_rx.push(Some(r));
+        }
+        let mut comms = vec![];
+        for s in 0..n {
+            if !comm {
+                comms.push(None);
+                job_tx[s] = None;
+                continue;
+            }
+            let peers: Vec<(usize, Sender<Msg>)> = (0..n)
+                .filter(|&p| p != s)
+                .map(|p| (p, msg_tx[p].clone()))
+                .collect();
+            let (jobs, inbox) = (job_rx[s].take().unwrap(), msg_rx[s].take().unwrap());
+            let (dev, cx, st) = (devs[s], &cx, &staging[s]);
+            comms.push(Some(sc.spawn(move || {
+                // Tells the device's thread, even on a panic, that this thread stopped.
+                struct Finished<'a>(&'a Shared, usize);
+                impl Drop for Finished<'_> {
+                    fn drop(&mut self) {
+                        self.0.comm_finished(self.1);
+                    }
+                }
+                let _finished = Finished(cx.shared, s);
+                let r = comm_thread(s, dev, cx, st, jobs, inbox, peers);
+                if r.is_err() {
+                    cx.shared.fail();
+                }
+                r
+            })));
+        }
+        drop(msg_tx);
+        let handles: Vec<_> = caches
+            .iter_mut()
+            .take(n)
+            .zip(payloads)
+            .enumerate()
+            .map(|(s, (cache, p))| {
+                let (dev, cx, tx) = (devs[s], &cx, job_tx[s].take());
+                sc.spawn(move || device_thread(s, dev, cx, cache, p, tx))
+            })
+            .collect();
+        let devs: Vec<Result<DeviceRun, String>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("a replay thread panicked".into()))
+            })
+            .collect();
+        devs.into_iter()
+            .zip(comms)
+            .map(|(d, c)| {
+                let c = c.map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err("a communication thread panicked".into()))
+                });
+                (d, c)
+            })
+            .collect()
+    });
+    let wall_s = t0.elapsed().as_secs_f64();
+    for (s, d) in devs.iter().enumerate() {
+        if let Some(v) = staging.get(s) {
+            for &a in v {
+                d.deallocate(a).map_err(e)?;
+            }
+        }
+    }
+    // The devices' errors first: a communication thread fails after its device did.
+    let errs: Vec<&String> = results
+        .iter()
+        .filter_map(|(d, _)| d.as_ref().err())
+        .chain(
+            results
+                .iter()
+                .filter_map(|(_, c)| c.as_ref().and_then(|c| c.as_ref().err())),
+        )
+        .collect();
+    if let Some(err) = errs
+        .iter()
+        .find(|e| e.as_str() != OTHER_FAILED)
+        .or(errs.first())
+    {
+        return Err((*err).clone());
+    }
+    let mut out = DpPass {
+        n,
+        wall_s,
+        marks: std::mem::take(&mut shared.lock().marks),
+        ..DpPass::default()
+    };
+    for (d, c) in results {
+        let d = d.expect("checked above");
+        out.devices.push(d.pass);
+        out.waits_s.push(d.wait_s);
+        out.mark_waits_s.push(d.mark_waits);
+        out.deferred_max.push(d.deferred_max);
+        out.checked.push(d.checked);
+        out.comm
+            .push(c.map(|c| c.expect("checked above")).unwrap_or_default());
+    }
+    Ok(out)
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// With `check`: every gradient's value after the all-reduce is the same on every device and
+/// is the sum of the devices' values before it (exact for two devices: float32 addition is
+/// commutative; within n ulps of the sum of |terms| otherwise). Returns how many gradients,
+/// elements and finite elements were checked (the replay's random optimizer state can turn
+/// weights, and so later gradients, into NaN).
+pub fn verify(p: &DpPass, plan: &DpPlan) -> Result<(usize, usize, usize), String> {
+    let mut grads = 0;
+    let mut elems = 0;
+    let mut finite = 0;
+    for j in 0..plan.grads.len() {
+        let per: Vec<&(Vec<u8>, Vec<u8>)> = p.checked.iter().filter_map(|c| c.get(&j)).collect();
+        if per.is_empty() {
+            continue;
+        }
+        if per.len() != p.n {
+            return Err(format!(
+                "gradient {j}: checked on {} of {} devices",
+                per.len(),
+                p.n
+            ));
+        }
+        let before: Vec<Vec<f32>> = per.iter().map(|c| f32s(&c.0)).collect();
+        for (s, c) in per.iter().enumerate() {
+            // NaN payloads depend on the operands' order: any NaN matches any NaN.
+            let same = |x: &f32, y: &f32| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+            let (a, b) = (f32s(&c.1), f32s(&per[0].1));
+            if p.n <= 2 && !a.iter().zip(&b).all(|(x, y)| same(x, y)) {
+                let k = a.iter().zip(&b).position(|(x, y)| !same(x, y));
+                let k = k.unwrap_or(0);
+                return Err(format!(
+                    "gradient {j} ({:?}, event {}): device {s} got another sum than device 0: \
+                     element {k}: {} against {} (before: {} and {}); {} elements differ",
+                    plan.grads[j].shape,
+                    plan.grads[j].producer,
+                    a[k],
+                    b[k],
+                    before[s][k],
+                    before[0][k],
+                    a.iter().zip(&b).filter(|(x, y)| !same(x, y)).count()
+                ));
+            }
+            let after = a;
+            for (k, &got) in after.iter().enumerate() {
+                let want: f32 = before.iter().map(|v| v[k]).sum();
+                let mag: f32 = before.iter().map(|v| v[k].abs()).sum();
+                let tol = if p.n <= 2 {
+                    0.0
+                } else {
+                    p.n as f32 * f32::EPSILON * mag
+                };
+                if got.is_nan() != want.is_nan() || (!want.is_nan() && (got - want).abs() > tol) {
+                    return Err(format!(
+                        "gradient {j} ({:?}) element {k} on device {s}: {got} after the \
+                         all-reduce, the devices' sum is {want}",
+                        plan.grads[j].shape
+                    ));
+                }
+            }
+            elems += after.len();
+            finite += after.iter().filter(|x| x.is_finite()).count();
+        }
+        grads += 1;
+    }
+    Ok((grads, elems, finite))
+}
+
+/// `replay TRACE --data-parallel N[,M...] [--allreduce exchange|halves] [--bucket-kb K]
+/// [--label L] [--per-device-batch B] [--repeat R] [--check] [--json FILE]`.
+pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(), String> {
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+    };
+    let counts: Vec<usize> = flag("--data-parallel")
+        .ok_or("--data-parallel N[,M...]")?
+        .split(',')
+        .map(|x| {
+            x.trim()
+                .parse()
+                .map_err(|_| format!("bad device count {x:?}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mode = AllReduce::parse(flag("--allreduce").map_or("exchange", |s| s))?;
+    let bucket_kb: u64 = flag("--bucket-kb")
+        .map_or(Ok(0), |s| s.parse())
+        .map_err(|_| "bad --bucket-kb")?;
+    let label = flag("--label").map_or("1gpu", |s| s.as_str());
+    let batch: Option<f64> = flag("--per-device-batch")
+        .map(|s| s.parse().map_err(|_| "bad --per-device-batch"))
+        .transpose()?;
+    let repeat: usize = flag("--repeat")
+        .map_or(Ok(3), |s| s.parse())
+        .map_err(|_| "bad --repeat")?;
+    let check = args.iter().any(|a| a == "--check");
+    let defer = !args.iter().any(|a| a == "--no-defer");
+    let max_n = counts.iter().copied().max().unwrap_or(1);
+    if counts.contains(&0) || rt.devices.len() < max_n {
+        return Err(format!(
+            "--data-parallel {counts:?}: {} device(s) are open (TFWGPU_VISIBLE_DEVICES=0,0 opens \
+             one adapter twice)",
+            rt.devices.len()
+        ));
+    }
+    let plan = DpPlan::new(trace, label, bucket_kb * 1024)?;
+    let (ng, elems, bytes, nb) = plan.per_step(trace);
+    let devs: Vec<&Device> = rt.devices.iter().take(max_n).collect();
+    println!(
+        "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
+         float32, {:.1} KB, {nb} buckets), all-reduce {}, {}",
+        plan.events.len(),
+        plan.grads.len(),
+        ng,
+        bytes as f64 / 1e3,
+        mode.name(),
+        if defer {
+            "events waiting for it held back (--no-defer: the thread blocks)"
+        } else {
+            "the thread blocks at the first event waiting for it (--no-defer)"
+        }
+    );
+    for (d, dev) in devs.iter().enumerate() {
+        println!("  device {d}: {}", dev.description().name);
+    }
+    let mut caches: Vec<HashMap<String, Box<dyn Kernel>>> =
+        devs.iter().map(|_| HashMap::new()).collect();
+    let mut doc = serde_json::Map::new();
+    if check && mode == AllReduce::None {
+        return Err("--check needs an all-reduce (--allreduce exchange or halves)".into());
+    }
+    if check {
+        for &n in counts.iter().filter(|&&n| n > 1) {
+            let o = DpOptions {
+                mode,
+                defer,
+                check: true,
+            };
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, 99)?;
+            let (g, el, fin) = verify(&p, &plan)?;
+            println!(
+                "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
+                 every device has the devices' sum"
+            );
+            doc.insert(
+                format!("check_{n}"),
+                json!({"gradients": g, "elements": el, "finite": fin}),
+            );
+        }
+    }
+    let mut passes: HashMap<usize, Vec<DpPass>> = HashMap::new();
+    for r in 0..repeat.max(1) {
+        for &n in &counts {
+            let o = DpOptions {
+                mode,
+                defer,
+                check: false,
+            };
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, r as u64)?;
+            passes.entry(n).or_default().push(p);
+        }
+    }
+    let mut one: Option<f64> = None;
+    let mut rows = vec![];
+    for &n in &counts {
+        let ps = &passes[&n];
+        println!("  {n} device(s), {} passes:", ps.len());
+        let steps = report_steps(ps);
+        let Some(med) = steps.get(label).and_then(|v| v["median_ms"].as_f64()) else {
+            return Err(format!("no steps labelled {label:?} in the trace"));
+        };
+        if n == 1 {
+            one = Some(med);
+        }
+        let scale = one.map(|o| n as f64 * o / med);
+        let ips = batch.map(|b| n as f64 * b / med * 1e3);
+        // Where the devices waited for the all-reduce (passes after the first).
+        let later = &ps[usize::from(ps.len() > 1)..];
+        // Per step of `label` and device: the wait between its opening and closing marks.
+        let mut wait_ms: Vec<f64> = vec![];
+        for p in later {
+            for w in &p.mark_waits_s {
+                for (k, m) in p.marks.iter().enumerate() {
+                    if m.0 == label
+                        && let Some(x) = w.get(k + 1)
+                    {
+                        wait_ms.push(x * 1e3);
+                    }
+                }
+            }
+        }
+        let wait = if wait_ms.is_empty() {
+            0.0
+        } else {
+            median(&wait_ms)
+        };
+        let mut per_pos: std::collections::BTreeMap<usize, Vec<(f64, f64, f64)>> =
+            std::collections::BTreeMap::new();
+        // Buckets of the labelled steps only (the program's first, unmarked steps number
+        // their buckets on).
+        let first_mark = plan
+            .events
+            .iter()
+            .copied()
+            .find(|&i| matches!(&trace.events[i], Event::Mark(l) if l == label))
+            .unwrap_or(0);
+        for p in later {
+            for c in p
+                .comm
+                .iter()
+                .flatten()
+                .filter(|c| plan.buckets[c.bucket].issue_after > first_mark)
+            {
+                per_pos
+                    .entry(plan.buckets[c.bucket].pos)
+                    .or_default()
+                    .push((
+                        c.read_us - c.issued_us,
+                        c.received_us - c.issued_us,
+                        c.done_us - c.issued_us,
+                    ));
+            }
+        }
+        println!(
+            "    step median {med:.3} ms{}{}{}",
+            ips.map_or(String::new(), |x| format!(", {x:.0} images/s")),
+            scale.map_or(String::new(), |x| if n > 1 {
+                format!(
+                    ", {x:.2}x one device ({:.0}% efficiency)",
+                    100.0 * x / n as f64
+                )
+            } else {
+                String::new()
+            }),
+            if n > 1 {
+                let held = later
+                    .iter()
+                    .flat_map(|p| p.deferred_max.iter().copied())
+                    .max()
+                    .unwrap_or(0);
+                format!(
+                    ", blocked on the all-reduce {wait:.3} ms per step and device (median), up \
+                     to {held} events held back"
+                )
+            } else {
+                String::new()
+            }
+        );
+        let mut buckets = vec![];
+        for (pos, v) in &per_pos {
+            let m = |f: fn(&(f64, f64, f64)) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+            let (rd, rc, dn) = (m(|x| x.0), m(|x| x.1), m(|x| x.2));
+            let kb: u64 = plan
+                .buckets
+                .iter()
+                .find(|b| b.pos == *pos)
+                .map_or(0, |b| b.grads.iter().map(|&j| plan.grads[j].bytes).sum());
+            println!(
+                "    bucket {pos} ({:.1} KB): from the read's start, read back {rd:.0} us, peer's \
+                 bytes {rc:.0} us, sum recorded {dn:.0} us (medians)",
+                kb as f64 / 1e3
+            );
+            buckets.push(
+                json!({"pos": pos, "bytes": kb, "read_us": rd, "received_us": rc, "done_us": dn}),
+            );
+        }
+        let dev_stats: Vec<Value> = later
+            .last()
+            .map(|p| {
+                p.devices
+                    .iter()
+                    .map(|d| {
+                        json!({"kernels": d.kernels, "submits": d.stats.submits,
+                        "dispatches": d.stats.dispatches, "host_syncs": d.host_syncs})
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        rows.push(json!({
+            "devices": n, "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
+            "efficiency": scale.map(|x| x / n as f64), "allreduce_wait_ms_per_step": wait,
+            "buckets": buckets, "steps": steps, "per_device": dev_stats,
+            "wall_ms": ps.iter().map(|p| p.wall_s * 1e3).collect::<Vec<_>>(),
+        }));
+    }
+    if let Some(out) = flag("--json") {
+        doc.insert("trace".into(), json!(path));
+        doc.insert("allreduce".into(), json!(mode.name()));
+        doc.insert("bucket_kb".into(), json!(bucket_kb));
+        doc.insert("defer".into(), json!(defer));
+        doc.insert("per_device_batch".into(), json!(batch));
+        doc.insert(
+            "gradients_per_step".into(),
+            json!({"count": ng, "elements": elems, "bytes": bytes}),
+        );
+        doc.insert(
+            "adapters".into(),
+            json!(
+                devs.iter()
+                    .map(|d| d.description().name.clone())
+                    .collect::<Vec<_>>()
+            ),
+        );
+        doc.insert("runs".into(), json!(rows));
+        write_json(out, &Value::Object(doc))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tfwgpu_runtime::{RuntimeOptions, Selection};
+
+    fn line(v: Value) -> String {
+        v.to_string() + "\n"
+    }
+
+    /// The default adapter opened twice, as two devices.
+    fn two_devices() -> Runtime {
+        let one = Runtime::new().expect("an adapter");
+        let i = one.device().description().index;
+        drop(one);
+        let mut opts = RuntimeOptions::from_env().expect("options");
+        opts.selection = Selection {
+            visible: Some(vec![i, i]),
+            name: None,
+        };
+        Runtime::with_options(opts).expect("the adapter opened twice")
+    }
+
+    const A: u64 = 0x1_0000_0000;
+
+    /// A one-device training program of `steps` steps: three gradients (21, 300 and 300
+    /// float32), the first two consumed only after both were produced, the third produced
+    /// after the first was consumed.
+    fn dp_trace(steps: usize) -> String {
+        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
+        let t = json!({"T": {"type": "float32"}});
+        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
+        let mut seq = 0;
+        let mut ev = |mut v: Value| {
+            v["seq"] = json!(seq);
+            v["dev"] = json!(0);
+            seq += 1;
+            s += &line(v);
+        };
+        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
+            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
+                "outputs": [out], "dispatches": 1, "host_us": 1.0})
+        };
+        ev(json!({"ev": "alloc", "addr": A, "size": 16384}));
+        for _ in 0..steps {
+            ev(json!({"ev": "mark", "label": "1gpu"}));
+            ev(json!({"ev": "h2d", "dst": A, "size": 84}));
+            ev(json!({"ev": "h2d", "dst": A + 2048, "size": 1200}));
+            ev(k("Relu", "model/relu", vec![f(A, 21)], f(A + 256, 21)));
+            ev(k(
+                "Relu",
+                "gradient_tape/w",
+                vec![f(A + 256, 21)],
+                f(A + 512, 21),
+            ));
+            ev(k(
+                "Relu",
+                "gradient_tape/b",
+                vec![f(A + 2048, 300)],
+                f(A + 4096, 300),
+            ));
+            ev(k(
+                "AddV2",
+                "adam/w",
+                vec![f(A + 512, 21), f(A + 256, 21)],
+                f(A + 1024, 21),
+            ));
+            ev(k(
+                "Neg",
+                "gradient_tape/c",
+                vec![f(A + 2048, 300)],
+                f(A + 6144, 300),
+            ));
+            ev(k(
+                "AddV2",
+                "adam/b",
+                vec![f(A + 4096, 300), f(A + 4096, 300)],
+                f(A + 8192, 300),
+            ));
+            ev(k(
+                "AddV2",
+                "adam/c",
+                vec![f(A + 6144, 300), f(A + 4096, 300)],
+                f(A + 10240, 300),
+            ));
+        }
+        ev(json!({"ev": "mark", "label": "end"}));
+        ev(json!({"ev": "free", "addr": A}));
+        s
+    }
+
+    #[test]
+    fn plan_finds_the_gradients_and_buckets_them_in_production_order() {
+        let trace = Trace::parse(&dp_trace(2)).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        // Events: 0 alloc; step 1: 1 mark, 2-3 h2d, 4 relu, 5 w, 6 b, 7 adam/w, 8 c, 9-10 adam;
+        // step 2: 11 mark, ..., 15 w, 16 b, 17 adam/w, 18 c; 21 end mark, 22 free.
+        let got: Vec<(usize, u64, usize)> = plan
+            .grads
+            .iter()
+            .map(|g| (g.producer, g.bytes, g.consumer))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (5, 84, 7),
+                (6, 1200, 9),
+                (8, 1200, 10),
+                (15, 84, 17),
+                (16, 1200, 19),
+                (18, 1200, 20)
+            ]
+        );
+        let b: Vec<(Vec<usize>, usize, usize, usize)> = plan
+            .buckets
+            .iter()
+            .map(|b| (b.grads.clone(), b.issue_after, b.wait_before, b.pos))
+            .collect();
+        assert_eq!(
+            b,
+            [
+                (vec![0, 1], 6, 7, 0),
+                (vec![2], 8, 10, 1),
+                (vec![3, 4], 16, 17, 0),
+                (vec![5], 18, 20, 1)
+            ]
+        );
+        assert_eq!(plan.per_step(&trace), (3, 621, 2484, 2));
+        // A bucket size closes buckets earlier.
+        let small = DpPlan::new(&trace, "1gpu", 64).unwrap();
+        assert_eq!(small.buckets.len(), 6);
+        assert_eq!(
+            plan.events.len(),
+            trace.events.len() - 1,
+            "up to the end mark"
+        );
+    }
+
+    #[test]
+    fn plan_takes_the_one_device_steps_of_a_two_device_trace() {
+        // A "2gpu" part after the one-device steps, on two devices, is left out.
+        let mut text = dp_trace(1);
+        let end = trace_len(&text);
+        text += &line(json!({"ev": "mark", "seq": 100, "dev": -1, "label": "2gpu"}));
+        text += &line(
+            json!({"ev": "alloc", "seq": 101, "dev": 1, "addr": 0x2_0000_0000u64,
+            "size": 4096}),
+        );
+        let trace = Trace::parse(&text).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        assert_eq!(
+            plan.events.len(),
+            end - 1,
+            "up to the end mark, without the free"
+        );
+        // Without the label's steps first, a two-device trace is refused.
+        let err = DpPlan::new(&trace, "none", 0).unwrap_err();
+        assert!(err.contains("one-device program"), "{err}");
+    }
+
+    #[test]
+    fn held_back_events_keep_their_order_against_what_touches_their_memory() {
+        let trace = Trace::parse(&dp_trace(1)).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        let t = &plan.touch;
+        // Events: 0 alloc, 1 mark, 2-3 h2d, 4 relu (A -> A+256), 5 w (A+256 -> A+512),
+        // 6 b (A+2048 -> A+4096), 7 adam/w (A+512, A+256 -> A+1024), 8 c (A+2048 -> A+6144),
+        // 9 adam/b (A+4096 -> A+8192), 10 adam/c (A+6144, A+4096 -> A+10240), 11 mark, 12 free.
+        assert!(plan.barrier[1] && plan.barrier[11] && !plan.barrier[7]);
+        // With adam/w held back, c and adam/b touch other memory and go on; adam/c only reads
+        // what adam/b reads.
+        assert!(!conflicts(t, 8, &[7]));
+        assert!(!conflicts(t, 9, &[7]));
+        assert!(!conflicts(t, 10, &[9]));
+        // Writing what a held event reads, reading or writing what it writes: held too.
+        assert!(
+            conflicts(t, 4, &[7]),
+            "relu rewrites A+256, which adam/w reads"
+        );
+        assert!(
+            conflicts(t, 5, &[7]),
+            "w rewrites the gradient adam/w reads"
+        );
+        assert!(conflicts(t, 10, &[8]), "adam/c reads the gradient c writes");
+        assert!(
+            conflicts(t, 12, &[9]),
+            "the free of the allocation adam/b uses"
+        );
+        assert!(conflicts(t, 0, &[9]), "an allocation of its range");
+        assert!(!conflicts(t, 2, &[9]), "an upload elsewhere");
+    }
+
+    fn trace_len(text: &str) -> usize {
+        Trace::parse(text).unwrap().events.len()
+    }
+
+    #[test]
+    fn halves_cover_each_gradient_once_split_at_256_bytes() {
+        for (j, n) in [
+            (0usize, 1u64),
+            (1, 10),
+            (2, 127),
+            (3, 128),
+            (4, 300),
+            (5, 225034),
+        ] {
+            let bytes = n * 4;
+            let (a, b) = (owned(j, bytes, 0), owned(j, bytes, 1));
+            assert_eq!(a.1 + b.1, bytes, "{n}");
+            if a.1 > 0 && b.1 > 0 {
+                assert_eq!(a, (0, a.1));
+                assert_eq!(b.0, a.1);
+                assert_eq!(a.1 % 256, 0);
+            } else {
+                assert!(n < 128);
+                assert_eq!((a.1 > 0) as usize, 1 - j % 2);
+            }
+        }
+    }
+
+    fn o(mode: AllReduce, defer: bool, check: bool) -> DpOptions {
+        DpOptions { mode, defer, check }
+    }
+
+    fn all_reduced(mode: AllReduce, defer: bool) {
+        let rt = two_devices();
+        let devs: Vec<&Device> = rt.devices.iter().collect();
+        let trace = Trace::parse(&dp_trace(3)).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        let mut caches = vec![HashMap::new(), HashMap::new()];
+        let in_use: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
+        for seed in 0..2 {
+            let p = replay_dp(
+                &devs,
+                &trace,
+                &plan,
+                &mut caches,
+                o(mode, defer, true),
+                seed,
+            )
+            .unwrap();
+            let (g, el, fin) = verify(&p, &plan).unwrap();
+            assert_eq!((g, el, fin), (9, 2 * 3 * 621, 2 * 3 * 621));
+            let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
+            assert_eq!(labels, ["1gpu", "1gpu", "1gpu", "end"]);
+            assert_eq!(p.comm.iter().map(Vec::len).collect::<Vec<_>>(), [6, 6]);
+            for c in p.comm.iter().flatten() {
+                assert!(c.issued_us <= c.read_us && c.read_us <= c.received_us);
+                assert!(c.received_us <= c.done_us);
+            }
+            assert!(p.devices.iter().all(|d| d.kernels == 21));
+            // The devices trained on different data: their gradients differed.
+            let j = plan.buckets[0].grads[1];
+            assert_ne!(p.checked[0][&j].0, p.checked[1][&j].0);
+            // A wrong sum on one device is caught.
+            let mut bad = p;
+            let v = &mut bad.checked[1].get_mut(&j).unwrap().1;
+            v[4] ^= 1;
+            let err = verify(&bad, &plan).unwrap_err();
+            assert!(err.contains("another sum"), "{err}");
+            bad.checked[0].get_mut(&j).unwrap().1[4] ^= 1;
+            let err = verify(&bad, &plan).unwrap_err();
+            assert!(err.contains("the devices' sum"), "{err}");
+        }
+        // One device alone: no all-reduce, the same replay.
+        let p = replay_dp(
+            &devs[..1],
+            &trace,
+            &plan,
+            &mut caches,
+            o(mode, defer, false),
+            0,
+        )
+        .unwrap();
+        assert_eq!(p.marks.len(), 4);
+        assert!(p.comm[0].is_empty());
+        let now: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
+        assert_eq!(now, in_use, "every allocation and staging tensor was freed");
+    }
+
+    #[test]
+    fn exchange_gives_every_device_the_sum_of_the_gradients() {
+        all_reduced(AllReduce::Exchange, true);
+        all_reduced(AllReduce::Exchange, false);
+    }
+
+    #[test]
+    fn halves_give_every_device_the_sum_of_the_gradients() {
+        all_reduced(AllReduce::Halves, true);
+        all_reduced(AllReduce::Halves, false);
+    }
+
+    #[test]
+    fn without_an_all_reduce_the_devices_train_apart() {
+        let rt = two_devices();
+        let devs: Vec<&Device> = rt.devices.iter().collect();
+        let trace = Trace::parse(&dp_trace(2)).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        let mut caches = vec![HashMap::new(), HashMap::new()];
+        let none = o(AllReduce::None, true, false);
+        let p = replay_dp(&devs, &trace, &plan, &mut caches, none, 0).unwrap();
+        assert_eq!(p.marks.len(), 3);
+        assert!(p.comm.iter().all(Vec::is_empty));
+        assert!(p.waits_s.iter().all(|&w| w == 0.0));
+        assert!(p.devices.iter().all(|d| d.kernels == 14));
+    }
+
+    #[test]
+    fn a_failing_device_releases_the_other_and_its_communication_thread() {
+        let rt = two_devices();
+        let devs: Vec<&Device> = rt.devices.iter().collect();
+        // The last consumer reads an address no allocation holds: device threads fail there,
+        // after buckets were handed to the communication threads.
+        let text = dp_trace(2).replace(&format!("\"addr\":{}", A + 10240), "\"addr\":99");
+        let trace = Trace::parse(&text).unwrap();
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        let mut caches = vec![HashMap::new(), HashMap::new()];
+        for mode in [AllReduce::Exchange, AllReduce::Halves] {
+            for defer in [false, true] {
+                let err = replay_dp(&devs, &trace, &plan, &mut caches, o(mode, defer, false), 0)
+                    .unwrap_err();
+                assert!(err.contains("lies in no traced allocation"), "{err}");
+            }
+        }
+    }
+}
