@@ -25,6 +25,9 @@ pub(crate) struct DeviceInner {
     /// `Device::gated_write`), and their number, readable without the lock.
     pending: parking_lot::Mutex<Vec<Pending>>,
     pending_count: std::sync::atomic::AtomicUsize,
+    /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
+    /// once allocated.
+    pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
 }
 
 /// A copy from another device registered on this one (see [`Device::gated_write`]).
@@ -308,6 +311,7 @@ impl Device {
             incoming: parking_lot::Mutex::new(StagingPool::default()),
             pending: parking_lot::Mutex::new(Vec::new()),
             pending_count: std::sync::atomic::AtomicUsize::new(0),
+            arrivals: parking_lot::Mutex::new(None),
         };
         Ok(Device {
             inner: Arc::new(inner),

@@ -337,6 +337,9 @@ pub fn grid_1d(threads: u64, wg: u32) -> ([u32; 3], u32) {
     ([x, y, 1], x * wg)
 }
 
+/// How many counters `KernelContext::arrival_counters` holds per device (16 KiB).
+pub const ARRIVAL_COUNTERS: usize = 4096;
+
 /// What a kernel sees while it records: pipelines, bindings, dispatches, temporaries.
 pub struct KernelContext<'d> {
     pub(crate) dev: &'d DeviceInner,
@@ -451,6 +454,33 @@ impl<'d> KernelContext<'d> {
             )));
         }
         self.dev.exec.read(&src.buffer, src.offset, size)
+    }
+
+    /// The device's `ARRIVAL_COUNTERS` u32 counters for kernels whose workgroups count their
+    /// arrivals (the cooperative products' split sum in the epilogue, `CoopSpec::sum_last`):
+    /// allocated once per device (never freed) and zero-filled in the command stream before
+    /// the first dispatch that gets them; every kernel using them leaves them at zero (the
+    /// last arrival of each counter resets it). `None` where `count` is more than that.
+    pub fn arrival_counters(&self, count: usize) -> Result<Option<DeviceRef>> {
+        if count > ARRIVAL_COUNTERS {
+            return Ok(None);
+        }
+        let desc = TensorDesc::new(DType::U32, &[ARRIVAL_COUNTERS]);
+        let mut slot = self.dev.arrivals.lock();
+        let addr = match *slot {
+            Some(addr) => addr,
+            None => {
+                let size = desc.byte_size();
+                let addr = self.dev.alloc.allocate(size, &self.dev.exec)?;
+                // (Recorded under the lock: any dispatch that gets the counters is recorded
+                // after this clear.)
+                let r = self.dev.alloc.resolve(addr)?.range(size);
+                self.dev.exec.clear(&r.buffer, r.offset, size)?;
+                *slot = Some(addr);
+                addr
+            }
+        };
+        Ok(Some(DeviceRef { desc, addr }))
     }
 
     /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.

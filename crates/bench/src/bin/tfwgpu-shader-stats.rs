@@ -49,7 +49,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 out_f32: wgrad,
                 strided: false,
                 phase: false,
-                pair: false,
+                sum_last: false,
                 vout: conv,
                 emulate: false,
             };

@@ -101,12 +101,16 @@ pub(super) fn try_backprop_filter(
 }
 
 /// How K is split (`plan_split`): the first `head` tile rows of C unsplit (all of them
-/// where `splits` is 1), the others in `splits` splits of `kc` rows of K.
+/// where `splits` is 1), the others in `splits` splits of `kc` rows of K, added up by the
+/// last arrival of each tile (`last`) or by `split_sum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct SplitPlan {
     head: usize,
     splits: usize,
     kc: usize,
+    /// The splits added up in the product's epilogue by each tile's last arrival
+    /// (`CoopSpec::sum_last`) rather than by `split_sum` (where that applies).
+    last: bool,
 }
 
 /// Records `spec` (its non-split form; the filter gradient's is split with one split) on
@@ -167,33 +171,36 @@ fn record_plan(
     let r0 = plan.head * bm;
     let rows = m - r0;
     let tail = (plan.head > 0).then_some((plan.head, tiles_y - plan.head));
-    if plan.splits == 2 && pair_on() {
-        // Two splits summed in the epilogue (`CoopSpec::pair`): the second workgroup of
-        // each tile adds the first one's float32 slice and writes the output.
+    if plan.last {
+        // The split sum in the product's epilogue (`CoopSpec::sum_last`): the last workgroup
+        // of each tile adds up its float32 slices and writes the output; no sum launch.
         let mut s = spec;
         s.split = true;
         s.out_f32 = false;
-        s.pair = true;
+        s.sum_last = true;
         s.vout = vout_ok(&s, n);
-        tracing::debug!(
-            "{op} {m}x{n}x{k}: cooperative {}{what} (summed in pairs)",
-            s.specialization()
-        );
-        let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[2, rows, n]))?;
         let tiles = tiles_y * n.div_ceil(spec.tile.bn as usize);
-        let arrivals = ctx.temp_tensor(TensorDesc::new(DType::U32, &[tiles]))?;
-        let size = (tiles * 4) as u64;
-        ctx.clear(&ctx.bind_bytes(arrivals.addr, size)?, size)?;
-        return coop::launch_with(
-            ctx,
-            op,
-            &s,
-            &relaunch(2, plan.kc, tail),
-            a,
-            b,
-            out,
-            &[&part, &arrivals],
-        );
+        if fits(ctx, &s)
+            && let Some(arrivals) = ctx.arrival_counters(tiles)?
+        {
+            tracing::debug!(
+                "{op} {m}x{n}x{k}: cooperative {}{what} (summed by the last arrival)",
+                s.specialization()
+            );
+            let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
+            return coop::launch_with(
+                ctx,
+                op,
+                &s,
+                &relaunch(plan.splits, plan.kc, tail),
+                a,
+                b,
+                out,
+                &[&part, &arrivals],
+            );
+        }
+        // (Else, N not a multiple of the vector epilogue's width or too many tiles for the
+        // counters: the split sum.)
     }
     let mut s = spec;
     s.split = true;
@@ -243,7 +250,7 @@ fn wgrad_spec(
         strided: false,
         phase: false,
         vout: false,
-        pair: false,
+        sum_last: false,
         emulate,
     }
 }
@@ -628,7 +635,7 @@ fn try_implicit(
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
         phase: false,
         vout: false,
-        pair: false,
+        sum_last: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -712,6 +719,7 @@ fn try_implicit(
             head: 0,
             splits: 1,
             kc: k,
+            last: false,
         }
     };
     record_plan(ctx, op, input, spec, &l, plan, a, f, out)?;
@@ -850,7 +858,7 @@ fn backprop_input_phases(
         strided: false,
         phase: true,
         vout: false,
-        pair: false,
+        sum_last: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -1034,10 +1042,12 @@ fn plan_split(
     let bm = tile.bm as usize;
     let uniform = |s: usize| {
         let kc = k.div_ceil(s.max(1)).next_multiple_of(bk);
+        let splits = k.div_ceil(kc).max(1);
         SplitPlan {
             head: 0,
-            splits: k.div_ceil(kc).max(1),
+            splits,
             kc,
+            last: splits > 1 && sum_cost(tile, splits).1,
         }
     };
     let (tiles_x, tiles_y) = (n.div_ceil(tile.bn as usize), m.div_ceil(bm));
@@ -1155,17 +1165,59 @@ fn model_cost(tile: &CoopTile, tiles: usize, kt: usize, s: usize, mn: usize, wav
     let run = waves * (kt.div_ceil(s) as f64 + 3.0) * t_k;
     if s == 1 {
         run
-    } else if s == 2 && pair_on() {
-        // (Summed in the epilogue: one slice written and read, no launch.)
-        run + (mn * 8) as f64 / 3.0e6
     } else {
-        run + (s * mn * 8) as f64 / 3.0e6 + SUM_US
+        run + (s * mn * 8) as f64 / 3.0e6 + sum_cost(tile, s).0
     }
 }
 
 /// The split sum's fixed cost (us): v7 request 1 measured 11-14 us of GPU time for every
 /// split sum from 4 to 24 MB of partial sums (a dependent launch after the product).
 const SUM_US: f64 = 9.0;
+
+/// The sum in the epilogue (`CoopSpec::sum_last`, v8): a fixed part (us: the partial
+/// slice written, two device-scope barriers, the arrival) and the last arrival's reads of
+/// every slice of its tile (bytes per us that one SM reads from L2: a guess, ~60 B per
+/// clock at 1.98 GHz).
+const LAST_US: f64 = 1.5;
+const LAST_SM_BYTES_PER_US: f64 = 120.0e3;
+
+/// The model's cost (us) of adding up `s` splits of `tile`'s partial sums beyond their
+/// traffic, and whether the product's epilogue does it (`CoopSpec::sum_last`) rather than
+/// `split_sum`'s launch, as `TFWGPU_CONV_COOP_LAST` says.
+fn sum_cost(tile: &CoopTile, s: usize) -> (f64, bool) {
+    let last = LAST_US + (s * (tile.bm * tile.bn) as usize * 4) as f64 / LAST_SM_BYTES_PER_US;
+    match last_mode() {
+        Last::Off => (SUM_US, false),
+        Last::Force => (last, true),
+        Last::Model if last < SUM_US => (last, true),
+        Last::Model => (SUM_US, false),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Off,
+    Model,
+    Force,
+}
+
+/// `TFWGPU_CONV_COOP_LAST`: `0` split sums always through `split_sum` (v7), `force` in the
+/// product's epilogue wherever that applies, else as the model says (`sum_cost`). Read once
+/// per process.
+fn last_mode() -> Last {
+    static MODE: OnceLock<Last> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        match std::env::var("TFWGPU_CONV_COOP_LAST")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("0") => Last::Off,
+            Ok("force") => Last::Force,
+            _ if !split_model() => Last::Off,
+            _ => Last::Model,
+        }
+    })
+}
 
 /// A head/tail plan's second product launch (us): request 1's tails ran ~8 us longer than
 /// their K tiles (wide forward, 128 workgroups of 9 K tiles: 25.8 us against 18).
@@ -1203,18 +1255,6 @@ fn tail_mode() -> Tail {
             Ok("force") => Tail::Force,
             _ => Tail::Model,
         }
-    })
-}
-
-/// `TFWGPU_CONV_COOP_PAIR=1`: two splits summed in the product's epilogue
-/// (`CoopSpec::pair`) instead of by `split_sum`. Off by default: v7 request 2 measured
-/// r50_7's forward / input gradient at 0.0975 / 0.0890 ms with it against 0.0632 / 0.0618
-/// through the split sum (the arrival counters' clear costs 8 us of GPU time and a break
-/// of the compute pass; the pair epilogue 5 us). Read once per process.
-fn pair_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") && split_model()
     })
 }
 
