@@ -1393,6 +1393,9 @@ mod tests {
         // r50_7 forward / input gradient on 128 x 128: 52 tiles, 72 K tiles: two splits
         // (104 workgroups in one wave).
         assert_eq!(best_splits(&t16, 52, 72, 1568 * 512, 132).0, 2);
+        // v8: two splits and three (r50_14's filter gradient) summed in the epilogue, 14
+        // (wide's) by the split sum's launch.
+        assert!(sum_cost(&t16, 2).1 && sum_cost(&t16, 3).1 && !sum_cost(&t16, 14).1);
         // r50_14 forward (98 tiles, 36 K tiles): no split; and `split_k` never splits a
         // forward product with a wave of tiles or more.
         assert_eq!(best_splits(&t16, 98, 36, 6272 * 256, 132).0, 1);
@@ -1402,8 +1405,10 @@ mod tests {
         // 1 tiles, one launch of two waves) nor where there is no full wave (r50_14
         // forward, 98 tiles).
         let lay = (2, 256);
+        // (v8: the tail's 5 splits summed in the product's epilogue, where v7's launch sum
+        // made 9 the best.)
         let p = plan_split(&t16, 4608, 512, 1568, true, lay);
-        assert_eq!((p.head, p.splits), (33, 9), "{p:?}");
+        assert_eq!((p.head, p.splits, p.last), (33, 5, true), "{p:?}");
         let p = plan_split(&t16, 25088, 128, 1152, false, lay);
         assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
         let p = plan_split(&t16, 6272, 256, 2304, false, lay);
