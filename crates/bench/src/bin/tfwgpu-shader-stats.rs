@@ -50,6 +50,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 strided: false,
                 phase: false,
                 sum_last: false,
+                head_tail: false,
                 vout: conv,
                 emulate: false,
             };

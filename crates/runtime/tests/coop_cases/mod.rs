@@ -698,7 +698,8 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
 /// filter gradient through the windows (stride 1 and 2) and as a 1x1 product; output
 /// columns 16-40 (head offsets a multiple of the binding alignment where lavapipe's is up to
 /// 256 bytes). Where the device times dispatches, checks that split kernels ran for the
-/// forward products (which never split with a wave of tiles or more otherwise).
+/// forward products (split sums, or one-launch head/tail kernels under
+/// `TFWGPU_CONV_COOP_LAST=force`).
 pub fn conv2d_head_tail(tiles: &[CoopTile]) {
     let labels = kernels_run(|| {
         for tile in tiles {
@@ -708,10 +709,11 @@ pub fn conv2d_head_tail(tiles: &[CoopTile]) {
         }
     });
     if let Some(labels) = labels {
-        // (Split kernels for the tails, through the split sum, or summed by the last
-        // arrival under `TFWGPU_CONV_COOP_LAST=force`.)
+        // (Split kernels for the tails, through the split sum, or under
+        // `TFWGPU_CONV_COOP_LAST=force` head and tail in one launch, the tail summed by its
+        // last arrivals.)
         let last = std::env::var("TFWGPU_CONV_COOP_LAST").is_ok_and(|v| v.trim() == "force");
-        let want = if last { "_sl" } else { "split_sum" };
+        let want = if last { "_ht" } else { "split_sum" };
         assert!(
             labels.iter().any(|l| l.contains(want)),
             "expected {want} kernels for the tails among {labels:?}"

@@ -157,6 +157,40 @@ fn record_plan(
             plan.head, plan.splits, plan.kc
         )
     };
+    if plan.head > 0 && plan.splits > 1 && plan.last && one_launch() {
+        // Head and tail in one launch (`CoopSpec::head_tail`): the head's tiles whole, the
+        // tail's split and summed by each tile's last arrival.
+        let mut s = spec;
+        s.split = true;
+        s.out_f32 = false;
+        s.sum_last = true;
+        s.head_tail = true;
+        s.vout = vout_ok(&s, n);
+        let tiles_x = n.div_ceil(spec.tile.bn as usize);
+        let gx = plan.head * tiles_x + (tiles_y - plan.head) * tiles_x * plan.splits;
+        if fits(ctx, &s)
+            && gx <= MAX_GROUPS_X as usize
+            && let Some(arrivals) = ctx.arrival_counters(tiles_y * tiles_x)?
+        {
+            tracing::debug!(
+                "{op} {m}x{n}x{k}: cooperative {}{what} (one launch, summed by the last arrival)",
+                s.specialization()
+            );
+            let rows = m - plan.head * bm;
+            let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
+            let tail = Some((plan.head, tiles_y - plan.head));
+            return coop::launch_with(
+                ctx,
+                op,
+                &s,
+                &relaunch(plan.splits, plan.kc, tail),
+                a,
+                b,
+                out,
+                &[&part, &arrivals],
+            );
+        }
+    }
     if plan.splits == 1 || plan.head > 0 {
         let mut s = spec;
         s.out_f32 = false;
@@ -251,6 +285,7 @@ fn wgrad_spec(
         phase: false,
         vout: false,
         sum_last: false,
+        head_tail: false,
         emulate,
     }
 }
@@ -636,6 +671,7 @@ fn try_implicit(
         phase: false,
         vout: false,
         sum_last: false,
+        head_tail: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -859,6 +895,7 @@ fn backprop_input_phases(
         phase: true,
         vout: false,
         sum_last: false,
+        head_tail: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -1072,14 +1109,18 @@ fn plan_split(
         let (s, c) = best_splits(tile, tiles, kt, m * n, wave);
         (uniform(s), c)
     };
-    // Head/tail: the tile rows of the full waves unsplit, the rest split.
+    // Head/tail: the tile rows of the full waves unsplit, the rest split; in one launch
+    // (v8, `one_launch`) where the tail is summed by its last arrivals and N fits the
+    // vector epilogue (8 halves, or 4 floats).
     let tail_mode = tail_mode();
     let head = (tiles / wave) * wave / tiles_x;
+    let vec_ok = n.is_multiple_of(if esize == 2 { 8 } else { 4 });
+    let one = one_launch() && vec_ok && last_mode() != Last::Off;
     // (Filter gradients only: request 1's forward and input-gradient tails, 196 tiles = 132
     // + 64 in two splits, lost 5-10% against one launch of two waves; r50_7's filter
     // gradient, 132 + 12 tiles, gained 22% against two waves.)
     if tail_mode != Tail::Off
-        && (always || tail_mode == Tail::Force)
+        && (always || one || tail_mode == Tail::Force)
         && head > 0
         && head < tiles_y
         && (head * bm * n * esize).is_multiple_of(align)
@@ -1092,9 +1133,11 @@ fn plan_split(
         } else {
             s
         };
-        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + TAIL_US;
-        if s > 1 && (cost < best_cost || tail_mode == Tail::Force) {
-            return SplitPlan { head, ..uniform(s) };
+        let plan = SplitPlan { head, ..uniform(s) };
+        let launch = if one && plan.last { 0.0 } else { TAIL_US };
+        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + launch;
+        if plan.splits > 1 && (cost < best_cost || tail_mode == Tail::Force) {
+            return plan;
         }
     }
     best
@@ -1192,6 +1235,14 @@ fn sum_cost(tile: &CoopTile, s: usize) -> (f64, bool) {
         Last::Model if last < SUM_US => (last, true),
         Last::Model => (SUM_US, false),
     }
+}
+
+/// `TFWGPU_CONV_COOP_ONE_LAUNCH=0`: head/tail plans in two launches (v7) even where the
+/// tail is summed by its last arrivals; default one launch (`CoopSpec::head_tail`), and
+/// head/tail plans for forward and input-gradient products too. Read once per process.
+fn one_launch() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("TFWGPU_CONV_COOP_ONE_LAUNCH").is_ok_and(|v| v.trim() == "0"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1401,16 +1452,17 @@ mod tests {
         assert_eq!(best_splits(&t16, 98, 36, 6272 * 256, 132).0, 1);
         assert_eq!(split_k(&t16, 128 * 140, 128, 4608, false), (1, 4608));
         // Head/tail plans: r50_7's filter gradient (36 x 4 tiles): 33 tile rows (132 tiles)
-        // unsplit, the last 3 rows (12 tiles) in 9 splits; none for the forward (wide: 196 x
-        // 1 tiles, one launch of two waves) nor where there is no full wave (r50_14
-        // forward, 98 tiles).
+        // unsplit, the last 3 rows (12 tiles) split; none where there is no full wave
+        // (r50_14 forward, 98 tiles).
         let lay = (2, 256);
         // (v8: the tail's 5 splits summed in the product's epilogue, where v7's launch sum
         // made 9 the best.)
         let p = plan_split(&t16, 4608, 512, 1568, true, lay);
         assert_eq!((p.head, p.splits, p.last), (33, 5, true), "{p:?}");
+        // v8: the forward's head/tail in one launch (132 tile rows whole, the other 64 in two
+        // splits summed by their last arrivals: no tail launch, no sum launch).
         let p = plan_split(&t16, 25088, 128, 1152, false, lay);
-        assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
+        assert_eq!((p.head, p.splits, p.last), (132, 2, true), "{p:?}");
         let p = plan_split(&t16, 6272, 256, 2304, false, lay);
         assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
         // A split count gives whole K tiles per split, the last one shorter.

@@ -485,6 +485,13 @@ pub struct CoopSpec {
     /// of its tile in split order, 0, 1, ..., from memory, and writes C: the order of the
     /// additions does not depend on which workgroup arrives last.
     pub sum_last: bool,
+    /// Head and tail in one launch (with `sum_last`): a 1-D grid whose first p.bstr[0].w
+    /// workgroups take whole output tiles (tiles 0, 1, ... in row-major order, all of K,
+    /// written to C directly) and the rest the remaining tiles (from tile p.bstr[0].w on,
+    /// rows from p.bstr[0].x) in p.bstr[0].z splits of p.ftap rows of K, summed by each
+    /// tile's last arrival: workgroup p.bstr[0].w + z * T + i takes split z of tail tile i
+    /// (T tail tiles). The tail's workgroups start as the head's finish, in one launch (v8).
+    pub head_tail: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -671,6 +678,7 @@ impl CoopSpec {
                     && !self.phase
                     && self.vout
                     && (t.bm * t.bn).is_multiple_of(self.sum_group() * wg)))
+            && (!self.head_tail || self.sum_last)
     }
 
     /// The pipeline key's specialization.
@@ -697,7 +705,13 @@ impl CoopSpec {
             },
             if self.split { "_sk" } else { "" },
             if self.out_f32 { "_o32" } else { "" },
-            if self.sum_last { "_sl" } else { "" },
+            if self.head_tail {
+                "_ht"
+            } else if self.sum_last {
+                "_sl"
+            } else {
+                ""
+            },
             if self.vout { "_vo" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
@@ -825,7 +839,7 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 {sg_params}) {{{sg_lets}
-    var tile = wid.xy;
+    var tile = wid.xy;{ht_tile}
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
         let gx = p._pad0;
@@ -839,7 +853,7 @@ fn main(
     }}
     let m0 = (p.tile_base_y + tile.y) * {bm}u;
     let n0 = (p.tile_base_x + tile.x) * {bn}u;
-    let bidx = p.batch_base + wid.z;
+    let bidx = {bidx};
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
@@ -854,7 +868,30 @@ fn main(
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
-            group = t.group,
+            // (Head and tail in one launch: the tile and split of this workgroup.)
+            group = if self.head_tail { 0 } else { t.group },
+            ht_tile = if self.head_tail {
+                format!(
+                    "
+    let ht_tx = (p.n + {bn}u - 1u) / {bn}u;
+    let ht_head = p.bstr[0].w;
+    let ht_whole = wid.x < ht_head;
+    let ht_tail = max(ht_tx * ((p.m + {bm}u - 1u) / {bm}u) - min(ht_head, ht_tx * ((p.m + {bm}u - 1u) / {bm}u)), 1u);
+    let ht_u = select(wid.x - ht_head, 0u, ht_whole);
+    let ht_t = select(ht_head + ht_u % ht_tail, wid.x, ht_whole);
+    let ht_z = select(ht_u / ht_tail, 0u, ht_whole);
+    tile = vec2<u32>(ht_t % ht_tx, ht_t / ht_tx);",
+                    bm = t.bm,
+                    bn = t.bn
+                )
+            } else {
+                String::new()
+            },
+            bidx = if self.head_tail {
+                "ht_z"
+            } else {
+                "p.batch_base + wid.z"
+            },
             phase = if self.phase {
                 "    let ph_t = p.bdims[0][bidx];
     let ph_fs = max((ph_t >> 8u) & 255u, 1u);
@@ -868,7 +905,12 @@ fn main(
             } else {
                 ""
             },
-            krange = if self.split {
+            krange = if self.head_tail {
+                format!(
+                    "    let kb = select(bidx * p.ftap, 0u, ht_whole);\n    let kend = select(min(p.k, kb + p.ftap), p.k, ht_whole);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
+                    bk = t.bk
+                )
+            } else if self.split {
                 format!(
                     "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
                     bk = t.bk
@@ -1473,17 +1515,20 @@ fn main(
             )
         };
         // The epilogue's passes: `Out` the accumulators to C (`c`; split K: the slice of
-        // `cbase`), `Partial` (`sum_last`) to this workgroup's float32 slice of `part`.
+        // `cbase`), `Partial` (`sum_last`) to this workgroup's float32 slice of `part`,
+        // `Whole` (`head_tail`'s head) to C's rows.
         #[derive(Clone, Copy, PartialEq)]
         enum Pass {
             Out,
             Partial,
+            Whole,
         }
         let out_vw = self.sum_group();
         let epilogue = |s: &mut String, pass: Pass| {
-            let (target, base, vw) = match pass {
-                Pass::Out => ("c", "cbase", out_vw),
-                Pass::Partial => ("part", "pbase", 4),
+            let (target, base, vw, orow) = match pass {
+                Pass::Out => ("c", "cbase", out_vw, orow),
+                Pass::Partial => ("part", "pbase", 4, orow),
+                Pass::Whole => ("c", "0u", out_vw, "gm"),
             };
             for i in 0..tm {
                 for j in 0..tn {
@@ -1597,6 +1642,11 @@ fn main(
 ",
                 bn = t.bn
             );
+            if self.head_tail {
+                s.push_str("    if ht_whole {\n");
+                epilogue(&mut s, Pass::Whole);
+                s.push_str("    } else {\n");
+            }
             epilogue(&mut s, Pass::Partial);
             s.push_str(
                 "    storageBarrier();
@@ -1651,6 +1701,9 @@ fn main(
                 );
             }
             s.push_str("    }\n");
+            if self.head_tail {
+                s.push_str("    }\n");
+            }
         } else {
             epilogue(&mut s, Pass::Out);
         }
@@ -1876,6 +1929,7 @@ impl Kernel for CoopMatMul {
             phase: false,
             vout: false,
             sum_last: false,
+            head_tail: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -2019,6 +2073,40 @@ pub(crate) fn launch_with(
         // (`sum_last`: the number of splits, the arrivals that complete a tile.)
         bstr[2] = to_u32(op, l.batches)?;
     }
+    if spec.head_tail {
+        // One 1-D launch: the head's ty0 tile rows whole, then the tail's tiles x splits.
+        let head = ty0 * tiles_x;
+        bstr[3] = to_u32(op, head)?;
+        let gx = head + tiles_y * tiles_x * l.batches;
+        if gx > MAX_GROUPS_X as usize {
+            return Err(crate::Error::InvalidArgument(format!(
+                "{op}: {gx} workgroups in one head/tail launch"
+            )));
+        }
+        let mut words = vec![
+            to_u32(op, l.m)?,
+            to_u32(op, l.n)?,
+            to_u32(op, l.k)?,
+            0,
+            to_u32(op, l.strides[0])?,
+            to_u32(op, l.strides[1])?,
+            to_u32(op, l.strides[2])?,
+            to_u32(op, l.strides[3])?,
+            spec.a_kfast as u32,
+            spec.b_nfast as u32,
+            l.dims.len() as u32,
+            0,
+            0,
+            gx as u32,
+            1,
+            0,
+        ];
+        words.extend_from_slice(&bdims);
+        words.extend_from_slice(&astr);
+        words.extend_from_slice(&bstr);
+        words.extend_from_slice(&conv);
+        return ctx.dispatch(&pipeline, &params(&words), &bindings, [gx as u32, 1, 1]);
+    }
     let max = MAX_GROUPS_X as usize;
     for z0 in (0..l.batches).step_by(max) {
         let gz = (l.batches - z0).min(max);
@@ -2087,6 +2175,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             phase: false,
                             vout: false,
                             sum_last: false,
+                            head_tail: false,
                             emulate: false,
                         };
                         // Products, Conv2D forward, backprop input; split-K products and the
@@ -2110,6 +2199,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     strided: true,
                                     vout: true,
                                     sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if st.is_valid() {
@@ -2122,6 +2212,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     phase: true,
                                     vout: true,
                                     sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if ph.is_valid() {
@@ -2140,6 +2231,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     // (The vector epilogue is for the Conv2D forms only.)
                                     vout: vout && (conv || split),
                                     sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
@@ -2151,6 +2243,10 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     };
                                     if split && last.is_valid() {
                                         v.push(last);
+                                        v.push(CoopSpec {
+                                            head_tail: true,
+                                            ..last
+                                        });
                                     }
                                 }
                             }
