@@ -711,9 +711,15 @@ pub fn conv2d_head_tail(tiles: &[CoopTile]) {
     if let Some(labels) = labels {
         // (Split kernels for the tails, through the split sum, or under
         // `TFWGPU_CONV_COOP_LAST=force` head and tail in one launch, the tail summed by its
-        // last arrivals.)
+        // last arrivals; with `TFWGPU_CONV_COOP_ONE_LAUNCH=0` too, a tail launch of its own
+        // summed by its last arrivals.)
         let last = std::env::var("TFWGPU_CONV_COOP_LAST").is_ok_and(|v| v.trim() == "force");
-        let want = if last { "_ht" } else { "split_sum" };
+        let two = std::env::var("TFWGPU_CONV_COOP_ONE_LAUNCH").is_ok_and(|v| v.trim() == "0");
+        let want = match (last, two) {
+            (true, false) => "_ht",
+            (true, true) => "_sl",
+            _ => "split_sum",
+        };
         assert!(
             labels.iter().any(|l| l.contains(want)),
             "expected {want} kernels for the tails among {labels:?}"
