@@ -3,10 +3,11 @@
 //! and [R*S*C, N*OH*OW] x [N*OH*OW, K] of `matmul::coop` with A read as the windows of the
 //! input or of dy (NHWC, one group; 1x1 stride-1 unpadded ones as plain products), K split
 //! over the grid where the output has few tiles (float32 partial sums added up by
-//! `split_sum`), for float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`).
-//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). How K is split (v7):
-//! a wave model (`plan_split`), uniformly or only for the tile rows past the last full wave.
-//! Variants and H200 figures: bench/NOTES-coop.md (v5-v7).
+//! `split_sum`, or in the product's epilogue by each tile's last arrival: v8), for float16
+//! (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`). Everything else (NCHW, groups,
+//! float32) keeps the GEMM (`gemm.rs`). How K is split (v7): a wave model (`plan_split`),
+//! uniformly or only for the tile rows past the last full wave (v8: in the same launch).
+//! Variants and H200 figures: bench/NOTES-coop.md (v5-v8).
 
 use crate::kernel::{DeviceRef, KernelContext};
 use std::sync::OnceLock;
@@ -1056,12 +1057,14 @@ fn backprop_input_phases(
 /// workgroups run in waves of SMs x workgroups per SM (`wave`), each taking `kt / s` K tiles
 /// plus F = 3 K tiles of fixed cost (prologue, epilogue, first loads) at the tile's t_k per
 /// K tile; split K adds the float32 partial sums written and read again (8 B per element
-/// per split at 3 TB/s) and L = 2 us for the sum's launch. Plans: K split uniformly in s
-/// (`best_splits`; forward and input gradient only below one wave of tiles), or, where
-/// the tiles make one or more full waves and a partial last one, the full waves' tile rows
-/// unsplit and only the rest split (a second launch after the first has drained: e.g.
-/// r50_7's filter gradient, 144 tiles = 132 + 12, the 12 in 9 splits). The head's rows
-/// must end at an offset of `out` a binding may start at. `TFWGPU_CONV_COOP_TAIL=0`: no
+/// per split at 3 TB/s) and the sum's cost (`sum_cost`: a launch, or v8's sum in the
+/// epilogue). Plans: K split uniformly in s (`best_splits`; forward and input gradient only
+/// below one wave of tiles), or, where the tiles make one or more full waves and a partial
+/// last one, the full waves' tile rows unsplit and only the rest split: v8, in the same
+/// launch where the tail is summed in the epilogue (`one_launch`; e.g. 196 tiles = 132 +
+/// 64 in two splits, r50_7's filter gradient 144 = 132 + 12 in five), else (v7, filter
+/// gradients only) in a second launch after the first has drained, with `TAIL_US` more. The
+/// head's rows must end at an offset of `out` a binding may start at. `TFWGPU_CONV_COOP_TAIL=0`: no
 /// head/tail plans; `=force`: the head/tail plan wherever there is one (tests).
 /// `TFWGPU_CONV_COOP_WAVE=n`: n workgroups per wave (tests). `TFWGPU_CONV_COOP_SPLIT_MODEL=0`:
 /// v5's rule (about 264 workgroups, each split at least 4 K tiles; forward and input
