@@ -25,13 +25,10 @@ pub(crate) struct DeviceInner {
     /// `Device::gated_write`), and their number, readable without the lock.
     pending: parking_lot::Mutex<Vec<Pending>>,
     pending_count: std::sync::atomic::AtomicUsize,
-    /// Arrival counters of kernels whose last workgroup to arrive finishes the work (see
-    /// `KernelContext::arrivals`): zero when created, and every user leaves them zero.
-    pub(crate) arrivals: wgpu::Buffer,
+    /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
+    /// once allocated.
+    pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
 }
-
-/// Words of `DeviceInner::arrivals`.
-pub(crate) const ARRIVAL_WORDS: u64 = 4096;
 
 /// A copy from another device registered on this one (see [`Device::gated_write`]).
 struct Pending {
@@ -303,14 +300,7 @@ impl Device {
             crate::exec::DEFAULT_SPIN
         });
         let exec = ExecutionContext::new(device.clone(), queue, cfg);
-        let arrivals = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("arrival counters"),
-            size: ARRIVAL_WORDS * 4,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
         let inner = DeviceInner {
-            arrivals,
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), index, limit),
@@ -321,6 +311,7 @@ impl Device {
             incoming: parking_lot::Mutex::new(StagingPool::default()),
             pending: parking_lot::Mutex::new(Vec::new()),
             pending_count: std::sync::atomic::AtomicUsize::new(0),
+            arrivals: parking_lot::Mutex::new(None),
         };
         Ok(Device {
             inner: Arc::new(inner),

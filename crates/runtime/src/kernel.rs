@@ -337,6 +337,9 @@ pub fn grid_1d(threads: u64, wg: u32) -> ([u32; 3], u32) {
     ([x, y, 1], x * wg)
 }
 
+/// How many counters `KernelContext::arrival_counters` holds per device (16 KiB).
+pub const ARRIVAL_COUNTERS: usize = 4096;
+
 /// What a kernel sees while it records: pipelines, bindings, dispatches, temporaries.
 pub struct KernelContext<'d> {
     pub(crate) dev: &'d DeviceInner,
@@ -453,17 +456,46 @@ impl<'d> KernelContext<'d> {
         self.dev.exec.read(&src.buffer, src.offset, size)
     }
 
-    /// The device's arrival counters, `words` of them (None if it has fewer): u32 words that
-    /// are zero between dispatches, for kernels whose last workgroup to arrive finishes the
-    /// work. A user counts arrivals with `atomicAdd` and the last arriver stores 0 back, so
-    /// they stay zero for the next dispatch (dispatches are ordered by barriers: the counters
-    /// are bound read-write).
-    pub fn arrivals(&self, words: u64) -> Option<BufferRange> {
-        (words <= crate::device::ARRIVAL_WORDS).then(|| BufferRange {
-            buffer: self.dev.arrivals.clone(),
-            offset: 0,
-            size: words.max(1) * 4,
-        })
+    /// The device's `ARRIVAL_COUNTERS` u32 counters for kernels whose workgroups count their
+    /// arrivals (the cooperative products' split sum in the epilogue, `CoopSpec::sum_last`):
+    /// allocated once per device (never freed) and zero-filled in the command stream before
+    /// the first dispatch that gets them; every kernel using them leaves them at zero (the
+    /// last arrival of each counter resets it). `None` where `count` is more than that.
+    pub fn arrival_counters(&self, count: usize) -> Result<Option<DeviceRef>> {
+        if count > ARRIVAL_COUNTERS {
+            return Ok(None);
+        }
+        let desc = TensorDesc::new(DType::U32, &[ARRIVAL_COUNTERS]);
+        let mut slot = self.dev.arrivals.lock();
+        let addr = match *slot {
+            Some(addr) => addr,
+            None => {
+                let size = desc.byte_size();
+                let addr = self.dev.alloc.allocate(size, &self.dev.exec)?;
+                // (Recorded under the lock: any dispatch that gets the counters is recorded
+                // after this clear.)
+                let r = self.dev.alloc.resolve(addr)?.range(size);
+                self.dev.exec.clear(&r.buffer, r.offset, size)?;
+                *slot = Some(addr);
+                addr
+            }
+        };
+        Ok(Some(DeviceRef { desc, addr }))
+    }
+
+    /// The arrival counters of `arrival_counters` as a buffer range of `words` u32 (at least
+    /// one), for kernels that bind ranges (the batch norm's statistics finalized by their last
+    /// workgroup); `None` where `words` is more than `ARRIVAL_COUNTERS`.
+    pub fn arrivals(&self, words: usize) -> Result<Option<BufferRange>> {
+        let Some(c) = self.arrival_counters(words)? else {
+            return Ok(None);
+        };
+        Ok(Some(
+            self.dev
+                .alloc
+                .resolve(c.addr)?
+                .range(words.max(1) as u64 * 4),
+        ))
     }
 
     /// Records a zero fill of `size` bytes (a multiple of 4) at a binding.

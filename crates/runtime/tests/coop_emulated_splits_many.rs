@@ -2,8 +2,8 @@
 //! the filter gradient (the 64 x 64 tile of 4 subgroups and the lavapipe form of the
 //! 16-subgroup tile) and the forward and input-gradient products, checked in the emulated form
 //! on any adapter with float16 shaders against f64 references: one split per K tile (up to 49
-//! splits: the row counts of v7's split sum up to 16). A binary of its own: the setting is read
-//! once per process.
+//! splits: the row counts of v7's split sum up to 16), through the split sum's launch
+//! (`TFWGPU_CONV_COOP_LAST=0`). A binary of its own: the settings are read once per process.
 mod common;
 mod coop_cases;
 
@@ -22,6 +22,7 @@ fn setup() {
         unsafe {
             std::env::set_var(EMULATE_VAR, "1");
             std::env::set_var("TFWGPU_CONV_COOP_SPLITS", "1000");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "0");
         }
     });
     assert!(emulation_requested());

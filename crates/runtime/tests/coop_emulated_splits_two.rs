@@ -1,5 +1,6 @@
 //! Split K forced to 2 (`TFWGPU_CONV_COOP_SPLITS=2`) and summed in the products' epilogues
-//! in pairs (`TFWGPU_CONV_COOP_PAIR=1`, no split sum) for the filter gradient (the 64 x 64
+//! by each tile's last arrival (`TFWGPU_CONV_COOP_LAST=force`, no split sum where N is a
+//! multiple of 8) for the filter gradient (the 64 x 64
 //! tile of 4 subgroups and the lavapipe form of the 16-subgroup tile) and the forward and
 //! input-gradient products, checked in the emulated form on any adapter with float16 shaders
 //! against f64 references. A binary of its own: the settings are read once per process.
@@ -21,7 +22,7 @@ fn setup() {
         unsafe {
             std::env::set_var(EMULATE_VAR, "1");
             std::env::set_var("TFWGPU_CONV_COOP_SPLITS", "2");
-            std::env::set_var("TFWGPU_CONV_COOP_PAIR", "1");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
         }
     });
     assert!(emulation_requested());

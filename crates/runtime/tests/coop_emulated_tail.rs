@@ -2,8 +2,9 @@
 //! split, summed into those rows) forced on small products (`TFWGPU_CONV_COOP_WAVE=3`,
 //! `TFWGPU_CONV_COOP_TAIL=force`), checked in the emulated form on any adapter with float16
 //! shaders against f64 references: the 64 x 64 tile and the lavapipe form of the
-//! 16-subgroup tile, two splits summed in pairs (`TFWGPU_CONV_COOP_PAIR=1`). A binary of its
-//! own: the settings are read once per process.
+//! 16-subgroup tile, the splits (2-5) added up in the products' epilogues by each tile's last
+//! arrival (`TFWGPU_CONV_COOP_LAST=force`). A binary of its own: the settings are read once
+//! per process.
 mod common;
 mod coop_cases;
 
@@ -22,7 +23,7 @@ fn setup() {
             std::env::set_var(EMULATE_VAR, "1");
             std::env::set_var("TFWGPU_CONV_COOP_WAVE", "3");
             std::env::set_var("TFWGPU_CONV_COOP_TAIL", "force");
-            std::env::set_var("TFWGPU_CONV_COOP_PAIR", "1");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
         }
     });
     assert!(emulation_requested());

@@ -2,8 +2,8 @@
 //! split, summed into those rows) forced on small products (`TFWGPU_CONV_COOP_WAVE=3`,
 //! `TFWGPU_CONV_COOP_TAIL=force`), checked in the emulated form on any adapter with float16
 //! shaders against f64 references: the 64 x 64 tile and the lavapipe form of the
-//! 16-subgroup tile; two splits through the split sum (`TFWGPU_CONV_COOP_PAIR=0`, the
-//! default), not summed in pairs. A binary of its own: the settings are read once per process.
+//! 16-subgroup tile; the splits through the split sum's launch (`TFWGPU_CONV_COOP_LAST=0`),
+//! not in the products' epilogues. A binary of its own: the settings are read once per process.
 mod common;
 mod coop_cases;
 
@@ -22,7 +22,7 @@ fn setup() {
             std::env::set_var(EMULATE_VAR, "1");
             std::env::set_var("TFWGPU_CONV_COOP_WAVE", "3");
             std::env::set_var("TFWGPU_CONV_COOP_TAIL", "force");
-            std::env::set_var("TFWGPU_CONV_COOP_PAIR", "0");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "0");
         }
     });
     assert!(emulation_requested());

@@ -49,7 +49,8 @@ fn coop_variants() -> Vec<(String, String)> {
                 out_f32: wgrad,
                 strided: false,
                 phase: false,
-                pair: false,
+                sum_last: false,
+                head_tail: false,
                 vout: conv,
                 emulate: false,
             };

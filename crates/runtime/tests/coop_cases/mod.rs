@@ -619,8 +619,10 @@ pub fn conv2d_backprop_filter(tiles: &[CoopTile]) {
 /// tiles of 64) under `TFWGPU_CONV_COOP_SPLITS=splits`; where the device times dispatches,
 /// also checks the split sums that ran: none for one split, else v7's four-float sum (M * N
 /// a multiple of 4) with the row count of `splits` (clamped to the K tiles) and v5b's sum
-/// for M * N not a multiple of 4 (C = 3, K = 17, 5 K tiles); two splits with
-/// `TFWGPU_CONV_COOP_PAIR=1`: none, the products summed in pairs (`CoopSpec::pair`).
+/// for M * N not a multiple of 4 (C = 3, K = 17, 5 K tiles); with
+/// `TFWGPU_CONV_COOP_LAST=force`: products summed by each tile's last arrival
+/// (`CoopSpec::sum_last`, `_sl` kernels) and no four-float split sum of the long case
+/// (N = 64), v5b's sum still for N = 17 (not a multiple of the vector epilogue's 8).
 pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
     let labels = kernels_run(|| {
         conv2d_backprop_filter(tiles);
@@ -654,12 +656,23 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
         assert!(sums.is_empty(), "one split, yet split sums ran: {sums:?}");
         return;
     }
-    if splits == 2 && std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") {
-        // (Two splits summed in pairs in the products' epilogues, `_pr` kernels.)
-        assert!(sums.is_empty(), "two splits, yet split sums ran: {sums:?}");
+    if std::env::var("TFWGPU_CONV_COOP_LAST").is_ok_and(|v| v.trim() == "force") {
         assert!(
-            labels.iter().any(|l| l.contains("_pr")),
-            "expected pair-summed kernels among {labels:?}"
+            labels.iter().any(|l| l.contains("_sl")),
+            "expected kernels summed by the last arrival among {labels:?}"
+        );
+        assert!(
+            sums.iter().any(|l| l.contains("split_sum8")),
+            "expected v5b's split_sum8 (M * N = 27 * 17) among {sums:?}"
+        );
+        // (The long case alone: M * N = 576 * 64.)
+        let long = kernels_run(|| {
+            check_bwd_filter_f16((4, 28, 28, 32), (3, 3, 64), 1, 1, "SAME", None, 92)
+        })
+        .unwrap_or_default();
+        assert!(
+            !long.iter().any(|l| l.contains("split_sum")) && long.iter().any(|l| l.contains("_sl")),
+            "expected the long case summed by the last arrival: {long:?}"
         );
         return;
     }
@@ -685,7 +698,8 @@ pub fn conv2d_backprop_filter_split_sums(tiles: &[CoopTile], splits: usize) {
 /// filter gradient through the windows (stride 1 and 2) and as a 1x1 product; output
 /// columns 16-40 (head offsets a multiple of the binding alignment where lavapipe's is up to
 /// 256 bytes). Where the device times dispatches, checks that split kernels ran for the
-/// forward products (which never split with a wave of tiles or more otherwise).
+/// forward products (split sums, or one-launch head/tail kernels under
+/// `TFWGPU_CONV_COOP_LAST=force`).
 pub fn conv2d_head_tail(tiles: &[CoopTile]) {
     let labels = kernels_run(|| {
         for tile in tiles {
@@ -695,10 +709,17 @@ pub fn conv2d_head_tail(tiles: &[CoopTile]) {
         }
     });
     if let Some(labels) = labels {
-        // (Split kernels for the tails; two splits through the split sum too, unless
-        // `TFWGPU_CONV_COOP_PAIR=1` sums them in pairs.)
-        let pairs = std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1");
-        let want = if pairs { "_sk" } else { "split_sum" };
+        // (Split kernels for the tails, through the split sum, or under
+        // `TFWGPU_CONV_COOP_LAST=force` head and tail in one launch, the tail summed by its
+        // last arrivals; with `TFWGPU_CONV_COOP_ONE_LAUNCH=0` too, a tail launch of its own
+        // summed by its last arrivals.)
+        let last = std::env::var("TFWGPU_CONV_COOP_LAST").is_ok_and(|v| v.trim() == "force");
+        let two = std::env::var("TFWGPU_CONV_COOP_ONE_LAUNCH").is_ok_and(|v| v.trim() == "0");
+        let want = match (last, two) {
+            (true, false) => "_ht",
+            (true, true) => "_sl",
+            _ => "split_sum",
+        };
         assert!(
             labels.iter().any(|l| l.contains(want)),
             "expected {want} kernels for the tails among {labels:?}"

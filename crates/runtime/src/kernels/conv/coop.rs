@@ -3,10 +3,11 @@
 //! and [R*S*C, N*OH*OW] x [N*OH*OW, K] of `matmul::coop` with A read as the windows of the
 //! input or of dy (NHWC, one group; 1x1 stride-1 unpadded ones as plain products), K split
 //! over the grid where the output has few tiles (float32 partial sums added up by
-//! `split_sum`), for float16 (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`).
-//! Everything else (NCHW, groups, float32) keeps the GEMM (`gemm.rs`). How K is split (v7):
-//! a wave model (`plan_split`), uniformly or only for the tile rows past the last full wave.
-//! Variants and H200 figures: bench/NOTES-coop.md (v5-v7).
+//! `split_sum`, or in the product's epilogue by each tile's last arrival: v8), for float16
+//! (and float32 with `TFWGPU_ALLOW_REDUCED_PRECISION=1`). Everything else (NCHW, groups,
+//! float32) keeps the GEMM (`gemm.rs`). How K is split (v7): a wave model (`plan_split`),
+//! uniformly or only for the tile rows past the last full wave (v8: in the same launch).
+//! Variants and H200 figures: bench/NOTES-coop.md (v5-v8).
 
 use crate::kernel::{DeviceRef, KernelContext};
 use std::sync::OnceLock;
@@ -101,12 +102,16 @@ pub(super) fn try_backprop_filter(
 }
 
 /// How K is split (`plan_split`): the first `head` tile rows of C unsplit (all of them
-/// where `splits` is 1), the others in `splits` splits of `kc` rows of K.
+/// where `splits` is 1), the others in `splits` splits of `kc` rows of K, added up by the
+/// last arrival of each tile (`last`) or by `split_sum`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct SplitPlan {
     head: usize,
     splits: usize,
     kc: usize,
+    /// The splits added up in the product's epilogue by each tile's last arrival
+    /// (`CoopSpec::sum_last`) rather than by `split_sum` (where that applies).
+    last: bool,
 }
 
 /// Records `spec` (its non-split form; the filter gradient's is split with one split) on
@@ -153,6 +158,40 @@ fn record_plan(
             plan.head, plan.splits, plan.kc
         )
     };
+    if plan.head > 0 && plan.splits > 1 && plan.last && one_launch() {
+        // Head and tail in one launch (`CoopSpec::head_tail`): the head's tiles whole, the
+        // tail's split and summed by each tile's last arrival.
+        let mut s = spec;
+        s.split = true;
+        s.out_f32 = false;
+        s.sum_last = true;
+        s.head_tail = true;
+        s.vout = vout_ok(&s, n);
+        let tiles_x = n.div_ceil(spec.tile.bn as usize);
+        let gx = plan.head * tiles_x + (tiles_y - plan.head) * tiles_x * plan.splits;
+        if fits(ctx, &s)
+            && gx <= MAX_GROUPS_X as usize
+            && let Some(arrivals) = ctx.arrival_counters(tiles_y * tiles_x)?
+        {
+            tracing::debug!(
+                "{op} {m}x{n}x{k}: cooperative {}{what} (one launch, summed by the last arrival)",
+                s.specialization()
+            );
+            let rows = m - plan.head * bm;
+            let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
+            let tail = Some((plan.head, tiles_y - plan.head));
+            return coop::launch_with(
+                ctx,
+                op,
+                &s,
+                &relaunch(plan.splits, plan.kc, tail),
+                a,
+                b,
+                out,
+                &[&part, &arrivals],
+            );
+        }
+    }
     if plan.splits == 1 || plan.head > 0 {
         let mut s = spec;
         s.out_f32 = false;
@@ -167,33 +206,36 @@ fn record_plan(
     let r0 = plan.head * bm;
     let rows = m - r0;
     let tail = (plan.head > 0).then_some((plan.head, tiles_y - plan.head));
-    if plan.splits == 2 && pair_on() {
-        // Two splits summed in the epilogue (`CoopSpec::pair`): the second workgroup of
-        // each tile adds the first one's float32 slice and writes the output.
+    if plan.last {
+        // The split sum in the product's epilogue (`CoopSpec::sum_last`): the last workgroup
+        // of each tile adds up its float32 slices and writes the output; no sum launch.
         let mut s = spec;
         s.split = true;
         s.out_f32 = false;
-        s.pair = true;
+        s.sum_last = true;
         s.vout = vout_ok(&s, n);
-        tracing::debug!(
-            "{op} {m}x{n}x{k}: cooperative {}{what} (summed in pairs)",
-            s.specialization()
-        );
-        let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[2, rows, n]))?;
         let tiles = tiles_y * n.div_ceil(spec.tile.bn as usize);
-        let arrivals = ctx.temp_tensor(TensorDesc::new(DType::U32, &[tiles]))?;
-        let size = (tiles * 4) as u64;
-        ctx.clear(&ctx.bind_bytes(arrivals.addr, size)?, size)?;
-        return coop::launch_with(
-            ctx,
-            op,
-            &s,
-            &relaunch(2, plan.kc, tail),
-            a,
-            b,
-            out,
-            &[&part, &arrivals],
-        );
+        if fits(ctx, &s)
+            && let Some(arrivals) = ctx.arrival_counters(tiles)?
+        {
+            tracing::debug!(
+                "{op} {m}x{n}x{k}: cooperative {}{what} (summed by the last arrival)",
+                s.specialization()
+            );
+            let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[plan.splits, rows, n]))?;
+            return coop::launch_with(
+                ctx,
+                op,
+                &s,
+                &relaunch(plan.splits, plan.kc, tail),
+                a,
+                b,
+                out,
+                &[&part, &arrivals],
+            );
+        }
+        // (Else, N not a multiple of the vector epilogue's width or too many tiles for the
+        // counters: the split sum.)
     }
     let mut s = spec;
     s.split = true;
@@ -243,7 +285,8 @@ fn wgrad_spec(
         strided: false,
         phase: false,
         vout: false,
-        pair: false,
+        sum_last: false,
+        head_tail: false,
         emulate,
     }
 }
@@ -628,7 +671,8 @@ fn try_implicit(
         strided: bwd_input && !plain && (g.sh != 1 || g.sw != 1),
         phase: false,
         vout: false,
-        pair: false,
+        sum_last: false,
+        head_tail: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -712,6 +756,7 @@ fn try_implicit(
             head: 0,
             splits: 1,
             kc: k,
+            last: false,
         }
     };
     record_plan(ctx, op, input, spec, &l, plan, a, f, out)?;
@@ -850,7 +895,8 @@ fn backprop_input_phases(
         strided: false,
         phase: true,
         vout: false,
-        pair: false,
+        sum_last: false,
+        head_tail: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -1011,12 +1057,14 @@ fn backprop_input_phases(
 /// workgroups run in waves of SMs x workgroups per SM (`wave`), each taking `kt / s` K tiles
 /// plus F = 3 K tiles of fixed cost (prologue, epilogue, first loads) at the tile's t_k per
 /// K tile; split K adds the float32 partial sums written and read again (8 B per element
-/// per split at 3 TB/s) and L = 2 us for the sum's launch. Plans: K split uniformly in s
-/// (`best_splits`; forward and input gradient only below one wave of tiles), or, where
-/// the tiles make one or more full waves and a partial last one, the full waves' tile rows
-/// unsplit and only the rest split (a second launch after the first has drained: e.g.
-/// r50_7's filter gradient, 144 tiles = 132 + 12, the 12 in 9 splits). The head's rows
-/// must end at an offset of `out` a binding may start at. `TFWGPU_CONV_COOP_TAIL=0`: no
+/// per split at 3 TB/s) and the sum's cost (`sum_cost`: a launch, or v8's sum in the
+/// epilogue). Plans: K split uniformly in s (`best_splits`; forward and input gradient only
+/// below one wave of tiles), or, where the tiles make one or more full waves and a partial
+/// last one, the full waves' tile rows unsplit and only the rest split: v8, in the same
+/// launch where the tail is summed in the epilogue (`one_launch`; e.g. 196 tiles = 132 +
+/// 64 in two splits, r50_7's filter gradient 144 = 132 + 12 in five), else (v7, filter
+/// gradients only) in a second launch after the first has drained, with `TAIL_US` more. The
+/// head's rows must end at an offset of `out` a binding may start at. `TFWGPU_CONV_COOP_TAIL=0`: no
 /// head/tail plans; `=force`: the head/tail plan wherever there is one (tests).
 /// `TFWGPU_CONV_COOP_WAVE=n`: n workgroups per wave (tests). `TFWGPU_CONV_COOP_SPLIT_MODEL=0`:
 /// v5's rule (about 264 workgroups, each split at least 4 K tiles; forward and input
@@ -1034,10 +1082,12 @@ fn plan_split(
     let bm = tile.bm as usize;
     let uniform = |s: usize| {
         let kc = k.div_ceil(s.max(1)).next_multiple_of(bk);
+        let splits = k.div_ceil(kc).max(1);
         SplitPlan {
             head: 0,
-            splits: k.div_ceil(kc).max(1),
+            splits,
             kc,
+            last: splits > 1 && sum_cost(tile, splits).1,
         }
     };
     let (tiles_x, tiles_y) = (n.div_ceil(tile.bn as usize), m.div_ceil(bm));
@@ -1062,14 +1112,18 @@ fn plan_split(
         let (s, c) = best_splits(tile, tiles, kt, m * n, wave);
         (uniform(s), c)
     };
-    // Head/tail: the tile rows of the full waves unsplit, the rest split.
+    // Head/tail: the tile rows of the full waves unsplit, the rest split; in one launch
+    // (v8, `one_launch`) where the tail is summed by its last arrivals and N fits the
+    // vector epilogue (8 halves, or 4 floats).
     let tail_mode = tail_mode();
     let head = (tiles / wave) * wave / tiles_x;
+    let vec_ok = n.is_multiple_of(if esize == 2 { 8 } else { 4 });
+    let one = one_launch() && vec_ok && last_mode() != Last::Off;
     // (Filter gradients only: request 1's forward and input-gradient tails, 196 tiles = 132
     // + 64 in two splits, lost 5-10% against one launch of two waves; r50_7's filter
     // gradient, 132 + 12 tiles, gained 22% against two waves.)
     if tail_mode != Tail::Off
-        && (always || tail_mode == Tail::Force)
+        && (always || one || tail_mode == Tail::Force)
         && head > 0
         && head < tiles_y
         && (head * bm * n * esize).is_multiple_of(align)
@@ -1082,9 +1136,11 @@ fn plan_split(
         } else {
             s
         };
-        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + TAIL_US;
-        if s > 1 && (cost < best_cost || tail_mode == Tail::Force) {
-            return SplitPlan { head, ..uniform(s) };
+        let plan = SplitPlan { head, ..uniform(s) };
+        let launch = if one && plan.last { 0.0 } else { TAIL_US };
+        let cost = model_cost(tile, head * tiles_x, kt, 1, 0, wave) + c + launch;
+        if plan.splits > 1 && (cost < best_cost || tail_mode == Tail::Force) {
+            return plan;
         }
     }
     best
@@ -1155,17 +1211,68 @@ fn model_cost(tile: &CoopTile, tiles: usize, kt: usize, s: usize, mn: usize, wav
     let run = waves * (kt.div_ceil(s) as f64 + 3.0) * t_k;
     if s == 1 {
         run
-    } else if s == 2 && pair_on() {
-        // (Summed in the epilogue: one slice written and read, no launch.)
-        run + (mn * 8) as f64 / 3.0e6
     } else {
-        run + (s * mn * 8) as f64 / 3.0e6 + SUM_US
+        run + (s * mn * 8) as f64 / 3.0e6 + sum_cost(tile, s).0
     }
 }
 
 /// The split sum's fixed cost (us): v7 request 1 measured 11-14 us of GPU time for every
 /// split sum from 4 to 24 MB of partial sums (a dependent launch after the product).
 const SUM_US: f64 = 9.0;
+
+/// The sum in the epilogue (`CoopSpec::sum_last`, v8): a fixed part (us: the partial
+/// slice written, two device-scope barriers, the arrival) and the last arrival's reads of
+/// every slice of its tile (bytes per us that one SM reads from L2; conv18 request 1: two
+/// slices of 128 x 128 cost ~2.4 us of GPU time against 2.6 modelled, fourteen ~9.7 us
+/// against 9.2).
+const LAST_US: f64 = 1.5;
+const LAST_SM_BYTES_PER_US: f64 = 120.0e3;
+
+/// The model's cost (us) of adding up `s` splits of `tile`'s partial sums beyond their
+/// traffic, and whether the product's epilogue does it (`CoopSpec::sum_last`) rather than
+/// `split_sum`'s launch, as `TFWGPU_CONV_COOP_LAST` says.
+fn sum_cost(tile: &CoopTile, s: usize) -> (f64, bool) {
+    let last = LAST_US + (s * (tile.bm * tile.bn) as usize * 4) as f64 / LAST_SM_BYTES_PER_US;
+    match last_mode() {
+        Last::Off => (SUM_US, false),
+        Last::Force => (last, true),
+        Last::Model if last < SUM_US => (last, true),
+        Last::Model => (SUM_US, false),
+    }
+}
+
+/// `TFWGPU_CONV_COOP_ONE_LAUNCH=0`: head/tail plans in two launches (v7) even where the
+/// tail is summed by its last arrivals; default one launch (`CoopSpec::head_tail`), and
+/// head/tail plans for forward and input-gradient products too. Read once per process.
+fn one_launch() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !std::env::var("TFWGPU_CONV_COOP_ONE_LAUNCH").is_ok_and(|v| v.trim() == "0"))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Last {
+    Off,
+    Model,
+    Force,
+}
+
+/// `TFWGPU_CONV_COOP_LAST`: `0` split sums always through `split_sum` (v7), `force` in the
+/// product's epilogue wherever that applies, else as the model says (`sum_cost`). Read once
+/// per process.
+fn last_mode() -> Last {
+    static MODE: OnceLock<Last> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        match std::env::var("TFWGPU_CONV_COOP_LAST")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("0") => Last::Off,
+            Ok("force") => Last::Force,
+            _ if !split_model() => Last::Off,
+            _ => Last::Model,
+        }
+    })
+}
 
 /// A head/tail plan's second product launch (us): request 1's tails ran ~8 us longer than
 /// their K tiles (wide forward, 128 workgroups of 9 K tiles: 25.8 us against 18).
@@ -1203,18 +1310,6 @@ fn tail_mode() -> Tail {
             Ok("force") => Tail::Force,
             _ => Tail::Model,
         }
-    })
-}
-
-/// `TFWGPU_CONV_COOP_PAIR=1`: two splits summed in the product's epilogue
-/// (`CoopSpec::pair`) instead of by `split_sum`. Off by default: v7 request 2 measured
-/// r50_7's forward / input gradient at 0.0975 / 0.0890 ms with it against 0.0632 / 0.0618
-/// through the split sum (the arrival counters' clear costs 8 us of GPU time and a break
-/// of the compute pass; the pair epilogue 5 us). Read once per process.
-fn pair_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        std::env::var("TFWGPU_CONV_COOP_PAIR").is_ok_and(|v| v.trim() == "1") && split_model()
     })
 }
 
@@ -1353,19 +1448,25 @@ mod tests {
         // r50_7 forward / input gradient on 128 x 128: 52 tiles, 72 K tiles: two splits
         // (104 workgroups in one wave).
         assert_eq!(best_splits(&t16, 52, 72, 1568 * 512, 132).0, 2);
+        // v8: two splits and three (r50_14's filter gradient) summed in the epilogue, 14
+        // (wide's) by the split sum's launch.
+        assert!(sum_cost(&t16, 2).1 && sum_cost(&t16, 3).1 && !sum_cost(&t16, 14).1);
         // r50_14 forward (98 tiles, 36 K tiles): no split; and `split_k` never splits a
         // forward product with a wave of tiles or more.
         assert_eq!(best_splits(&t16, 98, 36, 6272 * 256, 132).0, 1);
         assert_eq!(split_k(&t16, 128 * 140, 128, 4608, false), (1, 4608));
         // Head/tail plans: r50_7's filter gradient (36 x 4 tiles): 33 tile rows (132 tiles)
-        // unsplit, the last 3 rows (12 tiles) in 9 splits; none for the forward (wide: 196 x
-        // 1 tiles, one launch of two waves) nor where there is no full wave (r50_14
-        // forward, 98 tiles).
+        // unsplit, the last 3 rows (12 tiles) split; none where there is no full wave
+        // (r50_14 forward, 98 tiles).
         let lay = (2, 256);
+        // (v8: the tail's 5 splits summed in the product's epilogue, where v7's launch sum
+        // made 9 the best.)
         let p = plan_split(&t16, 4608, 512, 1568, true, lay);
-        assert_eq!((p.head, p.splits), (33, 9), "{p:?}");
+        assert_eq!((p.head, p.splits, p.last), (33, 5, true), "{p:?}");
+        // v8: the forward's head/tail in one launch (132 tile rows whole, the other 64 in two
+        // splits summed by their last arrivals: no tail launch, no sum launch).
         let p = plan_split(&t16, 25088, 128, 1152, false, lay);
-        assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
+        assert_eq!((p.head, p.splits, p.last), (132, 2, true), "{p:?}");
         let p = plan_split(&t16, 6272, 256, 2304, false, lay);
         assert_eq!((p.head, p.splits), (0, 1), "{p:?}");
         // A split count gives whole K tiles per split, the last one shorter.

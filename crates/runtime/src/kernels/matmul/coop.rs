@@ -474,14 +474,24 @@ pub struct CoopSpec {
     /// zeros of the other phases' pixels of its (n, Y, X) (where only one phase has taps).
     /// No split K, no batches.
     pub phase: bool,
-    /// Split K in exactly two with the sum in the product's epilogue (`split`, output of the
-    /// final type, not `out_f32`): each workgroup writes its float32 partial tile to slice
-    /// z of `part` (binding 4, rows as `split`), then increments its tile's arrival counter
-    /// (binding 5, `atomic<u32>` per output tile, zero before the launch) after a
-    /// device-scope barrier; the second to arrive adds the other slice to its own
-    /// accumulators and writes the output (a + b = b + a: the same result whichever
-    /// arrives last).
-    pub pair: bool,
+    /// Split K summed in the product's epilogue by the last workgroup of each tile to arrive
+    /// (`split`, output of the final type, not `out_f32`; with `vout`): each workgroup writes
+    /// its float32 partial tile to slice z of `part` (binding 4, `vec4<f32>`, rows as
+    /// `split`), then, after a device-scope barrier (release), increments its tile's arrival
+    /// counter (binding 5, `atomic<u32>` per output tile, zero before the launch); the
+    /// workgroup that takes the count to p.bstr[0].z (the number of splits) resets the
+    /// counter to zero (it is the tile's last arrival in this launch: the counters stay zero
+    /// between launches, no clear), and after a second barrier (acquire) adds up the slices
+    /// of its tile in split order, 0, 1, ..., from memory, and writes C: the order of the
+    /// additions does not depend on which workgroup arrives last.
+    pub sum_last: bool,
+    /// Head and tail in one launch (with `sum_last`): a 1-D grid whose first p.bstr[0].w
+    /// workgroups take whole output tiles (tiles 0, 1, ... in row-major order, all of K,
+    /// written to C directly) and the rest the remaining tiles (from tile p.bstr[0].w on,
+    /// rows from p.bstr[0].x) in p.bstr[0].z splits of p.ftap rows of K, summed by each
+    /// tile's last arrival: workgroup p.bstr[0].w + z * T + i takes split z of tail tile i
+    /// (T tail tiles). The tail's workgroups start as the head's finish, in one launch (v8).
+    pub head_tail: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -603,6 +613,16 @@ impl CoopSpec {
         (ar * (ac + PAD), br * (bc + PAD))
     }
 
+    /// Floats of C per invocation and step of the `sum_last` epilogue's sum: one store of
+    /// the vector epilogue (8 halves, or 4 floats).
+    fn sum_group(&self) -> u32 {
+        if self.input == Input::F16 && !self.out_f32 {
+            8
+        } else {
+            4
+        }
+    }
+
     /// Bytes of workgroup memory.
     pub fn shared_bytes(&self) -> u32 {
         let (a, b) = self.stage_sizes();
@@ -652,7 +672,13 @@ impl CoopSpec {
             && (!self.phase || (self.bwd_input && !self.strided && !self.split))
             && (!self.wgrad || (self.conv && !self.a_kfast && self.b_nfast && self.split))
             && (!self.emulate || 256 % self.lanes == 0)
-            && (!self.pair || (self.split && !self.out_f32 && !self.phase))
+            && (!self.sum_last
+                || (self.split
+                    && !self.out_f32
+                    && !self.phase
+                    && self.vout
+                    && (t.bm * t.bn).is_multiple_of(self.sum_group() * wg)))
+            && (!self.head_tail || self.sum_last)
     }
 
     /// The pipeline key's specialization.
@@ -679,7 +705,13 @@ impl CoopSpec {
             },
             if self.split { "_sk" } else { "" },
             if self.out_f32 { "_o32" } else { "" },
-            if self.pair { "_pr" } else { "" },
+            if self.head_tail {
+                "_ht"
+            } else if self.sum_last {
+                "_sl"
+            } else {
+                ""
+            },
             if self.vout { "_vo" } else { "" },
             if self.emulate { "_emu" } else { "" },
         )
@@ -797,7 +829,7 @@ fn emu_mma(acc: ptr<function, array<f32, {per}>>, ia: u32, ib: u32, lane: u32) {
 @group(0) @binding(2) var<storage, read_write> b: array<{eb}>;
 @group(0) @binding(3) var<storage, read_write> c: array<{out_ty}>;
 
-{pair_bind}
+{sum_bind}
 var<workgroup> sa: array<{smem_ty}, {sa_len}>;
 var<workgroup> sb: array<{smem_ty}, {sb_len}>;
 var<workgroup> sc: array<f32, {sc_len}>;
@@ -807,7 +839,7 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 {sg_params}) {{{sg_lets}
-    var tile = wid.xy;
+    var tile = wid.xy;{ht_tile}
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
         let gx = p._pad0;
@@ -821,7 +853,7 @@ fn main(
     }}
     let m0 = (p.tile_base_y + tile.y) * {bm}u;
     let n0 = (p.tile_base_x + tile.x) * {bn}u;
-    let bidx = p.batch_base + wid.z;
+    let bidx = {bidx};
     let offs = batch_offsets(bidx);
     let sg_row = (sg / {sg_n}u) * {sub_m}u;
     let sg_col = (sg % {sg_n}u) * {sub_n}u;
@@ -836,7 +868,30 @@ fn main(
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
-            group = t.group,
+            // (Head and tail in one launch: the tile and split of this workgroup.)
+            group = if self.head_tail { 0 } else { t.group },
+            ht_tile = if self.head_tail {
+                format!(
+                    "
+    let ht_tx = (p.n + {bn}u - 1u) / {bn}u;
+    let ht_head = p.bstr[0].w;
+    let ht_whole = wid.x < ht_head;
+    let ht_tail = max(ht_tx * ((p.m + {bm}u - 1u) / {bm}u) - min(ht_head, ht_tx * ((p.m + {bm}u - 1u) / {bm}u)), 1u);
+    let ht_u = select(wid.x - ht_head, 0u, ht_whole);
+    let ht_t = select(ht_head + ht_u % ht_tail, wid.x, ht_whole);
+    let ht_z = select(ht_u / ht_tail, 0u, ht_whole);
+    tile = vec2<u32>(ht_t % ht_tx, ht_t / ht_tx);",
+                    bm = t.bm,
+                    bn = t.bn
+                )
+            } else {
+                String::new()
+            },
+            bidx = if self.head_tail {
+                "ht_z"
+            } else {
+                "p.batch_base + wid.z"
+            },
             phase = if self.phase {
                 "    let ph_t = p.bdims[0][bidx];
     let ph_fs = max((ph_t >> 8u) & 255u, 1u);
@@ -850,7 +905,12 @@ fn main(
             } else {
                 ""
             },
-            krange = if self.split {
+            krange = if self.head_tail {
+                format!(
+                    "    let kb = select(bidx * p.ftap, 0u, ht_whole);\n    let kend = select(min(p.k, kb + p.ftap), p.k, ht_whole);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
+                    bk = t.bk
+                )
+            } else if self.split {
                 format!(
                     "    let kb = bidx * p.ftap;\n    let kend = min(p.k, kb + p.ftap);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
                     bk = t.bk
@@ -859,13 +919,10 @@ fn main(
                 format!("    let ntiles = ({pk} + {bk}u - 1u) / {bk}u;\n", bk = t.bk)
             },
             emu_fn = if emu { self.emu_mma() } else { String::new() },
-            pair_bind = if self.pair {
-                format!(
-                    "@group(0) @binding(4) var<storage, read_write> part: array<{}>;\n@group(0) @binding(5) var<storage, read_write> arrivals: array<atomic<u32>>;\nvar<workgroup> pair_old: u32;",
-                    if self.vout { "vec4<f32>" } else { "f32" }
-                )
+            sum_bind = if self.sum_last {
+                "@group(0) @binding(4) var<storage, read_write> part: array<vec4<f32>>;\n@group(0) @binding(5) var<storage, read_write> arrivals: array<atomic<u32>>;\nvar<workgroup> sl_old: u32;"
             } else {
-                String::new()
+                ""
             },
             sg_params = if emu {
                 ""
@@ -1458,24 +1515,20 @@ fn main(
             )
         };
         // The epilogue's passes: `Out` the accumulators to C (`c`; split K: the slice of
-        // `cbase`), `PairWrite` to this workgroup's float32 slice of `part`, `PairFinish`
-        // (the second to arrive) to C with the other slice added.
+        // `cbase`), `Partial` (`sum_last`) to this workgroup's float32 slice of `part`,
+        // `Whole` (`head_tail`'s head) to C's rows.
         #[derive(Clone, Copy, PartialEq)]
         enum Pass {
             Out,
-            PairWrite,
-            PairFinish,
+            Partial,
+            Whole,
         }
-        let out_vw = if self.input == Input::F16 && !self.out_f32 {
-            8
-        } else {
-            4
-        };
+        let out_vw = self.sum_group();
         let epilogue = |s: &mut String, pass: Pass| {
-            let (target, base, orow, vw) = match pass {
-                Pass::Out => ("c", "cbase", orow, out_vw),
-                Pass::PairWrite => ("part", "pbase", orow, 4),
-                Pass::PairFinish => ("c", "0u", "gm", out_vw),
+            let (target, base, vw, orow) = match pass {
+                Pass::Out => ("c", "cbase", out_vw, orow),
+                Pass::Partial => ("part", "pbase", 4, orow),
+                Pass::Whole => ("c", "0u", out_vw, "gm"),
             };
             for i in 0..tm {
                 for j in 0..tn {
@@ -1506,20 +1559,9 @@ fn main(
                         s.push_str("    workgroupBarrier();\n");
                         s.push_str(&open);
                         if self.vout {
-                            // 8 halves (or 4 floats) of one row per store; the pair's
-                            // finish adds the other slice's floats (16-byte loads).
-                            let sv = |q: u32| -> String {
-                                if pass == Pass::PairFinish {
-                                    format!(
-                                        "(sc[o + {q}u] + po{}.{})",
-                                        q / 4,
-                                        ["x", "y", "z", "w"][q as usize % 4]
-                                    )
-                                } else {
-                                    format!("sc[o + {q}u]")
-                                }
-                            };
-                            let pack = if vw == 8 && pass != Pass::PairWrite {
+                            // 8 halves (or 4 floats) of one row per store.
+                            let sv = |q: u32| format!("sc[o + {q}u]");
+                            let pack = if vw == 8 {
                                 format!(
                                     "vec4<u32>(pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})), pack2x16float(vec2<f32>({}, {})))",
                                     sv(0),
@@ -1534,18 +1576,6 @@ fn main(
                             } else {
                                 format!("vec4<f32>({}, {}, {}, {})", sv(0), sv(1), sv(2), sv(3))
                             };
-                            let other = if pass == Pass::PairFinish {
-                                let mut o = "
-            let pidx = (obase + (gm - p.bstr[0].x) * p.n + gn) / 4u;"
-                                    .to_string();
-                                for q in 0..vw / 4 {
-                                    let _ =
-                                        write!(o, "\n            let po{q} = part[pidx + {q}u];");
-                                }
-                                o
-                            } else {
-                                String::new()
-                            };
                             let _ = write!(
                                 s,
                                 "    for (var e = lane; e < {pieces}u; e += {lanes}u) {{
@@ -1554,7 +1584,7 @@ fn main(
         let gm = m0 + sg_row + {r0}u + row;
         let gn = n0 + sg_col + {c0}u + col;
         if gm < p.m && gn < p.n {{
-            let o = sc_base + row * 16u + col;{prow}{other}
+            let o = sc_base + row * 16u + col;{prow}
             {target}[({base} + {orow} * p.n + gn) / {vw}u] = {pack};{zf}
         }}
     }}
@@ -1574,22 +1604,14 @@ fn main(
                             s.push_str("    workgroupBarrier();\n");
                             continue;
                         }
-                        let (conv, val) = match pass {
-                            Pass::Out => (conv_out, "sc[sc_base + e]".to_string()),
-                            Pass::PairWrite => ("", "sc[sc_base + e]".to_string()),
-                            Pass::PairFinish => (
-                                conv_out,
-                                "(sc[sc_base + e] + part[obase + (gm - p.bstr[0].x) * p.n + gn])"
-                                    .to_string(),
-                            ),
-                        };
+                        // (`sum_last` has the vector epilogue: `is_valid`.)
                         let _ = write!(
                             s,
                             "    for (var e = lane; e < 256u; e += {lanes}u) {{
         let gm = m0 + sg_row + {r0}u + e / 16u;
         let gn = n0 + sg_col + {c0}u + e % 16u;
         if gm < p.m && gn < p.n {{{prow}
-            {target}[{base} + {orow} * p.n + gn] = {conv}({val});{zf}
+            c[cbase + {orow} * p.n + gn] = {conv_out}(sc[sc_base + e]);{zf}
         }}
     }}
 ",
@@ -1605,30 +1627,83 @@ fn main(
                 }
             }
         };
-        if self.pair {
-            // Own partial out, a device-scope barrier (release), the arrival; the second
-            // workgroup of the tile (acquire) adds the first one's slice.
+        if self.sum_last {
+            // Own partial out, a device-scope barrier (release), the arrival; the last
+            // workgroup of the tile resets its counter and (acquire) adds up the tile's
+            // slices in split order: GROUPS runs of `sum_group` floats per invocation, whose
+            // loads of one split are independent (in flight together).
+            let gw = self.sum_group();
+            let per_row = t.bn / gw;
+            let groups = t.bm * t.bn / (gw * wg);
             let _ = write!(
                 s,
                 "    let pbase = bidx * p.bstr[0].y * p.n;
-    let obase = (1u - bidx) * p.bstr[0].y * p.n;
-    let pair_tile = (p.tile_base_y + tile.y) * ((p.n + {bn}u - 1u) / {bn}u) + p.tile_base_x + tile.x;
+    let sl_tile = (p.tile_base_y + tile.y) * ((p.n + {bn}u - 1u) / {bn}u) + p.tile_base_x + tile.x;
 ",
                 bn = t.bn
             );
-            epilogue(&mut s, Pass::PairWrite);
+            if self.head_tail {
+                s.push_str("    if ht_whole {\n");
+                epilogue(&mut s, Pass::Whole);
+                s.push_str("    } else {\n");
+            }
+            epilogue(&mut s, Pass::Partial);
             s.push_str(
                 "    storageBarrier();
     if lid == 0u {
-        pair_old = atomicAdd(&arrivals[pair_tile], 1u);
+        sl_old = atomicAdd(&arrivals[sl_tile], 1u);
     }
-    let pair_last = workgroupUniformLoad(&pair_old) == 1u;
-    if pair_last {
+    if workgroupUniformLoad(&sl_old) + 1u == p.bstr[0].z {
         storageBarrier();
+        if lid == 0u {
+            atomicStore(&arrivals[sl_tile], 0u);
+        }
+        let sl_slice = p.bstr[0].y * p.n / 4u;
 ",
             );
-            epilogue(&mut s, Pass::PairFinish);
+            let vecs = gw / 4;
+            for g in 0..groups {
+                let _ = write!(
+                    s,
+                    "        let sl_e{g} = lid + {off}u;
+        let sl_gm{g} = m0 + sl_e{g} / {per_row}u;
+        let sl_gn{g} = n0 + (sl_e{g} % {per_row}u) * {gw}u;
+        let sl_ok{g} = sl_gm{g} < p.m && sl_gn{g} < p.n;
+        let sl_i{g} = select(0u, ((sl_gm{g} - p.bstr[0].x) * p.n + sl_gn{g}) / 4u, sl_ok{g});
+",
+                    off = g * wg
+                );
+                for v in 0..vecs {
+                    let _ = writeln!(s, "        var sl_s{g}_{v} = vec4<f32>();");
+                }
+            }
+            s.push_str("        for (var z = 0u; z < p.bstr[0].z; z += 1u) {\n            let zb = z * sl_slice;\n");
+            for g in 0..groups {
+                for v in 0..vecs {
+                    let _ = writeln!(s, "            sl_s{g}_{v} += part[zb + sl_i{g} + {v}u];");
+                }
+            }
+            s.push_str("        }\n");
+            for g in 0..groups {
+                let val = if gw == 8 {
+                    format!(
+                        "vec4<u32>(pack2x16float(sl_s{g}_0.xy), pack2x16float(sl_s{g}_0.zw), pack2x16float(sl_s{g}_1.xy), pack2x16float(sl_s{g}_1.zw))"
+                    )
+                } else {
+                    format!("sl_s{g}_0")
+                };
+                let _ = write!(
+                    s,
+                    "        if sl_ok{g} {{
+            c[(sl_gm{g} * p.n + sl_gn{g}) / {gw}u] = {val};
+        }}
+"
+                );
+            }
             s.push_str("    }\n");
+            if self.head_tail {
+                s.push_str("    }\n");
+            }
         } else {
             epilogue(&mut s, Pass::Out);
         }
@@ -1853,7 +1928,8 @@ impl Kernel for CoopMatMul {
             strided: false,
             phase: false,
             vout: false,
-            pair: false,
+            sum_last: false,
+            head_tail: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -1922,7 +1998,7 @@ pub(crate) fn launch(
     launch_with(ctx, op, spec, l, a_ref, b_ref, out, &[])
 }
 
-/// `launch` with bindings after C (`CoopSpec::pair`: the partial slices and the arrival
+/// `launch` with bindings after C (`CoopSpec::sum_last`: the partial slices and the arrival
 /// counters).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_with(
@@ -1994,6 +2070,42 @@ pub(crate) fn launch_with(
         let bm = spec.tile.bm as usize;
         bstr[0] = to_u32(op, ty0 * bm)?;
         bstr[1] = to_u32(op, ((ty0 + tiles_y) * bm).min(l.m).saturating_sub(ty0 * bm))?;
+        // (`sum_last`: the number of splits, the arrivals that complete a tile.)
+        bstr[2] = to_u32(op, l.batches)?;
+    }
+    if spec.head_tail {
+        // One 1-D launch: the head's ty0 tile rows whole, then the tail's tiles x splits.
+        let head = ty0 * tiles_x;
+        bstr[3] = to_u32(op, head)?;
+        let gx = head + tiles_y * tiles_x * l.batches;
+        if gx > MAX_GROUPS_X as usize {
+            return Err(crate::Error::InvalidArgument(format!(
+                "{op}: {gx} workgroups in one head/tail launch"
+            )));
+        }
+        let mut words = vec![
+            to_u32(op, l.m)?,
+            to_u32(op, l.n)?,
+            to_u32(op, l.k)?,
+            0,
+            to_u32(op, l.strides[0])?,
+            to_u32(op, l.strides[1])?,
+            to_u32(op, l.strides[2])?,
+            to_u32(op, l.strides[3])?,
+            spec.a_kfast as u32,
+            spec.b_nfast as u32,
+            l.dims.len() as u32,
+            0,
+            0,
+            gx as u32,
+            1,
+            0,
+        ];
+        words.extend_from_slice(&bdims);
+        words.extend_from_slice(&astr);
+        words.extend_from_slice(&bstr);
+        words.extend_from_slice(&conv);
+        return ctx.dispatch(&pipeline, &params(&words), &bindings, [gx as u32, 1, 1]);
     }
     let max = MAX_GROUPS_X as usize;
     for z0 in (0..l.batches).step_by(max) {
@@ -2062,7 +2174,8 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             strided: false,
                             phase: false,
                             vout: false,
-                            pair: false,
+                            sum_last: false,
+                            head_tail: false,
                             emulate: false,
                         };
                         // Products, Conv2D forward, backprop input; split-K products and the
@@ -2085,7 +2198,8 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     out_f32: split,
                                     strided: true,
                                     vout: true,
-                                    pair: false,
+                                    sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if st.is_valid() {
@@ -2097,7 +2211,8 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     bwd_input,
                                     phase: true,
                                     vout: true,
-                                    pair: false,
+                                    sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if ph.is_valid() {
@@ -2115,11 +2230,24 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     out_f32,
                                     // (The vector epilogue is for the Conv2D forms only.)
                                     vout: vout && (conv || split),
-                                    pair: false,
+                                    sum_last: false,
+                                    head_tail: false,
                                     ..s
                                 };
                                 if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
                                     v.push(s);
+                                    // (Split K summed by each tile's last arrival.)
+                                    let last = CoopSpec {
+                                        sum_last: true,
+                                        ..s
+                                    };
+                                    if split && last.is_valid() {
+                                        v.push(last);
+                                        v.push(CoopSpec {
+                                            head_tail: true,
+                                            ..last
+                                        });
+                                    }
                                 }
                             }
                         }

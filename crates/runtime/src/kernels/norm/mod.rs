@@ -774,7 +774,7 @@ fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
     !off && plan.vec4_stats(ctx, dtype)
         && !plan.x8
         && ctx.limits().max_storage_buffers_per_shader_stage >= LAST_BINDINGS
-        && ctx.arrivals(plan.last_words() as u64).is_some()
+        && plan.last_words() <= crate::kernel::ARRIVAL_COUNTERS
 }
 
 /// Channel quads per workgroup of `onepass.wgsl` for a training batch norm (forward or
@@ -990,7 +990,7 @@ impl Run<'_> {
         // Coefficient rows, then a record (3 vec4) per chunk and group of each quad.
         let part = ctx.temp((16 * (8 * quads + 3 * quads * (p.splits + groups_n))) as u64)?;
         let arrivals = ctx
-            .arrivals(p.last_words() as u64)
+            .arrivals(p.last_words())?
             .ok_or_else(|| Error::Unimplemented(format!("{name}: too few arrival counters")))?;
         let tiles = quads.div_ceil(p.tc);
         let (grid, gx) = groups("batch norm statistics", tiles * p.splits)?;

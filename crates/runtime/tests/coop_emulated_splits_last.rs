@@ -1,0 +1,45 @@
+//! Split K forced to 1000 (`TFWGPU_CONV_COOP_SPLITS=1000`, at most one split per K tile) for
+//! the filter gradient (the 64 x 64 tile of 4 subgroups and the lavapipe form of the
+//! 16-subgroup tile) and the forward and input-gradient products, the splits added up in the
+//! products' epilogues by each tile's last arrival (`TFWGPU_CONV_COOP_LAST=force`, v8: one
+//! split per K tile, up to 49 slices per tile; the arrival counters reused by every launch),
+//! checked in the emulated form on any adapter with float16 shaders against f64 references.
+//! A binary of its own: the settings are read once per process.
+mod common;
+mod coop_cases;
+
+use std::sync::Once;
+
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS, COOP_64X64X64_4X4W1FSE4, EMULATE_VAR,
+    emulation_requested,
+};
+
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
+        // others until the variables are set, so no other thread reads the environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            std::env::set_var("TFWGPU_CONV_COOP_SPLITS", "1000");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
+        }
+    });
+    assert!(emulation_requested());
+}
+
+#[test]
+fn emulated_conv2d_backprop_filter_splits_last() {
+    setup();
+    coop_cases::conv2d_backprop_filter_split_sums(
+        &[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4],
+        1000,
+    );
+}
+
+#[test]
+fn emulated_conv2d_forward_backprop_input_splits_last() {
+    setup();
+    coop_cases::conv2d_split_k(&[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS]);
+}

@@ -1,0 +1,36 @@
+//! v7's head/tail split plans forced on small products (`TFWGPU_CONV_COOP_WAVE=3`,
+//! `TFWGPU_CONV_COOP_TAIL=force`) in two launches (`TFWGPU_CONV_COOP_ONE_LAUNCH=0`), the
+//! tail's splits added up in its own launch's epilogue by each tile's last arrival
+//! (`TFWGPU_CONV_COOP_LAST=force`), checked in the emulated form on any adapter with float16
+//! shaders against f64 references: the 64 x 64 tile and the lavapipe form of the
+//! 16-subgroup tile. A binary of its own: the settings are read once per process.
+mod common;
+mod coop_cases;
+
+use std::sync::Once;
+
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4, EMULATE_VAR, emulation_requested,
+};
+
+fn setup() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
+        // others until the variables are set, so no other thread reads the environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            std::env::set_var("TFWGPU_CONV_COOP_WAVE", "3");
+            std::env::set_var("TFWGPU_CONV_COOP_TAIL", "force");
+            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
+            std::env::set_var("TFWGPU_CONV_COOP_ONE_LAUNCH", "0");
+        }
+    });
+    assert!(emulation_requested());
+}
+
+#[test]
+fn emulated_conv2d_head_tail_two_launches() {
+    setup();
+    coop_cases::conv2d_head_tail(&[COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4]);
+}
