@@ -120,6 +120,8 @@ unsafe extern "C" fn allocate(
     _space: i64,
     mem: *mut sys::SP_DeviceMemoryBase,
 ) {
+    let _span =
+        tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Allocate, size);
     timed(SeCall::Allocate, || unsafe {
         allocate_impl(device, size, mem)
     })
@@ -467,6 +469,7 @@ unsafe extern "C" fn synchronize_all_activity(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::SynchronizeAllActivity);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Sync, 0);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
@@ -597,6 +600,7 @@ unsafe extern "C" fn sync_memcpy_dtoh(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::MemcpyDtoH);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Dtoh, size);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -635,6 +639,7 @@ unsafe extern "C" fn sync_memcpy_htod(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::MemcpyHtoD);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Htod, size);
     guard(status, (), || {
         if size == 0 {
             return Ok(());

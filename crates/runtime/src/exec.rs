@@ -32,6 +32,7 @@
 //!   held batches go to the queue (nothing waits forever) and the context is poisoned, so
 //!   every later check, read and synchronization reports it.
 
+use crate::hostlog::{self, HostSpan, Kind};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -104,6 +105,10 @@ pub struct ExecConfig {
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
     /// default off: the recording thread submits them itself, outside the batch lock).
     pub submit_thread: bool,
+    /// The poller thread keeps one command encoder made in advance, which the next batch takes
+    /// when it begins instead of creating its own on the recording thread
+    /// (`TFWGPU_SPARE_ENCODER=1`; default off).
+    pub spare_encoder: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -123,6 +128,7 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
+            spare_encoder: false,
         }
     }
 }
@@ -166,6 +172,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = n > 0;
+        }
+        if let Some(n) = env_parse::<u32>("TFWGPU_SPARE_ENCODER") {
+            c.spare_encoder = n > 0;
         }
         c
     }
@@ -465,6 +474,8 @@ pub struct ExecutionContext {
     read_pool: Mutex<Vec<wgpu::Buffer>>,
     /// Gated writes from other devices and the batches held behind them.
     gates: Mutex<Gates>,
+    /// A command encoder made in advance by the poller (`ExecConfig::spare_encoder`).
+    spare: Mutex<Option<wgpu::CommandEncoder>>,
     /// `Gates::pending()`, readable without the lock (0: nothing gated, the common case).
     gates_pending: AtomicU64,
     /// `Gates::poison` is set.
@@ -548,6 +559,7 @@ impl ExecutionContext {
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
             gates: Mutex::new(Gates::default()),
+            spare: Mutex::new(None),
             gates_pending: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
         });
@@ -619,13 +631,22 @@ impl ExecutionContext {
     }
 
     fn begin(&self, b: &mut Batch) {
+        if b.encoder.is_none() && self.cfg.spare_encoder {
+            let t0 = hostlog::now();
+            b.encoder = self.spare.lock().take();
+            if b.encoder.is_some() {
+                hostlog::span(Kind::EncoderSpare, t0, 0);
+            }
+        }
         if b.encoder.is_none() {
+            let t0 = hostlog::now();
             b.encoder = Some(
                 self.device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("tfwgpu batch"),
                     }),
             );
+            hostlog::span(Kind::EncoderNew, t0, 0);
         }
         if b.started.is_none() {
             b.started = Some(Instant::now());
@@ -683,7 +704,23 @@ impl ExecutionContext {
         if groups.contains(&0) {
             return Ok(());
         }
-        let mut b = self.batch.lock();
+        let t0 = hostlog::now();
+        let b = self.batch.lock();
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DispatchLock, t0, t1, 0);
+        let r = self.dispatch_in(b, pipeline, params, buffers, groups);
+        hostlog::span(Kind::DispatchHeld, t1, 0);
+        r
+    }
+
+    fn dispatch_in(
+        &self,
+        mut b: parking_lot::MutexGuard<'_, Batch>,
+        pipeline: &Pipeline,
+        params: &[u8],
+        buffers: &[BufferRange],
+        groups: [u32; 3],
+    ) -> Result<()> {
         if Self::timing_full(&b) {
             self.submit_locked(&mut b)?;
         }
@@ -861,11 +898,14 @@ impl ExecutionContext {
             });
         }
         self.stats.lock().bind_groups += 1;
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let t0 = hostlog::now();
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.layout,
             entries: &entries,
-        })
+        });
+        hostlog::span(Kind::BindGroupNew, t0, 0);
+        bg
     }
 
     /// Records a buffer-to-buffer copy (offsets and size multiples of 4).
@@ -1221,7 +1261,10 @@ impl ExecutionContext {
             // submitted first, under the batch lock: every command recorded before this upload
             // runs before it, every command recorded after it runs after it. Submitting here
             // also hands the GPU the work recorded so far before the host spends time copying.
+            let t0 = hostlog::now();
             let mut b = self.batch.lock();
+            let t1 = hostlog::now();
+            hostlog::span_to(Kind::DirectLock, t0, t1, size);
             // No gate can be registered while the batch lock is held; one registered before
             // it was taken sends this upload the ordered way.
             if self.gates_pending() > 0 {
@@ -1238,6 +1281,8 @@ impl ExecutionContext {
             } else {
                 self.await_submitted(b.id - 1);
             }
+            let t2 = hostlog::now();
+            hostlog::span_to(Kind::DirectSubmit, t1, t2, 0);
             // The host's copy into the staging memory is the slow part (one thread writes
             // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
             // it over a few threads.
@@ -1246,7 +1291,12 @@ impl ExecutionContext {
                 offset,
                 wgpu::BufferSize::new(size).expect("nonempty"),
             ) {
-                Some(mut view) => parallel_copy(view.slice(..), data, upload_threads()),
+                Some(mut view) => {
+                    let t3 = hostlog::now();
+                    hostlog::span_to(Kind::DirectStage, t2, t3, size);
+                    parallel_copy(view.slice(..), data, upload_threads());
+                    hostlog::span(Kind::DirectCopy, t3, size);
+                }
                 // Invalid (wgpu reports why through the device's error): as before.
                 None => self.queue.write_buffer(dst, offset, data),
             }
@@ -1254,7 +1304,9 @@ impl ExecutionContext {
             // submit carries the queue's pending writes), so that the GPU copies it while the
             // host records what comes next instead of after the next batch is due.
             if self.cfg.upload_submit {
+                let t4 = hostlog::now();
                 self.queue.submit([]);
+                hostlog::span(Kind::DirectQueueSubmit, t4, 0);
             }
             self.stats.lock().uploads += 1;
             return self.check();
@@ -1262,6 +1314,7 @@ impl ExecutionContext {
         if size <= self.cfg.arena_upload_bytes {
             return self.upload_via_arena(dst, offset, data);
         }
+        let t0 = hostlog::now();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu upload"),
             size,
@@ -1276,6 +1329,7 @@ impl ExecutionContext {
             view.copy_from_slice(data);
         }
         staging.unmap();
+        hostlog::span(Kind::StagedBuffer, t0, size);
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
@@ -1287,7 +1341,10 @@ impl ExecutionContext {
     /// submits the batch first.
     fn upload_via_arena(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
         let size = data.len() as u64;
+        let t0 = hostlog::now();
         let mut b = self.batch.lock();
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::ArenaLock, t0, t1, size);
         if Self::timing_full(&b) {
             self.submit_locked(&mut b)?;
         }
@@ -1308,7 +1365,12 @@ impl ExecutionContext {
             st.uploads += 1;
             st.copies += 1;
         }
-        self.after_record(b)
+        let t2 = hostlog::now();
+        hostlog::span_to(Kind::ArenaRecord, t1, t2, size);
+        let submitted = b.id;
+        let r = self.after_record(b);
+        hostlog::span(Kind::ArenaAfter, t2, (self.submitted() >= submitted) as u64);
+        r
     }
 
     /// Submits the current batch (if it holds anything); returns the id up to which all recorded
@@ -1401,7 +1463,10 @@ impl ExecutionContext {
     /// Only the thread holding the next id passes, so submits (and the uniform arena's write
     /// before each) never overlap.
     fn submit_now(&self, taken: Taken) -> Result<()> {
+        let t0 = hostlog::now();
         self.await_submitted(taken.id - 1);
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::SubmitTurn, t0, t1, taken.id);
         let Taken {
             mut encoder,
             uniforms,
@@ -1416,11 +1481,17 @@ impl ExecutionContext {
             encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
             bytes
         });
+        let t2 = hostlog::now();
         if !uniforms.is_empty() {
             self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
         }
+        let t3 = hostlog::now();
+        hostlog::span_to(Kind::SubmitUniforms, t2, t3, uniforms.len() as u64);
         let cb = encoder.finish();
+        let t4 = hostlog::now();
+        hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
         let index = self.queue.submit([cb]);
+        hostlog::span(Kind::SubmitQueue, t4, id);
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);
@@ -1451,6 +1522,7 @@ impl ExecutionContext {
             self.turn_cv.notify_all();
         }
         self.stats.lock().submits += 1;
+        hostlog::span(Kind::Submit, t1, id);
         self.check()
     }
 
@@ -1485,6 +1557,7 @@ impl ExecutionContext {
             }
         }
         if let Some(index) = index {
+            let _w = HostSpan::start(Kind::Wait, id);
             self.device
                 .poll(wgpu::PollType::Wait {
                     submission_index: Some(index),
@@ -1641,6 +1714,18 @@ impl ExecutionContext {
         }
     }
 
+    /// Makes the spare encoder when there is none (`ExecConfig::spare_encoder`).
+    fn refill_spare(&self) {
+        if self.cfg.spare_encoder && self.spare.lock().is_none() {
+            let e = self
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("tfwgpu batch"),
+                });
+            *self.spare.lock() = Some(e);
+        }
+    }
+
     fn busy(&self) -> bool {
         let b = self.batch.lock();
         // A batch taken out of the lock but not yet on the queue counts (see `take_locked`).
@@ -1757,8 +1842,18 @@ fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
         let busy = {
             let Some(ctx) = weak.upgrade() else { return };
             // Poll first: completions seen now let an idle GPU get the open batch at once.
+            let t0 = hostlog::now();
             ctx.poll_once();
+            let t1 = hostlog::now();
+            if ctx.submitted() > ctx.completed() || t1 > t0 + 2000 {
+                hostlog::span_to(Kind::Poll, t0, t1, 0);
+            }
             ctx.flush_if_due();
+            ctx.refill_spare();
+            let t2 = hostlog::now();
+            if t2 > t1 + 2000 {
+                hostlog::span_to(Kind::PollerFlush, t1, t2, 0);
+            }
             ctx.busy()
         };
         if busy {
