@@ -516,6 +516,13 @@ fn sync_depth() -> usize {
     })
 }
 
+/// Whether an ordered sync hands the open batch to the device's submit thread, when it has one
+/// (`TFWGPU_SYNC_ASYNC`, default on; 0: the syncing thread submits it).
+fn sync_async() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_SYNC_ASYNC").map_or(true, |v| v.trim() != "0"))
+}
+
 /// Per device: the batch ids the last `sync_depth()` ordered syncs submitted up to, oldest
 /// first.
 fn previous_syncs(ordinal: i32) -> Option<&'static Mutex<std::collections::VecDeque<u64>>> {
@@ -562,7 +569,13 @@ fn previous_syncs(ordinal: i32) -> Option<&'static Mutex<std::collections::VecDe
 /// GPU-bound loop cannot queue staging buffers without end.
 fn ordered_sync(ordinal: i32, d: &Device) -> Result<()> {
     let exec = d.exec();
-    let now = exec.flush()?;
+    // With a submit thread (`TFWGPU_SUBMIT_THREAD`), the open batch goes to it: the calling
+    // thread (Python's, in Keras fit's `has_value()`) does not encode and submit it itself.
+    let now = if sync_async() {
+        exec.flush_async()?
+    } else {
+        exec.flush()?
+    };
     // The id `sync_depth()` syncs back (none until that many syncs ran).
     let back = previous_syncs(ordinal).and_then(|q| {
         let mut q = q.lock().ok()?;

@@ -86,6 +86,10 @@ pub struct ExecConfig {
     /// Submit a large upload's staging copy at once (`TFWGPU_UPLOAD_SUBMIT`, default on; 0:
     /// off), instead of with the next batch. See [`ExecutionContext::upload`].
     pub upload_submit: bool,
+    /// A large upload stages, copies and submits outside the batch lock, in its own place in
+    /// the submit order (`TFWGPU_DIRECT_UNLOCKED`, default on; 0: under the batch lock, as
+    /// before session 10). See `ExecutionContext::upload_direct`.
+    pub direct_unlocked: bool,
     /// Uploads of at most this many bytes (`TFWGPU_ARENA_UPLOAD_BYTES`, default 16 KiB; 0:
     /// none) are appended to the open batch's uniform arena, which the batch's submit writes
     /// to the GPU before its commands run, and copied from there in order: no staging buffer
@@ -125,6 +129,7 @@ impl Default for ExecConfig {
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
             upload_submit: true,
+            direct_unlocked: true,
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
@@ -163,6 +168,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u64>("TFWGPU_UPLOAD_SUBMIT") {
             c.upload_submit = n != 0;
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_DIRECT_UNLOCKED") {
+            c.direct_unlocked = n != 0;
         }
         if let Some(n) = env_parse::<u64>("TFWGPU_ARENA_UPLOAD_BYTES") {
             c.arena_upload_bytes = n.min(ARENA_SIZE / 4);
@@ -1253,14 +1261,16 @@ impl ExecutionContext {
             && size >= self.cfg.direct_upload_bytes
             && self.gates_pending() == 0
         {
+            if self.cfg.upload_submit && self.cfg.direct_unlocked {
+                return self.upload_direct(dst, offset, data);
+            }
             // A large upload (a model's input batch) goes through the queue's own staging:
             // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
             // zero-filling it, whereas a buffer mapped at creation is zero-filled by wgpu first
             // (ResNet-50's 38.5 MB batch: one pass over the memory fewer). The queue runs such
             // writes before the command buffers of the next submit, so the open batch is
             // submitted first, under the batch lock: every command recorded before this upload
-            // runs before it, every command recorded after it runs after it. Submitting here
-            // also hands the GPU the work recorded so far before the host spends time copying.
+            // runs before it, every command recorded after it runs after it.
             let t0 = hostlog::now();
             let mut b = self.batch.lock();
             let t1 = hostlog::now();
@@ -1283,9 +1293,6 @@ impl ExecutionContext {
             }
             let t2 = hostlog::now();
             hostlog::span_to(Kind::DirectSubmit, t1, t2, 0);
-            // The host's copy into the staging memory is the slow part (one thread writes
-            // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
-            // it over a few threads.
             match self.queue.write_buffer_with(
                 dst,
                 offset,
@@ -1301,13 +1308,13 @@ impl ExecutionContext {
                 None => self.queue.write_buffer(dst, offset, data),
             }
             // The queue holds the write until its next submit: submit it now (an empty
-            // submit carries the queue's pending writes), so that the GPU copies it while the
-            // host records what comes next instead of after the next batch is due.
+            // submit carries the queue's pending writes).
             if self.cfg.upload_submit {
                 let t4 = hostlog::now();
                 self.queue.submit([]);
                 hostlog::span(Kind::DirectQueueSubmit, t4, 0);
             }
+            drop(b);
             self.stats.lock().uploads += 1;
             return self.check();
         }
@@ -1333,6 +1340,94 @@ impl ExecutionContext {
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
+    }
+
+    /// A large upload (a model's input batch) through the queue's own staging, in its own place
+    /// in the submit order, without holding the batch lock while it stages, copies or submits.
+    ///
+    /// `Queue::write_buffer_with` hands out staging memory that wgpu allocates without
+    /// zero-filling it (a buffer mapped at creation is zero-filled first: ResNet-50's 38.5 MB
+    /// batch, one pass over the memory fewer); the host copies the bytes into it (split over a
+    /// few threads: one thread writes ~9 GB/s into the H200's write-combined upload memory). The
+    /// queue runs such a write before the command buffers of its next submit, so the write is
+    /// handed to the queue (the view dropped) in its turn: after every batch recorded before
+    /// this upload is on the queue, before any batch recorded after it. Under the batch lock
+    /// the upload only takes the open batch and the next batch id for itself (the write's
+    /// place); the open batch is submitted, the write handed over and submitted (an empty
+    /// submit carries the queue's pending writes) outside the lock, in turn, while other
+    /// threads record into the next batch (whose submit waits for this one). Held under the
+    /// lock, the two submits and the copy made every other upload and dispatch of the step wait
+    /// (the Keras CNN's 200 KB input batch on the H200: ~180 us, its five small uploads ~100 us
+    /// each; bench/RESULTS.md, session 10, host10).
+    ///
+    /// Gates (see `record_gated_copy`): the caller checked that none is pending. One
+    /// registered since lands in a later batch than the write's place; one registered before
+    /// the lock was taken holds an earlier batch, and the write waits for it to reach the queue
+    /// (its turn), so it never overtakes a held batch.
+    fn upload_direct(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let size = data.len() as u64;
+        let t0 = hostlog::now();
+        let Some(mut view) = self.queue.write_buffer_with(
+            dst,
+            offset,
+            wgpu::BufferSize::new(size).expect("nonempty"),
+        ) else {
+            // Invalid (wgpu reports why through the device's error).
+            return self.check();
+        };
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DirectStage, t0, t1, size);
+        parallel_copy(view.slice(..), data, upload_threads());
+        let t2 = hostlog::now();
+        hostlog::span_to(Kind::DirectCopy, t1, t2, size);
+        let (taken, place, sent) = {
+            let mut b = self.batch.lock();
+            let taken = if b.ops > 0 {
+                self.take_locked(&mut b)
+            } else {
+                None
+            };
+            let place = b.id;
+            b.id += 1;
+            // Work recorded from now on completes after the write.
+            self.recorded_tag.store(place, Ordering::Release);
+            // Sent before the batch lock is let go (see `after_record`).
+            let (taken, sent) = match (taken, self.submitter.get()) {
+                (Some(t), Some(tx)) => match tx.send(t) {
+                    Ok(()) => (None, true),
+                    Err(e) => (Some(e.0), false),
+                },
+                (t, _) => (t, false),
+            };
+            (taken, place, sent)
+        };
+        let t3 = hostlog::now();
+        hostlog::span_to(Kind::DirectLock, t2, t3, sent as u64);
+        // The open batch first (its turn), then the write in the place after it.
+        let first = match taken {
+            Some(t) => self.submit_in_turn(t),
+            None => Ok(()),
+        };
+        self.await_submitted(place - 1);
+        let t4 = hostlog::now();
+        hostlog::span_to(Kind::DirectSubmit, t3, t4, place);
+        drop(view);
+        let index = self.queue.submit([]);
+        let shared = self.shared.clone();
+        self.queue.on_submitted_work_done(move || {
+            shared.completed.fetch_max(place, Ordering::AcqRel);
+        });
+        self.inflight.lock().push_back((place, index));
+        {
+            let _g = self.turn.lock();
+            self.submitted.store(place, Ordering::Release);
+            self.turn_cv.notify_all();
+        }
+        hostlog::span(Kind::DirectQueueSubmit, t4, place);
+        // (The empty submit is not counted as a batch's, as before.)
+        self.stats.lock().uploads += 1;
+        first?;
+        self.check()
     }
 
     /// A small upload through the open batch's uniform arena: the bytes are appended to the
@@ -1390,6 +1485,31 @@ impl ExecutionContext {
             return Ok(id);
         }
         self.submit_taken(taken)?;
+        Ok(id)
+    }
+
+    /// [`Self::flush`] that hands the open batch to the device's submit thread when there is
+    /// one (`ExecConfig::submit_thread`) instead of encoding and submitting it on the calling
+    /// thread: returns the same id, but the batch reaches the queue shortly after (in order).
+    /// For syncs that only bound how far the host runs ahead (the plugin's ordered
+    /// `synchronize_all_activity`: Keras fit's `has_value()` every step on Python's thread).
+    /// An error of that submit is reported by a later check.
+    pub fn flush_async(&self) -> Result<u64> {
+        let Some(tx) = self.submitter.get() else {
+            return self.flush();
+        };
+        let mut b = self.batch.lock();
+        if b.ops == 0 {
+            drop(b);
+            return self.flush();
+        }
+        let id = b.id;
+        if let Some(t) = self.take_locked(&mut b)
+            && let Err(e) = tx.send(t)
+        {
+            drop(b);
+            self.submit_in_turn(e.0)?;
+        }
         Ok(id)
     }
 
