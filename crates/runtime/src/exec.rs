@@ -109,10 +109,6 @@ pub struct ExecConfig {
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
     /// default off: the recording thread submits them itself, outside the batch lock).
     pub submit_thread: bool,
-    /// The poller thread keeps one command encoder made in advance, which the next batch takes
-    /// when it begins instead of creating its own on the recording thread
-    /// (`TFWGPU_SPARE_ENCODER=1`; default off).
-    pub spare_encoder: bool,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -133,7 +129,6 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
-            spare_encoder: false,
         }
     }
 }
@@ -181,9 +176,7 @@ impl ExecConfig {
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = n > 0;
         }
-        if let Some(n) = env_parse::<u32>("TFWGPU_SPARE_ENCODER") {
-            c.spare_encoder = n > 0;
-        }
+
         c
     }
 
@@ -482,8 +475,7 @@ pub struct ExecutionContext {
     read_pool: Mutex<Vec<wgpu::Buffer>>,
     /// Gated writes from other devices and the batches held behind them.
     gates: Mutex<Gates>,
-    /// A command encoder made in advance by the poller (`ExecConfig::spare_encoder`).
-    spare: Mutex<Option<wgpu::CommandEncoder>>,
+
     /// `Gates::pending()`, readable without the lock (0: nothing gated, the common case).
     gates_pending: AtomicU64,
     /// `Gates::poison` is set.
@@ -567,7 +559,7 @@ impl ExecutionContext {
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
             gates: Mutex::new(Gates::default()),
-            spare: Mutex::new(None),
+
             gates_pending: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
         });
@@ -639,13 +631,6 @@ impl ExecutionContext {
     }
 
     fn begin(&self, b: &mut Batch) {
-        if b.encoder.is_none() && self.cfg.spare_encoder {
-            let t0 = hostlog::now();
-            b.encoder = self.spare.lock().take();
-            if b.encoder.is_some() {
-                hostlog::span(Kind::EncoderSpare, t0, 0);
-            }
-        }
         if b.encoder.is_none() {
             let t0 = hostlog::now();
             b.encoder = Some(
@@ -1834,18 +1819,6 @@ impl ExecutionContext {
         }
     }
 
-    /// Makes the spare encoder when there is none (`ExecConfig::spare_encoder`).
-    fn refill_spare(&self) {
-        if self.cfg.spare_encoder && self.spare.lock().is_none() {
-            let e = self
-                .device
-                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                    label: Some("tfwgpu batch"),
-                });
-            *self.spare.lock() = Some(e);
-        }
-    }
-
     fn busy(&self) -> bool {
         let b = self.batch.lock();
         // A batch taken out of the lock but not yet on the queue counts (see `take_locked`).
@@ -1969,7 +1942,6 @@ fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
                 hostlog::span_to(Kind::Poll, t0, t1, 0);
             }
             ctx.flush_if_due();
-            ctx.refill_spare();
             let t2 = hostlog::now();
             if t2 > t1 + 2000 {
                 hostlog::span_to(Kind::PollerFlush, t1, t2, 0);

@@ -84,11 +84,9 @@ pub enum Kind {
     HostCompute,
     /// The plugin's `allocate` (TensorFlow's allocator asking for device memory).
     Allocate,
-    /// A pre-created encoder taken from the spare slot when a batch begins.
-    EncoderSpare,
 }
 
-const KIND_NAMES: [&str; 32] = [
+const KIND_NAMES: [&str; 31] = [
     "mark",
     "htod",
     "write_touch",
@@ -120,7 +118,6 @@ const KIND_NAMES: [&str; 32] = [
     "wait",
     "host_compute",
     "allocate",
-    "encoder_spare",
 ];
 
 #[derive(Clone, Copy)]
@@ -314,7 +311,6 @@ mod tests {
 
     #[test]
     fn kind_names_cover_every_kind() {
-        assert_eq!(KIND_NAMES[Kind::EncoderSpare as usize], "encoder_spare");
         assert_eq!(KIND_NAMES[Kind::Htod as usize], "htod");
         assert_eq!(KIND_NAMES[Kind::Allocate as usize], "allocate");
     }
