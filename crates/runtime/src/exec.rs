@@ -404,6 +404,15 @@ struct Taken {
     id: u64,
 }
 
+/// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
+enum Job {
+    /// A batch taken for submission.
+    Batch(Taken),
+    /// A large upload's staged bytes, handed to the queue in its place (see
+    /// [`ExecutionContext::upload_direct`]).
+    Write(wgpu::QueueWriteBufferView, u64),
+}
+
 /// Writes into this device whose bytes are not here yet, and the batches held behind them (see
 /// [`ExecutionContext::record_gated_copy`]).
 #[derive(Default)]
@@ -461,7 +470,7 @@ pub struct ExecutionContext {
     turn_cv: Condvar,
     /// `TFWGPU_SUBMIT_THREAD=1`: batches that recording threads take out go to this device's
     /// submit thread, which encodes and submits them while the recording thread goes on.
-    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Taken>>,
+    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Job>>,
     /// What [`ExecutionContext::tag`] returns: the id of the newest batch holding a command.
     recorded_tag: AtomicU64,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
@@ -571,14 +580,18 @@ impl ExecutionContext {
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
         if ctx.cfg.submit_thread {
-            let (tx, rx) = std::sync::mpsc::channel::<Taken>();
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let weak = Arc::downgrade(&ctx);
             std::thread::Builder::new()
                 .name("tfwgpu-submit".into())
                 .spawn(move || {
-                    for t in rx {
+                    for job in rx {
                         let Some(ctx) = weak.upgrade() else { return };
-                        if let Err(e) = ctx.submit_in_turn(t) {
+                        let r = match job {
+                            Job::Batch(t) => ctx.submit_in_turn(t),
+                            Job::Write(view, place) => ctx.write_in_place(view, place),
+                        };
+                        if let Err(e) = r {
                             tracing::warn!("submit: {e}");
                             let mut slot = ctx.shared.error.lock();
                             if slot.is_none() {
@@ -662,11 +675,11 @@ impl ExecutionContext {
                 // Sent before the batch lock is let go: the submit thread receives batches in
                 // id order (it waits for each one's turn, so one received out of order would
                 // wait for a batch queued behind it).
-                (Some(t), Some(tx)) => match tx.send(t) {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
+                (Some(t), Some(tx)) => match send_batch(tx, t) {
+                    None => Ok(()),
+                    Some(t) => {
                         drop(b);
-                        self.submit_in_turn(e.0)
+                        self.submit_in_turn(t)
                     }
                 },
                 (t, _) => {
@@ -1343,7 +1356,10 @@ impl ExecutionContext {
     /// threads record into the next batch (whose submit waits for this one). Held under the
     /// lock, the two submits and the copy made every other upload and dispatch of the step wait
     /// (the Keras CNN's 200 KB input batch on the H200: ~180 us, its five small uploads ~100 us
-    /// each; bench/RESULTS.md, session 10, host10).
+    /// each; bench/RESULTS.md, session 10, host10). With a submit thread
+    /// (`ExecConfig::submit_thread`), the open batch and the write go to it, and this thread
+    /// returns once the bytes are staged (outside the lock, the uploading thread spent ~180 us
+    /// per CNN step waiting for its place and submitting: its consumers wait for it).
     ///
     /// Gates (see `record_gated_copy`): the caller checked that none is pending. One
     /// registered since lands in a later batch than the write's place; one registered before
@@ -1365,7 +1381,7 @@ impl ExecutionContext {
         parallel_copy(view.slice(..), data, upload_threads());
         let t2 = hostlog::now();
         hostlog::span_to(Kind::DirectCopy, t1, t2, size);
-        let (taken, place, sent) = {
+        let (taken, place, view) = {
             let mut b = self.batch.lock();
             let taken = if b.ops > 0 {
                 self.take_locked(&mut b)
@@ -1376,26 +1392,51 @@ impl ExecutionContext {
             b.id += 1;
             // Work recorded from now on completes after the write.
             self.recorded_tag.store(place, Ordering::Release);
-            // Sent before the batch lock is let go (see `after_record`).
-            let (taken, sent) = match (taken, self.submitter.get()) {
-                (Some(t), Some(tx)) => match tx.send(t) {
-                    Ok(()) => (None, true),
-                    Err(e) => (Some(e.0), false),
+            // With a submit thread, the open batch and then the write go to it, sent before the
+            // batch lock is let go (see `after_record`): this thread returns as soon as the
+            // bytes are staged (TensorFlow's `memcpy_htod`, whose consumers wait for it).
+            match self.submitter.get() {
+                Some(tx) => match taken.and_then(|t| send_batch(tx, t)) {
+                    None => match tx.send(Job::Write(view, place)) {
+                        Ok(()) => {
+                            drop(b);
+                            hostlog::span(Kind::DirectLock, t2, 1);
+                            self.stats.lock().uploads += 1;
+                            return self.check();
+                        }
+                        Err(e) => match e.0 {
+                            Job::Write(view, _) => (None, place, view),
+                            Job::Batch(_) => unreachable!("a write was sent"),
+                        },
+                    },
+                    // The thread is gone: both here, in order.
+                    taken => (taken, place, view),
                 },
-                (t, _) => (t, false),
-            };
-            (taken, place, sent)
+                None => (taken, place, view),
+            }
         };
-        let t3 = hostlog::now();
-        hostlog::span_to(Kind::DirectLock, t2, t3, sent as u64);
+        hostlog::span(Kind::DirectLock, t2, 0);
+        self.stats.lock().uploads += 1;
         // The open batch first (its turn), then the write in the place after it.
         let first = match taken {
             Some(t) => self.submit_in_turn(t),
             None => Ok(()),
         };
+        let second = self.write_in_place(view, place);
+        first?;
+        second
+    }
+
+    /// Hands a large upload's staged bytes to the queue in `place` (a batch id reserved for
+    /// it, see [`Self::upload_direct`]): waits until every batch before it is on the queue,
+    /// drops the view (the queue runs the write before the command buffers of its next
+    /// submit) and submits at once (an empty submit carries the queue's pending writes), so
+    /// the GPU copies while the host records what follows; then the next batch may go.
+    fn write_in_place(&self, view: wgpu::QueueWriteBufferView, place: u64) -> Result<()> {
+        let t0 = hostlog::now();
         self.await_submitted(place - 1);
-        let t4 = hostlog::now();
-        hostlog::span_to(Kind::DirectSubmit, t3, t4, place);
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DirectSubmit, t0, t1, place);
         drop(view);
         let index = self.queue.submit([]);
         let shared = self.shared.clone();
@@ -1408,10 +1449,8 @@ impl ExecutionContext {
             self.submitted.store(place, Ordering::Release);
             self.turn_cv.notify_all();
         }
-        hostlog::span(Kind::DirectQueueSubmit, t4, place);
         // (The empty submit is not counted as a batch's, as before.)
-        self.stats.lock().uploads += 1;
-        first?;
+        hostlog::span(Kind::DirectQueueSubmit, t1, place);
         self.check()
     }
 
@@ -1490,10 +1529,10 @@ impl ExecutionContext {
         }
         let id = b.id;
         if let Some(t) = self.take_locked(&mut b)
-            && let Err(e) = tx.send(t)
+            && let Some(t) = send_batch(tx, t)
         {
             drop(b);
-            self.submit_in_turn(e.0)?;
+            self.submit_in_turn(t)?;
         }
         Ok(id)
     }
@@ -1840,6 +1879,17 @@ impl Drop for ExecutionContext {
             let _ = h.join();
         }
         let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+}
+
+/// Sends a batch to the submit thread; gives it back if the thread is gone.
+fn send_batch(tx: &std::sync::mpsc::Sender<Job>, t: Taken) -> Option<Taken> {
+    match tx.send(Job::Batch(t)) {
+        Ok(()) => None,
+        Err(e) => match e.0 {
+            Job::Batch(t) => Some(t),
+            Job::Write(..) => unreachable!("a batch was sent"),
+        },
     }
 }
 
