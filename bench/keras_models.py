@@ -332,19 +332,43 @@ def _infer_budget(infer, xd, name, device, batch, steps, reps):
     return runs
 
 
+def host_log(what, text=""):
+    """With TFWGPU_HOST_LOG set: `what` = "mark" adds a mark `text` to the plugin's host log,
+    "reset" drops the spans kept so far (see bench/hostlog.py)."""
+    if not os.environ.get("TFWGPU_HOST_LOG"):
+        return
+    try:
+        import ctypes
+
+        import tensorflow_wgpu
+
+        lib = tensorflow_wgpu._plugin()
+        if what == "reset":
+            lib.tfwgpu_host_log_reset()
+        else:
+            f = lib.tfwgpu_host_log_mark
+            f.argtypes = [ctypes.c_char_p]
+            f(text.encode())
+    except Exception:  # noqa: BLE001 - older plugin
+        pass
+
+
 def _budget_runs(tf, keras, model, ds, name, device, batch, steps, reps, spent):
     import threading
 
     runs = []
+    host_log("reset")
     with tf.device(device):
         for _ in range(reps):
             for k in spent:
                 spent[k] = 0.0
             main_tid = threading.main_thread().native_id
             c0, th0 = _plugin_counters(), _threads()
+            host_log("mark", "train_begin")
             t0 = time.perf_counter()
             model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0, shuffle=False)
             wall = (time.perf_counter() - t0) / steps * 1e3
+            host_log("mark", "train_end")
             th1, c1 = _threads(), _plugin_counters()
             py_tids = {t.native_id for t in threading.enumerate()}
             cpu = {}

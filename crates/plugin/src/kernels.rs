@@ -9,6 +9,7 @@
 use std::ffi::{CString, c_void};
 use std::os::raw::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use tfwgpu_runtime::hostlog;
 
 use tfwgpu_runtime::kernels::TYPE_CONSTRAINTS;
 use tfwgpu_runtime::{
@@ -153,6 +154,8 @@ struct Wrapped {
     kernel: Built,
     /// The attributes in the trace format, when `TFWGPU_TRACE` is set.
     trace_attrs: Option<serde_json::Value>,
+    /// The op's label in the host log (`TFWGPU_HOST_LOG`).
+    log_label: u64,
 }
 
 enum Built {
@@ -198,6 +201,7 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         let name = unsafe { sys::TF_OpKernelConstruction_GetName(ctx) };
         let node = unsafe { std::slice::from_raw_parts(name.data as *const u8, name.len) };
         Ok(Box::new(Wrapped {
+            log_label: tfwgpu_runtime::hostlog::label(&op),
             op,
             node: String::from_utf8_lossy(node).into_owned(),
             kernel,
@@ -524,11 +528,19 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
         return;
     };
     let mut clock = timers::Clock::start();
-    match w.kernel {
-        Built::Device(_) => crate::stats::op(&w.op),
-        Built::Host(_) => crate::stats::host_op(&w.op),
-    }
+    let kind = match w.kernel {
+        Built::Device(_) => {
+            crate::stats::op(&w.op);
+            hostlog::Kind::Compute
+        }
+        Built::Host(_) => {
+            crate::stats::host_op(&w.op);
+            hostlog::Kind::HostCompute
+        }
+    };
+    let span = hostlog::HostSpan::start(kind, w.log_label);
     let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx, &mut clock)));
+    drop(span);
     if let Some(c) = clock {
         c.finish();
     }

@@ -120,6 +120,8 @@ unsafe extern "C" fn allocate(
     _space: i64,
     mem: *mut sys::SP_DeviceMemoryBase,
 ) {
+    let _span =
+        tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Allocate, size);
     timed(SeCall::Allocate, || unsafe {
         allocate_impl(device, size, mem)
     })
@@ -467,6 +469,7 @@ unsafe extern "C" fn synchronize_all_activity(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::SynchronizeAllActivity);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Sync, 0);
     guard(status, (), || {
         if crate::trace::on() {
             crate::trace::sync(ordinal(device), "synchronize_all_activity");
@@ -511,6 +514,13 @@ fn sync_depth() -> usize {
             .unwrap_or(2)
             .clamp(1, 64)
     })
+}
+
+/// Whether an ordered sync hands the open batch to the device's submit thread, when it has one
+/// (`TFWGPU_SYNC_ASYNC`, default on; 0: the syncing thread submits it).
+fn sync_async() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("TFWGPU_SYNC_ASYNC").map_or(true, |v| v.trim() != "0"))
 }
 
 /// Per device: the batch ids the last `sync_depth()` ordered syncs submitted up to, oldest
@@ -559,7 +569,13 @@ fn previous_syncs(ordinal: i32) -> Option<&'static Mutex<std::collections::VecDe
 /// GPU-bound loop cannot queue staging buffers without end.
 fn ordered_sync(ordinal: i32, d: &Device) -> Result<()> {
     let exec = d.exec();
-    let now = exec.flush()?;
+    // With a submit thread (`TFWGPU_SUBMIT_THREAD`), the open batch goes to it: the calling
+    // thread (Python's, in Keras fit's `has_value()`) does not encode and submit it itself.
+    let now = if sync_async() {
+        exec.flush_async()?
+    } else {
+        exec.flush()?
+    };
     // The id `sync_depth()` syncs back (none until that many syncs ran).
     let back = previous_syncs(ordinal).and_then(|q| {
         let mut q = q.lock().ok()?;
@@ -597,6 +613,7 @@ unsafe extern "C" fn sync_memcpy_dtoh(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::MemcpyDtoH);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Dtoh, size);
     guard(status, (), || {
         if size == 0 {
             return Ok(());
@@ -635,6 +652,7 @@ unsafe extern "C" fn sync_memcpy_htod(
     status: *mut sys::TF_Status,
 ) {
     let _t = SeTimer::start(SeCall::MemcpyHtoD);
+    let _span = tfwgpu_runtime::hostlog::HostSpan::start(tfwgpu_runtime::hostlog::Kind::Htod, size);
     guard(status, (), || {
         if size == 0 {
             return Ok(());

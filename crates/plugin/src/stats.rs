@@ -198,12 +198,44 @@ extern "C" fn write_report() {
     }
 }
 
-/// Arranges for the report file to be written at exit when `TFWGPU_REPORT` is set.
+extern "C" fn write_host_log() {
+    if let Err(e) = tfwgpu_runtime::hostlog::dump() {
+        eprintln!("tfwgpu: writing TFWGPU_HOST_LOG: {e}");
+    }
+}
+
+/// Arranges for the report file to be written at exit when `TFWGPU_REPORT` is set, and the
+/// host log when `TFWGPU_HOST_LOG` is.
 pub fn install_exit_report() {
     if std::env::var_os("TFWGPU_REPORT").is_some() {
         // SAFETY: registering a plain extern "C" function.
         unsafe { libc::atexit(write_report) };
     }
+    if tfwgpu_runtime::hostlog::on() {
+        // SAFETY: registering a plain extern "C" function.
+        unsafe { libc::atexit(write_host_log) };
+    }
+}
+
+/// Adds a mark to the host log (`TFWGPU_HOST_LOG`; nothing when it is off). `text`: a
+/// NUL-terminated string.
+///
+/// # Safety
+/// `text` is null or a valid NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tfwgpu_host_log_mark(text: *const std::os::raw::c_char) {
+    if text.is_null() || !tfwgpu_runtime::hostlog::on() {
+        return;
+    }
+    // SAFETY: the caller passes a NUL-terminated string.
+    let s = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
+    tfwgpu_runtime::hostlog::mark(&s);
+}
+
+/// Drops the host log's spans kept so far (after a warm-up).
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_host_log_reset() {
+    tfwgpu_runtime::hostlog::reset();
 }
 
 /// The counters as JSON (a NUL-terminated string, valid until the next call on this thread).

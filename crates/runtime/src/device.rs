@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::adapter::{AdapterDescription, Selection, enumerate, new_instance, useful_feature_list};
 use crate::allocator::{Allocator, AllocatorStats};
 use crate::exec::{ExecConfig, ExecStats, ExecutionContext, PendingRead, env_parse};
+use crate::hostlog::{self, Kind};
 use crate::kernel::{Attrs, DeviceRef, KernelContext, Operand, Registry, TensorDesc};
 use crate::kernel_manager::{CacheStats, KernelManager};
 use crate::mirror::HostMirror;
@@ -382,13 +383,17 @@ impl Device {
         if data.is_empty() {
             return Ok(());
         }
+        let t0 = hostlog::now();
         self.touch(addr, data.len() as u64)?;
+        hostlog::span(Kind::WriteTouch, t0, 0);
         self.write_untouched(addr, data)
     }
 
     /// [`Device::write`] without looking for copies from other devices pending there.
     fn write_untouched(&self, addr: u64, data: &[u8]) -> Result<()> {
+        let t0 = hostlog::now();
         let r = self.inner.alloc.resolve(addr)?;
+        hostlog::span(Kind::WriteResolve, t0, 0);
         if data.len() as u64 > r.remaining {
             return Err(Error::InvalidArgument(format!(
                 "a write of {} bytes at {addr:#x} runs past its allocation",
@@ -413,6 +418,7 @@ impl Device {
         if full > 0 {
             self.inner.exec.upload(&r.buffer, r.offset, &data[..full])?;
         }
+        let _tail_span = hostlog::HostSpan::start(Kind::WriteTail, (data.len() - full) as u64);
         let mut tail = [0u8; 4];
         tail[..data.len() - full].copy_from_slice(&data[full..]);
         crate::kernels::fill::fill_bytes(

@@ -32,6 +32,7 @@
 //!   held batches go to the queue (nothing waits forever) and the context is poisoned, so
 //!   every later check, read and synchronization reports it.
 
+use crate::hostlog::{self, HostSpan, Kind};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,6 +86,10 @@ pub struct ExecConfig {
     /// Submit a large upload's staging copy at once (`TFWGPU_UPLOAD_SUBMIT`, default on; 0:
     /// off), instead of with the next batch. See [`ExecutionContext::upload`].
     pub upload_submit: bool,
+    /// A large upload stages, copies and submits outside the batch lock, in its own place in
+    /// the submit order (`TFWGPU_DIRECT_UNLOCKED`, default on; 0: under the batch lock, as
+    /// before session 10). See `ExecutionContext::upload_direct`.
+    pub direct_unlocked: bool,
     /// Uploads of at most this many bytes (`TFWGPU_ARENA_UPLOAD_BYTES`, default 16 KiB; 0:
     /// none) are appended to the open batch's uniform arena, which the batch's submit writes
     /// to the GPU before its commands run, and copied from there in order: no staging buffer
@@ -120,6 +125,7 @@ impl Default for ExecConfig {
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
             upload_submit: true,
+            direct_unlocked: true,
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: false,
@@ -158,6 +164,9 @@ impl ExecConfig {
         if let Some(n) = env_parse::<u64>("TFWGPU_UPLOAD_SUBMIT") {
             c.upload_submit = n != 0;
         }
+        if let Some(n) = env_parse::<u64>("TFWGPU_DIRECT_UNLOCKED") {
+            c.direct_unlocked = n != 0;
+        }
         if let Some(n) = env_parse::<u64>("TFWGPU_ARENA_UPLOAD_BYTES") {
             c.arena_upload_bytes = n.min(ARENA_SIZE / 4);
         }
@@ -167,6 +176,7 @@ impl ExecConfig {
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = n > 0;
         }
+
         c
     }
 
@@ -394,6 +404,15 @@ struct Taken {
     id: u64,
 }
 
+/// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
+enum Job {
+    /// A batch taken for submission.
+    Batch(Taken),
+    /// A large upload's staged bytes, handed to the queue in its place (see
+    /// [`ExecutionContext::upload_direct`]).
+    Write(wgpu::QueueWriteBufferView, u64),
+}
+
 /// Writes into this device whose bytes are not here yet, and the batches held behind them (see
 /// [`ExecutionContext::record_gated_copy`]).
 #[derive(Default)]
@@ -451,7 +470,7 @@ pub struct ExecutionContext {
     turn_cv: Condvar,
     /// `TFWGPU_SUBMIT_THREAD=1`: batches that recording threads take out go to this device's
     /// submit thread, which encodes and submits them while the recording thread goes on.
-    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Taken>>,
+    submitter: std::sync::OnceLock<std::sync::mpsc::Sender<Job>>,
     /// What [`ExecutionContext::tag`] returns: the id of the newest batch holding a command.
     recorded_tag: AtomicU64,
     /// (batch id, wgpu submission index) of batches submitted and maybe not yet complete.
@@ -465,6 +484,7 @@ pub struct ExecutionContext {
     read_pool: Mutex<Vec<wgpu::Buffer>>,
     /// Gated writes from other devices and the batches held behind them.
     gates: Mutex<Gates>,
+
     /// `Gates::pending()`, readable without the lock (0: nothing gated, the common case).
     gates_pending: AtomicU64,
     /// `Gates::poison` is set.
@@ -548,6 +568,7 @@ impl ExecutionContext {
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
             gates: Mutex::new(Gates::default()),
+
             gates_pending: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
         });
@@ -559,14 +580,18 @@ impl ExecutionContext {
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
         if ctx.cfg.submit_thread {
-            let (tx, rx) = std::sync::mpsc::channel::<Taken>();
+            let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let weak = Arc::downgrade(&ctx);
             std::thread::Builder::new()
                 .name("tfwgpu-submit".into())
                 .spawn(move || {
-                    for t in rx {
+                    for job in rx {
                         let Some(ctx) = weak.upgrade() else { return };
-                        if let Err(e) = ctx.submit_in_turn(t) {
+                        let r = match job {
+                            Job::Batch(t) => ctx.submit_in_turn(t),
+                            Job::Write(view, place) => ctx.write_in_place(view, place),
+                        };
+                        if let Err(e) = r {
                             tracing::warn!("submit: {e}");
                             let mut slot = ctx.shared.error.lock();
                             if slot.is_none() {
@@ -620,12 +645,14 @@ impl ExecutionContext {
 
     fn begin(&self, b: &mut Batch) {
         if b.encoder.is_none() {
+            let t0 = hostlog::now();
             b.encoder = Some(
                 self.device
                     .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                         label: Some("tfwgpu batch"),
                     }),
             );
+            hostlog::span(Kind::EncoderNew, t0, 0);
         }
         if b.started.is_none() {
             b.started = Some(Instant::now());
@@ -648,11 +675,11 @@ impl ExecutionContext {
                 // Sent before the batch lock is let go: the submit thread receives batches in
                 // id order (it waits for each one's turn, so one received out of order would
                 // wait for a batch queued behind it).
-                (Some(t), Some(tx)) => match tx.send(t) {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
+                (Some(t), Some(tx)) => match send_batch(tx, t) {
+                    None => Ok(()),
+                    Some(t) => {
                         drop(b);
-                        self.submit_in_turn(e.0)
+                        self.submit_in_turn(t)
                     }
                 },
                 (t, _) => {
@@ -683,7 +710,23 @@ impl ExecutionContext {
         if groups.contains(&0) {
             return Ok(());
         }
-        let mut b = self.batch.lock();
+        let t0 = hostlog::now();
+        let b = self.batch.lock();
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DispatchLock, t0, t1, 0);
+        let r = self.dispatch_in(b, pipeline, params, buffers, groups);
+        hostlog::span(Kind::DispatchHeld, t1, 0);
+        r
+    }
+
+    fn dispatch_in(
+        &self,
+        mut b: parking_lot::MutexGuard<'_, Batch>,
+        pipeline: &Pipeline,
+        params: &[u8],
+        buffers: &[BufferRange],
+        groups: [u32; 3],
+    ) -> Result<()> {
         if Self::timing_full(&b) {
             self.submit_locked(&mut b)?;
         }
@@ -861,11 +904,14 @@ impl ExecutionContext {
             });
         }
         self.stats.lock().bind_groups += 1;
-        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+        let t0 = hostlog::now();
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.layout,
             entries: &entries,
-        })
+        });
+        hostlog::span(Kind::BindGroupNew, t0, 0);
+        bg
     }
 
     /// Records a buffer-to-buffer copy (offsets and size multiples of 4).
@@ -1213,15 +1259,20 @@ impl ExecutionContext {
             && size >= self.cfg.direct_upload_bytes
             && self.gates_pending() == 0
         {
+            if self.cfg.upload_submit && self.cfg.direct_unlocked {
+                return self.upload_direct(dst, offset, data);
+            }
             // A large upload (a model's input batch) goes through the queue's own staging:
             // `Queue::write_buffer` copies the bytes into a staging buffer it allocates without
             // zero-filling it, whereas a buffer mapped at creation is zero-filled by wgpu first
             // (ResNet-50's 38.5 MB batch: one pass over the memory fewer). The queue runs such
             // writes before the command buffers of the next submit, so the open batch is
             // submitted first, under the batch lock: every command recorded before this upload
-            // runs before it, every command recorded after it runs after it. Submitting here
-            // also hands the GPU the work recorded so far before the host spends time copying.
+            // runs before it, every command recorded after it runs after it.
+            let t0 = hostlog::now();
             let mut b = self.batch.lock();
+            let t1 = hostlog::now();
+            hostlog::span_to(Kind::DirectLock, t0, t1, size);
             // No gate can be registered while the batch lock is held; one registered before
             // it was taken sends this upload the ordered way.
             if self.gates_pending() > 0 {
@@ -1238,30 +1289,37 @@ impl ExecutionContext {
             } else {
                 self.await_submitted(b.id - 1);
             }
-            // The host's copy into the staging memory is the slow part (one thread writes
-            // ~9 GB/s into the H200's write-combined upload memory, PCIe carries ~50): split
-            // it over a few threads.
+            let t2 = hostlog::now();
+            hostlog::span_to(Kind::DirectSubmit, t1, t2, 0);
             match self.queue.write_buffer_with(
                 dst,
                 offset,
                 wgpu::BufferSize::new(size).expect("nonempty"),
             ) {
-                Some(mut view) => parallel_copy(view.slice(..), data, upload_threads()),
+                Some(mut view) => {
+                    let t3 = hostlog::now();
+                    hostlog::span_to(Kind::DirectStage, t2, t3, size);
+                    parallel_copy(view.slice(..), data, upload_threads());
+                    hostlog::span(Kind::DirectCopy, t3, size);
+                }
                 // Invalid (wgpu reports why through the device's error): as before.
                 None => self.queue.write_buffer(dst, offset, data),
             }
             // The queue holds the write until its next submit: submit it now (an empty
-            // submit carries the queue's pending writes), so that the GPU copies it while the
-            // host records what comes next instead of after the next batch is due.
+            // submit carries the queue's pending writes).
             if self.cfg.upload_submit {
+                let t4 = hostlog::now();
                 self.queue.submit([]);
+                hostlog::span(Kind::DirectQueueSubmit, t4, 0);
             }
+            drop(b);
             self.stats.lock().uploads += 1;
             return self.check();
         }
         if size <= self.cfg.arena_upload_bytes {
             return self.upload_via_arena(dst, offset, data);
         }
+        let t0 = hostlog::now();
         let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("tfwgpu upload"),
             size,
@@ -1276,9 +1334,124 @@ impl ExecutionContext {
             view.copy_from_slice(data);
         }
         staging.unmap();
+        hostlog::span(Kind::StagedBuffer, t0, size);
         self.stats.lock().uploads += 1;
         // wgpu keeps the staging buffer alive until the copy has executed.
         self.copy(&staging, 0, dst, offset, size)
+    }
+
+    /// A large upload (a model's input batch) through the queue's own staging, in its own place
+    /// in the submit order, without holding the batch lock while it stages, copies or submits.
+    ///
+    /// `Queue::write_buffer_with` hands out staging memory that wgpu allocates without
+    /// zero-filling it (a buffer mapped at creation is zero-filled first: ResNet-50's 38.5 MB
+    /// batch, one pass over the memory fewer); the host copies the bytes into it (split over a
+    /// few threads: one thread writes ~9 GB/s into the H200's write-combined upload memory). The
+    /// queue runs such a write before the command buffers of its next submit, so the write is
+    /// handed to the queue (the view dropped) in its turn: after every batch recorded before
+    /// this upload is on the queue, before any batch recorded after it. Under the batch lock
+    /// the upload only takes the open batch and the next batch id for itself (the write's
+    /// place); the open batch is submitted, the write handed over and submitted (an empty
+    /// submit carries the queue's pending writes) outside the lock, in turn, while other
+    /// threads record into the next batch (whose submit waits for this one). Held under the
+    /// lock, the two submits and the copy made every other upload and dispatch of the step wait
+    /// (the Keras CNN's 200 KB input batch on the H200: ~180 us, its five small uploads ~100 us
+    /// each; bench/RESULTS.md, session 10, host10). With a submit thread
+    /// (`ExecConfig::submit_thread`), the open batch and the write go to it, and this thread
+    /// returns once the bytes are staged (outside the lock, the uploading thread spent ~180 us
+    /// per CNN step waiting for its place and submitting: its consumers wait for it).
+    ///
+    /// Gates (see `record_gated_copy`): the caller checked that none is pending. One
+    /// registered since lands in a later batch than the write's place; one registered before
+    /// the lock was taken holds an earlier batch, and the write waits for it to reach the queue
+    /// (its turn), so it never overtakes a held batch.
+    fn upload_direct(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
+        let size = data.len() as u64;
+        let t0 = hostlog::now();
+        let Some(mut view) = self.queue.write_buffer_with(
+            dst,
+            offset,
+            wgpu::BufferSize::new(size).expect("nonempty"),
+        ) else {
+            // Invalid (wgpu reports why through the device's error).
+            return self.check();
+        };
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DirectStage, t0, t1, size);
+        parallel_copy(view.slice(..), data, upload_threads());
+        let t2 = hostlog::now();
+        hostlog::span_to(Kind::DirectCopy, t1, t2, size);
+        let (taken, place, view) = {
+            let mut b = self.batch.lock();
+            let taken = if b.ops > 0 {
+                self.take_locked(&mut b)
+            } else {
+                None
+            };
+            let place = b.id;
+            b.id += 1;
+            // Work recorded from now on completes after the write.
+            self.recorded_tag.store(place, Ordering::Release);
+            // With a submit thread, the open batch and then the write go to it, sent before the
+            // batch lock is let go (see `after_record`): this thread returns as soon as the
+            // bytes are staged (TensorFlow's `memcpy_htod`, whose consumers wait for it).
+            match self.submitter.get() {
+                Some(tx) => match taken.and_then(|t| send_batch(tx, t)) {
+                    None => match tx.send(Job::Write(view, place)) {
+                        Ok(()) => {
+                            drop(b);
+                            hostlog::span(Kind::DirectLock, t2, 1);
+                            self.stats.lock().uploads += 1;
+                            return self.check();
+                        }
+                        Err(e) => match e.0 {
+                            Job::Write(view, _) => (None, place, view),
+                            Job::Batch(_) => unreachable!("a write was sent"),
+                        },
+                    },
+                    // The thread is gone: both here, in order.
+                    taken => (taken, place, view),
+                },
+                None => (taken, place, view),
+            }
+        };
+        hostlog::span(Kind::DirectLock, t2, 0);
+        self.stats.lock().uploads += 1;
+        // The open batch first (its turn), then the write in the place after it.
+        let first = match taken {
+            Some(t) => self.submit_in_turn(t),
+            None => Ok(()),
+        };
+        let second = self.write_in_place(view, place);
+        first?;
+        second
+    }
+
+    /// Hands a large upload's staged bytes to the queue in `place` (a batch id reserved for
+    /// it, see [`Self::upload_direct`]): waits until every batch before it is on the queue,
+    /// drops the view (the queue runs the write before the command buffers of its next
+    /// submit) and submits at once (an empty submit carries the queue's pending writes), so
+    /// the GPU copies while the host records what follows; then the next batch may go.
+    fn write_in_place(&self, view: wgpu::QueueWriteBufferView, place: u64) -> Result<()> {
+        let t0 = hostlog::now();
+        self.await_submitted(place - 1);
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::DirectSubmit, t0, t1, place);
+        drop(view);
+        let index = self.queue.submit([]);
+        let shared = self.shared.clone();
+        self.queue.on_submitted_work_done(move || {
+            shared.completed.fetch_max(place, Ordering::AcqRel);
+        });
+        self.inflight.lock().push_back((place, index));
+        {
+            let _g = self.turn.lock();
+            self.submitted.store(place, Ordering::Release);
+            self.turn_cv.notify_all();
+        }
+        // (The empty submit is not counted as a batch's, as before.)
+        hostlog::span(Kind::DirectQueueSubmit, t1, place);
+        self.check()
     }
 
     /// A small upload through the open batch's uniform arena: the bytes are appended to the
@@ -1287,7 +1460,10 @@ impl ExecutionContext {
     /// submits the batch first.
     fn upload_via_arena(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
         let size = data.len() as u64;
+        let t0 = hostlog::now();
         let mut b = self.batch.lock();
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::ArenaLock, t0, t1, size);
         if Self::timing_full(&b) {
             self.submit_locked(&mut b)?;
         }
@@ -1308,7 +1484,12 @@ impl ExecutionContext {
             st.uploads += 1;
             st.copies += 1;
         }
-        self.after_record(b)
+        let t2 = hostlog::now();
+        hostlog::span_to(Kind::ArenaRecord, t1, t2, size);
+        let submitted = b.id;
+        let r = self.after_record(b);
+        hostlog::span(Kind::ArenaAfter, t2, (self.submitted() >= submitted) as u64);
+        r
     }
 
     /// Submits the current batch (if it holds anything); returns the id up to which all recorded
@@ -1328,6 +1509,31 @@ impl ExecutionContext {
             return Ok(id);
         }
         self.submit_taken(taken)?;
+        Ok(id)
+    }
+
+    /// [`Self::flush`] that hands the open batch to the device's submit thread when there is
+    /// one (`ExecConfig::submit_thread`) instead of encoding and submitting it on the calling
+    /// thread: returns the same id, but the batch reaches the queue shortly after (in order).
+    /// For syncs that only bound how far the host runs ahead (the plugin's ordered
+    /// `synchronize_all_activity`: Keras fit's `has_value()` every step on Python's thread).
+    /// An error of that submit is reported by a later check.
+    pub fn flush_async(&self) -> Result<u64> {
+        let Some(tx) = self.submitter.get() else {
+            return self.flush();
+        };
+        let mut b = self.batch.lock();
+        if b.ops == 0 {
+            drop(b);
+            return self.flush();
+        }
+        let id = b.id;
+        if let Some(t) = self.take_locked(&mut b)
+            && let Some(t) = send_batch(tx, t)
+        {
+            drop(b);
+            self.submit_in_turn(t)?;
+        }
         Ok(id)
     }
 
@@ -1401,7 +1607,10 @@ impl ExecutionContext {
     /// Only the thread holding the next id passes, so submits (and the uniform arena's write
     /// before each) never overlap.
     fn submit_now(&self, taken: Taken) -> Result<()> {
+        let t0 = hostlog::now();
         self.await_submitted(taken.id - 1);
+        let t1 = hostlog::now();
+        hostlog::span_to(Kind::SubmitTurn, t0, t1, taken.id);
         let Taken {
             mut encoder,
             uniforms,
@@ -1416,11 +1625,17 @@ impl ExecutionContext {
             encoder.copy_buffer_to_buffer(&t.slot.resolve, 0, &t.slot.readback, 0, bytes);
             bytes
         });
+        let t2 = hostlog::now();
         if !uniforms.is_empty() {
             self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
         }
+        let t3 = hostlog::now();
+        hostlog::span_to(Kind::SubmitUniforms, t2, t3, uniforms.len() as u64);
         let cb = encoder.finish();
+        let t4 = hostlog::now();
+        hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
         let index = self.queue.submit([cb]);
+        hostlog::span(Kind::SubmitQueue, t4, id);
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);
@@ -1451,6 +1666,7 @@ impl ExecutionContext {
             self.turn_cv.notify_all();
         }
         self.stats.lock().submits += 1;
+        hostlog::span(Kind::Submit, t1, id);
         self.check()
     }
 
@@ -1485,6 +1701,7 @@ impl ExecutionContext {
             }
         }
         if let Some(index) = index {
+            let _w = HostSpan::start(Kind::Wait, id);
             self.device
                 .poll(wgpu::PollType::Wait {
                     submission_index: Some(index),
@@ -1665,6 +1882,17 @@ impl Drop for ExecutionContext {
     }
 }
 
+/// Sends a batch to the submit thread; gives it back if the thread is gone.
+fn send_batch(tx: &std::sync::mpsc::Sender<Job>, t: Taken) -> Option<Taken> {
+    match tx.send(Job::Batch(t)) {
+        Ok(()) => None,
+        Err(e) => match e.0 {
+            Job::Batch(t) => Some(t),
+            Job::Write(..) => unreachable!("a batch was sent"),
+        },
+    }
+}
+
 /// Asks for `staging` to be mapped for reading once the work before completes.
 fn map_for_read(
     staging: &wgpu::Buffer,
@@ -1757,8 +1985,17 @@ fn poller(weak: std::sync::Weak<ExecutionContext>, shared: Arc<Shared>) {
         let busy = {
             let Some(ctx) = weak.upgrade() else { return };
             // Poll first: completions seen now let an idle GPU get the open batch at once.
+            let t0 = hostlog::now();
             ctx.poll_once();
+            let t1 = hostlog::now();
+            if ctx.submitted() > ctx.completed() || t1 > t0 + 2000 {
+                hostlog::span_to(Kind::Poll, t0, t1, 0);
+            }
             ctx.flush_if_due();
+            let t2 = hostlog::now();
+            if t2 > t1 + 2000 {
+                hostlog::span_to(Kind::PollerFlush, t1, t2, 0);
+            }
             ctx.busy()
         };
         if busy {

@@ -24,6 +24,7 @@ pub mod dtype;
 pub mod error;
 pub mod exec;
 pub mod host_ops;
+pub mod hostlog;
 pub mod kernel;
 pub mod kernel_manager;
 pub mod kernels;

@@ -578,6 +578,56 @@ fn large_uploads_keep_their_place_in_the_order_of_work() {
 }
 
 #[test]
+fn large_uploads_from_many_threads_keep_their_place() {
+    // A large upload takes its own place in the submit order and submits outside the batch
+    // lock, while other threads record (and upload) into the next batch: each thread's work
+    // before its upload sees the old bytes, its work after sees the new ones, with the submit
+    // thread on and off.
+    for submit_thread in [false, true] {
+        let rt = runtime_with(|o| {
+            o.exec = ExecConfig {
+                submit_thread,
+                direct_unlocked: true,
+                ..ExecConfig::default()
+            }
+        });
+        let d = rt.device();
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                s.spawn(move || {
+                    let n = (1 << 16) + 64 * t as usize; // >= 256 KiB: direct uploads
+                    let a = d.upload(&vec![0.5f32; n], &[n]).unwrap();
+                    for round in 1..=6u32 {
+                        let v = (t * 100 + round) as f32;
+                        let before = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+                        let bytes: Vec<u8> =
+                            vec![v; n].iter().flat_map(|x| x.to_le_bytes()).collect();
+                        d.write(a.addr(), &bytes).unwrap();
+                        let after = d.run("Neg", &Attrs::new(), &[Arg::from(&a)]).unwrap();
+                        let old = if round == 1 {
+                            0.5
+                        } else {
+                            (t * 100 + round - 1) as f32
+                        };
+                        let b = before[0].download::<f32>().unwrap();
+                        let c = after[0].download::<f32>().unwrap();
+                        assert!(
+                            b.iter().all(|&x| x == -old),
+                            "thread {t} round {round}: before"
+                        );
+                        assert!(
+                            c.iter().all(|&x| x == -v),
+                            "thread {t} round {round}: after"
+                        );
+                    }
+                });
+            }
+        });
+        d.synchronize().unwrap();
+    }
+}
+
+#[test]
 fn back_to_back_large_uploads_keep_their_bytes_apart() {
     // Uploads of >= 64 KiB go through the queue's staging: back-to-back uploads of several
     // sizes (both sides of that threshold) while earlier ones are in flight, with work reading
