@@ -13,11 +13,7 @@ label, prints medians over the steps of:
   `all-reduce` = first copy issued to the last copy finished (`copied` events: the copier
   thread's write on the destination); `after` = the last copy to the step's last kernel call;
   `tail` = last kernel call to the next step's mark (Keras's end of step: reading the loss and
-  the `has_value` flag, i.e. waiting for the GPUs, and its Python loop). With copy gates
-  (TFWGPU_COPY_GATES=1) the destination's consumers are recorded before the bytes land, so the
-  last kernel call can come before the last copy landed: `after` is then 0, and the milestones
-  (ms from the step's start: first large copy issued, last one landed, last kernel call) show
-  the order;
+  the `has_value` flag, i.e. waiting for the GPUs, and its Python loop);
 - host syncs (d2h reads and syncs) per device and where they fall.
 
     python bench/dual_timeline.py TRACE [--json FILE] [--steps-shown 1]
@@ -116,9 +112,7 @@ def analyse(t0, t1, ev):
     if cross:
         c0 = min(e["t_us"] for e in cross)
         c1 = max([e["t_us"] for e in copied] or [e["t_us"] for e in cross])
-        r["phases_us"] = {"fwd/bwd": c0 - t0, "all-reduce": c1 - c0, "after": max(0.0, last_k - c1),
-                          "tail": t1 - last_k}
-        r["milestones_us"] = {"first_copy": c0 - t0, "last_landed": c1 - t0, "last_kernel": last_k - t0}
+        r["phases_us"] = {"fwd/bwd": c0 - t0, "all-reduce": c1 - c0, "after": last_k - c1, "tail": t1 - last_k}
         r["cross_copies"] = len(cross)
         r["copy_issue_to_done_us"] = [round(b["t_us"] - a["t_us"]) for a, b in zip(cross, copied)]
     else:
@@ -153,15 +147,9 @@ def main():
             if k in rows[0]:
                 s[k] = med(r[k] for r in rows)
         s["phases_ms"] = {k: med(r["phases_us"][k] for r in rows) / 1e3 for k in rows[0]["phases_us"]}
-        ms = [r for r in rows if "milestones_us" in r]
-        if ms:
-            s["milestones_ms"] = {k: med(r["milestones_us"][k] for r in ms) / 1e3 for k in ms[0]["milestones_us"]}
         out[label] = s
         print(f"{label}: {s['steps']} steps, median {s['wall_ms']:.3f} ms; phases (ms) "
               + ", ".join(f"{k} {v:.3f}" for k, v in s["phases_ms"].items()))
-        if "milestones_ms" in s:
-            print("  milestones (ms from the step's start): "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in s["milestones_ms"].items()))
         for d, x in s["devices"].items():
             print(f"  dev {d}: {x['calls']:.0f} calls, {x['host_us'] / 1e3:.3f} ms in callbacks (median "
                   f"{x['median_call_us']:.1f} us; {x['slow_calls']:.0f} over 50 us, {x['slow_excess_us'] / 1e3:.3f} ms "

@@ -59,9 +59,8 @@ def test_copies_between_devices(tf):
     assert out["between"] >= 8
 
 
-@pytest.mark.parametrize("model,gates,reduce", [("mlp", "1", ""), ("cnn", "1", ""),
-                                               ("cnn", "0", ""), ("cnn", "0", "exchange")])
-def test_mirrored_strategy_fit_matches_one_device(tf, model, gates, reduce):
+@pytest.mark.parametrize("model,reduce", [("mlp", ""), ("cnn", ""), ("cnn", "exchange")])
+def test_mirrored_strategy_fit_matches_one_device(tf, model, reduce):
     """MirroredStrategy over both devices trains the reference model with fit: replicas hold
     identical trainable weights after every step, and the losses match one device on the same global
     batch (the all-reduced mean gradient equals the full batch's up to summation order)."""
@@ -99,7 +98,7 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model, gates, reduce):
         res["one"] = train(tf.distribute.OneDeviceStrategy("/GPU:0"), [])
         print(json.dumps(res))
         """,
-        env={"TFWGPU_COPY_GATES": gates, "TFWGPU_MIRRORED_REDUCE": reduce},
+        env={"TFWGPU_MIRRORED_REDUCE": reduce},
     )
     assert out["replicas"] == 2
     assert out["identical"] is True
@@ -167,14 +166,11 @@ def test_mirrored_strategy_reduces_to_one_device_by_default(tf, setting):
     assert [d[-5:] for d in out["all_devices"]] == ["GPU:0", "GPU:1"]
 
 
-@pytest.mark.parametrize("gates", ["1", "0"])
-def test_copies_between_devices_stay_ordered(tf, gates):
+def test_copies_between_devices_stay_ordered(tf):
     """Copies between devices return before the data has moved (a copier thread finishes
     them): work that consumes a copied tensor, and the source buffers being reused right after,
     must still see every value in order. A chain that ping-pongs one tensor between the devices
-    with arithmetic on both sides, eagerly and inside one tf.function. With copy gates
-    (TFWGPU_COPY_GATES=1) the consumer is recorded before the bytes land, and the destination
-    holds its work back until they do; with 0 (the default) the consumer waits on the host."""
+    with arithmetic on both sides, eagerly and inside one tf.function."""
     out = run_two_devices(
         """
         import json
@@ -217,8 +213,7 @@ def test_copies_between_devices_stay_ordered(tf, gates):
         res["graph"] = float(np.max(np.abs(y.numpy() - want)))
         res["scale"] = float(np.max(np.abs(want)))
         print(json.dumps(res))
-        """,
-        env={"TFWGPU_COPY_GATES": gates},
+        """
     )
     # Every step is exact in float32 up to one rounding per operation (x*2+i, -1, *0.25).
     tol = 1e-6 * max(out["scale"], 1.0) * 20
@@ -226,8 +221,8 @@ def test_copies_between_devices_stay_ordered(tf, gates):
     assert out["graph"] <= tol, out
 
 
-@pytest.mark.parametrize("batch_ops,gates", [("2", "1"), ("128", "1"), ("2", "0")])
-def test_two_devices_recording_at_once_match_the_cpu(tf, batch_ops, gates):
+@pytest.mark.parametrize("batch_ops", ["2", "128"])
+def test_two_devices_recording_at_once_match_the_cpu(tf, batch_ops):
     """Both devices record at the same time (TensorFlow runs each device's part of one
     tf.function on its own thread; with tiny batches every thread also encodes and submits
     batches while the others record), with copies between them along the way: every call's
@@ -277,7 +272,7 @@ def test_two_devices_recording_at_once_match_the_cpu(tf, batch_ops, gates):
         res["submits"] = s["runtime"]["submits"]
         print(json.dumps(res))
         """,
-        env={"TFWGPU_BATCH_OPS": batch_ops, "TFWGPU_COPY_GATES": gates},
+        env={"TFWGPU_BATCH_OPS": batch_ops},
     )
     assert all(out["exact"]), out
     # Each call crosses twice per round (and GPU:1's results come back to GPU:0): both

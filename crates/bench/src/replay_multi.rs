@@ -9,11 +9,6 @@
 //!   thread waits for that read and uploads the bytes before the first of its events that
 //!   touches the destination range (or at its next host sync, mark, or the end). A thread
 //!   thus waits for another device exactly where its data comes from there.
-//!   With copy gates (`TFWGPU_COPY_GATES=1`; off by default, as in the plugin), the
-//!   destination's thread instead registers the copy at its place in the trace
-//!   (`Device::gated_write`: the first work there that touches the destination records the
-//!   write behind a gate, and the destination holds back submitting it and later work until a
-//!   copier thread has landed the bytes), and goes on without waiting for the source's GPU.
 //! - Marks (step boundaries) are met by every thread: each drains its device, and the step's
 //!   time is taken when the last one has.
 //!
@@ -28,7 +23,7 @@ use std::time::Instant;
 
 use rand::{SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
-use tfwgpu_runtime::{Device, IncomingCopy, Kernel, ReadInFlight, Runtime};
+use tfwgpu_runtime::{Device, Kernel, ReadInFlight, Runtime};
 
 use crate::replay::{
     Event, Input, Memory, Pass, Timed, Trace, apply_event, median_pass, random_bytes, report_steps,
@@ -64,10 +59,7 @@ fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
 }
 
 impl Plan {
-    /// Without `gates`, each copy is waited for where its destination is first touched; with
-    /// `gates`, the `d2d` event is in the destination's list too (where its thread records the
-    /// write behind a gate: see the module's doc), and nothing waits for it.
-    pub fn with_gates(trace: &Trace, gates: bool) -> Result<Plan, String> {
+    pub fn new(trace: &Trace) -> Result<Plan, String> {
         let n = trace.devices.len();
         let slot_of = |d: i64, i: usize| {
             trace
@@ -132,11 +124,7 @@ impl Plan {
                                 event: i,
                             });
                             plan.copy_of.insert(i, id);
-                            if gates {
-                                plan.lists[to].push(i);
-                            } else {
-                                pending[to].push((id, (*dst, dst + size)));
-                            }
+                            pending[to].push((id, (*dst, dst + size)));
                         }
                     }
                 }
@@ -289,7 +277,6 @@ fn device_thread(
     shared: &Shared,
     payloads: Vec<Vec<u8>>,
     t0: Instant,
-    copier: std::sync::mpsc::Sender<IncomingCopy>,
 ) -> DeviceResult {
     let dev = devs[s];
     let e = |e: tfwgpu_runtime::Error| e.to_string();
@@ -333,23 +320,6 @@ fn device_thread(
                     }
                 }
                 Event::D2d {
-                    dst,
-                    size,
-                    to_dev: Some(_),
-                    ..
-                } if plan.copies[plan.copy_of[&i]].to == s => {
-                    // Gated: the write is recorded here now; a copier lands the bytes.
-                    let id = plan.copy_of[&i];
-                    let read = shared.take_read(id)?;
-                    let a = mem.map(*dst, *size, &|| format!("event {i}"))?;
-                    let copy = dev
-                        .gated_write(a, devs[plan.copies[id].from], read)
-                        .map_err(e)?;
-                    copier
-                        .send(copy)
-                        .map_err(|_| "the replay's copier thread stopped".to_string())?;
-                }
-                Event::D2d {
                     src,
                     size,
                     to_dev: Some(_),
@@ -375,8 +345,6 @@ fn device_thread(
         }
         dev.synchronize().map_err(e)
     })();
-    // Lets this device's copier finish (it lands every copy sent; the sync above waited).
-    drop(copier);
     if result.is_err() {
         shared.fail();
     }
@@ -431,55 +399,22 @@ pub fn replay_multi(
     };
     let t0 = Instant::now();
     let results: Vec<DeviceResult> = std::thread::scope(|sc| {
-        // One copier per destination: it lands the copies gated there in the order their
-        // gates were registered (the deadlock argument of `Device::gated_write` needs it).
-        let mut copiers = vec![];
-        let mut senders = vec![];
-        for d in devs.iter() {
-            let (tx, rx) = std::sync::mpsc::channel::<IncomingCopy>();
-            senders.push(tx);
-            let shared = &shared;
-            let spin = copier_spin(d);
-            copiers.push(sc.spawn(move || -> Result<(), String> {
-                let mut first = Ok(());
-                for c in rx {
-                    // A failure poisons the destination, whose thread then fails too.
-                    if let Err(err) = c.land(spin) {
-                        shared.fail();
-                        if first.is_ok() {
-                            first = Err(err.to_string());
-                        }
-                    }
-                }
-                first
-            }));
-        }
         let handles: Vec<_> = caches
             .iter_mut()
             .zip(payloads)
-            .zip(senders)
             .enumerate()
-            .map(|(s, ((cache, p), tx))| {
+            .map(|(s, (cache, p))| {
                 let shared = &shared;
-                sc.spawn(move || device_thread(s, devs, trace, plan, cache, shared, p, t0, tx))
+                sc.spawn(move || device_thread(s, devs, trace, plan, cache, shared, p, t0))
             })
             .collect();
-        let mut results: Vec<DeviceResult> = handles
+        handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .unwrap_or_else(|_| Err("a replay thread panicked".into()))
             })
-            .collect();
-        for (s, c) in copiers.into_iter().enumerate() {
-            let r = c
-                .join()
-                .unwrap_or_else(|_| Err("a copier thread panicked".into()));
-            if let (Err(err), Ok(_)) = (r, &results[s]) {
-                results[s] = Err(err);
-            }
-        }
-        results
+            .collect()
     });
     let wall_s = t0.elapsed().as_secs_f64();
     // The first real error, not the "another device failed" of the threads it released.
@@ -502,26 +437,6 @@ pub fn replay_multi(
         out.timelines.push(r.timeline);
     }
     Ok(out)
-}
-
-/// How long a replay copier polls the source for its bytes before blocking: as the plugin's
-/// copier (`TFWGPU_COPIER_SPIN_US`, default 2000 us on GPUs, 0 on CPU adapters).
-fn copier_spin(d: &Device) -> std::time::Duration {
-    let default = if d.description().device_type == "cpu" {
-        0
-    } else {
-        2000
-    };
-    let us = std::env::var("TFWGPU_COPIER_SPIN_US")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default);
-    std::time::Duration::from_micros(us)
-}
-
-/// `TFWGPU_COPY_GATES=1` (default off, as in the plugin): copies gated on their destination.
-pub fn gates_from_env() -> bool {
-    std::env::var("TFWGPU_COPY_GATES").is_ok_and(|v| v.trim() == "1")
 }
 
 /// Writes the median pass's timeline: one JSON line per replayed event and device thread,
@@ -613,8 +528,7 @@ pub fn run(
             })?;
         devs.push(d);
     }
-    let gates = gates_from_env();
-    let plan = Plan::with_gates(trace, gates)?;
+    let plan = Plan::new(trace)?;
     let mut caches: Vec<HashMap<String, Box<dyn Kernel>>> =
         devs.iter().map(|_| HashMap::new()).collect();
     let mut passes = vec![];
@@ -623,15 +537,10 @@ pub fn run(
     }
     let (walls, med, p) = median_pass(&passes);
     println!(
-        "trace {path}: {} events, {} devices, {} copies between devices ({})",
+        "trace {path}: {} events, {} devices, {} copies between devices",
         trace.events.len(),
         devs.len(),
-        plan.copies.len(),
-        if gates {
-            "gated on the destination, TFWGPU_COPY_GATES=1"
-        } else {
-            "waited for by the destination, TFWGPU_COPY_GATES=0"
-        }
+        plan.copies.len()
     );
     println!(
         "replay --per-device x{}: wall median {:.3} ms (first {:.3} ms)",
@@ -674,7 +583,7 @@ pub fn run(
             "trace": path, "per_device": true, "repeat": passes.len(),
             "wall_ms": walls.iter().map(|w| w * 1e3).collect::<Vec<_>>(),
             "wall_median_ms": med * 1e3, "devices": per_device,
-            "copies_between_devices": plan.copies.len(), "copy_gates": gates,
+            "copies_between_devices": plan.copies.len(),
             "steps": steps,
             "scaling": scale.iter().map(|(l, x)| (l.clone(), json!(x))).collect::<serde_json::Map<_, _>>(),
         });
@@ -755,7 +664,7 @@ mod tests {
     fn plan_waits_for_a_copy_where_its_destination_is_first_touched() {
         let trace = Trace::parse(&two_device_trace(false)).unwrap();
         assert_eq!(trace.devices, vec![0, 1]);
-        let plan = Plan::with_gates(&trace, false).unwrap();
+        let plan = Plan::new(&trace).unwrap();
         // Events: 0 alloc A, 1 alloc B, 2 mark, 3 h2d, 4 relu, 5 mark, 6 h2d, 7 copy 0->1,
         // 8 relu (dev 1), 9 add (reads the copy), 10 copy 1->0, 11 mark, 12 d2h, 13/14 free.
         assert_eq!(plan.lists[0], [0, 2, 3, 4, 5, 7, 11, 12, 13]);
@@ -773,30 +682,11 @@ mod tests {
     }
 
     #[test]
-    fn gated_plan_records_each_copy_on_its_destination_and_waits_nowhere() {
-        let trace = Trace::parse(&two_device_trace(false)).unwrap();
-        let plan = Plan::with_gates(&trace, true).unwrap();
-        assert_eq!(plan.lists[0], [0, 2, 3, 4, 5, 7, 10, 11, 12, 13]);
-        assert_eq!(plan.lists[1], [1, 2, 5, 6, 7, 8, 9, 10, 11, 14]);
-        assert!(plan.waits.is_empty());
-        assert!(plan.tail.iter().all(Vec::is_empty));
-    }
-
-    #[test]
     fn replays_each_device_on_its_own_thread_with_the_copies_between_them() {
-        replays_with_copies(false);
-    }
-
-    #[test]
-    fn replays_each_device_on_its_own_thread_with_gated_copies() {
-        replays_with_copies(true);
-    }
-
-    fn replays_with_copies(gates: bool) {
         let rt = two_devices();
         let devs: Vec<&Device> = rt.devices.iter().collect();
         let trace = Trace::parse(&two_device_trace(false)).unwrap();
-        let plan = Plan::with_gates(&trace, gates).unwrap();
+        let plan = Plan::new(&trace).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
         let in_use: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
         for seed in 0..2 {
@@ -826,15 +716,10 @@ mod tests {
 
     #[test]
     fn a_failing_device_releases_the_others_and_reports_its_error() {
-        a_failing_device_releases_the_others(false);
-        a_failing_device_releases_the_others(true);
-    }
-
-    fn a_failing_device_releases_the_others(gates: bool) {
         let rt = two_devices();
         let devs: Vec<&Device> = rt.devices.iter().collect();
         let trace = Trace::parse(&two_device_trace(true)).unwrap();
-        let plan = Plan::with_gates(&trace, gates).unwrap();
+        let plan = Plan::new(&trace).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
         // Device 0 waits at the "end" mark for device 1, whose Add fails.
         let err = replay_multi(&devs, &trace, &plan, &mut caches, 0).unwrap_err();

@@ -12,46 +12,20 @@
 //!
 //! The copier threads never run TensorFlow code, so waiting for them cannot deadlock with a
 //! TensorFlow callback.
-//!
-//! With copy gates (`TFWGPU_COPY_GATES=1`, off by default, see [`gates`]) the order is kept
-//! on the GPU side instead: the copy is registered on B at issue time, and the first work on
-//! B that touches the destination records B's write (from a staging buffer the copier fills
-//! later) behind a gate: B holds back submitting that batch and every later one until the
-//! bytes are there (`Device::gated_write`). The copy then needs no wait on the host: events,
-//! callbacks and synchronizations of the issuing stream do not wait for it, TensorFlow hands
-//! the destination to its consumers at once, and they are recorded on B while A's GPU is
-//! still producing the bytes; what reads B from the host waits for them.
-//!
-//! Why off: B has one in-order queue, so a gate also holds everything B records after the
-//! consumer, and under MirroredStrategy that is the replica's own backward pass and the reads
-//! of its next gradients: the two replicas' exchanges turn into a ping-pong of round trips
-//! through the host. On two H200s the Keras two-GPU CNN step took 9.2-9.8 ms with gates
-//! against 6.5-6.6 ms without, the replayed ring step 3.96 against 2.48 ms
-//! (bench/RESULTS.md, session 9, branch dual9). Without gates TensorFlow's executor records
-//! that independent work while the copy is in flight, and only the consumer waits.
 
 use std::sync::OnceLock;
 use std::sync::mpsc;
 
 use parking_lot::{Condvar, Mutex};
-use tfwgpu_runtime::{Device, Error, IncomingCopy, ReadInFlight, Result};
+use tfwgpu_runtime::{Device, Error, ReadInFlight, Result};
 
-/// A copy the copier thread finishes.
-enum Job {
-    /// `read` on `from`, written to `to` at `dst` (the destination's consumers wait).
-    Host {
-        from: &'static Device,
-        read: ReadInFlight,
-        to: &'static Device,
-        dst: u64,
-        size: usize,
-    },
-    /// Recorded on the destination behind a gate; the copier lands the bytes.
-    Gated {
-        from: &'static Device,
-        copy: IncomingCopy,
-        dst: u64,
-    },
+/// A copy the copier thread finishes: `read` on `from`, written to `to` at `dst`.
+struct Job {
+    from: &'static Device,
+    read: ReadInFlight,
+    to: &'static Device,
+    dst: u64,
+    size: usize,
 }
 
 /// The copies one device's streams issued: how many, how many are done, and the first error.
@@ -87,40 +61,22 @@ fn spawn_lane(ordinal: usize) -> Lane {
         .name(format!("tfwgpu-copier-{ordinal}"))
         .spawn(move || {
             for job in rx {
-                let lane = &lanes()[ordinal];
-                match job {
-                    Job::Host {
-                        from,
-                        read,
-                        to,
-                        dst,
-                        size,
-                    } => {
-                        spin_until_read(from, &read);
-                        let r = from
-                            .finish_read(read, |bytes| to.write(dst, bytes))
-                            .and_then(|r| r);
-                        if crate::trace::on() {
-                            crate::trace::copied(ordinal as i32, dst, size as u64);
-                        }
-                        let mut st = lane.state.lock();
-                        if let Err(e) = r {
-                            st.error.get_or_insert_with(|| e.to_string());
-                        }
-                        st.done += 1;
-                        lane.done_cv.notify_all();
-                    }
-                    Job::Gated { from, copy, dst } => {
-                        let size = copy.len();
-                        // A failure also poisons the destination (`IncomingCopy::land`).
-                        if let Err(e) = copy.land(copier_spin(from)) {
-                            lane.state.lock().error.get_or_insert_with(|| e.to_string());
-                        }
-                        if crate::trace::on() {
-                            crate::trace::copied(ordinal as i32, dst, size as u64);
-                        }
-                    }
+                let (size, dst) = (job.size, job.dst);
+                spin_until_read(job.from, &job.read);
+                let r = job
+                    .from
+                    .finish_read(job.read, |bytes| job.to.write(job.dst, bytes))
+                    .and_then(|r| r);
+                if crate::trace::on() {
+                    crate::trace::copied(ordinal as i32, dst, size as u64);
                 }
+                let lane = &lanes()[ordinal];
+                let mut st = lane.state.lock();
+                if let Err(e) = r {
+                    st.error.get_or_insert_with(|| e.to_string());
+                }
+                st.done += 1;
+                lane.done_cv.notify_all();
             }
         })
         .expect("spawning a tfwgpu copier thread");
@@ -151,17 +107,6 @@ fn copier_spin(from: &Device) -> std::time::Duration {
     };
     std::time::Duration::from_micros(us.unwrap_or(default))
 }
-
-/// Whether copies between devices are ordered on the GPU side (`TFWGPU_COPY_GATES=1`;
-/// default `0`: the destination's consumers wait for the bytes on the host; see the module
-/// doc for why).
-pub fn gates() -> bool {
-    static G: OnceLock<bool> = OnceLock::new();
-    *G.get_or_init(|| std::env::var("TFWGPU_COPY_GATES").map_or(DEFAULT_GATES, |v| v.trim() == "1"))
-}
-
-/// See [`gates`] (measured on two H200s: bench/RESULTS.md, session 9).
-const DEFAULT_GATES: bool = false;
 
 /// Polls `from` until the batch that makes `read`'s bytes available completed, for at most
 /// [`copier_spin`]; `finish_read` then finds it done (or blocks for the rest).
@@ -205,20 +150,10 @@ pub fn start(
     size: usize,
 ) -> Result<()> {
     let lane = lane(ordinal)?;
-    if gates() {
-        // The read, the gate and the hand-over to the copier under the lane's lock: the
-        // copier lands copies in the order their gates were registered, which the deadlock
-        // argument needs (`Device::gated_write`).
-        let tx = lane.tx.lock();
-        let copy = from.copy_to_device(src, to, dst, size)?;
-        return tx
-            .send(Job::Gated { from, copy, dst })
-            .map_err(|_| Error::Gpu("the tfwgpu copier thread has stopped".to_string()));
-    }
     let read = from.read_async(src, size)?;
     // Count it before the copier can finish it, so `done` never passes `issued`.
     lane.state.lock().issued += 1;
-    let sent = lane.tx.lock().send(Job::Host {
+    let sent = lane.tx.lock().send(Job {
         from,
         read,
         to,

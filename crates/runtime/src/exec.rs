@@ -5,35 +5,9 @@
 //! `max_ops` commands, when it is older than `max_age` (a background thread checks), or when the
 //! host needs a result. Each batch gets an id; ids complete in order, and `completed()` is the
 //! highest finished id. Reading from the device is the only blocking call.
-//!
-//! Copy gates (`record_gated_copy` / `open_gate`, used by `Device::gated_write` for copies
-//! from another device): a write whose bytes are still on their way is recorded in order
-//! from a mapped staging buffer, and its batch and every later one are *held* (taken out as
-//! usual, but kept in `Gates::held` instead of going to the queue) until the gate opens; the
-//! thread that opens it submits them, in turn. Nothing that records ever waits for a gate:
-//! only `wait` (reads, synchronizations, host callbacks) does, through `await_submitted`.
-//! Ordering and deadlock argument:
-//! - A gate is registered under the batch lock in the open batch `g`, so batches taken before
-//!   it (ids < `g`) are never held by it, and every batch >= `g` is (`hold`: an open gate at or
-//!   before its id, or an earlier batch held). Batches reach the queue in id order, held or
-//!   not: a thread waiting for its turn waits only for batches that are not held (an unheld
-//!   batch k was checked against the gates when taken; a gate that could hold an earlier batch
-//!   was already registered then, so the earlier batch is unheld too or k would be held).
-//! - Large uploads (queue writes, which run before the next submit) would overtake held
-//!   batches: while anything is gated they take the ordered staging path instead.
-//! - A read (`read_begin`) on a device with held batches is held too; its buffer is mapped
-//!   only once its batch is submitted (mapping a buffer used by unsubmitted work fails that
-//!   submit). A read started at time t is held only by gates registered before t. A gate
-//!   opens when its copy's source read (started before the gate was registered) has
-//!   completed. So every "waits for" edge between copies goes to a copy registered strictly
-//!   earlier; with copies landed in registration order per landing thread (the plugin's
-//!   lanes take the read, the gate and the hand-over under one lock), there is no cycle.
-//! - A failed source (or a copy dropped unlanded) still opens its gate, with a failure: the
-//!   held batches go to the queue (nothing waits forever) and the context is poisoned, so
-//!   every later check, read and synchronization reports it.
 
 use crate::hostlog::{self, HostSpan, Kind};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -235,9 +209,6 @@ pub struct PendingRead {
     /// The bytes read (the staging buffer may be larger).
     size: u64,
     id: u64,
-    /// The map request's result; `None` while the copy's batch is held behind a gate (see
-    /// [`ExecutionContext::record_gated_copy`]): a buffer may be mapped only once the work
-    /// that uses it is submitted, so `read_finish` asks for the mapping then.
     mapped: Option<std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>>,
 }
 
@@ -413,24 +384,6 @@ enum Job {
     Write(wgpu::QueueWriteBufferView, u64),
 }
 
-/// Writes into this device whose bytes are not here yet, and the batches held behind them (see
-/// [`ExecutionContext::record_gated_copy`]).
-#[derive(Default)]
-struct Gates {
-    /// Batch id -> gates still open in that batch.
-    open: BTreeMap<u64, u32>,
-    /// Batches taken for submission and held behind an open gate, in id order.
-    held: VecDeque<Taken>,
-    /// The first failure of a gated write's source: sticky, reported by every later check.
-    poison: Option<String>,
-}
-
-impl Gates {
-    fn pending(&self) -> u64 {
-        self.open.values().map(|&n| n as u64).sum::<u64>() + self.held.len() as u64
-    }
-}
-
 struct Shared {
     completed: AtomicU64,
     stop: AtomicBool,
@@ -482,13 +435,6 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// Gated writes from other devices and the batches held behind them.
-    gates: Mutex<Gates>,
-
-    /// `Gates::pending()`, readable without the lock (0: nothing gated, the common case).
-    gates_pending: AtomicU64,
-    /// `Gates::poison` is set.
-    poisoned: AtomicBool,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -567,10 +513,6 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
-            gates: Mutex::new(Gates::default()),
-
-            gates_pending: AtomicU64::new(0),
-            poisoned: AtomicBool::new(false),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -636,7 +578,6 @@ impl ExecutionContext {
         if let Some(msg) = self.shared.lost.lock().clone() {
             return Err(Error::DeviceLost(msg));
         }
-        self.check_poison()?;
         if let Some(e) = self.shared.error.lock().take() {
             return Err(e);
         }
@@ -937,157 +878,6 @@ impl ExecutionContext {
         })
     }
 
-    /// Records, in order, the copy of `size` bytes from `staging` (a buffer mapped for writing
-    /// whose bytes are not there yet: an incoming copy from another device) to `dst` at
-    /// `dst_off`, behind a *gate*: the batch holding the copy, and every batch after it, is
-    /// held back from the queue (recording goes on) until [`Self::open_gate`] is called with
-    /// the returned batch id, once the bytes are in `staging` and it is unmapped. Returns the
-    /// batch id. Reads, waits and synchronizations of this context wait for the gate (they
-    /// need the batches submitted); nothing else does.
-    ///
-    /// Why: a copy between two devices goes through the host (a read back on the source,
-    /// then an upload here). Recording the upload at once, in this device's order, lets the
-    /// host record the copy's consumers here before the source GPU has produced the bytes,
-    /// instead of waiting for the source's queue in the middle of the step.
-    pub fn record_gated_copy(
-        &self,
-        staging: &wgpu::Buffer,
-        dst: &wgpu::Buffer,
-        dst_off: u64,
-        size: u64,
-    ) -> Result<u64> {
-        if size == 0 {
-            return Err(Error::InvalidArgument("a gated copy of 0 bytes".into()));
-        }
-        let mut b = self.batch.lock();
-        if Self::timing_full(&b) {
-            self.submit_locked(&mut b)?;
-        }
-        self.begin(&mut b);
-        Self::end_pass(&mut b);
-        let timed = (self.timing.on.load(Ordering::Relaxed)
-            && self.timing.transfers.load(Ordering::Relaxed))
-        .then(|| self.timing_index(&mut b, Arc::from("copy")));
-        let batch = &mut *b;
-        let enc = batch.encoder.as_mut().expect("encoder begun");
-        let set = timed.and(batch.timing.as_ref()).map(|t| &t.slot.set);
-        if let (Some(i), Some(set)) = (timed, set) {
-            enc.write_timestamp(set, 2 * i);
-        }
-        enc.copy_buffer_to_buffer(staging, 0, dst, dst_off, size);
-        if let (Some(i), Some(set)) = (timed, set) {
-            enc.write_timestamp(set, 2 * i + 1);
-        }
-        let id = b.id;
-        // Registered under the batch lock, before the batch can be taken: no batch holding
-        // the copy reaches the queue before the gate opens.
-        {
-            let mut g = self.gates.lock();
-            *g.open.entry(id).or_default() += 1;
-            self.gates_pending.store(g.pending(), Ordering::Release);
-        }
-        self.stats.lock().copies += 1;
-        self.after_record(b)?;
-        Ok(id)
-    }
-
-    /// Opens a gate of [`Self::record_gated_copy`] (its staging buffer is filled and
-    /// unmapped), and submits, in order, the batches no other gate holds. `failure`: the
-    /// source of the bytes failed; the staging buffer holds no valid data. The batches are
-    /// submitted anyway (so that nothing waits for them forever) and the context is poisoned:
-    /// every later check, read, wait and synchronization reports the failure.
-    pub fn open_gate(&self, batch: u64, failure: Option<String>) -> Result<()> {
-        let ready: Vec<Taken> = {
-            let mut g = self.gates.lock();
-            if let Some(f) = failure {
-                g.poison.get_or_insert(f);
-                self.poisoned.store(true, Ordering::Release);
-            }
-            match g.open.get_mut(&batch) {
-                Some(n) if *n > 1 => *n -= 1,
-                Some(_) => {
-                    g.open.remove(&batch);
-                }
-                None => {
-                    return Err(Error::Gpu(format!(
-                        "internal: no gate open in batch {batch}"
-                    )));
-                }
-            }
-            let first_open = g.open.keys().next().copied();
-            let mut ready = vec![];
-            while g
-                .held
-                .front()
-                .is_some_and(|h| first_open.is_none_or(|f| h.id < f))
-            {
-                ready.extend(g.held.pop_front());
-            }
-            self.gates_pending.store(g.pending(), Ordering::Release);
-            ready
-        };
-        // Outside the gates' lock, in turn (batches between these that other threads took
-        // are on their way: they were not held, see `hold`).
-        let mut result = Ok(());
-        for t in ready {
-            let r = self.submit_now(t);
-            if result.is_ok() {
-                result = r;
-            }
-        }
-        {
-            // Waiters for a held batch wait on the turn's condvar (`await_submitted`).
-            let _g = self.turn.lock();
-            self.turn_cv.notify_all();
-        }
-        result
-    }
-
-    /// Poisons the context: every later check, read, wait and synchronization reports
-    /// `failure` (a copy from another device whose write was never recorded failed).
-    pub fn poison(&self, failure: String) {
-        let mut g = self.gates.lock();
-        g.poison.get_or_insert(failure);
-        self.poisoned.store(true, Ordering::Release);
-    }
-
-    /// Gated writes not yet landed plus batches held behind them (0: nothing held).
-    pub fn gates_pending(&self) -> u64 {
-        self.gates_pending.load(Ordering::Acquire)
-    }
-
-    /// The sticky failure of a gated write's source, if any.
-    fn check_poison(&self) -> Result<()> {
-        if !self.poisoned.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match &self.gates.lock().poison {
-            Some(f) => Err(Error::Gpu(format!(
-                "a copy from another device into this one failed: {f}"
-            ))),
-            None => Ok(()),
-        }
-    }
-
-    /// Keeps `t` back when a gate holds it: an open gate in its batch or an earlier one, or an
-    /// earlier batch held. Such a batch is submitted by [`Self::open_gate`]. A gate is
-    /// registered only in the open batch, so none registered after `t` was taken can hold it.
-    fn hold(&self, t: Taken) -> Option<Taken> {
-        if self.gates_pending() == 0 {
-            return Some(t);
-        }
-        let mut g = self.gates.lock();
-        let blocked =
-            g.open.range(..=t.id).next().is_some() || g.held.front().is_some_and(|h| h.id < t.id);
-        if !blocked {
-            return Some(t);
-        }
-        let at = g.held.partition_point(|h| h.id < t.id);
-        g.held.insert(at, t);
-        self.gates_pending.store(g.pending(), Ordering::Release);
-        None
-    }
-
     /// Records a command that needs the encoder outside a compute pass (copies, clears).
     fn record_on_encoder(
         &self,
@@ -1253,12 +1043,7 @@ impl ExecutionContext {
             return Ok(());
         }
         let size = data.len() as u64;
-        // Not while batches are held behind a gate (see `record_gated_copy`): a queue write
-        // would overtake them; the staging path below records its copy in order.
-        if self.cfg.direct_upload_bytes > 0
-            && size >= self.cfg.direct_upload_bytes
-            && self.gates_pending() == 0
-        {
+        if self.cfg.direct_upload_bytes > 0 && size >= self.cfg.direct_upload_bytes {
             if self.cfg.upload_submit && self.cfg.direct_unlocked {
                 return self.upload_direct(dst, offset, data);
             }
@@ -1273,12 +1058,6 @@ impl ExecutionContext {
             let mut b = self.batch.lock();
             let t1 = hostlog::now();
             hostlog::span_to(Kind::DirectLock, t0, t1, size);
-            // No gate can be registered while the batch lock is held; one registered before
-            // it was taken sends this upload the ordered way.
-            if self.gates_pending() > 0 {
-                drop(b);
-                return self.upload(dst, offset, data);
-            }
             // Queue writes run before the next submit's commands: the batches recorded before
             // this upload must all be on the queue first (another thread may still be
             // submitting one it took), and none may go out between them and the write (none
@@ -1360,11 +1139,6 @@ impl ExecutionContext {
     /// (`ExecConfig::submit_thread`), the open batch and the write go to it, and this thread
     /// returns once the bytes are staged (outside the lock, the uploading thread spent ~180 us
     /// per CNN step waiting for its place and submitting: its consumers wait for it).
-    ///
-    /// Gates (see `record_gated_copy`): the caller checked that none is pending. One
-    /// registered since lands in a later batch than the write's place; one registered before
-    /// the lock was taken holds an earlier batch, and the write waits for it to reach the queue
-    /// (its turn), so it never overtakes a held batch.
     fn upload_direct(&self, dst: &wgpu::Buffer, offset: u64, data: &[u8]) -> Result<()> {
         let size = data.len() as u64;
         let t0 = hostlog::now();
@@ -1500,12 +1274,8 @@ impl ExecutionContext {
         let taken = (b.ops > 0).then(|| self.take_locked(&mut b)).flatten();
         drop(b);
         if taken.is_none() {
-            // A batch another thread took may still be on its way to the queue. (Unless
-            // batches are held behind a gate: then the ones up to `id` are submitted when it
-            // opens; callers that need them on the queue wait in `wait`.)
-            if self.gates_pending() == 0 {
-                self.await_submitted(id);
-            }
+            // A batch another thread took may still be on its way to the queue.
+            self.await_submitted(id);
             return Ok(id);
         }
         self.submit_taken(taken)?;
@@ -1593,20 +1363,10 @@ impl ExecutionContext {
         }
     }
 
-    /// Waits until the batch before `taken` is on the queue, then encodes and submits it;
-    /// a batch behind an open gate is held instead (see [`Self::record_gated_copy`]) and
-    /// submitted when the gate opens, so this never waits for a gate.
-    fn submit_in_turn(&self, taken: Taken) -> Result<()> {
-        match self.hold(taken) {
-            Some(t) => self.submit_now(t),
-            None => self.check_poison(),
-        }
-    }
-
     /// Waits until the batch before `taken` is on the queue, then encodes and submits it.
     /// Only the thread holding the next id passes, so submits (and the uniform arena's write
     /// before each) never overlap.
-    fn submit_now(&self, taken: Taken) -> Result<()> {
+    fn submit_in_turn(&self, taken: Taken) -> Result<()> {
         let t0 = hostlog::now();
         self.await_submitted(taken.id - 1);
         let t1 = hostlog::now();
@@ -1677,9 +1437,6 @@ impl ExecutionContext {
         }
         if self.submitted() < id {
             self.flush()?;
-            // Batches held behind a gate reach the queue when it opens (or fails: then the
-            // context is poisoned, and they are submitted all the same).
-            self.await_submitted(id);
         }
         let index = {
             let mut q = self.inflight.lock();
@@ -1761,28 +1518,25 @@ impl ExecutionContext {
         });
         self.copy(src, offset, &staging, 0, size)?;
         let id = self.flush()?;
-        // Mapped now if the copy is on the queue; held behind a gate, once it is (mapping a
-        // buffer that unsubmitted work uses makes that submit fail).
-        let mapped = (self.submitted() >= id).then(|| map_for_read(&staging));
+        let (tx, rx) = std::sync::mpsc::channel();
+        staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
         Ok(PendingRead {
             staging: Some(staging),
             size,
             id,
-            mapped,
+            mapped: Some(rx),
         })
     }
 
     /// Waits for a read started by [`ExecutionContext::read_begin`] on this context and calls
     /// `f` with its bytes (valid only during the call: the staging buffer is unmapped after).
     pub fn read_finish<R>(&self, pending: PendingRead, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        let Some(staging) = pending.staging else {
+        let (Some(staging), Some(rx)) = (pending.staging, pending.mapped) else {
             return Ok(f(&[]));
         };
         self.wait(pending.id)?;
-        let rx = match pending.mapped {
-            Some(rx) => rx,
-            None => map_for_read(&staging),
-        };
         // The map callback fires in a poll after the copy completed.
         let result = loop {
             match rx.try_recv() {
@@ -1891,17 +1645,6 @@ fn send_batch(tx: &std::sync::mpsc::Sender<Job>, t: Taken) -> Option<Taken> {
             Job::Write(..) => unreachable!("a batch was sent"),
         },
     }
-}
-
-/// Asks for `staging` to be mapped for reading once the work before completes.
-fn map_for_read(
-    staging: &wgpu::Buffer,
-) -> std::sync::mpsc::Receiver<std::result::Result<(), wgpu::BufferAsyncError>> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    rx
 }
 
 /// Threads that copy a large upload into staging memory (`TFWGPU_UPLOAD_THREADS`; default:

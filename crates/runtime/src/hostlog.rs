@@ -26,8 +26,6 @@ pub enum Kind {
     Mark,
     /// The plugin's `memcpy_htod`, whole; `arg` = bytes.
     Htod,
-    /// `Device::write`'s look for copies from other devices pending at the address.
-    WriteTouch,
     /// `Device::write` resolving the address (allocator lock).
     WriteResolve,
     /// The byte-masked fill of a write's last 1-3 bytes (a dispatch).
@@ -86,10 +84,9 @@ pub enum Kind {
     Allocate,
 }
 
-const KIND_NAMES: [&str; 31] = [
+const KIND_NAMES: [&str; 30] = [
     "mark",
     "htod",
-    "write_touch",
     "write_resolve",
     "write_tail",
     "arena_lock",

@@ -33,7 +33,7 @@ pub mod tune;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
 pub use allocator::{Allocator, AllocatorStats, device_of_address};
-pub use device::{Arg, Device, IncomingCopy, ReadInFlight, Runtime, RuntimeOptions, Tensor};
+pub use device::{Arg, Device, ReadInFlight, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
 pub use exec::{
