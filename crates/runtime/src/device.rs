@@ -183,6 +183,7 @@ impl Device {
         } else {
             crate::exec::DEFAULT_SPIN
         });
+        cfg.submit_thread.get_or_insert(desc.device_type != "cpu");
         let exec = ExecutionContext::new(device.clone(), queue, cfg);
         let inner = DeviceInner {
             arrivals: parking_lot::Mutex::new(None),

@@ -81,8 +81,14 @@ pub struct ExecConfig {
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
-    /// default off: the recording thread submits them itself, outside the batch lock).
-    pub submit_thread: bool,
+    /// `0`: the recording thread encodes and submits them itself, outside the batch lock;
+    /// `None`: on for a GPU, off for a CPU adapter (lavapipe), whose execution threads need
+    /// the cores). On the H200 the Keras CNN's training step was shorter with it in 10 of 14
+    /// alternated pairs over five calls (sessions 9 and 10: host9, the lead's two final calls,
+    /// host10's two), by 0.1-0.8 ms, and longer by 0.1-0.3 ms in the other four; the Keras
+    /// ResNet-50 step the same (71.3 / 19.7 ms against 70.3 / 19.5, one pair; bench/RESULTS.md,
+    /// session 10, lead).
+    pub submit_thread: Option<bool>,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -102,7 +108,7 @@ impl Default for ExecConfig {
             direct_unlocked: true,
             arena_upload_bytes: 16 << 10,
             spin: None,
-            submit_thread: false,
+            submit_thread: None,
         }
     }
 }
@@ -148,7 +154,7 @@ impl ExecConfig {
             c.spin = Some(Duration::from_micros(us));
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
-            c.submit_thread = n > 0;
+            c.submit_thread = Some(n > 0);
         }
 
         c
@@ -521,7 +527,7 @@ impl ExecutionContext {
             .spawn(move || poller(weak, shared))
             .expect("spawning the tfwgpu poller thread");
         *ctx.poller.lock() = Some(handle);
-        if ctx.cfg.submit_thread {
+        if ctx.cfg.submit_thread == Some(true) {
             let (tx, rx) = std::sync::mpsc::channel::<Job>();
             let weak = Arc::downgrade(&ctx);
             std::thread::Builder::new()

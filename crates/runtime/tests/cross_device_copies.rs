@@ -256,7 +256,7 @@ fn copies_both_ways_at_once_with_a_submit_thread() {
         both_ways(
             ExecConfig {
                 max_ops: 2,
-                submit_thread: true,
+                submit_thread: Some(true),
                 ..ExecConfig::default()
             },
             8,

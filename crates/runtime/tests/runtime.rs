@@ -586,7 +586,7 @@ fn large_uploads_from_many_threads_keep_their_place() {
     for submit_thread in [false, true] {
         let rt = runtime_with(|o| {
             o.exec = ExecConfig {
-                submit_thread,
+                submit_thread: Some(submit_thread),
                 direct_unlocked: true,
                 ..ExecConfig::default()
             }

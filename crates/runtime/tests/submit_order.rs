@@ -13,7 +13,7 @@ fn tiny_batches(submit_thread: bool) -> Runtime {
     opts.exec = ExecConfig {
         max_ops: 6,
         max_age: Duration::from_micros(20),
-        submit_thread,
+        submit_thread: Some(submit_thread),
         ..ExecConfig::default()
     };
     Runtime::with_options(opts).unwrap()
