@@ -12,7 +12,8 @@
 #  2. Keras CNN (batch 64) training step, off/on interleaved in three rounds (separate
 #     processes), PyTorch like for like at the start of each round;
 #  3. one host-logged budget run each (keras_models.py --host-budget 1).
-# ~210 s; parts skipped past their time marks.
+# ~210 s; parts skipped past their time marks. How to build the request folder and the decision
+# rule: bench/NOTES-submit.md ("What the next session should run").
 set -u
 T0=$(date +%s); left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
 export TFWGPU_TUNE_CACHE=/tmp/tune-sub11.json
