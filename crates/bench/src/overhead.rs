@@ -13,6 +13,9 @@
 //!
 //! With `--default-batching`, the runtime keeps the thresholds from the environment (batches
 //! submitted during recording, as in a real program): the record figure then includes submits.
+//! `--batch-ops K` is that with a batch submitted every K calls (`TFWGPU_BATCH_OPS`); with
+//! `TFWGPU_HOST_LOG=FILE` the timed samples' host spans are written to FILE (submit phases:
+//! `bench/hostlog.py FILE --steps N`).
 
 use std::time::{Duration, Instant};
 
@@ -71,8 +74,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         .map_or(Ok(4), |s| s.parse())
         .map_err(|_| "bad --n")?;
     let default_batching = args.iter().any(|a| a == "--default-batching");
+    // `--batch-ops K`: default batching, but a batch is submitted after K commands (many
+    // submits per sample: the host cost of each submit, issue 7).
+    let batch_ops: Option<usize> = flag("--batch-ops")
+        .map(|s| s.parse())
+        .transpose()
+        .map_err(|_| "bad --batch-ops")?;
+    let default_batching = default_batching || batch_ops.is_some();
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     let mut opts = RuntimeOptions::from_env().map_err(e)?;
+    if let Some(k) = batch_ops {
+        opts.exec.max_ops = k.max(1);
+    }
     if !default_batching {
         opts.exec = ExecConfig {
             max_ops: usize::MAX,
@@ -124,6 +137,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         Ok((rec, cpu, t1.elapsed().as_secs_f64()))
     };
     sample(256)?; // pipelines
+    tfwgpu_runtime::hostlog::reset();
     let before = dev.exec_stats();
     let mut rec = vec![];
     let mut cpu = vec![];
@@ -135,6 +149,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         drain.push(d * 1e6 / calls as f64);
     }
     let after = dev.exec_stats();
+    if tfwgpu_runtime::hostlog::on() {
+        tfwgpu_runtime::hostlog::dump().map_err(|e| format!("host log: {e}"))?;
+    }
     let got = dev.read(x.addr, 4 * n).map_err(e)?;
     let v = f32::from_le_bytes([got[0], got[1], got[2], got[3]]);
     if (v - 2.0).abs() > 1e-3 {
