@@ -30,14 +30,7 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const CAST_WGSL: &str = include_str!("cast.wgsl");
 
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const ALL: &[DType] = &DType::ALL;
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[OpDef {
