@@ -23,57 +23,28 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
 
-/// Registration table.
+/// A reduction's registration: `reduction_indices` (input 1) in host memory.
+macro_rules! reduce_row {
+    ($name:literal, $op:expr, $type_attr:literal, $dtypes:expr) => {
+        OpDef {
+            op: $name,
+            type_attr: $type_attr,
+            dtypes: $dtypes,
+            host_inputs: &[(1, "reduction_indices")],
+            factory: |a| Reduce::build($op, a),
+        }
+    };
+}
+
+/// Registration table (All and Any: bool, no type attribute).
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "Sum",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Sum, a),
-    },
-    OpDef {
-        op: "Max",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Max, a),
-    },
-    OpDef {
-        op: "Min",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Min, a),
-    },
-    OpDef {
-        op: "Mean",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Mean, a),
-    },
-    OpDef {
-        op: "Prod",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Prod, a),
-    },
-    OpDef {
-        op: "All",
-        type_attr: "",
-        dtypes: &[],
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::All, a),
-    },
-    OpDef {
-        op: "Any",
-        type_attr: "",
-        dtypes: &[],
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Any, a),
-    },
+    reduce_row!("Sum", ReduceOp::Sum, "T", DTYPES),
+    reduce_row!("Max", ReduceOp::Max, "T", DTYPES),
+    reduce_row!("Min", ReduceOp::Min, "T", DTYPES),
+    reduce_row!("Mean", ReduceOp::Mean, "T", DTYPES),
+    reduce_row!("Prod", ReduceOp::Prod, "T", DTYPES),
+    reduce_row!("All", ReduceOp::All, "", &[]),
+    reduce_row!("Any", ReduceOp::Any, "", &[]),
 ];
 
 const BOOL_WGSL: &str = include_str!("bool.wgsl");
