@@ -116,64 +116,35 @@ fn f16x8_enabled() -> bool {
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
 pub(crate) const DTYPES: &[DType] = &[DType::F32, DType::F16];
 
+/// A pooling op's registration: (name, mode, V2 with host ksize and strides, host inputs).
+macro_rules! pool_row {
+    ($name:literal, $mode:expr, $v2:literal, $host:expr) => {
+        OpDef {
+            op: $name,
+            type_attr: "T",
+            dtypes: DTYPES,
+            host_inputs: $host,
+            factory: |a| Pool::build($mode, $name, $v2, a),
+        }
+    };
+}
+
+/// Host inputs: the V2 forward ops' ksize and strides (after x), the V2 gradients' (after
+/// three device inputs), AvgPoolGrad's input shape.
+const V2_FWD: &[(usize, &str)] = &[(1, "ksize"), (2, "strides")];
+const V2_GRAD: &[(usize, &str)] = &[(3, "ksize"), (4, "strides")];
+const IN_SHAPE: &[(usize, &str)] = &[(0, "orig_input_shape")];
+
 /// Registration table.
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "MaxPool",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::Max, "MaxPool", false, a),
-    },
-    OpDef {
-        op: "MaxPoolV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "ksize"), (2, "strides")],
-        factory: |a| Pool::build(Mode::Max, "MaxPoolV2", true, a),
-    },
-    OpDef {
-        op: "AvgPool",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::Avg, "AvgPool", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(3, "ksize"), (4, "strides")],
-        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGradV2", true, a),
-    },
-    OpDef {
-        op: "AvgPoolGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(0, "orig_input_shape")],
-        factory: |a| Pool::build(Mode::AvgGrad, "AvgPoolGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradGradV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(3, "ksize"), (4, "strides")],
-        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGradV2", true, a),
-    },
+    pool_row!("MaxPool", Mode::Max, false, &[]),
+    pool_row!("MaxPoolV2", Mode::Max, true, V2_FWD),
+    pool_row!("AvgPool", Mode::Avg, false, &[]),
+    pool_row!("MaxPoolGrad", Mode::MaxGrad, false, &[]),
+    pool_row!("MaxPoolGradV2", Mode::MaxGrad, true, V2_GRAD),
+    pool_row!("AvgPoolGrad", Mode::AvgGrad, false, IN_SHAPE),
+    pool_row!("MaxPoolGradGrad", Mode::MaxGradGrad, false, &[]),
+    pool_row!("MaxPoolGradGradV2", Mode::MaxGradGrad, true, V2_GRAD),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
