@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 use crate::common::*;
+use rand::rngs::StdRng;
 use tfwgpu_runtime::kernels::matmul::coop::CoopTile;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
 
@@ -159,34 +160,34 @@ pub fn stored(rows: usize, cols: usize, t: bool) -> [usize; 2] {
     if t { [cols, rows] } else { [rows, cols] }
 }
 
-/// Conv2D NHWC float16 (x [n, h, w, c], f [r, s, c, k]) against an f64 reference of the f16
-/// inputs; tolerance as for MatMul with K = r * s * c. `pad`: "SAME" or "VALID".
-#[allow(clippy::too_many_arguments)]
-pub fn check_conv_f16(
-    (n, h, w, c): (usize, usize, usize, usize),
-    (r, s, k): (usize, usize, usize),
+/// `n` uniform values in [-1, 1) rounded to float16 (held as f32).
+pub fn rand_halves(g: &mut StdRng, n: usize) -> Vec<f32> {
+    halves(&rand_f32(g, n, -1.0, 1.0))
+        .iter()
+        .map(|h| h.to_f32())
+        .collect()
+}
+
+/// A convolution's output rows and columns and its top and left padding for an input of
+/// `h` x `w`, a dilated filter of `er` x `es`, `stride` and `pad` ("SAME" or "VALID").
+pub fn conv_geom(
+    (h, w): (usize, usize),
+    (er, es): (usize, usize),
     stride: usize,
-    dil: usize,
     pad: &str,
-    tile: Option<&str>,
-    seed: u64,
-) {
-    let d = dev();
-    let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
-    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
-    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
-    let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
+) -> (usize, usize, usize, usize) {
+    if pad == "SAME" {
         let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
         let ph = ((oh - 1) * stride + er).saturating_sub(h);
         let pw = ((ow - 1) * stride + es).saturating_sub(w);
         (oh, ow, ph / 2, pw / 2)
     } else {
         ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
-    let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
+    }
+}
+
+/// The attributes of an NHWC float16 Conv2D or Conv2D gradient, with `tile` forced if given.
+pub fn conv_attrs_f16(stride: usize, dil: usize, pad: &str, tile: Option<&str>) -> Attrs {
     let mut attrs = Attrs::new()
         .with("T", AttrValue::Type(DType::F16))
         .with(
@@ -202,6 +203,30 @@ pub fn check_conv_f16(
     if let Some(t) = tile {
         attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
     }
+    attrs
+}
+
+/// Conv2D NHWC float16 (x [n, h, w, c], f [r, s, c, k]) against an f64 reference of the f16
+/// inputs; tolerance as for MatMul with K = r * s * c. `pad`: "SAME" or "VALID".
+#[allow(clippy::too_many_arguments)]
+pub fn check_conv_f16(
+    (n, h, w, c): (usize, usize, usize, usize),
+    (r, s, k): (usize, usize, usize),
+    stride: usize,
+    dil: usize,
+    pad: &str,
+    tile: Option<&str>,
+    seed: u64,
+) {
+    let d = dev();
+    let mut g = rng(seed);
+    let x = rand_halves(&mut g, n * h * w * c);
+    let f = rand_halves(&mut g, r * s * c * k);
+    let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
+    let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
+    let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!("Conv2D x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad}");
     let y = d
         .run("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)])
@@ -258,36 +283,14 @@ pub fn check_bwd_input_f16(
 ) {
     let d = dev();
     let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
     let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
-    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
+    let f = rand_halves(&mut g, r * s * c * k);
+    let dy = rand_halves(&mut g, n * oh * ow * k);
     let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
     let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
     let sizes = HostTensor::vec_i32(&[n as i32, h as i32, w as i32, c as i32]);
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!(
         "Conv2DBackpropInput dx[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
     );
@@ -510,36 +513,14 @@ pub fn check_bwd_filter_f16(
 ) {
     let d = dev();
     let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
     let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
-    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
+    let x = rand_halves(&mut g, n * h * w * c);
+    let dy = rand_halves(&mut g, n * oh * ow * k);
     let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
     let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
     let sizes = HostTensor::vec_i32(&[r as i32, s as i32, c as i32, k as i32]);
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!(
         "Conv2DBackpropFilter x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
     );
