@@ -1366,24 +1366,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfwgpu_runtime::{RuntimeOptions, Selection};
-
-    fn line(v: Value) -> String {
-        v.to_string() + "\n"
-    }
-
-    /// The default adapter opened twice, as two devices.
-    fn two_devices() -> Runtime {
-        let one = Runtime::new().expect("an adapter");
-        let i = one.device().description().index;
-        drop(one);
-        let mut opts = RuntimeOptions::from_env().expect("options");
-        opts.selection = Selection {
-            visible: Some(vec![i, i]),
-            name: None,
-        };
-        Runtime::with_options(opts).expect("the adapter opened twice")
-    }
+    use crate::replay_multi::tests::{line, two_devices};
 
     const A: u64 = 0x1_0000_0000;
 

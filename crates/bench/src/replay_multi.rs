@@ -636,16 +636,17 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tfwgpu_runtime::{RuntimeOptions, Selection};
 
-    fn line(v: Value) -> String {
+    /// One line of a trace.
+    pub(crate) fn line(v: Value) -> String {
         v.to_string() + "\n"
     }
 
-    /// The default adapter opened twice, as two devices.
-    fn two_devices() -> Runtime {
+    /// The default adapter opened twice, as two devices (also `replay_dp`'s tests).
+    pub(crate) fn two_devices() -> Runtime {
         let one = Runtime::new().expect("an adapter");
         let i = one.device().description().index;
         drop(one);
