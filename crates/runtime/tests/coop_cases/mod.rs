@@ -6,8 +6,28 @@
 
 use crate::common::*;
 use rand::rngs::StdRng;
-use tfwgpu_runtime::kernels::matmul::coop::CoopTile;
+use std::sync::Once;
+use tfwgpu_runtime::kernels::matmul::coop::{CoopTile, EMULATE_VAR, emulation_requested};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
+
+/// The emulated cooperative kernels (`TFWGPU_COOP_EMULATE=1`) with the switches `vars`, set
+/// once per test binary (the settings are read once per process) before its first test reads
+/// them; every test of such a binary calls this first.
+pub fn setup_emulated(vars: &[(&str, &str)]) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of the binary calls `setup_emulated` first, and `call_once`
+        // blocks the others until the variables are set, so no other thread reads the
+        // environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            for (k, v) in vars {
+                std::env::set_var(k, v);
+            }
+        }
+    });
+    assert!(emulation_requested());
+}
 
 /// `v` rounded to f16.
 pub fn halves(v: &[f32]) -> Vec<f16> {
