@@ -227,6 +227,18 @@ struct Geo {
     pl: usize,
 }
 
+impl Geo {
+    /// The geometry words of the pooling shaders' params (n, h, w, c, oh, ow, kh, kw, sh, sw,
+    /// pt, pl), after their first four.
+    fn words(&self) -> [u32; 12] {
+        [
+            self.n, self.h, self.w, self.c, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw,
+            self.pt, self.pl,
+        ]
+        .map(|v| v as u32)
+    }
+}
+
 fn ints_attr(name: &str, attrs: &Attrs, attr: &str) -> Result<Option<Vec<i64>>> {
     match attrs.get(attr) {
         None => Ok(None),
@@ -711,28 +723,14 @@ impl Kernel for Pool {
                     grid_1d(words as u64, WG)
                 };
                 let inv = |d: usize| (1.0f32 / d as f32).to_bits();
-                let p = params(&[
-                    row,
-                    u(n),
-                    u(words),
-                    0,
-                    u(g.n),
-                    u(g.h),
-                    u(g.w),
-                    u(g.c),
-                    u(g.oh),
-                    u(g.ow),
-                    u(g.kh),
-                    u(g.kw),
-                    u(g.sh),
-                    u(g.sw),
-                    u(g.pt),
-                    u(g.pl),
-                    u(rowq),
-                    inv(g.c / lanes),
-                    inv(g.sh),
-                    inv(g.sw),
-                ]);
+                let p = params(
+                    &[
+                        &[row, u(n), u(words), 0][..],
+                        &g.words(),
+                        &[u(rowq), inv(g.c / lanes), inv(g.sh), inv(g.sw)],
+                    ]
+                    .concat(),
+                );
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };
             if mode == Mode::Max {
@@ -777,24 +775,7 @@ impl Kernel for Pool {
         let words = words_for(name, dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         let u = |v: usize| v as u32;
-        let p = params(&[
-            row,
-            u(n),
-            words,
-            self.nchw as u32,
-            u(g.n),
-            u(g.h),
-            u(g.w),
-            u(g.c),
-            u(g.oh),
-            u(g.ow),
-            u(g.kh),
-            u(g.kw),
-            u(g.sh),
-            u(g.sw),
-            u(g.pt),
-            u(g.pl),
-        ]);
+        let p = params(&[&[row, u(n), words, self.nchw as u32][..], &g.words()].concat());
         ctx.dispatch(&pipeline, &p, &[a, b, c, o], groups)
     }
 }
