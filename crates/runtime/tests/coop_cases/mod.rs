@@ -29,6 +29,14 @@ pub fn setup_emulated(vars: &[(&str, &str)]) {
     assert!(emulation_requested());
 }
 
+/// The error bound of a float16 product element (see matmul_coop.rs): a float32 sum of `k`
+/// exact products errs by at most k * 2^-23 * `scale` (the sum of |products|), and the
+/// rounding to float16 adds 2^-11 relative and 2^-25 absolute (subnormals).
+pub fn f16_tol(want: f64, scale: f64, k: f64) -> f64 {
+    let acc = k * 2f64.powi(-23) * scale;
+    2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25)
+}
+
 /// `v` rounded to f16.
 pub fn halves(v: &[f32]) -> Vec<f16> {
     v.iter().map(|&x| f16::from_f32(x)).collect()
@@ -161,10 +169,8 @@ pub fn check_f16(
     } else {
         sa[sa.len() - 1]
     };
-    let u = 2f64.powi(-23);
     for (i, ((g, &w), &s)) in got.iter().zip(&want).zip(&scale).enumerate() {
-        let acc = k as f64 * u * s;
-        let tol = 2f64.powi(-11) * (w.abs() + acc) + acc + 2f64.powi(-25);
+        let tol = f16_tol(w, s, k as f64);
         let g = g.to_f64();
         assert!(
             (g - w).abs() <= tol,
@@ -253,7 +259,6 @@ pub fn check_conv_f16(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(y[0].shape(), &[n, oh, ow, k], "{what}");
     let got = y[0].download::<f16>().unwrap();
-    let u = 2f64.powi(-23);
     let kk = r * s * c;
     for b in 0..n {
         for oy in 0..oh {
@@ -275,8 +280,7 @@ pub fn check_conv_f16(
                             }
                         }
                     }
-                    let acc = kk as f64 * u * scale;
-                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
+                    let tol = f16_tol(want, scale, kk as f64);
                     let gv = got[((b * oh + oy) * ow + ox) * k + o].to_f64();
                     assert!(
                         (gv - want).abs() <= tol,
@@ -351,11 +355,9 @@ pub fn check_bwd_input_f16(
             }
         }
     }
-    let u = 2f64.powi(-23);
     let kk = (r * s * k) as f64;
     for (e, (&wv, &sc)) in want.iter().zip(&scale).enumerate() {
-        let acc = kk * u * sc;
-        let tol = 2f64.powi(-11) * (wv.abs() + acc) + acc + 2f64.powi(-25);
+        let tol = f16_tol(wv, sc, kk);
         let gv = got[e].to_f64();
         assert!(
             (gv - wv).abs() <= tol,
@@ -553,7 +555,6 @@ pub fn check_bwd_filter_f16(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(df[0].shape(), &[r, s, c, k], "{what}");
     let got = df[0].download::<f16>().unwrap();
-    let u = 2f64.powi(-23);
     let kk = (n * oh * ow) as f64;
     for i in 0..r {
         for j in 0..s {
@@ -575,8 +576,7 @@ pub fn check_bwd_filter_f16(
                             }
                         }
                     }
-                    let acc = kk * u * scale;
-                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
+                    let tol = f16_tol(want, scale, kk);
                     let gv = got[((i * s + j) * c + ci) * k + ko].to_f64();
                     assert!(
                         (gv - want).abs() <= tol,
