@@ -338,7 +338,7 @@ const X4_FROM_F16: &str = "    let w = src[i];
 fn cast_f16_f32_x4() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CAST_F16_F32").map_or(true, |v| v.trim() != "x8"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CAST_F16_F32", "x8"))
 }
 
 /// The one-word-per-invocation shader; float16 loads and stores through `f16conv`'s one-half

@@ -510,9 +510,7 @@ fn subgroups_enabled(ctx: &KernelContext) -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     ctx.features().contains(wgpu::Features::SUBGROUP)
-        && *ON.get_or_init(|| {
-            std::env::var("TFWGPU_SOFTMAX_SUBGROUP").map_or(true, |v| v.trim() != "0")
-        })
+        && *ON.get_or_init(|| !crate::env_is("TFWGPU_SOFTMAX_SUBGROUP", "0"))
 }
 
 /// The workgroup size of `softmax_rows.wgsl`'s 8-load registers variant.
@@ -642,7 +640,7 @@ fn record_rows(
     let (mut k, mut wgs) = (4, WG);
     let l = ctx.limits();
     // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements).
-    let big = std::env::var("TFWGPU_SOFTMAX_REGS").map_or(true, |v| v.trim() != "4");
+    let big = !crate::env_is("TFWGPU_SOFTMAX_REGS", "4");
     if !cached
         && big
         && loads <= 8 * BIG_WG

@@ -501,7 +501,7 @@ pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'stat
 fn f16_x8() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_NORM_F16X8").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_NORM_F16X8", "1"))
 }
 
 /// `stats_vec4.wgsl` (before `vec4_io`) with four channels per invocation or (`x8`, float16)
@@ -743,7 +743,7 @@ const LAST_BINDINGS: u32 = 12;
 fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
     use std::sync::OnceLock;
     static OFF: OnceLock<bool> = OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("TFWGPU_NORM_LAST").is_ok_and(|v| v.trim() == "0"));
+    let off = *OFF.get_or_init(|| crate::env_is("TFWGPU_NORM_LAST", "0"));
     !off && plan.vec4_stats(ctx, dtype)
         && !plan.x8
         && ctx.limits().max_storage_buffers_per_shader_stage >= LAST_BINDINGS
