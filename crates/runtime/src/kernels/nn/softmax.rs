@@ -17,7 +17,7 @@
 //! outside [0, classes) as an InvalidArgument error. A GPU kernel cannot raise one, so here —
 //! as in TensorFlow's GPU kernel — that row's loss and every element of its gradient are NaN.
 
-use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
+use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_2d};
 use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL, fmt_shape};
 use crate::kernels::wgsl::params;
@@ -595,14 +595,7 @@ impl Kernel for SoftmaxKernel {
         let t = threads_per_row(v.cols);
         let g = WG / t;
         let groups = v.rows.div_ceil(g);
-        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-        let gy = groups.div_ceil(gx);
-        if gy > crate::kernel::MAX_GROUPS_X as usize {
-            return Err(Error::Unimplemented(format!(
-                "{name}: {} rows are more than one dispatch can cover",
-                v.rows
-            )));
-        }
+        let (gx, gy) = grid_2d(groups, || format!("{name}: {} rows", v.rows))?;
         let p = params(&[
             v.rows as u32,
             v.cols as u32,
@@ -676,14 +669,7 @@ fn record_rows(
         crate::kernels::membound_shader(rows_shader(log, vec4, cached, k, wgs, sg))
     })?;
     let groups = v.rows.div_ceil(g);
-    let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-    let gy = groups.div_ceil(gx);
-    if gy > crate::kernel::MAX_GROUPS_X as usize {
-        return Err(Error::Unimplemented(format!(
-            "{name}: {} rows are more than one dispatch can cover",
-            v.rows
-        )));
-    }
+    let (gx, gy) = grid_2d(groups, || format!("{name}: {} rows", v.rows))?;
     let p = params(&[
         v.rows as u32,
         loads as u32,

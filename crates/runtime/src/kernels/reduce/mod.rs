@@ -16,7 +16,7 @@
 //! 0/1 words (`bool.wgsl`), narrowed back to bytes by the last step: All of no elements is
 //! true, Any of no elements false.
 
-use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
+use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_2d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
 use crate::{DType, Error, Result, bail_invalid};
@@ -617,13 +617,7 @@ fn run_passes(
         };
         let (t, g) = layout(chunk, inner);
         let groups = slots.div_ceil(g as usize);
-        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-        let gy = groups.div_ceil(gx);
-        if gy > crate::kernel::MAX_GROUPS_X as usize {
-            return Err(Error::Unimplemented(format!(
-                "{op}: {outs} outputs are more than one dispatch can cover"
-            )));
-        }
+        let (gx, gy) = grid_2d(groups, || format!("{op}: {outs} outputs"))?;
         let mut p = vec![
             to_u32(op, slots)?,
             to_u32(op, r)?,
