@@ -17,3 +17,26 @@ def tf():
 
 def on_gpu(t):
     return t.device.endswith("GPU:0")
+
+
+def gpu_counts():
+    """The plugin's GPU kernel runs per op since the process started."""
+    import tensorflow_wgpu
+
+    return tensorflow_wgpu.stats()["gpu_ops"]
+
+
+class ran_on_gpu:
+    """Asserts that each named op ran at least once on the GPU inside the block."""
+
+    def __init__(self, *ops):
+        self.ops = ops
+
+    def __enter__(self):
+        self.before = gpu_counts()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            after = gpu_counts()
+            for op in self.ops:
+                assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the GPU"

@@ -5,28 +5,7 @@ per-op counters, tensorflow_wgpu.stats()) that the kernels really ran on the GPU
 import numpy as np
 import pytest
 
-
-def gpu_counts():
-    import tensorflow_wgpu
-
-    return tensorflow_wgpu.stats()["gpu_ops"]
-
-
-class ran_on_gpu:
-    """Asserts that each named op ran at least once on the GPU inside the block."""
-
-    def __init__(self, *ops):
-        self.ops = ops
-
-    def __enter__(self):
-        self.before = gpu_counts()
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            after = gpu_counts()
-            for op in self.ops:
-                assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the GPU"
-
+from conftest import ran_on_gpu
 
 SHAPES = [(7,), (3, 129), (0, 5), (), (2, 3, 5)]
 FLOATS = ["float32", "float16"]

@@ -2,39 +2,12 @@
 StridedSliceGrad, Pad, PadV2, MirrorPad, MirrorPadGrad, GatherV2, OneHot, Range, Erf, Erfc),
 every registered dtype, awkward shapes, gradients through tf.GradientTape, and a check that the
 kernels really ran on the GPU (the plugin's per-op counters)."""
-import ctypes
-import json
-
 import numpy as np
 import pytest
 
-from conftest import on_gpu
+from conftest import on_gpu, ran_on_gpu
 
 MOVE_DTYPES = ["float32", "float16", "int64", "bool", "uint8"]
-
-
-def gpu_counts():
-    import tensorflow_wgpu
-
-    lib = tensorflow_wgpu._plugin()
-    lib.tfwgpu_stats_json.restype = ctypes.c_char_p
-    return json.loads(lib.tfwgpu_stats_json())["gpu_ops"]
-
-
-class ran_on_gpu:
-    """Asserts that each named op ran at least once on the GPU inside the block."""
-
-    def __init__(self, *ops):
-        self.ops = ops
-
-    def __enter__(self):
-        self.before = gpu_counts()
-
-    def __exit__(self, *exc):
-        if exc[0] is None:
-            after = gpu_counts()
-            for op in self.ops:
-                assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the GPU"
 
 
 def rand(rng, shape, dtype):

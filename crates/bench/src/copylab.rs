@@ -941,6 +941,39 @@ fn variants(robust: Robust) -> Vec<Variant> {
 }
 
 /// Writes the rows measured so far (after every row, so that a run cut short keeps them).
+/// Prints one measurement's row and keeps it (the JSON at `path` rewritten with every row so
+/// far), or prints `label` and its error; a wrong result or an error counts in `failed`.
+fn report(
+    res: Res<Measured>,
+    label: &str,
+    (rows, failed): (&mut Vec<Measured>, &mut usize),
+    path: Option<&str>,
+) -> Res<()> {
+    match res {
+        Ok(m) => {
+            println!(
+                "{:<34} {:>8} {:>10.4} {:>10.0} {:>5} {:>4}",
+                m.name,
+                m.robust.name(),
+                m.ms,
+                m.gbps,
+                m.dispatches,
+                if m.ok { "ok" } else { "BAD" }
+            );
+            if !m.ok {
+                *failed += 1;
+            }
+            rows.push(m);
+            write_lab_json(path, rows)
+        }
+        Err(e) => {
+            println!("{label} failed: {e}");
+            *failed += 1;
+            Ok(())
+        }
+    }
+}
+
 fn write_lab_json(path: Option<&str>, rows: &[Measured]) -> Res<()> {
     let Some(path) = path else {
         return Ok(());
@@ -1000,28 +1033,9 @@ pub fn run(args: &[String]) -> Res<()> {
             if only.as_ref().is_some_and(|o| !o.contains(&v.name())) {
                 continue;
             }
-            match run_variant(&lab, &v, robust, scale) {
-                Ok(m) => {
-                    println!(
-                        "{:<34} {:>8} {:>10.4} {:>10.0} {:>5} {:>4}",
-                        m.name,
-                        m.robust.name(),
-                        m.ms,
-                        m.gbps,
-                        m.dispatches,
-                        if m.ok { "ok" } else { "BAD" }
-                    );
-                    if !m.ok {
-                        failed += 1;
-                    }
-                    rows.push(m);
-                    write_lab_json(path, &rows)?;
-                }
-                Err(e) => {
-                    println!("{:<34} failed: {e}", v.name());
-                    failed += 1;
-                }
-            }
+            let label = format!("{:<34}", v.name());
+            let res = run_variant(&lab, &v, robust, scale);
+            report(res, &label, (&mut rows, &mut failed), path)?;
         }
         for rs in [
             (1, 1, false),
@@ -1042,28 +1056,9 @@ pub fn run(args: &[String]) -> Res<()> {
             {
                 continue;
             }
-            match run_rowsum(&lab, rs, robust, scale) {
-                Ok(m) => {
-                    println!(
-                        "{:<34} {:>8} {:>10.4} {:>10.0} {:>5} {:>4}",
-                        m.name,
-                        m.robust.name(),
-                        m.ms,
-                        m.gbps,
-                        m.dispatches,
-                        if m.ok { "ok" } else { "BAD" }
-                    );
-                    if !m.ok {
-                        failed += 1;
-                    }
-                    rows.push(m);
-                    write_lab_json(path, &rows)?;
-                }
-                Err(e) => {
-                    println!("rowsum {rs:?} failed: {e}");
-                    failed += 1;
-                }
-            }
+            let label = format!("rowsum {rs:?}");
+            let res = run_rowsum(&lab, rs, robust, scale);
+            report(res, &label, (&mut rows, &mut failed), path)?;
         }
         println!("   ({:.1} s)", t0.elapsed().as_secs_f64());
     }

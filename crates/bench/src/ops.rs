@@ -785,16 +785,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
             let c = shape[3];
             let n = shape.iter().product::<usize>();
             let eps = 0.001f32;
-            let kernel = dev
-                .kernel(
-                    "FusedBatchNormV3",
-                    &attrs(&[
-                        ("epsilon", AttrValue::Float(eps)),
-                        ("is_training", AttrValue::Bool(true)),
-                        ("data_format", AttrValue::Str("NHWC".into())),
-                    ]),
-                )
-                .map_err(err)?;
+            let kernel = bn_kernel(dev, "FusedBatchNormV3", eps)?;
             // x = 2 + uniform(-1, 1): a mean far from 0, as activations have.
             let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
             let x = if half { to_half(x) } else { x };
@@ -1052,6 +1043,19 @@ fn same_3s2(h: usize) -> (usize, usize) {
     (o, ((o - 1) * 2 + 3).saturating_sub(h) / 2)
 }
 
+/// The training (is_training), NHWC batch-norm kernel `op` with epsilon `eps`.
+fn bn_kernel(dev: &Device, op: &str, eps: f32) -> Res<Box<dyn Kernel>> {
+    dev.kernel(
+        op,
+        &attrs(&[
+            ("epsilon", AttrValue::Float(eps)),
+            ("is_training", AttrValue::Bool(true)),
+            ("data_format", AttrValue::Str("NHWC".into())),
+        ]),
+    )
+    .map_err(err)
+}
+
 /// FusedBatchNormGradV3 (is_training, NHWC): dy, x, scale, the batch mean and the biased
 /// batch variance (reserve_space_1 / 2, as the forward op saves them), reserve_space_3.
 fn bn_grad_case(
@@ -1065,16 +1069,7 @@ fn bn_grad_case(
     let n = shape.iter().product::<usize>();
     let rest = n / c;
     let eps = 0.001f32;
-    let kernel = dev
-        .kernel(
-            "FusedBatchNormGradV3",
-            &attrs(&[
-                ("epsilon", AttrValue::Float(eps)),
-                ("is_training", AttrValue::Bool(true)),
-                ("data_format", AttrValue::Str("NHWC".into())),
-            ]),
-        )
-        .map_err(err)?;
+    let kernel = bn_kernel(dev, "FusedBatchNormGradV3", eps)?;
     let x: Vec<f32> = random(rng, n).into_iter().map(|v| v + 2.0).collect();
     let dy = random(rng, n);
     let (x, dy) = if half {

@@ -27,29 +27,8 @@ use tfwgpu_runtime::{
 /// CPU time of the calling thread, in seconds: the recording cost without the time this
 /// thread waited for a CPU (the development machine's 2 cores are shared; lavapipe's threads
 /// and other jobs run beside it).
-#[cfg(target_os = "linux")]
 fn thread_cpu_s() -> f64 {
-    #[repr(C)]
-    struct Timespec {
-        sec: i64,
-        nsec: i64,
-    }
-    unsafe extern "C" {
-        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-    }
-    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-    let mut ts = Timespec { sec: 0, nsec: 0 };
-    // SAFETY: a valid out pointer; the clock id is Linux's.
-    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return f64::NAN;
-    }
-    ts.sec as f64 + ts.nsec as f64 * 1e-9
-}
-
-#[cfg(not(target_os = "linux"))]
-fn thread_cpu_s() -> f64 {
-    f64::NAN
+    tfwgpu_runtime::hostlog::thread_cpu_ns().map_or(f64::NAN, |ns| ns as f64 * 1e-9)
 }
 
 fn median(v: &[f64]) -> f64 {

@@ -40,7 +40,6 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, channel};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
@@ -53,6 +52,7 @@ use crate::replay::{
     Event, Input, Memory, Pass, Timed, Trace, apply_event, median, random_bytes, report_steps, sub,
     write_json,
 };
+use crate::replay_multi::{self, OTHER_FAILED};
 
 /// How the gradients are all-reduced between the devices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -370,89 +370,33 @@ pub struct BucketTimes {
     pub done_us: f64,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    cv: Condvar,
-    threads: usize,
-}
-
-struct State {
-    arrived: usize,
-    generation: u64,
-    failed: bool,
+/// What `Shared` holds for the data-parallel replay.
+struct Dp {
     /// Per device, per bucket: its sum is recorded there.
     done: Vec<Vec<bool>>,
     /// Per device: its communication thread is still running.
     comm_running: Vec<bool>,
-    marks: Vec<(String, f64)>,
 }
 
-const OTHER_FAILED: &str = "another device's replay failed";
+type Shared = replay_multi::Shared<Dp>;
 
 impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn barrier(&self) -> Result<bool, String> {
-        let mut st = self.lock();
-        if st.failed {
-            return Err(OTHER_FAILED.into());
-        }
-        st.arrived += 1;
-        if st.arrived == self.threads {
-            st.arrived = 0;
-            st.generation += 1;
-            self.cv.notify_all();
-            return Ok(true);
-        }
-        let g = st.generation;
-        while st.generation == g && !st.failed {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        if st.generation == g {
-            return Err(OTHER_FAILED.into());
-        }
-        Ok(false)
-    }
-
     fn set_done(&self, s: usize, b: usize) {
-        self.lock().done[s][b] = true;
-        self.cv.notify_all();
+        self.update(|dp| dp.done[s][b] = true);
     }
 
     fn wait_done(&self, s: usize, b: usize) -> Result<(), String> {
-        let mut st = self.lock();
-        while !st.done[s][b] {
-            if st.failed {
-                return Err(OTHER_FAILED.into());
-            }
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        Ok(())
+        self.wait_for(|dp| dp.done[s][b].then_some(()))
     }
 
     fn comm_finished(&self, s: usize) {
-        self.lock().comm_running[s] = false;
-        self.cv.notify_all();
+        self.update(|dp| dp.comm_running[s] = false);
     }
 
     /// Waits until device `s`'s communication thread has stopped (it records on the device and
     /// writes into its memory until then).
     fn wait_comm(&self, s: usize) {
-        let mut st = self.lock();
-        while st.comm_running[s] {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-    }
-
-    fn failed(&self) -> bool {
-        self.lock().failed
-    }
-
-    fn fail(&self) {
-        self.lock().failed = true;
-        self.cv.notify_all();
+        self.wait_while(|dp| dp.comm_running[s]);
     }
 }
 
@@ -542,7 +486,7 @@ impl DevState<'_> {
             return true;
         }
         let st = self.cx.shared.lock();
-        bs.iter().all(|&b| st.done[self.s][b])
+        bs.iter().all(|&b| st.own.done[self.s][b])
     }
 
     /// Blocks until the buckets event `i` waits for are summed here.
@@ -578,12 +522,7 @@ impl DevState<'_> {
             Event::Mark(label) => {
                 self.mark_waits.push(std::mem::take(&mut self.since_mark));
                 self.dev.synchronize().map_err(e)?;
-                if cx.shared.barrier()? {
-                    cx.shared
-                        .lock()
-                        .marks
-                        .push((label.clone(), cx.t0.elapsed().as_secs_f64()));
-                }
+                cx.shared.mark(label, cx.t0)?;
             }
             ev => {
                 let mut data = self.payloads.remove(&i).into_iter();
@@ -975,18 +914,13 @@ pub fn replay_dp(
     for d in devs {
         d.synchronize().map_err(e)?;
     }
-    let shared = Shared {
-        state: Mutex::new(State {
-            arrived: 0,
-            generation: 0,
-            failed: false,
+    let shared = Shared::new(
+        n,
+        Dp {
             done: vec![vec![false; plan.buckets.len()]; n],
             comm_running: vec![comm; n],
-            marks: vec![],
-        }),
-        cv: Condvar::new(),
-        threads: n,
-    };
+        },
+    );
     let t0 = Instant::now();
     let cx = Ctx {
         trace,
@@ -1432,24 +1366,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tfwgpu_runtime::{RuntimeOptions, Selection};
-
-    fn line(v: Value) -> String {
-        v.to_string() + "\n"
-    }
-
-    /// The default adapter opened twice, as two devices.
-    fn two_devices() -> Runtime {
-        let one = Runtime::new().expect("an adapter");
-        let i = one.device().description().index;
-        drop(one);
-        let mut opts = RuntimeOptions::from_env().expect("options");
-        opts.selection = Selection {
-            visible: Some(vec![i, i]),
-            name: None,
-        };
-        Runtime::with_options(opts).expect("the adapter opened twice")
-    }
+    use crate::replay_multi::tests::{line, two_devices};
 
     const A: u64 = 0x1_0000_0000;
 

@@ -162,31 +162,47 @@ impl Plan {
     }
 }
 
-/// What the device threads share: a barrier for marks, the reads of copies in flight, and a
-/// failure flag that releases every waiting thread when one fails.
-struct Shared {
-    state: Mutex<State>,
+/// What the device threads of a multi-device replay share (`--per-device` here, and
+/// `replay_dp`): a barrier for marks, the marks, a failure flag that releases every waiting
+/// thread when one fails, and the replay's own state `S`.
+pub(crate) struct Shared<S> {
+    state: Mutex<State<S>>,
     cv: Condvar,
     threads: usize,
 }
 
-struct State {
+pub(crate) struct State<S> {
     arrived: usize,
     generation: u64,
     failed: bool,
-    reads: Vec<Option<ReadInFlight>>,
-    marks: Vec<(String, f64)>,
+    pub(crate) marks: Vec<(String, f64)>,
+    /// The replay's own state.
+    pub(crate) own: S,
 }
 
-const OTHER_FAILED: &str = "another device's replay failed";
+pub(crate) const OTHER_FAILED: &str = "another device's replay failed";
 
-impl Shared {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+impl<S> Shared<S> {
+    pub(crate) fn new(threads: usize, own: S) -> Self {
+        Shared {
+            state: Mutex::new(State {
+                arrived: 0,
+                generation: 0,
+                failed: false,
+                marks: vec![],
+                own,
+            }),
+            cv: Condvar::new(),
+            threads,
+        }
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State<S>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits until every thread got here; the last one to arrive returns true.
-    fn barrier(&self) -> Result<bool, String> {
+    pub(crate) fn barrier(&self) -> Result<bool, String> {
         let mut st = self.lock();
         if st.failed {
             return Err(OTHER_FAILED.into());
@@ -208,15 +224,28 @@ impl Shared {
         Ok(false)
     }
 
-    fn put_read(&self, id: usize, read: ReadInFlight) {
-        self.lock().reads[id] = Some(read);
+    /// A mark: the barrier, then the last thread to arrive records `label` at its time since
+    /// `t0`.
+    pub(crate) fn mark(&self, label: &str, t0: Instant) -> Result<(), String> {
+        if self.barrier()? {
+            self.lock()
+                .marks
+                .push((label.to_string(), t0.elapsed().as_secs_f64()));
+        }
+        Ok(())
+    }
+
+    /// Changes the replay's own state and wakes the waiting threads.
+    pub(crate) fn update(&self, f: impl FnOnce(&mut S)) {
+        f(&mut self.lock().own);
         self.cv.notify_all();
     }
 
-    fn take_read(&self, id: usize) -> Result<ReadInFlight, String> {
+    /// Waits until `f` returns something, or another thread failed.
+    pub(crate) fn wait_for<T>(&self, mut f: impl FnMut(&mut S) -> Option<T>) -> Result<T, String> {
         let mut st = self.lock();
         loop {
-            if let Some(r) = st.reads[id].take() {
+            if let Some(r) = f(&mut st.own) {
                 return Ok(r);
             }
             if st.failed {
@@ -226,9 +255,35 @@ impl Shared {
         }
     }
 
-    fn fail(&self) {
+    /// Waits while `f` holds, whether or not another thread failed.
+    pub(crate) fn wait_while(&self, mut f: impl FnMut(&S) -> bool) {
+        let mut st = self.lock();
+        while f(&st.own) {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    pub(crate) fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    pub(crate) fn fail(&self) {
         self.lock().failed = true;
         self.cv.notify_all();
+    }
+}
+
+/// The reads of copies between devices in flight, by copy (the state `--per-device` adds to
+/// `Shared`).
+type Reads = Vec<Option<ReadInFlight>>;
+
+impl Shared<Reads> {
+    fn put_read(&self, id: usize, read: ReadInFlight) {
+        self.update(|reads| reads[id] = Some(read));
+    }
+
+    fn take_read(&self, id: usize) -> Result<ReadInFlight, String> {
+        self.wait_for(|reads| reads[id].take())
     }
 }
 
@@ -274,7 +329,7 @@ fn device_thread(
     trace: &Trace,
     plan: &Plan,
     cache: &mut HashMap<String, Box<dyn Kernel>>,
-    shared: &Shared,
+    shared: &Shared<Reads>,
     payloads: Vec<Vec<u8>>,
     t0: Instant,
 ) -> DeviceResult {
@@ -312,12 +367,7 @@ fn device_thread(
             match &trace.events[i] {
                 Event::Mark(label) => {
                     dev.synchronize().map_err(e)?;
-                    if shared.barrier()? {
-                        shared
-                            .lock()
-                            .marks
-                            .push((label.clone(), t0.elapsed().as_secs_f64()));
-                    }
+                    shared.mark(label, t0)?;
                 }
                 Event::D2d {
                     src,
@@ -386,17 +436,10 @@ pub fn replay_multi(
     for d in devs {
         d.synchronize().map_err(|e| e.to_string())?;
     }
-    let shared = Shared {
-        state: Mutex::new(State {
-            arrived: 0,
-            generation: 0,
-            failed: false,
-            reads: (0..plan.copies.len()).map(|_| None).collect(),
-            marks: vec![],
-        }),
-        cv: Condvar::new(),
-        threads: devs.len(),
-    };
+    let shared = Shared::new(
+        devs.len(),
+        (0..plan.copies.len()).map(|_| None).collect::<Reads>(),
+    );
     let t0 = Instant::now();
     let results: Vec<DeviceResult> = std::thread::scope(|sc| {
         let handles: Vec<_> = caches
@@ -593,16 +636,17 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use tfwgpu_runtime::{RuntimeOptions, Selection};
 
-    fn line(v: Value) -> String {
+    /// One line of a trace.
+    pub(crate) fn line(v: Value) -> String {
         v.to_string() + "\n"
     }
 
-    /// The default adapter opened twice, as two devices.
-    fn two_devices() -> Runtime {
+    /// The default adapter opened twice, as two devices (also `replay_dp`'s tests).
+    pub(crate) fn two_devices() -> Runtime {
         let one = Runtime::new().expect("an adapter");
         let i = one.device().description().index;
         drop(one);

@@ -59,29 +59,8 @@ pub mod timers {
     /// the time the thread waited for a CPU (the development machine's 2 cores are shared, and
     /// lavapipe executes the GPU work on threads of its own). A system call each (~0.1-0.3
     /// us): the timers are a measuring mode. Wall time where the clock is missing.
-    #[cfg(target_os = "linux")]
     fn now_ns() -> u64 {
-        #[repr(C)]
-        struct Timespec {
-            sec: i64,
-            nsec: i64,
-        }
-        unsafe extern "C" {
-            fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
-        }
-        const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
-        let mut ts = Timespec { sec: 0, nsec: 0 };
-        // SAFETY: a valid out pointer; the clock id is Linux's.
-        if unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
-            ts.sec as u64 * 1_000_000_000 + ts.nsec as u64
-        } else {
-            wall_ns()
-        }
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn now_ns() -> u64 {
-        wall_ns()
+        tfwgpu_runtime::hostlog::thread_cpu_ns().unwrap_or_else(wall_ns)
     }
 
     fn wall_ns() -> u64 {

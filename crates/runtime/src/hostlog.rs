@@ -188,6 +188,32 @@ pub fn now() -> u64 {
     }
 }
 
+/// CPU time of the calling thread in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`): host cost
+/// without the time the thread waited for a CPU. A system call each (~0.1-0.3 us). None where
+/// the clock is missing (not Linux, or the call failed).
+#[cfg(target_os = "linux")]
+pub fn thread_cpu_ns() -> Option<u64> {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    unsafe extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: a valid out pointer; the clock id is Linux's.
+    (unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0)
+        .then(|| ts.sec as u64 * 1_000_000_000 + ts.nsec as u64)
+}
+
+/// CPU time of the calling thread: not measured off Linux.
+#[cfg(not(target_os = "linux"))]
+pub fn thread_cpu_ns() -> Option<u64> {
+    None
+}
+
 fn thread_index() -> u32 {
     thread_local! {
         static IDX: u32 = {

@@ -337,6 +337,20 @@ pub fn grid_1d(threads: u64, wg: u32) -> ([u32; 3], u32) {
     ([x, y, 1], x * wg)
 }
 
+/// `groups` (> 0) workgroups as a (gx, gy) grid, gx at most `MAX_GROUPS_X`; an Unimplemented
+/// error "`what` are more than one dispatch can cover" when gy is past that limit too.
+pub(crate) fn grid_2d(groups: usize, what: impl FnOnce() -> String) -> Result<(usize, usize)> {
+    let gx = groups.min(MAX_GROUPS_X as usize);
+    let gy = groups.div_ceil(gx);
+    if gy > MAX_GROUPS_X as usize {
+        return Err(Error::Unimplemented(format!(
+            "{} are more than one dispatch can cover",
+            what()
+        )));
+    }
+    Ok((gx, gy))
+}
+
 /// How many counters `KernelContext::arrival_counters` holds per device (16 KiB).
 pub const ARRIVAL_COUNTERS: usize = 4096;
 

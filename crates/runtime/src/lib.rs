@@ -46,3 +46,10 @@ pub use kernel::{
     TypeConstraint,
 };
 pub use kernel_manager::{CacheStats, KernelManager, PipelineKey};
+
+/// Whether the environment variable `name` is set to `value` (surrounding blanks ignored): the
+/// test behind the kernels' on/off `TFWGPU_*` switches (where one is read once per process,
+/// its caller caches the answer).
+pub(crate) fn env_is(name: &str, value: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v.trim() == value)
+}

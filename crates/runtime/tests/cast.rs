@@ -1,7 +1,7 @@
 mod common;
 use common::*;
 use rand::Rng;
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor, f16};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor, Tensor, f16};
 
 const ALL: [DType; 6] = DType::ALL;
 
@@ -293,8 +293,14 @@ fn cast_attrs(src: DType, dst: DType) -> Attrs {
         .with("Truncate", AttrValue::Bool(false))
 }
 
-/// Compares element bytes; float NaNs match any NaN.
-fn assert_cast_eq(got: &[u8], want: &[u8], src: DType, dst: DType, vals: &[V]) {
+/// Compares the bytes of the Cast of `vals` from `src` to `dst` (`truncate`: the Truncate
+/// attribute) with `cast_ref`'s; float NaNs match any NaN.
+fn assert_cast_eq(out: &Tensor, src: DType, dst: DType, vals: &[V], truncate: bool) {
+    let got = out.download_host().unwrap().bytes;
+    let want: Vec<u8> = vals
+        .iter()
+        .flat_map(|&v| cast_ref(v, dst, truncate))
+        .collect();
     let size = dst.size();
     assert_eq!(got.len(), want.len(), "{src}->{dst}: byte length");
     for (i, (g, w)) in got.chunks(size).zip(want.chunks(size)).enumerate() {
@@ -333,9 +339,7 @@ fn cast_every_pair() {
                     .unwrap();
                 assert_eq!(out[0].dtype(), dst);
                 assert_eq!(out[0].shape(), shape);
-                let got = out[0].download_host().unwrap().bytes;
-                let want: Vec<u8> = vals.iter().flat_map(|&v| cast_ref(v, dst, false)).collect();
-                assert_cast_eq(&got, &want, src, dst, vals);
+                assert_cast_eq(&out[0], src, dst, vals, false);
             }
         }
     }
@@ -377,9 +381,7 @@ fn cast_f16_conversions_are_exact_on_every_half_and_tie() {
             let out = d
                 .run("Cast", &cast_attrs(src, dst), &[Arg::from(&t)])
                 .unwrap();
-            let got = out[0].download_host().unwrap().bytes;
-            let want: Vec<u8> = vals.iter().flat_map(|&v| cast_ref(v, dst, false)).collect();
-            assert_cast_eq(&got, &want, src, dst, vals);
+            assert_cast_eq(&out[0], src, dst, vals, false);
         }
     }
 }
@@ -481,9 +483,7 @@ fn cast_truncate_attribute() {
     for dst in ALL {
         let attrs = cast_attrs(DType::F32, dst).with("Truncate", AttrValue::Bool(true));
         let out = d.run("Cast", &attrs, &[Arg::from(&t)]).unwrap();
-        let got = out[0].download_host().unwrap().bytes;
-        let want: Vec<u8> = vals.iter().flat_map(|&v| cast_ref(v, dst, true)).collect();
-        assert_cast_eq(&got, &want, DType::F32, dst, &vals);
+        assert_cast_eq(&out[0], DType::F32, dst, &vals, true);
     }
     // 1 + 2^-10 + 2^-11 + 2^-12 rounds up to 1 + 2^-9 but truncates to 1 + 2^-10.
     let x = d.upload(&[1.001_709f32, -1.001_709], &[2]).unwrap();

@@ -161,6 +161,24 @@ fn to_layout(c: &Cfg, d: &[f64], h: usize, w: usize, ch: usize) -> Vec<f64> {
     o
 }
 
+/// `to_layout`'s inverse: NCHW data (if `c.nchw`) in NHWC.
+fn to_nhwc(c: &Cfg, d: &[f64], h: usize, w: usize, ch: usize) -> Vec<f64> {
+    if !c.nchw {
+        return d.to_vec();
+    }
+    let mut o = vec![0.0; d.len()];
+    for n in 0..c.n {
+        for y in 0..h {
+            for x in 0..w {
+                for k in 0..ch {
+                    o[((n * h + y) * w + x) * ch + k] = d[((n * ch + k) * h + y) * w + x];
+                }
+            }
+        }
+    }
+    o
+}
+
 /// The three products of a convolution (forward, input gradient, filter gradient) with the
 /// sums of absolute terms, in NHWC / HWIO, f64.
 struct Refs {
@@ -237,6 +255,23 @@ fn bounds(want: &[f64], abs: &[f64], terms: usize, f16_out: bool) -> Vec<f64> {
         .collect()
 }
 
+/// Runs `(op, attrs, args)` and checks the output's shape and its values against `want`
+/// within `bounds(want, abs, terms, f16_out)`; `label` names the check in its messages.
+fn run_within(
+    (op, attrs, args): (&str, &Attrs, &[Arg]),
+    shape: &[usize],
+    (want, abs): (&[f64], &[f64]),
+    (terms, f16_out): (usize, bool),
+    label: &str,
+) {
+    let out = dev()
+        .run(op, attrs, args)
+        .unwrap_or_else(|e| panic!("{label}: {e}"));
+    assert_eq!(out[0].shape(), shape, "{label}: shape");
+    let tol = bounds(want, abs, terms, f16_out);
+    assert_within(&download(&out[0]), want, &tol, label);
+}
+
 /// Random data in [-1, 1), rounded to the dtype (f64 values and the device tensor).
 fn data(
     rng: &mut rand::rngs::StdRng,
@@ -291,89 +326,46 @@ fn check_conv(c: &Cfg, dtype: DType, extra: &[(&str, AttrValue)], seed: u64) {
     let (f, ft) = data(&mut rng, fsh.iter().product(), &fsh, dtype);
     let (dy, dyt) = data(&mut rng, ny, &ys, dtype);
     // The reference works in NHWC: bring NCHW data over.
-    let from = |d: &[f64], h: usize, w: usize, ch: usize| -> Vec<f64> {
-        if !c.nchw {
-            return d.to_vec();
-        }
-        let mut o = vec![0.0; d.len()];
-        for n in 0..c.n {
-            for y in 0..h {
-                for xx in 0..w {
-                    for k in 0..ch {
-                        o[((n * h + y) * w + xx) * ch + k] = d[((n * ch + k) * h + y) * w + xx];
-                    }
-                }
-            }
-        }
-        o
-    };
-    let r = reference(c, &from(&x, c.h, c.w, c.c), &f, &from(&dy, oh, ow, c.k));
+    let r = reference(
+        c,
+        &to_nhwc(c, &x, c.h, c.w, c.c),
+        &f,
+        &to_nhwc(c, &dy, oh, ow, c.k),
+    );
     let mut attrs = c.attrs(dtype);
     for (k, v) in extra {
         attrs.set(k, v.clone());
     }
     let f16_out = dtype == DType::F16;
-    let d = dev();
 
-    let y = d
-        .run("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)])
-        .unwrap_or_else(|e| panic!("Conv2D {what}: {e}"));
-    assert_eq!(y[0].shape(), ys.as_slice(), "Conv2D shape {what}");
-    let want = to_layout(c, &r.y, oh, ow, c.k);
-    let tol = bounds(
-        &want,
-        &to_layout(c, &r.y_abs, oh, ow, c.k),
-        c.r * c.s * c.cg,
-        f16_out,
+    let lay = |v: &[f64], h, w, ch| to_layout(c, v, h, w, ch);
+    run_within(
+        ("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)]),
+        &ys,
+        (&lay(&r.y, oh, ow, c.k), &lay(&r.y_abs, oh, ow, c.k)),
+        (c.r * c.s * c.cg, f16_out),
+        &format!("Conv2D {what}"),
     );
-    assert_within(&download(&y[0]), &want, &tol, &format!("Conv2D {what}"));
-
-    let isz = sizes(&xs);
-    let dx = d
-        .run(
+    run_within(
+        (
             "Conv2DBackpropInput",
             &attrs,
-            &[Arg::from(&isz), Arg::from(&ft), Arg::from(&dyt)],
-        )
-        .unwrap_or_else(|e| panic!("Conv2DBackpropInput {what}: {e}"));
-    assert_eq!(
-        dx[0].shape(),
-        xs.as_slice(),
-        "Conv2DBackpropInput shape {what}"
-    );
-    let want = to_layout(c, &r.dx, c.h, c.w, c.c);
-    let kg = c.k / c.groups();
-    let tol = bounds(
-        &want,
-        &to_layout(c, &r.dx_abs, c.h, c.w, c.c),
-        c.r * c.s * kg,
-        f16_out,
-    );
-    assert_within(
-        &download(&dx[0]),
-        &want,
-        &tol,
+            &[Arg::from(&sizes(&xs)), Arg::from(&ft), Arg::from(&dyt)],
+        ),
+        &xs,
+        (&lay(&r.dx, c.h, c.w, c.c), &lay(&r.dx_abs, c.h, c.w, c.c)),
+        (c.r * c.s * (c.k / c.groups()), f16_out),
         &format!("Conv2DBackpropInput {what}"),
     );
-
-    let fsz = sizes(&fsh);
-    let df = d
-        .run(
+    run_within(
+        (
             "Conv2DBackpropFilter",
             &attrs,
-            &[Arg::from(&xt), Arg::from(&fsz), Arg::from(&dyt)],
-        )
-        .unwrap_or_else(|e| panic!("Conv2DBackpropFilter {what}: {e}"));
-    assert_eq!(
-        df[0].shape(),
-        fsh.as_slice(),
-        "Conv2DBackpropFilter shape {what}"
-    );
-    let tol = bounds(&r.df, &r.df_abs, c.n * oh * ow, f16_out);
-    assert_within(
-        &download(&df[0]),
-        &r.df,
-        &tol,
+            &[Arg::from(&xt), Arg::from(&sizes(&fsh)), Arg::from(&dyt)],
+        ),
+        &fsh,
+        (&r.df, &r.df_abs),
+        (c.n * oh * ow, f16_out),
         &format!("Conv2DBackpropFilter {what}"),
     );
 }
@@ -973,81 +965,49 @@ fn check_depthwise(c: &Cfg, mult: usize, dtype: DType, extra: &[(&str, AttrValue
     let (x, xt) = data(&mut rng, c.n * c.h * c.w * c.c, &xs, dtype);
     let (f, ft) = data(&mut rng, c.r * c.s * c.c * mult, &fsh, dtype);
     let (dy, dyt) = data(&mut rng, c.n * oh * ow * g.k, &ys, dtype);
-    let nhwc = |d: &[f64], h: usize, w: usize, ch: usize| -> Vec<f64> {
-        if !c.nchw {
-            return d.to_vec();
-        }
-        let mut o = vec![0.0; d.len()];
-        for n in 0..c.n {
-            for y in 0..h {
-                for xx in 0..w {
-                    for k in 0..ch {
-                        o[((n * h + y) * w + xx) * ch + k] = d[((n * ch + k) * h + y) * w + xx];
-                    }
-                }
-            }
-        }
-        o
-    };
-    let r = reference(&g, &nhwc(&x, c.h, c.w, c.c), &f, &nhwc(&dy, oh, ow, g.k));
+    let r = reference(
+        &g,
+        &to_nhwc(c, &x, c.h, c.w, c.c),
+        &f,
+        &to_nhwc(c, &dy, oh, ow, g.k),
+    );
     let mut attrs = g.attrs(dtype);
     for (k, v) in extra {
         attrs.set(k, v.clone());
     }
     let f16_out = dtype == DType::F16;
-    let d = dev();
-    let y = d
-        .run(
+    let lay = |v: &[f64], h, w, ch| to_layout(&g, v, h, w, ch);
+    run_within(
+        (
             "DepthwiseConv2dNative",
             &attrs,
             &[Arg::from(&xt), Arg::from(&ft)],
-        )
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert_eq!(y[0].shape(), ys.as_slice(), "{what}");
-    let want = to_layout(&g, &r.y, oh, ow, g.k);
-    let tol = bounds(
-        &want,
-        &to_layout(&g, &r.y_abs, oh, ow, g.k),
-        c.r * c.s,
-        f16_out,
+        ),
+        &ys,
+        (&lay(&r.y, oh, ow, g.k), &lay(&r.y_abs, oh, ow, g.k)),
+        (c.r * c.s, f16_out),
+        &format!("forward {what}"),
     );
-    assert_within(&download(&y[0]), &want, &tol, &format!("forward {what}"));
-
-    let dx = d
-        .run(
+    run_within(
+        (
             "DepthwiseConv2dNativeBackpropInput",
             &attrs,
             &[Arg::from(&sizes(&xs)), Arg::from(&ft), Arg::from(&dyt)],
-        )
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert_eq!(dx[0].shape(), xs.as_slice(), "{what}");
-    let want = to_layout(&g, &r.dx, c.h, c.w, c.c);
-    let tol = bounds(
-        &want,
-        &to_layout(&g, &r.dx_abs, c.h, c.w, c.c),
-        c.r * c.s * mult,
-        f16_out,
-    );
-    assert_within(
-        &download(&dx[0]),
-        &want,
-        &tol,
+        ),
+        &xs,
+        (&lay(&r.dx, c.h, c.w, c.c), &lay(&r.dx_abs, c.h, c.w, c.c)),
+        (c.r * c.s * mult, f16_out),
         &format!("input gradient {what}"),
     );
-
-    let df = d
-        .run(
+    run_within(
+        (
             "DepthwiseConv2dNativeBackpropFilter",
             &attrs,
             &[Arg::from(&xt), Arg::from(&sizes(&fsh)), Arg::from(&dyt)],
-        )
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert_eq!(df[0].shape(), fsh.as_slice(), "{what}");
-    let tol = bounds(&r.df, &r.df_abs, c.n * oh * ow, f16_out);
-    assert_within(
-        &download(&df[0]),
-        &r.df,
-        &tol,
+        ),
+        &fsh,
+        (&r.df, &r.df_abs),
+        (c.n * oh * ow, f16_out),
         &format!("filter gradient {what}"),
     );
 }

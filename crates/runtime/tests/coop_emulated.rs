@@ -12,23 +12,15 @@
 mod common;
 mod coop_cases;
 
-use std::sync::Once;
-
 use tfwgpu_runtime::kernels::matmul::coop::{
     COOP_64X64_2X2V, COOP_64X64_2X2VF, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, COOP_64X64X64_2X2W1F,
     COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS, COOP_64X64X64_4X4W1FSE4,
-    COOP_64X64X80_2X2W1FSE2, CoopTile, EMULATE_VAR, emulation_requested,
+    COOP_64X64X80_2X2W1FSE2, CoopTile,
 };
 
 /// Sets `TFWGPU_COOP_EMULATE=1` before any test of this binary records a kernel.
 fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
-        // others until the variable is set, so no other thread reads the environment then.
-        unsafe { std::env::set_var(EMULATE_VAR, "1") };
-    });
-    assert!(emulation_requested());
+    coop_cases::setup_emulated(&[]);
 }
 
 /// The default where M or N is at most 64 (`2x2v`), v3's default for few tiles (`2x2w2`),

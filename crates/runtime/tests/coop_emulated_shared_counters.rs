@@ -8,25 +8,14 @@
 mod common;
 mod coop_cases;
 
-use std::sync::Once;
-
-use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X64X64_2X2W1FS, EMULATE_VAR, emulation_requested,
-};
+use tfwgpu_runtime::kernels::matmul::coop::COOP_64X64X64_2X2W1FS;
 
 fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: the one test of this binary calls `setup` first, before any other thread
-        // of the process reads the environment.
-        unsafe {
-            std::env::set_var(EMULATE_VAR, "1");
-            std::env::set_var("TFWGPU_CONV_COOP_SPLITS", "1000");
-            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
-            std::env::set_var("TFWGPU_NORM_ONEPASS", "0");
-        }
-    });
-    assert!(emulation_requested());
+    coop_cases::setup_emulated(&[
+        ("TFWGPU_CONV_COOP_SPLITS", "1000"),
+        ("TFWGPU_CONV_COOP_LAST", "force"),
+        ("TFWGPU_NORM_ONEPASS", "0"),
+    ]);
 }
 
 /// A training batch norm whose statistics are finalized by their last workgroup (two

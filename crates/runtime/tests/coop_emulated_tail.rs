@@ -8,25 +8,14 @@
 mod common;
 mod coop_cases;
 
-use std::sync::Once;
-
-use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4, EMULATE_VAR, emulation_requested,
-};
+use tfwgpu_runtime::kernels::matmul::coop::{COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X4W1FSE4};
 
 fn setup() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: every test of this binary calls `setup` first, and `call_once` blocks the
-        // others until the variables are set, so no other thread reads the environment then.
-        unsafe {
-            std::env::set_var(EMULATE_VAR, "1");
-            std::env::set_var("TFWGPU_CONV_COOP_WAVE", "3");
-            std::env::set_var("TFWGPU_CONV_COOP_TAIL", "force");
-            std::env::set_var("TFWGPU_CONV_COOP_LAST", "force");
-        }
-    });
-    assert!(emulation_requested());
+    coop_cases::setup_emulated(&[
+        ("TFWGPU_CONV_COOP_WAVE", "3"),
+        ("TFWGPU_CONV_COOP_TAIL", "force"),
+        ("TFWGPU_CONV_COOP_LAST", "force"),
+    ]);
 }
 
 #[test]

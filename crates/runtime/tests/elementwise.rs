@@ -80,6 +80,18 @@ const BINARY_OPS: &[&str] = &[
 
 // ---------------------------------------------------------------- binary ops
 
+/// The float32 reference of a `BINARY_OPS` op (RealDiv and Div: x / y).
+fn binary_f32_ref(op: &str) -> fn(f32, f32) -> f32 {
+    match op {
+        "AddV2" => |x, y| x + y,
+        "Sub" => |x, y| x - y,
+        "Mul" => |x, y| x * y,
+        "Maximum" => tf_max,
+        "Minimum" => tf_min,
+        _ => |x, y| x / y,
+    }
+}
+
 #[test]
 fn binary_f32_broadcasting() {
     let mut r = rng(1);
@@ -91,14 +103,7 @@ fn binary_f32_broadcasting() {
         for &op in BINARY_OPS {
             let what = format!("{op} f32 {sa:?} {sb:?}");
             let (shape, got) = run2(op, &a, sa, &b, sb);
-            let f: fn(f32, f32) -> f32 = match op {
-                "AddV2" => |x, y| x + y,
-                "Sub" => |x, y| x - y,
-                "Mul" => |x, y| x * y,
-                "Maximum" => tf_max,
-                "Minimum" => tf_min,
-                _ => |x, y| x / y,
-            };
+            let f = binary_f32_ref(op);
             let (want_shape, want) = bcast_ref(&a, sa, &b, sb, f);
             assert_eq!(shape, want_shape, "{what}: shape");
             if op.contains("Div") {
@@ -155,14 +160,7 @@ fn binary_f16_broadcasting() {
             let what = format!("{op} f16 {sa:?} {sb:?}");
             let (shape, got) = run2(op, &a, sa, &b, sb);
             // Eigen's half arithmetic: compute in f32, round to nearest even.
-            let f: fn(f32, f32) -> f32 = match op {
-                "AddV2" => |x, y| x + y,
-                "Sub" => |x, y| x - y,
-                "Mul" => |x, y| x * y,
-                "Maximum" => tf_max,
-                "Minimum" => tf_min,
-                _ => |x, y| x / y,
-            };
+            let f = binary_f32_ref(op);
             let (want_shape, want) = bcast_ref(&a, sa, &b, sb, |x, y| {
                 f16::from_f32(f(x.to_f32(), y.to_f32()))
             });

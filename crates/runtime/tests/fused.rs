@@ -280,15 +280,7 @@ fn relu_grad_as_the_unfused_kernel() {
     );
     // Unequal shapes are TensorFlow's error, not a broadcast.
     let c = dev().upload(&[1.0f32; 7], &[1, 7]).unwrap();
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("ReluGrad(i0,i1);Neg(t0)", 2, DType::F32),
-            &[Arg::from(&a), Arg::from(&c)],
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("ReluGrad(i0,i1);Neg(t0)", &[&a, &c]);
     assert!(e.contains("ReluGrad") && e.contains("same shape"), "{e}");
 }
 
@@ -365,15 +357,7 @@ fn tiles_of_size_one_dimensions_are_broadcasts() {
         .collect();
     assert_eq!(bits(&got.download::<f32>().unwrap()), bits(&want));
     // A rank mismatch is an error.
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("Tile[4x1](i0);Neg(t0)", 1, DType::F32),
-            &[Arg::from(&y)],
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("Tile[4x1](i0);Neg(t0)", &[&y]);
     assert!(e.contains("vector of length 3"), "{e}");
 }
 
@@ -493,31 +477,14 @@ fn empty_and_one_element_tensors() {
 fn bad_inputs_are_errors() {
     let a = dev().upload(&[1.0f32; 6], &[2, 3]).unwrap();
     let b = dev().upload(&[1.0f32; 4], &[4]).unwrap();
-    let args = [Arg::from(&a), Arg::from(&b)];
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("AddV2(i0,i1);Relu(t0)", 2, DType::F32),
-            &args,
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("AddV2(i0,i1);Relu(t0)", &[&a, &b]);
     assert!(
         e.contains("AddV2: incompatible shapes [2,3] and [4]"),
         "{e}"
     );
     let i = HostTensor::new(&[1i32, 2], &[2]).unwrap();
     let ti = dev().upload_host(&i).unwrap();
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("AddV2(i0,i1);Relu(t0)", 2, DType::F32),
-            &[Arg::from(&a), Arg::from(&ti)],
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("AddV2(i0,i1);Relu(t0)", &[&a, &ti]);
     assert!(e.contains("input 1 is int32"), "{e}");
     // int32 programs have no kernel; a wrong N is an error.
     assert!(

@@ -10,7 +10,7 @@ mod fused_cases;
 
 use common::*;
 use fused_cases::*;
-use tfwgpu_runtime::kernels::fused::{OP, OP_MULTI, Program};
+use tfwgpu_runtime::kernels::fused::{OP_MULTI, Program};
 use tfwgpu_runtime::{Arg, AttrValue, DType, Tensor, f16};
 
 /// TensorFlow's value of one instruction on the CPU (`c` a comparison's bool as 1.0/0.0).
@@ -375,27 +375,11 @@ fn a_comparisons_bool_is_only_a_selects_condition() {
     }
     // Through the kernel: the error names the instruction.
     let a = dev().upload(&[1.0f32, 2.0], &[2]).unwrap();
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("Greater(i0,i1)", 2, DType::F32),
-            &[Arg::from(&a), Arg::from(&a)],
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("Greater(i0,i1)", &[&a, &a]);
     assert!(e.contains("comparison"), "{e}");
     // Shapes that do not broadcast are an error naming SelectV2.
     let b = dev().upload(&[1.0f32, 2.0, 3.0], &[3]).unwrap();
-    let e = dev()
-        .run(
-            OP,
-            &fused_attrs("Less(i0,i1);SelectV2(t0,i0,i2)", 3, DType::F32),
-            &[Arg::from(&a), Arg::from(&a), Arg::from(&b)],
-        )
-        .err()
-        .expect("an error")
-        .to_string();
+    let e = fused_err("Less(i0,i1);SelectV2(t0,i0,i2)", &[&a, &a, &b]);
     assert!(e.contains("SelectV2"), "{e}");
 }
 

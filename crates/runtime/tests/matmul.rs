@@ -1,5 +1,6 @@
 mod common;
 use common::*;
+use rand::rngs::StdRng;
 use tfwgpu_runtime::kernels::matmul::{VEC4_TILES, Vec4Tile};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, Tensor};
 
@@ -503,31 +504,47 @@ fn int32_products_are_exact() {
 #[test]
 fn int32_vec4_tiles_are_exact() {
     let mut r = rng(310);
-    let (m, k, n) = (68, 20, 132);
-    for (ta, tb) in [(false, false), (true, true)] {
-        let sa = stored(&[], m, k, ta);
-        let sb = stored(&[], k, n, tb);
-        let a = rand_i32(&mut r, m * k, -1000, 1000);
-        let b = rand_i32(&mut r, k * n, -1000, 1000);
-        let ga = dev().upload(&a, &sa).unwrap();
-        let gb = dev().upload(&b, &sb).unwrap();
-        let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
-        let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
-        let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
-        let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
-        for tile in [
+    for t in [(false, false), (true, true)] {
+        let tiles = [
             "128x128x8_8x8s1",
             "64x64x16_4x4",
             "128x256x8_8x16h",
             "64x64x16_4x4w",
-        ] {
-            let at = attrs("MatMul", ta, tb, DType::I32)
-                .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
-            let out = dev()
-                .run("MatMul", &at, &[Arg::from(&ga), Arg::from(&gb)])
-                .unwrap();
-            assert_eq!(out[0].download::<i32>().unwrap(), want, "{tile} {ta} {tb}");
-        }
+        ];
+        check_int32_tiles(&mut r, (68, 20, 132), t, &tiles, |_| true);
+    }
+}
+
+/// An int32 MatMul of m x k by k x n (stored transposed as `ta`, `tb`; values in
+/// [-1000, 1000)) under each of `tiles` that `runs` accepts: exact against the reference.
+fn check_int32_tiles(
+    r: &mut StdRng,
+    (m, k, n): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    tiles: &[&str],
+    runs: fn(&str) -> bool,
+) {
+    let sa = stored(&[], m, k, ta);
+    let sb = stored(&[], k, n, tb);
+    let a = rand_i32(r, m * k, -1000, 1000);
+    let b = rand_i32(r, k * n, -1000, 1000);
+    let ga = dev().upload(&a, &sa).unwrap();
+    let gb = dev().upload(&b, &sb).unwrap();
+    let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
+    let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
+    let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
+    let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
+    for &tile in tiles.iter().filter(|t| runs(t)) {
+        let at =
+            attrs("MatMul", ta, tb, DType::I32).with("_tfwgpu_tile", AttrValue::Str(tile.into()));
+        let out = dev()
+            .run("MatMul", &at, &[Arg::from(&ga), Arg::from(&gb)])
+            .unwrap();
+        assert_eq!(
+            out[0].download::<i32>().unwrap(),
+            want,
+            "{tile} {m}x{k}x{n} {ta} {tb}"
+        );
     }
 }
 
@@ -776,33 +793,9 @@ fn cpu_tiles_edge_shapes_and_every_transpose() {
 #[test]
 fn int32_cpu_tiles_are_exact() {
     let mut r = rng(330);
-    for (m, k, n) in [(68, 20, 132), (13, 7, 5)] {
-        for (ta, tb) in [(false, false), (true, true), (false, true)] {
-            let sa = stored(&[], m, k, ta);
-            let sb = stored(&[], k, n, tb);
-            let a = rand_i32(&mut r, m * k, -1000, 1000);
-            let b = rand_i32(&mut r, k * n, -1000, 1000);
-            let ga = dev().upload(&a, &sa).unwrap();
-            let gb = dev().upload(&b, &sb).unwrap();
-            let a64: Vec<f64> = a.iter().map(|&v| v as f64).collect();
-            let b64: Vec<f64> = b.iter().map(|&v| v as f64).collect();
-            let (_, want, _) = reference(&a64, &sa, &b64, &sb, ta, tb);
-            let want: Vec<i32> = want.iter().map(|&v| v as i32).collect();
-            for tile in ["sg32x8", "cpu8x8_8x1"] {
-                if !cpu_tile_runs(tile) {
-                    continue;
-                }
-                let at = attrs("MatMul", ta, tb, DType::I32)
-                    .with("_tfwgpu_tile", AttrValue::Str(tile.into()));
-                let out = dev()
-                    .run("MatMul", &at, &[Arg::from(&ga), Arg::from(&gb)])
-                    .unwrap();
-                assert_eq!(
-                    out[0].download::<i32>().unwrap(),
-                    want,
-                    "{tile} {m}x{k}x{n}"
-                );
-            }
+    for mkn in [(68, 20, 132), (13, 7, 5)] {
+        for t in [(false, false), (true, true), (false, true)] {
+            check_int32_tiles(&mut r, mkn, t, &["sg32x8", "cpu8x8_8x1"], cpu_tile_runs);
         }
     }
 }

@@ -522,6 +522,42 @@ fn gradient_f16() {
     }
 }
 
+/// FusedBatchNormV3 NHWC (epsilon 1e-3, data around `center` with `spread`) and its
+/// gradient, one seed for both.
+fn check_nhwc_v3(
+    shape: &[usize],
+    half: bool,
+    training: bool,
+    factor: f32,
+    (center, spread): (f32, f32),
+    seed: u64,
+) {
+    check_forward(
+        &FwdCase {
+            shape: shape.to_vec(),
+            cf: false,
+            half,
+            training,
+            factor,
+            eps: 1e-3,
+            center,
+            spread,
+            version: 3,
+        },
+        seed,
+    );
+    check_grad(
+        &GradCase {
+            shape: shape.to_vec(),
+            cf: false,
+            half,
+            training,
+            version: 3,
+        },
+        seed,
+    );
+}
+
 /// float32 and float16 NHWC with C % 4 == 0 (the vec4 statistics: 16 rows per invocation,
 /// four per loop iteration and a one-row tail), forward and gradient, with chunk counts and
 /// row counts around those steps.
@@ -558,30 +594,7 @@ fn vec4_statistics_row_loops() {
                 continue;
             }
             seed += 1;
-            check_forward(
-                &FwdCase {
-                    shape: shape.to_vec(),
-                    cf: false,
-                    half,
-                    training,
-                    factor: 1.0,
-                    eps: 1e-3,
-                    center: 3.0,
-                    spread: 2.0,
-                    version: 3,
-                },
-                seed,
-            );
-            check_grad(
-                &GradCase {
-                    shape: shape.to_vec(),
-                    cf: false,
-                    half,
-                    training,
-                    version: 3,
-                },
-                seed,
-            );
+            check_nhwc_v3(shape, half, training, 1.0, (3.0, 2.0), seed);
         }
     }
 }
@@ -612,28 +625,12 @@ fn onepass_geometry() {
     for &shape in shapes {
         for half in [false, true] {
             seed += 1;
-            check_forward(
-                &FwdCase {
-                    shape: shape.to_vec(),
-                    cf: false,
-                    half,
-                    training: true,
-                    factor: if half { 1.0 } else { 0.3 },
-                    eps: 1e-3,
-                    center: 2.0,
-                    spread: 3.0,
-                    version: 3,
-                },
-                seed,
-            );
-            check_grad(
-                &GradCase {
-                    shape: shape.to_vec(),
-                    cf: false,
-                    half,
-                    training: true,
-                    version: 3,
-                },
+            check_nhwc_v3(
+                shape,
+                half,
+                true,
+                if half { 1.0 } else { 0.3 },
+                (2.0, 3.0),
                 seed,
             );
         }
@@ -657,30 +654,7 @@ fn last_arrival_groups() {
     let mut seed = 900;
     for &(shape, half) in shapes {
         seed += 1;
-        check_forward(
-            &FwdCase {
-                shape: shape.to_vec(),
-                cf: false,
-                half,
-                training: true,
-                factor: 0.5,
-                eps: 1e-3,
-                center: 50.0,
-                spread: 3.0,
-                version: 3,
-            },
-            seed,
-        );
-        check_grad(
-            &GradCase {
-                shape: shape.to_vec(),
-                cf: false,
-                half,
-                training: true,
-                version: 3,
-            },
-            seed,
-        );
+        check_nhwc_v3(shape, half, true, 0.5, (50.0, 3.0), seed);
     }
 }
 

@@ -286,6 +286,31 @@ fn run_t(
     (shape, v)
 }
 
+/// MaxPoolGrad of `cfg` for the input `x`, its pooled `y` and the gradient `g`: the shape,
+/// and the values bit for bit against `ref_max_grad`.
+fn check_max_grad(
+    cfg: &Cfg,
+    attrs: &Attrs,
+    half: bool,
+    (x, y, g): (&[f32], &[f32], &[f32]),
+    what: &str,
+) {
+    let (in_shape, out_shape) = (cfg.in_shape(), cfg.out_shape());
+    let (s, dx) = run_t(
+        "MaxPoolGrad",
+        attrs,
+        half,
+        &[(x, &in_shape), (y, &out_shape), (g, &out_shape)],
+        &[],
+    );
+    assert_eq!(s, in_shape, "MaxPoolGrad shape {what}");
+    assert_same_f32(
+        &dx,
+        &ref_max_grad(cfg, x, g, half),
+        &format!("MaxPoolGrad {what}"),
+    );
+}
+
 /// Random data: small integers (many ties) or uniform floats, rounded to f16 for `half`.
 fn data(rng: &mut rand::rngs::StdRng, n: usize, ties: bool, half: bool) -> Vec<f32> {
     (0..n)
@@ -368,19 +393,7 @@ fn check_all_ops(cfg: &Cfg, half: bool, seed: u64) {
         let want_y = ref_max(cfg, &x, lowest);
         assert_same_f32(&y, &want_y, &format!("MaxPool {what}"));
         // MaxPoolGrad: exact (same summation order).
-        let (s, dx) = run_t(
-            "MaxPoolGrad",
-            &attrs,
-            half,
-            &[(&x, &in_shape), (&want_y, &out_shape), (&g, &out_shape)],
-            &[],
-        );
-        assert_eq!(s, in_shape);
-        assert_same_f32(
-            &dx,
-            &ref_max_grad(cfg, &x, &g, half),
-            &format!("MaxPoolGrad {what}"),
-        );
+        check_max_grad(cfg, &attrs, half, (&x, &want_y, &g), &what);
         // MaxPoolGradGrad: exact (a selection).
         let gg = data(&mut r, nin, false, half);
         let (s, ddy) = run_t(
@@ -506,22 +519,7 @@ fn pool_explicit_padding_and_channels_129() {
         assert_eq!(s, cfg.out_shape());
         let want_y = ref_max(&cfg, &x, f32::MIN);
         assert_same_f32(&y, &want_y, &format!("MaxPool {cfg:?}"));
-        let (_, dx) = run_t(
-            "MaxPoolGrad",
-            &attrs,
-            false,
-            &[
-                (&x, &cfg.in_shape()),
-                (&want_y, &cfg.out_shape()),
-                (&g, &cfg.out_shape()),
-            ],
-            &[],
-        );
-        assert_same_f32(
-            &dx,
-            &ref_max_grad(&cfg, &x, &g, false),
-            &format!("MaxPoolGrad {cfg:?}"),
-        );
+        check_max_grad(&cfg, &attrs, false, (&x, &want_y, &g), &format!("{cfg:?}"));
     }
 }
 
@@ -569,22 +567,8 @@ fn max_pool_grad_stride2_blocks() {
                     let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
                     let lowest = if half { -65504.0 } else { f32::MIN };
                     let y = ref_max(&cfg, &x, lowest);
-                    let (_, dx) = run_t(
-                        "MaxPoolGrad",
-                        &attrs,
-                        half,
-                        &[
-                            (&x, &cfg.in_shape()),
-                            (&y, &cfg.out_shape()),
-                            (&g, &cfg.out_shape()),
-                        ],
-                        &[],
-                    );
-                    assert_same_f32(
-                        &dx,
-                        &ref_max_grad(&cfg, &x, &g, half),
-                        &format!("MaxPoolGrad half={half} {cfg:?}"),
-                    );
+                    let what = format!("half={half} {cfg:?}");
+                    check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
                 }
             }
         }
@@ -657,22 +641,7 @@ fn check_random_nan_t(cfg: &Cfg, seed: u64, what: &str, grad_grad: bool, half: b
     let lowest = if half { -65504.0 } else { f32::MIN };
     let (_, y) = run_t("MaxPool", &attrs, half, &[(&x, &cfg.in_shape())], &[]);
     assert_same_f32(&y, &ref_max(cfg, &x, lowest), &format!("MaxPool {what}"));
-    let (_, dx) = run_t(
-        "MaxPoolGrad",
-        &attrs,
-        half,
-        &[
-            (&x, &cfg.in_shape()),
-            (&y, &cfg.out_shape()),
-            (&g, &cfg.out_shape()),
-        ],
-        &[],
-    );
-    assert_same_f32(
-        &dx,
-        &ref_max_grad(cfg, &x, &g, half),
-        &format!("MaxPoolGrad {what}"),
-    );
+    check_max_grad(cfg, &attrs, half, (&x, &y, &g), what);
     if grad_grad {
         let (_, ddy) = run_t(
             "MaxPoolGradGrad",

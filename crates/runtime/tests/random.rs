@@ -8,7 +8,7 @@ mod tf;
 use common::*;
 use rand::Rng;
 use tfwgpu_runtime::kernels::random::{OPS_UINT64, philox as rt_philox};
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, Kernel, Tensor, f16};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Element, HostTensor, Kernel, Tensor, f16};
 
 // ---------------------------------------------------------------------------------------
 // CPU model of TensorFlow's Philox kernels (philox_random.h, random_distributions.h).
@@ -951,6 +951,37 @@ fn ref_u8(op: &str, x: u8, y: u8) -> u8 {
     }
 }
 
+/// Bit op `op` on `xa` [sa] and `xb` [sb] (int32, int64 or uint8, named `what`): the
+/// broadcast shape, and every element against `reference`.
+fn check_bit_op<T: Element + PartialEq + std::fmt::Debug>(
+    op: &str,
+    (xa, sa): (&[T], &[usize]),
+    (xb, sb): (&[T], &[usize]),
+    reference: fn(&str, T, T) -> T,
+    what: &str,
+) {
+    let d = dev();
+    let (out_shape, idx) = bcast_index(sa, sb);
+    let (ta, tb) = (d.upload(xa, sa).unwrap(), d.upload(xb, sb).unwrap());
+    let out = d
+        .run(
+            op,
+            &dtype_attrs("T", T::DTYPE),
+            &[Arg::from(&ta), Arg::from(&tb)],
+        )
+        .unwrap();
+    assert_eq!(out[0].shape(), &out_shape[..], "{op} {sa:?} {sb:?}");
+    let want: Vec<T> = idx
+        .iter()
+        .map(|&(i, j)| reference(op, xa[i], xb[j]))
+        .collect();
+    assert_eq!(
+        out[0].download::<T>().unwrap(),
+        want,
+        "{op} {what} {sa:?} {sb:?}"
+    );
+}
+
 const BIT_OPS: [&str; 5] = [
     "BitwiseAnd",
     "BitwiseOr",
@@ -966,7 +997,6 @@ fn bit_ops_match_reference_with_broadcasting() {
     for op in BIT_OPS {
         let shift = op.ends_with("Shift");
         for (sa, sb) in SHAPES {
-            let (out_shape, idx) = bcast_index(sa, sb);
             let (na, nb) = (sa.iter().product::<usize>(), sb.iter().product::<usize>());
             // int32: shift amounts include negatives and amounts past the width.
             let xa: Vec<i32> = (0..na).map(|_| r.random()).collect();
@@ -979,24 +1009,7 @@ fn bit_ops_match_reference_with_broadcasting() {
                     }
                 })
                 .collect();
-            let (ta, tb) = (d.upload(&xa, sa).unwrap(), d.upload(&xb, sb).unwrap());
-            let out = d
-                .run(
-                    op,
-                    &dtype_attrs("T", DType::I32),
-                    &[Arg::from(&ta), Arg::from(&tb)],
-                )
-                .unwrap();
-            assert_eq!(out[0].shape(), &out_shape[..], "{op} {sa:?} {sb:?}");
-            let want: Vec<i32> = idx
-                .iter()
-                .map(|&(i, j)| ref_i32(op, xa[i], xb[j]))
-                .collect();
-            assert_eq!(
-                out[0].download::<i32>().unwrap(),
-                want,
-                "{op} int32 {sa:?} {sb:?}"
-            );
+            check_bit_op(op, (&xa, sa), (&xb, sb), ref_i32, "int32");
 
             let xa: Vec<i64> = (0..na).map(|_| r.random()).collect();
             let xb: Vec<i64> = (0..nb)
@@ -1011,23 +1024,7 @@ fn bit_ops_match_reference_with_broadcasting() {
                     }
                 })
                 .collect();
-            let (ta, tb) = (d.upload(&xa, sa).unwrap(), d.upload(&xb, sb).unwrap());
-            let out = d
-                .run(
-                    op,
-                    &dtype_attrs("T", DType::I64),
-                    &[Arg::from(&ta), Arg::from(&tb)],
-                )
-                .unwrap();
-            let want: Vec<i64> = idx
-                .iter()
-                .map(|&(i, j)| ref_i64(op, xa[i], xb[j]))
-                .collect();
-            assert_eq!(
-                out[0].download::<i64>().unwrap(),
-                want,
-                "{op} int64 {sa:?} {sb:?}"
-            );
+            check_bit_op(op, (&xa, sa), (&xb, sb), ref_i64, "int64");
 
             let xa: Vec<u8> = (0..na).map(|_| r.random()).collect();
             let xb: Vec<u8> = (0..nb)
@@ -1039,20 +1036,7 @@ fn bit_ops_match_reference_with_broadcasting() {
                     }
                 })
                 .collect();
-            let (ta, tb) = (d.upload(&xa, sa).unwrap(), d.upload(&xb, sb).unwrap());
-            let out = d
-                .run(
-                    op,
-                    &dtype_attrs("T", DType::U8),
-                    &[Arg::from(&ta), Arg::from(&tb)],
-                )
-                .unwrap();
-            let want: Vec<u8> = idx.iter().map(|&(i, j)| ref_u8(op, xa[i], xb[j])).collect();
-            assert_eq!(
-                out[0].download::<u8>().unwrap(),
-                want,
-                "{op} uint8 {sa:?} {sb:?}"
-            );
+            check_bit_op(op, (&xa, sa), (&xb, sb), ref_u8, "uint8");
         }
     }
     // Every int64 shift amount from -1 to 64 on one value.

@@ -6,7 +6,7 @@ mod common;
 use common::*;
 
 use rand::{Rng, rngs::StdRng};
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Element, HostTensor, Result, Tensor, f16};
 
 const MOVE: [DType; 5] = [DType::F32, DType::F16, DType::I64, DType::U8, DType::Bool];
 
@@ -933,6 +933,24 @@ fn one_hot_axes_index_types_and_out_of_range() {
 
 // ---------------------------------------------------------------- Range
 
+/// Range(start, limit, delta) with host scalars of `T`'s dtype.
+fn run_range<T: Element>(start: T, limit: T, delta: T) -> Result<Vec<Tensor>> {
+    let args = [
+        HostTensor::scalar(start),
+        HostTensor::scalar(limit),
+        HostTensor::scalar(delta),
+    ];
+    dev().run(
+        "Range",
+        &Attrs::new(),
+        &[
+            Arg::from(&args[0]),
+            Arg::from(&args[1]),
+            Arg::from(&args[2]),
+        ],
+    )
+}
+
 #[test]
 fn range_float_and_int64() {
     let d = dev();
@@ -945,22 +963,7 @@ fn range_float_and_int64() {
         (0.0, 1000.0, 0.001),
     ];
     for &(s, l, dl) in cases_f {
-        let args = [
-            HostTensor::scalar(s),
-            HostTensor::scalar(l),
-            HostTensor::scalar(dl),
-        ];
-        let out = d
-            .run(
-                "Range",
-                &Attrs::new(),
-                &[
-                    Arg::from(&args[0]),
-                    Arg::from(&args[1]),
-                    Arg::from(&args[2]),
-                ],
-            )
-            .unwrap();
+        let out = run_range(s, l, dl).unwrap();
         let n = ((l - s) / dl).abs().ceil() as usize;
         assert_eq!(out[0].shape(), &[n]);
         let got = out[0].download::<f32>().unwrap();
@@ -984,22 +987,7 @@ fn range_float_and_int64() {
         (4, 4, 1),
     ];
     for &(s, l, dl) in cases_i {
-        let args = [
-            HostTensor::scalar(s),
-            HostTensor::scalar(l),
-            HostTensor::scalar(dl),
-        ];
-        let out = d
-            .run(
-                "Range",
-                &Attrs::new(),
-                &[
-                    Arg::from(&args[0]),
-                    Arg::from(&args[1]),
-                    Arg::from(&args[2]),
-                ],
-            )
-            .unwrap();
+        let out = run_range(s, l, dl).unwrap();
         let mut want = vec![];
         let mut v = s as i128;
         while (dl > 0 && v < l as i128) || (dl < 0 && v > l as i128) {
@@ -1013,23 +1001,7 @@ fn range_float_and_int64() {
         );
     }
     for (s, l, dl) in [(0.0f32, 1.0, 0.0), (0.0, 1.0, -1.0), (1.0, 0.0, 1.0)] {
-        let args = [
-            HostTensor::scalar(s),
-            HostTensor::scalar(l),
-            HostTensor::scalar(dl),
-        ];
-        assert!(
-            d.run(
-                "Range",
-                &Attrs::new(),
-                &[
-                    Arg::from(&args[0]),
-                    Arg::from(&args[1]),
-                    Arg::from(&args[2])
-                ]
-            )
-            .is_err()
-        );
+        assert!(run_range(s, l, dl).is_err());
     }
     // int32 is TensorFlow's host-memory kernel: not registered here.
     let attrs = Attrs::new().with("Tidx", AttrValue::Type(DType::I32));

@@ -1683,19 +1683,25 @@ mod tests {
         n
     }
 
-    #[test]
-    fn a_result_used_twice_inside_the_group_is_computed_once() {
-        // Batch norm's apply: scale = gamma * rsqrt(var + eps) feeds x * scale and
-        // mean * scale; both uses are in the group, so scale joins it (a DAG).
-        let nodes = vec![
+    /// Batch norm's apply, `out` = x * scale + (beta - mean * scale) with scale = gamma *
+    /// rsqrt(var + eps) (nodes v, r, scale, xs, ms, shift, out).
+    fn bn_apply(out: &str) -> Vec<Node> {
+        vec![
             node("v", "AddV2", &["var", "eps"], GPU, 1),
             node("r", "Rsqrt", &["v"], GPU, 1),
             node("scale", "Mul", &["r", "gamma"], GPU, 1),
             node("xs", "Mul", &["x", "scale"], GPU, 1),
             node("ms", "Mul", &["mean", "scale"], GPU, 1),
             node("shift", "Sub", &["beta", "ms"], GPU, 1),
-            node("y", "AddV2", &["xs", "shift"], GPU, 1),
-        ];
+            node(out, "AddV2", &["xs", "shift"], GPU, 1),
+        ]
+    }
+
+    #[test]
+    fn a_result_used_twice_inside_the_group_is_computed_once() {
+        // Batch norm's apply: scale = gamma * rsqrt(var + eps) feeds x * scale and
+        // mean * scale; both uses are in the group, so scale joins it (a DAG).
+        let nodes = bn_apply("y");
         let out = fused(&nodes, &[]).expect("fused");
         assert_eq!(out.len(), 1);
         assert_eq!(out[0].name, "y");
@@ -2034,18 +2040,12 @@ mod tests {
     fn chains_of_outside_uses_collapse_into_one_node() {
         // Batch norm: r = rsqrt(var + eps) and scale = r * gamma are used by the gradient too;
         // y = relu(x * scale + (beta - mean * scale)).
-        let nodes = vec![
-            node("v", "AddV2", &["var", "eps"], GPU, 1),
-            node("r", "Rsqrt", &["v"], GPU, 1),
-            node("scale", "Mul", &["r", "gamma"], GPU, 1),
-            node("xs", "Mul", &["x", "scale"], GPU, 1),
-            node("ms", "Mul", &["mean", "scale"], GPU, 1),
-            node("shift", "Sub", &["beta", "ms"], GPU, 1),
-            node("sum", "AddV2", &["xs", "shift"], GPU, 1),
+        let mut nodes = bn_apply("sum");
+        nodes.extend([
             node("y", "Relu", &["sum"], GPU, 1),
             node("gr", "SqrtGrad", &["r", "dr"], GPU, 1),
             node("gs", "Conv2D", &["dy", "scale"], GPU, 1),
-        ];
+        ]);
         // 6 inputs and 3 outputs: more than 8 bindings.
         let out = fused(&nodes, &[]).expect("fused");
         assert!(out.iter().any(|n| n.name == "r" && n.op == OP));

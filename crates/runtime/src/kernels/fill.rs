@@ -5,14 +5,7 @@ use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const ALL: &[DType] = &DType::ALL;
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[

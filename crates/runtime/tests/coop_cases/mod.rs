@@ -5,8 +5,37 @@
 #![allow(dead_code)]
 
 use crate::common::*;
-use tfwgpu_runtime::kernels::matmul::coop::CoopTile;
+use rand::rngs::StdRng;
+use std::sync::Once;
+use tfwgpu_runtime::kernels::matmul::coop::{CoopTile, EMULATE_VAR, emulation_requested};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
+
+/// The emulated cooperative kernels (`TFWGPU_COOP_EMULATE=1`) with the switches `vars`, set
+/// once per test binary (the settings are read once per process) before its first test reads
+/// them; every test of such a binary calls this first.
+pub fn setup_emulated(vars: &[(&str, &str)]) {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: every test of the binary calls `setup_emulated` first, and `call_once`
+        // blocks the others until the variables are set, so no other thread reads the
+        // environment then.
+        unsafe {
+            std::env::set_var(EMULATE_VAR, "1");
+            for (k, v) in vars {
+                std::env::set_var(k, v);
+            }
+        }
+    });
+    assert!(emulation_requested());
+}
+
+/// The error bound of a float16 product element (see matmul_coop.rs): a float32 sum of `k`
+/// exact products errs by at most k * 2^-23 * `scale` (the sum of |products|), and the
+/// rounding to float16 adds 2^-11 relative and 2^-25 absolute (subnormals).
+pub fn f16_tol(want: f64, scale: f64, k: f64) -> f64 {
+    let acc = k * 2f64.powi(-23) * scale;
+    2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25)
+}
 
 /// `v` rounded to f16.
 pub fn halves(v: &[f32]) -> Vec<f16> {
@@ -140,10 +169,8 @@ pub fn check_f16(
     } else {
         sa[sa.len() - 1]
     };
-    let u = 2f64.powi(-23);
     for (i, ((g, &w), &s)) in got.iter().zip(&want).zip(&scale).enumerate() {
-        let acc = k as f64 * u * s;
-        let tol = 2f64.powi(-11) * (w.abs() + acc) + acc + 2f64.powi(-25);
+        let tol = f16_tol(w, s, k as f64);
         let g = g.to_f64();
         assert!(
             (g - w).abs() <= tol,
@@ -157,6 +184,52 @@ pub const FLAGS: [(bool, bool); 4] = [(false, false), (true, false), (false, tru
 /// The stored shape of an M x K (or K x M) operand.
 pub fn stored(rows: usize, cols: usize, t: bool) -> [usize; 2] {
     if t { [cols, rows] } else { [rows, cols] }
+}
+
+/// `n` uniform values in [-1, 1) rounded to float16 (held as f32).
+pub fn rand_halves(g: &mut StdRng, n: usize) -> Vec<f32> {
+    halves(&rand_f32(g, n, -1.0, 1.0))
+        .iter()
+        .map(|h| h.to_f32())
+        .collect()
+}
+
+/// A convolution's output rows and columns and its top and left padding for an input of
+/// `h` x `w`, a dilated filter of `er` x `es`, `stride` and `pad` ("SAME" or "VALID").
+pub fn conv_geom(
+    (h, w): (usize, usize),
+    (er, es): (usize, usize),
+    stride: usize,
+    pad: &str,
+) -> (usize, usize, usize, usize) {
+    if pad == "SAME" {
+        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
+        let ph = ((oh - 1) * stride + er).saturating_sub(h);
+        let pw = ((ow - 1) * stride + es).saturating_sub(w);
+        (oh, ow, ph / 2, pw / 2)
+    } else {
+        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
+    }
+}
+
+/// The attributes of an NHWC float16 Conv2D or Conv2D gradient, with `tile` forced if given.
+pub fn conv_attrs_f16(stride: usize, dil: usize, pad: &str, tile: Option<&str>) -> Attrs {
+    let mut attrs = Attrs::new()
+        .with("T", AttrValue::Type(DType::F16))
+        .with(
+            "strides",
+            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
+        )
+        .with(
+            "dilations",
+            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
+        )
+        .with("padding", AttrValue::Str(pad.into()))
+        .with("data_format", AttrValue::Str("NHWC".into()));
+    if let Some(t) = tile {
+        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
+    }
+    attrs
 }
 
 /// Conv2D NHWC float16 (x [n, h, w, c], f [r, s, c, k]) against an f64 reference of the f16
@@ -173,42 +246,19 @@ pub fn check_conv_f16(
 ) {
     let d = dev();
     let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
-    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
-    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
+    let x = rand_halves(&mut g, n * h * w * c);
+    let f = rand_halves(&mut g, r * s * c * k);
     let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
     let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
     let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!("Conv2D x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad}");
     let y = d
         .run("Conv2D", &attrs, &[Arg::from(&xt), Arg::from(&ft)])
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(y[0].shape(), &[n, oh, ow, k], "{what}");
     let got = y[0].download::<f16>().unwrap();
-    let u = 2f64.powi(-23);
     let kk = r * s * c;
     for b in 0..n {
         for oy in 0..oh {
@@ -230,8 +280,7 @@ pub fn check_conv_f16(
                             }
                         }
                     }
-                    let acc = kk as f64 * u * scale;
-                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
+                    let tol = f16_tol(want, scale, kk as f64);
                     let gv = got[((b * oh + oy) * ow + ox) * k + o].to_f64();
                     assert!(
                         (gv - want).abs() <= tol,
@@ -258,36 +307,14 @@ pub fn check_bwd_input_f16(
 ) {
     let d = dev();
     let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
     let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let f = round(rand_f32(&mut g, r * s * c * k, -1.0, 1.0));
-    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
+    let f = rand_halves(&mut g, r * s * c * k);
+    let dy = rand_halves(&mut g, n * oh * ow * k);
     let ft = d.upload(&halves(&f), &[r, s, c, k]).unwrap();
     let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
     let sizes = HostTensor::vec_i32(&[n as i32, h as i32, w as i32, c as i32]);
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!(
         "Conv2DBackpropInput dx[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
     );
@@ -328,11 +355,9 @@ pub fn check_bwd_input_f16(
             }
         }
     }
-    let u = 2f64.powi(-23);
     let kk = (r * s * k) as f64;
     for (e, (&wv, &sc)) in want.iter().zip(&scale).enumerate() {
-        let acc = kk * u * sc;
-        let tol = 2f64.powi(-11) * (wv.abs() + acc) + acc + 2f64.powi(-25);
+        let tol = f16_tol(wv, sc, kk);
         let gv = got[e].to_f64();
         assert!(
             (gv - wv).abs() <= tol,
@@ -510,36 +535,14 @@ pub fn check_bwd_filter_f16(
 ) {
     let d = dev();
     let mut g = rng(seed);
-    let round = |v: Vec<f32>| -> Vec<f32> { halves(&v).iter().map(|h| h.to_f32()).collect() };
     let (er, es) = ((r - 1) * dil + 1, (s - 1) * dil + 1);
-    let (oh, ow, pt, pl) = if pad == "SAME" {
-        let (oh, ow) = (h.div_ceil(stride), w.div_ceil(stride));
-        let ph = ((oh - 1) * stride + er).saturating_sub(h);
-        let pw = ((ow - 1) * stride + es).saturating_sub(w);
-        (oh, ow, ph / 2, pw / 2)
-    } else {
-        ((h - er) / stride + 1, (w - es) / stride + 1, 0, 0)
-    };
-    let x = round(rand_f32(&mut g, n * h * w * c, -1.0, 1.0));
-    let dy = round(rand_f32(&mut g, n * oh * ow * k, -1.0, 1.0));
+    let (oh, ow, pt, pl) = conv_geom((h, w), (er, es), stride, pad);
+    let x = rand_halves(&mut g, n * h * w * c);
+    let dy = rand_halves(&mut g, n * oh * ow * k);
     let xt = d.upload(&halves(&x), &[n, h, w, c]).unwrap();
     let dyt = d.upload(&halves(&dy), &[n, oh, ow, k]).unwrap();
     let sizes = HostTensor::vec_i32(&[r as i32, s as i32, c as i32, k as i32]);
-    let mut attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with(
-            "strides",
-            AttrValue::Ints(vec![1, stride as i64, stride as i64, 1]),
-        )
-        .with(
-            "dilations",
-            AttrValue::Ints(vec![1, dil as i64, dil as i64, 1]),
-        )
-        .with("padding", AttrValue::Str(pad.into()))
-        .with("data_format", AttrValue::Str("NHWC".into()));
-    if let Some(t) = tile {
-        attrs.set("_tfwgpu_tile", AttrValue::Str(t.into()));
-    }
+    let attrs = conv_attrs_f16(stride, dil, pad, tile);
     let what = format!(
         "Conv2DBackpropFilter x[{n},{h},{w},{c}] f[{r},{s},{c},{k}] s{stride} d{dil} {pad} {tile:?}"
     );
@@ -552,7 +555,6 @@ pub fn check_bwd_filter_f16(
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert_eq!(df[0].shape(), &[r, s, c, k], "{what}");
     let got = df[0].download::<f16>().unwrap();
-    let u = 2f64.powi(-23);
     let kk = (n * oh * ow) as f64;
     for i in 0..r {
         for j in 0..s {
@@ -574,8 +576,7 @@ pub fn check_bwd_filter_f16(
                             }
                         }
                     }
-                    let acc = kk * u * scale;
-                    let tol = 2f64.powi(-11) * (want.abs() + acc) + acc + 2f64.powi(-25);
+                    let tol = f16_tol(want, scale, kk);
                     let gv = got[((i * s + j) * c + ci) * k + ko].to_f64();
                     assert!(
                         (gv - want).abs() <= tol,

@@ -23,6 +23,16 @@ pub fn run_fused(program: &str, inputs: &[&Tensor], dtype: DType) -> Tensor {
         .remove(0)
 }
 
+/// The error of a float32 program run fused on `inputs` (which must fail).
+pub fn fused_err(program: &str, inputs: &[&Tensor]) -> String {
+    let args: Vec<Arg> = inputs.iter().map(|t| Arg::from(*t)).collect();
+    dev()
+        .run(OP, &fused_attrs(program, inputs.len(), DType::F32), &args)
+        .err()
+        .unwrap_or_else(|| panic!("{program}: no error"))
+        .to_string()
+}
+
 /// Runs a multi-output program fused (`_TfwgpuFusedElementwiseMulti`).
 pub fn run_multi(
     program: &str,

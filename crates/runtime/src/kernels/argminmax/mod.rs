@@ -8,7 +8,7 @@
 //! for ArgMax (and +inf / FLT_MAX for ArgMin); -0 and +0 tie. An empty reduction axis is an
 //! error ("Reduction axis 0 is empty in shape [0,3]"), as in TensorFlow.
 
-use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
+use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_2d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, bind_out, fmt_shape};
 use crate::kernels::wgsl::params;
@@ -223,13 +223,7 @@ impl Kernel for ArgMinMax {
         };
         let g = WG / t;
         let groups = outputs_n.div_ceil(g);
-        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-        let gy = groups.div_ceil(gx);
-        if gy > crate::kernel::MAX_GROUPS_X as usize {
-            return Err(Error::Unimplemented(format!(
-                "{name}: {outputs_n} outputs are more than one dispatch can cover"
-            )));
-        }
+        let (gx, gy) = grid_2d(groups, || format!("{name}: {outputs_n} outputs"))?;
         let p = params(&[
             outputs_n as u32,
             r as u32,

@@ -30,14 +30,7 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const CAST_WGSL: &str = include_str!("cast.wgsl");
 
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const ALL: &[DType] = &DType::ALL;
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[OpDef {
@@ -345,7 +338,7 @@ const X4_FROM_F16: &str = "    let w = src[i];
 fn cast_f16_f32_x4() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CAST_F16_F32").map_or(true, |v| v.trim() != "x8"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CAST_F16_F32", "x8"))
 }
 
 /// The one-word-per-invocation shader; float16 loads and stores through `f16conv`'s one-half

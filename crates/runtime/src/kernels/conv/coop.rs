@@ -306,9 +306,7 @@ fn vout_ok(spec: &CoopSpec, n: usize) -> bool {
 /// comparisons; the filter gradient always splits). Read once per process.
 fn split_allowed() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("TFWGPU_CONV_COOP_SPLIT").is_ok_and(|v| v.trim() == "0") && !v4_choice()
-    })
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CONV_COOP_SPLIT", "0") && !v4_choice())
 }
 
 /// Adds up split-K partial sums (`splits` slices of `mn` floats) into `out` (float16: two
@@ -402,7 +400,7 @@ fn to_u32(op: &str, v: usize) -> Result<u32> {
 /// instead of v7's four-float one. Read once per process.
 fn old_split_sum() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_SUM").is_ok_and(|v| v.trim() == "8"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_CONV_COOP_SUM", "8"))
 }
 
 /// v7's split sum (M * N a multiple of 4): an invocation adds up four consecutive floats
@@ -538,7 +536,7 @@ fn choose_wgrad_tile(input: Input, m: usize, n: usize) -> CoopTile {
 /// Read once per process.
 fn v6_wgrad() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_WGRAD").is_ok_and(|v| v.trim() == "v6"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_CONV_COOP_WGRAD", "v6"))
 }
 
 /// Records Conv2DBackpropInput (`dy` NHWC, `f` HWIO, output dx) on cooperative matrices
@@ -561,7 +559,7 @@ pub(super) fn try_backprop_input(
 /// for comparisons in one benchmark call. Read once per process.
 fn v4_choice() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_CONV_COOP_V4").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_CONV_COOP_V4", "1"))
 }
 
 /// Whether `g` is a 1x1, stride-1, unpadded convolution (any dilation): a plain product of
@@ -768,9 +766,7 @@ fn try_implicit(
 /// Read once per process.
 fn phases_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("TFWGPU_CONV_COOP_PHASES").is_ok_and(|v| v.trim() == "0") && !v4_choice()
-    })
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CONV_COOP_PHASES", "0") && !v4_choice())
 }
 
 /// How the output phases of a strided input gradient that no tap reaches (1x1 filters at
@@ -806,9 +802,7 @@ fn phase_zeros() -> PhaseZeros {
 /// same rows and are at most 4. Read once per process.
 fn phase_merge() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("TFWGPU_CONV_COOP_PHASE_MERGE").is_ok_and(|v| v.trim() == "0")
-    })
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CONV_COOP_PHASE_MERGE", "0"))
 }
 
 /// The taps of one filter dimension that reach output phase `ph` of a strided input
@@ -1246,7 +1240,7 @@ fn sum_cost(tile: &CoopTile, s: usize) -> (f64, bool) {
 /// head/tail plans for forward and input-gradient products too. Read once per process.
 fn one_launch() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !std::env::var("TFWGPU_CONV_COOP_ONE_LAUNCH").is_ok_and(|v| v.trim() == "0"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CONV_COOP_ONE_LAUNCH", "0"))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1316,9 +1310,7 @@ fn tail_mode() -> Tail {
 /// `TFWGPU_CONV_COOP_SPLIT_MODEL=0`: v5's split rule. Read once per process.
 fn split_model() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| {
-        !std::env::var("TFWGPU_CONV_COOP_SPLIT_MODEL").is_ok_and(|v| v.trim() == "0")
-    })
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_CONV_COOP_SPLIT_MODEL", "0"))
 }
 
 /// `TFWGPU_CONV_COOP_SPLITS=n`: the split count wherever K is split (for measurements and

@@ -40,8 +40,7 @@ const MAX_PARTS_BYTES: usize = 64 << 20;
 /// channel counts multiples of 4, and not turned off by `TFWGPU_CONV_WINOGRAD=0`.
 pub(super) fn applies(g: &Geom) -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let off =
-        *OFF.get_or_init(|| std::env::var("TFWGPU_CONV_WINOGRAD").is_ok_and(|v| v.trim() == "0"));
+    let off = *OFF.get_or_init(|| crate::env_is("TFWGPU_CONV_WINOGRAD", "0"));
     !off && g.r == 3
         && g.s == 3
         && g.sh == 1

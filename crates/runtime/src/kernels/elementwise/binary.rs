@@ -191,7 +191,8 @@ impl BinaryOp {
         }
     }
 
-    fn wgsl_float(self) -> &'static str {
+    /// The body of `fn op(x: f32, y: f32) -> f32` (also the fused programs' binary ops).
+    pub(crate) fn wgsl_float(self) -> &'static str {
         use BinaryOp::*;
         match self {
             Add => "    return x + y;",

@@ -103,14 +103,7 @@ pub(crate) const MATH_WGSL: &str = include_str!("math.wgsl");
 /// Signed 64-bit arithmetic on (low, high) word pairs.
 pub(crate) const INT64_WGSL: &str = include_str!("int64.wgsl");
 
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const ALL: &[DType] = &DType::ALL;
 const NUMERIC: &[DType] = &[DType::F32, DType::F16, DType::I32];
 /// Numeric types with int64: the arithmetic TensorFlow's GPU kernels have for int64.
 const NUMERIC64: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::I64];

@@ -28,7 +28,8 @@
 use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{
-    COMMON_WGSL, MATH_WGSL, bind_out, fmt_shape, load_expr, rt_expr, store_stmt, words_for,
+    BinaryOp, COMMON_WGSL, MATH_WGSL, bind_out, fmt_shape, load_expr, rt_expr, store_stmt,
+    words_for,
 };
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{Attrs, DType, Error, Result, bail_invalid, invalid_arg};
@@ -254,30 +255,18 @@ impl FusedOp {
     fn wgsl(self) -> &'static str {
         use FusedOp::*;
         match self {
-            Add | BiasAdd => "    return x + y;",
-            Sub => "    return x - y;",
-            Mul => "    return x * y;",
-            Div => "    return x / y;",
-            Maximum => {
-                "    if is_nan(x) {
-        return x;
-    }
-    if is_nan(y) {
-        return y;
-    }
-    return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(x, y)));"
-            }
-            Minimum => {
-                "    if is_nan(x) {
-        return x;
-    }
-    if is_nan(y) {
-        return y;
-    }
-    return bitcast<f32>(select(bitcast<u32>(x), bitcast<u32>(y), f32_less(y, x)));"
-            }
-            SquaredDifference => "    let d = rt(x - y);\n    return d * d;",
-            Pow => "    return pow_f32(x, y);",
+            // The binary ops: the elementwise family's float bodies, the same text.
+            Add | BiasAdd => BinaryOp::Add.wgsl_float(),
+            Sub => BinaryOp::Sub.wgsl_float(),
+            Mul => BinaryOp::Mul.wgsl_float(),
+            Div => BinaryOp::RealDiv.wgsl_float(),
+            Maximum => BinaryOp::Maximum.wgsl_float(),
+            Minimum => BinaryOp::Minimum.wgsl_float(),
+            SquaredDifference => BinaryOp::SquaredDifference.wgsl_float(),
+            Pow => BinaryOp::Pow.wgsl_float(),
+            ReluGrad => BinaryOp::ReluGrad.wgsl_float(),
+            RsqrtGrad => BinaryOp::RsqrtGrad.wgsl_float(),
+            DivNoNan => BinaryOp::DivNoNan.wgsl_float(),
             Neg => "    return bitcast<f32>(bitcast<u32>(x) ^ 0x80000000u);",
             Abs => "    return bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu);",
             Relu => "    return relu_f32(x);",
@@ -292,25 +281,8 @@ impl FusedOp {
             Softplus => "    return softplus_f32(x);",
             Log1p => "    return log1p_f32(x);",
             Expm1 => "    return expm1_f32(x);",
-            // As the elementwise family's ReluGrad (NaN or infinite gradients give NaN where
-            // features <= 0, negative gradients -0).
-            ReluGrad => "    return x * select(0.0, 1.0, !is_nan(y) && f32_less(0.0, y));",
-            // As the elementwise family's: (-0.5 * (dy * y)) * (y * y), 0 where dy is 0.
-            RsqrtGrad => {
-                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
-        return 0.0;
-    }
-    return rt(-0.5 * rt(y * x)) * rt(x * x);"
-            }
             // The broadcast is in the reads.
             Tile => "    return x;",
-            // As the elementwise family's DivNoNan.
-            DivNoNan => {
-                "    if (bitcast<u32>(y) & 0x7fffffffu) == 0u {
-        return 0.0;
-    }
-    return x / y;"
-            }
             // As the elementwise family's comparisons, on bit patterns (NaN is false).
             Equal => {
                 "    return select(0.0, 1.0, !is_nan(x) && !is_nan(y) && !f32_less(x, y) && !f32_less(y, x));"

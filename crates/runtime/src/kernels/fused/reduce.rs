@@ -242,14 +242,14 @@ impl ReadMode {
 /// the plain reduction's time of a tensor of their size).
 fn vec_loads() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_REDUCE_VEC_LOADS").map_or(true, |v| v.trim() != "0"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_REDUCE_VEC_LOADS", "0"))
 }
 
 /// Whether quad reads are on (`TFWGPU_REDUCE_QUAD=0` computes the offsets of each element of a
 /// vec4 load, for comparison).
 fn quad_reads() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_REDUCE_QUAD").map_or(true, |v| v.trim() != "0"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_REDUCE_QUAD", "0"))
 }
 
 impl Program {

@@ -22,14 +22,7 @@ use crate::{Attrs, DType, Error, HostTensor, Result, bail_invalid};
 use strided::{Dim, Region, View, copy, strides_of};
 
 /// Every dtype (Transpose, Tile).
-const ALL: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const ALL: &[DType] = &DType::ALL;
 
 /// Every dtype but int32.
 const NO_I32: &[DType] = &[DType::F32, DType::F16, DType::I64, DType::U8, DType::Bool];

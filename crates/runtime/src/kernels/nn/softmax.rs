@@ -17,7 +17,7 @@
 //! outside [0, classes) as an InvalidArgument error. A GPU kernel cannot raise one, so here —
 //! as in TensorFlow's GPU kernel — that row's loss and every element of its gradient are NaN.
 
-use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc};
+use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_2d};
 use crate::kernel_manager::PipelineKey;
 use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL, fmt_shape};
 use crate::kernels::wgsl::params;
@@ -510,9 +510,7 @@ fn subgroups_enabled(ctx: &KernelContext) -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     ctx.features().contains(wgpu::Features::SUBGROUP)
-        && *ON.get_or_init(|| {
-            std::env::var("TFWGPU_SOFTMAX_SUBGROUP").map_or(true, |v| v.trim() != "0")
-        })
+        && *ON.get_or_init(|| !crate::env_is("TFWGPU_SOFTMAX_SUBGROUP", "0"))
 }
 
 /// The workgroup size of `softmax_rows.wgsl`'s 8-load registers variant.
@@ -597,14 +595,7 @@ impl Kernel for SoftmaxKernel {
         let t = threads_per_row(v.cols);
         let g = WG / t;
         let groups = v.rows.div_ceil(g);
-        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-        let gy = groups.div_ceil(gx);
-        if gy > crate::kernel::MAX_GROUPS_X as usize {
-            return Err(Error::Unimplemented(format!(
-                "{name}: {} rows are more than one dispatch can cover",
-                v.rows
-            )));
-        }
+        let (gx, gy) = grid_2d(groups, || format!("{name}: {} rows", v.rows))?;
         let p = params(&[
             v.rows as u32,
             v.cols as u32,
@@ -642,7 +633,7 @@ fn record_rows(
     let (mut k, mut wgs) = (4, WG);
     let l = ctx.limits();
     // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements).
-    let big = std::env::var("TFWGPU_SOFTMAX_REGS").map_or(true, |v| v.trim() != "4");
+    let big = !crate::env_is("TFWGPU_SOFTMAX_REGS", "4");
     if !cached
         && big
         && loads <= 8 * BIG_WG
@@ -678,14 +669,7 @@ fn record_rows(
         crate::kernels::membound_shader(rows_shader(log, vec4, cached, k, wgs, sg))
     })?;
     let groups = v.rows.div_ceil(g);
-    let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-    let gy = groups.div_ceil(gx);
-    if gy > crate::kernel::MAX_GROUPS_X as usize {
-        return Err(Error::Unimplemented(format!(
-            "{name}: {} rows are more than one dispatch can cover",
-            v.rows
-        )));
-    }
+    let (gx, gy) = grid_2d(groups, || format!("{name}: {} rows", v.rows))?;
     let p = params(&[
         v.rows as u32,
         loads as u32,

@@ -501,7 +501,7 @@ pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'stat
 fn f16_x8() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_NORM_F16X8").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_NORM_F16X8", "1"))
 }
 
 /// `stats_vec4.wgsl` (before `vec4_io`) with four channels per invocation or (`x8`, float16)
@@ -550,15 +550,18 @@ fn finalize_direct(ctx: &KernelContext) -> bool {
     ctx.limits().max_storage_buffers_per_shader_stage >= 11
 }
 
-fn finalize_shader(direct: bool) -> String {
-    let (decls, put) = if direct {
-        (
-            "@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
-@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
-@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
-fn ldy(e: u32) -> vec4<f32> {
+/// The `$DECLS` functions of the training gradient: `ldy` loads dy, its results, and no
+/// fourth small output.
+const GRAD_FNS: &str = "fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}
+fn results(ch: u32, b: f32, c: f32) {
+    results_grad(ch, b, c);
+}
+fn put_space3() {}";
+/// The `$DECLS` functions of the training forward: no dy, its results, and the zero of the
+/// fifth output (`o4`).
+const TRAIN_FNS: &str = "fn ldy(e: u32) -> vec4<f32> {
     return vec4<f32>(0.0);
 }
 fn results(ch: u32, b: f32, c: f32) {
@@ -566,7 +569,45 @@ fn results(ch: u32, b: f32, c: f32) {
 }
 fn put_space3() {
     o4[0] = 0.0;
-}",
+}";
+/// `$PUT_OUT` of the gradient: two small outputs (`o0`, `o1`).
+const PUT_OUT_GRAD: &str = "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        }";
+/// `$PUT_OUT` of the training forward: four small outputs (`o0`..`o3`).
+const PUT_OUT_TRAIN: &str = "        if row == 0u {
+            o0[ch] = v;
+        } else if row == 1u {
+            o1[ch] = v;
+        } else if row == 2u {
+            o2[ch] = v;
+        } else {
+            o3[ch] = v;
+        }";
+
+/// What `onepass.wgsl` and `stats_last.wgsl` take beside their bindings: the `$DECLS`
+/// functions, `$PUT_OUT` and `$RESULTS`, for the gradient or the training forward.
+fn grad_parts(grad: bool) -> (&'static str, &'static str, &'static str) {
+    if grad {
+        (GRAD_FNS, PUT_OUT_GRAD, RESULTS_GRAD)
+    } else {
+        (TRAIN_FNS, PUT_OUT_TRAIN, RESULTS_FWD)
+    }
+}
+
+fn finalize_shader(direct: bool) -> String {
+    let (decls, put) = if direct {
+        (
+            format!(
+                "@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
+@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
+@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
+{TRAIN_FNS}"
+            ),
             "    if row == 0u && ch == 0u && p.n == 1u {
         o4[0] = 0.0;
     }
@@ -583,44 +624,28 @@ fn put_space3() {
     }",
         )
     } else {
-        ("", "")
+        (String::new(), "")
     };
     FINALIZE_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$DIRECT_DECLS", decls)
+        .replace("$DIRECT_DECLS", &decls)
         .replace("$DIRECT_PUT", put)
         .replace("$RESULTS", &format!("{RESULTS_FWD}\n{RESULTS_GRAD}"))
 }
 
 /// `onepass.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
 fn onepass_shader(grad: bool) -> String {
-    let (decls, put_out, results) = if grad {
-        (
-            "@group(0) @binding(1) var<storage, read_write> dy: array<$XT>;
+    let bindings = if grad {
+        "@group(0) @binding(1) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(2) var<storage, read_write> x: array<$XT>;
 @group(0) @binding(3) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<$XT>;
 @group(0) @binding(7) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
-fn ldy(e: u32) -> vec4<f32> {
-    return ld(dy[e]);
-}
-fn results(ch: u32, b: f32, c: f32) {
-    results_grad(ch, b, c);
-}
-fn put_space3() {}",
-            "        if row == 0u {
-            o0[ch] = v;
-        } else if row == 1u {
-            o1[ch] = v;
-        }",
-            RESULTS_GRAD,
-        )
+@group(0) @binding(8) var<storage, read_write> o1: array<f32>;"
     } else {
-        (
-            "@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+        "@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
 @group(0) @binding(2) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(3) var<storage, read_write> offset: array<f32>;
 @group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
@@ -630,32 +655,14 @@ fn put_space3() {}",
 @group(0) @binding(8) var<storage, read_write> o1: array<f32>;
 @group(0) @binding(9) var<storage, read_write> o2: array<f32>;
 @group(0) @binding(10) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o4: array<f32>;
-fn ldy(e: u32) -> vec4<f32> {
-    return vec4<f32>(0.0);
-}
-fn results(ch: u32, b: f32, c: f32) {
-    results_train(ch, b, c);
-}
-fn put_space3() {
-    o4[0] = 0.0;
-}",
-            "        if row == 0u {
-            o0[ch] = v;
-        } else if row == 1u {
-            o1[ch] = v;
-        } else if row == 2u {
-            o2[ch] = v;
-        } else {
-            o3[ch] = v;
-        }",
-            RESULTS_FWD,
-        )
+@group(0) @binding(11) var<storage, read_write> o4: array<f32>;"
     };
+    let (fns, put_out, results) = grad_parts(grad);
+    let decls = format!("{bindings}\n{fns}");
     ONEPASS_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD", FOLD_VEC4_WGSL)
-        .replace("$DECLS", decls)
+        .replace("$DECLS", &decls)
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$WGS", &OWG.to_string())
         .replace("$PUT_OUT", put_out)
@@ -664,31 +671,15 @@ fn put_space3() {
 
 /// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
 fn stats_last_shader(grad: bool, loads4: bool) -> String {
-    let (decls, put_out, results) = if grad {
-        (
-            "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
+    let bindings = if grad {
+        "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(5) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
 @group(0) @binding(8) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(9) var<storage, read_write> o1: array<f32>;
-fn ldy(e: u32) -> vec4<f32> {
-    return ld(dy[e]);
-}
-fn results(ch: u32, b: f32, c: f32) {
-    results_grad(ch, b, c);
-}
-fn put_space3() {}",
-            "        if row == 0u {
-            o0[ch] = v;
-        } else if row == 1u {
-            o1[ch] = v;
-        }",
-            RESULTS_GRAD,
-        )
+@group(0) @binding(9) var<storage, read_write> o1: array<f32>;"
     } else {
-        (
-            "@group(0) @binding(4) var<storage, read_write> scale: array<f32>;
+        "@group(0) @binding(4) var<storage, read_write> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> offset: array<f32>;
 @group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
@@ -696,32 +687,14 @@ fn put_space3() {}",
 @group(0) @binding(9) var<storage, read_write> o1: array<f32>;
 @group(0) @binding(10) var<storage, read_write> o2: array<f32>;
 @group(0) @binding(11) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(12) var<storage, read_write> o4: array<f32>;
-fn ldy(e: u32) -> vec4<f32> {
-    return vec4<f32>(0.0);
-}
-fn results(ch: u32, b: f32, c: f32) {
-    results_train(ch, b, c);
-}
-fn put_space3() {
-    o4[0] = 0.0;
-}",
-            "        if row == 0u {
-            o0[ch] = v;
-        } else if row == 1u {
-            o1[ch] = v;
-        } else if row == 2u {
-            o2[ch] = v;
-        } else {
-            o3[ch] = v;
-        }",
-            RESULTS_FWD,
-        )
+@group(0) @binding(12) var<storage, read_write> o4: array<f32>;"
     };
+    let (fns, put_out, results) = grad_parts(grad);
+    let decls = format!("{bindings}\n{fns}");
     STATS_LAST_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD", FOLD_VEC4_WGSL)
-        .replace("$DECLS", decls)
+        .replace("$DECLS", &decls)
         .replace("$LOADS4", if loads4 { "true" } else { "false" })
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$PUT_OUT", put_out)
@@ -770,7 +743,7 @@ const LAST_BINDINGS: u32 = 12;
 fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
     use std::sync::OnceLock;
     static OFF: OnceLock<bool> = OnceLock::new();
-    let off = *OFF.get_or_init(|| std::env::var("TFWGPU_NORM_LAST").is_ok_and(|v| v.trim() == "0"));
+    let off = *OFF.get_or_init(|| crate::env_is("TFWGPU_NORM_LAST", "0"));
     !off && plan.vec4_stats(ctx, dtype)
         && !plan.x8
         && ctx.limits().max_storage_buffers_per_shader_stage >= LAST_BINDINGS

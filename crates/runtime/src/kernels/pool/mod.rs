@@ -109,71 +109,42 @@ fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
 fn f16x8_enabled() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("TFWGPU_POOL_F16X8").is_ok_and(|v| v.trim() == "1"))
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16X8", "1"))
 }
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
 pub(crate) const DTYPES: &[DType] = &[DType::F32, DType::F16];
 
+/// A pooling op's registration: (name, mode, V2 with host ksize and strides, host inputs).
+macro_rules! pool_row {
+    ($name:literal, $mode:expr, $v2:literal, $host:expr) => {
+        OpDef {
+            op: $name,
+            type_attr: "T",
+            dtypes: DTYPES,
+            host_inputs: $host,
+            factory: |a| Pool::build($mode, $name, $v2, a),
+        }
+    };
+}
+
+/// Host inputs: the V2 forward ops' ksize and strides (after x), the V2 gradients' (after
+/// three device inputs), AvgPoolGrad's input shape.
+const V2_FWD: &[(usize, &str)] = &[(1, "ksize"), (2, "strides")];
+const V2_GRAD: &[(usize, &str)] = &[(3, "ksize"), (4, "strides")];
+const IN_SHAPE: &[(usize, &str)] = &[(0, "orig_input_shape")];
+
 /// Registration table.
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "MaxPool",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::Max, "MaxPool", false, a),
-    },
-    OpDef {
-        op: "MaxPoolV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "ksize"), (2, "strides")],
-        factory: |a| Pool::build(Mode::Max, "MaxPoolV2", true, a),
-    },
-    OpDef {
-        op: "AvgPool",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::Avg, "AvgPool", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(3, "ksize"), (4, "strides")],
-        factory: |a| Pool::build(Mode::MaxGrad, "MaxPoolGradV2", true, a),
-    },
-    OpDef {
-        op: "AvgPoolGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(0, "orig_input_shape")],
-        factory: |a| Pool::build(Mode::AvgGrad, "AvgPoolGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradGrad",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGrad", false, a),
-    },
-    OpDef {
-        op: "MaxPoolGradGradV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(3, "ksize"), (4, "strides")],
-        factory: |a| Pool::build(Mode::MaxGradGrad, "MaxPoolGradGradV2", true, a),
-    },
+    pool_row!("MaxPool", Mode::Max, false, &[]),
+    pool_row!("MaxPoolV2", Mode::Max, true, V2_FWD),
+    pool_row!("AvgPool", Mode::Avg, false, &[]),
+    pool_row!("MaxPoolGrad", Mode::MaxGrad, false, &[]),
+    pool_row!("MaxPoolGradV2", Mode::MaxGrad, true, V2_GRAD),
+    pool_row!("AvgPoolGrad", Mode::AvgGrad, false, IN_SHAPE),
+    pool_row!("MaxPoolGradGrad", Mode::MaxGradGrad, false, &[]),
+    pool_row!("MaxPoolGradGradV2", Mode::MaxGradGrad, true, V2_GRAD),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -254,6 +225,18 @@ struct Geo {
     sw: usize,
     pt: usize,
     pl: usize,
+}
+
+impl Geo {
+    /// The geometry words of the pooling shaders' params (n, h, w, c, oh, ow, kh, kw, sh, sw,
+    /// pt, pl), after their first four.
+    fn words(&self) -> [u32; 12] {
+        [
+            self.n, self.h, self.w, self.c, self.oh, self.ow, self.kh, self.kw, self.sh, self.sw,
+            self.pt, self.pl,
+        ]
+        .map(|v| v as u32)
+    }
 }
 
 fn ints_attr(name: &str, attrs: &Attrs, attr: &str) -> Result<Option<Vec<i64>>> {
@@ -672,8 +655,7 @@ impl Kernel for Pool {
             // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
             // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
             // against 72, so the widening stays).
-            let fast = dtype == DType::F32
-                || (hw && std::env::var("TFWGPU_POOL_F16_FAST").map_or(true, |v| v.trim() != "0"));
+            let fast = dtype == DType::F32 || (hw && !crate::env_is("TFWGPU_POOL_F16_FAST", "0"));
             // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
             // the block gather; the per-input gather stays on quads).
             let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
@@ -681,7 +663,7 @@ impl Kernel for Pool {
             // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
-            let rt_skip = std::env::var("TFWGPU_POOL_RT_SKIP").is_ok_and(|v| v.trim() == "1");
+            let rt_skip = crate::env_is("TFWGPU_POOL_RT_SKIP", "1");
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 let x8 = x8_ok && pass != 2;
                 let lanes = if x8 { 8 } else { 4 };
@@ -740,28 +722,14 @@ impl Kernel for Pool {
                     grid_1d(words as u64, WG)
                 };
                 let inv = |d: usize| (1.0f32 / d as f32).to_bits();
-                let p = params(&[
-                    row,
-                    u(n),
-                    u(words),
-                    0,
-                    u(g.n),
-                    u(g.h),
-                    u(g.w),
-                    u(g.c),
-                    u(g.oh),
-                    u(g.ow),
-                    u(g.kh),
-                    u(g.kw),
-                    u(g.sh),
-                    u(g.sw),
-                    u(g.pt),
-                    u(g.pl),
-                    u(rowq),
-                    inv(g.c / lanes),
-                    inv(g.sh),
-                    inv(g.sw),
-                ]);
+                let p = params(
+                    &[
+                        &[row, u(n), u(words), 0][..],
+                        &g.words(),
+                        &[u(rowq), inv(g.c / lanes), inv(g.sh), inv(g.sw)],
+                    ]
+                    .concat(),
+                );
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };
             if mode == Mode::Max {
@@ -791,7 +759,7 @@ impl Kernel for Pool {
                 && g.sw == 2
                 && g.kh <= 4
                 && g.kw <= 4
-                && std::env::var("TFWGPU_POOL_BLOCK_GATHER").map_or(true, |v| v.trim() != "0")
+                && !crate::env_is("TFWGPU_POOL_BLOCK_GATHER", "0")
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
             return vec4_pass(if block { 6 } else { 2 }, n / 4, [a, b, codes, o]);
         }
@@ -806,24 +774,7 @@ impl Kernel for Pool {
         let words = words_for(name, dtype, n)?;
         let (groups, row) = grid_1d(words as u64, WG);
         let u = |v: usize| v as u32;
-        let p = params(&[
-            row,
-            u(n),
-            words,
-            self.nchw as u32,
-            u(g.n),
-            u(g.h),
-            u(g.w),
-            u(g.c),
-            u(g.oh),
-            u(g.ow),
-            u(g.kh),
-            u(g.kw),
-            u(g.sh),
-            u(g.sw),
-            u(g.pt),
-            u(g.pl),
-        ]);
+        let p = params(&[&[row, u(n), words, self.nchw as u32][..], &g.words()].concat());
         ctx.dispatch(&pipeline, &p, &[a, b, c, o], groups)
     }
 }

@@ -16,64 +16,35 @@
 //! 0/1 words (`bool.wgsl`), narrowed back to bytes by the last step: All of no elements is
 //! true, Any of no elements false.
 
-use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
+use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_2d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
 use crate::{DType, Error, Result, bail_invalid};
 
 const DTYPES: &[DType] = &[DType::F32, DType::I32];
 
-/// Registration table.
+/// A reduction's registration: `reduction_indices` (input 1) in host memory.
+macro_rules! reduce_row {
+    ($name:literal, $op:expr, $type_attr:literal, $dtypes:expr) => {
+        OpDef {
+            op: $name,
+            type_attr: $type_attr,
+            dtypes: $dtypes,
+            host_inputs: &[(1, "reduction_indices")],
+            factory: |a| Reduce::build($op, a),
+        }
+    };
+}
+
+/// Registration table (All and Any: bool, no type attribute).
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "Sum",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Sum, a),
-    },
-    OpDef {
-        op: "Max",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Max, a),
-    },
-    OpDef {
-        op: "Min",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Min, a),
-    },
-    OpDef {
-        op: "Mean",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Mean, a),
-    },
-    OpDef {
-        op: "Prod",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Prod, a),
-    },
-    OpDef {
-        op: "All",
-        type_attr: "",
-        dtypes: &[],
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::All, a),
-    },
-    OpDef {
-        op: "Any",
-        type_attr: "",
-        dtypes: &[],
-        host_inputs: &[(1, "reduction_indices")],
-        factory: |a| Reduce::build(ReduceOp::Any, a),
-    },
+    reduce_row!("Sum", ReduceOp::Sum, "T", DTYPES),
+    reduce_row!("Max", ReduceOp::Max, "T", DTYPES),
+    reduce_row!("Min", ReduceOp::Min, "T", DTYPES),
+    reduce_row!("Mean", ReduceOp::Mean, "T", DTYPES),
+    reduce_row!("Prod", ReduceOp::Prod, "T", DTYPES),
+    reduce_row!("All", ReduceOp::All, "", &[]),
+    reduce_row!("Any", ReduceOp::Any, "", &[]),
 ];
 
 const BOOL_WGSL: &str = include_str!("bool.wgsl");
@@ -646,13 +617,7 @@ fn run_passes(
         };
         let (t, g) = layout(chunk, inner);
         let groups = slots.div_ceil(g as usize);
-        let gx = groups.min(crate::kernel::MAX_GROUPS_X as usize);
-        let gy = groups.div_ceil(gx);
-        if gy > crate::kernel::MAX_GROUPS_X as usize {
-            return Err(Error::Unimplemented(format!(
-                "{op}: {outs} outputs are more than one dispatch can cover"
-            )));
-        }
+        let (gx, gy) = grid_2d(groups, || format!("{op}: {outs} outputs"))?;
         let mut p = vec![
             to_u32(op, slots)?,
             to_u32(op, r)?,

@@ -41,14 +41,7 @@ use crate::{DType, Error, Result};
 /// argument in host memory: Slice, StridedSlice, StridedSliceGrad, Pad, PadV2).
 const MOVE: &[DType] = &[DType::F32, DType::F16, DType::I64, DType::U8, DType::Bool];
 /// GatherV2 and OneHot: TensorFlow's GPU kernels take int32 data in device memory.
-const MOVE_I32: &[DType] = &[
-    DType::F32,
-    DType::F16,
-    DType::I32,
-    DType::I64,
-    DType::U8,
-    DType::Bool,
-];
+const MOVE_I32: &[DType] = &DType::ALL;
 const FLOAT: &[DType] = &[DType::F32, DType::F16];
 /// Range: int32 is TensorFlow's all-host-memory kernel.
 const RANGE: &[DType] = &[DType::F32, DType::I64];
