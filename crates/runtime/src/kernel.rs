@@ -337,10 +337,11 @@ pub fn grid_1d(threads: u64, wg: u32) -> ([u32; 3], u32) {
     ([x, y, 1], x * wg)
 }
 
-/// `groups` (> 0) workgroups as a (gx, gy) grid, gx at most `MAX_GROUPS_X`; an Unimplemented
-/// error "`what` are more than one dispatch can cover" when gy is past that limit too.
+/// `groups` workgroups as a (gx, gy) grid, gx at most `MAX_GROUPS_X` (none: an empty grid of
+/// one column); an Unimplemented error "`what` are more than one dispatch can cover" when gy
+/// is past that limit too.
 pub(crate) fn grid_2d(groups: usize, what: impl FnOnce() -> String) -> Result<(usize, usize)> {
-    let gx = groups.min(MAX_GROUPS_X as usize);
+    let gx = groups.clamp(1, MAX_GROUPS_X as usize);
     let gy = groups.div_ceil(gx);
     if gy > MAX_GROUPS_X as usize {
         return Err(Error::Unimplemented(format!(
@@ -530,5 +531,26 @@ impl Drop for KernelContext<'_> {
                 tracing::error!("freeing a kernel temporary: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grid_2d_covers_every_group_in_at_most_one_dispatch() {
+        let max = MAX_GROUPS_X as usize;
+        let what = || "rows".to_string();
+        assert_eq!(grid_2d(0, what).unwrap(), (1, 0));
+        assert_eq!(grid_2d(5, what).unwrap(), (5, 1));
+        assert_eq!(grid_2d(max, what).unwrap(), (max, 1));
+        assert_eq!(grid_2d(max + 1, what).unwrap(), (max, 2));
+        assert_eq!(grid_2d(max * max, what).unwrap(), (max, max));
+        let e = grid_2d(max * max + 1, what).unwrap_err().to_string();
+        assert!(
+            e.contains("rows are more than one dispatch can cover"),
+            "{e}"
+        );
     }
 }
