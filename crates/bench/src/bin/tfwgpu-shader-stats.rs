@@ -51,6 +51,7 @@ fn coop_variants() -> Vec<(String, String)> {
                 phase: false,
                 sum_last: false,
                 head_tail: false,
+                stream_k: false,
                 vout: conv,
                 emulate: false,
             };

@@ -848,3 +848,33 @@ fn conv2d_backprop_input_phases_unchecked(tiles: &[CoopTile]) {
         }
     }
 }
+
+/// Stream-K (`TFWGPU_CONV_COOP_STREAMK=1`, a wave of `TFWGPU_CONV_COOP_WAVE` workgroups
+/// set by the caller) on forward and input-gradient products whose iterations (tile, K tile)
+/// fall unevenly on the workgroups: one tile of 9 K tiles over every workgroup, a few tiles
+/// each split across two or three workgroups, more tiles than workgroups (whole tiles and
+/// split ones in one workgroup's range). Each product checked against float64, one after
+/// the other: a product whose tiles' arrival counters were not left at zero would sum too
+/// few or no slices in the next.
+pub fn conv2d_stream_k(tiles: &[CoopTile]) {
+    let labels = kernels_run(|| {
+        for tile in tiles {
+            let t = Some(tile.name);
+            check_conv_f16((2, 6, 5, 64), (3, 3, 24), 1, 1, "SAME", t, 131);
+            check_conv_f16((2, 12, 11, 16), (3, 3, 40), 1, 1, "SAME", t, 132);
+            check_conv_f16((2, 20, 20, 8), (3, 3, 40), 1, 1, "SAME", t, 133);
+            check_conv_f16((1, 9, 13, 24), (3, 3, 16), 2, 1, "VALID", t, 134);
+            check_bwd_input_f16((2, 12, 11, 16), (3, 3, 64), 1, 1, "SAME", t, 135);
+            check_bwd_input_f16((2, 5, 6, 16), (3, 3, 64), 1, 1, "SAME", t, 136);
+            check_bwd_input_f16((3, 8, 9, 24), (1, 1, 320), 1, 1, "VALID", t, 137);
+            // (Again, after the others: the counters are zero after each launch.)
+            check_conv_f16((2, 6, 5, 64), (3, 3, 24), 1, 1, "SAME", t, 138);
+        }
+    });
+    if let Some(labels) = labels {
+        assert!(
+            labels.iter().any(|l| l.contains("_stk")),
+            "expected stream-K kernels among {labels:?}"
+        );
+    }
+}

@@ -148,6 +148,47 @@ fn record_plan(
             row_tiles,
         }
     };
+    if stream_k() && !spec.phase && !spec.wgrad {
+        // Stream-K (`CoopSpec::stream_k`): one wave of workgroups over every tile's K tiles.
+        let mut s = spec;
+        s.split = true;
+        s.out_f32 = false;
+        s.sum_last = true;
+        s.stream_k = true;
+        s.vout = vout_ok(&s, n);
+        let tiles = tiles_y * n.div_ceil(spec.tile.bn as usize);
+        let kt = k.div_ceil(spec.tile.bk as usize);
+        let total = tiles * kt;
+        let groups = wave_size(&spec.tile).min(total);
+        // The most workgroups covering one tile: the slices of `part`.
+        let wg_of = |it: usize| ((it + 1) * groups - 1) / total;
+        let slices = (0..tiles)
+            .map(|i| wg_of((i + 1) * kt - 1) - wg_of(i * kt) + 1)
+            .max()
+            .unwrap_or(1);
+        if fits(ctx, &s)
+            && (total + 1) * groups <= u32::MAX as usize
+            && let Some(arrivals) = ctx.arrival_counters(tiles)?
+        {
+            tracing::debug!(
+                "{op} {m}x{n}x{k}: cooperative {} stream-K, {groups} workgroups over {tiles} tiles x {kt} K tiles (up to {slices} per tile)",
+                s.specialization()
+            );
+            let part = ctx.temp_tensor(TensorDesc::new(DType::F32, &[slices, m, n]))?;
+            return coop::launch_with(
+                ctx,
+                op,
+                &s,
+                &relaunch(groups, l.conv[15], None),
+                a,
+                b,
+                out,
+                &[&part, &arrivals],
+            );
+        }
+        // (Else, N not a multiple of the vector epilogue's width or too many tiles for the
+        // counters: the plan below.)
+    }
     let what = if plan.splits == 1 {
         String::new()
     } else if plan.head == 0 {
@@ -287,6 +328,7 @@ fn wgrad_spec(
         vout: false,
         sum_last: false,
         head_tail: false,
+        stream_k: false,
         emulate,
     }
 }
@@ -671,6 +713,7 @@ fn try_implicit(
         vout: false,
         sum_last: false,
         head_tail: false,
+        stream_k: false,
         emulate,
     };
     if forced.is_none() && !fits(ctx, &spec) && tap_ok(&COOP_64X64X64_2X2W1FS) {
@@ -891,6 +934,7 @@ fn backprop_input_phases(
         vout: false,
         sum_last: false,
         head_tail: false,
+        stream_k: false,
         emulate,
     };
     let tap_ok = |t: &CoopTile| ac.is_multiple_of(t.bk as usize);
@@ -1233,6 +1277,15 @@ fn sum_cost(tile: &CoopTile, s: usize) -> (f64, bool) {
         Last::Model if last < SUM_US => (last, true),
         Last::Model => (SUM_US, false),
     }
+}
+
+/// `TFWGPU_CONV_COOP_STREAMK=1`: forward and stride-1 / strided (not by phase) input
+/// gradients through stream-K (`CoopSpec::stream_k`, one wave of `wave_size` workgroups)
+/// wherever its vector epilogue and the arrival counters apply. Off by default (not yet
+/// measured on a GPU).
+fn stream_k() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_CONV_COOP_STREAMK", "1"))
 }
 
 /// `TFWGPU_CONV_COOP_ONE_LAUNCH=0`: head/tail plans in two launches (v7) even where the

@@ -492,6 +492,15 @@ pub struct CoopSpec {
     /// tile's last arrival: workgroup p.bstr[0].w + z * T + i takes split z of tail tile i
     /// (T tail tiles). The tail's workgroups start as the head's finish, in one launch (v8).
     pub head_tail: bool,
+    /// Stream-K (with `sum_last`, `split`; not `head_tail`, `phase`, `wgrad`): a 1-D grid of
+    /// G = p.bstr[0].w workgroups over the T x KT iterations (output tile, K tile) of the
+    /// product, tile-major; workgroup w takes iterations [w * T * KT / G, (w + 1) * T * KT /
+    /// G), as segments split at tile boundaries, each one pass of the body with its own K
+    /// range. A segment that covers all of its tile's K writes C; the others write slice z
+    /// of `part` (z = w minus the first workgroup of the tile: the K order), and the tile's
+    /// last arrival (counting the workgroups that cover the tile, from the same division)
+    /// adds the slices in order z = 0, 1, ... and writes C.
+    pub stream_k: bool,
     /// Vector epilogue: each invocation writes 8 consecutive halves as one 16-byte store
     /// (`vec4<u32>` of packed pairs; 4 floats as a `vec4<f32>` for float32 output) instead of
     /// one element per store; needs N a multiple of that width (checked by the caller).
@@ -679,6 +688,7 @@ impl CoopSpec {
                     && self.vout
                     && (t.bm * t.bn).is_multiple_of(self.sum_group() * wg)))
             && (!self.head_tail || self.sum_last)
+            && (!self.stream_k || (self.sum_last && !self.head_tail && !self.phase && !self.wgrad))
     }
 
     /// The pipeline key's specialization.
@@ -707,6 +717,8 @@ impl CoopSpec {
             if self.out_f32 { "_o32" } else { "" },
             if self.head_tail {
                 "_ht"
+            } else if self.stream_k {
+                "_stk"
             } else if self.sum_last {
                 "_sl"
             } else {
@@ -838,7 +850,7 @@ var<workgroup> sc: array<f32, {sc_len}>;
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
-{sg_params}) {{{sg_lets}
+{sg_params}) {{{sg_lets}{sk_open}
     var tile = wid.xy;{ht_tile}
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
@@ -869,7 +881,39 @@ fn main(
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             // (Head and tail in one launch: the tile and split of this workgroup.)
-            group = if self.head_tail { 0 } else { t.group },
+            group = if self.head_tail || self.stream_k {
+                0
+            } else {
+                t.group
+            },
+            // (Stream-K: the loop over this workgroup's segments, each one output tile.)
+            sk_open = if self.stream_k {
+                format!(
+                    "
+    let sk_tx = (p.n + {bn}u - 1u) / {bn}u;
+    let sk_kt = (p.k + {bk}u - 1u) / {bk}u;
+    let sk_total = sk_tx * ((p.m + {bm}u - 1u) / {bm}u) * sk_kt;
+    let sk_g = p.bstr[0].w;
+    let sk_end = ((wid.x + 1u) * sk_total) / sk_g;
+    var sk_it = (wid.x * sk_total) / sk_g;
+    loop {{
+    if sk_it >= sk_end {{
+        break;
+    }}
+    let sk_i = sk_it / sk_kt;
+    let sk_lo = sk_i * sk_kt;
+    let sk_stop = min(sk_end, sk_lo + sk_kt);
+    let sk_first = ((sk_lo + 1u) * sk_g - 1u) / sk_total;
+    let sk_n = ((sk_lo + sk_kt) * sk_g - 1u) / sk_total - sk_first + 1u;
+    let ht_whole = sk_n == 1u;
+    let ht_z = wid.x - sk_first;",
+                    bm = t.bm,
+                    bn = t.bn,
+                    bk = t.bk
+                )
+            } else {
+                String::new()
+            },
             ht_tile = if self.head_tail {
                 format!(
                     "
@@ -884,10 +928,12 @@ fn main(
                     bm = t.bm,
                     bn = t.bn
                 )
+            } else if self.stream_k {
+                "\n    tile = vec2<u32>(sk_i % sk_tx, sk_i / sk_tx);".to_string()
             } else {
                 String::new()
             },
-            bidx = if self.head_tail {
+            bidx = if self.head_tail || self.stream_k {
                 "ht_z"
             } else {
                 "p.batch_base + wid.z"
@@ -905,7 +951,12 @@ fn main(
             } else {
                 ""
             },
-            krange = if self.head_tail {
+            krange = if self.stream_k {
+                format!(
+                    "    let kb = (sk_it - sk_lo) * {bk}u;\n    let kend = min(p.k, (sk_stop - sk_lo) * {bk}u);\n    let ntiles = sk_stop - sk_it;\n",
+                    bk = t.bk
+                )
+            } else if self.head_tail {
                 format!(
                     "    let kb = select(bidx * p.ftap, 0u, ht_whole);\n    let kend = select(min(p.k, kb + p.ftap), p.k, ht_whole);\n    let ntiles = (kend - kb + {bk}u - 1u) / {bk}u;\n",
                     bk = t.bk
@@ -1642,24 +1693,28 @@ fn main(
 ",
                 bn = t.bn
             );
-            if self.head_tail {
+            if self.head_tail || self.stream_k {
                 s.push_str("    if ht_whole {\n");
                 epilogue(&mut s, Pass::Whole);
                 s.push_str("    } else {\n");
             }
             epilogue(&mut s, Pass::Partial);
+            // (The arrivals that complete the tile: the splits, or under stream-K the
+            // workgroups that cover the tile.)
+            let target = if self.stream_k { "sk_n" } else { "p.bstr[0].z" };
             s.push_str(
-                "    storageBarrier();
+                &"    storageBarrier();
     if lid == 0u {
         sl_old = atomicAdd(&arrivals[sl_tile], 1u);
     }
-    if workgroupUniformLoad(&sl_old) + 1u == p.bstr[0].z {
+    if workgroupUniformLoad(&sl_old) + 1u == {target} {
         storageBarrier();
         if lid == 0u {
             atomicStore(&arrivals[sl_tile], 0u);
         }
         let sl_slice = p.bstr[0].y * p.n / 4u;
-",
+"
+                .replace("{target}", target),
             );
             let vecs = gw / 4;
             for g in 0..groups {
@@ -1677,7 +1732,10 @@ fn main(
                     let _ = writeln!(s, "        var sl_s{g}_{v} = vec4<f32>();");
                 }
             }
-            s.push_str("        for (var z = 0u; z < p.bstr[0].z; z += 1u) {\n            let zb = z * sl_slice;\n");
+            let _ = write!(
+                s,
+                "        for (var z = 0u; z < {target}; z += 1u) {{\n            let zb = z * sl_slice;\n"
+            );
             for g in 0..groups {
                 for v in 0..vecs {
                     let _ = writeln!(s, "            sl_s{g}_{v} += part[zb + sl_i{g} + {v}u];");
@@ -1701,11 +1759,15 @@ fn main(
                 );
             }
             s.push_str("    }\n");
-            if self.head_tail {
+            if self.head_tail || self.stream_k {
                 s.push_str("    }\n");
             }
         } else {
             epilogue(&mut s, Pass::Out);
+        }
+        if self.stream_k {
+            // The next segment (the workgroup arrays and `sl_old` are reused).
+            s.push_str("    sk_it = sk_stop;\n    workgroupBarrier();\n    }\n");
         }
         s.push_str("}\n");
         s
@@ -1930,6 +1992,7 @@ impl Kernel for CoopMatMul {
             vout: false,
             sum_last: false,
             head_tail: false,
+            stream_k: false,
             emulate,
         };
         if g.k == 0 || dims.len() > MAX_BATCH_DIMS || !fits(ctx, &spec) {
@@ -2073,11 +2136,24 @@ pub(crate) fn launch_with(
         // (`sum_last`: the number of splits, the arrivals that complete a tile.)
         bstr[2] = to_u32(op, l.batches)?;
     }
-    if spec.head_tail {
-        // One 1-D launch: the head's ty0 tile rows whole, then the tail's tiles x splits.
+    if spec.head_tail || spec.stream_k {
+        // One 1-D launch: the head's ty0 tile rows whole, then the tail's tiles x splits;
+        // stream-K: l.batches workgroups over every tile's K tiles (the iteration counts,
+        // times the workgroups, within u32: the shader's division).
         let head = ty0 * tiles_x;
-        bstr[3] = to_u32(op, head)?;
-        let gx = head + tiles_y * tiles_x * l.batches;
+        let gx = if spec.stream_k {
+            let iters = tiles_y * tiles_x * l.k.div_ceil(spec.tile.bk as usize);
+            if ty0 != 0 || l.batches == 0 || (iters + 1) * l.batches > u32::MAX as usize {
+                return Err(crate::Error::InvalidArgument(format!(
+                    "{op}: stream-K over {iters} iterations in {} workgroups",
+                    l.batches
+                )));
+            }
+            l.batches
+        } else {
+            head + tiles_y * tiles_x * l.batches
+        };
+        bstr[3] = to_u32(op, if spec.stream_k { gx } else { head })?;
         if gx > MAX_GROUPS_X as usize {
             return Err(crate::Error::InvalidArgument(format!(
                 "{op}: {gx} workgroups in one head/tail launch"
@@ -2176,6 +2252,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                             vout: false,
                             sum_last: false,
                             head_tail: false,
+                            stream_k: false,
                             emulate: false,
                         };
                         // Products, Conv2D forward, backprop input; split-K products and the
@@ -2200,6 +2277,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     vout: true,
                                     sum_last: false,
                                     head_tail: false,
+                                    stream_k: false,
                                     ..s
                                 };
                                 if st.is_valid() {
@@ -2213,6 +2291,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     vout: true,
                                     sum_last: false,
                                     head_tail: false,
+                                    stream_k: false,
                                     ..s
                                 };
                                 if ph.is_valid() {
@@ -2232,6 +2311,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     vout: vout && (conv || split),
                                     sum_last: false,
                                     head_tail: false,
+                                    stream_k: false,
                                     ..s
                                 };
                                 if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
@@ -2245,6 +2325,11 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                         v.push(last);
                                         v.push(CoopSpec {
                                             head_tail: true,
+                                            stream_k: false,
+                                            ..last
+                                        });
+                                        v.push(CoopSpec {
+                                            stream_k: true,
                                             ..last
                                         });
                                     }
