@@ -2328,10 +2328,13 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                             stream_k: false,
                                             ..last
                                         });
-                                        v.push(CoopSpec {
+                                        let stk = CoopSpec {
                                             stream_k: true,
                                             ..last
-                                        });
+                                        };
+                                        if stk.is_valid() {
+                                            v.push(stk);
+                                        }
                                     }
                                 }
                             }
