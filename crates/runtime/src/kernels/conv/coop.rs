@@ -166,8 +166,11 @@ fn record_plan(
             .map(|i| wg_of((i + 1) * kt - 1) - wg_of(i * kt) + 1)
             .max()
             .unwrap_or(1);
+        // (The slices within one binding: else the plan below.)
+        let part_bytes = slices * m * n * 4;
         if fits(ctx, &s)
             && (total + 1) * groups <= u32::MAX as usize
+            && part_bytes <= ctx.limits().max_storage_buffer_binding_size as usize
             && let Some(arrivals) = ctx.arrival_counters(tiles)?
         {
             tracing::debug!(
