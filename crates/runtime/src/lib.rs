@@ -47,9 +47,15 @@ pub use kernel::{
 };
 pub use kernel_manager::{CacheStats, KernelManager, PipelineKey};
 
+/// The value of the environment variable `name` without surrounding blanks, if set: what the
+/// kernels' multi-word `TFWGPU_*` switches match on (where one is read once per process, its
+/// caller caches the answer).
+pub(crate) fn env_word(name: &str) -> Option<String> {
+    std::env::var(name).ok().map(|v| v.trim().to_string())
+}
+
 /// Whether the environment variable `name` is set to `value` (surrounding blanks ignored): the
-/// test behind the kernels' on/off `TFWGPU_*` switches (where one is read once per process,
-/// its caller caches the answer).
+/// test behind the kernels' on/off `TFWGPU_*` switches.
 pub(crate) fn env_is(name: &str, value: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v.trim() == value)
+    env_word(name).is_some_and(|v| v == value)
 }

@@ -52,7 +52,7 @@ pub enum Mode {
 
 impl Mode {
     pub fn from_env() -> Mode {
-        match std::env::var("TFWGPU_TUNE").ok().as_deref().map(str::trim) {
+        match crate::env_word("TFWGPU_TUNE").as_deref() {
             Some("0") | Some("off") | Some("false") => Mode::Off,
             Some("1") | Some("on") | Some("true") => Mode::On,
             _ => Mode::Auto,

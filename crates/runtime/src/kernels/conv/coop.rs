@@ -831,16 +831,13 @@ enum PhaseZeros {
 
 fn phase_zeros() -> PhaseZeros {
     static MODE: OnceLock<PhaseZeros> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        match std::env::var("TFWGPU_CONV_COOP_PHASE_ZEROS")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("clear") => PhaseZeros::Clear,
-            Ok("kernel") => PhaseZeros::Kernel,
+    *MODE.get_or_init(
+        || match crate::env_word("TFWGPU_CONV_COOP_PHASE_ZEROS").as_deref() {
+            Some("clear") => PhaseZeros::Clear,
+            Some("kernel") => PhaseZeros::Kernel,
             _ => PhaseZeros::Fill,
-        }
-    })
+        },
+    )
 }
 
 /// `TFWGPU_CONV_COOP_PHASE_MERGE=0`: one launch per output phase of a strided input
@@ -1311,17 +1308,14 @@ enum Last {
 /// per process.
 fn last_mode() -> Last {
     static MODE: OnceLock<Last> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        match std::env::var("TFWGPU_CONV_COOP_LAST")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("0") => Last::Off,
-            Ok("force") => Last::Force,
+    *MODE.get_or_init(
+        || match crate::env_word("TFWGPU_CONV_COOP_LAST").as_deref() {
+            Some("0") => Last::Off,
+            Some("force") => Last::Force,
             _ if !split_model() => Last::Off,
             _ => Last::Model,
-        }
-    })
+        },
+    )
 }
 
 /// A head/tail plan's second product launch (us): request 1's tails ran ~8 us longer than
@@ -1351,16 +1345,13 @@ enum Tail {
 /// model's choice. Read once per process.
 fn tail_mode() -> Tail {
     static MODE: OnceLock<Tail> = OnceLock::new();
-    *MODE.get_or_init(|| {
-        match std::env::var("TFWGPU_CONV_COOP_TAIL")
-            .as_deref()
-            .map(str::trim)
-        {
-            Ok("0") => Tail::Off,
-            Ok("force") => Tail::Force,
+    *MODE.get_or_init(
+        || match crate::env_word("TFWGPU_CONV_COOP_TAIL").as_deref() {
+            Some("0") => Tail::Off,
+            Some("force") => Tail::Force,
             _ => Tail::Model,
-        }
-    })
+        },
+    )
 }
 
 /// `TFWGPU_CONV_COOP_SPLIT_MODEL=0`: v5's split rule. Read once per process.

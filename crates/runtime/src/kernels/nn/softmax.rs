@@ -632,8 +632,10 @@ fn record_rows(
     let mut cached = loads <= 4 * t;
     let (mut k, mut wgs) = (4, WG);
     let l = ctx.limits();
-    // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements).
-    let big = !crate::env_is("TFWGPU_SOFTMAX_REGS", "4");
+    // `TFWGPU_SOFTMAX_REGS=4`: no 8-load variant (longer rows stream; for measurements),
+    // read once per process.
+    static REGS4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let big = !*REGS4.get_or_init(|| crate::env_is("TFWGPU_SOFTMAX_REGS", "4"));
     if !cached
         && big
         && loads <= 8 * BIG_WG

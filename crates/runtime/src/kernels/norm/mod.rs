@@ -297,10 +297,13 @@ impl Plan {
         // float16 with C % 8 == 0 (`f16_x8`): eight channels per invocation, 16-byte loads
         // as float32's, so float32's rows.
         let x8 = dtype == DType::F16 && self.c.is_multiple_of(8) && f16_x8();
-        let rows = std::env::var("TFWGPU_NORM_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|r| matches!(r, 16 | 32 | 64))
+        static FORCED_ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+        let rows = FORCED_ROWS
+            .get_or_init(|| {
+                crate::env_word("TFWGPU_NORM_ROWS")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .filter(|r| matches!(r, 16 | 32 | 64))
+            })
             .unwrap_or(if dtype == DType::F16 && !x8 {
                 2 * PER_THREAD
             } else {
@@ -723,7 +726,7 @@ fn last_opts() -> LastOpts {
     use std::sync::OnceLock;
     static OPTS: OnceLock<LastOpts> = OnceLock::new();
     *OPTS.get_or_init(|| {
-        let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
+        let env = crate::env_word;
         LastOpts {
             apply_x8: env("TFWGPU_NORM_APPLY_X8").is_none_or(|v| v != "0"),
             group: env("TFWGPU_NORM_GROUP").and_then(|v| v.parse::<usize>().ok()),
@@ -758,8 +761,19 @@ fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
 /// `=1` drops the size limits, and `TFWGPU_NORM_ONEPASS_TC=1|2|4|8` forces the quads per
 /// workgroup (measurements).
 fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Option<usize> {
-    let env = |k: &str| std::env::var(k).ok().map(|v| v.trim().to_string());
-    if env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "0") {
+    // (`TFWGPU_NORM_ONEPASS`, `TFWGPU_NORM_ONEPASS_TC`: read once per process.)
+    static OPTS: std::sync::OnceLock<(Option<String>, Option<usize>)> = std::sync::OnceLock::new();
+    let (onepass, forced) = OPTS.get_or_init(|| {
+        (
+            crate::env_word("TFWGPU_NORM_ONEPASS"),
+            crate::env_word("TFWGPU_NORM_ONEPASS_TC")
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|t| matches!(t, 1 | 2 | 4 | 8)),
+        )
+    });
+    let onepass = onepass.as_deref();
+    let forced = *forced;
+    if onepass == Some("0") {
         return None;
     }
     let l = ctx.limits();
@@ -776,9 +790,6 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Opt
         return None;
     }
     let quads = plan.c / 4;
-    let forced = env("TFWGPU_NORM_ONEPASS_TC")
-        .and_then(|v| v.parse::<usize>().ok())
-        .filter(|t| matches!(t, 1 | 2 | 4 | 8));
     let mut tc = match forced {
         Some(t) => t,
         None => {
@@ -807,7 +818,7 @@ fn onepass_tc(ctx: &KernelContext, plan: &Plan, dtype: DType, grad: bool) -> Opt
     // lifts the limits.
     let size = if dtype == DType::F16 { 2 } else { 4 };
     let bytes = plan.rest * plan.c * size * if grad { 2 } else { 1 };
-    let forced_on = env("TFWGPU_NORM_ONEPASS").is_some_and(|v| v == "1");
+    let forced_on = onepass == Some("1");
     // Request mem5-2 (same binary, same call): 64x7x7x2048 float32 gradient (51 MB of x and dy,
     // tc 2) in one dispatch 58.6 / 49.1 us (span / wall) against 80.4 / 50.9 for the three
     // dispatches, so 32-byte runs take tensors up to 64 MiB; on 64x14x14x1024 float32 forced to

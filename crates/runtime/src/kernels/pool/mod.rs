@@ -112,6 +112,26 @@ fn f16x8_enabled() -> bool {
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16X8", "1"))
 }
 
+/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
+/// uses in the vec4 paths), read once per process.
+fn f16_fast_off() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
+}
+
+fn rt_skip_on() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_RT_SKIP", "1"))
+}
+
+fn block_gather_off() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_BLOCK_GATHER", "0"))
+}
+
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
 /// MaxPool, int32 kept on the host; neither is a tfwgpu dtype here).
 pub(crate) const DTYPES: &[DType] = &[DType::F32, DType::F16];
@@ -655,7 +675,7 @@ impl Kernel for Pool {
             // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
             // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
             // against 72, so the widening stays).
-            let fast = dtype == DType::F32 || (hw && !crate::env_is("TFWGPU_POOL_F16_FAST", "0"));
+            let fast = dtype == DType::F32 || (hw && !f16_fast_off());
             // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
             // the block gather; the per-input gather stays on quads).
             let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
@@ -663,7 +683,7 @@ impl Kernel for Pool {
             // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
-            let rt_skip = crate::env_is("TFWGPU_POOL_RT_SKIP", "1");
+            let rt_skip = rt_skip_on();
             let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
                 let x8 = x8_ok && pass != 2;
                 let lanes = if x8 { 8 } else { 4 };
@@ -759,7 +779,7 @@ impl Kernel for Pool {
                 && g.sw == 2
                 && g.kh <= 4
                 && g.kw <= 4
-                && !crate::env_is("TFWGPU_POOL_BLOCK_GATHER", "0")
+                && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
             return vec4_pass(if block { 6 } else { 2 }, n / 4, [a, b, codes, o]);
         }
