@@ -42,6 +42,7 @@ use crate::{DType, Error, Result, bail_invalid};
 const POOL_WGSL: &str = include_str!("pool.wgsl");
 const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
 const POOL_X8_WGSL: &str = include_str!("pool_x8.wgsl");
+const POOL_F16N_WGSL: &str = include_str!("pool_f16n.wgsl");
 
 /// `pool_vec4.wgsl`'s array accessors and W8 functions: quads (`x8` false: the arrays hold
 /// `$XT`, the W8 functions are stubs never called) or pairs of float16 quads (`x8`: the arrays
@@ -102,6 +103,17 @@ fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
         .replace("$LANES", if x8 { "8" } else { "4" })
 }
 
+/// `pool_vec4.wgsl`'s NATIVE functions where the native path is off (never called).
+const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
+    return false;
+}
+fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
+    return false;
+}
+fn max_pool_grad_block_native(n: u32, by: u32, bx: u32, qd: u32) -> bool {
+    return false;
+}";
+
 /// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
 /// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
 /// than four channels on 64x112x112x64 (MaxPool 67.4 against 61.1 us, the codes pass 75.6
@@ -114,6 +126,17 @@ fn f16x8_enabled() -> bool {
 
 /// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
 /// uses in the vec4 paths), read once per process.
+/// `TFWGPU_POOL_F16_NATIVE=1`: float16 MaxPool and the argmax codes compare whole 3x3 windows
+/// in half arithmetic (`pool_f16n.wgsl`, devices with `SHADER_F16`) instead of widening every
+/// element to float32 and testing it for NaN (the widened path's ~40 conversions and ~36 NaN
+/// tests per invocation against the float32 kernel's 0: the float16 kernels' suspected
+/// limit). Opt-in until measured on the H200.
+fn f16_native_on() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_NATIVE", "1"))
+}
+
 fn f16_fast_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
@@ -684,8 +707,14 @@ impl Kernel for Pool {
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
             let rt_skip = rt_skip_on();
-            let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+            // Native half comparisons (MaxPool and the codes; four channels per invocation).
+            let native_ok = dtype == DType::F16
+                && !x8_ok
+                && f16_native_on()
+                && ctx.features().contains(wgpu::Features::SHADER_F16);
+            let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
                 let x8 = x8_ok && pass != 2;
+                let native = native_ok && (pass == 0 || pass == 5 || pass == 6);
                 let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
@@ -703,16 +732,22 @@ impl Kernel for Pool {
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
+                            if native { "/native" } else { "" },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
                             if rt_skip { "/skip" } else { "" }
                         ),
                     ),
                     || {
-                        crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
+                        let src = crate::kernels::norm::vec4_io(
                             vec4_layout(POOL_VEC4_WGSL, x8)
+                                .replace(
+                                    "$NATIVE_FNS",
+                                    if native { POOL_F16N_WGSL } else { NATIVE_STUBS },
+                                )
+                                .replace("$NATIVEB", if native { "true" } else { "false" })
                                 .replace("$MODE", &pass.to_string())
                                 .replace(
                                     "$HALF",
@@ -733,7 +768,12 @@ impl Kernel for Pool {
                                 ),
                             dtype,
                             hw,
-                        ))
+                        );
+                        crate::kernels::membound_shader(if native {
+                            format!("enable f16;\n\n{src}")
+                        } else {
+                            src
+                        })
                     },
                 )?;
                 let (groups, row) = if grid3 {
@@ -755,7 +795,13 @@ impl Kernel for Pool {
             if mode == Mode::Max {
                 // Bindings 2 (a vec4 array) and 3 (the codes, vec2<u32> with pairs of
                 // quads) unused: 16 bytes each.
-                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, ctx.temp(16)?, o]);
+                // Native: bindings 5 and 6 are the input and the output again (as vec4<f16>).
+                let binds = if native_ok {
+                    vec![a.clone(), ctx.temp(16)?, ctx.temp(16)?, o.clone(), a, o]
+                } else {
+                    vec![a, ctx.temp(16)?, ctx.temp(16)?, o]
+                };
+                return vec4_pass(0, n / 4, binds);
             }
             // MaxPoolGrad: grad (b) has the output's n * oh * ow * c elements; one code
             // word per output vec4.
@@ -766,11 +812,12 @@ impl Kernel for Pool {
             }
             let codes = ctx.temp((outs as u64).max(16))?;
             let unused = ctx.temp(16)?;
-            vec4_pass(
-                5,
-                outs / 4,
-                [a.clone(), unused.clone(), codes.clone(), unused],
-            )?;
+            let mut binds = vec![a.clone(), unused.clone(), codes.clone(), unused.clone()];
+            if native_ok {
+                // Native: binding 5 the input again (as vec4<f16>), 6 unused.
+                binds.extend([a.clone(), unused]);
+            }
+            vec4_pass(5, outs / 4, binds)?;
             // Strides 2 x 2 and windows up to 4 x 4: the gather per 2 x 2 block of inputs
             // (pool_vec4.wgsl's MODE 6; it needs the three-dimensional grid, whose limits
             // hold for the blocks where they hold for the inputs).
@@ -781,7 +828,11 @@ impl Kernel for Pool {
                 && g.kw <= 4
                 && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
-            return vec4_pass(if block { 6 } else { 2 }, n / 4, [a, b, codes, o]);
+            if block && native_ok {
+                // Native: binding 5 the grads again, 6 dx again (as vec4<f16>).
+                return vec4_pass(6, n / 4, vec![a, b.clone(), codes, o.clone(), b, o]);
+            }
+            return vec4_pass(if block { 6 } else { 2 }, n / 4, vec![a, b, codes, o]);
         }
         let pipeline = ctx.pipeline(
             PipelineKey::new(

@@ -80,6 +80,10 @@ const W8: bool = $W8;
 const LANES: u32 = $LANESu;
 // float16 storage: the gathers' sums round to half after every addition (`rt`).
 const HALF: bool = $HALF;
+// float16 MaxPool and the argmax codes on whole 3x3 windows in native half arithmetic
+// (`enable f16`, bindings 5 and 6: the input and MaxPool's output seen as vec4<f16>), without
+// widening (`TFWGPU_POOL_F16_NATIVE=1`): see max_pool_native.
+const NATIVE: bool = $NATIVEB;
 // `add_rt` skips the round trip where it cannot change the sum (only with
 // `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
 const RT_SKIP: bool = $RT_SKIP;
@@ -440,6 +444,7 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
 }
 
 $X8FNS
+$NATIVE_FNS
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -497,10 +502,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
             codes[e] = argmax_codes8(n, yy, xx, qd);
         }
     } else if MODE == 6u {
+        if NATIVE && max_pool_grad_block_native(n, yy, xx, qd) {
+            return;
+        }
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 0u {
+        if NATIVE && max_pool_native(n, yy, xx, qd, e) {
+            return;
+        }
         sto(e, max_pool(n, yy, xx, qd));
     } else if MODE == 5u {
+        if NATIVE && argmax_codes_native(n, yy, xx, qd, e) {
+            return;
+        }
         stc(e, argmax_codes(n, yy, xx, qd));
     } else {
         sto(e, st(max_pool_grad(n, yy, xx, qd)));
