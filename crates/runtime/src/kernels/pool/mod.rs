@@ -711,7 +711,7 @@ impl Kernel for Pool {
             let native_ok = dtype == DType::F16
                 && !x8_ok
                 && f16_native_on()
-                && ctx.features().contains(wgpu::Features::SHADER_F16);
+                && crate::kernels::f16conv::f16_native(ctx)?;
             let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
                 let x8 = x8_ok && pass != 2;
                 let native = native_ok && (pass == 0 || pass == 5 || pass == 6);

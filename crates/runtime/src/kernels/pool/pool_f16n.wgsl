@@ -126,7 +126,8 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
 // A half addition rounds the exact sum once; Eigen's half sum (float32 addition, then rounded
 // to half) rounds twice, which gives the same result because float32 carries at least
 // 2 x 11 + 2 significant bits (double rounding is innocuous then). Unlike the comparisons
-// above this relies on the driver keeping half subnormals in additions (no flush to zero).
+// above this relies on the driver keeping half subnormals in additions (no flush to zero):
+// mod.rs takes this path only where f16conv's native self-test (`f16_native`) passed.
 fn add_h(acc: vec4<f16>, g: vec4<f16>, h: vec4<bool>) -> vec4<f16> {
     return select(acc, acc + g, h);
 }
