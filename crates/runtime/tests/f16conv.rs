@@ -182,7 +182,7 @@ fn self_test_and_kernels_agree() {
     // Native half arithmetic (the pool kernels' TFWGPU_POOL_F16_NATIVE path) needs the
     // hardware conversions and its own self-test (native_half_self_test: exact on lavapipe).
     let native = f16_native_on(dev()).unwrap();
-    let (nbad, _) = native_test_on(dev(), "native").unwrap();
+    let nbad = native_test_on(dev(), "native").unwrap().bad;
     assert_eq!(
         native,
         hw && nbad == 0,
@@ -196,19 +196,15 @@ fn self_test_and_kernels_agree() {
 
 #[test]
 fn native_half_self_test() {
-    // lavapipe has SHADER_F16: its native half additions and comparisons are exact, and the
-    // test rejects arithmetic that flushes half subnormals.
-    let (bad, first) = native_test_on(dev(), "native").unwrap();
-    eprintln!("native half self-test: {bad} cases differ (first {first})");
-    assert_eq!(
-        bad, 0,
-        "native half arithmetic differs (first case {first})"
-    );
-    let (bad, first) = native_test_on(dev(), "ftz").unwrap();
-    eprintln!("native half self-test of ftz: {bad} cases differ (first {first})");
-    assert!(
-        bad > 100,
-        "the native self-test missed ftz: {bad} cases differ"
-    );
+    // lavapipe has SHADER_F16: its native half comparisons, max and sums are exact, and the
+    // test rejects arithmetic that flushes half subnormals (in comparisons and max, and in sums).
+    let t = native_test_on(dev(), "native").unwrap();
+    eprintln!("native half self-test: {t:?}");
+    assert_eq!(t.bad, 0, "native half comparisons differ: {t:?}");
+    assert_eq!(t.add_bad, 0, "native half sums differ: {t:?}");
+    let t = native_test_on(dev(), "ftz").unwrap();
+    eprintln!("native half self-test of ftz: {t:?}");
+    assert!(t.bad > 100, "the native self-test missed ftz: {t:?}");
+    assert!(t.add_bad > 100, "the native sums test missed ftz: {t:?}");
     assert!(native_test_on(dev(), "nonsense").is_err());
 }

@@ -109,10 +109,32 @@ const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32
 }
 fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return false;
+}";
+
+/// The W8 NATIVE functions where the native path is off or the items are quads.
+const NATIVE8_STUBS: &str =
+    "fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    return false;
 }
-fn max_pool_grad_block_native(n: u32, by: u32, bx: u32, qd: u32) -> bool {
+fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
     return false;
 }";
+
+/// `pool_f16n.wgsl` for `pool_vec4.wgsl`'s `$NATIVE_FNS`: on (`native`) or stubs, the W8
+/// functions only with `x8` (they name the W8 arrays' types), `MAXFORM` with `max_form`.
+fn native_fns(native: bool, x8: bool, max_form: bool) -> String {
+    if !native {
+        return format!("{NATIVE_STUBS}\n{NATIVE8_STUBS}");
+    }
+    const W8_MARK: &str = "// W8: the same for the pair of quads";
+    let (quads, pairs) = POOL_F16N_WGSL.split_at(
+        POOL_F16N_WGSL
+            .find(W8_MARK)
+            .expect("pool_f16n.wgsl's W8 part"),
+    );
+    format!("{quads}\n{}", if x8 { pairs } else { NATIVE8_STUBS })
+        .replace("$NATIVE_MAX", if max_form { "true" } else { "false" })
+}
 
 /// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
 /// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
@@ -126,15 +148,22 @@ fn f16x8_enabled() -> bool {
 
 /// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
 /// uses in the vec4 paths), read once per process.
-/// `TFWGPU_POOL_F16_NATIVE=1`: float16 MaxPool and the argmax codes compare whole 3x3 windows
-/// in half arithmetic (`pool_f16n.wgsl`, devices with `SHADER_F16`) instead of widening every
-/// element to float32 and testing it for NaN (the widened path's ~40 conversions and ~36 NaN
-/// tests per invocation against the float32 kernel's 0: the float16 kernels' suspected
-/// limit). Opt-in until measured on the H200.
-fn f16_native_on() -> bool {
+/// float16 MaxPool and the argmax codes compare whole 3x3 windows in half arithmetic
+/// (`pool_f16n.wgsl`, where `f16conv::f16_native` passed) instead of widening every element to
+/// float32 and testing it for NaN (~40 conversions and ~36 NaN tests per invocation that the
+/// float32 kernel does not have). Request mem7-1 (H200, 64x112x112x64): MaxPool 61.0 ->
+/// 53.5 us, the codes pass 72.0 -> 55.5. `TFWGPU_POOL_F16_NATIVE=0` widens; `=max` takes
+/// MaxPool's maximum with the built-in max (measurements). Returns (on, max form).
+fn f16_native_mode() -> (bool, bool) {
     use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_NATIVE", "1"))
+    static ON: OnceLock<(bool, bool)> = OnceLock::new();
+    *ON.get_or_init(
+        || match crate::env_word("TFWGPU_POOL_F16_NATIVE").as_deref() {
+            Some("0") => (false, false),
+            Some("max") => (true, true),
+            _ => (true, false),
+        },
+    )
 }
 
 fn f16_fast_off() -> bool {
@@ -707,14 +736,16 @@ impl Kernel for Pool {
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
             let rt_skip = rt_skip_on();
-            // Native half comparisons (MaxPool and the codes; four channels per invocation).
+            // Native half comparisons (MaxPool and the codes; the block gather stays widened:
+            // request mem7-1 measured it in half arithmetic at 93 us against 73).
+            let (native_on, max_form) = f16_native_mode();
             let native_ok = dtype == DType::F16
-                && !x8_ok
-                && f16_native_on()
+                && fast
+                && native_on
                 && crate::kernels::f16conv::f16_native(ctx)?;
             let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
                 let x8 = x8_ok && pass != 2;
-                let native = native_ok && (pass == 0 || pass == 5 || pass == 6);
+                let native = native_ok && (pass == 0 || pass == 5);
                 let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
@@ -734,7 +765,11 @@ impl Kernel for Pool {
                         format!(
                             "max_vec4/{pass}{suffix}{}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
-                            if native { "/native" } else { "" },
+                            match (native, max_form) {
+                                (false, _) => "",
+                                (true, false) => "/native",
+                                (true, true) => "/nativemax",
+                            },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
                             if rt_skip { "/skip" } else { "" }
@@ -743,10 +778,7 @@ impl Kernel for Pool {
                     || {
                         let src = crate::kernels::norm::vec4_io(
                             vec4_layout(POOL_VEC4_WGSL, x8)
-                                .replace(
-                                    "$NATIVE_FNS",
-                                    if native { POOL_F16N_WGSL } else { NATIVE_STUBS },
-                                )
+                                .replace("$NATIVE_FNS", &native_fns(native, x8, max_form))
                                 .replace("$NATIVEB", if native { "true" } else { "false" })
                                 .replace("$MODE", &pass.to_string())
                                 .replace(
@@ -828,10 +860,6 @@ impl Kernel for Pool {
                 && g.kw <= 4
                 && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
-            if block && native_ok {
-                // Native: binding 5 the grads again, 6 dx again (as vec4<f16>).
-                return vec4_pass(6, n / 4, vec![a, b.clone(), codes, o.clone(), b, o]);
-            }
             return vec4_pass(if block { 6 } else { 2 }, n / 4, vec![a, b, codes, o]);
         }
         let pipeline = ctx.pipeline(

@@ -1,8 +1,9 @@
-// pool_vec4.wgsl's NATIVE functions (float16, four channels per invocation, whole 3x3
-// windows): MaxPool and the argmax codes compared in half arithmetic, no element widened to
-// float32 and no NaN test. The shader starts with `enable f16;` (mod.rs), and sees the input
-// (MaxPool, codes) at binding 5 and MaxPool's output at binding 6 as vec4<f16>, the same bytes
-// as the vec2<u32> bindings 1 and 4.
+// pool_vec4.wgsl's NATIVE functions (float16, whole 3x3 windows, four channels per
+// invocation, or eight with W8): MaxPool and the argmax codes compared in half arithmetic, no
+// element widened to float32 and no NaN test. The shader starts with `enable f16;` (mod.rs),
+// and sees the input at binding 5 and MaxPool's output at binding 6 as vec4<f16> (one quad
+// each), the same bytes as bindings 1 and 4 (vec2<u32> per quad, or vec4<u32> per pair with
+// W8).
 //
 // TensorFlow's rules hold by IEEE comparison itself: MaxPool starts from the lowest finite
 // half and takes an element only when it is greater (`w > m` is false for a NaN w, so a NaN
@@ -21,8 +22,16 @@ fn tiny_h(v: vec4<f16>) -> bool {
     return any(abs(v) < vec4<f16>(0.00006103515625h));
 }
 
-// The first element index of output (n, oy, ox)'s window and its row stride, in items;
-// x = u32 max when the window is not a whole 3x3 one.
+// MAXFORM (`TFWGPU_POOL_F16_NATIVE=max`): MaxPool by the built-in max (one packed max per two
+// lanes on NVIDIA) instead of compare-and-select. WGSL's max returns the other operand when one
+// is a NaN, which is TensorFlow's "a NaN is never taken"; a driver returning NaN instead gives
+// a NaN result, which is redone on the integer keys like a zero or subnormal one (f16conv's
+// native self-test checks max on this driver: NaN against a number gives the number or NaN,
+// equal values either one, otherwise the larger).
+const MAXFORM: bool = $NATIVE_MAX;
+
+// The first element index of output (n, oy, ox)'s window (quad `qd`) and its row stride, in
+// quads; x = u32 max when the window is not a whole 3x3 one.
 fn whole3(n: u32, oy: u32, ox: u32, qd: u32) -> vec2<u32> {
     let quads = p.c / 4u;
     let r = window(oy, ox);
@@ -32,37 +41,102 @@ fn whole3(n: u32, oy: u32, ox: u32, qd: u32) -> vec2<u32> {
     return vec2<u32>(((n * p.h + r.x) * p.w + r.z) * quads + qd, p.w * quads);
 }
 
+// The nine elements of a whole 3x3 window, quad by quad, from its first index and row stride.
+struct Win9 {
+    w0: vec4<f16>,
+    w1: vec4<f16>,
+    w2: vec4<f16>,
+    w3: vec4<f16>,
+    w4: vec4<f16>,
+    w5: vec4<f16>,
+    w6: vec4<f16>,
+    w7: vec4<f16>,
+    w8: vec4<f16>,
+};
+
+fn load9(s: vec2<u32>, d: u32) -> Win9 {
+    let quads = p.c / 4u;
+    let i0 = s.x + d;
+    let i1 = i0 + s.y;
+    let i2 = i1 + s.y;
+    return Win9(ah[i0], ah[i0 + quads], ah[i0 + 2u * quads], ah[i1], ah[i1 + quads],
+                ah[i1 + 2u * quads], ah[i2], ah[i2 + quads], ah[i2 + 2u * quads]);
+}
+
+// MaxPool of a window (the lowest half when every element is NaN or -inf).
+fn max9_h(v: Win9) -> vec4<f16> {
+    var m = vec4<f16>(-65504.0h);
+    if MAXFORM {
+        m = max(max(max(m, v.w0), max(v.w1, v.w2)), max(max(v.w3, v.w4), max(v.w5, v.w6)));
+        return max(m, max(v.w7, v.w8));
+    }
+    m = select(m, v.w0, v.w0 > m);
+    m = select(m, v.w1, v.w1 > m);
+    m = select(m, v.w2, v.w2 > m);
+    m = select(m, v.w3, v.w3 > m);
+    m = select(m, v.w4, v.w4 > m);
+    m = select(m, v.w5, v.w5 > m);
+    m = select(m, v.w6, v.w6 > m);
+    m = select(m, v.w7, v.w7 > m);
+    m = select(m, v.w8, v.w8 > m);
+    return m;
+}
+
+// Whether max9_h's result needs the integer keys: a zero or subnormal lane, or (MAXFORM) a NaN.
+fn redo_max(m: vec4<f16>) -> bool {
+    if MAXFORM {
+        return !all(abs(m) >= vec4<f16>(0.00006103515625h));
+    }
+    return tiny_h(m);
+}
+
+// The argmax codes of a window and its maximum (the best element), by compare-and-select
+// from the first element.
+struct Codes9 {
+    code: u32,
+    m: vec4<f16>,
+};
+
+fn codes9_h(v: Win9) -> Codes9 {
+    let kw = p.kw;
+    var m = v.w0;
+    var c = vec4<u32>(0u);
+    var g = v.w1 > m;
+    m = select(m, v.w1, g);
+    c = select(c, vec4<u32>(1u), g);
+    g = v.w2 > m;
+    m = select(m, v.w2, g);
+    c = select(c, vec4<u32>(2u), g);
+    g = v.w3 > m;
+    m = select(m, v.w3, g);
+    c = select(c, vec4<u32>(kw), g);
+    g = v.w4 > m;
+    m = select(m, v.w4, g);
+    c = select(c, vec4<u32>(kw + 1u), g);
+    g = v.w5 > m;
+    m = select(m, v.w5, g);
+    c = select(c, vec4<u32>(kw + 2u), g);
+    g = v.w6 > m;
+    m = select(m, v.w6, g);
+    c = select(c, vec4<u32>(2u * kw), g);
+    g = v.w7 > m;
+    m = select(m, v.w7, g);
+    c = select(c, vec4<u32>(2u * kw + 1u), g);
+    g = v.w8 > m;
+    m = select(m, v.w8, g);
+    c = select(c, vec4<u32>(2u * kw + 2u), g);
+    return Codes9(pack_codes(c), m);
+}
+
 // MaxPool of output item e at (n, oy, ox, qd): stores it and returns true, or false where the
-// caller must compute it (not a whole 3x3 window, or a zero / subnormal result lane).
+// caller must compute it (not a whole 3x3 window, or a result lane to redo).
 fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     let s = whole3(n, oy, ox, qd);
     if s.x == 0xffffffffu {
         return false;
     }
-    let quads = p.c / 4u;
-    let i0 = s.x;
-    let i1 = i0 + s.y;
-    let i2 = i1 + s.y;
-    let w0 = ah[i0];
-    let w1 = ah[i0 + quads];
-    let w2 = ah[i0 + 2u * quads];
-    let w3 = ah[i1];
-    let w4 = ah[i1 + quads];
-    let w5 = ah[i1 + 2u * quads];
-    let w6 = ah[i2];
-    let w7 = ah[i2 + quads];
-    let w8 = ah[i2 + 2u * quads];
-    var m = vec4<f16>(-65504.0h);
-    m = select(m, w0, w0 > m);
-    m = select(m, w1, w1 > m);
-    m = select(m, w2, w2 > m);
-    m = select(m, w3, w3 > m);
-    m = select(m, w4, w4 > m);
-    m = select(m, w5, w5 > m);
-    m = select(m, w6, w6 > m);
-    m = select(m, w7, w7 > m);
-    m = select(m, w8, w8 > m);
-    if tiny_h(m) {
+    let m = max9_h(load9(s, 0u));
+    if redo_max(m) {
         return false;
     }
     oh[e] = m;
@@ -75,109 +149,41 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     if s.x == 0xffffffffu {
         return false;
     }
-    let quads = p.c / 4u;
-    let kw = p.kw;
-    let i0 = s.x;
-    let i1 = i0 + s.y;
-    let i2 = i1 + s.y;
-    let w0 = ah[i0];
-    let w1 = ah[i0 + quads];
-    let w2 = ah[i0 + 2u * quads];
-    let w3 = ah[i1];
-    let w4 = ah[i1 + quads];
-    let w5 = ah[i1 + 2u * quads];
-    let w6 = ah[i2];
-    let w7 = ah[i2 + quads];
-    let w8 = ah[i2 + 2u * quads];
-    var m = w0;
-    var c = vec4<u32>(0u);
-    var g = w1 > m;
-    m = select(m, w1, g);
-    c = select(c, vec4<u32>(1u), g);
-    g = w2 > m;
-    m = select(m, w2, g);
-    c = select(c, vec4<u32>(2u), g);
-    g = w3 > m;
-    m = select(m, w3, g);
-    c = select(c, vec4<u32>(kw), g);
-    g = w4 > m;
-    m = select(m, w4, g);
-    c = select(c, vec4<u32>(kw + 1u), g);
-    g = w5 > m;
-    m = select(m, w5, g);
-    c = select(c, vec4<u32>(kw + 2u), g);
-    g = w6 > m;
-    m = select(m, w6, g);
-    c = select(c, vec4<u32>(2u * kw), g);
-    g = w7 > m;
-    m = select(m, w7, g);
-    c = select(c, vec4<u32>(2u * kw + 1u), g);
-    g = w8 > m;
-    m = select(m, w8, g);
-    c = select(c, vec4<u32>(2u * kw + 2u), g);
-    if tiny_h(m) {
+    let r = codes9_h(load9(s, 0u));
+    if tiny_h(r.m) {
         return false;
     }
-    stc(e, pack_codes(c));
+    stc(e, r.code);
     return true;
 }
 
-// One input's sum in the block gather (MODE 6), in half arithmetic: acc + g in the lanes h.
-// A half addition rounds the exact sum once; Eigen's half sum (float32 addition, then rounded
-// to half) rounds twice, which gives the same result because float32 carries at least
-// 2 x 11 + 2 significant bits (double rounding is innocuous then). Unlike the comparisons
-// above this relies on the driver keeping half subnormals in additions (no flush to zero):
-// mod.rs takes this path only where f16conv's native self-test (`f16_native`) passed.
-fn add_h(acc: vec4<f16>, g: vec4<f16>, h: vec4<bool>) -> vec4<f16> {
-    return select(acc, acc + g, h);
+// W8: the same for the pair of quads q (quads 2q and 2q + 1: two 8-byte loads per element, at
+// neighbouring addresses); item e of the pairs.
+fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    let s = whole3(n, oy, ox, 2u * q);
+    if s.x == 0xffffffffu {
+        return false;
+    }
+    let lo = max9_h(load9(s, 0u));
+    let hi = max9_h(load9(s, 1u));
+    if redo_max(lo) || redo_max(hi) {
+        return false;
+    }
+    oh[2u * e] = lo;
+    oh[2u * e + 1u] = hi;
+    return true;
 }
 
-fn block_add_h(acc: vec4<f16>, code: u32, g: vec4<f16>, y: i32, x: i32, oy: i32, ox: i32,
-               cover: bool) -> vec4<f16> {
-    if !cover {
-        return acc;
+fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    let s = whole3(n, oy, ox, 2u * q);
+    if s.x == 0xffffffffu {
+        return false;
     }
-    let dy = u32(y - max(2 * oy - i32(p.pt), 0));
-    let dx = u32(x - max(2 * ox - i32(p.pl), 0));
-    return add_h(acc, g, hits(code, dy * p.kw + dx));
-}
-
-// max_pool_grad_block in half arithmetic: the grads seen as vec4<f16> at binding 5, dx at
-// binding 6; the same loads, order of additions and stores. Always returns true.
-fn max_pool_grad_block_native(n: u32, by: u32, bx: u32, qd: u32) -> bool {
-    let quads = p.c / 4u;
-    let oy0 = i32(by) - 1;
-    let ox0 = i32(bx) - 1;
-    let o0 = block_out(n, oy0, ox0, qd, quads);
-    let o1 = block_out(n, oy0, ox0 + 1, qd, quads);
-    let o2 = block_out(n, oy0 + 1, ox0, qd, quads);
-    let o3 = block_out(n, oy0 + 1, ox0 + 1, qd, quads);
-    let c0 = select(0xffffffffu, ldc(o0.x), o0.y == 1u);
-    let c1 = select(0xffffffffu, ldc(o1.x), o1.y == 1u);
-    let c2 = select(0xffffffffu, ldc(o2.x), o2.y == 1u);
-    let c3 = select(0xffffffffu, ldc(o3.x), o3.y == 1u);
-    let g0 = ah[o0.x];
-    let g1 = ah[o1.x];
-    let g2 = ah[o2.x];
-    let g3 = ah[o3.x];
-    for (var r = 0u; r < 4u; r = r + 1u) {
-        let ry = r >> 1u;
-        let rx = r & 1u;
-        let y = i32(2u * by + ry) - i32(p.pt);
-        let x = i32(2u * bx + rx) - i32(p.pl);
-        if y < 0 || x < 0 || y >= i32(p.h) || x >= i32(p.w) {
-            continue;
-        }
-        let top = 2u + ry < p.kh;
-        let left = 2u + rx < p.kw;
-        let bottom = ry < p.kh;
-        let right = rx < p.kw;
-        var acc = vec4<f16>(0.0h);
-        acc = block_add_h(acc, c0, g0, y, x, oy0, ox0, top && left);
-        acc = block_add_h(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
-        acc = block_add_h(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
-        acc = block_add_h(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, bottom && right);
-        oh[((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd] = acc;
+    let lo = codes9_h(load9(s, 0u));
+    let hi = codes9_h(load9(s, 1u));
+    if tiny_h(lo.m) || tiny_h(hi.m) {
+        return false;
     }
+    codes[e] = vec2<u32>(lo.code, hi.code);
     return true;
 }

@@ -82,7 +82,7 @@ const LANES: u32 = $LANESu;
 const HALF: bool = $HALF;
 // float16 MaxPool and the argmax codes on whole 3x3 windows in native half arithmetic
 // (`enable f16`, bindings 5 and 6: the input and MaxPool's output seen as vec4<f16>), without
-// widening (`TFWGPU_POOL_F16_NATIVE=1`): see max_pool_native.
+// widening (pool_f16n.wgsl; `TFWGPU_POOL_F16_NATIVE=0` widens).
 const NATIVE: bool = $NATIVEB;
 // `add_rt` skips the round trip where it cannot change the sum (only with
 // `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
@@ -497,14 +497,17 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         if MODE == 6u {
             max_pool_grad_block8(n, yy, xx, qd);
         } else if MODE == 0u {
+            if NATIVE && max_pool_native8(n, yy, xx, qd, e) {
+                return;
+            }
             out[e] = max_pool8(n, yy, xx, qd);
         } else if MODE == 5u {
+            if NATIVE && argmax_codes_native8(n, yy, xx, qd, e) {
+                return;
+            }
             codes[e] = argmax_codes8(n, yy, xx, qd);
         }
     } else if MODE == 6u {
-        if NATIVE && max_pool_grad_block_native(n, yy, xx, qd) {
-            return;
-        }
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 0u {
         if NATIVE && max_pool_native(n, yy, xx, qd, e) {
