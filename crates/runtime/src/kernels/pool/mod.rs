@@ -4,7 +4,9 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
-//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). Opt-in measurement
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
+//! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
+//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened). Opt-in measurement
 //! paths (slower on the H200): `TFWGPU_POOL_F16X8=1` (float16 eight channels per invocation,
 //! `pool_x8.wgsl`), `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_F16_FAST=0` (see `record`).
 //!
