@@ -148,26 +148,28 @@ fn f16x8_enabled() -> bool {
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16X8", "1"))
 }
 
-/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
-/// uses in the vec4 paths), read once per process.
 /// float16 MaxPool and the argmax codes compare whole 3x3 windows in half arithmetic
 /// (`pool_f16n.wgsl`, where `f16conv::f16_native` passed) instead of widening every element to
 /// float32 and testing it for NaN (~40 conversions and ~36 NaN tests per invocation that the
-/// float32 kernel does not have). Request mem7-1 (H200, 64x112x112x64): MaxPool 61.0 ->
-/// 53.5 us, the codes pass 72.0 -> 55.5. `TFWGPU_POOL_F16_NATIVE=0` widens; `=max` takes
-/// MaxPool's maximum with the built-in max (measurements). Returns (on, max form).
+/// float32 kernel does not have); MaxPool takes the maximum with the built-in max. Requests
+/// mem7-1/2 (H200, 64x112x112x64, span): MaxPool 61-62 us widened, 52.3-53.7
+/// compare-and-select, 50.6-50.7 built-in max; the codes pass 71.2-72.0 -> 55.0-55.6.
+/// `TFWGPU_POOL_F16_NATIVE=0` widens, `=select` takes MaxPool by compare-and-select
+/// (measurements). Returns (on, max form).
 fn f16_native_mode() -> (bool, bool) {
     use std::sync::OnceLock;
     static ON: OnceLock<(bool, bool)> = OnceLock::new();
     *ON.get_or_init(
         || match crate::env_word("TFWGPU_POOL_F16_NATIVE").as_deref() {
             Some("0") => (false, false),
-            Some("max") => (true, true),
-            _ => (true, false),
+            Some("select") => (true, false),
+            _ => (true, true),
         },
     )
 }
 
+/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
+/// uses in the vec4 paths), read once per process.
 fn f16_fast_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();

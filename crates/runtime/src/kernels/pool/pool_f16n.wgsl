@@ -22,8 +22,8 @@ fn tiny_h(v: vec4<f16>) -> bool {
     return any(abs(v) < vec4<f16>(0.00006103515625h));
 }
 
-// MAXFORM (`TFWGPU_POOL_F16_NATIVE=max`): MaxPool by the built-in max (one packed max per two
-// lanes on NVIDIA) instead of compare-and-select. WGSL's max returns the other operand when one
+// MAXFORM (the default; `TFWGPU_POOL_F16_NATIVE=select` turns it off): MaxPool by the
+// built-in max (one packed max per two lanes on NVIDIA) instead of compare-and-select. WGSL's max returns the other operand when one
 // is a NaN, which is TensorFlow's "a NaN is never taken"; a driver returning NaN instead gives
 // a NaN result, which is redone on the integer keys like a zero or subnormal one (f16conv's
 // native self-test checks max on this driver: NaN against a number gives the number or NaN,
