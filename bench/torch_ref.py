@@ -77,6 +77,10 @@ def all_cases(small):
         f16 = [(4, 14, 14, 256)]
     else:
         v.append({"name": "copy_256MiB", "kind": "copy", "elems": 64 << 20})
+        # Small copies, only when named: the least one kernel launch costs (beside the small
+        # batch-norm rows; tfwgpu-bench's copy_vec4x4_4KiB, _256KiB, _2MiB).
+        v += [{"name": f"copy_{n}", "kind": "copy", "elems": e}
+              for n, e in (("4KiB", 1 << 10), ("256KiB", 1 << 16), ("2MiB", 1 << 19))]
         v += [mm(0, s, s, s) for s in (512, 1024, 2048, 4096, 8192)]
         v += [mm(0, 4096, 4096, 4096, ta=True), mm(0, 4096, 4096, 4096, tb=True),
               mm(0, 64, 2048, 1000), mm(0, 4096, 64, 4096), mm(0, 32768, 256, 256),
@@ -346,7 +350,8 @@ def main():
         if bad:
             raise SystemExit(f"no case(s) {bad} (--list names them)")
         membound = any(c["name"] in want and c["kind"] != "matmul" for c in cases)
-        cases = [c for c in cases if c["name"] in want or (membound and c["kind"] == "copy")]
+        cases = [c for c in cases if c["name"] in want
+                 or (membound and c["kind"] == "copy" and c["elems"] >= 1 << 20)]
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(dev)
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {props.name}, "

@@ -177,7 +177,7 @@ impl Kind {
                 format!("add_{}{}", dims(&shape), if half { "_f16" } else { "" })
             }
             Kind::Copy { elems, how } => format!(
-                "copy_{}_{}MiB",
+                "copy_{}_{}",
                 match how {
                     CopyHow::Buffer => "buffer",
                     CopyHow::U32 => "u32",
@@ -185,7 +185,11 @@ impl Kind {
                     CopyHow::Vec4x4 => "vec4x4",
                     CopyHow::Vec4x4Trusted => "vec4x4t",
                 },
-                (elems * 4) >> 20
+                if elems * 4 >= 1 << 20 {
+                    format!("{}MiB", (elems * 4) >> 20)
+                } else {
+                    format!("{}KiB", (elems * 4) >> 10)
+                }
             ),
         }
     }
@@ -276,6 +280,14 @@ fn all_cases(small: bool) -> Vec<Kind> {
         ));
         v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
         v.extend(f16_cases(&[[64, 56, 56, 256], [64, 14, 14, 1024]]));
+        // Small copies (4 KiB: one workgroup; 256 KiB; 2 MiB), only when named: what one
+        // dispatch costs at least (its span) next to the small batch-norm rows.
+        for elems in [1 << 10, 1 << 16, 1 << 19] {
+            v.push(Kind::Copy {
+                elems,
+                how: CopyHow::Vec4x4,
+            });
+        }
     }
     v
 }
@@ -426,7 +438,10 @@ pub fn run(args: &[String]) -> Res<()> {
                     want.contains(&k.name().as_str())
                         || (membound
                             && match k {
-                                Kind::Copy { how, .. } => !one_copy || *how == CopyHow::Vec4x4,
+                                // Not the small copies (`copy_vec4x4_4KiB` ..): named only.
+                                Kind::Copy { how, elems } => {
+                                    *elems >= 1 << 20 && (!one_copy || *how == CopyHow::Vec4x4)
+                                }
                                 _ => false,
                             })
                 })

@@ -10,7 +10,9 @@ mod refs;
 
 use common::*;
 use refs::*;
-use tfwgpu_runtime::kernels::f16conv::{f16_hardware_on, self_test_on};
+use tfwgpu_runtime::kernels::f16conv::{
+    f16_hardware_on, f16_native_on, native_test_on, self_test_on,
+};
 use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, Tensor, f16};
 
 fn set_mode(mode: &str) {
@@ -177,7 +179,32 @@ fn self_test_and_kernels_agree() {
         }
     }
 
+    // Native half arithmetic (the pool kernels' TFWGPU_POOL_F16_NATIVE path) needs the
+    // hardware conversions and its own self-test (native_half_self_test: exact on lavapipe).
+    let native = f16_native_on(dev()).unwrap();
+    let nbad = native_test_on(dev(), "native").unwrap().bad;
+    assert_eq!(
+        native,
+        hw && nbad == 0,
+        "f16_native must follow both self-tests"
+    );
+
     set_mode("bogus");
     assert!(f16_hardware_on(dev()).is_err());
     set_mode("auto");
+}
+
+#[test]
+fn native_half_self_test() {
+    // lavapipe has SHADER_F16: its native half comparisons, max and sums are exact, and the
+    // test rejects arithmetic that flushes half subnormals (in comparisons and max, and in sums).
+    let t = native_test_on(dev(), "native").unwrap();
+    eprintln!("native half self-test: {t:?}");
+    assert_eq!(t.bad, 0, "native half comparisons differ: {t:?}");
+    assert_eq!(t.add_bad, 0, "native half sums differ: {t:?}");
+    let t = native_test_on(dev(), "ftz").unwrap();
+    eprintln!("native half self-test of ftz: {t:?}");
+    assert!(t.bad > 100, "the native self-test missed ftz: {t:?}");
+    assert!(t.add_bad > 100, "the native sums test missed ftz: {t:?}");
+    assert!(native_test_on(dev(), "nonsense").is_err());
 }

@@ -407,3 +407,241 @@ pub fn self_test_on(dev: &crate::Device, conversions: &str) -> Result<(u32, u32)
         })?;
     with_context(dev, "self-test", |ctx| self_test_of(ctx, name, conv))
 }
+
+/// The native half arithmetic self-test (`f16_native`): for every half h and eight partners b
+/// each (h itself, -h, minus the next half up (cancellations down to one subnormal ulp), the
+/// smallest subnormals of both signs, the largest subnormal, a hashed half, a hashed half of
+/// small magnitude), in `enable f16` arithmetic: `h > b` must equal the float32 comparison
+/// (false where either is NaN), and `max(h, b)` must be the larger one's bits (either one's
+/// where they compare equal; the number or a NaN where one is NaN) [counted in res[0], first
+/// case in res[1]]; and, counted apart (res[2], res[3]: `f16_native` logs them, no kernel adds
+/// in half), the half sum `h + b` against the float32 sum rounded once (Eigen's half addition;
+/// any NaN for NaN). The halves enter and leave native arithmetic through the hardware
+/// conversions (tested by `f16_hardware` first) and `f16(x)` / `f32(v)`.
+const NATIVE_TEST_WGSL: &str = "enable f16;
+
+struct Params {
+    n: u32,
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+// [0]: comparison / max cases that differ, [1]: 0xffffffff - the first such case (atomicMax
+// from 0); [2], [3]: the same for the sums.
+@group(0) @binding(1) var<storage, read_write> res: array<atomic<u32>>;
+
+$COMMON
+$CONV
+
+fn hash(x: u32) -> u32 {
+    var h = x * 0x9e3779b1u;
+    h = (h ^ (h >> 15u)) * 0x85ebca77u;
+    h = (h ^ (h >> 13u)) * 0xc2b2ae3du;
+    return h ^ (h >> 16u);
+}
+
+fn is_nan16(h: u32) -> bool {
+    return (h & 0x7fffu) > 0x7c00u;
+}
+
+fn partner(h: u32, k: u32, i: u32) -> u32 {
+    switch k {
+        case 0u: { return h; }
+        case 1u: { return h ^ 0x8000u; }
+        case 2u: { return ((h + 1u) & 0xffffu) ^ 0x8000u; }
+        case 3u: { return 0x0001u; }
+        case 4u: { return 0x8001u; }
+        case 5u: { return 0x03ffu; }
+        case 6u: { return hash(i) & 0xffffu; }
+        default: { return hash(i) & 0x87ffu; }
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x + gid.y * p.groups_x * 256u;
+    if i >= p.n {
+        return;
+    }
+    let a = i & 0xffffu;
+    let b = partner(a, i >> 16u, i);
+    let fa = f16_to_f32(a);
+    let fb = f16_to_f32(b);
+    let sw = f32_to_f16(fa + fb);
+    let hw = native_add(a, b);
+    if select(hw != sw, !is_nan16(hw), is_nan16(sw)) {
+        atomicAdd(&res[2], 1u);
+        atomicMax(&res[3], 0xffffffffu - i);
+    }
+    let mx = native_max(a, b);
+    var bad = false;
+    if !is_nan16(a) && !is_nan16(b) {
+        bad = native_gt(a, b) != (fa > fb);
+        if fa == fb {
+            bad = bad || (mx != a && mx != b);
+        } else {
+            bad = bad || mx != select(b, a, fa > fb);
+        }
+    } else {
+        // Nothing is greater than NaN, nor NaN than anything; max gives the number or a NaN.
+        bad = native_gt(a, b);
+        let num = select(a, b, is_nan16(a));
+        bad = bad || (mx != num && !is_nan16(mx));
+    }
+    if bad {
+        atomicAdd(&res[0], 1u);
+        atomicMax(&res[1], 0xffffffffu - i);
+    }
+}
+";
+
+/// The native forms under test: the real one, and faulty ones the test must reject.
+const NATIVE_FORMS: [(&str, &str); 2] = [
+    (
+        "native",
+        "fn to_h(bits: u32) -> f16 {
+    return f16(unpack2x16float(bits).x);
+}
+fn native_add(a: u32, b: u32) -> u32 {
+    return pack2x16float(vec2<f32>(f32(to_h(a) + to_h(b)), 0.0)) & 0xffffu;
+}
+fn native_gt(a: u32, b: u32) -> bool {
+    return to_h(a) > to_h(b);
+}
+fn native_max(a: u32, b: u32) -> u32 {
+    return pack2x16float(vec2<f32>(f32(max(to_h(a), to_h(b))), 0.0)) & 0xffffu;
+}
+",
+    ),
+    (
+        "ftz",
+        "fn ftz(h: u32) -> u32 {
+    if (h & 0x7c00u) == 0u {
+        return h & 0x8000u;
+    }
+    return h;
+}
+fn to_h(bits: u32) -> f16 {
+    return f16(unpack2x16float(ftz(bits)).x);
+}
+fn native_add(a: u32, b: u32) -> u32 {
+    return ftz(pack2x16float(vec2<f32>(f32(to_h(a) + to_h(b)), 0.0)) & 0xffffu);
+}
+fn native_gt(a: u32, b: u32) -> bool {
+    return to_h(a) > to_h(b);
+}
+fn native_max(a: u32, b: u32) -> u32 {
+    return ftz(pack2x16float(vec2<f32>(f32(max(to_h(a), to_h(b))), 0.0)) & 0xffffu);
+}
+",
+    ),
+];
+
+/// Per adapter and driver: whether native half arithmetic passed (`f16_native`).
+static NATIVE_TESTED: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
+
+/// Whether this device's native half comparisons and max (`enable f16`) are exact as the
+/// native float16 pool kernels need them (`pool_f16n.wgsl`): the device has `SHADER_F16`, its
+/// hardware conversions passed `f16_hardware`, and the native self-test (`NATIVE_TEST_WGSL`)
+/// finds no difference in them (the sums it also checks are only logged). Vulkan lets a driver flush half subnormals
+/// unless `DenormPreserve` is requested, which wgpu does not expose, so it is tested. Runs
+/// once per process and adapter/driver.
+pub fn f16_native(ctx: &KernelContext) -> Result<bool> {
+    if !ctx.features().contains(wgpu::Features::SHADER_F16) || !f16_hardware(ctx)? {
+        return Ok(false);
+    }
+    let d = &ctx.dev.desc;
+    let key = format!("{}|{}|{}|{}", d.backend, d.name, d.driver, d.driver_info);
+    if let Some((_, ok)) = NATIVE_TESTED
+        .lock()
+        .map_err(|_| Error::Gpu("the native float16 cache is poisoned".into()))?
+        .iter()
+        .find(|(k, _)| *k == key)
+    {
+        return Ok(*ok);
+    }
+    let t = native_test_of(ctx, NATIVE_FORMS[0].0, NATIVE_FORMS[0].1)?;
+    let ok = t.bad == 0;
+    if ok {
+        tracing::info!(
+            "native float16 comparisons on {} ({}): exact (self-test passed); half sums differ \
+             from float32 rounded once on {} of 524288 cases (first {})",
+            d.name,
+            d.driver,
+            t.add_bad,
+            t.add_first
+        );
+    } else {
+        tracing::warn!(
+            "native float16 comparisons on {} ({}): not used ({} self-test cases differ, first {})",
+            d.name,
+            d.driver,
+            t.bad,
+            t.first
+        );
+    }
+    if let Ok(mut t) = NATIVE_TESTED.lock() {
+        t.push((key, ok));
+    }
+    Ok(ok)
+}
+
+/// The native self-test's counts: comparison / max cases that differ and the first of them;
+/// sums that differ and the first of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NativeTest {
+    pub bad: u32,
+    pub first: u32,
+    pub add_bad: u32,
+    pub add_first: u32,
+}
+
+fn native_test_of(ctx: &KernelContext, name: &'static str, conv: &str) -> Result<NativeTest> {
+    let pipeline = ctx.pipeline(PipelineKey::new("f16native", None, name), || {
+        ShaderSource::new(
+            NATIVE_TEST_WGSL
+                .replace("$COMMON", COMMON_WGSL)
+                .replace("$CONV", conv),
+        )
+    })?;
+    let n = 65536 * 8u32;
+    let groups = n.div_ceil(WG);
+    let gx = groups.min(crate::kernel::MAX_GROUPS_X);
+    let gy = groups.div_ceil(gx);
+    let res = ctx.temp(16)?;
+    ctx.clear(&res, 16)?;
+    ctx.dispatch(
+        &pipeline,
+        &params(&[n, gx, 0, 0]),
+        std::slice::from_ref(&res),
+        [gx, gy, 1],
+    )?;
+    let bytes = ctx.read(&res, 16)?;
+    let word = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Ok(NativeTest {
+        bad: word(0),
+        first: u32::MAX - word(4),
+        add_bad: word(8),
+        add_first: u32::MAX - word(12),
+    })
+}
+
+/// Whether `dev` passes `f16_native` (runs the self-tests on first use).
+pub fn f16_native_on(dev: &crate::Device) -> Result<bool> {
+    with_context(dev, "native probe", f16_native)
+}
+
+/// Runs the native self-test on `dev` now (uncached) on `form`: `native` (what `f16_native`
+/// tests) or `ftz` (native arithmetic that flushes half subnormals, which it must reject).
+/// Needs `SHADER_F16`.
+pub fn native_test_on(dev: &crate::Device, form: &str) -> Result<NativeTest> {
+    let (name, conv) = NATIVE_FORMS
+        .iter()
+        .copied()
+        .find(|(n, _)| *n == form)
+        .ok_or_else(|| Error::InvalidArgument(format!("no native float16 form named {form:?}")))?;
+    with_context(dev, "native self-test", |ctx| {
+        native_test_of(ctx, name, conv)
+    })
+}

@@ -673,7 +673,7 @@ fn onepass_shader(grad: bool) -> String {
 }
 
 /// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
-fn stats_last_shader(grad: bool, loads4: bool) -> String {
+fn stats_last_shader(grad: bool) -> String {
     let bindings = if grad {
         "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(5) var<storage, read_write> scale: array<f32>;
@@ -698,7 +698,6 @@ fn stats_last_shader(grad: bool, loads4: bool) -> String {
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD", FOLD_VEC4_WGSL)
         .replace("$DECLS", &decls)
-        .replace("$LOADS4", if loads4 { "true" } else { "false" })
         .replace("$GRAD", if grad { "true" } else { "false" })
         .replace("$PUT_OUT", put_out)
         .replace("$RESULTS", results)
@@ -708,18 +707,15 @@ fn stats_last_shader(grad: bool, loads4: bool) -> String {
 /// keeps the float16 apply after it at four channels per invocation (default eight, 16-byte
 /// loads and stores, where C % 8 == 0: request mem6-2 on the H200, 64x56x56x256 float16
 /// apply 70.1 -> 67.6 us forward, 105.3 -> 98.7 gradient, the smaller shapes within +-0.7
-/// us); `TFWGPU_NORM_GROUP=<chunks>` forces the chunks per arrival group and
-/// `TFWGPU_NORM_LOADS4=1` batches the merges' loads (measurements).
+/// us); `TFWGPU_NORM_GROUP=<chunks>` forces the chunks per arrival group (measurements).
+/// (Batching four record loads per lane in the merges, `TFWGPU_NORM_LOADS4=1`, gained nothing
+/// on the H200, request mem7-1: statistics pass +0.2 to +1.7 us; removed.)
 #[derive(Clone, Copy, Debug)]
 struct LastOpts {
     apply_x8: bool,
     /// `TFWGPU_NORM_GROUP=<chunks>`: the chunks per arrival group (at least the chunks: one
     /// level).
     group: Option<usize>,
-    /// `TFWGPU_NORM_LOADS4=1`: the last arrivers' merges load up to four records per lane
-    /// before merging them (the merge is L2-latency-bound: request mem6-2, one level of 784
-    /// chunks, ~98 records per lane one after another, cost 37 us); not measured yet.
-    loads4: bool,
 }
 
 fn last_opts() -> LastOpts {
@@ -730,7 +726,6 @@ fn last_opts() -> LastOpts {
         LastOpts {
             apply_x8: env("TFWGPU_NORM_APPLY_X8").is_none_or(|v| v != "0"),
             group: env("TFWGPU_NORM_GROUP").and_then(|v| v.parse::<usize>().ok()),
-            loads4: env("TFWGPU_NORM_LOADS4").is_some_and(|v| v == "1"),
         }
     })
 }
@@ -950,24 +945,13 @@ impl Run<'_> {
         let grad = dy.is_some();
         let dtype = self.dtype;
         let (hw, suffix) = vec4_hw(ctx, dtype)?;
-        let opts = last_opts();
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "norm",
                 Some(dtype),
-                format!(
-                    "stats_last{}/vec4{suffix}{}",
-                    if grad { "_grad" } else { "" },
-                    if opts.loads4 { "/l4" } else { "" }
-                ),
+                format!("stats_last{}/vec4{suffix}", if grad { "_grad" } else { "" }),
             ),
-            || {
-                crate::kernels::membound_shader(vec4_io(
-                    stats_last_shader(grad, opts.loads4),
-                    dtype,
-                    hw,
-                ))
-            },
+            || crate::kernels::membound_shader(vec4_io(stats_last_shader(grad), dtype, hw)),
         )?;
         let quads = p.c / 4;
         let groups_n = p.splits.div_ceil(p.group);

@@ -27,9 +27,6 @@ $NORM_COMMON
 $DECLS
 
 const GRAD: bool = $GRAD;
-// The merges load up to four records per lane before merging them (`TFWGPU_NORM_LOADS4=1`,
-// measurements: not measured on the H200 yet).
-const LOADS4: bool = $LOADS4;
 
 $COMMON
 
@@ -110,25 +107,7 @@ fn merge_lanes(t: u32, valid: bool, first: u32, count: u32, lane: u32, lanes: u3
     let quads = p.c / 4u;
     var f = Fold(0.0, vec4<f32>(0.0), vec4<f32>(0.0));
     if valid {
-        var k = lane;
-        if LOADS4 {
-            // Four records' loads in flight before they are merged (in the same order).
-            while k + 3u * lanes < count {
-                let r0 = read_rec(first + k * quads);
-                let r1 = read_rec(first + (k + lanes) * quads);
-                let r2 = read_rec(first + (k + 2u * lanes) * quads);
-                let r3 = read_rec(first + (k + 3u * lanes) * quads);
-                f = merge(merge(merge(merge(f, r0), r1), r2), r3);
-                k += 4u * lanes;
-            }
-            if k + lanes < count {
-                let r0 = read_rec(first + k * quads);
-                let r1 = read_rec(first + (k + lanes) * quads);
-                f = merge(merge(f, r0), r1);
-                k += 2u * lanes;
-            }
-        }
-        for (; k < count; k += lanes) {
+        for (var k = lane; k < count; k += lanes) {
             f = merge(f, read_rec(first + k * quads));
         }
     }

@@ -4,7 +4,9 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
-//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). Opt-in measurement
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
+//! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
+//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened). Opt-in measurement
 //! paths (slower on the H200): `TFWGPU_POOL_F16X8=1` (float16 eight channels per invocation,
 //! `pool_x8.wgsl`), `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_F16_FAST=0` (see `record`).
 //!
@@ -42,6 +44,7 @@ use crate::{DType, Error, Result, bail_invalid};
 const POOL_WGSL: &str = include_str!("pool.wgsl");
 const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
 const POOL_X8_WGSL: &str = include_str!("pool_x8.wgsl");
+const POOL_F16N_WGSL: &str = include_str!("pool_f16n.wgsl");
 
 /// `pool_vec4.wgsl`'s array accessors and W8 functions: quads (`x8` false: the arrays hold
 /// `$XT`, the W8 functions are stubs never called) or pairs of float16 quads (`x8`: the arrays
@@ -102,6 +105,39 @@ fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
         .replace("$LANES", if x8 { "8" } else { "4" })
 }
 
+/// `pool_vec4.wgsl`'s NATIVE functions where the native path is off (never called).
+const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
+    return false;
+}
+fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
+    return false;
+}";
+
+/// The W8 NATIVE functions where the native path is off or the items are quads.
+const NATIVE8_STUBS: &str =
+    "fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    return false;
+}
+fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    return false;
+}";
+
+/// `pool_f16n.wgsl` for `pool_vec4.wgsl`'s `$NATIVE_FNS`: on (`native`) or stubs, the W8
+/// functions only with `x8` (they name the W8 arrays' types), `MAXFORM` with `max_form`.
+fn native_fns(native: bool, x8: bool, max_form: bool) -> String {
+    if !native {
+        return format!("{NATIVE_STUBS}\n{NATIVE8_STUBS}");
+    }
+    const W8_MARK: &str = "// W8: the same for the pair of quads";
+    let (quads, pairs) = POOL_F16N_WGSL.split_at(
+        POOL_F16N_WGSL
+            .find(W8_MARK)
+            .expect("pool_f16n.wgsl's W8 part"),
+    );
+    format!("{quads}\n{}", if x8 { pairs } else { NATIVE8_STUBS })
+        .replace("$NATIVE_MAX", if max_form { "true" } else { "false" })
+}
+
 /// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
 /// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
 /// than four channels on 64x112x112x64 (MaxPool 67.4 against 61.1 us, the codes pass 75.6
@@ -112,12 +148,41 @@ fn f16x8_enabled() -> bool {
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16X8", "1"))
 }
 
+/// float16 MaxPool and the argmax codes compare whole 3x3 windows in half arithmetic
+/// (`pool_f16n.wgsl`, where `f16conv::f16_native` passed) instead of widening every element to
+/// float32 and testing it for NaN (~40 conversions and ~36 NaN tests per invocation that the
+/// float32 kernel does not have); MaxPool takes the maximum with the built-in max. Requests
+/// mem7-1/2 (H200, 64x112x112x64, span): MaxPool 61-62 us widened, 52.3-53.7
+/// compare-and-select, 50.6-50.7 built-in max; the codes pass 71.2-72.0 -> 55.0-55.6.
+/// `TFWGPU_POOL_F16_NATIVE=0` widens, `=select` takes MaxPool by compare-and-select
+/// (measurements). Returns (on, max form).
+fn f16_native_mode() -> (bool, bool) {
+    use std::sync::OnceLock;
+    static ON: OnceLock<(bool, bool)> = OnceLock::new();
+    *ON.get_or_init(
+        || match crate::env_word("TFWGPU_POOL_F16_NATIVE").as_deref() {
+            Some("0") => (false, false),
+            Some("select") => (true, false),
+            _ => (true, true),
+        },
+    )
+}
+
 /// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
 /// uses in the vec4 paths), read once per process.
 fn f16_fast_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
+}
+
+/// `TFWGPU_POOL_FIRST_RT=1`: the float16 block gathers round to half after each input's first
+/// covering output too, as before session 11 (measurements: skipping it, the default, cannot
+/// change a result, 0 + g being g; not measured on a GPU yet).
+fn first_rt_on() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_FIRST_RT", "1"))
 }
 
 fn rt_skip_on() -> bool {
@@ -684,8 +749,16 @@ impl Kernel for Pool {
             // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
             // cost more than the conversions it saves), so it is off by default.
             let rt_skip = rt_skip_on();
-            let vec4_pass = |pass: u32, words: usize, binds: [crate::exec::BufferRange; 4]| {
+            // Native half comparisons (MaxPool and the codes; the block gather stays widened:
+            // request mem7-1 measured it in half arithmetic at 93 us against 73).
+            let (native_on, max_form) = f16_native_mode();
+            let native_ok = dtype == DType::F16
+                && fast
+                && native_on
+                && crate::kernels::f16conv::f16_native(ctx)?;
+            let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
                 let x8 = x8_ok && pass != 2;
+                let native = native_ok && (pass == 0 || pass == 5);
                 let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
@@ -703,22 +776,34 @@ impl Kernel for Pool {
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
+                            match (native, max_form) {
+                                (false, _) => "",
+                                (true, false) => "/native",
+                                (true, true) => "/nativemax",
+                            },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
-                            if rt_skip { "/skip" } else { "" }
+                            if rt_skip { "/skip" } else { "" },
+                            if first_rt_on() { "/firstrt" } else { "" }
                         ),
                     ),
                     || {
-                        crate::kernels::membound_shader(crate::kernels::norm::vec4_io(
+                        let src = crate::kernels::norm::vec4_io(
                             vec4_layout(POOL_VEC4_WGSL, x8)
+                                .replace("$NATIVE_FNS", &native_fns(native, x8, max_form))
+                                .replace("$NATIVEB", if native { "true" } else { "false" })
                                 .replace("$MODE", &pass.to_string())
                                 .replace(
                                     "$HALF",
                                     if dtype == DType::F16 { "true" } else { "false" },
                                 )
                                 .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
+                                .replace(
+                                    "$FIRST_EXACT",
+                                    if first_rt_on() { "false" } else { "true" },
+                                )
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
@@ -733,7 +818,12 @@ impl Kernel for Pool {
                                 ),
                             dtype,
                             hw,
-                        ))
+                        );
+                        crate::kernels::membound_shader(if native {
+                            format!("enable f16;\n\n{src}")
+                        } else {
+                            src
+                        })
                     },
                 )?;
                 let (groups, row) = if grid3 {
@@ -755,7 +845,13 @@ impl Kernel for Pool {
             if mode == Mode::Max {
                 // Bindings 2 (a vec4 array) and 3 (the codes, vec2<u32> with pairs of
                 // quads) unused: 16 bytes each.
-                return vec4_pass(0, n / 4, [a, ctx.temp(16)?, ctx.temp(16)?, o]);
+                // Native: bindings 5 and 6 are the input and the output again (as vec4<f16>).
+                let binds = if native_ok {
+                    vec![a.clone(), ctx.temp(16)?, ctx.temp(16)?, o.clone(), a, o]
+                } else {
+                    vec![a, ctx.temp(16)?, ctx.temp(16)?, o]
+                };
+                return vec4_pass(0, n / 4, binds);
             }
             // MaxPoolGrad: grad (b) has the output's n * oh * ow * c elements; one code
             // word per output vec4.
@@ -766,11 +862,12 @@ impl Kernel for Pool {
             }
             let codes = ctx.temp((outs as u64).max(16))?;
             let unused = ctx.temp(16)?;
-            vec4_pass(
-                5,
-                outs / 4,
-                [a.clone(), unused.clone(), codes.clone(), unused],
-            )?;
+            let mut binds = vec![a.clone(), unused.clone(), codes.clone(), unused.clone()];
+            if native_ok {
+                // Native: binding 5 the input again (as vec4<f16>), 6 unused.
+                binds.extend([a.clone(), unused]);
+            }
+            vec4_pass(5, outs / 4, binds)?;
             // Strides 2 x 2 and windows up to 4 x 4: the gather per 2 x 2 block of inputs
             // (pool_vec4.wgsl's MODE 6; it needs the three-dimensional grid, whose limits
             // hold for the blocks where they hold for the inputs).
@@ -781,7 +878,7 @@ impl Kernel for Pool {
                 && g.kw <= 4
                 && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
-            return vec4_pass(if block { 6 } else { 2 }, n / 4, [a, b, codes, o]);
+            return vec4_pass(if block { 6 } else { 2 }, n / 4, vec![a, b, codes, o]);
         }
         let pipeline = ctx.pipeline(
             PipelineKey::new(
