@@ -176,15 +176,6 @@ fn f16_fast_off() -> bool {
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
 }
 
-/// `TFWGPU_POOL_FIRST_RT=1`: the float16 block gathers round to half after each input's first
-/// covering output too, as before session 11 (measurements: skipping it, the default, cannot
-/// change a result, 0 + g being g; not measured on a GPU yet).
-fn first_rt_on() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_FIRST_RT", "1"))
-}
-
 fn rt_skip_on() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
@@ -776,7 +767,7 @@ impl Kernel for Pool {
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}{}{}",
                             if grid3 { "/g3" } else { "" },
                             match (native, max_form) {
                                 (false, _) => "",
@@ -785,8 +776,7 @@ impl Kernel for Pool {
                             },
                             if fast { "/fast" } else { "" },
                             if x8 { "/x8" } else { "" },
-                            if rt_skip { "/skip" } else { "" },
-                            if first_rt_on() { "/firstrt" } else { "" }
+                            if rt_skip { "/skip" } else { "" }
                         ),
                     ),
                     || {
@@ -800,10 +790,6 @@ impl Kernel for Pool {
                                     if dtype == DType::F16 { "true" } else { "false" },
                                 )
                                 .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
-                                .replace(
-                                    "$FIRST_EXACT",
-                                    if first_rt_on() { "false" } else { "true" },
-                                )
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)

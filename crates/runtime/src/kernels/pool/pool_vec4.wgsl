@@ -87,9 +87,6 @@ const NATIVE: bool = $NATIVEB;
 // `add_rt` skips the round trip where it cannot change the sum (only with
 // `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
 const RT_SKIP: bool = $RT_SKIP;
-// The block gathers skip the round trip after each input's first covering output
-// (`block_add`'s `first`; `TFWGPU_POOL_FIRST_RT=1` keeps it, for measurements).
-const FIRST_EXACT: bool = $FIRST_EXACT;
 
 $LINEAR_INDEX
 $COMMON
@@ -391,22 +388,15 @@ fn block_out(n: u32, oy: i32, ox: i32, qd: u32, per: u32) -> vec2<u32> {
 }
 
 // acc plus the grad g of output (oy, ox) (code word `code`) in the lanes whose argmax is
-// input (y, x), where the output's window covers that input (`cover`). `first`: no earlier
-// output covers the input, so acc is still 0 and 0 + g is g itself (+0 for -0), a value of T:
-// the float16 round trip after it is skipped (it cannot change the sum; the test is on the
-// window's shape, uniform across invocations, unlike RT_SKIP's per-lane test).
+// input (y, x), where the output's window covers that input (`cover`).
 fn block_add(acc: vec4<f32>, code: u32, g: vec4<f32>, y: i32, x: i32, oy: i32, ox: i32,
-             cover: bool, first: bool) -> vec4<f32> {
+             cover: bool) -> vec4<f32> {
     if !cover {
         return acc;
     }
     let dy = u32(y - max(2 * oy - i32(p.pt), 0));
     let dx = u32(x - max(2 * ox - i32(p.pl), 0));
-    let h = hits(code, dy * p.kw + dx);
-    if FIRST_EXACT && first {
-        return select(acc, acc + g, h);
-    }
-    return add_rt(acc, g, h);
+    return add_rt(acc, g, hits(code, dy * p.kw + dx));
 }
 
 // MODE 6, MaxPoolGrad's gather for strides 2 x 2 and windows of at most 4 x 4 (ResNet's 3x3 /
@@ -444,15 +434,11 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
         let left = 2u + rx < p.kw;
         let bottom = ry < p.kh;
         let right = rx < p.kw;
-        let k0 = top && left;
-        let k1 = top && right;
-        let k2 = bottom && left;
-        let k3 = bottom && right;
         var acc = vec4<f32>(0.0);
-        acc = block_add(acc, c0, g0, y, x, oy0, ox0, k0, true);
-        acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, k1, !k0);
-        acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, k2, !k0 && !k1);
-        acc = block_add(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, k3, !k0 && !k1 && !k2);
+        acc = block_add(acc, c0, g0, y, x, oy0, ox0, top && left);
+        acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
+        acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
+        acc = block_add(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, bottom && right);
         sto(((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd, st(acc));
     }
 }

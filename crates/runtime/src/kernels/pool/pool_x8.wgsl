@@ -85,19 +85,15 @@ fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
         let bottom = ry < p.kh;
         let right = rx < p.kw;
         var lo = vec4<f32>(0.0);
-        let k0 = top && left;
-        let k1 = top && right;
-        let k2 = bottom && left;
-        let k3 = bottom && right;
-        lo = block_add(lo, c0.x, ld(b0.xy), y, x, oy0, ox0, k0, true);
-        lo = block_add(lo, c1.x, ld(b1.xy), y, x, oy0, ox0 + 1, k1, !k0);
-        lo = block_add(lo, c2.x, ld(b2.xy), y, x, oy0 + 1, ox0, k2, !k0 && !k1);
-        lo = block_add(lo, c3.x, ld(b3.xy), y, x, oy0 + 1, ox0 + 1, k3, !k0 && !k1 && !k2);
+        lo = block_add(lo, c0.x, ld(b0.xy), y, x, oy0, ox0, top && left);
+        lo = block_add(lo, c1.x, ld(b1.xy), y, x, oy0, ox0 + 1, top && right);
+        lo = block_add(lo, c2.x, ld(b2.xy), y, x, oy0 + 1, ox0, bottom && left);
+        lo = block_add(lo, c3.x, ld(b3.xy), y, x, oy0 + 1, ox0 + 1, bottom && right);
         var hi = vec4<f32>(0.0);
-        hi = block_add(hi, c0.y, ld(b0.zw), y, x, oy0, ox0, k0, true);
-        hi = block_add(hi, c1.y, ld(b1.zw), y, x, oy0, ox0 + 1, k1, !k0);
-        hi = block_add(hi, c2.y, ld(b2.zw), y, x, oy0 + 1, ox0, k2, !k0 && !k1);
-        hi = block_add(hi, c3.y, ld(b3.zw), y, x, oy0 + 1, ox0 + 1, k3, !k0 && !k1 && !k2);
+        hi = block_add(hi, c0.y, ld(b0.zw), y, x, oy0, ox0, top && left);
+        hi = block_add(hi, c1.y, ld(b1.zw), y, x, oy0, ox0 + 1, top && right);
+        hi = block_add(hi, c2.y, ld(b2.zw), y, x, oy0 + 1, ox0, bottom && left);
+        hi = block_add(hi, c3.y, ld(b3.zw), y, x, oy0 + 1, ox0 + 1, bottom && right);
         out[((n * p.h + u32(y)) * p.w + u32(x)) * octs + q] = vec4<u32>(st(lo), st(hi));
     }
 }
