@@ -100,6 +100,12 @@ pub struct ExecConfig {
     /// the environment variable decides when the context is created (so tests built with
     /// `ExecConfig::default()` run either way). See `ExecutionContext::ring_begin`.
     pub uniform_ring: Option<bool>,
+    /// Kernel outputs of at most this many bytes are copied into a readback buffer right
+    /// behind the kernel, which is mapped once its batch has run, so that a later read of
+    /// them (Keras fit's loss every step) waits only for that batch, and not for everything
+    /// recorded since, and needs no copy and submit of its own (`TFWGPU_READ_SNAPSHOT_BYTES`,
+    /// default 0: off). See [`ExecutionContext::snapshot`] and `Device::record`.
+    pub snapshot_bytes: u64,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -121,6 +127,7 @@ impl Default for ExecConfig {
             spin: None,
             submit_thread: None,
             uniform_ring: None,
+            snapshot_bytes: 0,
         }
     }
 }
@@ -170,6 +177,9 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_UNIFORM_RING") {
             c.uniform_ring = Some(n > 0);
+        }
+        if let Some(n) = env_parse::<u64>("TFWGPU_READ_SNAPSHOT_BYTES") {
+            c.snapshot_bytes = n.min(256);
         }
 
         c
@@ -263,6 +273,45 @@ pub struct ExecStats {
     /// Submitted batches whose uniforms went through the uniform ring
     /// (`ExecConfig::uniform_ring`).
     pub ring_batches: u64,
+    /// Reads answered by a snapshot of a kernel output (`ExecConfig::snapshot_bytes`).
+    pub snapshot_reads: u64,
+}
+
+/// A small kernel output copied into a readback buffer of its own right behind the kernel
+/// ([`ExecutionContext::snapshot`]); the buffer is mapped once the batch has run.
+pub struct Snapshot {
+    buffer: wgpu::Buffer,
+    size: u64,
+    /// The batch holding the copy.
+    batch: u64,
+    /// `SNAP_RECORDED`, `SNAP_MAPPING`, `SNAP_MAPPED` or `SNAP_FAILED`.
+    state: Arc<std::sync::atomic::AtomicU8>,
+}
+
+const SNAP_RECORDED: u8 = 0;
+const SNAP_MAPPING: u8 = 1;
+const SNAP_MAPPED: u8 = 2;
+const SNAP_FAILED: u8 = 3;
+
+impl Snapshot {
+    /// Bytes held.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// Asks for the mapping (after the batch's submit).
+    fn request_map(&self) {
+        let state = self.state.clone();
+        state.store(SNAP_MAPPING, Ordering::Release);
+        self.buffer
+            .slice(..self.size)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                state.store(
+                    if r.is_ok() { SNAP_MAPPED } else { SNAP_FAILED },
+                    Ordering::Release,
+                );
+            });
+    }
 }
 
 /// Bytes of uniform params one batch can hold (see `uniforms`).
@@ -422,6 +471,8 @@ struct Batch {
     /// The query pair of the open compute pass, when passes are timed as a whole.
     pass_timing: Option<u32>,
     ring: RingUse,
+    /// Snapshots recorded into this batch, mapped after its submit.
+    snaps: Vec<Arc<Snapshot>>,
 }
 
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
@@ -431,6 +482,7 @@ struct Taken {
     ring: RingUse,
     timing: Option<BatchTiming>,
     id: u64,
+    snaps: Vec<Arc<Snapshot>>,
 }
 
 /// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
@@ -573,6 +625,7 @@ impl ExecutionContext {
                 timing: None,
                 pass_timing: None,
                 ring: RingUse::NotYet,
+                snaps: Vec::new(),
             }),
             turn: Mutex::new(()),
             turn_cv: Condvar::new(),
@@ -641,6 +694,11 @@ impl ExecutionContext {
     }
 
     /// Counters.
+    /// Kernel outputs of at most this many bytes get a snapshot (`ExecConfig::snapshot_bytes`).
+    pub fn snapshot_bytes(&self) -> u64 {
+        self.cfg.snapshot_bytes
+    }
+
     pub fn stats(&self) -> ExecStats {
         *self.stats.lock()
     }
@@ -1455,6 +1513,7 @@ impl ExecutionContext {
             ring: std::mem::replace(&mut b.ring, RingUse::NotYet),
             timing: b.timing.take(),
             id: b.id,
+            snaps: std::mem::take(&mut b.snaps),
         };
         b.id += 1;
         b.ops = 0;
@@ -1495,6 +1554,7 @@ impl ExecutionContext {
             ring,
             timing,
             id,
+            snaps,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
@@ -1550,6 +1610,11 @@ impl ExecutionContext {
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
         let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
+        // Before the batch counts as submitted: a reader that finds it submitted finds the
+        // mapping asked for.
+        for s in &snaps {
+            s.request_map();
+        }
         if let (Some(buffer), Some(ring)) = (remap, &self.ring) {
             // Mapped again once the GPU has run the batch's copy; then back in the ring.
             let t5 = hostlog::now();
@@ -1738,6 +1803,75 @@ impl ExecutionContext {
         }
         self.stats.lock().reads += 1;
         Ok(out)
+    }
+
+    /// Records a copy of `size` bytes (a multiple of 4, at most 256) at `offset` of `src` into
+    /// a readback buffer of its own, right behind the work recorded so far; the buffer is
+    /// mapped once the batch holding the copy has run ([`Self::snapshot_read`] reads it). The
+    /// caller keeps the snapshot only while nothing else writes the range (`Device::record`
+    /// and the mirror's bookkeeping of writes).
+    pub fn snapshot(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Arc<Snapshot>> {
+        let buffer = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tfwgpu snapshot"),
+            size: size.next_multiple_of(wgpu::COPY_BUFFER_ALIGNMENT).max(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut b = self.batch.lock();
+        if Self::timing_full(&b) {
+            self.submit_locked(&mut b)?;
+        }
+        self.begin(&mut b);
+        Self::end_pass(&mut b);
+        b.encoder
+            .as_mut()
+            .expect("encoder begun")
+            .copy_buffer_to_buffer(src, offset, &buffer, 0, size);
+        let snap = Arc::new(Snapshot {
+            buffer,
+            size,
+            batch: b.id,
+            state: Arc::new(std::sync::atomic::AtomicU8::new(SNAP_RECORDED)),
+        });
+        b.snaps.push(snap.clone());
+        self.stats.lock().copies += 1;
+        self.after_record(b)?;
+        Ok(snap)
+    }
+
+    /// Fills `dst` (at most the snapshot's size) from a snapshot: waits for its batch (submits
+    /// it first if needed), then for the mapping. `Ok(false)`: the mapping failed (the caller
+    /// reads the device instead, which reports the device's error).
+    pub fn snapshot_read(&self, s: &Snapshot, dst: &mut [u8]) -> Result<bool> {
+        self.wait(s.batch)?;
+        let t0 = Instant::now();
+        loop {
+            match s.state.load(Ordering::Acquire) {
+                SNAP_MAPPED => break,
+                SNAP_FAILED => return Ok(false),
+                _ => {
+                    // The batch has run: the map callback fires in the next poll.
+                    let kind = if t0.elapsed() < Duration::from_micros(200) {
+                        wgpu::PollType::Poll
+                    } else {
+                        wgpu::PollType::wait_indefinitely()
+                    };
+                    self.device
+                        .poll(kind)
+                        .map_err(|e| Error::DeviceLost(e.to_string()))?;
+                }
+            }
+        }
+        let n = dst.len().min(s.size as usize);
+        let view = s
+            .buffer
+            .slice(..s.size)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("reading a snapshot: {e}")))?;
+        dst[..n].copy_from_slice(&view[..n]);
+        drop(view);
+        self.stats.lock().snapshot_reads += 1;
+        Ok(true)
     }
 
     /// The wgpu device.
