@@ -39,7 +39,13 @@ def load(path):
     marks = {labels[s[4]]: s[2] for s in spans if s[0] == "mark" and s[4] < len(labels)}
     if "train_begin" in marks and "train_end" in marks:
         spans = [s for s in spans if marks["train_begin"] <= s[2] <= marks["train_end"]]
-    main = next(i for i, t in enumerate(threads) if t[1] == "python3")
+    # Python's main thread: the one that syncs (TensorFlow's Device::Sync before each eager
+    # read: the has_value() flag and the loss).
+    counts = {}
+    for s in spans:
+        if s[0] == "sync":
+            counts[s[1]] = counts.get(s[1], 0) + 1
+    main = max(counts, key=counts.get)
     return spans, main
 
 
