@@ -376,9 +376,10 @@ fn splitk_on() -> bool {
 /// outputs over a long K, where the tiled kernels run one or two workgroups that each walk all
 /// of K serially (the Keras CNN's Dense layer, 64 x 10 over K = 1152 at batch 64: one 64x64
 /// workgroup, 144 steps of 8 with two barriers each: 189 us per call with its bias on the H200,
-/// 27 us with this kernel; bench/RESULTS.md, session 11). The split-K kernel runs M x ceil(N / 8) workgroups of 128
-/// invocations, each summing K / 128 terms per output, then a tree of 7 levels; it reads A
-/// once per block of 8 columns and B once per row, which stays small under these bounds.
+/// 27 us with this kernel; bench/RESULTS.md, session 11). The split-K kernel runs
+/// M x ceil(N / 8) workgroups of 128 invocations, each summing K / 128 terms per output, then
+/// a tree of 7 levels; it reads A once per block of 8 columns and B once per row, which stays
+/// small under these bounds.
 pub fn splitk_applies(batches: usize, m: usize, n: usize, k: usize) -> bool {
     k >= SPLITK_MIN_K && batches.saturating_mul(m).saturating_mul(n) <= SPLITK_MAX_OUTPUTS
 }
