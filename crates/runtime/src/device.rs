@@ -471,7 +471,7 @@ impl Device {
                 }
                 let r = self.inner.alloc.resolve(o.addr)?;
                 let padded = n.next_multiple_of(4);
-                if !r.offset.is_multiple_of(4) || padded > r.remaining {
+                if !r.offset.is_multiple_of(4) || padded > r.remaining || padded > 256 {
                     continue;
                 }
                 let snap = self.inner.exec.snapshot(&r.buffer, r.offset, padded)?;

@@ -97,6 +97,10 @@ impl HostMirror {
     }
 }
 
+/// Snapshots kept at most (the oldest goes first): every kernel output of a few bytes gets
+/// one, and every kernel call's outputs are checked against them.
+const MAX_SNAPSHOTS: usize = 16;
+
 /// Snapshots of small kernel outputs (`ExecConfig::snapshot_bytes`), by address: valid, like
 /// the mirror's entries, until something writes their range.
 pub(crate) struct Snapshots {
@@ -116,7 +120,7 @@ impl Snapshots {
     pub(crate) fn took(&self, addr: u64, s: std::sync::Arc<crate::exec::Snapshot>) {
         let mut e = self.entries.lock();
         e.retain(|(a, b)| !overlaps(*a, b.size(), addr, s.size()));
-        if e.len() >= MAX_ENTRIES {
+        if e.len() >= MAX_SNAPSHOTS {
             e.remove(0);
         }
         e.push((addr, s));

@@ -144,3 +144,35 @@ fn off_by_default() {
     assert_eq!(d.exec_stats().snapshot_reads, s.snapshot_reads);
     assert_eq!(ExecConfig::default().snapshot_bytes, 0);
 }
+
+/// Many snapshots in a row, read at once or later, some overwritten: their readback buffers are
+/// reused (a pool) and every read gives the latest bytes.
+#[test]
+fn many_snapshots_reuse_their_buffers_and_stay_right() {
+    let rt = runtime(16);
+    let d = rt.device();
+    let one = d.upload(&[1.0f32], &[]).unwrap();
+    let mut kept = vec![];
+    for i in 0..300 {
+        let x = d.upload(&[i as f32], &[]).unwrap();
+        let c = d
+            .run("AddV2", &Attrs::new(), &[Arg::from(&x), Arg::from(&one)])
+            .unwrap()
+            .remove(0);
+        match i % 3 {
+            0 => assert_eq!(c.download::<f32>().unwrap(), vec![i as f32 + 1.0]),
+            1 => kept.push((i, c)),
+            _ => {
+                d.fill_u32(c.addr(), 4, (-(i as f32)).to_bits()).unwrap();
+                assert_eq!(c.download::<f32>().unwrap(), vec![-(i as f32)]);
+            }
+        }
+    }
+    for (i, c) in &kept {
+        assert_eq!(c.download::<f32>().unwrap(), vec![*i as f32 + 1.0], "{i}");
+    }
+    // At least every read right after its kernel (100); the kept ones only while their entry
+    // is among the 16 newest.
+    let n = d.exec_stats().snapshot_reads;
+    assert!((100..200).contains(&n), "{n} reads answered by snapshots");
+}
