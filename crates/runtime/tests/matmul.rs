@@ -799,3 +799,106 @@ fn int32_cpu_tiles_are_exact() {
         }
     }
 }
+
+/// The split-K kernel (forced) on awkward shapes, every transpose: N around its 8-column
+/// blocks, K below, at and past its 128 invocations, the Keras CNN's Dense layer (64 x 10
+/// over 1152), and batch broadcasting.
+#[test]
+fn splitk_edge_shapes_every_transpose_and_batches() {
+    let shapes = [
+        (1, 1, 1),
+        (3, 5, 7),
+        (2, 127, 8),
+        (5, 128, 9),
+        (7, 129, 16),
+        (64, 1152, 10),
+        (1, 2049, 17),
+        (33, 300, 1),
+    ];
+    for (i, &(m, k, n)) in shapes.iter().enumerate() {
+        for (j, (ta, tb)) in [(false, false), (true, false), (false, true), (true, true)]
+            .into_iter()
+            .enumerate()
+        {
+            let seed = 900 + (i * 4 + j) as u64;
+            check_f32_tile(
+                "MatMul",
+                Some("splitk128x8"),
+                &[],
+                &[],
+                m,
+                k,
+                n,
+                ta,
+                tb,
+                seed,
+            );
+        }
+    }
+    check_f32_tile(
+        "BatchMatMulV2",
+        Some("splitk128x8"),
+        &[3, 1],
+        &[1, 2],
+        4,
+        300,
+        10,
+        false,
+        true,
+        950,
+    );
+    check_f32_tile(
+        "BatchMatMulV2",
+        Some("splitk128x8"),
+        &[2],
+        &[2],
+        9,
+        260,
+        3,
+        true,
+        false,
+        951,
+    );
+}
+
+/// The automatic choice for GPU adapters ("gpu") on the shapes that take the split-K kernel,
+/// against the reference (on a CPU adapter the automatic choice is the CPU tiles).
+#[test]
+fn gpu_choice_takes_splitk_for_few_outputs_over_long_k() {
+    use tfwgpu_runtime::kernels::matmul::splitk_applies;
+    assert!(
+        splitk_applies(1, 64, 10, 1152),
+        "the Keras CNN's Dense layer"
+    );
+    assert!(!splitk_applies(1, 64, 10, 255), "too shallow");
+    assert!(
+        !splitk_applies(1, 64, 1152, 10),
+        "its input gradient: shallow, many outputs"
+    );
+    assert!(!splitk_applies(1, 1152, 10, 64), "its filter gradient");
+    assert!(!splitk_applies(2, 64, 64, 4096), "too many outputs");
+    for (i, &(m, k, n)) in [(64, 1152, 10), (16, 512, 16)].iter().enumerate() {
+        check_f32_tile(
+            "MatMul",
+            Some("gpu"),
+            &[],
+            &[],
+            m,
+            k,
+            n,
+            false,
+            false,
+            960 + i as u64,
+        );
+    }
+}
+
+#[test]
+fn int32_splitk_is_exact() {
+    let mut r = rng(970);
+    for (m, k, n) in [(3, 300, 10), (1, 129, 1), (9, 1000, 17)] {
+        for tt in [(false, false), (true, true)] {
+            check_int32_tiles(&mut r, (m, k, n), tt, &["splitk128x8"], |_| true);
+        }
+    }
+}

@@ -93,6 +93,7 @@ pub const OPS: &[OpDef] = &[
 const MATMUL_WGSL: &str = include_str!("matmul.wgsl");
 /// The params struct and batch decomposition both matmul shaders share, prepended to each.
 pub(super) const MATMUL_COMMON_WGSL: &str = include_str!("matmul_common.wgsl");
+const MATMUL_SPLITK_WGSL: &str = include_str!("matmul_splitk.wgsl");
 
 /// A tile configuration of `matmul.wgsl`, named in the pipeline key's specialization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,6 +319,88 @@ pub const VEC4_TILES: &[Vec4Tile] = &[
     V4_64X64X16_4X4,
 ];
 
+/// The split-K shader (`matmul_splitk.wgsl`): a workgroup of `wg` invocations computes `nc`
+/// columns of one row of C, its invocations sharing K.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SplitK {
+    /// The specialization name, "splitkWGxNC".
+    pub name: &'static str,
+    /// Invocations per workgroup (a power of two: the partial sums are added as a tree).
+    pub wg: u32,
+    /// Columns of C per workgroup.
+    pub nc: u32,
+}
+
+impl SplitK {
+    /// Whether the shader's reduction and stores work with these sizes.
+    pub const fn is_valid(&self) -> bool {
+        self.wg.is_power_of_two() && self.wg <= 256 && self.nc >= 1 && self.nc <= self.wg
+    }
+
+    /// The shader source for `dtype`.
+    pub fn wgsl(&self, dtype: DType) -> String {
+        let (elem, mad) = match dtype {
+            DType::F32 => ("f32", "return fma(x, y, acc);"),
+            _ => ("i32", "return acc + x * y;"),
+        };
+        [MATMUL_COMMON_WGSL, MATMUL_SPLITK_WGSL]
+            .concat()
+            .replace("ELEM", elem)
+            .replace("MAD_BODY", mad)
+            .replace("SPLITK_WG", &self.wg.to_string())
+            .replace("SPLITK_NC", &self.nc.to_string())
+    }
+}
+
+/// 128 invocations share K; 8 columns per workgroup.
+pub const SPLITK_128X8: SplitK = SplitK {
+    name: "splitk128x8",
+    wg: 128,
+    nc: 8,
+};
+const _: () = assert!(SPLITK_128X8.is_valid());
+
+/// Products with at most this many outputs (all batches) and ...
+const SPLITK_MAX_OUTPUTS: usize = 4096;
+/// ... at least this deep go to the split-K kernel on GPU adapters (see [`splitk_applies`]).
+const SPLITK_MIN_K: usize = 256;
+
+/// Whether the automatic choice on a GPU adapter sends a product to the split-K kernel
+/// (`TFWGPU_MATMUL_SPLITK=0`: never; read once per process).
+fn splitk_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_MATMUL_SPLITK", "0"))
+}
+
+/// Whether a product of `batches` x M x N outputs over K goes to the split-K kernel: few
+/// outputs over a long K, where the tiled kernels run one or two workgroups that each walk all
+/// of K serially (the Keras CNN's Dense layer, 64 x 10 over K = 1152 at batch 64: one 64x64
+/// workgroup, 144 steps of 8 with two barriers each: 189 us per call with its bias on the H200,
+/// 27 us with this kernel; bench/RESULTS.md, session 11). The split-K kernel runs
+/// M x ceil(N / 8) workgroups of 128 invocations, each summing K / 128 terms per output, then
+/// a tree of 7 levels; it reads A once per block of 8 columns and B once per row, which stays
+/// small under these bounds.
+pub fn splitk_applies(batches: usize, m: usize, n: usize, k: usize) -> bool {
+    k >= SPLITK_MIN_K && batches.saturating_mul(m).saturating_mul(n) <= SPLITK_MAX_OUTPUTS
+}
+
+/// The automatic plan on a GPU adapter: the split-K kernel where [`splitk_applies`] (unless
+/// `TFWGPU_MATMUL_SPLITK=0`), else [`choose`].
+pub fn choose_gpu(
+    batches: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    layouts: Layouts,
+    shared: u32,
+) -> Plan {
+    if splitk_on() && splitk_applies(batches, m, n, k) {
+        Plan::SplitK(SPLITK_128X8)
+    } else {
+        choose(batches, m, n, k, layouts, shared)
+    }
+}
+
 /// Every scalar tile, for `_tfwgpu_tile`.
 pub const SCALAR_TILES: &[Tile] = &[TILE_64X64X8, TILE_8X8X8];
 
@@ -338,6 +421,8 @@ pub enum Plan {
     Cpu(CpuTile, Option<Layouts>),
     /// The subgroup form of the CPU variant, for subgroups of this many invocations.
     Sg(SgTile, u32, SgModes),
+    /// The split-K shader: one row of C per workgroup, K shared by its invocations.
+    SplitK(SplitK),
 }
 
 impl Plan {
@@ -347,6 +432,7 @@ impl Plan {
             Plan::Vec4(t, _) => t.bm,
             Plan::Cpu(t, _) => t.bm(),
             Plan::Sg(t, _, _) => t.bm(),
+            Plan::SplitK(_) => 1,
         }
     }
 
@@ -356,6 +442,7 @@ impl Plan {
             Plan::Vec4(t, _) => t.bn,
             Plan::Cpu(t, _) => t.bn(),
             Plan::Sg(t, lanes, _) => t.bn(*lanes),
+            Plan::SplitK(t) => t.nc,
         }
     }
 }
@@ -462,6 +549,9 @@ fn forced(
     }
     if let Some(t) = SCALAR_TILES.iter().find(|t| t.name == name) {
         return Ok(Plan::Scalar(*t));
+    }
+    if name == SPLITK_128X8.name {
+        return Ok(Plan::SplitK(SPLITK_128X8));
     }
     if let Some(t) = CPU_TILES.iter().find(|t| t.name == name) {
         return Ok(cpu_plan(*t, m, n, k, layouts));
@@ -801,7 +891,7 @@ impl Kernel for MatMul {
         };
         let plan = match &self.tile {
             // "gpu": the GPU adapters' automatic choice (for comparisons on CPU adapters).
-            Some(name) if name == "gpu" => choose(batches, g.m, g.n, g.k, layouts, shared),
+            Some(name) if name == "gpu" => choose_gpu(batches, g.m, g.n, g.k, layouts, shared),
             Some(name) => forced(op, name, g.m, g.n, g.k, layouts, shared, fixed_lanes(ctx))?,
             None => {
                 // The heuristic choice; the tuner (when on: GPU adapters by default) may
@@ -809,7 +899,7 @@ impl Kernel for MatMul {
                 let heuristic = if ctx.dev.desc.device_type == "cpu" {
                     choose_cpu(batches, g.m, g.n, g.k, layouts, fixed_lanes(ctx))
                 } else {
-                    choose(batches, g.m, g.n, g.k, layouts, shared)
+                    choose_gpu(batches, g.m, g.n, g.k, layouts, shared)
                 };
                 let cands = candidates(heuristic, batches, g.m, g.n, g.k, layouts, shared);
                 tuned(ctx, op, dtype, &gm, &cands, (&a, &b, &c))?
@@ -855,6 +945,7 @@ fn plan_name(plan: &Plan) -> String {
         Plan::Vec4(t, l) => t.specialization(*l),
         Plan::Cpu(t, l) => t.specialization(*l),
         Plan::Sg(t, lanes, modes) => t.specialization(*lanes, *modes),
+        Plan::SplitK(t) => t.name.to_string(),
     }
 }
 
@@ -973,12 +1064,17 @@ pub(crate) fn record_plan_hooked(
     // by the callers). The vector shader reads and writes 16-byte vectors at element offsets
     // that are multiples of 4 (`Layouts::fit`), each wholly inside its row, so a vector is in
     // range exactly when its first element is.
+    // The split-K shader reads A and B only for rows below M, k below K and columns below N
+    // (the grid starts no column block at or past N), indexes its shared partial sums by
+    // j < NC and l (+ s) < WG (`SplitK::is_valid`), and stores only those columns of rows
+    // below M.
     let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), spec), || {
         let mut src = ShaderSource::new(match plan {
             Plan::Scalar(tile) => tile.wgsl(dtype),
             Plan::Sg(tile, lanes, modes) => tile.wgsl(dtype, lanes, modes),
             Plan::Cpu(tile, layouts) => tile.wgsl(dtype, layouts),
             Plan::Vec4(tile, layouts) => tile.wgsl_hooked(dtype, layouts, hooks.map(|h| h.1)),
+            Plan::SplitK(t) => t.wgsl(dtype),
         });
         src.checks = Checks::Trusted;
         src
@@ -1090,6 +1186,7 @@ mod tests {
             Plan::Vec4(t, _) => t.name,
             Plan::Cpu(t, _) => t.name,
             Plan::Sg(t, _, _) => t.name,
+            Plan::SplitK(t) => t.name,
         };
         let big = 48 * 1024;
         // CPU adapters: the subgroup tiles with subgroups of a fixed size, else the plain one.
