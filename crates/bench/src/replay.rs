@@ -458,7 +458,6 @@ pub(crate) fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
         reads: a.reads - b.reads,
         bind_groups: a.bind_groups - b.bind_groups,
         ring_batches: a.ring_batches - b.ring_batches,
-        snapshot_reads: a.snapshot_reads - b.snapshot_reads,
     }
 }
 

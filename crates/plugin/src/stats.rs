@@ -181,7 +181,6 @@ fn runtime_json() -> serde_json::Value {
         t.uploads += s.uploads;
         t.reads += s.reads;
         t.bind_groups += s.bind_groups;
-        t.snapshot_reads += s.snapshot_reads;
     }
     serde_json::json!({
         "submits": t.submits,
@@ -190,7 +189,6 @@ fn runtime_json() -> serde_json::Value {
         "uploads": t.uploads,
         "reads": t.reads,
         "bind_groups": t.bind_groups,
-        "snapshot_reads": t.snapshot_reads,
     })
 }
 

@@ -20,8 +20,6 @@ pub(crate) struct DeviceInner {
     pub(crate) kernels: KernelManager,
     /// Small host writes, to answer reads of them without a GPU round trip.
     mirror: HostMirror,
-    /// Snapshots of small kernel outputs (`ExecConfig::snapshot_bytes`).
-    snaps: crate::mirror::Snapshots,
     /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
     /// once allocated.
     pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
@@ -196,7 +194,6 @@ impl Device {
             exec,
             desc,
             mirror: HostMirror::new(opts.host_mirror_bytes),
-            snaps: crate::mirror::Snapshots::new(),
         };
         Ok(Device {
             inner: Arc::new(inner),
@@ -276,7 +273,6 @@ impl Device {
         }
         if data.len().is_multiple_of(4) {
             self.inner.exec.upload(&r.buffer, r.offset, data)?;
-            self.inner.snaps.written(addr, data.len() as u64);
             self.inner.mirror.wrote(addr, data);
             return Ok(());
         }
@@ -297,7 +293,6 @@ impl Device {
             (data.len() - full) as u64,
             u32::from_le_bytes(tail),
         )?;
-        self.inner.snaps.written(addr, data.len() as u64);
         self.inner.mirror.wrote(addr, data);
         Ok(())
     }
@@ -314,7 +309,6 @@ impl Device {
         if self.inner.mirror.read(addr, dst) {
             return Ok(());
         }
-        // (Snapshots: through `read_async`.)
         let pending = self.read_async(addr, dst.len())?;
         self.finish_read(pending, |bytes| crate::exec::parallel_read(dst, bytes))
     }
@@ -337,19 +331,6 @@ impl Device {
                 len,
                 mirrored: Some(bytes),
             });
-        }
-        // A small kernel output copied back behind its kernel (`ExecConfig::snapshot_bytes`):
-        // wait for that batch only.
-        if let Some((snap, off)) = self.inner.snaps.find(addr, len as u64) {
-            let mut all = vec![0u8; snap.size() as usize];
-            if self.inner.exec.snapshot_read(&snap, &mut all)? {
-                bytes.copy_from_slice(&all[off as usize..off as usize + len]);
-                return Ok(ReadInFlight {
-                    pending: PendingRead::empty(),
-                    len,
-                    mirrored: Some(bytes),
-                });
-            }
         }
         let r = self.inner.alloc.resolve(addr)?;
         if len as u64 > r.remaining {
@@ -404,7 +385,6 @@ impl Device {
             ));
         }
         self.inner.mirror.written(dst, padded);
-        self.inner.snaps.written(dst, padded);
         let ctx = KernelContext::new(&self.inner);
         crate::kernels::copy::copy_range(&ctx, &s.range(padded), &d.range(padded), padded)
     }
@@ -415,7 +395,6 @@ impl Device {
             return Ok(());
         }
         self.inner.mirror.written(addr, len);
-        self.inner.snaps.written(addr, len);
         if pattern == 0 && len.is_multiple_of(4) {
             let r = self.inner.alloc.resolve(addr)?;
             if len > r.remaining {
@@ -458,27 +437,9 @@ impl Device {
     ) -> Result<()> {
         for o in outputs {
             self.inner.mirror.written(o.addr, o.desc.byte_size());
-            self.inner.snaps.written(o.addr, o.desc.byte_size());
         }
         let ctx = KernelContext::new(&self.inner);
-        kernel.record(&ctx, inputs, outputs)?;
-        let max = self.inner.exec.snapshot_bytes();
-        if max > 0 {
-            for o in outputs {
-                let n = o.desc.byte_size();
-                if n == 0 || n > max {
-                    continue;
-                }
-                let r = self.inner.alloc.resolve(o.addr)?;
-                let padded = n.next_multiple_of(4);
-                if !r.offset.is_multiple_of(4) || padded > r.remaining || padded > 256 {
-                    continue;
-                }
-                let snap = self.inner.exec.snapshot(&r.buffer, r.offset, padded)?;
-                self.inner.snaps.took(o.addr, snap);
-            }
-        }
-        Ok(())
+        kernel.record(&ctx, inputs, outputs)
     }
 
     // ---- tensor-level API ----

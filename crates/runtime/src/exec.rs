@@ -100,16 +100,6 @@ pub struct ExecConfig {
     /// the environment variable decides when the context is created (so tests built with
     /// `ExecConfig::default()` run either way). See `ExecutionContext::ring_begin`.
     pub uniform_ring: Option<bool>,
-    /// Kernel outputs of at most this many bytes (at most 256) are copied into a readback
-    /// buffer at the end of the kernel's batch, which is mapped once the batch has run, so that
-    /// a later read of them (Keras fit's loss every step) waits only for that batch, and not for
-    /// everything recorded since, and needs no copy and submit of its own
-    /// (`TFWGPU_READ_SNAPSHOT_BYTES`, default 0: off; H200, session 11: the Keras CNN's loss
-    /// read 95 -> 4.5 us, but +155 us of kernel-call time per step with a buffer created and a
-    /// compute pass broken per snapshot, since replaced by pooled buffers and copies at the
-    /// batch's end, not yet measured there). See [`ExecutionContext::snapshot`] and
-    /// `Device::record`.
-    pub snapshot_bytes: u64,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -131,7 +121,6 @@ impl Default for ExecConfig {
             spin: None,
             submit_thread: None,
             uniform_ring: None,
-            snapshot_bytes: 0,
         }
     }
 }
@@ -181,9 +170,6 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_UNIFORM_RING") {
             c.uniform_ring = Some(n > 0);
-        }
-        if let Some(n) = env_parse::<u64>("TFWGPU_READ_SNAPSHOT_BYTES") {
-            c.snapshot_bytes = n.min(256);
         }
 
         c
@@ -277,84 +263,6 @@ pub struct ExecStats {
     /// Submitted batches whose uniforms went through the uniform ring
     /// (`ExecConfig::uniform_ring`).
     pub ring_batches: u64,
-    /// Reads answered by a snapshot of a kernel output (`ExecConfig::snapshot_bytes`).
-    pub snapshot_reads: u64,
-}
-
-/// A small kernel output copied into a readback buffer of its own at the end of the kernel's
-/// batch ([`ExecutionContext::snapshot`]); the buffer is mapped once the batch has run.
-pub struct Snapshot {
-    /// A `SNAP_BUFFER_BYTES` readback buffer (`None` only while dropping).
-    buffer: Option<wgpu::Buffer>,
-    size: u64,
-    /// The batch holding the copy.
-    batch: u64,
-    /// `SNAP_PENDING`, `SNAP_MAPPING`, `SNAP_MAPPED` or `SNAP_FAILED`.
-    state: Arc<std::sync::atomic::AtomicU8>,
-    /// Where the buffer goes back when the snapshot is dropped (unmapped).
-    pool: Arc<Mutex<Vec<wgpu::Buffer>>>,
-}
-
-/// Recorded in the open batch, its copy not yet made (the batch's end makes it).
-const SNAP_PENDING: u8 = 0;
-const SNAP_MAPPING: u8 = 1;
-const SNAP_MAPPED: u8 = 2;
-const SNAP_FAILED: u8 = 3;
-
-/// Size of a snapshot's readback buffer (`ExecConfig::snapshot_bytes` is at most this).
-const SNAP_BUFFER_BYTES: u64 = 256;
-/// Readback buffers kept for reuse by later snapshots.
-const SNAP_POOL_BUFFERS: usize = 256;
-
-impl Snapshot {
-    /// Bytes held.
-    pub fn size(&self) -> u64 {
-        self.size
-    }
-
-    fn buffer(&self) -> &wgpu::Buffer {
-        self.buffer
-            .as_ref()
-            .expect("a snapshot's buffer until it is dropped")
-    }
-
-    /// Asks for the mapping (after the batch's submit).
-    fn request_map(&self) {
-        let state = self.state.clone();
-        state.store(SNAP_MAPPING, Ordering::Release);
-        self.buffer()
-            .slice(..self.size)
-            .map_async(wgpu::MapMode::Read, move |r| {
-                state.store(
-                    if r.is_ok() { SNAP_MAPPED } else { SNAP_FAILED },
-                    Ordering::Release,
-                );
-            });
-    }
-}
-
-impl Drop for Snapshot {
-    fn drop(&mut self) {
-        let Some(buffer) = self.buffer.take() else {
-            return;
-        };
-        // A buffer whose mapping is still on its way (or failed) is let go; one never used by
-        // a submission, or mapped and done with, serves a later snapshot.
-        let reuse = match self.state.load(Ordering::Acquire) {
-            SNAP_PENDING => true,
-            SNAP_MAPPED => {
-                buffer.unmap();
-                true
-            }
-            _ => false,
-        };
-        if reuse {
-            let mut pool = self.pool.lock();
-            if pool.len() < SNAP_POOL_BUFFERS {
-                pool.push(buffer);
-            }
-        }
-    }
 }
 
 /// Bytes of uniform params one batch can hold (see `uniforms`).
@@ -514,9 +422,6 @@ struct Batch {
     /// The query pair of the open compute pass, when passes are timed as a whole.
     pass_timing: Option<u32>,
     ring: RingUse,
-    /// Snapshots recorded into this batch (the source buffer and offset of each): their
-    /// copies are recorded at the batch's end (`take_locked`), and mapped after its submit.
-    snaps: Vec<(wgpu::Buffer, u64, Arc<Snapshot>)>,
 }
 
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
@@ -526,7 +431,6 @@ struct Taken {
     ring: RingUse,
     timing: Option<BatchTiming>,
     id: u64,
-    snaps: Vec<Arc<Snapshot>>,
 }
 
 /// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
@@ -591,8 +495,6 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// Readback buffers for snapshots (`ExecConfig::snapshot_bytes`).
-    snap_pool: Arc<Mutex<Vec<wgpu::Buffer>>>,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -671,7 +573,6 @@ impl ExecutionContext {
                 timing: None,
                 pass_timing: None,
                 ring: RingUse::NotYet,
-                snaps: Vec::new(),
             }),
             turn: Mutex::new(()),
             turn_cv: Condvar::new(),
@@ -684,7 +585,6 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
-            snap_pool: Arc::new(Mutex::new(Vec::new())),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -741,11 +641,6 @@ impl ExecutionContext {
     }
 
     /// Counters.
-    /// Kernel outputs of at most this many bytes get a snapshot (`ExecConfig::snapshot_bytes`).
-    pub fn snapshot_bytes(&self) -> u64 {
-        self.cfg.snapshot_bytes
-    }
-
     pub fn stats(&self) -> ExecStats {
         *self.stats.lock()
     }
@@ -1553,22 +1448,6 @@ impl ExecutionContext {
     /// finishes). Batches still reach the queue in id order (`submit_in_turn`).
     fn take_locked(&self, b: &mut Batch) -> Option<Taken> {
         Self::end_pass(b);
-        // Snapshots still wanted (their entry not dropped since: nothing wrote their range)
-        // get their copy now, behind everything of the batch; a range written later in the
-        // batch lost its entry, so the bytes copied are the kernel's.
-        let mut snaps = Vec::new();
-        if let Some(enc) = b.encoder.as_mut() {
-            for (src, offset, s) in b.snaps.drain(..) {
-                if Arc::strong_count(&s) > 1 {
-                    enc.copy_buffer_to_buffer(&src, offset, s.buffer(), 0, s.size);
-                    snaps.push(s);
-                }
-            }
-        }
-        b.snaps.clear();
-        if !snaps.is_empty() {
-            self.stats.lock().copies += snaps.len() as u64;
-        }
         let encoder = b.encoder.take()?;
         let taken = Taken {
             encoder,
@@ -1576,7 +1455,6 @@ impl ExecutionContext {
             ring: std::mem::replace(&mut b.ring, RingUse::NotYet),
             timing: b.timing.take(),
             id: b.id,
-            snaps,
         };
         b.id += 1;
         b.ops = 0;
@@ -1617,7 +1495,6 @@ impl ExecutionContext {
             ring,
             timing,
             id,
-            snaps,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
@@ -1673,11 +1550,6 @@ impl ExecutionContext {
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
         let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
-        // Before the batch counts as submitted: a reader that finds it submitted finds the
-        // mapping asked for.
-        for s in &snaps {
-            s.request_map();
-        }
         if let (Some(buffer), Some(ring)) = (remap, &self.ring) {
             // Mapped again once the GPU has run the batch's copy; then back in the ring.
             let t5 = hostlog::now();
@@ -1866,80 +1738,6 @@ impl ExecutionContext {
         }
         self.stats.lock().reads += 1;
         Ok(out)
-    }
-
-    /// Takes a snapshot of `size` bytes (a multiple of 4, at most 256) at `offset` of `src`:
-    /// a readback buffer (from a pool) gets a copy of them at the end of the open batch, if the
-    /// snapshot is still held by someone other than the batch then, and is mapped once the
-    /// batch has run ([`Self::snapshot_read`] reads it). The caller keeps the snapshot only
-    /// while nothing else writes the range (`Device::record` and the mirror's bookkeeping of
-    /// writes), so the bytes copied at the batch's end are the ones the range holds now.
-    pub fn snapshot(&self, src: &wgpu::Buffer, offset: u64, size: u64) -> Result<Arc<Snapshot>> {
-        if size == 0 || size > SNAP_BUFFER_BYTES || !size.is_multiple_of(4) {
-            return Err(Error::InvalidArgument(format!(
-                "a snapshot of {size} bytes (a multiple of 4, at most {SNAP_BUFFER_BYTES})"
-            )));
-        }
-        let pooled = self.snap_pool.lock().pop();
-        let buffer = pooled.unwrap_or_else(|| {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("tfwgpu snapshot"),
-                size: SNAP_BUFFER_BYTES,
-                usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        });
-        let mut b = self.batch.lock();
-        // The copy is recorded at the batch's end (`take_locked`); the snapshot counts as one
-        // command, so a flush for its reader takes the batch even if nothing else is in it.
-        self.begin(&mut b);
-        let snap = Arc::new(Snapshot {
-            buffer: Some(buffer),
-            size,
-            batch: b.id,
-            state: Arc::new(std::sync::atomic::AtomicU8::new(SNAP_PENDING)),
-            pool: self.snap_pool.clone(),
-        });
-        b.snaps.push((src.clone(), offset, snap.clone()));
-        self.after_record(b)?;
-        Ok(snap)
-    }
-
-    /// Fills `dst` (at most the snapshot's size) from a snapshot: waits for its batch (submits
-    /// it first if needed), then for the mapping. `Ok(false)`: the mapping failed (the caller
-    /// reads the device instead, which reports the device's error).
-    pub fn snapshot_read(&self, s: &Snapshot, dst: &mut [u8]) -> Result<bool> {
-        self.wait(s.batch)?;
-        let t0 = Instant::now();
-        loop {
-            match s.state.load(Ordering::Acquire) {
-                SNAP_MAPPED => break,
-                // Failed, or its copy was not made (its entry was dropped at the batch's end
-                // while this reader held it): read the device instead.
-                SNAP_FAILED | SNAP_PENDING => return Ok(false),
-                _ => {
-                    // The batch has run: the map callback fires in the next poll.
-                    let kind = if t0.elapsed() < Duration::from_micros(200) {
-                        wgpu::PollType::Poll
-                    } else {
-                        wgpu::PollType::wait_indefinitely()
-                    };
-                    self.device
-                        .poll(kind)
-                        .map_err(|e| Error::DeviceLost(e.to_string()))?;
-                }
-            }
-        }
-        let n = dst.len().min(s.size as usize);
-        let view = s
-            .buffer()
-            .slice(..s.size)
-            .get_mapped_range()
-            .map_err(|e| Error::Gpu(format!("reading a snapshot: {e}")))?;
-        dst[..n].copy_from_slice(&view[..n]);
-        drop(view);
-        self.stats.lock().snapshot_reads += 1;
-        Ok(true)
     }
 
     /// The wgpu device.

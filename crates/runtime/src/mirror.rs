@@ -97,64 +97,6 @@ impl HostMirror {
     }
 }
 
-/// Snapshots kept at most (the oldest goes first): every kernel output of a few bytes gets
-/// one, and every kernel call's outputs are checked against them.
-const MAX_SNAPSHOTS: usize = 16;
-
-/// Snapshots of small kernel outputs (`ExecConfig::snapshot_bytes`), by address: valid, like
-/// the mirror's entries, until something writes their range.
-pub(crate) struct Snapshots {
-    entries: Mutex<Vec<(u64, std::sync::Arc<crate::exec::Snapshot>)>>,
-    count: AtomicUsize,
-}
-
-impl Snapshots {
-    pub(crate) fn new() -> Snapshots {
-        Snapshots {
-            entries: Mutex::new(Vec::new()),
-            count: AtomicUsize::new(0),
-        }
-    }
-
-    /// A kernel wrote `addr` and its bytes were copied into `s` right behind it.
-    pub(crate) fn took(&self, addr: u64, s: std::sync::Arc<crate::exec::Snapshot>) {
-        let mut e = self.entries.lock();
-        e.retain(|(a, b)| !overlaps(*a, b.size(), addr, s.size()));
-        if e.len() >= MAX_SNAPSHOTS {
-            e.remove(0);
-        }
-        e.push((addr, s));
-        self.count.store(e.len(), Ordering::Release);
-    }
-
-    /// Something is about to write `len` bytes at `addr`.
-    pub(crate) fn written(&self, addr: u64, len: u64) {
-        if self.count.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let mut e = self.entries.lock();
-        e.retain(|(a, b)| !overlaps(*a, b.size(), addr, len));
-        self.count.store(e.len(), Ordering::Release);
-    }
-
-    /// The snapshot holding all of `[addr, addr + len)`, if one does (with the offset of
-    /// `addr` in it).
-    pub(crate) fn find(
-        &self,
-        addr: u64,
-        len: u64,
-    ) -> Option<(std::sync::Arc<crate::exec::Snapshot>, u64)> {
-        if self.count.load(Ordering::Acquire) == 0 || len == 0 {
-            return None;
-        }
-        let e = self.entries.lock();
-        e.iter()
-            .rev()
-            .find(|(a, b)| addr >= *a && addr - *a + len <= b.size())
-            .map(|(a, b)| (b.clone(), addr - a))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
