@@ -258,6 +258,8 @@ fn all_cases(small: bool) -> Vec<Kind> {
         v.push(mm(0, 4096, 4096, 4096, true, false));
         v.push(mm(0, 4096, 4096, 4096, false, true));
         v.push(mm(0, 64, 2048, 1000, false, false));
+        // The Keras CNN's Dense layer: few outputs over a long K (the split-K kernel on GPUs).
+        v.push(mm(0, 64, 1152, 10, false, false));
         v.push(mm(0, 4096, 64, 4096, false, false));
         v.push(mm(0, 32768, 256, 256, false, false));
         v.push(mm(32, 512, 64, 512, false, true));
