@@ -420,6 +420,13 @@ fn seed_cases(s: usize) -> ([i64; 2], u64, [u64; 2], Vec<Case>) {
     }
 }
 
+/// TensorFlow's float32 values for the raw key and counter (whose low word overflows within
+/// the output: Skip's carry into word 2): (distribution, bits, ULPs allowed, name).
+const RAW_CASES: [(Dist, &[u32], u64, &str); 2] = [
+    (Dist::Uniform, tf::RAW_UNIFORM_F32, 0, "raw uniform"),
+    (Dist::Truncated, tf::RAW_TRUNC_F32, 4, "raw truncated"),
+];
+
 #[test]
 fn key_and_counter_from_seed_match_tensorflow() {
     for s in [1, 2] {
@@ -455,22 +462,10 @@ fn cpu_model_matches_tensorflow() {
         }
     }
     let (k, c) = u64_key_counter(tf::RAW_KEY[0], [tf::RAW_COUNTER[0], tf::RAW_COUNTER[1]]);
-    let got = model(Dist::Uniform, DType::F32, k, c, tf::RAW_UNIFORM_F32.len());
-    assert_matches(
-        &got,
-        &tf_u32(tf::RAW_UNIFORM_F32),
-        DType::F32,
-        0,
-        "raw uniform",
-    );
-    let got = model(Dist::Truncated, DType::F32, k, c, tf::RAW_TRUNC_F32.len());
-    assert_matches(
-        &got,
-        &tf_u32(tf::RAW_TRUNC_F32),
-        DType::F32,
-        4,
-        "raw truncated",
-    );
+    for (dist, want, ulps, what) in RAW_CASES {
+        let got = model(dist, DType::F32, k, c, want.len());
+        assert_matches(&got, &tf_u32(want), DType::F32, ulps, what);
+    }
 }
 
 #[test]
@@ -507,22 +502,10 @@ fn stateless_v2_matches_tensorflow() {
     }
     // A counter whose low word overflows within the output (Skip's carry into word 2).
     let counter = [tf::RAW_COUNTER[0], tf::RAW_COUNTER[1]];
-    let t = run_v2(Dist::Uniform, DType::F32, tf::RAW_KEY[0], counter, &[17]);
-    assert_matches(
-        &bits_of(&t),
-        &tf_u32(tf::RAW_UNIFORM_F32),
-        DType::F32,
-        0,
-        "raw uniform",
-    );
-    let t = run_v2(Dist::Truncated, DType::F32, tf::RAW_KEY[0], counter, &[9]);
-    assert_matches(
-        &bits_of(&t),
-        &tf_u32(tf::RAW_TRUNC_F32),
-        DType::F32,
-        4,
-        "raw truncated",
-    );
+    for (dist, want, ulps, what) in RAW_CASES {
+        let t = run_v2(dist, DType::F32, tf::RAW_KEY[0], counter, &[want.len()]);
+        assert_matches(&bits_of(&t), &tf_u32(want), DType::F32, ulps, what);
+    }
     // AUTO_SELECT (3) is Philox; a counter longer than 2 uses its first two words.
     let (_, key, counter, _) = seed_cases(1);
     let t = try_run_v2(
