@@ -326,6 +326,35 @@ fn buffer(lab: &Lab, size: u64) -> wgpu::Buffer {
 }
 
 /// A STORAGE-only buffer of `size` bytes whose `words` words from `off` hold the pattern.
+/// The compute pipeline of `src`'s `main`, without naga's bounds checks where `trusted`.
+///
+/// # Safety
+/// Where `trusted`, every access of the shader must be in bounds.
+unsafe fn pipeline(lab: &Lab, src: String, trusted: bool) -> wgpu::ComputePipeline {
+    let desc = wgpu::ShaderModuleDescriptor {
+        label: None,
+        source: wgpu::ShaderSource::Wgsl(src.into()),
+    };
+    let module = if trusted {
+        // SAFETY: the caller's.
+        unsafe {
+            lab.device
+                .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
+        }
+    } else {
+        lab.device.create_shader_module(desc)
+    };
+    lab.device
+        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        })
+}
+
 fn source_storage_only(lab: &Lab, size: u64, off: u64, words: u64) -> Res<wgpu::Buffer> {
     let b = lab.device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -541,30 +570,9 @@ fn run_variant(lab: &Lab, v: &Variant, robust: Robust, mib_scale: u64) -> Res<Me
         groups = [0; 3];
         None
     } else {
-        let src = v.wgsl();
-        let desc = wgpu::ShaderModuleDescriptor {
-            label: None,
-            source: wgpu::ShaderSource::Wgsl(src.into()),
-        };
-        let module = if v.trusted {
-            // SAFETY: every index is below p.n (guarded) or the grid divides the size exactly.
-            unsafe {
-                lab.device
-                    .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-            }
-        } else {
-            lab.device.create_shader_module(desc)
-        };
-        let p = lab
-            .device
-            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: None,
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
+        // SAFETY (trusted): every index is below p.n (guarded) or the grid divides the size
+        // exactly.
+        let p = unsafe { pipeline(lab, v.wgsl(), v.trusted) };
         let wgs = match v.persistent {
             Some(g) => g as u64,
             None => elems.div_ceil(v.k as u64).div_ceil(v.wg as u64),
@@ -723,29 +731,8 @@ fn run_rowsum(
         .map(|i| (pattern(i as u32) >> 8) as f32 / (1u32 << 23) as f32 - 1.0)
         .collect();
     lab.queue.write_buffer(&xb, 0, bytemuck::cast_slice(&data));
-    let desc = wgpu::ShaderModuleDescriptor {
-        label: None,
-        source: wgpu::ShaderSource::Wgsl(rowsum_wgsl(words, unroll).into()),
-    };
-    let module = if trusted {
-        // SAFETY: indices stay below rows * cols (main loop and tail bounded by p.cols).
-        unsafe {
-            lab.device
-                .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-        }
-    } else {
-        lab.device.create_shader_module(desc)
-    };
-    let pipeline = lab
-        .device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: None,
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        });
+    // SAFETY (trusted): indices stay below rows * cols (main loop and tail bounded by p.cols).
+    let pipeline = unsafe { pipeline(lab, rowsum_wgsl(words, unroll), trusted) };
     let params = lab.device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
         size: 16,

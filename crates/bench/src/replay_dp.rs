@@ -1185,14 +1185,10 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     if check && mode == AllReduce::None {
         return Err("--check needs an all-reduce (--allreduce exchange or halves)".into());
     }
+    let opts = |check| DpOptions { mode, defer, check };
     if check {
         for &n in counts.iter().filter(|&&n| n > 1) {
-            let o = DpOptions {
-                mode,
-                defer,
-                check: true,
-            };
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, 99)?;
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(true), 99)?;
             let (g, el, fin) = verify(&p, &plan)?;
             println!(
                 "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
@@ -1207,12 +1203,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let mut passes: HashMap<usize, Vec<DpPass>> = HashMap::new();
     for r in 0..repeat.max(1) {
         for &n in &counts {
-            let o = DpOptions {
-                mode,
-                defer,
-                check: false,
-            };
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, r as u64)?;
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(false), r as u64)?;
             passes.entry(n).or_default().push(p);
         }
     }

@@ -43,15 +43,16 @@ pub(crate) fn bytes_field(field: u32, b: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(b);
 }
 
-/// A GraphDef's top-level fields in order, each raw, with the index of its parsed node for
-/// the nodes (field 1) and `None` for the rest (library, versions); and the parsed nodes.
-type GraphItems<'a> = (Vec<(Option<usize>, &'a [u8])>, Vec<Node>);
+/// A GraphDef's top-level fields in order, each raw, with the index of its parsed node and
+/// the NodeDef's own bytes for the nodes (field 1), `None` and the raw field again for the
+/// rest (library, versions); and the parsed nodes.
+type GraphItems<'a> = (Vec<(Option<usize>, &'a [u8], &'a [u8])>, Vec<Node>);
 
 /// Splits a serialized GraphDef into [`GraphItems`], for the passes that rewrite some nodes and
 /// re-encode the rest unchanged.
 fn split_graph(graph: &[u8]) -> Result<GraphItems<'_>> {
     let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8])> = vec![];
+    let mut items: Vec<(Option<usize>, &[u8], &[u8])> = vec![];
     let mut nodes = vec![];
     loop {
         let start = r.pos;
@@ -59,10 +60,10 @@ fn split_graph(graph: &[u8]) -> Result<GraphItems<'_>> {
         let raw = &graph[start..r.pos];
         match (f, v) {
             (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw));
+                items.push((Some(nodes.len()), raw, nb));
                 nodes.push(Node::parse(nb)?);
             }
-            _ => items.push((None, raw)),
+            _ => items.push((None, raw, raw)),
         }
     }
     Ok((items, nodes))
@@ -367,21 +368,7 @@ pub fn forward_assigned_reads(
     preserve: &std::collections::HashSet<String>,
 ) -> Result<Option<Vec<u8>>> {
     use std::collections::HashMap;
-    let mut r = Reader::new(graph);
-    let mut items: Vec<(Option<usize>, &[u8], &[u8])> = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push((Some(nodes.len()), raw, nb));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push((None, raw, raw)),
-        }
-    }
+    let (items, nodes) = split_graph(graph)?;
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()

@@ -13,9 +13,15 @@ fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }
 
-/// TensorFlow's ArgMax (or ArgMin) of `x` (as f64 keys; `lowest` the starting value) along
-/// `axis`.
-fn arg_ref(x: &[f64], shape: &[usize], axis: usize, max: bool, start: f64) -> Vec<i64> {
+/// TensorFlow's ArgMax (or ArgMin) of `x` (f64 keys, or int64 compared exactly; `start` the
+/// starting value) along `axis`.
+fn arg_ref<T: PartialOrd + Copy>(
+    x: &[T],
+    shape: &[usize],
+    axis: usize,
+    max: bool,
+    start: T,
+) -> Vec<i64> {
     let outer: usize = shape[..axis].iter().product();
     let r = shape[axis];
     let inner: usize = shape[axis + 1..].iter().product();
@@ -135,30 +141,12 @@ fn argmax_argmin_every_dtype_and_axis() {
                         i32::MAX as f64
                     },
                 ),
-                // i64 keys compared exactly through i128.
+                // int64 keys compared exactly (arg_ref on the int64 values below).
                 (host(&xl, shape), vec![], 0.0),
             ];
             for (k, (x, keys, start)) in inputs.iter().enumerate() {
                 let want = if x.dtype == DType::I64 {
-                    let outer: usize = shape[..axis].iter().product();
-                    let rr = shape[axis];
-                    let inner: usize = shape[axis + 1..].iter().product();
-                    let mut out = vec![];
-                    for o in 0..outer {
-                        for i in 0..inner {
-                            let mut best = if max { i64::MIN } else { i64::MAX };
-                            let mut idx = 0;
-                            for j in 0..rr {
-                                let v = xl[(o * rr + j) * inner + i];
-                                if (max && v > best) || (!max && v < best) {
-                                    best = v;
-                                    idx = j as i64;
-                                }
-                            }
-                            out.push(idx);
-                        }
-                    }
-                    out
+                    arg_ref(&xl, shape, axis, max, if max { i64::MIN } else { i64::MAX })
                 } else {
                     arg_ref(keys, shape, axis, max, *start)
                 };

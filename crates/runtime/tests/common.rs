@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use tfwgpu_runtime::{Device, Runtime};
+use tfwgpu_runtime::{Device, Element, Runtime, Tensor};
 
 /// The test device (the best adapter; lavapipe in CI).
 pub fn dev() -> &'static Device {
@@ -46,4 +46,12 @@ pub fn assert_close(got: &[f32], want: &[f32], rtol: f32, atol: f32, what: &str)
             );
         }
     }
+}
+
+/// Uploads each of `data` with its shape.
+pub fn upload_all<T: Element>(data: &[Vec<T>], shapes: &[&[usize]]) -> Vec<Tensor> {
+    data.iter()
+        .zip(shapes)
+        .map(|(d, s)| dev().upload(d, s).unwrap())
+        .collect()
 }

@@ -105,11 +105,7 @@ fn check_f32(program: &str, shapes: &[&[usize]], ranges: &[(f32, f32)], rtol: f3
         .zip(ranges)
         .map(|(s, &(lo, hi))| rand_f32(&mut r, s.iter().product(), lo, hi))
         .collect();
-    let tensors: Vec<Tensor> = data
-        .iter()
-        .zip(shapes)
-        .map(|(d, s)| dev().upload(d, s).unwrap())
-        .collect();
+    let tensors = upload_all(&data, shapes);
     let refs: Vec<&Tensor> = tensors.iter().collect();
     let fused = run_fused(program, &refs, DType::F32);
     let unfused = run_unfused(program, &refs, DType::F32);

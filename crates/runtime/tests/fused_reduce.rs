@@ -88,11 +88,7 @@ fn check_bits(
         .iter()
         .map(|s| rand_f32(&mut r, s.iter().product(), lo, hi))
         .collect();
-    let ts: Vec<Tensor> = data
-        .iter()
-        .zip(shapes)
-        .map(|(d, s)| dev().upload(d, s).unwrap())
-        .collect();
+    let ts = upload_all(&data, shapes);
     let refs: Vec<&Tensor> = ts.iter().collect();
     let what = format!("{reduce}({program}) of {shapes:?} over {axes:?} keep_dims {keep_dims}");
     let fused = run_fused_reduce(program, &refs, reduce, axes, keep_dims)

@@ -60,11 +60,7 @@ fn cpu_program(program: &str, inputs: &[(&[f32], &[usize])], out_shape: &[usize]
 /// Checks an f32 program on `data` of `shapes`: the unfused kernels' bits, and TensorFlow's
 /// values on the CPU exactly (these ops are exact or one rounding).
 fn check(program: &str, data: &[Vec<f32>], shapes: &[&[usize]]) {
-    let tensors: Vec<Tensor> = data
-        .iter()
-        .zip(shapes)
-        .map(|(d, s)| dev().upload(d, s).unwrap())
-        .collect();
+    let tensors = upload_all(data, shapes);
     let refs: Vec<&Tensor> = tensors.iter().collect();
     let got_t = run_fused(program, &refs, DType::F32);
     let unfused = run_unfused_all(program, &refs, &[], DType::F32)
@@ -298,11 +294,7 @@ fn multi_output_with_a_select() {
         vec![0.0f32],
     ];
     let shapes: [&[usize]; 5] = [&[n], &[], &[n], &[], &[]];
-    let t: Vec<Tensor> = data
-        .iter()
-        .zip(shapes)
-        .map(|(d, s)| dev().upload(d, s).unwrap())
-        .collect();
+    let t = upload_all(&data, &shapes);
     let refs: Vec<&Tensor> = t.iter().collect();
     let a = fused_attrs(DROPOUT, 5, DType::F32)
         .with("M", AttrValue::Int(2))
@@ -333,11 +325,7 @@ fn f16_dropout_as_the_unfused_kernels() {
         h(vec![0.0]),
     ];
     let shapes: [&[usize]; 5] = [&[n], &[], &[n], &[], &[]];
-    let t: Vec<Tensor> = data
-        .iter()
-        .zip(shapes)
-        .map(|(d, s)| dev().upload(d, s).unwrap())
-        .collect();
+    let t = upload_all(&data, &shapes);
     let refs: Vec<&Tensor> = t.iter().collect();
     let got = run_fused(DROPOUT, &refs, DType::F16)
         .download::<f16>()
@@ -407,11 +395,7 @@ fn one_kernel_on_shapes_that_change_from_call_to_call() {
             vec![0.0f32],
         ];
         let shapes: [&[usize]; 5] = [&shape, &[], &shape, &[], &[]];
-        let t: Vec<Tensor> = data
-            .iter()
-            .zip(shapes)
-            .map(|(d, s)| dev().upload(d, s).unwrap())
-            .collect();
+        let t = upload_all(&data, &shapes);
         let args: Vec<Arg> = t.iter().map(Arg::from).collect();
         let got = dev().run_kernel(k.as_ref(), &args).unwrap().remove(0);
         assert_eq!(got.shape(), shape.as_slice());

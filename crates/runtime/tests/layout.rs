@@ -85,6 +85,16 @@ fn ints32(v: &[i32]) -> HostTensor {
 }
 
 /// Checks one output against a reference (shape and every element's bits).
+/// Runs `op` on two arguments, each a device or a host tensor.
+fn run2<'a>(
+    op: &str,
+    attrs: &Attrs,
+    a: impl Into<Arg<'a>>,
+    b: impl Into<Arg<'a>>,
+) -> tfwgpu_runtime::Result<Vec<Tensor>> {
+    dev().run(op, attrs, &[a.into(), b.into()])
+}
+
 fn check(got: &Tensor, want_shape: &[usize], want: &[u64], what: &str) {
     assert_eq!(got.shape(), want_shape, "{what}: shape");
     let g = elems_of(got);
@@ -272,13 +282,7 @@ fn transpose_every_dtype_rank_0_to_5() {
                 } else {
                     ints32(&perm.iter().map(|&p| p as i32).collect::<Vec<_>>())
                 };
-                let out = dev()
-                    .run(
-                        "Transpose",
-                        &attrs(dtype),
-                        &[Arg::from(&xt), Arg::from(&pt)],
-                    )
-                    .unwrap();
+                let out = run2("Transpose", &attrs(dtype), &xt, &pt).unwrap();
                 check(
                     &out[0],
                     &want_shape,
@@ -305,13 +309,7 @@ fn transpose_large_and_odd_sizes() {
             let x = rand_elems(&mut rng, dtype, shape.iter().product());
             let xt = upload(dtype, shape, &x);
             let pt = ints32(&perm.iter().map(|&p| p as i32).collect::<Vec<_>>());
-            let out = dev()
-                .run(
-                    "Transpose",
-                    &attrs(dtype),
-                    &[Arg::from(&xt), Arg::from(&pt)],
-                )
-                .unwrap();
+            let out = run2("Transpose", &attrs(dtype), &xt, &pt).unwrap();
             let (ws, w) = transpose_ref(&x, shape, perm);
             check(&out[0], &ws, &w, &format!("Transpose {dtype} {shape:?}"));
         }
@@ -329,7 +327,7 @@ fn transpose_rejects_bad_perms() {
         (vec![0, 1, 2], "vector of size 2"),
     ] {
         let pt = ints32(&perm);
-        let e = err_of(dev().run("Transpose", &Attrs::new(), &[Arg::from(&x), Arg::from(&pt)]));
+        let e = err_of(run2("Transpose", &Attrs::new(), &x, &pt));
         let s = e.to_string();
         assert!(s.contains("Transpose") && s.contains(msg), "{perm:?}: {s}");
     }
@@ -343,13 +341,7 @@ fn transpose_rejects_bad_perms() {
         let x = rand_elems(&mut rng, dtype, shape.iter().product());
         let xt = upload(dtype, &shape, &x);
         let pt = ints32(&perm.iter().map(|&p| p as i32).collect::<Vec<_>>());
-        let out = dev()
-            .run(
-                "Transpose",
-                &attrs(dtype),
-                &[Arg::from(&xt), Arg::from(&pt)],
-            )
-            .unwrap();
+        let out = run2("Transpose", &attrs(dtype), &xt, &pt).unwrap();
         let (ws, w) = transpose_ref(&x, &shape, &perm);
         check(&out[0], &ws, &w, &format!("Transpose rank 10 {dtype}"));
     }
@@ -477,10 +469,10 @@ fn pack_every_dtype() {
     // Errors: shape mismatch, axis out of range.
     let a = dev().upload(&[0f32; 6], &[2, 3]).unwrap();
     let b = dev().upload(&[0f32; 6], &[3, 2]).unwrap();
-    let e = err_of(dev().run("Pack", &Attrs::new(), &[Arg::from(&a), Arg::from(&b)])).to_string();
+    let e = err_of(run2("Pack", &Attrs::new(), &a, &b)).to_string();
     assert!(e.contains("values[1].shape = [3,2]"), "{e}");
     let bad = Attrs::new().with("axis", AttrValue::Int(3));
-    let e = err_of(dev().run("Pack", &bad, &[Arg::from(&a), Arg::from(&a)])).to_string();
+    let e = err_of(run2("Pack", &bad, &a, &a)).to_string();
     assert!(e.contains("not in [-3, 3)"), "{e}");
 }
 
@@ -552,9 +544,7 @@ fn split_every_dtype() {
             let xt = upload(dtype, shape, &x);
             let dim = HostTensor::scalar(axis as i32);
             let a = attrs(dtype).with("num_split", AttrValue::Int(num as i64));
-            let out = dev()
-                .run("Split", &a, &[Arg::from(&dim), Arg::from(&xt)])
-                .unwrap();
+            let out = run2("Split", &a, &dim, &xt).unwrap();
             let ax = canon(axis, shape.len());
             let want = split_ref(&x, shape, ax, &vec![shape[ax] / num; num]);
             assert_eq!(out.len(), num);
@@ -571,10 +561,10 @@ fn split_every_dtype() {
     let x = dev().upload(&[0f32; 10], &[2, 5]).unwrap();
     let a = Attrs::new().with("num_split", AttrValue::Int(2));
     let dim = HostTensor::scalar(1i32);
-    let e = err_of(dev().run("Split", &a, &[Arg::from(&dim), Arg::from(&x)])).to_string();
+    let e = err_of(run2("Split", &a, &dim, &x)).to_string();
     assert!(e.contains("evenly divide") && e.contains("size = 5"), "{e}");
     let dim = HostTensor::scalar(2i32);
-    let e = err_of(dev().run("Split", &a, &[Arg::from(&dim), Arg::from(&x)])).to_string();
+    let e = err_of(run2("Split", &a, &dim, &x)).to_string();
     assert!(e.contains("split_dim < input rank (2), but got 2"), "{e}");
     let zero = Attrs::new().with("num_split", AttrValue::Int(0));
     assert!(dev().kernel("Split", &zero).is_err());
@@ -686,9 +676,7 @@ fn tile_every_dtype() {
             let x = rand_elems(&mut rng, dtype, shape.iter().product());
             let xt = upload(dtype, shape, &x);
             let mt = ints(m);
-            let out = dev()
-                .run("Tile", &attrs(dtype), &[Arg::from(&xt), Arg::from(&mt)])
-                .unwrap();
+            let out = run2("Tile", &attrs(dtype), &xt, &mt).unwrap();
             let mu: Vec<usize> = m.iter().map(|&v| v as usize).collect();
             let (ws, w) = tile_ref(&x, shape, &mu);
             check(&out[0], &ws, &w, &format!("Tile {dtype} {shape:?} {m:?}"));
@@ -696,10 +684,10 @@ fn tile_every_dtype() {
     }
     let x = dev().upload(&[0f32; 6], &[2, 3]).unwrap();
     let mt = ints(&[2]);
-    let e = err_of(dev().run("Tile", &Attrs::new(), &[Arg::from(&x), Arg::from(&mt)])).to_string();
+    let e = err_of(run2("Tile", &Attrs::new(), &x, &mt)).to_string();
     assert!(e.contains("length 2") && e.contains("got length 1"), "{e}");
     let mt = ints(&[1, -1]);
-    let e = err_of(dev().run("Tile", &Attrs::new(), &[Arg::from(&x), Arg::from(&mt)])).to_string();
+    let e = err_of(run2("Tile", &Attrs::new(), &x, &mt)).to_string();
     assert!(e.contains("multiples[1] >= 0"), "{e}");
 }
 
@@ -725,13 +713,7 @@ fn broadcast_to_every_dtype() {
             let x = rand_elems(&mut rng, dtype, shape.iter().product());
             let xt = upload(dtype, shape, &x);
             let st = ints32(&target.iter().map(|&v| v as i32).collect::<Vec<_>>());
-            let out = dev()
-                .run(
-                    "BroadcastTo",
-                    &attrs(dtype),
-                    &[Arg::from(&xt), Arg::from(&st)],
-                )
-                .unwrap();
+            let out = run2("BroadcastTo", &attrs(dtype), &xt, &st).unwrap();
             let ts: Vec<usize> = target.iter().map(|&v| v as usize).collect();
             let w = broadcast_ref(&x, shape, &ts);
             check(
@@ -745,25 +727,12 @@ fn broadcast_to_every_dtype() {
     let x = dev().upload(&[0f32; 6], &[2, 3]).unwrap();
     for target in [&[4i64][..], &[2, 4], &[3, 3], &[3, 0, 3], &[2, -3]] {
         let st = ints(target);
-        let e = err_of(dev().run(
-            "BroadcastTo",
-            &Attrs::new(),
-            &[Arg::from(&x), Arg::from(&st)],
-        ))
-        .to_string();
+        let e = err_of(run2("BroadcastTo", &Attrs::new(), &x, &st)).to_string();
         assert!(e.contains("BroadcastTo"), "{target:?}: {e}");
     }
     let z = dev().upload::<f32>(&[], &[0]).unwrap();
     let st = ints(&[1]);
-    assert!(
-        dev()
-            .run(
-                "BroadcastTo",
-                &Attrs::new(),
-                &[Arg::from(&z), Arg::from(&st)]
-            )
-            .is_err()
-    );
+    assert!(run2("BroadcastTo", &Attrs::new(), &z, &st).is_err());
 }
 
 #[test]
@@ -789,13 +758,7 @@ fn reverse_every_dtype() {
             let x = rand_elems(&mut rng, dtype, shape.iter().product());
             let xt = upload(dtype, shape, &x);
             let at = ints(axes);
-            let out = dev()
-                .run(
-                    "ReverseV2",
-                    &attrs(dtype),
-                    &[Arg::from(&xt), Arg::from(&at)],
-                )
-                .unwrap();
+            let out = run2("ReverseV2", &attrs(dtype), &xt, &at).unwrap();
             let mut rev = vec![false; shape.len()];
             for &a in axes {
                 rev[canon(a, shape.len())] = true;
@@ -815,8 +778,7 @@ fn reverse_every_dtype() {
         (&[1, -1], "more than once"),
     ] {
         let at = ints(axes);
-        let e = err_of(dev().run("ReverseV2", &Attrs::new(), &[Arg::from(&x), Arg::from(&at)]))
-            .to_string();
+        let e = err_of(run2("ReverseV2", &Attrs::new(), &x, &at)).to_string();
         assert!(e.contains(msg), "{axes:?}: {e}");
     }
 }

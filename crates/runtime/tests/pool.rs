@@ -9,7 +9,7 @@ mod refs;
 use common::*;
 use rand::Rng;
 use refs::*;
-use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, f16};
+use tfwgpu_runtime::{AttrValue, Attrs, DType, HostTensor, Tensor, f16};
 
 #[derive(Clone, Copy, Debug)]
 enum Pad {
@@ -264,26 +264,30 @@ fn run_t(
     args: &[(&[f32], &[usize])],
     host_args: &[&HostTensor],
 ) -> (Vec<usize>, Vec<f32>) {
-    let hs: Vec<HostTensor> = args
-        .iter()
-        .map(|(d, s)| if half { host(&f16s(d), s) } else { host(d, s) })
-        .collect();
+    let hs: Vec<HostTensor> = args.iter().map(|(d, s)| host_t(d, s, half)).collect();
     let refs: Vec<&HostTensor> = hs.iter().collect();
     let out = try_run_host(op, attrs, &refs, host_args).unwrap_or_else(|e| panic!("{op}: {e}"));
-    let shape = out[0].shape().to_vec();
-    let v = if half {
-        assert_eq!(out[0].dtype(), DType::F16);
-        out[0]
-            .download::<f16>()
+    (out[0].shape().to_vec(), floats(&out[0], half))
+}
+
+/// f32 values (exactly representable in the dtype) as a float16 (`half`) or float32 tensor.
+fn host_t(d: &[f32], s: &[usize], half: bool) -> HostTensor {
+    if half { host(&f16s(d), s) } else { host(d, s) }
+}
+
+/// A float16 (`half`) or float32 tensor's values as f32.
+fn floats(t: &Tensor, half: bool) -> Vec<f32> {
+    if half {
+        assert_eq!(t.dtype(), DType::F16);
+        t.download::<f16>()
             .unwrap()
             .iter()
             .map(|v| v.to_f32())
             .collect()
     } else {
-        assert_eq!(out[0].dtype(), DType::F32);
-        out[0].download::<f32>().unwrap()
-    };
-    (shape, v)
+        assert_eq!(t.dtype(), DType::F32);
+        t.download::<f32>().unwrap()
+    }
 }
 
 /// MaxPoolGrad of `cfg` for the input `x`, its pooled `y` and the gradient `g`: the shape,
@@ -425,11 +429,7 @@ fn check_all_ops(cfg: &Cfg, half: bool, seed: u64) {
             &in_shape.iter().map(|&d| d as i32).collect::<Vec<_>>(),
             &[4],
         );
-        let hs = if half {
-            host(&f16s(&g), &out_shape)
-        } else {
-            host(&g, &out_shape)
-        };
+        let hs = host_t(&g, &out_shape, half);
         let d = dev();
         let gt = d.upload_host(&hs).unwrap();
         let res = d
@@ -443,16 +443,7 @@ fn check_all_ops(cfg: &Cfg, half: bool, seed: u64) {
             )
             .unwrap();
         assert_eq!(res[0].shape(), &in_shape[..]);
-        let got: Vec<f32> = if half {
-            res[0]
-                .download::<f16>()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_f32())
-                .collect()
-        } else {
-            res[0].download::<f32>().unwrap()
-        };
+        let got = floats(&res[0], half);
         let want = ref_avg_grad(cfg, &g, half);
         // Each term's reciprocal may differ by an ULP; the terms are summed, so bound the error
         // by the sum of |terms| (at most 16 terms here).
@@ -751,24 +742,17 @@ fn empty_inputs_and_outputs() {
         nchw: false,
     };
     let x = vec![1.0f32; 20];
-    let (s, y) = run_t(
-        "MaxPool",
-        &cfg.attrs(DType::F32),
-        false,
-        &[(&x, &cfg.in_shape())],
-        &[],
-    );
-    assert_eq!(s, vec![1, 0, 5, 2]);
-    assert!(y.is_empty());
-    let (s, y) = run_t(
-        "AvgPool",
-        &cfg.attrs(DType::F32),
-        false,
-        &[(&x, &cfg.in_shape())],
-        &[],
-    );
-    assert_eq!(s, vec![1, 0, 5, 2]);
-    assert!(y.is_empty());
+    for op in ["MaxPool", "AvgPool"] {
+        let (s, y) = run_t(
+            op,
+            &cfg.attrs(DType::F32),
+            false,
+            &[(&x, &cfg.in_shape())],
+            &[],
+        );
+        assert_eq!(s, vec![1, 0, 5, 2], "{op}");
+        assert!(y.is_empty(), "{op}");
+    }
     // Gradient of an empty output: zeros.
     let (s, dx) = run_t(
         "MaxPoolGrad",
@@ -909,6 +893,35 @@ fn pool_vec4_channels_f32_and_f16() {
     }
 }
 
+/// A 2x2 / 2 VALID pool of `dtype`.
+fn window_2x2_attrs(dtype: DType) -> Attrs {
+    Attrs::new()
+        .with("T", AttrValue::Type(dtype))
+        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
+        .with("padding", AttrValue::Str("VALID".into()))
+}
+
+/// MaxPool and MaxPoolGrad (gradient `g`, one per channel) of one [1, 2, 2, 4] window whose
+/// channel `ch` holds `group[ch]`: x[y][x][ch] = group[ch][2y + x].
+fn max_pool_quad(attrs: &Attrs, half: bool, group: &[[f32; 4]], g: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let mut x = vec![0.0f32; 16];
+    for (ch, v) in group.iter().enumerate() {
+        for (e, &val) in v.iter().enumerate() {
+            x[e * 4 + ch] = val;
+        }
+    }
+    let (_, y) = run_t("MaxPool", attrs, half, &[(&x, &[1, 2, 2, 4])], &[]);
+    let (_, dx) = run_t(
+        "MaxPoolGrad",
+        attrs,
+        half,
+        &[(&x, &[1, 2, 2, 4]), (&y, &[1, 1, 1, 4]), (g, &[1, 1, 1, 4])],
+        &[],
+    );
+    (y, dx)
+}
+
 /// The four-channel kernels against the one-channel ones (whose ties and NaN rules the test
 /// above checks against TensorFlow's CPU): each channel of a [1, 2, 2, 4] window holds one
 /// case, results bit for bit, including -0 / +0 ties, NaN first or later, -inf and
@@ -932,32 +945,10 @@ fn max_pool_vec4_ties_and_nan_match_one_channel() {
         [0.0, sub, -sub, sub],
         [-sub, -0.0, 1.0, inf],
     ];
-    let attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F32))
-        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
-        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
-        .with("padding", AttrValue::Str("VALID".into()));
+    let attrs = window_2x2_attrs(DType::F32);
+    let g = [1.0f32, 2.0, 3.0, 4.0];
     for group in cases.chunks(4) {
-        // x[y][x][ch] = group[ch][2y + x].
-        let mut x = vec![0.0f32; 16];
-        for (ch, v) in group.iter().enumerate() {
-            for (e, &val) in v.iter().enumerate() {
-                x[e * 4 + ch] = val;
-            }
-        }
-        let (_, y) = run_t("MaxPool", &attrs, false, &[(&x, &[1, 2, 2, 4])], &[]);
-        let g = [1.0f32, 2.0, 3.0, 4.0];
-        let (_, dx) = run_t(
-            "MaxPoolGrad",
-            &attrs,
-            false,
-            &[
-                (&x, &[1, 2, 2, 4]),
-                (&y, &[1, 1, 1, 4]),
-                (&g, &[1, 1, 1, 4]),
-            ],
-            &[],
-        );
+        let (y, dx) = max_pool_quad(&attrs, false, group, &g);
         for (ch, v) in group.iter().enumerate() {
             let (y1, dx1) = max_window(*v);
             assert_eq!(y[ch].to_bits(), y1.to_bits(), "MaxPool {v:?}");
@@ -1013,31 +1004,10 @@ fn max_pool_vec4_f16_specials_match_one_channel() {
         [65504.0, inf, 2.0, inf],
         [-2.0, -1.5, nan, -1.5],
     ];
-    let attrs = Attrs::new()
-        .with("T", AttrValue::Type(DType::F16))
-        .with("ksize", AttrValue::Ints(vec![1, 2, 2, 1]))
-        .with("strides", AttrValue::Ints(vec![1, 2, 2, 1]))
-        .with("padding", AttrValue::Str("VALID".into()));
+    let attrs = window_2x2_attrs(DType::F16);
     let g = [1.0f32, 2.0, 3.0, 4.0];
     for group in cases.chunks(4) {
-        let mut x = vec![0.0f32; 16];
-        for (ch, v) in group.iter().enumerate() {
-            for (e, &val) in v.iter().enumerate() {
-                x[e * 4 + ch] = val;
-            }
-        }
-        let (_, y) = run_t("MaxPool", &attrs, true, &[(&x, &[1, 2, 2, 4])], &[]);
-        let (_, dx) = run_t(
-            "MaxPoolGrad",
-            &attrs,
-            true,
-            &[
-                (&x, &[1, 2, 2, 4]),
-                (&y, &[1, 1, 1, 4]),
-                (&g, &[1, 1, 1, 4]),
-            ],
-            &[],
-        );
+        let (y, dx) = max_pool_quad(&attrs, true, group, &g);
         for (ch, v) in group.iter().enumerate() {
             let (_, y1) = run_t("MaxPool", &attrs, true, &[(v, &[1, 2, 2, 1])], &[]);
             let (_, dx1) = run_t(

@@ -288,6 +288,14 @@ fn int_scalar(dtype: DType, v: i64) -> HostTensor {
     }
 }
 
+/// UniformInt's `minval` and `maxval` inputs; none for the other distributions.
+fn bounds(dist: Dist, dtype: DType) -> Vec<HostTensor> {
+    match dist {
+        Dist::UniformInt(lo, hi) => vec![int_scalar(dtype, lo), int_scalar(dtype, hi)],
+        _ => vec![],
+    }
+}
+
 /// Runs a V1 stateless op (seed input).
 fn run_v1(dist: Dist, dtype: DType, seed: [i64; 2], shape: &[usize]) -> Tensor {
     let op = match dist {
@@ -300,14 +308,8 @@ fn run_v1(dist: Dist, dtype: DType, seed: [i64; 2], shape: &[usize]) -> Tensor {
     let shape_t = shape_arg(shape);
     let seed_t = HostTensor::new(&seed, &[2]).unwrap();
     let mut args = vec![Arg::from(&shape_t), Arg::from(&seed_t)];
-    let bounds = match dist {
-        Dist::UniformInt(lo, hi) => Some((int_scalar(dtype, lo), int_scalar(dtype, hi))),
-        _ => None,
-    };
-    if let Some((lo, hi)) = &bounds {
-        args.push(Arg::from(lo));
-        args.push(Arg::from(hi));
-    }
+    let bounds = bounds(dist, dtype);
+    args.extend(bounds.iter().map(Arg::from));
     let out = dev().run(op, &dtype_attrs("dtype", dtype), &args).unwrap();
     assert_eq!(out[0].shape(), shape);
     assert_eq!(out[0].dtype(), dtype);
@@ -347,14 +349,8 @@ fn try_run_v2(
         Arg::from(&counter_t),
         Arg::from(&alg_t),
     ];
-    let bounds = match dist {
-        Dist::UniformInt(lo, hi) => Some((int_scalar(dtype, lo), int_scalar(dtype, hi))),
-        _ => None,
-    };
-    if let Some((lo, hi)) = &bounds {
-        args.push(Arg::from(lo));
-        args.push(Arg::from(hi));
-    }
+    let bounds = bounds(dist, dtype);
+    args.extend(bounds.iter().map(Arg::from));
     let k = v2_kernel(op, &dtype_attrs("dtype", dtype));
     Ok(d.run_kernel(k.as_ref(), &args)?.into_iter().next().unwrap())
 }
@@ -370,136 +366,66 @@ struct Case {
     dist: Dist,
     dtype: DType,
     want: Vec<u64>,
-    what: &'static str,
+    what: String,
+}
+
+/// One seed's reference set: `tf::{seed, key, counter}` and the ten vectors of the cases,
+/// each named by `$p` and its distribution.
+macro_rules! seed_set {
+    ($p:literal: $seed:ident, $key:ident, $counter:ident, $uf32:ident, $uf16:ident,
+     $nf32:ident, $nf16:ident, $tf32:ident, $tf16:ident, $i32:ident, $i64:ident,
+     $fi32:ident, $fi64:ident) => {{
+        use DType::{F16, F32, I32, I64};
+        use Dist::{FullInt, Normal, Truncated, Uniform};
+        let int32 = Dist::UniformInt(-5, 1000003);
+        let int64 = Dist::UniformInt(-(1i64 << 40), (1i64 << 62) + 12345);
+        let cases = vec![
+            (Uniform, F32, tf_u32(tf::$uf32), "uniform f32"),
+            (Uniform, F16, tf_u16(tf::$uf16), "uniform f16"),
+            (Normal, F32, tf_u32(tf::$nf32), "normal f32"),
+            (Normal, F16, tf_u16(tf::$nf16), "normal f16"),
+            (Truncated, F32, tf_u32(tf::$tf32), "truncated f32"),
+            (Truncated, F16, tf_u16(tf::$tf16), "truncated f16"),
+            (int32, I32, tf_i64(tf::$i32), "int32"),
+            (int64, I64, tf_i64(tf::$i64), "int64"),
+            (FullInt, I32, tf_i64(tf::$fi32), "full int32"),
+            (FullInt, I64, tf_i64(tf::$fi64), "full int64"),
+        ];
+        (
+            [tf::$seed[0], tf::$seed[1]],
+            tf::$key[0],
+            [tf::$counter[0], tf::$counter[1]],
+            cases
+                .into_iter()
+                .map(|(dist, dtype, want, what)| Case {
+                    dist,
+                    dtype,
+                    want,
+                    what: format!("{} {what}", $p),
+                })
+                .collect(),
+        )
+    }};
 }
 
 fn seed_cases(s: usize) -> ([i64; 2], u64, [u64; 2], Vec<Case>) {
-    let case = |dist, dtype, want: Vec<u64>, what| Case {
-        dist,
-        dtype,
-        want,
-        what,
-    };
-    let int32 = Dist::UniformInt(-5, 1000003);
-    let int64 = Dist::UniformInt(-(1i64 << 40), (1i64 << 62) + 12345);
     if s == 1 {
-        (
-            [tf::S1_SEED[0], tf::S1_SEED[1]],
-            tf::S1_KEY[0],
-            [tf::S1_COUNTER[0], tf::S1_COUNTER[1]],
-            vec![
-                case(
-                    Dist::Uniform,
-                    DType::F32,
-                    tf_u32(tf::S1_UNIFORM_F32),
-                    "S1 uniform f32",
-                ),
-                case(
-                    Dist::Uniform,
-                    DType::F16,
-                    tf_u16(tf::S1_UNIFORM_F16),
-                    "S1 uniform f16",
-                ),
-                case(
-                    Dist::Normal,
-                    DType::F32,
-                    tf_u32(tf::S1_NORMAL_F32),
-                    "S1 normal f32",
-                ),
-                case(
-                    Dist::Normal,
-                    DType::F16,
-                    tf_u16(tf::S1_NORMAL_F16),
-                    "S1 normal f16",
-                ),
-                case(
-                    Dist::Truncated,
-                    DType::F32,
-                    tf_u32(tf::S1_TRUNC_F32),
-                    "S1 truncated f32",
-                ),
-                case(
-                    Dist::Truncated,
-                    DType::F16,
-                    tf_u16(tf::S1_TRUNC_F16),
-                    "S1 truncated f16",
-                ),
-                case(int32, DType::I32, tf_i64(tf::S1_INT_I32), "S1 int32"),
-                case(int64, DType::I64, tf_i64(tf::S1_INT_I64), "S1 int64"),
-                case(
-                    Dist::FullInt,
-                    DType::I32,
-                    tf_i64(tf::S1_FULLINT_I32),
-                    "S1 full int32",
-                ),
-                case(
-                    Dist::FullInt,
-                    DType::I64,
-                    tf_i64(tf::S1_FULLINT_I64),
-                    "S1 full int64",
-                ),
-            ],
-        )
+        seed_set!("S1": S1_SEED, S1_KEY, S1_COUNTER, S1_UNIFORM_F32, S1_UNIFORM_F16, S1_NORMAL_F32,
+            S1_NORMAL_F16, S1_TRUNC_F32, S1_TRUNC_F16, S1_INT_I32, S1_INT_I64, S1_FULLINT_I32,
+            S1_FULLINT_I64)
     } else {
-        (
-            [tf::S2_SEED[0], tf::S2_SEED[1]],
-            tf::S2_KEY[0],
-            [tf::S2_COUNTER[0], tf::S2_COUNTER[1]],
-            vec![
-                case(
-                    Dist::Uniform,
-                    DType::F32,
-                    tf_u32(tf::S2_UNIFORM_F32),
-                    "S2 uniform f32",
-                ),
-                case(
-                    Dist::Uniform,
-                    DType::F16,
-                    tf_u16(tf::S2_UNIFORM_F16),
-                    "S2 uniform f16",
-                ),
-                case(
-                    Dist::Normal,
-                    DType::F32,
-                    tf_u32(tf::S2_NORMAL_F32),
-                    "S2 normal f32",
-                ),
-                case(
-                    Dist::Normal,
-                    DType::F16,
-                    tf_u16(tf::S2_NORMAL_F16),
-                    "S2 normal f16",
-                ),
-                case(
-                    Dist::Truncated,
-                    DType::F32,
-                    tf_u32(tf::S2_TRUNC_F32),
-                    "S2 truncated f32",
-                ),
-                case(
-                    Dist::Truncated,
-                    DType::F16,
-                    tf_u16(tf::S2_TRUNC_F16),
-                    "S2 truncated f16",
-                ),
-                case(int32, DType::I32, tf_i64(tf::S2_INT_I32), "S2 int32"),
-                case(int64, DType::I64, tf_i64(tf::S2_INT_I64), "S2 int64"),
-                case(
-                    Dist::FullInt,
-                    DType::I32,
-                    tf_i64(tf::S2_FULLINT_I32),
-                    "S2 full int32",
-                ),
-                case(
-                    Dist::FullInt,
-                    DType::I64,
-                    tf_i64(tf::S2_FULLINT_I64),
-                    "S2 full int64",
-                ),
-            ],
-        )
+        seed_set!("S2": S2_SEED, S2_KEY, S2_COUNTER, S2_UNIFORM_F32, S2_UNIFORM_F16, S2_NORMAL_F32,
+            S2_NORMAL_F16, S2_TRUNC_F32, S2_TRUNC_F16, S2_INT_I32, S2_INT_I64, S2_FULLINT_I32,
+            S2_FULLINT_I64)
     }
 }
+
+/// TensorFlow's float32 values for the raw key and counter (whose low word overflows within
+/// the output: Skip's carry into word 2): (distribution, bits, ULPs allowed, name).
+const RAW_CASES: [(Dist, &[u32], u64, &str); 2] = [
+    (Dist::Uniform, tf::RAW_UNIFORM_F32, 0, "raw uniform"),
+    (Dist::Truncated, tf::RAW_TRUNC_F32, 4, "raw truncated"),
+];
 
 #[test]
 fn key_and_counter_from_seed_match_tensorflow() {
@@ -531,27 +457,15 @@ fn cpu_model_matches_tensorflow() {
                 &case.want,
                 case.dtype,
                 tol(case.dist, case.dtype),
-                case.what,
+                &case.what,
             );
         }
     }
     let (k, c) = u64_key_counter(tf::RAW_KEY[0], [tf::RAW_COUNTER[0], tf::RAW_COUNTER[1]]);
-    let got = model(Dist::Uniform, DType::F32, k, c, tf::RAW_UNIFORM_F32.len());
-    assert_matches(
-        &got,
-        &tf_u32(tf::RAW_UNIFORM_F32),
-        DType::F32,
-        0,
-        "raw uniform",
-    );
-    let got = model(Dist::Truncated, DType::F32, k, c, tf::RAW_TRUNC_F32.len());
-    assert_matches(
-        &got,
-        &tf_u32(tf::RAW_TRUNC_F32),
-        DType::F32,
-        4,
-        "raw truncated",
-    );
+    for (dist, want, ulps, what) in RAW_CASES {
+        let got = model(dist, DType::F32, k, c, want.len());
+        assert_matches(&got, &tf_u32(want), DType::F32, ulps, what);
+    }
 }
 
 #[test]
@@ -565,7 +479,7 @@ fn stateless_v1_matches_tensorflow() {
                 &case.want,
                 case.dtype,
                 tol(case.dist, case.dtype),
-                case.what,
+                &case.what,
             );
         }
     }
@@ -582,28 +496,16 @@ fn stateless_v2_matches_tensorflow() {
                 &case.want,
                 case.dtype,
                 tol(case.dist, case.dtype),
-                case.what,
+                &case.what,
             );
         }
     }
     // A counter whose low word overflows within the output (Skip's carry into word 2).
     let counter = [tf::RAW_COUNTER[0], tf::RAW_COUNTER[1]];
-    let t = run_v2(Dist::Uniform, DType::F32, tf::RAW_KEY[0], counter, &[17]);
-    assert_matches(
-        &bits_of(&t),
-        &tf_u32(tf::RAW_UNIFORM_F32),
-        DType::F32,
-        0,
-        "raw uniform",
-    );
-    let t = run_v2(Dist::Truncated, DType::F32, tf::RAW_KEY[0], counter, &[9]);
-    assert_matches(
-        &bits_of(&t),
-        &tf_u32(tf::RAW_TRUNC_F32),
-        DType::F32,
-        4,
-        "raw truncated",
-    );
+    for (dist, want, ulps, what) in RAW_CASES {
+        let t = run_v2(dist, DType::F32, tf::RAW_KEY[0], counter, &[want.len()]);
+        assert_matches(&bits_of(&t), &tf_u32(want), DType::F32, ulps, what);
+    }
     // AUTO_SELECT (3) is Philox; a counter longer than 2 uses its first two words.
     let (_, key, counter, _) = seed_cases(1);
     let t = try_run_v2(
@@ -673,14 +575,8 @@ fn stateful_ops_continue_their_sequence_like_tensorflow() {
         let mut got = vec![];
         for _ in 0..3 {
             let mut args = vec![Arg::from(&shape_t)];
-            let bounds = match dist {
-                Dist::UniformInt(lo, hi) => Some((int_scalar(dtype, lo), int_scalar(dtype, hi))),
-                _ => None,
-            };
-            if let Some((lo, hi)) = &bounds {
-                args.push(Arg::from(lo));
-                args.push(Arg::from(hi));
-            }
+            let bounds = bounds(dist, dtype);
+            args.extend(bounds.iter().map(Arg::from));
             let out = d.run_kernel(kernel.as_ref(), &args).unwrap();
             assert_eq!(out[0].shape(), &shape[..]);
             got.extend(bits_of(&out[0]));

@@ -571,6 +571,42 @@ fn pad_constant_every_dtype() {
 }
 
 /// Mirror index of v in [0, n) (REFLECT excludes the edge, SYMMETRIC repeats it).
+/// Random paddings valid for the mode (at most the dimension, SYMMETRIC; one less, REFLECT),
+/// (before, after) drawn per dimension in order, and the padded shape.
+fn mirror_pads(
+    rng: &mut StdRng,
+    shape: &[usize],
+    symmetric: bool,
+) -> (Vec<(i64, i64)>, Vec<usize>) {
+    let limit = |d: usize| if symmetric { d as i64 } else { d as i64 - 1 };
+    let pads: Vec<(i64, i64)> = shape
+        .iter()
+        .map(|&d| {
+            (
+                rng.random_range(0..=limit(d)),
+                rng.random_range(0..=limit(d)),
+            )
+        })
+        .collect();
+    let padded = shape
+        .iter()
+        .zip(&pads)
+        .map(|(&d, &(b, a))| d + (b + a) as usize)
+        .collect();
+    (pads, padded)
+}
+
+/// The flat index in `shape` that MirrorPad copies to padded coordinates `c`.
+fn mirror_source(c: &[usize], pads: &[(i64, i64)], shape: &[usize], symmetric: bool) -> usize {
+    let s: Vec<usize> = c
+        .iter()
+        .zip(pads)
+        .zip(shape)
+        .map(|((&c, &(b, _)), &d)| mirror(c as i64 - b, d as i64, symmetric))
+        .collect();
+    ravel(&s, shape)
+}
+
 fn mirror(v: i64, n: i64, symmetric: bool) -> usize {
     let r = if v < 0 {
         if symmetric { -v - 1 } else { -v }
@@ -596,30 +632,10 @@ fn mirror_pad_both_modes() {
         for &dtype in &MOVE {
             for shape in shapes {
                 let x = rand_host(&mut rng, dtype, shape);
-                let limit = |d: usize| if symmetric { d as i64 } else { d as i64 - 1 };
-                let pads: Vec<(i64, i64)> = shape
-                    .iter()
-                    .map(|&d| {
-                        (
-                            rng.random_range(0..=limit(d)),
-                            rng.random_range(0..=limit(d)),
-                        )
-                    })
-                    .collect();
-                let out_shape: Vec<usize> = shape
-                    .iter()
-                    .zip(&pads)
-                    .map(|(&d, &(b, a))| d + (b + a) as usize)
-                    .collect();
+                let (pads, out_shape) = mirror_pads(&mut rng, shape, symmetric);
                 let got = run("MirrorPad", &attrs, &[(&x, true), (&pads_t(&pads), false)]).unwrap();
                 let want = map_ref(&x, &out_shape, &[], |c| {
-                    let s: Vec<usize> = c
-                        .iter()
-                        .zip(&pads)
-                        .zip(shape.iter())
-                        .map(|((&c, &(b, _)), &d)| mirror(c as i64 - b, d as i64, symmetric))
-                        .collect();
-                    Some(ravel(&s, shape))
+                    Some(mirror_source(c, &pads, shape, symmetric))
                 });
                 assert_same(
                     &got,
@@ -650,32 +666,11 @@ fn mirror_pad_grad_sums_reflections() {
         let mode = if symmetric { "SYMMETRIC" } else { "REFLECT" };
         let attrs = Attrs::new().with("mode", AttrValue::Str(mode.into()));
         for shape in shapes {
-            let limit = |d: usize| if symmetric { d as i64 } else { d as i64 - 1 };
-            let pads: Vec<(i64, i64)> = shape
-                .iter()
-                .map(|&d| {
-                    (
-                        rng.random_range(0..=limit(d)),
-                        rng.random_range(0..=limit(d)),
-                    )
-                })
-                .collect();
-            let padded: Vec<usize> = shape
-                .iter()
-                .zip(&pads)
-                .map(|(&d, &(b, a))| d + (b + a) as usize)
-                .collect();
+            let (pads, padded) = mirror_pads(&mut rng, shape, symmetric);
             let g = rand_f32(&mut rng, numel(&padded), -1.0, 1.0);
             let mut want = vec![0f64; numel(shape)];
             for (k, &v) in g.iter().enumerate() {
-                let c = unravel(k, &padded);
-                let s: Vec<usize> = c
-                    .iter()
-                    .zip(&pads)
-                    .zip(shape.iter())
-                    .map(|((&c, &(b, _)), &d)| mirror(c as i64 - b, d as i64, symmetric))
-                    .collect();
-                want[ravel(&s, shape)] += v as f64;
+                want[mirror_source(&unravel(k, &padded), &pads, shape, symmetric)] += v as f64;
             }
             let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
             let gt = HostTensor::new(&g, &padded).unwrap();
@@ -699,14 +694,7 @@ fn mirror_pad_grad_sums_reflections() {
             let g16: Vec<f16> = g.iter().map(|&v| f16::from_f32(v)).collect();
             let mut w16 = vec![0f64; numel(shape)];
             for (k, &v) in g16.iter().enumerate() {
-                let c = unravel(k, &padded);
-                let s: Vec<usize> = c
-                    .iter()
-                    .zip(&pads)
-                    .zip(shape.iter())
-                    .map(|((&c, &(b, _)), &d)| mirror(c as i64 - b, d as i64, symmetric))
-                    .collect();
-                w16[ravel(&s, shape)] += v.to_f64();
+                w16[mirror_source(&unravel(k, &padded), &pads, shape, symmetric)] += v.to_f64();
             }
             let gt = HostTensor::new(&g16, &padded).unwrap();
             let got = run(

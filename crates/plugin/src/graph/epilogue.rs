@@ -62,7 +62,7 @@ pub fn bias_epilogues(graph: &[u8], preserve: &HashSet<String>) -> Result<Option
     }
     let dropped: HashSet<usize> = pairs.values().copied().collect();
     let mut out = Vec::with_capacity(graph.len());
-    for (i, raw) in &items {
+    for (i, raw, _) in &items {
         let Some(i) = *i else {
             out.extend_from_slice(raw);
             continue;

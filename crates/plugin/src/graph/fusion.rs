@@ -260,7 +260,7 @@ fn copy_predicates(graph: &[u8], preserve: &HashSet<String>) -> Result<Option<Ve
         return Ok(None);
     }
     let mut out = Vec::with_capacity(graph.len() + 512);
-    for (i, raw) in &items {
+    for (i, raw, _) in &items {
         let Some(i) = *i else {
             out.extend_from_slice(raw);
             continue;
@@ -1103,27 +1103,9 @@ pub fn fuse_opts(
     max_inputs: usize,
     opts: Options,
 ) -> Result<Option<Vec<u8>>> {
-    enum Item<'a> {
-        Node(usize, &'a [u8], &'a [u8]),
-        Raw(&'a [u8]),
-    }
     let copied = copy_predicates(graph, preserve)?;
     let graph: &[u8] = copied.as_deref().unwrap_or(graph);
-    let mut r = Reader::new(graph);
-    let mut items = vec![];
-    let mut nodes = vec![];
-    loop {
-        let start = r.pos;
-        let Some((f, v)) = r.next()? else { break };
-        let raw = &graph[start..r.pos];
-        match (f, v) {
-            (1, Field::Bytes(nb)) => {
-                items.push(Item::Node(nodes.len(), raw, nb));
-                nodes.push(Node::parse(nb)?);
-            }
-            _ => items.push(Item::Raw(raw)),
-        }
-    }
+    let (items, nodes) = super::split_graph(graph)?;
     let (groups, tiles) = groups(&nodes, preserve, max_inputs, opts);
     if groups.is_empty() {
         return Ok(copied);
@@ -1149,18 +1131,18 @@ pub fn fuse_opts(
         replaced.insert(root, fused_node(&nodes, g, &redirect, &renamed, &tiles));
     }
     let mut out = Vec::with_capacity(graph.len());
-    for item in &items {
-        match item {
-            Item::Raw(raw) => out.extend_from_slice(raw),
-            Item::Node(i, raw, nb) => {
-                if dropped.contains(i) {
+    for &(i, raw, nb) in &items {
+        match i {
+            None => out.extend_from_slice(raw),
+            Some(i) => {
+                if dropped.contains(&i) {
                     continue;
                 }
-                if let Some(n) = replaced.get(i) {
+                if let Some(n) = replaced.get(&i) {
                     n.encode(&mut out);
                     continue;
                 }
-                let inputs = &nodes[*i].inputs;
+                let inputs = &nodes[i].inputs;
                 let waits_on_interior = inputs.iter().any(|x| {
                     x.strip_prefix('^')
                         .is_some_and(|n| redirect.contains_key(n))

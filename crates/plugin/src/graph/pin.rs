@@ -154,7 +154,7 @@ pub fn pin_seed_chains(graph: &[u8]) -> Result<Option<Vec<u8>>> {
         return Ok(None);
     };
     let mut out = Vec::with_capacity(graph.len() + 512);
-    for (i, raw) in &items {
+    for (i, raw, _) in &items {
         let Some(i) = *i else {
             out.extend_from_slice(raw);
             continue;
@@ -419,7 +419,7 @@ pub fn pin_host_casts(graph: &[u8]) -> Result<Option<Vec<u8>>> {
         return Ok(None);
     }
     let mut out = Vec::with_capacity(graph.len() + 64);
-    for (i, raw) in &items {
+    for (i, raw, _) in &items {
         match *i {
             Some(i) if moved.contains(&i) => {
                 let mut n = nodes[i].clone();

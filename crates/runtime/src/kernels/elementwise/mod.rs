@@ -305,8 +305,18 @@ pub(crate) fn fmt_shape(shape: &[usize]) -> String {
 /// `KernelContext::bind` (which copies a misaligned input to a temporary) a misaligned output
 /// is an error.
 pub(crate) fn bind_out(ctx: &KernelContext, op: &str, t: &DeviceRef) -> Result<BufferRange> {
+    bind_out_bytes(ctx, op, t, t.desc.byte_size())
+}
+
+/// `bind_out` for a binding of `size` bytes from the tensor's address (slice's shaders write
+/// whole words past a packed tensor's last byte).
+pub(crate) fn bind_out_bytes(
+    ctx: &KernelContext,
+    op: &str,
+    t: &DeviceRef,
+    size: u64,
+) -> Result<BufferRange> {
     let r = ctx.dev.alloc.resolve(t.addr)?;
-    let size = t.desc.byte_size();
     if size > r.remaining {
         bail_invalid!(
             "{op}: output of {size} bytes at {:#x} runs past its allocation",

@@ -153,6 +153,15 @@ fn split_count(a: &Attrs, op: &str) -> Result<usize> {
     Ok(n as usize)
 }
 
+/// Split's and SplitV's `split_dim` in [-rank, rank) made non-negative.
+fn split_axis(op: &str, d: i64, rank: usize) -> Result<usize> {
+    let r = rank as i64;
+    if d < -r || d >= r {
+        bail_invalid!("{op}: -input rank(-{r}) <= split_dim < input rank ({r}), but got {d}");
+    }
+    Ok(if d < 0 { d + r } else { d } as usize)
+}
+
 fn check_arity(op: &str, inputs: &[Operand], n: usize, names: &str) -> Result<()> {
     if inputs.len() != n {
         bail_invalid!("{op} takes {n} inputs ({names}), got {}", inputs.len());
@@ -254,6 +263,18 @@ fn pieces(shape: &[usize], axis: usize, sizes: &[usize]) -> Vec<View> {
         .collect()
 }
 
+/// Copies `view` of `src` to the whole of `out`.
+fn copy_all(
+    ctx: &KernelContext,
+    op: &str,
+    src: &DeviceRef,
+    view: &View,
+    out: &DeviceRef,
+) -> Result<()> {
+    let all = Region::all(out.desc.num_elements());
+    copy(ctx, op, src, view, out, all)
+}
+
 /// Copies each piece of `src` to one output.
 fn record_pieces(
     ctx: &KernelContext,
@@ -264,14 +285,7 @@ fn record_pieces(
     outputs: &[DeviceRef],
 ) -> Result<()> {
     for (view, out) in pieces(&src.desc.shape, axis, sizes).iter().zip(outputs) {
-        copy(
-            ctx,
-            op,
-            src,
-            view,
-            out,
-            Region::all(out.desc.num_elements()),
-        )?;
+        copy_all(ctx, op, src, view, out)?;
     }
     Ok(())
 }
@@ -366,15 +380,7 @@ impl Kernel for Transpose {
                 .collect(),
             base: 0,
         };
-        let out = &outputs[0];
-        copy(
-            ctx,
-            "Transpose",
-            x,
-            &view,
-            out,
-            Region::all(out.desc.num_elements()),
-        )
+        copy_all(ctx, "Transpose", x, &view, &outputs[0])
     }
 }
 
@@ -585,11 +591,7 @@ impl Split {
         check_arity(op, inputs, 2, "split_dim, value")?;
         let d = host_single(op, "split_dim", inputs[0].host(op, 0)?)?;
         let s = inputs[1].shape();
-        let r = s.len() as i64;
-        if d < -r || d >= r {
-            bail_invalid!("{op}: -input rank(-{r}) <= split_dim < input rank ({r}), but got {d}");
-        }
-        let axis = if d < 0 { d + r } else { d } as usize;
+        let axis = split_axis(op, d, s.len())?;
         if !s[axis].is_multiple_of(self.num) {
             bail_invalid!(
                 "{op}: number of ways to split should evenly divide the split dimension, but got \
@@ -643,11 +645,7 @@ impl SplitV {
         check_arity(op, inputs, 3, "value, size_splits, split_dim")?;
         let s = inputs[0].shape();
         let d = host_single(op, "split_dim", inputs[2].host(op, 2)?)?;
-        let r = s.len() as i64;
-        if d < -r || d >= r {
-            bail_invalid!("{op}: -input rank(-{r}) <= split_dim < input rank ({r}), but got {d}");
-        }
-        let axis = if d < 0 { d + r } else { d } as usize;
+        let axis = split_axis(op, d, s.len())?;
         let sizes = host_vector(op, "size_splits", inputs[1].host(op, 1)?)?;
         if sizes.len() != self.num {
             bail_invalid!(
@@ -782,14 +780,7 @@ pub(crate) fn tile_into(
                 .collect(),
             base: 0,
         };
-        copy(
-            ctx,
-            "Tile",
-            x,
-            &view,
-            out,
-            Region::all(out.desc.num_elements()),
-        )
+        copy_all(ctx, "Tile", x, &view, out)
     }
 }
 
@@ -855,15 +846,7 @@ impl Kernel for BroadcastTo {
                 .collect(),
             base: 0,
         };
-        let out = &outputs[0];
-        copy(
-            ctx,
-            "BroadcastTo",
-            x,
-            &view,
-            out,
-            Region::all(out.desc.num_elements()),
-        )
+        copy_all(ctx, "BroadcastTo", x, &view, &outputs[0])
     }
 }
 
@@ -966,14 +949,6 @@ impl Kernel for Reverse {
                 }
             })
             .collect();
-        let out = &outputs[0];
-        copy(
-            ctx,
-            self.name(),
-            x,
-            &View { dims, base },
-            out,
-            Region::all(out.desc.num_elements()),
-        )
+        copy_all(ctx, self.name(), x, &View { dims, base }, &outputs[0])
     }
 }

@@ -98,50 +98,28 @@ const ONEPASS_GROUPS: usize = 256;
 /// f32 NaN bits.
 const NAN_BITS: u32 = 0x7fc0_0000;
 
+/// One row of the registration table: `$op` built by `$kernel` (BatchNorm or BatchNormGrad)
+/// as version `$v`.
+macro_rules! bn_row {
+    ($op:literal, $kernel:ident, $v:literal, $dtypes:expr) => {
+        OpDef {
+            op: $op,
+            type_attr: "T",
+            dtypes: $dtypes,
+            host_inputs: &[],
+            factory: |a| $kernel::build($op, $v, a),
+        }
+    };
+}
+
 /// Registration table.
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "FusedBatchNorm",
-        type_attr: "T",
-        dtypes: V1_DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNorm::build("FusedBatchNorm", 1, a),
-    },
-    OpDef {
-        op: "FusedBatchNormV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNorm::build("FusedBatchNormV2", 2, a),
-    },
-    OpDef {
-        op: "FusedBatchNormV3",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNorm::build("FusedBatchNormV3", 3, a),
-    },
-    OpDef {
-        op: "FusedBatchNormGrad",
-        type_attr: "T",
-        dtypes: V1_DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNormGrad::build("FusedBatchNormGrad", 1, a),
-    },
-    OpDef {
-        op: "FusedBatchNormGradV2",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNormGrad::build("FusedBatchNormGradV2", 2, a),
-    },
-    OpDef {
-        op: "FusedBatchNormGradV3",
-        type_attr: "T",
-        dtypes: DTYPES,
-        host_inputs: &[],
-        factory: |a| BatchNormGrad::build("FusedBatchNormGradV3", 3, a),
-    },
+    bn_row!("FusedBatchNorm", BatchNorm, 1, V1_DTYPES),
+    bn_row!("FusedBatchNormV2", BatchNorm, 2, DTYPES),
+    bn_row!("FusedBatchNormV3", BatchNorm, 3, DTYPES),
+    bn_row!("FusedBatchNormGrad", BatchNormGrad, 1, V1_DTYPES),
+    bn_row!("FusedBatchNormGradV2", BatchNormGrad, 2, DTYPES),
+    bn_row!("FusedBatchNormGradV3", BatchNormGrad, 3, DTYPES),
 ];
 
 /// Attributes shared by the forward and gradient ops.

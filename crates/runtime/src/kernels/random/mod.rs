@@ -31,120 +31,75 @@ const PHILOX_WGSL: &str = include_str!("philox.wgsl");
 const FLOATS: &[DType] = &[DType::F32, DType::F16];
 const INTS: &[DType] = &[DType::I32, DType::I64];
 
+/// Host-memory inputs: the shape, the seed or (V2) the algorithm, and UniformInt's bounds.
+const SHAPE: &[(usize, &str)] = &[(0, "shape")];
+const SHAPE_BOUNDS: &[(usize, &str)] = &[(0, "shape"), (1, "minval"), (2, "maxval")];
+const SEED: &[(usize, &str)] = &[(0, "shape"), (1, "seed")];
+const SEED_BOUNDS: &[(usize, &str)] = &[(0, "shape"), (1, "seed"), (2, "minval"), (3, "maxval")];
+const ALG: &[(usize, &str)] = &[(0, "shape"), (3, "alg")];
+const ALG_BOUNDS: &[(usize, &str)] = &[(0, "shape"), (3, "alg"), (4, "minval"), (5, "maxval")];
+
+/// A stateless op of `Dist::$dist` seeded by `Source::$src`.
+macro_rules! stateless_row {
+    ($op:literal, $dist:ident, $src:ident, $dtypes:expr, $host:expr) => {
+        OpDef {
+            op: $op,
+            type_attr: "dtype",
+            dtypes: $dtypes,
+            host_inputs: $host,
+            factory: |a| RandomOp::build($op, Dist::$dist, Source::$src, a),
+        }
+    };
+}
+
+/// A stateful op of `Dist::$dist`.
+macro_rules! stateful_row {
+    ($op:literal, $dist:ident, $type_attr:literal, $dtypes:expr, $host:expr) => {
+        OpDef {
+            op: $op,
+            type_attr: $type_attr,
+            dtypes: $dtypes,
+            host_inputs: $host,
+            factory: |a| RandomOp::build_stateful($op, Dist::$dist, a),
+        }
+    };
+}
+
+/// A bitwise op (`bitwise::BitOp::$bit`).
+macro_rules! bit_row {
+    ($op:literal, $bit:ident) => {
+        OpDef {
+            op: $op,
+            type_attr: "T",
+            dtypes: bitwise::INT_TYPES,
+            host_inputs: &[],
+            factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::$bit))),
+        }
+    };
+}
+
 /// Registration table.
 pub const OPS: &[OpDef] = &[
-    OpDef {
-        op: "StatelessRandomUniform",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (1, "seed")],
-        factory: |a| RandomOp::build("StatelessRandomUniform", Dist::Uniform, Source::Seed, a),
-    },
-    OpDef {
-        op: "StatelessRandomNormal",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (1, "seed")],
-        factory: |a| RandomOp::build("StatelessRandomNormal", Dist::Normal, Source::Seed, a),
-    },
-    OpDef {
-        op: "StatelessTruncatedNormal",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (1, "seed")],
-        factory: |a| RandomOp::build("StatelessTruncatedNormal", Dist::Truncated, Source::Seed, a),
-    },
-    OpDef {
-        op: "StatelessRandomUniformInt",
-        type_attr: "dtype",
-        dtypes: INTS,
-        host_inputs: &[(0, "shape"), (1, "seed"), (2, "minval"), (3, "maxval")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomUniformInt",
-                Dist::UniformInt,
-                Source::Seed,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "StatelessRandomUniformFullInt",
-        type_attr: "dtype",
-        dtypes: INTS,
-        host_inputs: &[(0, "shape"), (1, "seed")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomUniformFullInt",
-                Dist::FullInt,
-                Source::Seed,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "RandomUniform",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape")],
-        factory: |a| RandomOp::build_stateful("RandomUniform", Dist::Uniform, a),
-    },
-    OpDef {
-        op: "RandomStandardNormal",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape")],
-        factory: |a| RandomOp::build_stateful("RandomStandardNormal", Dist::Normal, a),
-    },
-    OpDef {
-        op: "TruncatedNormal",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape")],
-        factory: |a| RandomOp::build_stateful("TruncatedNormal", Dist::Truncated, a),
-    },
-    OpDef {
-        op: "RandomUniformInt",
-        type_attr: "Tout",
-        dtypes: INTS,
-        host_inputs: &[(0, "shape"), (1, "minval"), (2, "maxval")],
-        factory: |a| RandomOp::build_stateful("RandomUniformInt", Dist::UniformInt, a),
-    },
-    OpDef {
-        op: "BitwiseAnd",
-        type_attr: "T",
-        dtypes: bitwise::INT_TYPES,
-        host_inputs: &[],
-        factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::And))),
-    },
-    OpDef {
-        op: "BitwiseOr",
-        type_attr: "T",
-        dtypes: bitwise::INT_TYPES,
-        host_inputs: &[],
-        factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::Or))),
-    },
-    OpDef {
-        op: "BitwiseXor",
-        type_attr: "T",
-        dtypes: bitwise::INT_TYPES,
-        host_inputs: &[],
-        factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::Xor))),
-    },
-    OpDef {
-        op: "LeftShift",
-        type_attr: "T",
-        dtypes: bitwise::INT_TYPES,
-        host_inputs: &[],
-        factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::LeftShift))),
-    },
-    OpDef {
-        op: "RightShift",
-        type_attr: "T",
-        dtypes: bitwise::INT_TYPES,
-        host_inputs: &[],
-        factory: |_| Ok(Box::new(bitwise::Bitwise::new(bitwise::BitOp::RightShift))),
-    },
+    stateless_row!("StatelessRandomUniform", Uniform, Seed, FLOATS, SEED),
+    stateless_row!("StatelessRandomNormal", Normal, Seed, FLOATS, SEED),
+    stateless_row!("StatelessTruncatedNormal", Truncated, Seed, FLOATS, SEED),
+    stateless_row!(
+        "StatelessRandomUniformInt",
+        UniformInt,
+        Seed,
+        INTS,
+        SEED_BOUNDS
+    ),
+    stateless_row!("StatelessRandomUniformFullInt", FullInt, Seed, INTS, SEED),
+    stateful_row!("RandomUniform", Uniform, "dtype", FLOATS, SHAPE),
+    stateful_row!("RandomStandardNormal", Normal, "dtype", FLOATS, SHAPE),
+    stateful_row!("TruncatedNormal", Truncated, "dtype", FLOATS, SHAPE),
+    stateful_row!("RandomUniformInt", UniformInt, "Tout", INTS, SHAPE_BOUNDS),
+    bit_row!("BitwiseAnd", And),
+    bit_row!("BitwiseOr", Or),
+    bit_row!("BitwiseXor", Xor),
+    bit_row!("LeftShift", LeftShift),
+    bit_row!("RightShift", RightShift),
     OpDef {
         op: "Bitcast",
         type_attr: "T",
@@ -153,82 +108,34 @@ pub const OPS: &[OpDef] = &[
         factory: bitwise::Bitcast::build,
     },
 ];
-
 /// The V2 stateless ops. Their `key` and `counter` inputs are uint64 tensors in device memory
 /// (as TensorFlow's GPU kernels take them; StatelessRandomGetKeyCounter, which makes them, is
 /// a host kernel in `host_ops`). The kernels accept any 8-byte integer dtype for key and
 /// counter.
 pub const OPS_UINT64: &[OpDef] = &[
-    OpDef {
-        op: "StatelessRandomUniformV2",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (3, "alg")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomUniformV2",
-                Dist::Uniform,
-                Source::KeyCounter,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "StatelessRandomNormalV2",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (3, "alg")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomNormalV2",
-                Dist::Normal,
-                Source::KeyCounter,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "StatelessTruncatedNormalV2",
-        type_attr: "dtype",
-        dtypes: FLOATS,
-        host_inputs: &[(0, "shape"), (3, "alg")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessTruncatedNormalV2",
-                Dist::Truncated,
-                Source::KeyCounter,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "StatelessRandomUniformIntV2",
-        type_attr: "dtype",
-        dtypes: INTS,
-        host_inputs: &[(0, "shape"), (3, "alg"), (4, "minval"), (5, "maxval")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomUniformIntV2",
-                Dist::UniformInt,
-                Source::KeyCounter,
-                a,
-            )
-        },
-    },
-    OpDef {
-        op: "StatelessRandomUniformFullIntV2",
-        type_attr: "dtype",
-        dtypes: INTS,
-        host_inputs: &[(0, "shape"), (3, "alg")],
-        factory: |a| {
-            RandomOp::build(
-                "StatelessRandomUniformFullIntV2",
-                Dist::FullInt,
-                Source::KeyCounter,
-                a,
-            )
-        },
-    },
+    stateless_row!("StatelessRandomUniformV2", Uniform, KeyCounter, FLOATS, ALG),
+    stateless_row!("StatelessRandomNormalV2", Normal, KeyCounter, FLOATS, ALG),
+    stateless_row!(
+        "StatelessTruncatedNormalV2",
+        Truncated,
+        KeyCounter,
+        FLOATS,
+        ALG
+    ),
+    stateless_row!(
+        "StatelessRandomUniformIntV2",
+        UniformInt,
+        KeyCounter,
+        INTS,
+        ALG_BOUNDS
+    ),
+    stateless_row!(
+        "StatelessRandomUniformFullIntV2",
+        FullInt,
+        KeyCounter,
+        INTS,
+        ALG
+    ),
 ];
 
 /// TensorFlow's algorithm ids (framework/rng_alg.h).

@@ -1039,45 +1039,10 @@ mod tests {
         assert_eq!(steps(&[long], true, true)[0].vec4, None);
         assert_eq!(steps(&[long], true, false)[0].vec4, Some(false));
         // Odd sizes and empty reductions stay scalar.
-        assert_eq!(
-            steps(
-                &[Pass {
-                    outer: 3,
-                    r: 7,
-                    inner: 1
-                }],
-                true,
-                true
-            )[0]
-            .vec4,
-            None
-        );
-        assert_eq!(
-            steps(
-                &[Pass {
-                    outer: 1,
-                    r: 8,
-                    inner: 6
-                }],
-                true,
-                true
-            )[0]
-            .vec4,
-            None
-        );
-        assert_eq!(
-            steps(
-                &[Pass {
-                    outer: 4,
-                    r: 0,
-                    inner: 1
-                }],
-                true,
-                true
-            )[0]
-            .vec4,
-            None
-        );
+        for (outer, r, inner) in [(3, 7, 1), (1, 8, 6), (4, 0, 1)] {
+            let st = steps(&[Pass { outer, r, inner }], true, true);
+            assert_eq!(st[0].vec4, None, "{outer} x {r} x {inner}");
+        }
     }
 
     #[test]

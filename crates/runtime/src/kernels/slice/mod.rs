@@ -297,20 +297,6 @@ pub(crate) fn bind_out(
     op: &str,
     t: &crate::kernel::DeviceRef,
 ) -> Result<crate::exec::BufferRange> {
-    let r = ctx.dev.alloc.resolve(t.addr)?;
     let size = t.desc.byte_size().next_multiple_of(4);
-    if size > r.remaining {
-        return Err(Error::InvalidArgument(format!(
-            "{op}: output of {size} bytes at {:#x} runs past its allocation",
-            t.addr
-        )));
-    }
-    let align = ctx.limits().min_storage_buffer_offset_alignment as u64;
-    if !r.offset.is_multiple_of(align) {
-        return Err(Error::Unimplemented(format!(
-            "{op}: output address {:#x} is not {align}-byte aligned",
-            t.addr
-        )));
-    }
-    Ok(r.range(size))
+    crate::kernels::elementwise::bind_out_bytes(ctx, op, t, size)
 }
