@@ -7,7 +7,7 @@
 //! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
 //! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
 //! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened). Opt-in measurement
-//! paths (slower on the H200): `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_F16_FAST=0` (see `record`).
+//! path (slower on the H200): `TFWGPU_POOL_F16_FAST=0` (see `record`).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -81,18 +81,12 @@ fn f16_native_mode() -> (bool, bool) {
     )
 }
 
-/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
+/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
 /// uses in the vec4 paths), read once per process.
 fn f16_fast_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
-}
-
-fn rt_skip_on() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_RT_SKIP", "1"))
 }
 
 fn block_gather_off() -> bool {
@@ -645,11 +639,6 @@ impl Kernel for Pool {
             // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
             // against 72, so the widening stays).
             let fast = dtype == DType::F32 || (hw && !f16_fast_off());
-            // `TFWGPU_POOL_RT_SKIP=1`: the float16 gathers skip the half round trip where it
-            // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
-            // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
-            // cost more than the conversions it saves), so it is off by default.
-            let rt_skip = rt_skip_on();
             // Native half comparisons (MaxPool and the codes; the block gather stays widened:
             // request mem7-1 measured it in half arithmetic at 93 us against 73).
             let (native_on, max_form) = f16_native_mode();
@@ -674,15 +663,14 @@ impl Kernel for Pool {
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}",
                             if grid3 { "/g3" } else { "" },
                             match (native, max_form) {
                                 (false, _) => "",
                                 (true, false) => "/native",
                                 (true, true) => "/nativemax",
                             },
-                            if fast { "/fast" } else { "" },
-                            if rt_skip { "/skip" } else { "" }
+                            if fast { "/fast" } else { "" }
                         ),
                     ),
                     || {
@@ -695,7 +683,6 @@ impl Kernel for Pool {
                                     "$HALF",
                                     if dtype == DType::F16 { "true" } else { "false" },
                                 )
-                                .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
