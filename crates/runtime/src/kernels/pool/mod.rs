@@ -6,8 +6,7 @@
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
 //! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
 //! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
-//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened). Opt-in measurement
-//! path (slower on the H200): `TFWGPU_POOL_F16_FAST=0` (see `record`).
+//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -81,14 +80,7 @@ fn f16_native_mode() -> (bool, bool) {
     )
 }
 
-/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
-/// uses in the vec4 paths), read once per process.
-fn f16_fast_off() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
-}
-
+/// `TFWGPU_POOL_BLOCK_GATHER=0` (see its use in the vec4 path), read once per process.
 fn block_gather_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
@@ -634,11 +626,10 @@ impl Kernel for Pool {
             let u = |v: usize| v as u32;
             let (hw, suffix) = crate::kernels::norm::vec4_hw(ctx, dtype)?;
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
-            // float16 where its widening is one hardware conversion
-            // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
-            // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
-            // against 72, so the widening stays).
-            let fast = dtype == DType::F32 || (hw && !f16_fast_off());
+            // float16 where its widening is one hardware conversion (the integer keys of its
+            // halves without widening, on such a device: request mem5-2, H200, MaxPool 111 us
+            // against 60, the codes pass 103 against 72).
+            let fast = dtype == DType::F32 || hw;
             // Native half comparisons (MaxPool and the codes; the block gather stays widened:
             // request mem7-1 measured it in half arithmetic at 93 us against 73).
             let (native_on, max_form) = f16_native_mode();
