@@ -457,7 +457,6 @@ pub(crate) fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
         uploads: a.uploads - b.uploads,
         reads: a.reads - b.reads,
         bind_groups: a.bind_groups - b.bind_groups,
-        ring_batches: a.ring_batches - b.ring_batches,
     }
 }
 

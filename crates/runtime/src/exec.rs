@@ -9,7 +9,7 @@
 use crate::hostlog::{self, HostSpan, Kind};
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -89,17 +89,6 @@ pub struct ExecConfig {
     /// ResNet-50 step the same (71.3 / 19.7 ms against 70.3 / 19.5, one pair; bench/RESULTS.md,
     /// session 10, lead).
     pub submit_thread: Option<bool>,
-    /// A batch's uniforms go to the GPU through a ring of persistently mapped staging buffers
-    /// (`TFWGPU_UNIFORM_RING=1`; `0` or `None` with the variable unset: off, the submit writes
-    /// them with `Queue::write_buffer`, which allocates a new staging buffer every submit and
-    /// adds the queue's pending-writes command buffer to it; H200, session 10: ~28 us of host
-    /// time per submit). On, the batch's first use of the uniform arena takes a mapped buffer
-    /// from the ring and records a copy from it into the uniform buffer as the batch's first
-    /// uniform-reading command; the submit fills it (a memcpy), unmaps it, submits, and maps it
-    /// again for a later batch (it returns to the ring when the GPU is done with it). `None`:
-    /// the environment variable decides when the context is created (so tests built with
-    /// `ExecConfig::default()` run either way). See `ExecutionContext::ring_begin`.
-    pub uniform_ring: Option<bool>,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -120,7 +109,6 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: None,
-            uniform_ring: None,
         }
     }
 }
@@ -167,9 +155,6 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = Some(n > 0);
-        }
-        if let Some(n) = env_parse::<u32>("TFWGPU_UNIFORM_RING") {
-            c.uniform_ring = Some(n > 0);
         }
 
         c
@@ -260,45 +245,10 @@ pub struct ExecStats {
     pub reads: u64,
     /// Bind groups created for dispatches (the rest came from the cache).
     pub bind_groups: u64,
-    /// Submitted batches whose uniforms went through the uniform ring
-    /// (`ExecConfig::uniform_ring`).
-    pub ring_batches: u64,
 }
 
 /// Bytes of uniform params one batch can hold (see `uniforms`).
 const ARENA_SIZE: u64 = 64 * 1024;
-
-/// Staging buffers of the uniform ring at most (`ExecConfig::uniform_ring`): 2 MiB of mapped
-/// memory. A batch that finds none free and the ring full writes its uniforms as without the
-/// ring.
-const RING_BUFFERS: usize = 32;
-
-/// The uniform ring's copy covers at least this many bytes of a batch's arena (it grows to the
-/// largest arena a batch has used, in steps of this).
-const RING_STEP: u64 = 4096;
-
-/// Mapped staging buffers for the batches' uniforms (`ExecConfig::uniform_ring`), shared with
-/// the map callbacks that put them back.
-struct UniformRing {
-    /// Buffers mapped for writing, ready for a batch.
-    free: Mutex<Vec<wgpu::Buffer>>,
-    /// Buffers created (free, in a batch, or being mapped again).
-    created: AtomicUsize,
-    /// Bytes of the arena the copy recorded at a batch's first uniform use covers: the largest
-    /// arena a batch has used so far, rounded up to `RING_STEP` (bytes past it, in a batch
-    /// larger than every one before, go through `Queue::write_buffer`).
-    span: AtomicU64,
-}
-
-/// The uniform ring's state in the open batch.
-enum RingUse {
-    /// The batch has not used the uniform arena yet.
-    NotYet,
-    /// A copy of the first `span` bytes of `buffer` into the uniform buffer is recorded.
-    Copy(wgpu::Buffer, u64),
-    /// Without the ring (off, or no buffer free): the submit writes the uniforms.
-    Write,
-}
 
 /// Most storage bindings of a dispatch whose bind group is cached.
 const MAX_CACHED_BINDINGS: usize = 16;
@@ -421,14 +371,12 @@ struct Batch {
     timing: Option<BatchTiming>,
     /// The query pair of the open compute pass, when passes are timed as a whole.
     pass_timing: Option<u32>,
-    ring: RingUse,
 }
 
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
 struct Taken {
     encoder: wgpu::CommandEncoder,
     uniforms: Vec<u8>,
-    ring: RingUse,
     timing: Option<BatchTiming>,
     id: u64,
 }
@@ -473,8 +421,6 @@ pub struct ExecutionContext {
     /// (`Queue::write_buffer`, which the queue runs after the work submitted before and before
     /// the batch's own commands: one buffer serves every batch in turn).
     uniform_buffer: wgpu::Buffer,
-    /// `ExecConfig::uniform_ring` on: its staging buffers.
-    ring: Option<Arc<UniformRing>>,
     batch: Mutex<Batch>,
     /// Batches reach the queue in id order: a batch taken out of the batch lock (see
     /// [`ExecutionContext::take_locked`]) is submitted once `submitted` is the id before its
@@ -545,23 +491,12 @@ impl ExecutionContext {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        let ring = cfg
-            .uniform_ring
-            .unwrap_or_else(|| env_parse::<u32>("TFWGPU_UNIFORM_RING").is_some_and(|n| n > 0))
-            .then(|| {
-                Arc::new(UniformRing {
-                    free: Mutex::new(Vec::new()),
-                    created: AtomicUsize::new(0),
-                    span: AtomicU64::new(RING_STEP),
-                })
-            });
         let ctx = Arc::new(ExecutionContext {
             device,
             queue,
             cfg,
             uniform_align,
             uniform_buffer,
-            ring,
             batch: Mutex::new(Batch {
                 id: 1,
                 encoder: None,
@@ -572,7 +507,6 @@ impl ExecutionContext {
                 bind_groups: BindGroupCache::default(),
                 timing: None,
                 pass_timing: None,
-                ring: RingUse::NotYet,
             }),
             turn: Mutex::new(()),
             turn_cv: Condvar::new(),
@@ -675,49 +609,6 @@ impl ExecutionContext {
         }
     }
 
-    /// The open batch's first use of the uniform arena, with the uniform ring on
-    /// (`ExecConfig::uniform_ring`): takes a mapped staging buffer from the ring (or creates
-    /// one, up to `RING_BUFFERS`) and records a copy of its first `span` bytes into the uniform
-    /// buffer before anything of the batch reads the uniform buffer (no compute pass is open:
-    /// only a dispatch opens one, and it comes here first). The submit fills the buffer with the
-    /// batch's arena before it submits (`submit_in_turn`). No buffer free and the ring full:
-    /// the batch's uniforms are written as without the ring.
-    fn ring_begin(&self, b: &mut Batch) {
-        let Some(ring) = &self.ring else { return };
-        if !matches!(b.ring, RingUse::NotYet) {
-            return;
-        }
-        let t0 = hostlog::now();
-        let free = ring.free.lock().pop();
-        let buffer = free.or_else(|| {
-            ring.created
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                    (n < RING_BUFFERS).then_some(n + 1)
-                })
-                .ok()
-                .map(|_| {
-                    self.device.create_buffer(&wgpu::BufferDescriptor {
-                        label: Some("tfwgpu uniform ring"),
-                        size: ARENA_SIZE,
-                        usage: wgpu::BufferUsages::MAP_WRITE | wgpu::BufferUsages::COPY_SRC,
-                        mapped_at_creation: true,
-                    })
-                })
-        });
-        let hit = buffer.is_some();
-        b.ring = match buffer {
-            Some(buffer) => {
-                let span = ring.span.load(Ordering::Relaxed);
-                Self::end_pass(b);
-                let enc = b.encoder.as_mut().expect("encoder begun");
-                enc.copy_buffer_to_buffer(&buffer, 0, &self.uniform_buffer, 0, span);
-                RingUse::Copy(buffer, span)
-            }
-            None => RingUse::Write,
-        };
-        hostlog::span(Kind::RingBegin, t0, hit as u64);
-    }
-
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
         if b.ops == 1 {
@@ -809,7 +700,6 @@ impl ExecutionContext {
         psize: u64,
     ) -> Result<()> {
         self.begin(&mut b);
-        self.ring_begin(&mut b);
         b.uniforms.resize(offset as usize, 0);
         b.uniforms.extend_from_slice(params);
         b.uniforms.resize((offset + psize) as usize, 0);
@@ -1364,7 +1254,6 @@ impl ExecutionContext {
         }
         self.begin(&mut b);
         Self::end_pass(&mut b);
-        self.ring_begin(&mut b);
         b.uniforms.resize(at as usize, 0);
         b.uniforms.extend_from_slice(data);
         let batch = &mut *b;
@@ -1452,7 +1341,6 @@ impl ExecutionContext {
         let taken = Taken {
             encoder,
             uniforms: std::mem::take(&mut b.uniforms),
-            ring: std::mem::replace(&mut b.ring, RingUse::NotYet),
             timing: b.timing.take(),
             id: b.id,
         };
@@ -1492,7 +1380,6 @@ impl ExecutionContext {
         let Taken {
             mut encoder,
             uniforms,
-            ring,
             timing,
             id,
         } = taken;
@@ -1505,43 +1392,8 @@ impl ExecutionContext {
             bytes
         });
         let t2 = hostlog::now();
-        let ringed = matches!(ring, RingUse::Copy(..));
-        let mut remap = None;
-        match ring {
-            // The batch's first uniform use recorded a copy of `span` bytes from `buffer` (see
-            // `ring_begin`): they go there; bytes past them (an arena larger than any before)
-            // through the queue, which writes them before the batch's commands run.
-            RingUse::Copy(buffer, span) => {
-                let n = (uniforms.len() as u64).min(span);
-                if n > 0 {
-                    match buffer.slice(..n).get_mapped_range_mut() {
-                        Ok(mut view) => view.copy_from_slice(&uniforms[..n as usize]),
-                        Err(e) => {
-                            let mut slot = self.shared.error.lock();
-                            if slot.is_none() {
-                                *slot = Some(Error::Gpu(format!("uniform ring buffer: {e}")));
-                            }
-                        }
-                    }
-                }
-                buffer.unmap();
-                if uniforms.len() as u64 > span {
-                    self.queue
-                        .write_buffer(&self.uniform_buffer, span, &uniforms[span as usize..]);
-                    if let Some(r) = &self.ring {
-                        let grown = (uniforms.len() as u64)
-                            .next_multiple_of(RING_STEP)
-                            .min(ARENA_SIZE);
-                        r.span.fetch_max(grown, Ordering::Relaxed);
-                    }
-                }
-                remap = Some(buffer);
-            }
-            RingUse::NotYet | RingUse::Write => {
-                if !uniforms.is_empty() {
-                    self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
-                }
-            }
+        if !uniforms.is_empty() {
+            self.queue.write_buffer(&self.uniform_buffer, 0, &uniforms);
         }
         let t3 = hostlog::now();
         hostlog::span_to(Kind::SubmitUniforms, t2, t3, uniforms.len() as u64);
@@ -1550,21 +1402,6 @@ impl ExecutionContext {
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
         let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
-        if let (Some(buffer), Some(ring)) = (remap, &self.ring) {
-            // Mapped again once the GPU has run the batch's copy; then back in the ring.
-            let t5 = hostlog::now();
-            let back = buffer.clone();
-            let ring = ring.clone();
-            buffer
-                .slice(..)
-                .map_async(wgpu::MapMode::Write, move |r| match r {
-                    Ok(()) => ring.free.lock().push(back),
-                    Err(_) => {
-                        ring.created.fetch_sub(1, Ordering::AcqRel);
-                    }
-                });
-            hostlog::span(Kind::SubmitRemap, t5, id);
-        }
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);
@@ -1594,11 +1431,7 @@ impl ExecutionContext {
             self.submitted.store(id, Ordering::Release);
             self.turn_cv.notify_all();
         }
-        {
-            let mut st = self.stats.lock();
-            st.submits += 1;
-            st.ring_batches += ringed as u64;
-        }
+        self.stats.lock().submits += 1;
         hostlog::span(Kind::Submit, t1, id);
         self.check()
     }

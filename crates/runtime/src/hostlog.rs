@@ -82,14 +82,9 @@ pub enum Kind {
     HostCompute,
     /// The plugin's `allocate` (TensorFlow's allocator asking for device memory).
     Allocate,
-    /// A batch's first use of the uniform arena with the uniform ring on: a staging buffer
-    /// taken (or created) and its copy recorded (`arg` = 1; 0: none free, written as without).
-    RingBegin,
-    /// `map_async` of a uniform ring buffer after its batch's submit.
-    SubmitRemap,
 }
 
-const KIND_NAMES: [&str; 32] = [
+const KIND_NAMES: [&str; 30] = [
     "mark",
     "htod",
     "write_resolve",
@@ -120,8 +115,6 @@ const KIND_NAMES: [&str; 32] = [
     "wait",
     "host_compute",
     "allocate",
-    "ring_begin",
-    "submit_remap",
 ];
 
 #[derive(Clone, Copy)]

@@ -816,28 +816,14 @@ fn phases_on() -> bool {
 }
 
 /// How the output phases of a strided input gradient that no tap reaches (1x1 filters at
-/// stride 2: three of four) get their zeros (`TFWGPU_CONV_COOP_PHASE_ZEROS`, read once per
-/// process).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PhaseZeros {
-    /// "fill" (default): the one phase with taps writes them beside its own results (where
-    /// it covers them; else `Clear`).
-    Fill,
-    /// "clear": one clear of dx before the products.
-    Clear,
-    /// "kernel": the phase kernel with K = 0 for each such phase.
-    Kernel,
-}
-
-fn phase_zeros() -> PhaseZeros {
-    static MODE: OnceLock<PhaseZeros> = OnceLock::new();
-    *MODE.get_or_init(
-        || match crate::env_word("TFWGPU_CONV_COOP_PHASE_ZEROS").as_deref() {
-            Some("clear") => PhaseZeros::Clear,
-            Some("kernel") => PhaseZeros::Kernel,
-            _ => PhaseZeros::Fill,
-        },
-    )
+/// stride 2: three of four) get their zeros: the one phase with taps writes them beside its
+/// own results where it covers them, else one clear of dx before the products;
+/// `TFWGPU_CONV_COOP_PHASE_ZEROS=clear` always clears (measurements). Read once per process.
+/// (The phase kernel with K = 0 for each such phase, `=kernel`, measured slower on the H200,
+/// NOTES-coop v6 request 1: GPU 0.109 ms against 0.0505 by the fill; removed.)
+fn phase_zeros_clear() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_CONV_COOP_PHASE_ZEROS", "clear"))
 }
 
 /// `TFWGPU_CONV_COOP_PHASE_MERGE=0`: one launch per output phase of a strided input
@@ -955,20 +941,16 @@ fn backprop_input_phases(
     // Phases without taps (`TFWGPU_CONV_COOP_PHASE_ZEROS`): where only one phase has taps and
     // it has the most rows and columns (its (n, Y, X) cover every other phase's pixels), that
     // phase's kernel writes the others' zeros too ("fill", the default); else one clear of
-    // dx first ("clear"); or the phase kernel with K = 0 ("kernel").
+    // dx first ("clear").
     let zero = phases.iter().any(|p| k_of(p) == 0);
-    let mode = phase_zeros();
     let taps: Vec<&Phase> = phases.iter().filter(|p| k_of(p) > 0).collect();
     let fill = zero
-        && mode == PhaseZeros::Fill
+        && !phase_zeros_clear()
         && taps.len() == 1
         && taps[0].hy == g.h.div_ceil(g.sh)
         && taps[0].wx == g.w.div_ceil(g.sw);
-    let clear = zero && !fill && mode != PhaseZeros::Kernel;
-    let run: Vec<&Phase> = phases
-        .iter()
-        .filter(|p| k_of(p) > 0 || (zero && !fill && !clear))
-        .collect();
+    let clear = zero && !fill;
+    let run = taps;
     let merge = phase_merge()
         && run.len() <= 4
         && run.iter().all(|p| p.hy == run[0].hy && p.wx == run[0].wx);

@@ -10,9 +10,7 @@
 //! `apply.wgsl` the elementwise output. NHWC with C % 4 == 0 (float32 and float16) takes
 //! `stats_vec4.wgsl` and `apply_vec4_shader` instead: four channels per load, four rows per
 //! loop iteration in the statistics (16 rows per invocation, float16 32), one channel quad's
-//! coefficients loaded once per apply invocation (2 vec4 per invocation); float16 with C % 8
-//! == 0 takes eight channels per invocation instead with `TFWGPU_NORM_F16X8=1`
-//! (`stats_x8.wgsl`; slower on the H200, kept for measurements).
+//! coefficients loaded once per apply invocation (2 vec4 per invocation).
 //! Training on NHWC with C % 4 == 0 and few rows per channel runs in ONE dispatch instead
 //! (`onepass.wgsl`, see `onepass_tc`): a workgroup owns whole channels, folds their rows,
 //! computes the per-channel results (`results_fwd.wgsl` / `results_grad.wgsl`, the code
@@ -67,7 +65,6 @@ const NORM_COMMON: &str = include_str!("common.wgsl");
 const STATS_WGSL: &str = include_str!("stats.wgsl");
 const STATS_VEC4_WGSL: &str = include_str!("stats_vec4.wgsl");
 const FOLD_VEC4_WGSL: &str = include_str!("fold_vec4.wgsl");
-const STATS_X8_WGSL: &str = include_str!("stats_x8.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 const APPLY_WGSL: &str = include_str!("apply.wgsl");
 const ONEPASS_WGSL: &str = include_str!("onepass.wgsl");
@@ -227,8 +224,8 @@ struct Plan {
     rest: usize,
     chunk: usize,
     splits: usize,
-    /// float16 with C % 8 == 0 on the vec4 shaders: eight channels per invocation (16-byte
-    /// loads) in the statistics (tc then counts octets) and the apply (`f16_x8`).
+    /// float16 with C % 8 == 0: the vec4 apply takes eight channels per invocation (16-byte
+    /// loads; only the apply after `stats_last.wgsl`, see `Run::last_apply`).
     x8: bool,
     /// Chunks per arrival group of `stats_last.wgsl` (see `Plan::last_group`).
     group: usize,
@@ -272,9 +269,6 @@ impl Plan {
         // float32 pass's time per row, not per byte (request mem4-1: 64x56x56x256 55.9 us
         // for 103 MB against float32's 74 us for 206 MB). `TFWGPU_NORM_ROWS=16|32|64`
         // forces the rows (measurements).
-        // float16 with C % 8 == 0 (`f16_x8`): eight channels per invocation, 16-byte loads
-        // as float32's, so float32's rows.
-        let x8 = dtype == DType::F16 && self.c.is_multiple_of(8) && f16_x8();
         static FORCED_ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
         let rows = FORCED_ROWS
             .get_or_init(|| {
@@ -282,21 +276,19 @@ impl Plan {
                     .and_then(|v| v.parse::<usize>().ok())
                     .filter(|r| matches!(r, 16 | 32 | 64))
             })
-            .unwrap_or(if dtype == DType::F16 && !x8 {
+            .unwrap_or(if dtype == DType::F16 {
                 2 * PER_THREAD
             } else {
                 PER_THREAD
             });
-        let tc = (self.c / if x8 { 8 } else { 4 })
-            .next_power_of_two()
-            .min(MAX_TC);
+        let tc = (self.c / 4).next_power_of_two().min(MAX_TC);
         let chunk = RWG / tc * rows;
         let splits = self.rest.div_ceil(chunk).max(1);
         Plan {
             tc,
             chunk,
             splits,
-            x8,
+            x8: false,
             group: Plan::last_group(splits, RWG / tc),
             ..self
         }
@@ -475,54 +467,11 @@ pub(crate) fn vec4_hw(ctx: &KernelContext, dtype: DType) -> Result<(bool, &'stat
     f16conv::choice(ctx, dtype == DType::F16)
 }
 
-/// Whether float16 batch norms with C % 8 == 0 take eight channels per invocation in the
-/// statistics and apply passes (16-byte loads): only with `TFWGPU_NORM_F16X8=1`. Request
-/// mem5-1 (H200, 64x56x56x256): the statistics slower (forward 67.2 against 50.4 us), the
-/// apply 2-6% faster, the op slower on every shape measured; four stay the default.
-fn f16_x8() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_NORM_F16X8", "1"))
-}
-
-/// `stats_vec4.wgsl` (before `vec4_io`) with four channels per invocation or (`x8`, float16)
-/// eight: the arrays' element type, the x / dy accessors, the shared slots and the X8 code.
-fn stats_vec4_shader(grad: bool, x8: bool) -> String {
-    let (at, access, slots, fold8) = if x8 {
-        (
-            "vec4<u32>",
-            "fn ldx(e: u32) -> vec4<f32> {
-    let v = x[e >> 1u];
-    return ld(select(v.xy, v.zw, (e & 1u) == 1u));
-}
-fn ldy(e: u32) -> vec4<f32> {
-    let v = dy[e >> 1u];
-    return ld(select(v.xy, v.zw, (e & 1u) == 1u));
-}",
-            "512",
-            STATS_X8_WGSL,
-        )
-    } else {
-        (
-            "$XT",
-            "fn ldx(e: u32) -> vec4<f32> {
-    return ld(x[e]);
-}
-fn ldy(e: u32) -> vec4<f32> {
-    return ld(dy[e]);
-}",
-            "256",
-            "fn stats8(g: u32, t: u32) {}",
-        )
-    };
+/// `stats_vec4.wgsl` (before `vec4_io`).
+fn stats_vec4_shader(grad: bool) -> String {
     STATS_VEC4_WGSL
         .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$FOLD8", fold8)
         .replace("$FOLD", FOLD_VEC4_WGSL)
-        .replace("$ACCESS", access)
-        .replace("$AT", at)
-        .replace("$SLOTS", slots)
-        .replace("$X8", if x8 { "true" } else { "false" })
         .replace("$GRAD", if grad { "true" } else { "false" })
 }
 
@@ -721,7 +670,6 @@ fn stats_last_on(ctx: &KernelContext, plan: &Plan, dtype: DType) -> bool {
     static OFF: OnceLock<bool> = OnceLock::new();
     let off = *OFF.get_or_init(|| crate::env_is("TFWGPU_NORM_LAST", "0"));
     !off && plan.vec4_stats(ctx, dtype)
-        && !plan.x8
         && ctx.limits().max_storage_buffers_per_shader_stage >= LAST_BINDINGS
         && plan.last_words() <= crate::kernel::ARRIVAL_COUNTERS
 }
@@ -841,7 +789,6 @@ impl Run<'_> {
         let dtype = self.dtype;
         // The plan is `Plan::vec4` exactly when the vec4 shader applies (see `record`).
         let vec4 = p.vec4_stats(ctx, dtype);
-        let x8 = if p.x8 { "/x8" } else { "" };
         let (hw, suffix) = if vec4 {
             vec4_hw(ctx, dtype)?
         } else {
@@ -854,13 +801,13 @@ impl Run<'_> {
                 match (grad, vec4) {
                     (false, false) => "stats".to_string(),
                     (true, false) => "stats_grad".to_string(),
-                    (false, true) => format!("stats/vec4{suffix}{x8}"),
-                    (true, true) => format!("stats_grad/vec4{suffix}{x8}"),
+                    (false, true) => format!("stats/vec4{suffix}"),
+                    (true, true) => format!("stats_grad/vec4{suffix}"),
                 },
             ),
             || {
                 crate::kernels::membound_shader(if vec4 {
-                    vec4_io(stats_vec4_shader(grad, p.x8), dtype, hw)
+                    vec4_io(stats_vec4_shader(grad), dtype, hw)
                 } else {
                     stats_shader(dtype, grad)
                 })
@@ -868,7 +815,7 @@ impl Run<'_> {
         )?;
         let part = ctx.temp((p.c * p.splits * 3 * 4) as u64)?;
         let tiles = if vec4 {
-            (p.c / if p.x8 { 8 } else { 4 }).div_ceil(p.tc)
+            (p.c / 4).div_ceil(p.tc)
         } else {
             p.c.div_ceil(p.tc)
         };

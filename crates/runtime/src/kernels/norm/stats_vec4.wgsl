@@ -13,29 +13,33 @@
 // Placeholders: GRAD, NORM_COMMON, FOLD (fold_vec4.wgsl), XT and LD (the load type and its
 // conversion), COMMON.
 $NORM_COMMON
-@group(0) @binding(1) var<storage, read_write> x: array<$AT>;
-@group(0) @binding(2) var<storage, read_write> dy: array<$AT>;
+@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
+@group(0) @binding(2) var<storage, read_write> dy: array<$XT>;
 @group(0) @binding(3) var<storage, read_write> mean_in: array<f32>;
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const GRAD: bool = $GRAD;
-// float16 with C % 8 == 0: an invocation owns eight channels (a vec4<u32> of halves, 16-byte
-// loads; stats_x8.wgsl), x and dy hold vec4<u32>, and shared slots t and t + 256 hold its two
-// quads' states.
-const X8: bool = $X8;
+// Always false: the eight-channel float16 form (TFWGPU_NORM_F16X8) was removed (slower on the
+// H200); X8, its branch and the `stats8` stub stay so the shader's code is unchanged.
+const X8: bool = false;
 
 $COMMON
 
 $LD
 
-$ACCESS
+fn ldx(e: u32) -> vec4<f32> {
+    return ld(x[e]);
+}
+fn ldy(e: u32) -> vec4<f32> {
+    return ld(dy[e]);
+}
 
-var<workgroup> sa: array<f32, $SLOTS>;
-var<workgroup> sb: array<vec4<f32>, $SLOTS>;
-var<workgroup> sc: array<vec4<f32>, $SLOTS>;
+var<workgroup> sa: array<f32, 256>;
+var<workgroup> sb: array<vec4<f32>, 256>;
+var<workgroup> sc: array<vec4<f32>, 256>;
 
 $FOLD
-$FOLD8
+fn stats8(g: u32, t: u32) {}
 
 // The partial of channel ch in chunk `split`: (count, mean, M2) forward, (sum dy,
 // sum dy * (x - mean), 0) for the gradient, as stats.wgsl writes them.

@@ -6,9 +6,7 @@
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
 //! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
 //! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
-//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened). Opt-in measurement
-//! paths (slower on the H200): `TFWGPU_POOL_F16X8=1` (float16 eight channels per invocation,
-//! `pool_x8.wgsl`), `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_F16_FAST=0` (see `record`).
+//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -43,67 +41,7 @@ use crate::{DType, Error, Result, bail_invalid};
 
 const POOL_WGSL: &str = include_str!("pool.wgsl");
 const POOL_VEC4_WGSL: &str = include_str!("pool_vec4.wgsl");
-const POOL_X8_WGSL: &str = include_str!("pool_x8.wgsl");
 const POOL_F16N_WGSL: &str = include_str!("pool_f16n.wgsl");
-
-/// `pool_vec4.wgsl`'s array accessors and W8 functions: quads (`x8` false: the arrays hold
-/// `$XT`, the W8 functions are stubs never called) or pairs of float16 quads (`x8`: the arrays
-/// hold vec4<u32>, the per-quad functions reach one half of an element).
-fn vec4_layout(src: &str, x8: bool) -> String {
-    const QUADS: &str = "fn lda(i: u32) -> $XT {
-    return a[i];
-}
-fn ldb(i: u32) -> $XT {
-    return b[i];
-}
-fn ldc(i: u32) -> u32 {
-    return codes[i];
-}
-fn stc(i: u32, v: u32) {
-    codes[i] = v;
-}
-fn sto(i: u32, v: $XT) {
-    out[i] = v;
-}";
-    const PAIRS: &str = "fn lda(i: u32) -> vec2<u32> {
-    let v = a[i >> 1u];
-    return select(v.xy, v.zw, (i & 1u) == 1u);
-}
-fn ldb(i: u32) -> vec2<u32> {
-    let v = b[i >> 1u];
-    return select(v.xy, v.zw, (i & 1u) == 1u);
-}
-fn ldc(i: u32) -> u32 {
-    return codes[i >> 1u][i & 1u];
-}
-fn stc(i: u32, v: u32) {
-    codes[i >> 1u][i & 1u] = v;
-}
-fn sto(i: u32, v: vec2<u32>) {
-    let j = 2u * (i & 1u);
-    out[i >> 1u][j] = v.x;
-    out[i >> 1u][j + 1u] = v.y;
-}";
-    const STUBS: &str = "fn max_pool8(n: u32, oy: u32, ox: u32, q: u32) -> $AT {
-    return $AT();
-}
-fn argmax_codes8(n: u32, oy: u32, ox: u32, q: u32) -> $CT {
-    return $CT();
-}
-fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
-}";
-    let (access, fns, at, ct) = if x8 {
-        (PAIRS, POOL_X8_WGSL, "vec4<u32>", "vec2<u32>")
-    } else {
-        (QUADS, STUBS, "$XT", "u32")
-    };
-    src.replace("$ACCESS", access)
-        .replace("$X8FNS", fns)
-        .replace("$AT", at)
-        .replace("$CT", ct)
-        .replace("$W8", if x8 { "true" } else { "false" })
-        .replace("$LANES", if x8 { "8" } else { "4" })
-}
 
 /// `pool_vec4.wgsl`'s NATIVE functions where the native path is off (never called).
 const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
@@ -113,39 +51,13 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return false;
 }";
 
-/// The W8 NATIVE functions where the native path is off or the items are quads.
-const NATIVE8_STUBS: &str =
-    "fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    return false;
-}
-fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    return false;
-}";
-
-/// `pool_f16n.wgsl` for `pool_vec4.wgsl`'s `$NATIVE_FNS`: on (`native`) or stubs, the W8
-/// functions only with `x8` (they name the W8 arrays' types), `MAXFORM` with `max_form`.
-fn native_fns(native: bool, x8: bool, max_form: bool) -> String {
+/// `pool_f16n.wgsl` for `pool_vec4.wgsl`'s `$NATIVE_FNS`: on (`native`, `MAXFORM` with
+/// `max_form`) or stubs.
+fn native_fns(native: bool, max_form: bool) -> String {
     if !native {
-        return format!("{NATIVE_STUBS}\n{NATIVE8_STUBS}");
+        return NATIVE_STUBS.to_string();
     }
-    const W8_MARK: &str = "// W8: the same for the pair of quads";
-    let (quads, pairs) = POOL_F16N_WGSL.split_at(
-        POOL_F16N_WGSL
-            .find(W8_MARK)
-            .expect("pool_f16n.wgsl's W8 part"),
-    );
-    format!("{quads}\n{}", if x8 { pairs } else { NATIVE8_STUBS })
-        .replace("$NATIVE_MAX", if max_form { "true" } else { "false" })
-}
-
-/// Whether float16 MaxPool / MaxPoolGrad with C % 8 == 0 take eight channels per invocation
-/// (16-byte loads): only with `TFWGPU_POOL_F16X8=1`. Request mem5-1 (H200) measured it slower
-/// than four channels on 64x112x112x64 (MaxPool 67.4 against 61.1 us, the codes pass 75.6
-/// against 71.7; the block gather equal), so four stay the default.
-fn f16x8_enabled() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16X8", "1"))
+    POOL_F16N_WGSL.replace("$NATIVE_MAX", if max_form { "true" } else { "false" })
 }
 
 /// float16 MaxPool and the argmax codes compare whole 3x3 windows in half arithmetic
@@ -168,20 +80,7 @@ fn f16_native_mode() -> (bool, bool) {
     )
 }
 
-/// `TFWGPU_POOL_F16_FAST=0`, `TFWGPU_POOL_RT_SKIP=1`, `TFWGPU_POOL_BLOCK_GATHER=0` (see their
-/// uses in the vec4 paths), read once per process.
-fn f16_fast_off() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_F16_FAST", "0"))
-}
-
-fn rt_skip_on() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_RT_SKIP", "1"))
-}
-
+/// `TFWGPU_POOL_BLOCK_GATHER=0` (see its use in the vec4 path), read once per process.
 fn block_gather_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
@@ -727,19 +626,10 @@ impl Kernel for Pool {
             let u = |v: usize| v as u32;
             let (hw, suffix) = crate::kernels::norm::vec4_hw(ctx, dtype)?;
             // The built-in max on whole 3x3 windows (pool_vec4.wgsl's FAST): float32, and
-            // float16 where its widening is one hardware conversion
-            // (`TFWGPU_POOL_F16_FAST=0`: float16 on the integer keys of its halves only, no
-            // widening; request mem5-2, H200: MaxPool 111 us against 60, the codes pass 103
-            // against 72, so the widening stays).
-            let fast = dtype == DType::F32 || (hw && !f16_fast_off());
-            // float16 with C % 8 == 0: pairs of quads per invocation (MaxPool, the codes and
-            // the block gather; the per-input gather stays on quads).
-            let x8_ok = dtype == DType::F16 && g.c.is_multiple_of(8) && f16x8_enabled();
-            // `TFWGPU_POOL_RT_SKIP=1`: the float16 gathers skip the half round trip where it
-            // cannot change the sum (pool_vec4.wgsl's add_rt). Request mem5-2 (H200): the block
-            // gather 86.2 us with the skip against 73.5 without (its per-lane test and branch
-            // cost more than the conversions it saves), so it is off by default.
-            let rt_skip = rt_skip_on();
+            // float16 where its widening is one hardware conversion (the integer keys of its
+            // halves without widening, on such a device: request mem5-2, H200, MaxPool 111 us
+            // against 60, the codes pass 103 against 72).
+            let fast = dtype == DType::F32 || hw;
             // Native half comparisons (MaxPool and the codes; the block gather stays widened:
             // request mem7-1 measured it in half arithmetic at 93 us against 73).
             let (native_on, max_form) = f16_native_mode();
@@ -748,9 +638,7 @@ impl Kernel for Pool {
                 && native_on
                 && crate::kernels::f16conv::f16_native(ctx)?;
             let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
-                let x8 = x8_ok && pass != 2;
                 let native = native_ok && (pass == 0 || pass == 5);
-                let lanes = if x8 { 8 } else { 4 };
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
@@ -758,38 +646,34 @@ impl Kernel for Pool {
                     6 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
                     _ => (g.ow, g.oh),
                 };
-                let rowq = cols * (g.c / lanes);
+                let rowq = cols * (g.c / 4);
                 let grid3 = grid3_fits(&g, cols, rows);
                 debug_assert!(pass != 6 || grid3);
-                let words = words * 4 / lanes;
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
                         Some(dtype),
                         format!(
-                            "max_vec4/{pass}{suffix}{}{}{}{}{}",
+                            "max_vec4/{pass}{suffix}{}{}{}",
                             if grid3 { "/g3" } else { "" },
                             match (native, max_form) {
                                 (false, _) => "",
                                 (true, false) => "/native",
                                 (true, true) => "/nativemax",
                             },
-                            if fast { "/fast" } else { "" },
-                            if x8 { "/x8" } else { "" },
-                            if rt_skip { "/skip" } else { "" }
+                            if fast { "/fast" } else { "" }
                         ),
                     ),
                     || {
                         let src = crate::kernels::norm::vec4_io(
-                            vec4_layout(POOL_VEC4_WGSL, x8)
-                                .replace("$NATIVE_FNS", &native_fns(native, x8, max_form))
+                            POOL_VEC4_WGSL
+                                .replace("$NATIVE_FNS", &native_fns(native, max_form))
                                 .replace("$NATIVEB", if native { "true" } else { "false" })
                                 .replace("$MODE", &pass.to_string())
                                 .replace(
                                     "$HALF",
                                     if dtype == DType::F16 { "true" } else { "false" },
                                 )
-                                .replace("$RT_SKIP", if rt_skip { "true" } else { "false" })
                                 .replace("$GRID3", if grid3 { "true" } else { "false" })
                                 .replace("$FAST", if fast { "true" } else { "false" })
                                 .replace("$LINEAR_INDEX", LINEAR_INDEX)
@@ -822,15 +706,14 @@ impl Kernel for Pool {
                     &[
                         &[row, u(n), u(words), 0][..],
                         &g.words(),
-                        &[u(rowq), inv(g.c / lanes), inv(g.sh), inv(g.sw)],
+                        &[u(rowq), inv(g.c / 4), inv(g.sh), inv(g.sw)],
                     ]
                     .concat(),
                 );
                 ctx.dispatch(&pipeline, &p, &binds, groups)
             };
             if mode == Mode::Max {
-                // Bindings 2 (a vec4 array) and 3 (the codes, vec2<u32> with pairs of
-                // quads) unused: 16 bytes each.
+                // Bindings 2 (a vec4 array) and 3 (the codes) unused: 16 bytes each.
                 // Native: bindings 5 and 6 are the input and the output again (as vec4<f16>).
                 let binds = if native_ok {
                     vec![a.clone(), ctx.temp(16)?, ctx.temp(16)?, o.clone(), a, o]

@@ -1,9 +1,8 @@
 // pool_vec4.wgsl's NATIVE functions (float16, whole 3x3 windows, four channels per
-// invocation, or eight with W8): MaxPool and the argmax codes compared in half arithmetic, no
+// invocation): MaxPool and the argmax codes compared in half arithmetic, no
 // element widened to float32 and no NaN test. The shader starts with `enable f16;` (mod.rs),
 // and sees the input at binding 5 and MaxPool's output at binding 6 as vec4<f16> (one quad
-// each), the same bytes as bindings 1 and 4 (vec2<u32> per quad, or vec4<u32> per pair with
-// W8).
+// each), the same bytes as bindings 1 and 4 (vec2<u32> per quad).
 //
 // TensorFlow's rules hold by IEEE comparison itself: MaxPool starts from the lowest finite
 // half and takes an element only when it is greater (`w > m` is false for a NaN w, so a NaN
@@ -157,33 +156,3 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return true;
 }
 
-// W8: the same for the pair of quads q (quads 2q and 2q + 1: two 8-byte loads per element, at
-// neighbouring addresses); item e of the pairs.
-fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    let s = whole3(n, oy, ox, 2u * q);
-    if s.x == 0xffffffffu {
-        return false;
-    }
-    let lo = max9_h(load9(s, 0u));
-    let hi = max9_h(load9(s, 1u));
-    if redo_max(lo) || redo_max(hi) {
-        return false;
-    }
-    oh[2u * e] = lo;
-    oh[2u * e + 1u] = hi;
-    return true;
-}
-
-fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    let s = whole3(n, oy, ox, 2u * q);
-    if s.x == 0xffffffffu {
-        return false;
-    }
-    let lo = codes9_h(load9(s, 0u));
-    let hi = codes9_h(load9(s, 1u));
-    if tiny_h(lo.m) || tiny_h(hi.m) {
-        return false;
-    }
-    codes[e] = vec2<u32>(lo.code, hi.code);
-    return true;
-}

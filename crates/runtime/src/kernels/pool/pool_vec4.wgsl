@@ -50,13 +50,13 @@ struct Params {
 };
 @group(0) @binding(0) var<uniform> p: Params;
 // The input (MaxPool, codes).
-@group(0) @binding(1) var<storage, read_write> a: array<$AT>;
+@group(0) @binding(1) var<storage, read_write> a: array<$XT>;
 // MaxPoolGrad: grad (output shaped).
-@group(0) @binding(2) var<storage, read_write> b: array<$AT>;
+@group(0) @binding(2) var<storage, read_write> b: array<$XT>;
 // The argmax codes: written by MODE 5, read by MODE 2.
-@group(0) @binding(3) var<storage, read_write> codes: array<$CT>;
+@group(0) @binding(3) var<storage, read_write> codes: array<u32>;
 // MaxPool's output, MaxPoolGrad's dx.
-@group(0) @binding(4) var<storage, read_write> out: array<$AT>;
+@group(0) @binding(4) var<storage, read_write> out: array<$XT>;
 
 const MODE: u32 = $MODEu;
 // A three-dimensional grid: x over one row's quads (x * c / 4 + qd), y over the rows, z over
@@ -72,26 +72,40 @@ const GRID3: bool = $GRID3;
 // subnormals) takes the integer keys below. The keys cost ~11 integer operations per lane and
 // element, which made MaxPool and the codes ALU-bound.
 const FAST: bool = $FAST;
-// float16 with C % 8 == 0: eight channels (two quads, one vec4<u32> of halves) per invocation,
-// so every load and store moves 16 bytes (pool_x8.wgsl); the arrays hold vec4<u32> and the
-// per-quad functions below reach them through lda / ldb / ldc / stc / sto.
-const W8: bool = $W8;
-// Channels per item: 4, or 8 with W8.
-const LANES: u32 = $LANESu;
+// Always false: the eight-channel form (TFWGPU_POOL_F16X8) was removed (slower on the H200);
+// W8, its branch in `main` and its stubs stay so the shader's code is unchanged.
+const W8: bool = false;
+// Channels per item.
+const LANES: u32 = 4u;
 // float16 storage: the gathers' sums round to half after every addition (`rt`).
 const HALF: bool = $HALF;
 // float16 MaxPool and the argmax codes on whole 3x3 windows in native half arithmetic
 // (`enable f16`, bindings 5 and 6: the input and MaxPool's output seen as vec4<f16>), without
 // widening (pool_f16n.wgsl; `TFWGPU_POOL_F16_NATIVE=0` widens).
 const NATIVE: bool = $NATIVEB;
-// `add_rt` skips the round trip where it cannot change the sum (only with
-// `TFWGPU_POOL_RT_SKIP=1`: slower on the H200).
-const RT_SKIP: bool = $RT_SKIP;
+// Always false: `add_rt`'s skip of the round trip where it cannot change the sum
+// (TFWGPU_POOL_RT_SKIP) was removed (slower on the H200); the term stays so the shader's code
+// is unchanged.
+const RT_SKIP: bool = false;
 
 $LINEAR_INDEX
 $COMMON
 $LD
-$ACCESS
+fn lda(i: u32) -> $XT {
+    return a[i];
+}
+fn ldb(i: u32) -> $XT {
+    return b[i];
+}
+fn ldc(i: u32) -> u32 {
+    return codes[i];
+}
+fn stc(i: u32, v: u32) {
+    codes[i] = v;
+}
+fn sto(i: u32, v: $XT) {
+    out[i] = v;
+}
 
 // Order keys of the four lanes: x < y (IEEE, non-NaN) iff key(x) < key(y); -0 keys as +0;
 // NaN keys as i32 min, below every number, so a NaN is never greater than anything.
@@ -359,9 +373,9 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
 
 // acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
 // A lane whose acc is still 0 gets g itself, which is a value of T (0 + g = g exactly, and
-// +0 + -0 = +0 in both), so with RT_SKIP the round trip only runs when a hit lane already
-// holds a nonzero (or NaN) sum (most inputs receive at most one gradient); the test and branch
-// measured slower than the round trip itself on the H200, so RT_SKIP is off by default.
+// +0 + -0 = +0 in both), so with RT_SKIP the round trip only ran when a hit lane already
+// held a nonzero (or NaN) sum; the test and branch measured slower than the round trip
+// itself on the H200 (block gather 86.2 against 73.5 us), so RT_SKIP is always false.
 fn add_rt(acc: vec4<f32>, g: vec4<f32>, h: vec4<bool>) -> vec4<f32> {
     let s = acc + g;
     if !HALF || (RT_SKIP && !any(h & (acc != vec4<f32>(0.0)))) {
@@ -380,7 +394,7 @@ fn hits(code: u32, mine: u32) -> vec4<bool> {
 
 // Output (oy, ox) of a MODE 6 block: its linear index (0 when out of range) and whether it
 // is in range (1 or 0).
-// `per`: items per output (p.c / 4, or p.c / 8 with W8).
+// `per`: items per output (p.c / 4).
 fn block_out(n: u32, oy: i32, ox: i32, qd: u32, per: u32) -> vec2<u32> {
     let valid = oy >= 0 && ox >= 0 && oy < i32(p.oh) && ox < i32(p.ow);
     let o = select(0u, ((n * p.oh + u32(oy)) * p.ow + u32(ox)) * per + qd, valid);
@@ -443,13 +457,27 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
     }
 }
 
-$X8FNS
+// Stubs of the removed eight-channel form (see W8).
+fn max_pool8(n: u32, oy: u32, ox: u32, q: u32) -> $XT {
+    return $XT();
+}
+fn argmax_codes8(n: u32, oy: u32, ox: u32, q: u32) -> u32 {
+    return u32();
+}
+fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
+}
 $NATIVE_FNS
+fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    return false;
+}
+fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
+    return false;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    // Items per (n, y, x): channel quads, or pairs of quads with W8.
+    // Items per (n, y, x): channel quads.
     let quads = p.c / LANES;
     // The item's (n, row, column, quad) and its linear index e.
     var n: u32;
@@ -492,8 +520,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         n = t2 / rows;
     }
     if W8 {
-        // Pairs of quads (mod.rs never builds MODE 2 with W8: the gather per input runs on
-        // quads, reading the same code words).
+        // Never taken (W8 is false).
         if MODE == 6u {
             max_pool_grad_block8(n, yy, xx, qd);
         } else if MODE == 0u {
