@@ -19,9 +19,6 @@ $NORM_COMMON
 @group(0) @binding(4) var<storage, read_write> part: array<f32>;
 
 const GRAD: bool = $GRAD;
-// Always false: the eight-channel float16 form (TFWGPU_NORM_F16X8) was removed (slower on the
-// H200); X8, its branch and the `stats8` stub stay so the shader's code is unchanged.
-const X8: bool = false;
 
 $COMMON
 
@@ -39,7 +36,6 @@ var<workgroup> sb: array<vec4<f32>, 256>;
 var<workgroup> sc: array<vec4<f32>, 256>;
 
 $FOLD
-fn stats8(g: u32, t: u32) {}
 
 // The partial of channel ch in chunk `split`: (count, mean, M2) forward, (sum dy,
 // sum dy * (x - mean), 0) for the gradient, as stats.wgsl writes them.
@@ -59,10 +55,6 @@ fn put(ch: u32, split: u32, n: f32, b: f32, c: f32) {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) t: u32) {
     let g = wid.y * p.groups_x + wid.x;
-    if X8 {
-        stats8(g, t);
-        return;
-    }
     let quads = p.c / 4u;
     let tiles = (quads + p.tc - 1u) / p.tc;
     if g >= tiles * p.splits {

@@ -72,9 +72,6 @@ const GRID3: bool = $GRID3;
 // subnormals) takes the integer keys below. The keys cost ~11 integer operations per lane and
 // element, which made MaxPool and the codes ALU-bound.
 const FAST: bool = $FAST;
-// Always false: the eight-channel form (TFWGPU_POOL_F16X8) was removed (slower on the H200);
-// W8, its branch in `main` and its stubs stay so the shader's code is unchanged.
-const W8: bool = false;
 // Channels per item.
 const LANES: u32 = 4u;
 // float16 storage: the gathers' sums round to half after every addition (`rt`).
@@ -83,10 +80,6 @@ const HALF: bool = $HALF;
 // (`enable f16`, bindings 5 and 6: the input and MaxPool's output seen as vec4<f16>), without
 // widening (pool_f16n.wgsl; `TFWGPU_POOL_F16_NATIVE=0` widens).
 const NATIVE: bool = $NATIVEB;
-// Always false: `add_rt`'s skip of the round trip where it cannot change the sum
-// (TFWGPU_POOL_RT_SKIP) was removed (slower on the H200); the term stays so the shader's code
-// is unchanged.
-const RT_SKIP: bool = false;
 
 $LINEAR_INDEX
 $COMMON
@@ -372,13 +365,12 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
 }
 
 // acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
-// A lane whose acc is still 0 gets g itself, which is a value of T (0 + g = g exactly, and
-// +0 + -0 = +0 in both), so with RT_SKIP the round trip only ran when a hit lane already
-// held a nonzero (or NaN) sum; the test and branch measured slower than the round trip
-// itself on the H200 (block gather 86.2 against 73.5 us), so RT_SKIP is always false.
+// The round trip runs after every addition, the first included: skipping it where it cannot
+// change the sum measured slower on the H200 (a per-lane test, session 9; the first addition
+// by window shape, session 11).
 fn add_rt(acc: vec4<f32>, g: vec4<f32>, h: vec4<bool>) -> vec4<f32> {
     let s = acc + g;
-    if !HALF || (RT_SKIP && !any(h & (acc != vec4<f32>(0.0)))) {
+    if !HALF {
         return select(acc, s, h);
     }
     return select(acc, rt(s), h);
@@ -457,22 +449,7 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
     }
 }
 
-// Stubs of the removed eight-channel form (see W8).
-fn max_pool8(n: u32, oy: u32, ox: u32, q: u32) -> $XT {
-    return $XT();
-}
-fn argmax_codes8(n: u32, oy: u32, ox: u32, q: u32) -> u32 {
-    return u32();
-}
-fn max_pool_grad_block8(n: u32, by: u32, bx: u32, q: u32) {
-}
 $NATIVE_FNS
-fn max_pool_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    return false;
-}
-fn argmax_codes_native8(n: u32, oy: u32, ox: u32, q: u32, e: u32) -> bool {
-    return false;
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
@@ -519,22 +496,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         yy = t2 % rows;
         n = t2 / rows;
     }
-    if W8 {
-        // Never taken (W8 is false).
-        if MODE == 6u {
-            max_pool_grad_block8(n, yy, xx, qd);
-        } else if MODE == 0u {
-            if NATIVE && max_pool_native8(n, yy, xx, qd, e) {
-                return;
-            }
-            out[e] = max_pool8(n, yy, xx, qd);
-        } else if MODE == 5u {
-            if NATIVE && argmax_codes_native8(n, yy, xx, qd, e) {
-                return;
-            }
-            codes[e] = argmax_codes8(n, yy, xx, qd);
-        }
-    } else if MODE == 6u {
+    if MODE == 6u {
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 0u {
         if NATIVE && max_pool_native(n, yy, xx, qd, e) {
