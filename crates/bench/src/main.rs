@@ -27,6 +27,7 @@ mod replay;
 mod replay_dp;
 mod replay_multi;
 mod transfer;
+mod vkprobe;
 
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
@@ -80,6 +81,11 @@ const USAGE: &str = "usage:
   tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
                                              host time per recorded kernel call (a Mul/AddV2
                                              chain on tiny tensors), apart from the drain
+  tfwgpu-bench vkprobe [--pair A,B] [--rounds N]
+                                             raw Vulkan: each device's UUIDs and external
+                                             semaphore handle types, the device groups, and
+                                             whether an OPAQUE_FD timeline semaphore of device A
+                                             orders device B's queue (host-observed latency)
 environment: TFWGPU_VISIBLE_DEVICES, TFWGPU_ADAPTER select the adapter; TFWGPU_LOG sets logging";
 
 fn main() -> ExitCode {
@@ -100,6 +106,7 @@ fn main() -> ExitCode {
         Some("overhead") => overhead::run(&args[1..]),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], &rt)),
         Some("transfer") => open().and_then(|rt| transfer::run(&args[1..], rt.device())),
+        Some("vkprobe") => vkprobe::run(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             Ok(())
