@@ -1,7 +1,9 @@
 """PEP 517 backend for tensorflow-wgpu.
 
 Builds `libtfwgpu_plugin.so` with `cargo build --release -p tfwgpu-plugin` (against the
-TensorFlow of the Python running the build, or TFWGPU_TF_DIR) and writes a wheel holding:
+TensorFlow of the Python running the build, or TFWGPU_TF_DIR; the library is taken from
+CARGO_TARGET_DIR where that is set, else from the checkout's `target/`) and writes a wheel
+holding:
   tensorflow-plugins/libtfwgpu_plugin.so   (TensorFlow loads every library in this folder)
   tensorflow_wgpu/                         (adapter list, version, fallback report)
   tensorflow_wgpu.pth                      (small TensorFlow/Keras fixes for tfwgpu devices: _hooks.py)
