@@ -106,20 +106,17 @@ const PACK_CASES: u32 = 65536 * 8;
 const UNPACK_CASES: u32 = 65536;
 const WG: u32 = 256;
 
-const SELF_TEST_WGSL: &str = "struct Params {
+/// The self-tests' shared pieces: their parameters (`$PARAMS`) and the case hash and NaN test
+/// (`$HELPERS`).
+const TEST_PARAMS_WGSL: &str = "struct Params {
     n: u32,
     groups_x: u32,
     pad0: u32,
     pad1: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
-// [0]: cases that differ, [1]: 0xffffffff - the first such case (atomicMax from 0).
-@group(0) @binding(1) var<storage, read_write> res: array<atomic<u32>>;
-
-$COMMON
-$HW
-
-fn hash(x: u32) -> u32 {
+";
+const TEST_HELPERS_WGSL: &str = "fn hash(x: u32) -> u32 {
     var h = x * 0x9e3779b1u;
     h = (h ^ (h >> 15u)) * 0x85ebca77u;
     h = (h ^ (h >> 13u)) * 0xc2b2ae3du;
@@ -129,7 +126,16 @@ fn hash(x: u32) -> u32 {
 fn is_nan16(h: u32) -> bool {
     return (h & 0x7fffu) > 0x7c00u;
 }
+";
 
+const SELF_TEST_WGSL: &str = "$PARAMS
+// [0]: cases that differ, [1]: 0xffffffff - the first such case (atomicMax from 0).
+@group(0) @binding(1) var<storage, read_write> res: array<atomic<u32>>;
+
+$COMMON
+$HW
+
+$HELPERS
 // The hardware result equals the software one: the same bits, or both NaN (any sign and
 // payload).
 fn same16(hw: u32, sw: u32) -> bool {
@@ -325,6 +331,8 @@ fn self_test_of(ctx: &KernelContext, name: &'static str, conv: &str) -> Result<(
     let pipeline = ctx.pipeline(PipelineKey::new("f16conv", None, name), || {
         ShaderSource::new(
             SELF_TEST_WGSL
+                .replace("$PARAMS", TEST_PARAMS_WGSL)
+                .replace("$HELPERS", TEST_HELPERS_WGSL)
                 .replace("$COMMON", COMMON_WGSL)
                 .replace("$HW", conv),
         )
@@ -420,13 +428,7 @@ pub fn self_test_on(dev: &crate::Device, conversions: &str) -> Result<(u32, u32)
 /// conversions (tested by `f16_hardware` first) and `f16(x)` / `f32(v)`.
 const NATIVE_TEST_WGSL: &str = "enable f16;
 
-struct Params {
-    n: u32,
-    groups_x: u32,
-    pad0: u32,
-    pad1: u32,
-};
-@group(0) @binding(0) var<uniform> p: Params;
+$PARAMS
 // [0]: comparison / max cases that differ, [1]: 0xffffffff - the first such case (atomicMax
 // from 0); [2], [3]: the same for the sums.
 @group(0) @binding(1) var<storage, read_write> res: array<atomic<u32>>;
@@ -434,17 +436,7 @@ struct Params {
 $COMMON
 $CONV
 
-fn hash(x: u32) -> u32 {
-    var h = x * 0x9e3779b1u;
-    h = (h ^ (h >> 15u)) * 0x85ebca77u;
-    h = (h ^ (h >> 13u)) * 0xc2b2ae3du;
-    return h ^ (h >> 16u);
-}
-
-fn is_nan16(h: u32) -> bool {
-    return (h & 0x7fffu) > 0x7c00u;
-}
-
+$HELPERS
 fn partner(h: u32, k: u32, i: u32) -> u32 {
     switch k {
         case 0u: { return h; }
@@ -601,6 +593,8 @@ fn native_test_of(ctx: &KernelContext, name: &'static str, conv: &str) -> Result
     let pipeline = ctx.pipeline(PipelineKey::new("f16native", None, name), || {
         ShaderSource::new(
             NATIVE_TEST_WGSL
+                .replace("$PARAMS", TEST_PARAMS_WGSL)
+                .replace("$HELPERS", TEST_HELPERS_WGSL)
                 .replace("$COMMON", COMMON_WGSL)
                 .replace("$CONV", conv),
         )
