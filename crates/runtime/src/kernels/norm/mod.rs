@@ -563,71 +563,88 @@ fn finalize_shader(direct: bool) -> String {
         .replace("$RESULTS", &format!("{RESULTS_FWD}\n{RESULTS_GRAD}"))
 }
 
-/// `onepass.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
-fn onepass_shader(grad: bool) -> String {
-    let bindings = if grad {
-        "@group(0) @binding(1) var<storage, read_write> dy: array<$XT>;
-@group(0) @binding(2) var<storage, read_write> x: array<$XT>;
-@group(0) @binding(3) var<storage, read_write> scale: array<f32>;
-@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
-@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
-@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o1: array<f32>;"
-    } else {
-        "@group(0) @binding(1) var<storage, read_write> x: array<$XT>;
-@group(0) @binding(2) var<storage, read_write> scale: array<f32>;
-@group(0) @binding(3) var<storage, read_write> offset: array<f32>;
-@group(0) @binding(4) var<storage, read_write> mean_in: array<f32>;
-@group(0) @binding(5) var<storage, read_write> var_in: array<f32>;
-@group(0) @binding(6) var<storage, read_write> out: array<$XT>;
-@group(0) @binding(7) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o1: array<f32>;
-@group(0) @binding(9) var<storage, read_write> o2: array<f32>;
-@group(0) @binding(10) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o4: array<f32>;"
-    };
+/// Storage bindings of group 0 from binding `first` on, one per (name, element type).
+fn storage_bindings(first: u32, vars: &[(&str, &str)]) -> String {
+    vars.iter()
+        .zip(first..)
+        .map(|((name, ty), b)| {
+            format!("@group(0) @binding({b}) var<storage, read_write> {name}: array<{ty}>;")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The per-channel outputs o0.. (forward: five, gradient: two).
+const OUTS: [(&str, &str); 5] = [
+    ("o0", "f32"),
+    ("o1", "f32"),
+    ("o2", "f32"),
+    ("o3", "f32"),
+    ("o4", "f32"),
+];
+
+/// `template` (onepass.wgsl or stats_last.wgsl) with its bindings and the forward's or
+/// gradient's parts, before `vec4_io`.
+fn training_shader(template: &str, bindings: &str, grad: bool) -> String {
     let (fns, put_out, results) = grad_parts(grad);
-    let decls = format!("{bindings}\n{fns}");
-    ONEPASS_WGSL
+    template
         .replace("$NORM_COMMON", NORM_COMMON)
         .replace("$FOLD", FOLD_VEC4_WGSL)
-        .replace("$DECLS", &decls)
+        .replace("$DECLS", &format!("{bindings}\n{fns}"))
         .replace("$GRAD", if grad { "true" } else { "false" })
-        .replace("$WGS", &OWG.to_string())
         .replace("$PUT_OUT", put_out)
         .replace("$RESULTS", results)
 }
 
+/// `onepass.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
+fn onepass_shader(grad: bool) -> String {
+    let inputs: &[(&str, &str)] = if grad {
+        &[
+            ("dy", "$XT"),
+            ("x", "$XT"),
+            ("scale", "f32"),
+            ("mean_in", "f32"),
+            ("var_in", "f32"),
+            ("out", "$XT"),
+        ]
+    } else {
+        &[
+            ("x", "$XT"),
+            ("scale", "f32"),
+            ("offset", "f32"),
+            ("mean_in", "f32"),
+            ("var_in", "f32"),
+            ("out", "$XT"),
+        ]
+    };
+    let outs = &OUTS[..if grad { 2 } else { 5 }];
+    let bindings = storage_bindings(1, &[inputs, outs].concat());
+    training_shader(ONEPASS_WGSL, &bindings, grad).replace("$WGS", &OWG.to_string())
+}
+
 /// `stats_last.wgsl` for the training forward (`grad` false) or gradient, before `vec4_io`.
 fn stats_last_shader(grad: bool) -> String {
-    let bindings = if grad {
-        "@group(0) @binding(4) var<storage, read_write> dy: array<$XT>;
-@group(0) @binding(5) var<storage, read_write> scale: array<f32>;
-@group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
-@group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(9) var<storage, read_write> o1: array<f32>;"
+    let inputs: &[(&str, &str)] = if grad {
+        &[
+            ("dy", "$XT"),
+            ("scale", "f32"),
+            ("mean_in", "f32"),
+            ("var_in", "f32"),
+        ]
     } else {
-        "@group(0) @binding(4) var<storage, read_write> scale: array<f32>;
-@group(0) @binding(5) var<storage, read_write> offset: array<f32>;
-@group(0) @binding(6) var<storage, read_write> mean_in: array<f32>;
-@group(0) @binding(7) var<storage, read_write> var_in: array<f32>;
-@group(0) @binding(8) var<storage, read_write> o0: array<f32>;
-@group(0) @binding(9) var<storage, read_write> o1: array<f32>;
-@group(0) @binding(10) var<storage, read_write> o2: array<f32>;
-@group(0) @binding(11) var<storage, read_write> o3: array<f32>;
-@group(0) @binding(12) var<storage, read_write> o4: array<f32>;"
+        &[
+            ("scale", "f32"),
+            ("offset", "f32"),
+            ("mean_in", "f32"),
+            ("var_in", "f32"),
+        ]
     };
-    let (fns, put_out, results) = grad_parts(grad);
-    let decls = format!("{bindings}\n{fns}");
-    STATS_LAST_WGSL
-        .replace("$NORM_COMMON", NORM_COMMON)
-        .replace("$FOLD", FOLD_VEC4_WGSL)
-        .replace("$DECLS", &decls)
-        .replace("$GRAD", if grad { "true" } else { "false" })
-        .replace("$PUT_OUT", put_out)
-        .replace("$RESULTS", results)
+    let outs = &OUTS[..if grad { 2 } else { 5 }];
+    training_shader(
+        STATS_LAST_WGSL,
+        &storage_bindings(4, &[inputs, outs].concat()),
+        grad,
+    )
 }
 
 /// Switches of the `stats_last.wgsl` path (read once per process): `TFWGPU_NORM_APPLY_X8=0`
