@@ -95,6 +95,19 @@ const MATMUL_WGSL: &str = include_str!("matmul.wgsl");
 pub(super) const MATMUL_COMMON_WGSL: &str = include_str!("matmul_common.wgsl");
 const MATMUL_SPLITK_WGSL: &str = include_str!("matmul_splitk.wgsl");
 
+/// `body` (matmul.wgsl or matmul_splitk.wgsl) after the shared params, for `dtype`: float32
+/// multiply-adds by `fma`, int32 exactly.
+fn scalar_source(body: &str, dtype: DType) -> String {
+    let (elem, mad) = match dtype {
+        DType::F32 => ("f32", "return fma(x, y, acc);"),
+        _ => ("i32", "return acc + x * y;"),
+    };
+    [MATMUL_COMMON_WGSL, body]
+        .concat()
+        .replace("ELEM", elem)
+        .replace("MAD_BODY", mad)
+}
+
 /// A tile configuration of `matmul.wgsl`, named in the pipeline key's specialization.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Tile {
@@ -130,14 +143,7 @@ impl Tile {
 
     /// The shader source for `dtype`.
     pub fn wgsl(&self, dtype: DType) -> String {
-        let (elem, mad) = match dtype {
-            DType::F32 => ("f32", "return fma(x, y, acc);"),
-            _ => ("i32", "return acc + x * y;"),
-        };
-        [MATMUL_COMMON_WGSL, MATMUL_WGSL]
-            .concat()
-            .replace("ELEM", elem)
-            .replace("MAD_BODY", mad)
+        scalar_source(MATMUL_WGSL, dtype)
             .replace("TILE_BM", &self.bm.to_string())
             .replace("TILE_BN", &self.bn.to_string())
             .replace("TILE_BK", &self.bk.to_string())
@@ -339,14 +345,7 @@ impl SplitK {
 
     /// The shader source for `dtype`.
     pub fn wgsl(&self, dtype: DType) -> String {
-        let (elem, mad) = match dtype {
-            DType::F32 => ("f32", "return fma(x, y, acc);"),
-            _ => ("i32", "return acc + x * y;"),
-        };
-        [MATMUL_COMMON_WGSL, MATMUL_SPLITK_WGSL]
-            .concat()
-            .replace("ELEM", elem)
-            .replace("MAD_BODY", mad)
+        scalar_source(MATMUL_SPLITK_WGSL, dtype)
             .replace("SPLITK_WG", &self.wg.to_string())
             .replace("SPLITK_NC", &self.nc.to_string())
     }
