@@ -218,6 +218,31 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 ";
 
+/// A self-test's answer for this adapter and driver from `cache` (`what` names it in the
+/// poisoned-lock error), else `run`'s, remembered there.
+fn cached(
+    cache: &Mutex<Vec<(String, bool)>>,
+    ctx: &KernelContext,
+    what: &str,
+    run: impl FnOnce() -> Result<bool>,
+) -> Result<bool> {
+    let d = &ctx.dev.desc;
+    let key = format!("{}|{}|{}|{}", d.backend, d.name, d.driver, d.driver_info);
+    if let Some((_, v)) = cache
+        .lock()
+        .map_err(|_| Error::Gpu(format!("the {what} cache is poisoned")))?
+        .iter()
+        .find(|(k, _)| *k == key)
+    {
+        return Ok(*v);
+    }
+    let v = run()?;
+    if let Ok(mut t) = cache.lock() {
+        t.push((key, v));
+    }
+    Ok(v)
+}
+
 /// How the conversions were chosen, per adapter and driver: (key, hardware usable).
 static TESTED: Mutex<Vec<(String, bool)>> = Mutex::new(Vec::new());
 
@@ -235,35 +260,25 @@ pub fn f16_hardware(ctx: &KernelContext) -> Result<bool> {
             )));
         }
     }
-    let d = &ctx.dev.desc;
-    let key = format!("{}|{}|{}|{}", d.backend, d.name, d.driver, d.driver_info);
-    if let Some((_, hw)) = TESTED
-        .lock()
-        .map_err(|_| Error::Gpu("the float16 conversion cache is poisoned".into()))?
-        .iter()
-        .find(|(k, _)| *k == key)
-    {
-        return Ok(*hw);
-    }
-    let (bad, first) = self_test(ctx)?;
-    let hw = bad == 0;
-    if hw {
-        tracing::info!(
-            "float16 conversions on {} ({}): hardware (self-test passed)",
-            d.name,
-            d.driver
-        );
-    } else {
-        tracing::warn!(
-            "float16 conversions on {} ({}): software ({bad} self-test cases differ, first {first})",
-            d.name,
-            d.driver
-        );
-    }
-    if let Ok(mut t) = TESTED.lock() {
-        t.push((key, hw));
-    }
-    Ok(hw)
+    cached(&TESTED, ctx, "float16 conversion", || {
+        let d = &ctx.dev.desc;
+        let (bad, first) = self_test(ctx)?;
+        let hw = bad == 0;
+        if hw {
+            tracing::info!(
+                "float16 conversions on {} ({}): hardware (self-test passed)",
+                d.name,
+                d.driver
+            );
+        } else {
+            tracing::warn!(
+                "float16 conversions on {} ({}): software ({bad} self-test cases differ, first {first})",
+                d.name,
+                d.driver
+            );
+        }
+        Ok(hw)
+    })
 }
 
 /// Runs the self-test: (cases that differ, the first of them).
@@ -543,40 +558,30 @@ pub fn f16_native(ctx: &KernelContext) -> Result<bool> {
     if !ctx.features().contains(wgpu::Features::SHADER_F16) || !f16_hardware(ctx)? {
         return Ok(false);
     }
-    let d = &ctx.dev.desc;
-    let key = format!("{}|{}|{}|{}", d.backend, d.name, d.driver, d.driver_info);
-    if let Some((_, ok)) = NATIVE_TESTED
-        .lock()
-        .map_err(|_| Error::Gpu("the native float16 cache is poisoned".into()))?
-        .iter()
-        .find(|(k, _)| *k == key)
-    {
-        return Ok(*ok);
-    }
-    let t = native_test_of(ctx, NATIVE_FORMS[0].0, NATIVE_FORMS[0].1)?;
-    let ok = t.bad == 0;
-    if ok {
-        tracing::info!(
-            "native float16 comparisons on {} ({}): exact (self-test passed); half sums differ \
-             from float32 rounded once on {} of 524288 cases (first {})",
-            d.name,
-            d.driver,
-            t.add_bad,
-            t.add_first
-        );
-    } else {
-        tracing::warn!(
-            "native float16 comparisons on {} ({}): not used ({} self-test cases differ, first {})",
-            d.name,
-            d.driver,
-            t.bad,
-            t.first
-        );
-    }
-    if let Ok(mut t) = NATIVE_TESTED.lock() {
-        t.push((key, ok));
-    }
-    Ok(ok)
+    cached(&NATIVE_TESTED, ctx, "native float16", || {
+        let d = &ctx.dev.desc;
+        let t = native_test_of(ctx, NATIVE_FORMS[0].0, NATIVE_FORMS[0].1)?;
+        let ok = t.bad == 0;
+        if ok {
+            tracing::info!(
+                "native float16 comparisons on {} ({}): exact (self-test passed); half sums differ \
+                 from float32 rounded once on {} of 524288 cases (first {})",
+                d.name,
+                d.driver,
+                t.add_bad,
+                t.add_first
+            );
+        } else {
+            tracing::warn!(
+                "native float16 comparisons on {} ({}): not used ({} self-test cases differ, first {})",
+                d.name,
+                d.driver,
+                t.bad,
+                t.first
+            );
+        }
+        Ok(ok)
+    })
 }
 
 /// The native self-test's counts: comparison / max cases that differ and the first of them;
