@@ -1172,7 +1172,7 @@ pub(crate) fn record_plan_hooked(
         dims.push((splits, kc * sa_k, kc * sb_k));
         batches *= splits;
         let bytes = (batches * m * n * dtype.size()) as u64;
-        (kc, Some(ctx.temp(bytes)?))
+        (kc, Some(ctx.scratch("matmul_ksplit", bytes)?))
     } else {
         (k, None)
     };
