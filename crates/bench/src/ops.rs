@@ -258,6 +258,9 @@ fn all_cases(small: bool) -> Vec<Kind> {
         v.push(mm(0, 4096, 4096, 4096, true, false));
         v.push(mm(0, 4096, 4096, 4096, false, true));
         v.push(mm(0, 64, 2048, 1000, false, false));
+        // ResNet-50's classifier: the product above is its forward pass (16 tiles of 64 x 64
+        // over K = 2048: K split in 8 on GPUs), this its input gradient (K split in 2).
+        v.push(mm(0, 64, 1000, 2048, false, true));
         // The Keras CNN's Dense layer: few outputs over a long K (the split-K kernel on GPUs).
         v.push(mm(0, 64, 1152, 10, false, false));
         v.push(mm(0, 4096, 64, 4096, false, false));

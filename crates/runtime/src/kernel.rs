@@ -359,6 +359,8 @@ pub const ARRIVAL_COUNTERS: usize = 4096;
 pub struct KernelContext<'d> {
     pub(crate) dev: &'d DeviceInner,
     temps: parking_lot::Mutex<Vec<u64>>,
+    /// Scratch buffers by (name, size): see [`KernelContext::scratch`].
+    scratch: parking_lot::Mutex<Vec<(&'static str, u64, BufferRange)>>,
 }
 
 impl<'d> KernelContext<'d> {
@@ -366,6 +368,7 @@ impl<'d> KernelContext<'d> {
         KernelContext {
             dev,
             temps: parking_lot::Mutex::new(vec![]),
+            scratch: parking_lot::Mutex::new(vec![]),
         }
     }
 
@@ -430,6 +433,21 @@ impl<'d> KernelContext<'d> {
         self.temps.lock().push(addr);
         let r = self.dev.alloc.resolve(addr)?;
         Ok(r.range(size))
+    }
+
+    /// A temporary buffer of `size` bytes that every request with the same `name` and size in
+    /// this context shares (freed like `temp`): for an intermediate that is dead once the
+    /// dispatches recorded with it have run. Work recorded in one context runs in recording
+    /// order, so a later user may overwrite it; the tuner records one kernel many times in one
+    /// context, and fresh temporaries each time would grow the heap and time the allocator.
+    pub fn scratch(&self, name: &'static str, size: u64) -> Result<BufferRange> {
+        let mut held = self.scratch.lock();
+        if let Some((_, _, r)) = held.iter().find(|(n, s, _)| *n == name && *s == size) {
+            return Ok(r.clone());
+        }
+        let r = self.temp(size)?;
+        held.push((name, size, r.clone()));
+        Ok(r)
     }
 
     /// A temporary device tensor of `desc` (freed like `temp`), for kernels that run other

@@ -337,6 +337,49 @@ fn forced_tiles_must_apply() {
     }
 }
 
+/// K split across workgroups of a vector tile (`ksS_TILE`: on GPU adapters the automatic
+/// choice for products of few output tiles over a long K): every transpose, partial tiles in M
+/// and N, parts of exactly one K tile and of many, 2 to 16 parts; the parts' sum in float32
+/// within the bound of the whole sum, int32 exact; refused where K does not split evenly into
+/// parts that keep the vector layout, or for a tile that is not a vector tile.
+#[test]
+fn k_split_vector_tiles() {
+    let mut seed = 900;
+    for (tile, m, k, n) in [
+        ("ks2_64x64x16_4x4w", 68, 40, 132),
+        ("ks8_64x64x16_4x4w", 64, 2048, 100),
+        ("ks3_64x64x16_4x4s1", 8, 48, 12),
+        ("ks16_64x64x16_4x4w", 20, 1024, 8),
+    ] {
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            seed += 1;
+            check_f32_tile("MatMul", Some(tile), &[], &[], m, k, n, ta, tb, seed);
+        }
+    }
+    let mut r = rng(311);
+    for t in [(false, false), (true, true)] {
+        let tiles = ["ks2_64x64x16_4x4w", "ks5_64x64x16_4x4w"];
+        check_int32_tiles(&mut r, (68, 40, 132), t, &tiles, |_| true);
+    }
+    let a = dev().upload(&[1.0f32; 8 * 40], &[8, 40]).unwrap();
+    let b = dev().upload(&[1.0f32; 40 * 8], &[40, 8]).unwrap();
+    for tile in [
+        "ks3_64x64x16_4x4w",
+        "ks20_64x64x16_4x4w",
+        "ks1_64x64x16_4x4w",
+        "ks2_64x64x8",
+    ] {
+        let Err(e) = dev().run(
+            "MatMul",
+            &Attrs::new().with("_tfwgpu_tile", AttrValue::Str(tile.into())),
+            &[Arg::from(&a), Arg::from(&b)],
+        ) else {
+            panic!("{tile} ran");
+        };
+        assert!(matches!(e, Error::InvalidArgument(_)), "{tile}: {e:?}");
+    }
+}
+
 #[test]
 fn empty_and_zero_depth_products() {
     // K = 0: zeros, even where the output's memory held something else before.

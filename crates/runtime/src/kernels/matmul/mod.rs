@@ -94,6 +94,7 @@ const MATMUL_WGSL: &str = include_str!("matmul.wgsl");
 /// The params struct and batch decomposition both matmul shaders share, prepended to each.
 pub(super) const MATMUL_COMMON_WGSL: &str = include_str!("matmul_common.wgsl");
 const MATMUL_SPLITK_WGSL: &str = include_str!("matmul_splitk.wgsl");
+const MATMUL_KSUM_WGSL: &str = include_str!("matmul_ksum.wgsl");
 
 /// `body` (matmul.wgsl or matmul_splitk.wgsl) after the shared params, for `dtype`: float32
 /// multiply-adds by `fma`, int32 exactly.
@@ -394,10 +395,59 @@ pub fn choose_gpu(
     shared: u32,
 ) -> Plan {
     if splitk_on() && splitk_applies(batches, m, n, k) {
-        Plan::SplitK(SPLITK_128X8)
-    } else {
-        choose(batches, m, n, k, layouts, shared)
+        return Plan::SplitK(SPLITK_128X8);
     }
+    let base = choose(batches, m, n, k, layouts, shared);
+    match base {
+        Plan::Vec4(t, l) if ksplit_on() => match ksplit_count(batches, m, n, k, t, l) {
+            Some(s) => Plan::KSplit(t, l, s),
+            None => base,
+        },
+        _ => base,
+    }
+}
+
+/// Whether the automatic choice on a GPU adapter may split K across workgroups of the tiled
+/// kernel (`TFWGPU_MATMUL_KSPLIT=0`: never; read once per process).
+fn ksplit_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_MATMUL_KSPLIT", "0"))
+}
+
+/// Workgroups the K-split choice aims at: about one per multiprocessor of a large GPU (the
+/// H200 has 132).
+const KSPLIT_TARGET_GROUPS: usize = 144;
+/// Each split keeps at least this much of K.
+const KSPLIT_MIN_KC: usize = 128;
+
+/// Into how many parts the automatic choice splits K for the vector tile `t`, if at all:
+/// where the product has fewer than half as many tiles as [`KSPLIT_TARGET_GROUPS`] (so most
+/// multiprocessors would idle while a few walk all of K: ResNet-50's classifier, 64 x 1000
+/// over K = 2048, is 16 tiles of 64 x 64), the largest count S <= 16 with S x tiles within the
+/// target, K divisible by S, each part a multiple of 4 (the vector loads) and at least
+/// [`KSPLIT_MIN_KC`] deep. Single products only (the split becomes the outermost batch).
+pub fn ksplit_count(
+    batches: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    t: Vec4Tile,
+    layouts: Layouts,
+) -> Option<u32> {
+    let tiles = batches * m.div_ceil(t.bm as usize) * n.div_ceil(t.bn as usize);
+    if batches != 1 || 2 * tiles > KSPLIT_TARGET_GROUPS {
+        return None;
+    }
+    (2..=16usize)
+        .rev()
+        .find(|&s| {
+            let kc = k / s;
+            s * tiles <= KSPLIT_TARGET_GROUPS
+                && k.is_multiple_of(s)
+                && kc >= KSPLIT_MIN_KC
+                && layouts.fit(m, n, kc)
+        })
+        .map(|s| s as u32)
 }
 
 /// Every scalar tile, for `_tfwgpu_tile`.
@@ -422,6 +472,9 @@ pub enum Plan {
     Sg(SgTile, u32, SgModes),
     /// The split-K shader: one row of C per workgroup, K shared by its invocations.
     SplitK(SplitK),
+    /// The vector tile over K split into this many equal parts (each part's product an
+    /// outermost batch of a temporary), then the parts added (`matmul_ksum.wgsl`).
+    KSplit(Vec4Tile, Layouts, u32),
 }
 
 impl Plan {
@@ -432,6 +485,7 @@ impl Plan {
             Plan::Cpu(t, _) => t.bm(),
             Plan::Sg(t, _, _) => t.bm(),
             Plan::SplitK(_) => 1,
+            Plan::KSplit(t, _, _) => t.bm,
         }
     }
 
@@ -442,6 +496,7 @@ impl Plan {
             Plan::Cpu(t, _) => t.bn(),
             Plan::Sg(t, lanes, _) => t.bn(*lanes),
             Plan::SplitK(t) => t.nc,
+            Plan::KSplit(t, _, _) => t.bn,
         }
     }
 }
@@ -561,6 +616,22 @@ fn forced(
         .and_then(|base| CPU_TILES.iter().find(|t| t.name == base))
     {
         return Ok(Plan::Cpu(*t, None));
+    }
+    // "ksS_TILE": the vector tile TILE over K split into S parts.
+    if let Some((s, base)) = name.strip_prefix("ks").and_then(|r| r.split_once('_'))
+        && let Ok(s) = s.parse::<u32>()
+    {
+        let Plan::Vec4(t, l) = forced(op, base, m, n, k, layouts, shared, lanes)? else {
+            bail_invalid!("{op}: _tfwgpu_tile {name:?}: K splits apply to the vector tiles only");
+        };
+        let parts = s as usize;
+        if parts < 2 || !k.is_multiple_of(parts) || !l.fit(m, n, k / parts) {
+            bail_invalid!(
+                "{op}: _tfwgpu_tile {name:?} needs K ({k}) split into {s} >= 2 equal parts \
+                 that keep the vector layout"
+            );
+        }
+        return Ok(Plan::KSplit(t, l, s));
     }
     let Some(t) = VEC4_TILES.iter().find(|t| t.name == name) else {
         bail_invalid!("{op}: _tfwgpu_tile {name:?} names no matmul tile");
@@ -945,6 +1016,7 @@ fn plan_name(plan: &Plan) -> String {
         Plan::Cpu(t, l) => t.specialization(*l),
         Plan::Sg(t, lanes, modes) => t.specialization(*lanes, *modes),
         Plan::SplitK(t) => t.name.to_string(),
+        Plan::KSplit(t, l, s) => format!("ks{s}_{}", t.specialization(*l)),
     }
 }
 
@@ -1048,9 +1120,14 @@ pub(crate) fn record_plan_hooked(
     if hooks.is_some() && !matches!(plan, Plan::Vec4(..)) {
         bail_invalid!("{op}: addressing hooks need a vector plan, got {plan:?}");
     }
+    // A K split runs the vector tile's own pipeline over the parts.
+    let (shader_plan, splits) = match plan {
+        Plan::KSplit(t, l, s) => (Plan::Vec4(t, l), s as usize),
+        p => (p, 1),
+    };
     let spec = match hooks {
-        Some((name, _, _)) => format!("{name}_{}", plan_name(&plan)),
-        None => plan_name(&plan),
+        Some((name, _, _)) => format!("{name}_{}", plan_name(&shader_plan)),
+        None => plan_name(&shader_plan),
     };
     // Bounds checks are off (they cost ~1.6x on lavapipe, clamping every shared-memory read
     // of the inner loop). The indexing is in range by construction: shared and private
@@ -1068,21 +1145,39 @@ pub(crate) fn record_plan_hooked(
     // j < NC and l (+ s) < WG (`SplitK::is_valid`), and stores only those columns of rows
     // below M.
     let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), spec), || {
-        let mut src = ShaderSource::new(match plan {
+        let mut src = ShaderSource::new(match shader_plan {
             Plan::Scalar(tile) => tile.wgsl(dtype),
             Plan::Sg(tile, lanes, modes) => tile.wgsl(dtype, lanes, modes),
             Plan::Cpu(tile, layouts) => tile.wgsl(dtype, layouts),
             Plan::Vec4(tile, layouts) => tile.wgsl_hooked(dtype, layouts, hooks.map(|h| h.1)),
             Plan::SplitK(t) => t.wgsl(dtype),
+            Plan::KSplit(..) => unreachable!("a K split runs its vector tile's shader"),
         });
         src.checks = Checks::Trusted;
         src
     })?;
-    let dims = &gm.dims;
-    let batches = gm.batches;
     // Strides of A (M x K) and B (K x N) as stored.
     let (sa_m, sa_k) = if gm.ta { (1, m) } else { (k, 1) };
     let (sb_k, sb_n) = if gm.tb { (1, k) } else { (n, 1) };
+    // With a K split, part j is batch j of the outermost batch dimension: A and B start j * KC
+    // terms further along K, the part's product goes to slice j of a temporary, and the
+    // kernel walks KC = K / S terms (its row strides stay those of the whole K).
+    let mut dims = gm.dims.clone();
+    let mut batches = gm.batches;
+    let (k, parts) = if splits > 1 {
+        let kc = k / splits;
+        if !k.is_multiple_of(splits) || dims.len() >= MAX_BATCH_DIMS {
+            bail_invalid!("{op}: K ({k}) cannot be split into {splits} parts here");
+        }
+        dims.push((splits, kc * sa_k, kc * sb_k));
+        batches *= splits;
+        let bytes = (batches * m * n * dtype.size()) as u64;
+        (kc, Some(ctx.scratch("matmul_ksplit", bytes)?))
+    } else {
+        (k, None)
+    };
+    let dims = &dims;
+    let out = parts.as_ref().unwrap_or(c);
     let mut bdims = [0u32; MAX_BATCH_DIMS];
     let mut astr = [0u32; MAX_BATCH_DIMS];
     let mut bstr = [0u32; MAX_BATCH_DIMS];
@@ -1129,13 +1224,51 @@ pub(crate) fn record_plan_hooked(
                 ctx.dispatch(
                     &pipeline,
                     &params(&words),
-                    &[a.clone(), b.clone(), c.clone()],
+                    &[a.clone(), b.clone(), out.clone()],
                     [gx as u32, gy as u32, gz as u32],
                 )?;
             }
         }
     }
+    if let Some(t) = &parts {
+        record_ksum(ctx, op, dtype, t, c, gm.batches * m * n, splits)?;
+    }
     Ok(())
+}
+
+/// Adds the `splits` slices of `len` elements in `t` into `c` (`matmul_ksum.wgsl`; `len` is a
+/// multiple of 4: the vector layout holds for N).
+fn record_ksum(
+    ctx: &KernelContext,
+    op: &str,
+    dtype: DType,
+    t: &BufferRange,
+    c: &BufferRange,
+    len: usize,
+    splits: usize,
+) -> Result<()> {
+    let elem = match dtype {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        other => bail_invalid!("{op}: no K split for {other}"),
+    };
+    // Indexes stay below len4 (checked in the shader) and splits * len4 (the temporary's
+    // vectors, all written by the product's dispatches).
+    let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), "ksum"), || {
+        let mut src = ShaderSource::new(MATMUL_KSUM_WGSL.replace("ELEM", elem));
+        src.checks = Checks::Trusted;
+        src
+    })?;
+    let len4 = len / 4;
+    let groups = len4.div_ceil(256);
+    let row = groups.min(MAX_GROUPS_X as usize);
+    let words = [to_u32(op, len4)?, to_u32(op, splits)?, row as u32, 0];
+    ctx.dispatch(
+        &pipeline,
+        &params(&words),
+        &[t.clone(), c.clone()],
+        [row as u32, groups.div_ceil(row) as u32, 1],
+    )
 }
 
 #[cfg(test)]
@@ -1186,6 +1319,7 @@ mod tests {
             Plan::Cpu(t, _) => t.name,
             Plan::Sg(t, _, _) => t.name,
             Plan::SplitK(t) => t.name,
+            Plan::KSplit(t, _, _) => t.name,
         };
         let big = 48 * 1024;
         // CPU adapters: the subgroup tiles with subgroups of a fixed size, else the plain one.
@@ -1230,6 +1364,36 @@ mod tests {
         assert_eq!(
             name(choose(1, 1024, 1024, 1024, nn, 16384)),
             "64x64x16_4x4wp0"
+        );
+        // GPU adapters: split-K for few outputs over a long K; K split across the vector
+        // tile's workgroups where the product has few tiles (ResNet-50's classifier: 16 tiles
+        // of 64 x 64, K 2048 in 8 parts; its input gradient: 32 tiles, K 1000 in 2 parts of
+        // 500, since 4 parts of 250 break the vector loads); none once the tiles fill the GPU.
+        assert_eq!(
+            choose_gpu(1, 64, 10, 1152, nn, big),
+            Plan::SplitK(SPLITK_128X8)
+        );
+        assert_eq!(
+            choose_gpu(1, 64, 1000, 2048, nn, big),
+            Plan::KSplit(V4_64X64X16_4X4W, nn, 8)
+        );
+        assert_eq!(
+            choose_gpu(1, 64, 2048, 1000, nn, big),
+            Plan::KSplit(V4_64X64X16_4X4W, nn, 2)
+        );
+        assert_eq!(
+            choose_gpu(1, 1024, 1024, 1024, nn, big),
+            Plan::Vec4(V4_64X64X16_4X4W, nn)
+        );
+        assert_eq!(
+            choose_gpu(1, 64, 1000, 200, nn, big),
+            Plan::Vec4(V4_64X64X16_4X4W, nn),
+            "parts of at least 128 terms"
+        );
+        assert_eq!(
+            choose_gpu(2, 64, 1000, 2048, nn, big),
+            Plan::Vec4(V4_64X64X16_4X4W, nn),
+            "single products only"
         );
         for t in VEC4_TILES {
             assert!(t.is_valid(), "{}", t.name);
