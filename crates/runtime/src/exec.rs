@@ -77,7 +77,8 @@ pub struct ExecConfig {
     /// execution threads need the cores a spinning host would take). A blocked thread wakes
     /// some time after the GPU finished (H200: a 4-byte read back after a small fill took
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
-    /// and a training step of a small model waits for the GPU several times.
+    /// and a training step of a small model waits for the GPU several times. Polls past
+    /// [`DEFAULT_SPIN`] yield the core to other threads between them (`std::thread::yield_now`).
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
@@ -1455,12 +1456,22 @@ impl ExecutionContext {
         let spin = self.cfg.spin.unwrap_or_default();
         if !spin.is_zero() {
             let t0 = Instant::now();
-            while t0.elapsed() < spin {
+            loop {
+                let spun = t0.elapsed();
+                if spun >= spin {
+                    break;
+                }
                 let _ = self.device.poll(wgpu::PollType::Poll);
                 if self.completed() >= id {
                     return self.check();
                 }
-                std::hint::spin_loop();
+                // Past the default's span, a longer spin (`TFWGPU_SPIN_US`) gives way to any
+                // other thread that wants this core between two polls.
+                if spun >= DEFAULT_SPIN {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
             }
         }
         if let Some(index) = index {
