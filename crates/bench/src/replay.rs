@@ -1543,6 +1543,15 @@ mod tests {
             assert_eq!(labels, ["step", "step", "end"]);
             assert!(p.marks.windows(2).all(|w| w[0].1 <= w[1].1));
             assert!(p.marks[2].1 <= p.wall_s);
+            // Each mark's chain: reached after the mark before it ended, then its flush and
+            // its wait, which end no later than the mark's own time.
+            assert_eq!(p.mark_chain.len(), 3);
+            for (i, c) in p.mark_chain.iter().enumerate() {
+                let before = if i == 0 { 0.0 } else { p.marks[i - 1].1 };
+                assert!(c.reached_s >= before, "{i}: {c:?}");
+                assert!(c.flush_s >= 0.0 && c.wait_s >= 0.0, "{i}: {c:?}");
+                assert!(c.reached_s + c.flush_s + c.wait_s <= p.marks[i].1 + 1e-9, "{i}: {c:?}");
+            }
         }
         let steps = step_times(&passes);
         // Two intervals per pass open with "step"; the first pass is left out.
