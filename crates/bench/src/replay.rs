@@ -1550,7 +1550,10 @@ mod tests {
                 let before = if i == 0 { 0.0 } else { p.marks[i - 1].1 };
                 assert!(c.reached_s >= before, "{i}: {c:?}");
                 assert!(c.flush_s >= 0.0 && c.wait_s >= 0.0, "{i}: {c:?}");
-                assert!(c.reached_s + c.flush_s + c.wait_s <= p.marks[i].1 + 1e-9, "{i}: {c:?}");
+                assert!(
+                    c.reached_s + c.flush_s + c.wait_s <= p.marks[i].1 + 1e-9,
+                    "{i}: {c:?}"
+                );
             }
         }
         let steps = step_times(&passes);

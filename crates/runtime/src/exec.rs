@@ -78,7 +78,11 @@ pub struct ExecConfig {
     /// some time after the GPU finished (H200: a 4-byte read back after a small fill took
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
     /// and a training step of a small model waits for the GPU several times. Polls past
-    /// [`DEFAULT_SPIN`] yield the core to other threads between them (`std::thread::yield_now`).
+    /// [`TIGHT_SPIN`] yield the core to other threads between them (`std::thread::yield_now`).
+    /// The default was 50 us until session 12: the replayed CNN inference step (GPU busy
+    /// ~0.09 ms) then always blocked and paid the driver's wake-up; 1 ms cut it 0.255-0.324 ->
+    /// 0.206-0.282 ms and the replayed training step 0.865-0.988 -> 0.786-0.930 ms, lower in
+    /// each of three interleaved rounds (bench/RESULTS.md, session 12, infer13).
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
@@ -93,7 +97,11 @@ pub struct ExecConfig {
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(1000);
+
+/// How long a waiting host polls back to back before it yields its core between polls (see
+/// [`ExecConfig::spin`]; the whole spin before session 12).
+pub const TIGHT_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for ExecConfig {
     fn default() -> Self {
@@ -1465,9 +1473,9 @@ impl ExecutionContext {
                 if self.completed() >= id {
                     return self.check();
                 }
-                // Past the default's span, a longer spin (`TFWGPU_SPIN_US`) gives way to any
-                // other thread that wants this core between two polls.
-                if spun >= DEFAULT_SPIN {
+                // Past the tight span, the spin gives way to any other thread that wants this
+                // core between two polls.
+                if spun >= TIGHT_SPIN {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();
