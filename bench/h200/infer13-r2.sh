@@ -10,7 +10,7 @@
 #   ia0    = new + TFWGPU_BATCH_IDLE_US=0 (no idle-age submit: one submit per replayed step);
 #   ia150  = new + TFWGPU_BATCH_IDLE_US=150;
 #   pipe   = new, replay with --no-mark-sync (the host's pace; 3 calls then the read).
-# Request folder as request 1 (bench/h200/infer13-r1.sh).
+# Request folder as request 1 (bench/data/2026-12-01-s12-infer13-r1-run.sh).
 set -u
 T0=$(date +%s); left() { [ $(( $(date +%s) - T0 )) -lt $1 ]; }
 export TFWGPU_TUNE_CACHE=/tmp/tune-infer13.json
