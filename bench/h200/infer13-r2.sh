@@ -8,7 +8,9 @@
 #   main   = TFWGPU_SPIN_US=50 (main's behaviour);
 #   new    = the branch's defaults (spin 1 ms);
 #   ia0    = new + TFWGPU_BATCH_IDLE_US=0 (no idle-age submit: one submit per replayed step);
-#   ia150  = new + TFWGPU_BATCH_IDLE_US=150;
+#   ea3    = new + TFWGPU_ENCODE_AHEAD=3 (the batch encoded in parts of 3 commands on an encoder
+#            thread while recording goes on; one submit of all parts);
+#   ea3ia0 = ea3 + TFWGPU_BATCH_IDLE_US=0 (one submit per replayed step, mostly encoded ahead);
 #   pipe   = new, replay with --no-mark-sync (the host's pace; 3 calls then the read).
 # Request folder as request 1 (bench/data/2026-12-01-s12-infer13-r1-run.sh).
 set -u
@@ -22,7 +24,8 @@ B=./.hostrun/tfwgpu-bench
 V_main="TFWGPU_SPIN_US=50"
 V_new="TFWGPU_LOG=warn"
 V_ia0="TFWGPU_BATCH_IDLE_US=0"
-V_ia150="TFWGPU_BATCH_IDLE_US=150"
+V_ea3="TFWGPU_ENCODE_AHEAD=3"
+V_ea3ia0="TFWGPU_ENCODE_AHEAD=3 TFWGPU_BATCH_IDLE_US=0"
 V_pipe="TFWGPU_LOG=warn"
 replay() { # variant round [extra env]
   eval "e=\$V_$1"
@@ -33,14 +36,14 @@ replay() { # variant round [extra env]
 echo "== torch $(date +%T)"
 timeout 25 python3 bench/torch_keraslike.py --models cnn --steps 200 --warmup 20 --reps 1 --variants pageable+sync,infer --json $L/torch-kl.json > $L/torch-kl.txt 2>&1; grep -E "ms/step" $L/torch-kl.txt || tail -3 $L/torch-kl.txt
 timeout 30 python3 bench/torch_infer_chain.py --json $L/torch-chain.json > $L/torch-chain.txt 2>&1; tail -1 $L/torch-chain.txt
-for r in 1 2 3 4; do
+for r in 1 2 3; do
   left 75 || { echo "(time: skipped replay round $r)"; break; }
   echo "-- replay round $r $(date +%T)"
-  vs="main new ia0 ia150 pipe"; [ $((r % 2)) = 0 ] && vs="pipe ia150 ia0 new main"
+  vs="main new ia0 ea3 ea3ia0 pipe"; [ $((r % 2)) = 0 ] && vs="pipe ea3ia0 ea3 ia0 new main"
   for v in $vs; do replay $v $r; done
 done
 echo "== replay host logs $(date +%T)"
-for v in new ia0; do
+for v in new ea3ia0; do
   left 85 || { echo "(time: skipped host log $v)"; break; }
   REP=8 replay $v hl TFWGPU_HOST_LOG=/tmp/hl-r-$v.json
   python3 bench/hostlog_chain.py /tmp/hl-r-$v.json --json $L/hlchain-$v.json > $L/hlchain-$v.txt 2>&1
@@ -59,8 +62,8 @@ for r in 1 2 3; do
 done
 echo "== summary $(date +%T) ($(( $(date +%s) - T0 )) s)"
 grep -h "ms/step" $L/torch-kl.txt; tail -1 $L/torch-chain.txt
-for v in main new ia0 ia150 pipe; do
-  python3 - "$v" $L/replay-$v-[1234].json <<'EOF'
+for v in main new ia0 ea3 ea3ia0 pipe; do
+  python3 - "$v" $L/replay-$v-[123].json <<'EOF'
 import json, sys
 v, files = sys.argv[1], sys.argv[2:]
 row = []
@@ -74,7 +77,7 @@ for f in files:
         row.append(f"{s['median_ms']:.3f} ({c.get('record_ms', 0):.3f}/{c.get('flush_ms', 0):.3f}/{c.get('wait_ms', 0):.3f}) 3+read {trip[len(trip) // 2]:.3f} train {st['train_step']['median_ms']:.3f}")
     except Exception as e:
         row.append(f"? {e}")
-print(f"replay {v:5s}: " + " | ".join(row))
+print(f"replay {v:6s}: " + " | ".join(row))
 EOF
 done
 echo "(replay: infer step median ms (record/flush/wait), per call of 3 calls + the read, train step median)"
