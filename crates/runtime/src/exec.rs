@@ -403,6 +403,12 @@ struct Batch {
 /// A part of a batch being finished into a command buffer on the encoder thread.
 type Part = std::sync::mpsc::Receiver<wgpu::CommandBuffer>;
 
+/// What the encoder thread finishes: a part's encoder, and where its command buffer goes.
+type EncodeWork = (
+    wgpu::CommandEncoder,
+    std::sync::mpsc::Sender<wgpu::CommandBuffer>,
+);
+
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
 struct Taken {
     /// The parts encoded ahead (see `ExecConfig::encode_ahead`), then the last encoder (none
@@ -475,11 +481,7 @@ pub struct ExecutionContext {
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
     /// `ExecConfig::encode_ahead`: the encoder thread's queue of parts to finish.
-    encoder_tx: std::sync::OnceLock<
-        Mutex<
-            std::sync::mpsc::Sender<(
-                wgpu::CommandEncoder,
-                std::sync::mpsc::Sender<wgpu::CommandBuffer>,
+    encoder_tx: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<EncodeWork>>>,
             )>,
         >,
     >,
@@ -597,11 +599,7 @@ impl ExecutionContext {
             let _ = ctx.submitter.set(tx);
         }
         if ctx.cfg.encode_ahead > 0 {
-            type Work = (
-                wgpu::CommandEncoder,
-                std::sync::mpsc::Sender<wgpu::CommandBuffer>,
-            );
-            let (tx, rx) = std::sync::mpsc::channel::<Work>();
+            let (tx, rx) = std::sync::mpsc::channel::<EncodeWork>();
             std::thread::Builder::new()
                 .name("tfwgpu-encode".into())
                 .spawn(move || {
