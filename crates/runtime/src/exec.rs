@@ -482,9 +482,6 @@ pub struct ExecutionContext {
     read_pool: Mutex<Vec<wgpu::Buffer>>,
     /// `ExecConfig::encode_ahead`: the encoder thread's queue of parts to finish.
     encoder_tx: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<EncodeWork>>>,
-            )>,
-        >,
-    >,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
