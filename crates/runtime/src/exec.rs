@@ -79,10 +79,12 @@ pub struct ExecConfig {
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
     /// and a training step of a small model waits for the GPU several times. Polls past
     /// [`TIGHT_SPIN`] yield the core to other threads between them (`std::thread::yield_now`).
-    /// The default was 50 us until session 12: the replayed CNN inference step (GPU busy
-    /// ~0.09 ms) then always blocked and paid the driver's wake-up; 1 ms cut it 0.255-0.324 ->
-    /// 0.206-0.282 ms and the replayed training step 0.865-0.988 -> 0.786-0.930 ms, lower in
-    /// each of three interleaved rounds (bench/RESULTS.md, session 12, infer13).
+    /// The default was 50 us until session 12: a wait for more than that (the replayed CNN
+    /// inference step's GPU part is ~0.09 ms) blocked and paid the driver's wake-up. With 1 ms,
+    /// over six interleaved rounds in two H200 calls, the replayed CNN inference step was
+    /// lower in four (pooled medians ~0.30 -> ~0.27 ms) and the replayed training step in
+    /// four (~0.98 -> ~0.89 ms); Keras's CNN step did not resolve a change (bench/RESULTS.md,
+    /// session 12, infer13).
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
@@ -94,16 +96,6 @@ pub struct ExecConfig {
     /// ResNet-50 step the same (71.3 / 19.7 ms against 70.3 / 19.5, one pair; bench/RESULTS.md,
     /// session 10, lead).
     pub submit_thread: Option<bool>,
-    /// Encode a batch ahead in parts of this many commands (`TFWGPU_ENCODE_AHEAD`; 0, the
-    /// default: off). wgpu encodes a command encoder's passes when it finishes, ~4.5 us per
-    /// dispatch on the H200's host (session 12), all of it at the submit, after the last command
-    /// is recorded: with this on, every `encode_ahead` commands the open batch's encoder is
-    /// handed to an encoder thread, which finishes it into a command buffer while recording
-    /// goes on in a new encoder of the same batch. The batch keeps one id, one uniform arena
-    /// and one submit (its parts' command buffers, in order, then its last encoder's), so the
-    /// submit at a host sync encodes only the commands since the last part. Not measured on a
-    /// GPU yet (bench/NOTES-infer.md).
-    pub encode_ahead: usize,
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
@@ -128,7 +120,6 @@ impl Default for ExecConfig {
             arena_upload_bytes: 16 << 10,
             spin: None,
             submit_thread: None,
-            encode_ahead: 0,
         }
     }
 }
@@ -175,9 +166,6 @@ impl ExecConfig {
         }
         if let Some(n) = env_parse::<u32>("TFWGPU_SUBMIT_THREAD") {
             c.submit_thread = Some(n > 0);
-        }
-        if let Some(n) = env_parse::<usize>("TFWGPU_ENCODE_AHEAD") {
-            c.encode_ahead = n;
         }
 
         c
@@ -394,27 +382,11 @@ struct Batch {
     timing: Option<BatchTiming>,
     /// The query pair of the open compute pass, when passes are timed as a whole.
     pass_timing: Option<u32>,
-    /// Parts of this batch handed to the encoder thread (`ExecConfig::encode_ahead`), in order.
-    parts: Vec<Part>,
-    /// `ops` when the last part was cut.
-    part_ops: usize,
 }
-
-/// A part of a batch being finished into a command buffer on the encoder thread.
-type Part = std::sync::mpsc::Receiver<wgpu::CommandBuffer>;
-
-/// What the encoder thread finishes: a part's encoder, and where its command buffer goes.
-type EncodeWork = (
-    wgpu::CommandEncoder,
-    std::sync::mpsc::Sender<wgpu::CommandBuffer>,
-);
 
 /// A batch taken out for submission (see [`ExecutionContext::take_locked`]).
 struct Taken {
-    /// The parts encoded ahead (see `ExecConfig::encode_ahead`), then the last encoder (none
-    /// when a part was cut at the batch's last command).
-    parts: Vec<Part>,
-    encoder: Option<wgpu::CommandEncoder>,
+    encoder: wgpu::CommandEncoder,
     uniforms: Vec<u8>,
     timing: Option<BatchTiming>,
     id: u64,
@@ -480,8 +452,6 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// `ExecConfig::encode_ahead`: the encoder thread's queue of parts to finish.
-    encoder_tx: std::sync::OnceLock<Mutex<std::sync::mpsc::Sender<EncodeWork>>>,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -548,8 +518,6 @@ impl ExecutionContext {
                 bind_groups: BindGroupCache::default(),
                 timing: None,
                 pass_timing: None,
-                parts: Vec::new(),
-                part_ops: 0,
             }),
             turn: Mutex::new(()),
             turn_cv: Condvar::new(),
@@ -562,7 +530,6 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
-            encoder_tx: std::sync::OnceLock::new(),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -594,22 +561,6 @@ impl ExecutionContext {
                 })
                 .expect("spawning the tfwgpu submit thread");
             let _ = ctx.submitter.set(tx);
-        }
-        if ctx.cfg.encode_ahead > 0 {
-            let (tx, rx) = std::sync::mpsc::channel::<EncodeWork>();
-            std::thread::Builder::new()
-                .name("tfwgpu-encode".into())
-                .spawn(move || {
-                    for (encoder, back) in rx {
-                        let t0 = hostlog::now();
-                        let cb = encoder.finish();
-                        hostlog::span(Kind::SubmitFinish, t0, 0);
-                        // The batch's submit may have failed and dropped its receiver.
-                        let _ = back.send(cb);
-                    }
-                })
-                .expect("spawning the tfwgpu encoder thread");
-            let _ = ctx.encoder_tx.set(Mutex::new(tx));
         }
         ctx
     }
@@ -673,14 +624,10 @@ impl ExecutionContext {
         b.ops += 1;
         if b.ops == 1 {
             self.recorded_tag.store(b.id, Ordering::Release);
-            b.part_ops = 0;
         }
-        let due = b.ops >= self.cfg.max_ops
-            || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle());
-        if !due && self.cfg.encode_ahead > 0 && b.ops - b.part_ops >= self.cfg.encode_ahead {
-            self.cut_part(&mut b);
-        }
-        if due {
+        if b.ops >= self.cfg.max_ops
+            || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
+        {
             let taken = self.take_locked(&mut b);
             return match (taken, self.submitter.get()) {
                 // Sent before the batch lock is let go: the submit thread receives batches in
@@ -700,27 +647,6 @@ impl ExecutionContext {
             };
         }
         Ok(())
-    }
-
-    /// Hands the open batch's encoder to the encoder thread as a part of the batch (see
-    /// `ExecConfig::encode_ahead`); the next command begins a new encoder of the same batch.
-    fn cut_part(&self, b: &mut Batch) {
-        let Some(tx) = self.encoder_tx.get() else {
-            return;
-        };
-        Self::end_pass(b);
-        let Some(encoder) = b.encoder.take() else {
-            return;
-        };
-        let (back, part) = std::sync::mpsc::channel();
-        match tx.lock().send((encoder, back)) {
-            Ok(()) => {
-                b.parts.push(part);
-                b.part_ops = b.ops;
-            }
-            // The thread is gone: keep recording into the same encoder.
-            Err(e) => b.encoder = Some((e.0).0),
-        }
     }
 
     /// True when fewer than `idle_inflight` submitted batches are not complete, as far as the
@@ -1422,12 +1348,8 @@ impl ExecutionContext {
     /// finishes). Batches still reach the queue in id order (`submit_in_turn`).
     fn take_locked(&self, b: &mut Batch) -> Option<Taken> {
         Self::end_pass(b);
-        let encoder = b.encoder.take();
-        if encoder.is_none() && b.parts.is_empty() {
-            return None;
-        }
+        let encoder = b.encoder.take()?;
         let taken = Taken {
-            parts: std::mem::take(&mut b.parts),
             encoder,
             uniforms: std::mem::take(&mut b.uniforms),
             timing: b.timing.take(),
@@ -1435,7 +1357,6 @@ impl ExecutionContext {
         };
         b.id += 1;
         b.ops = 0;
-        b.part_ops = 0;
         b.started = None;
         Some(taken)
     }
@@ -1468,24 +1389,13 @@ impl ExecutionContext {
         let t1 = hostlog::now();
         hostlog::span_to(Kind::SubmitTurn, t0, t1, taken.id);
         let Taken {
-            parts,
-            encoder,
+            mut encoder,
             uniforms,
             timing,
             id,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
-        // The timestamps' resolve goes in the last encoder (one more when a part ended the
-        // batch).
-        let mut encoder = encoder.or_else(|| {
-            timing.as_ref().map(|_| {
-                self.device
-                    .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                        label: Some("tfwgpu batch"),
-                    })
-            })
-        });
-        let timing_bytes = timing.as_ref().zip(encoder.as_mut()).map(|(t, encoder)| {
+        let timing_bytes = timing.as_ref().map(|t| {
             let n = t.labels.len() as u32 * 2;
             encoder.resolve_query_set(&t.slot.set, 0..n, &t.slot.resolve, 0);
             let bytes = n as u64 * wgpu::QUERY_SIZE as u64;
@@ -1498,30 +1408,16 @@ impl ExecutionContext {
         }
         let t3 = hostlog::now();
         hostlog::span_to(Kind::SubmitUniforms, t2, t3, uniforms.len() as u64);
-        let mut cbs = Vec::with_capacity(parts.len() + 1);
-        let mut lost = false;
-        for part in parts {
-            match part.recv() {
-                Ok(cb) => cbs.push(cb),
-                Err(_) => lost = true,
-            }
-        }
-        if lost {
-            // None of the batch runs (an empty submit completes in its place, in order: later
-            // batches still get their turn); the error goes to the caller.
-            cbs.clear();
-        } else {
-            cbs.extend(encoder.map(wgpu::CommandEncoder::finish));
-        }
+        let cb = encoder.finish();
         let t4 = hostlog::now();
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
-        let index = self.queue.submit(cbs);
+        let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
         let shared = self.shared.clone();
         self.queue.on_submitted_work_done(move || {
             shared.completed.fetch_max(id, Ordering::AcqRel);
         });
-        if let (Some(timing), Some(bytes)) = (timing.filter(|_| !lost), timing_bytes) {
+        if let (Some(timing), Some(bytes)) = (timing, timing_bytes) {
             let mapped = Arc::new(Mutex::new(None));
             let m = mapped.clone();
             timing
@@ -1548,11 +1444,6 @@ impl ExecutionContext {
         }
         self.stats.lock().submits += 1;
         hostlog::span(Kind::Submit, t1, id);
-        if lost {
-            return Err(Error::Gpu(format!(
-                "batch {id} was not run: the encoder thread is gone with a part of it"
-            )));
-        }
         self.check()
     }
 

@@ -396,11 +396,7 @@ fn gpu_timings_bracket_every_command() {
 
 #[test]
 fn gpu_timings_per_pass_bracket_each_compute_pass() {
-    // Batches not cut into parts (`TFWGPU_ENCODE_AHEAD`: each part ends a pass).
-    let rt = runtime_with(|o| {
-        o.exec.max_ops = 1000;
-        o.exec.encode_ahead = 0;
-    });
+    let rt = runtime_with(|o| o.exec.max_ops = 1000);
     let d = rt.device();
     let ex = d.exec();
     if let Err(e) = ex.set_timing(true) {
