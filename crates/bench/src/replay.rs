@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
+use tfwgpu_runtime::hostlog;
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, Runtime,
     TensorDesc, TimingSummary, f16,
@@ -447,7 +448,27 @@ pub struct Pass {
     /// For each mark: the last batch submitted when it was reached (all work before the mark
     /// is in batches up to this id), to split GPU timestamps into steps.
     pub mark_batches: Vec<u64>,
+    /// For each mark, where the host's time to it went: see [`MarkChain`].
+    pub mark_chain: Vec<MarkChain>,
 }
+
+/// The host's chain up to one mark (issue 7: where a synchronized step's latency goes). The
+/// mark's synchronize is split into its flush (the open batch encoded and submitted on the
+/// replaying thread, or the wait for a batch another thread took to reach the queue) and its
+/// wait (from then until the host knows the GPU finished).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MarkChain {
+    /// Seconds since the pass began at which the mark event was reached (everything before it
+    /// recorded).
+    pub reached_s: f64,
+    pub flush_s: f64,
+    pub wait_s: f64,
+}
+
+/// `--no-mark-sync`: marks do not synchronize (steps are then the host's pace of recording and
+/// submitting, with the GPU running behind, as Keras's inference loop and PyTorch's
+/// event-timed steps measure them); the pass still synchronizes at its end.
+static NO_MARK_SYNC: AtomicBool = AtomicBool::new(false);
 
 pub(crate) fn sub(a: ExecStats, b: ExecStats) -> ExecStats {
     ExecStats {
@@ -567,8 +588,24 @@ pub fn replay_once(
     let result = (|| -> Result<(), String> {
         for (i, ev) in trace.events.iter().enumerate() {
             if let Event::Mark(label) = ev {
-                dev.synchronize().map_err(e)?;
+                let reached = t0.elapsed().as_secs_f64();
+                let mut chain = MarkChain {
+                    reached_s: reached,
+                    ..MarkChain::default()
+                };
+                if !NO_MARK_SYNC.load(Ordering::Relaxed) {
+                    // `Device::synchronize` in its two parts, timed apart.
+                    let id = dev.exec().flush().map_err(e)?;
+                    let flushed = t0.elapsed().as_secs_f64();
+                    dev.exec().wait(id).map_err(e)?;
+                    let done = t0.elapsed().as_secs_f64();
+                    chain.flush_s = flushed - reached;
+                    chain.wait_s = done - flushed;
+                }
+                // In the host log (`TFWGPU_HOST_LOG`) too, the mark sits after its synchronize.
+                hostlog::mark(label);
                 pass.marks.push((label.clone(), t0.elapsed().as_secs_f64()));
+                pass.mark_chain.push(chain);
                 pass.mark_batches.push(dev.exec().submitted());
             } else {
                 apply_event(dev, i, ev, cache, &mut mem, &mut payloads, &mut pass)?;
@@ -825,6 +862,38 @@ pub(crate) fn report_steps<P: Timed>(passes: &[P]) -> Value {
     Value::Object(doc)
 }
 
+/// Prints and records (into `steps`' JSON, key `chain` of each label) where the host's time of
+/// each step went: `record_ms` from the opening mark's end to the closing mark being reached
+/// (the step's events recorded), `flush_ms` and `wait_ms` of the closing mark's synchronize
+/// (see [`MarkChain`]); medians over the passes after the first (as [`step_times`]).
+fn report_chain(passes: &[Pass], steps: &mut Value) {
+    let skip = usize::from(passes.len() > 1);
+    let mut parts: BTreeMap<String, [Vec<f64>; 3]> = BTreeMap::new();
+    for p in &passes[skip..] {
+        for (w, c) in p.marks.windows(2).zip(p.mark_chain.iter().skip(1)) {
+            let e = parts.entry(w[0].0.clone()).or_default();
+            e[0].push((c.reached_s - w[0].1) * 1e3);
+            e[1].push(c.flush_s * 1e3);
+            e[2].push(c.wait_s * 1e3);
+        }
+    }
+    for (label, [rec, flush, wait]) in &parts {
+        println!(
+            "  chain {label:?}: record {:.3} ms, flush (submit) {:.3} ms, wait (GPU + noticing) {:.3} ms (medians of {})",
+            median(rec),
+            median(flush),
+            median(wait),
+            rec.len()
+        );
+        if let Some(doc) = steps.get_mut(label) {
+            doc["chain"] = json!({
+                "record_ms": median(rec), "flush_ms": median(flush), "wait_ms": median(wait),
+                "record_all": rec, "flush_all": flush, "wait_all": wait,
+            });
+        }
+    }
+}
+
 /// Where the GPU was idle inside a list of timed commands (issue 7's bubbles), from their
 /// timestamps: idle time between two commands of the same batch (one command buffer: the GPU's
 /// own launch and barrier latency, which no host work can remove), and idle time between the
@@ -1060,7 +1129,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// The `replay` command.
 pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
-                         [--sync-each] [--per-device [--timeline FILE]] [--data-parallel N,M \
+                         [--sync-each] [--no-mark-sync] [--per-device [--timeline FILE]] [--data-parallel N,M \
                          [--allreduce exchange|halves] [--bucket-kb K] [--label L] \
                          [--per-device-batch B] [--check] [--no-defer]]";
     let dev = rt.device();
@@ -1074,6 +1143,10 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             "--check" | "--no-defer" => i += 1,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
+                i += 1;
+            }
+            "--no-mark-sync" => {
+                NO_MARK_SYNC.store(true, Ordering::Relaxed);
                 i += 1;
             }
             "--per-device" => {
@@ -1134,7 +1207,15 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     let mut cache = HashMap::new();
     let mut passes = vec![];
     for r in 0..repeat.max(1) {
+        if r == 1 {
+            // The host log (`TFWGPU_HOST_LOG`) keeps the passes after the first (which builds
+            // the pipelines), up to the GPU-timed passes below.
+            hostlog::reset();
+        }
         passes.push(replay_once(dev, &trace, &mut cache, r as u64)?);
+    }
+    if hostlog::on() {
+        hostlog::dump().map_err(|e| format!("host log: {e}"))?;
     }
     let (walls, med, p) = median_pass(&passes);
     let timestamps = dev
@@ -1187,6 +1268,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     // as untimed, so its busy share is the step's), then per dispatch (per-op GPU time and the
     // gaps between dispatches, with the timestamps' own cost in them).
     let mut steps = report_steps(&passes);
+    report_chain(&passes, &mut steps);
     let mut gpu = None;
     for per_pass in [true, false] {
         let what = if per_pass {
@@ -1461,6 +1543,18 @@ mod tests {
             assert_eq!(labels, ["step", "step", "end"]);
             assert!(p.marks.windows(2).all(|w| w[0].1 <= w[1].1));
             assert!(p.marks[2].1 <= p.wall_s);
+            // Each mark's chain: reached after the mark before it ended, then its flush and
+            // its wait, which end no later than the mark's own time.
+            assert_eq!(p.mark_chain.len(), 3);
+            for (i, c) in p.mark_chain.iter().enumerate() {
+                let before = if i == 0 { 0.0 } else { p.marks[i - 1].1 };
+                assert!(c.reached_s >= before, "{i}: {c:?}");
+                assert!(c.flush_s >= 0.0 && c.wait_s >= 0.0, "{i}: {c:?}");
+                assert!(
+                    c.reached_s + c.flush_s + c.wait_s <= p.marks[i].1 + 1e-9,
+                    "{i}: {c:?}"
+                );
+            }
         }
         let steps = step_times(&passes);
         // Two intervals per pass open with "step"; the first pass is left out.

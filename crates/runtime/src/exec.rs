@@ -77,7 +77,14 @@ pub struct ExecConfig {
     /// execution threads need the cores a spinning host would take). A blocked thread wakes
     /// some time after the GPU finished (H200: a 4-byte read back after a small fill took
     /// 103 us blocking at once, 57 us polling for 30 us first: bench/RESULTS.md, session 6),
-    /// and a training step of a small model waits for the GPU several times.
+    /// and a training step of a small model waits for the GPU several times. Polls past
+    /// [`TIGHT_SPIN`] yield the core to other threads between them (`std::thread::yield_now`).
+    /// The default was 50 us until session 12: a wait for more than that (the replayed CNN
+    /// inference step's GPU part is ~0.09 ms) blocked and paid the driver's wake-up. With 1 ms,
+    /// over six interleaved rounds in two H200 calls, the replayed CNN inference step was
+    /// lower in four (pooled medians ~0.30 -> ~0.27 ms) and the replayed training step in
+    /// four (~0.98 -> ~0.89 ms); Keras's CNN step did not resolve a change (bench/RESULTS.md,
+    /// session 12, infer13).
     pub spin: Option<Duration>,
     /// Batches that a recording thread finds due go to a submit thread of the device, which
     /// encodes and submits them while the recording thread goes on (`TFWGPU_SUBMIT_THREAD=1`;
@@ -92,7 +99,11 @@ pub struct ExecConfig {
 }
 
 /// The host's polling before it blocks on a GPU (see [`ExecConfig::spin`]).
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+pub const DEFAULT_SPIN: Duration = Duration::from_micros(1000);
+
+/// How long a waiting host polls back to back before it yields its core between polls (see
+/// [`ExecConfig::spin`]; the whole spin before session 12).
+pub const TIGHT_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for ExecConfig {
     fn default() -> Self {
@@ -1455,12 +1466,22 @@ impl ExecutionContext {
         let spin = self.cfg.spin.unwrap_or_default();
         if !spin.is_zero() {
             let t0 = Instant::now();
-            while t0.elapsed() < spin {
+            loop {
+                let spun = t0.elapsed();
+                if spun >= spin {
+                    break;
+                }
                 let _ = self.device.poll(wgpu::PollType::Poll);
                 if self.completed() >= id {
                     return self.check();
                 }
-                std::hint::spin_loop();
+                // Past the tight span, the spin gives way to any other thread that wants this
+                // core between two polls.
+                if spun >= TIGHT_SPIN {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
             }
         }
         if let Some(index) = index {
