@@ -23,6 +23,8 @@ pub(crate) struct DeviceInner {
     /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
     /// once allocated.
     pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
+    /// The adapter's tuner (`Tuner::of`, looked up once instead of on every kernel call).
+    pub(crate) tuner: std::sync::OnceLock<Arc<crate::tune::Tuner>>,
 }
 
 /// One opened adapter. Cheap to clone; thread-safe.
@@ -187,6 +189,7 @@ impl Device {
         let exec = ExecutionContext::new(device.clone(), queue, cfg);
         let inner = DeviceInner {
             arrivals: parking_lot::Mutex::new(None),
+            tuner: std::sync::OnceLock::new(),
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), index, limit),

@@ -1073,6 +1073,15 @@ struct DispatchPlan {
     uniform: Vec<bool>,
     params: Vec<u8>,
     groups: [u32; 3],
+    /// The plan's pipeline, once looked up (`KernelContext::pipeline_kept`).
+    pipeline: std::sync::OnceLock<(u64, std::sync::Arc<crate::exec::Pipeline>)>,
+}
+
+/// Whether a kept plan keeps its pipeline too (`TFWGPU_KEPT_PIPELINES=0`: off, every dispatch
+/// builds its pipeline key and looks it up, as before). Read once.
+fn kept_pipelines() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_KEPT_PIPELINES", "0"))
 }
 
 /// Most plans a kernel keeps (a node whose shapes keep changing builds them afresh).
@@ -1252,10 +1261,13 @@ impl Fused {
         for o in outs {
             binds.push(bind_out(ctx, OP, o)?);
         }
-        let key = PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
-        let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform))
-        })?;
+        let key = || PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
+        let source = || ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform));
+        let pipeline = if cache && kept_pipelines() {
+            ctx.pipeline_kept(&plan.pipeline, key, source)?
+        } else {
+            ctx.pipeline(key(), source)?
+        };
         ctx.dispatch(&pipeline, &plan.params, &binds, plan.groups)
     }
 
@@ -1315,6 +1327,7 @@ impl Fused {
             uniform,
             params: params(&w),
             groups,
+            pipeline: Default::default(),
         })
     }
 }
