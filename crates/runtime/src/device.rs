@@ -415,6 +415,12 @@ impl Device {
         self.inner.exec.synchronize()
     }
 
+    /// Runs `f` with a recording context of this device (unit tests of recording helpers).
+    #[cfg(test)]
+    pub(crate) fn with_context<R>(&self, f: impl FnOnce(&KernelContext) -> R) -> R {
+        f(&KernelContext::new(&self.inner))
+    }
+
     /// Builds the kernel for `op` from `attrs` (done once per TensorFlow node).
     pub fn kernel(&self, op: &str, attrs: &Attrs) -> Result<Box<dyn crate::Kernel>> {
         Registry::global().build_kernel(op, attrs)

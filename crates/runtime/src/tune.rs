@@ -578,4 +578,51 @@ mod tests {
         assert_eq!(bucket(100), 128);
         assert_eq!(bucket(4096), 4096);
     }
+
+    #[test]
+    fn memo_answers_without_keys_or_names_once_final() {
+        use std::cell::Cell;
+        let rt = crate::Runtime::new().unwrap();
+        let dev = rt.device();
+        let t = Tuner::new(dev.description(), Mode::On, None);
+        dev.with_context(|ctx| {
+            let made = Cell::new(0);
+            let names = || {
+                made.set(made.get() + 1);
+                vec!["a".to_string(), "b".to_string()]
+            };
+            let key = || "memo/test/final".to_string();
+            // First call: tuned (both variants record nothing), the answer kept.
+            let i = t.choose_memo(ctx, &[7, 1, 2], key, names, 0, &|_| Ok(()));
+            assert!(i < 2);
+            assert_eq!(made.get(), 1);
+            assert_eq!(
+                t.get("memo/test/final").map(|e| e.variant),
+                Some(["a", "b"][i].into())
+            );
+            // Second call: the memo answers; neither the key nor the names are built.
+            let again = t.choose_memo(
+                ctx,
+                &[7, 1, 2],
+                || panic!("key built"),
+                || panic!("names built"),
+                0,
+                &|_| panic!("run"),
+            );
+            assert_eq!(again, i);
+            // Other words: asked again.
+            let other = t.choose_memo(ctx, &[7, 1, 3], key, names, 0, &|_| Ok(()));
+            assert_eq!(made.get(), 2);
+            assert_eq!(other, i, "same key, remembered decision");
+            // A tuning that failed (every variant fails to record) falls back to the heuristic
+            // and is not kept: the next call builds its names and tries again.
+            let fail_key = || "memo/test/failed".to_string();
+            let err = || Err(crate::Error::InvalidArgument("no".into()));
+            let f = t.choose_memo(ctx, &[8], fail_key, names, 1, &|_| err());
+            assert_eq!((f, made.get()), (1, 3));
+            let f = t.choose_memo(ctx, &[8], fail_key, names, 1, &|_| err());
+            assert_eq!((f, made.get()), (1, 4));
+            assert!(t.get("memo/test/failed").is_none());
+        });
+    }
 }
