@@ -136,6 +136,20 @@ fn default_memory_limit(desc: &AdapterDescription) -> u64 {
     }
 }
 
+/// Host writes of at most this many bytes (`TFWGPU_WRITE_DISPATCH_BYTES`, at most
+/// `fill::SMALL_WRITE_MAX`; default 0: off) are recorded as one dispatch that carries the bytes
+/// in its params (`fill::write_small`) instead of a copy out of the uniform arena (which ends
+/// the open compute pass) and, for lengths not a multiple of 4, a byte-masked fill of the tail.
+/// Read once.
+fn small_write_bytes() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        env_parse::<usize>("TFWGPU_WRITE_DISPATCH_BYTES")
+            .unwrap_or(0)
+            .min(crate::kernels::fill::SMALL_WRITE_MAX)
+    })
+}
+
 impl Device {
     /// Opens `adapter` with its own limits and every useful feature it has.
     /// `index` is the device's place in the process (its addresses carry it).
@@ -273,6 +287,14 @@ impl Device {
             return Err(Error::InvalidArgument(format!(
                 "host-to-device copy to {addr:#x}: the address must be 4-byte aligned"
             )));
+        }
+        if data.len() <= small_write_bytes() {
+            // One dispatch carrying the bytes in its params (see `fill::write_small`).
+            let _span = hostlog::HostSpan::start(Kind::WriteTail, data.len() as u64);
+            crate::kernels::fill::write_small(&KernelContext::new(&self.inner), addr, data)?;
+            self.inner.exec.count_upload();
+            self.inner.mirror.wrote(addr, data);
+            return Ok(());
         }
         if data.len().is_multiple_of(4) {
             self.inner.exec.upload(&r.buffer, r.offset, data)?;
