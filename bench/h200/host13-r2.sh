@@ -68,16 +68,17 @@ round() {
 }
 round 1
 left 110 && round 2
-# 2. TensorFlow's floor: Dense(1) fit on our device (host-logged) and on TensorFlow's CPU
-#    device in the same process, new then main.
+# 2. TensorFlow's floor: Dense(1) fit on our device, host-logged (new, then main), then on
+#    TensorFlow's CPU device (a process of its own: keras_floor.py resets the host log per device).
 for v in new main; do
   left 150 || { echo "(time: skipped floor $v)"; break; }
   echo "== floor $v $(date +%T)"
-  krun $v "TFWGPU_HOST_LOG=/tmp/hl-floor-$v.json timeout 20 python3 bench/keras_floor.py --devices /GPU:0,/CPU:0 --steps 300 --json $L/floor-$v.json 2>&1 | grep -E 'fit Dense'"
+  krun $v "TFWGPU_HOST_LOG=/tmp/hl-floor-$v.json timeout 16 python3 bench/keras_floor.py --devices /GPU:0 --steps 300 --json $L/floor-$v.json 2>&1 | grep -E 'fit Dense'"
   gzip -c /tmp/hl-floor-$v.json > $L/hl-floor-$v.json.gz 2>/dev/null; rm -f /tmp/hl-floor-$v.json
 done
+left 160 && { echo "== floor CPU $(date +%T)"; krun new "timeout 16 python3 bench/keras_floor.py --devices /CPU:0 --steps 300 --json $L/floor-cpu.json 2>&1 | grep -E 'fit Dense'"; }
 # 3. A third round while time is left.
-left 140 && round 3
+left 130 && round 3
 echo "== summary $(date +%T) ($(( $(date +%s) - T0 )) s)"
 grep -h "ms/step" $L/torch-*.txt 2>/dev/null
 for f in $L/path-*.txt; do echo "$(basename $f): $(grep -E 'callbacks \(sum\)' $f)"; done
