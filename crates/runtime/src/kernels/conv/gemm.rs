@@ -745,6 +745,7 @@ fn filter_products(
     };
     let memo = [
         MEMO_1X1_BWDF,
+        column_budget(ctx) as u64,
         m as u64,
         n as u64,
         k as u64,
@@ -1015,7 +1016,7 @@ fn implicit_vec4(
     };
     let i = tuner.choose_memo(
         ctx,
-        &geom_memo(MEMO_V4, mode, g, attrs),
+        &geom_memo(ctx, MEMO_V4, mode, g, attrs),
         key,
         names,
         0,
@@ -1389,11 +1390,13 @@ const MEMO_IM2COL_FWD: u64 = 4;
 const MEMO_IM2COL_BWDF: u64 = 5;
 const MEMO_COL2IM: u64 = 6;
 
-/// A memo key of a call site whose candidates follow from the geometry, the mode and the
-/// internal attributes (the device's limits are the tuner's own: one tuner per adapter).
-fn geom_memo(tag: u64, mode: Mode, g: &Geom, attrs: &ConvAttrs) -> [u64; 23] {
+/// A memo key of a call site whose candidates follow from the geometry, the mode, the
+/// internal attributes and the column budget (the device's limits are the tuner's own: one
+/// tuner per adapter; the budget follows the heap size too).
+fn geom_memo(ctx: &KernelContext, tag: u64, mode: Mode, g: &Geom, attrs: &ConvAttrs) -> [u64; 24] {
     let opt = |v: Option<usize>| v.map_or(0, |x| x as u64 + 1);
     [
+        column_budget(ctx) as u64,
         tag,
         mode as u64,
         g.n as u64,
