@@ -2,7 +2,7 @@
 """The critical path of a Keras training step, from a host log (`TFWGPU_HOST_LOG=FILE` around
 `bench/keras_models.py --host-budget 1`, as `bench/hostlog.py` reads it).
 
-    python bench/hostlog_path.py FILE [--json OUT]
+    python bench/hostlog_path.py FILE [--json OUT] [--per-op]
 
 A Keras fit step on our device, as the host log shows it (one thread at a time holds the
 step): the tf.function ends (its last host-to-device copy: the 1-byte `has_value()` flag);
@@ -87,10 +87,28 @@ def reads_by_last_submit(spans, main):
     return out
 
 
+def per_op(spans, labels, steps):
+    """Each op's compute callbacks (and the uploads on executor threads): calls per step, the
+    median call and the total per step, in us, heaviest first."""
+    calls = {}
+    for s in spans:
+        if s[0] in ("compute", "host_compute"):
+            name = labels[s[4]] if s[4] < len(labels) else str(s[4])
+        elif s[0] == "htod":
+            name = "(uploads)"
+        else:
+            continue
+        calls.setdefault(name, []).append((s[3] - s[2]) / 1e3)
+    rows = [(k, len(v) / steps, st.median(v), sum(v) / steps) for k, v in calls.items()]
+    return sorted(rows, key=lambda r: -r[3])
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("file")
     p.add_argument("--json")
+    p.add_argument("--per-op", action="store_true",
+                   help="also each op's callbacks: calls per step, median call, us per step")
     a = p.parse_args()
     spans, main_th = load(a.file)
     rows = segments(spans, main_th)
@@ -109,6 +127,15 @@ def main():
             row = {"from_us": lo, "to_us": hi, "reads": len(b), "median_read_us": st.median(r[1] for r in b)}
             res["reads"].append(row)
             print(f"    {lo:>4}-{hi if hi < 1e9 else 'inf':>4} us: {len(b):4d} reads, median {row['median_read_us']:.1f} us")
+    if a.per_op:
+        with open(a.file) as f:
+            labels = json.load(f)["labels"]
+        steps = max(1, sum(1 for s in spans if s[0] == "htod" and s[4] == 1))
+        res["per_op"] = {}
+        print(f"  {'op (callbacks)':36s} {'calls/step':>10s} {'median us':>10s} {'us/step':>9s}")
+        for name, n, med, tot in per_op(spans, labels, steps):
+            res["per_op"][name] = {"calls_per_step": n, "median_us": med, "us_per_step": tot}
+            print(f"  {name[:36]:36s} {n:10.2f} {med:10.1f} {tot:9.1f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -9,7 +9,7 @@
 //!                   [--dtype f32|f16] [--reduced] [--detail] [--no-gpu-time]
 //! tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
 //! tfwgpu-bench demo
-//! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N]
+//! tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--gpu-paths]
 //! tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
 //! ```
 
@@ -64,9 +64,13 @@ const USAGE: &str = "usage:
                                              CPU adapters (lavapipe); --list: the case names
   tfwgpu-bench demo                          a short tour of the runtime on the best adapter
   tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] [--sync-each] [--per-device]
+                     [--gpu-paths]
                                              re-runs a kernel trace (TFWGPU_TRACE=TRACE) with
                                              random data: wall time (median of N), dispatches,
-                                             submits, host time per op; --per-device: each traced
+                                             submits, host time per op (total and median call);
+                                             --gpu-paths: convolutions on the GPU adapters' path
+                                             on any adapter (with TFWGPU_TUNE=1: tuned, as on a
+                                             GPU); --per-device: each traced
                                              device on its own adapter, one thread per device,
                                              steps per mark label and <n>gpu scaling;
                                              --data-parallel 1,2: the one-device steps on 1 and

@@ -398,11 +398,28 @@ pub struct OpTime {
     /// With `--sync-each`: record + submit + GPU execution of each call, the device drained
     /// after every kernel call (0 otherwise).
     pub synced_s: f64,
+    /// Each call's host time (shapes + record), seconds: the median call is the figure a
+    /// stray submit or a preempted thread does not move.
+    pub host_calls: Vec<f64>,
 }
 
 /// `--sync-each`: drain the device after every kernel call and charge the time to its op (a
 /// per-op GPU-time estimate that needs no timestamps; it serializes the pass).
 static SYNC_EACH: AtomicBool = AtomicBool::new(false);
+
+/// `--gpu-paths`: the convolutions take the GPU adapters' automatic path (`_tfwgpu_tile` =
+/// "gpu": tuned tiles where tuning is on) on any adapter, so that a CPU adapter (lavapipe)
+/// records what a GPU records; with `TFWGPU_TUNE=1` the tuner's choices too (issue 7: the
+/// host cost of those paths, profiled where there is no GPU).
+static GPU_PATHS: AtomicBool = AtomicBool::new(false);
+
+/// The ops `--gpu-paths` sends down the GPU adapters' path.
+const CONV_OPS: [&str; 4] = [
+    "Conv2D",
+    "Conv2DBackpropInput",
+    "Conv2DBackpropFilter",
+    "_TfwgpuConv2DBiasAdd",
+];
 
 fn sync_each_kernel(dev: &Device, t0: Instant, o: &mut OpTime) -> Result<(), String> {
     if SYNC_EACH.load(Ordering::Relaxed) {
@@ -701,10 +718,22 @@ fn replay_kernel(
     let at = || format!("{} (seq {})", k.op, k.seq);
     let kernel = match cache.entry(k.key.clone()) {
         std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-        std::collections::hash_map::Entry::Vacant(v) => v.insert(
-            dev.kernel(&k.op, &k.attrs)
-                .map_err(|err| format!("{}: {err}", at()))?,
-        ),
+        std::collections::hash_map::Entry::Vacant(v) => {
+            let gpu = GPU_PATHS.load(Ordering::Relaxed)
+                && CONV_OPS.contains(&k.op.as_str())
+                && k.attrs.get("_tfwgpu_tile").is_none();
+            let attrs = if gpu {
+                k.attrs
+                    .clone()
+                    .with("_tfwgpu_tile", AttrValue::Str("gpu".into()))
+            } else {
+                k.attrs.clone()
+            };
+            v.insert(
+                dev.kernel(&k.op, &attrs)
+                    .map_err(|err| format!("{}: {err}", at()))?,
+            )
+        }
     };
     let mut refs = Vec::with_capacity(k.inputs.len());
     for inp in &k.inputs {
@@ -763,6 +792,7 @@ fn replay_kernel(
     let o = pass.per_op.entry(k.op.clone()).or_default();
     o.calls += 1;
     o.host_s += host;
+    o.host_calls.push(host);
     o.dispatches += n;
     o.traced_host_s += k.host_us * 1e-6;
     sync_each_kernel(dev, t0, o)
@@ -1129,7 +1159,8 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// The `replay` command.
 pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
-                         [--sync-each] [--no-mark-sync] [--per-device [--timeline FILE]] [--data-parallel N,M \
+                         [--sync-each] [--no-mark-sync] [--gpu-paths] \
+                         [--per-device [--timeline FILE]] [--data-parallel N,M \
                          [--allreduce exchange|halves] [--bucket-kb K] [--label L] \
                          [--per-device-batch B] [--check] [--no-defer]]";
     let dev = rt.device();
@@ -1147,6 +1178,10 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             }
             "--no-mark-sync" => {
                 NO_MARK_SYNC.store(true, Ordering::Relaxed);
+                i += 1;
+            }
+            "--gpu-paths" => {
+                GPU_PATHS.store(true, Ordering::Relaxed);
                 i += 1;
             }
             "--per-device" => {
@@ -1309,23 +1344,44 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     let mut ops: Vec<(&String, &OpTime)> = p.per_op.iter().collect();
     ops.sort_by(|a, b| b.1.host_s.total_cmp(&a.1.host_s));
     println!(
-        "  {:<28} {:>7} {:>10} {:>9} {:>12} {:>10}",
+        "  {:<28} {:>7} {:>10} {:>9} {:>9} {:>12} {:>10}",
         "op (host time: shapes + record)",
         "calls",
         "total ms",
         "us/call",
+        "median us",
         "traced us/c",
         "dispatches"
     );
     for (op, t) in ops.iter().take(top) {
         println!(
-            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>12.1} {:>10}",
+            "  {:<28} {:>7} {:>10.3} {:>9.1} {:>9.1} {:>12.1} {:>10}",
             op,
             t.calls,
             t.host_s * 1e3,
             t.host_s * 1e6 / t.calls as f64,
+            median(&t.host_calls) * 1e6,
             t.traced_host_s * 1e6 / t.calls as f64,
             t.dispatches
+        );
+    }
+    let all: Vec<f64> = p
+        .per_op
+        .values()
+        .flat_map(|t| t.host_calls.iter().copied())
+        .collect();
+    if !all.is_empty() {
+        let medians: f64 = p
+            .per_op
+            .values()
+            .map(|t| median(&t.host_calls) * t.calls as f64)
+            .sum();
+        println!(
+            "  host time of all {} kernel calls: {:.3} ms, {:.3} ms as the sum of each op's \
+             median call x calls",
+            all.len(),
+            all.iter().sum::<f64>() * 1e3,
+            medians * 1e3
         );
     }
     if let Some(g) = &gpu {
@@ -1372,15 +1428,21 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             "gpu_per_op_ms": gpu.as_ref().map(|g| g.per_op.iter().map(|(k, (n, ns))| (k.clone(), json!({
                 "dispatches": n, "gpu_ms": ns * 1e-6,
             }))).collect::<serde_json::Map<_, _>>()),
-            "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), json!({
-                "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
-                "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
-            }))).collect::<serde_json::Map<_, _>>(),
+            "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), op_json(t))).collect::<serde_json::Map<_, _>>(),
         });
         doc["steps"] = steps;
         write_json(out, &doc)?;
     }
     Ok(())
+}
+
+/// One op's figures in the JSON report.
+fn op_json(t: &OpTime) -> Value {
+    json!({
+        "calls": t.calls, "host_ms": t.host_s * 1e3, "dispatches": t.dispatches,
+        "traced_host_ms": t.traced_host_s * 1e3, "synced_ms": t.synced_s * 1e3,
+        "host_us_median": median(&t.host_calls) * 1e6,
+    })
 }
 
 /// Writes `doc` as pretty JSON to `out` and says so on stderr.

@@ -135,6 +135,8 @@ struct Wrapped {
     trace_attrs: Option<serde_json::Value>,
     /// The op's label in the host log (`TFWGPU_HOST_LOG`).
     log_label: u64,
+    /// The op's execution counter in the report (`stats::op_counter`).
+    runs: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 enum Built {
@@ -181,6 +183,7 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         let node = unsafe { std::slice::from_raw_parts(name.data as *const u8, name.len) };
         Ok(Box::new(Wrapped {
             log_label: tfwgpu_runtime::hostlog::label(&op),
+            runs: crate::stats::op_counter(&op, matches!(kernel, Built::Host(_))),
             op,
             node: String::from_utf8_lossy(node).into_owned(),
             kernel,
@@ -240,6 +243,41 @@ enum Input {
     Host(HostTensor),
 }
 
+/// A shape as TensorFlow's int64 dimensions, on the stack up to rank 8 (one allocation per
+/// output was made for them before).
+enum Dims {
+    Small([i64; 8], usize),
+    Large(Vec<i64>),
+}
+
+impl Dims {
+    fn of(shape: &[usize]) -> Dims {
+        if shape.len() <= 8 {
+            let mut a = [0i64; 8];
+            for (d, &x) in a.iter_mut().zip(shape) {
+                *d = x as i64;
+            }
+            Dims::Small(a, shape.len())
+        } else {
+            Dims::Large(shape.iter().map(|&x| x as i64).collect())
+        }
+    }
+
+    fn as_ptr(&self) -> *const i64 {
+        match self {
+            Dims::Small(a, _) => a.as_ptr(),
+            Dims::Large(v) => v.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Dims::Small(_, n) => *n,
+            Dims::Large(v) => v.len(),
+        }
+    }
+}
+
 /// Allocates output `i` through TensorFlow.
 fn allocate_output(
     ctx: *mut sys::TF_OpKernelContext,
@@ -248,7 +286,7 @@ fn allocate_output(
     i: usize,
     d: &TensorDesc,
 ) -> Result<*mut sys::TF_Tensor> {
-    let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
+    let dims = Dims::of(&d.shape);
     // SAFETY: valid kernel context; dims outlive the call.
     let t = unsafe {
         sys::TF_AllocateOutput(
@@ -278,7 +316,7 @@ fn forward_or_allocate(
     candidates: &[c_int],
     d: &TensorDesc,
 ) -> Result<*mut sys::TF_Tensor> {
-    let dims: Vec<i64> = d.shape.iter().map(|&x| x as i64).collect();
+    let dims = Dims::of(&d.shape);
     let mut forwarded: c_int = -1;
     // SAFETY: valid kernel context; the arrays outlive the call.
     let t = unsafe {
@@ -459,8 +497,13 @@ fn run(
     let forwardable = kernel.forwardable_inputs();
     for (i, d) in descs.into_iter().enumerate() {
         let t = if i == 0 && !forwardable.is_empty() {
-            let forward: Vec<c_int> = forwardable.iter().map(|&i| i as c_int).collect();
-            forward_or_allocate(ctx, &st, &mut handles, &forward, &d)?
+            // (At most 15 candidates: the fused kernels' inputs.)
+            let mut forward = [0 as c_int; 16];
+            let nf = forwardable.len().min(forward.len());
+            for (f, &i) in forward.iter_mut().zip(&forwardable[..nf]) {
+                *f = i as c_int;
+            }
+            forward_or_allocate(ctx, &st, &mut handles, &forward[..nf], &d)?
         } else {
             allocate_output(ctx, &st, &mut handles, i, &d)?
         };
@@ -507,15 +550,10 @@ unsafe extern "C" fn compute(k: *mut c_void, ctx: *mut sys::TF_OpKernelContext) 
         return;
     };
     let mut clock = timers::Clock::start();
+    crate::stats::count(&w.runs);
     let kind = match w.kernel {
-        Built::Device(_) => {
-            crate::stats::op(&w.op);
-            hostlog::Kind::Compute
-        }
-        Built::Host(_) => {
-            crate::stats::host_op(&w.op);
-            hostlog::Kind::HostCompute
-        }
+        Built::Device(_) => hostlog::Kind::Compute,
+        Built::Host(_) => hostlog::Kind::HostCompute,
     };
     let span = hostlog::HostSpan::start(kind, w.log_label);
     let result = catch_unwind(AssertUnwindSafe(|| run(w, ctx, &mut clock)));

@@ -4,11 +4,14 @@
 //! by `TFWGPU_REPORT` when the process exits.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-static OPS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
-static HOST_OPS: Mutex<BTreeMap<String, u64>> = Mutex::new(BTreeMap::new());
+/// Kernel executions per op: one counter per op name, which each kernel instance of the op
+/// holds (see [`op_counter`]) and bumps without a lock or a lookup.
+type Counters = Mutex<BTreeMap<String, Arc<AtomicU64>>>;
+static OPS: Counters = Mutex::new(BTreeMap::new());
+static HOST_OPS: Counters = Mutex::new(BTreeMap::new());
 static D2H: AtomicU64 = AtomicU64::new(0);
 static D2H_BYTES: AtomicU64 = AtomicU64::new(0);
 static H2D: AtomicU64 = AtomicU64::new(0);
@@ -71,25 +74,27 @@ pub fn timed<R>(c: SeCall, f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Counts one kernel execution of `op` on a tfwgpu device.
-pub fn op(op: &str) {
-    count(&OPS, op)
+/// The execution counter of `op`'s kernels on tfwgpu devices (`host`: of its host-memory
+/// kernels, int32 shape arithmetic), for a kernel instance to keep: each execution adds one
+/// to it (`fetch_add`), which is what the report counts.
+pub fn op_counter(op: &str, host: bool) -> Arc<AtomicU64> {
+    let map = if host { &HOST_OPS } else { &OPS };
+    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    m.entry(op.to_string()).or_default().clone()
 }
 
-/// Counts one execution of a host-memory kernel (int32 shape arithmetic) of `op`.
-pub fn host_op(op: &str) {
-    count(&HOST_OPS, op)
+/// Counts one kernel execution on a counter from [`op_counter`].
+pub fn count(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
-fn count(map: &Mutex<BTreeMap<String, u64>>, op: &str) {
-    if let Ok(mut m) = map.lock() {
-        match m.get_mut(op) {
-            Some(n) => *n += 1,
-            None => {
-                m.insert(op.to_string(), 1);
-            }
-        }
-    }
+/// The ops that ran at least once and how many times.
+fn counts(map: &Counters) -> BTreeMap<String, u64> {
+    let m = map.lock().unwrap_or_else(|p| p.into_inner());
+    m.iter()
+        .map(|(k, v)| (k.clone(), v.load(Ordering::Relaxed)))
+        .filter(|(_, n)| *n > 0)
+        .collect()
 }
 
 /// Counts a device-to-host copy.
@@ -125,8 +130,8 @@ pub fn sync_wait() {
 
 /// The counters as JSON.
 pub fn json() -> String {
-    let ops = OPS.lock().map(|m| m.clone()).unwrap_or_default();
-    let host = HOST_OPS.lock().map(|m| m.clone()).unwrap_or_default();
+    let ops = counts(&OPS);
+    let host = counts(&HOST_OPS);
     serde_json::json!({
         "gpu_ops": ops,
         "host_ops": host,

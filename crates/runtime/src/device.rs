@@ -23,6 +23,8 @@ pub(crate) struct DeviceInner {
     /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
     /// once allocated.
     pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
+    /// The adapter's tuner (`Tuner::of`, looked up once instead of on every kernel call).
+    pub(crate) tuner: std::sync::OnceLock<Arc<crate::tune::Tuner>>,
 }
 
 /// One opened adapter. Cheap to clone; thread-safe.
@@ -134,6 +136,20 @@ fn default_memory_limit(desc: &AdapterDescription) -> u64 {
     }
 }
 
+/// Host writes of at most this many bytes (`TFWGPU_WRITE_DISPATCH_BYTES`, at most
+/// `fill::SMALL_WRITE_MAX`; default 0: off) are recorded as one dispatch that carries the bytes
+/// in its params (`fill::write_small`) instead of a copy out of the uniform arena (which ends
+/// the open compute pass) and, for lengths not a multiple of 4, a byte-masked fill of the tail.
+/// Read once.
+fn small_write_bytes() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        env_parse::<usize>("TFWGPU_WRITE_DISPATCH_BYTES")
+            .unwrap_or(0)
+            .min(crate::kernels::fill::SMALL_WRITE_MAX)
+    })
+}
+
 impl Device {
     /// Opens `adapter` with its own limits and every useful feature it has.
     /// `index` is the device's place in the process (its addresses carry it).
@@ -187,6 +203,7 @@ impl Device {
         let exec = ExecutionContext::new(device.clone(), queue, cfg);
         let inner = DeviceInner {
             arrivals: parking_lot::Mutex::new(None),
+            tuner: std::sync::OnceLock::new(),
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), index, limit),
@@ -270,6 +287,14 @@ impl Device {
             return Err(Error::InvalidArgument(format!(
                 "host-to-device copy to {addr:#x}: the address must be 4-byte aligned"
             )));
+        }
+        if data.len() <= small_write_bytes() {
+            // One dispatch carrying the bytes in its params (see `fill::write_small`).
+            let _span = hostlog::HostSpan::start(Kind::WriteTail, data.len() as u64);
+            crate::kernels::fill::write_small(&KernelContext::new(&self.inner), addr, data)?;
+            self.inner.exec.count_upload();
+            self.inner.mirror.wrote(addr, data);
+            return Ok(());
         }
         if data.len().is_multiple_of(4) {
             self.inner.exec.upload(&r.buffer, r.offset, data)?;
@@ -410,6 +435,12 @@ impl Device {
     /// Blocks until all work recorded so far has run.
     pub fn synchronize(&self) -> Result<()> {
         self.inner.exec.synchronize()
+    }
+
+    /// Runs `f` with a recording context of this device (unit tests of recording helpers).
+    #[cfg(test)]
+    pub(crate) fn with_context<R>(&self, f: impl FnOnce(&KernelContext) -> R) -> R {
+        f(&KernelContext::new(&self.inner))
     }
 
     /// Builds the kernel for `op` from `attrs` (done once per TensorFlow node).

@@ -585,6 +585,12 @@ impl ExecutionContext {
         self.recorded_tag.load(Ordering::Acquire)
     }
 
+    /// Counts a host-to-device upload recorded by other means than [`Self::upload`] (a small
+    /// write recorded as a dispatch, `fill::write_small`).
+    pub(crate) fn count_upload(&self) {
+        self.stats.lock().uploads += 1;
+    }
+
     /// Counters.
     pub fn stats(&self) -> ExecStats {
         *self.stats.lock()

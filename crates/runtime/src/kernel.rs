@@ -382,6 +382,13 @@ impl<'d> KernelContext<'d> {
         self.dev.features
     }
 
+    /// The adapter's tuner ([`crate::tune::Tuner::of`], kept by the device).
+    pub fn tuner(&self) -> &crate::tune::Tuner {
+        self.dev
+            .tuner
+            .get_or_init(|| crate::tune::Tuner::of(&self.dev.desc))
+    }
+
     /// A cached pipeline, compiled on first use.
     pub fn pipeline(
         &self,
@@ -389,6 +396,28 @@ impl<'d> KernelContext<'d> {
         source: impl FnOnce() -> ShaderSource,
     ) -> Result<Arc<Pipeline>> {
         self.dev.kernels.get(key, source)
+    }
+
+    /// A cached pipeline kept in `slot` by the caller (a kernel's per-shape plan): the first
+    /// call on a device looks `key()` up (compiling `source()` on a miss) and keeps the
+    /// pipeline with the device's cache number; later calls on that device take it from the
+    /// slot without building the key (a string) and hashing it. On another device the key is
+    /// looked up every time. The slot keeps its pipeline alive when the cache evicts it.
+    pub fn pipeline_kept(
+        &self,
+        slot: &OnceLock<(u64, Arc<Pipeline>)>,
+        key: impl FnOnce() -> PipelineKey,
+        source: impl FnOnce() -> ShaderSource,
+    ) -> Result<Arc<Pipeline>> {
+        let id = self.dev.kernels.id();
+        if let Some((kept, p)) = slot.get()
+            && *kept == id
+        {
+            return Ok(p.clone());
+        }
+        let p = self.dev.kernels.get(key(), source)?;
+        let _ = slot.set((id, p.clone()));
+        Ok(p)
     }
 
     /// A binding for a whole tensor. Storage bindings need an aligned offset; an input whose

@@ -102,6 +102,9 @@ struct State {
 
 /// Thread-safe pipeline cache.
 pub struct KernelManager {
+    /// This cache's number in the process (never reused): what a pipeline kept outside the
+    /// cache is checked against (`KernelContext::pipeline_kept`).
+    id: u64,
     device: wgpu::Device,
     capacity: usize,
     state: Mutex<State>,
@@ -197,7 +200,9 @@ impl ShaderSource {
 impl KernelManager {
     pub(crate) fn with_capacity(device: wgpu::Device, capacity: usize) -> Self {
         let capacity = capacity.max(1);
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         KernelManager {
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             device,
             capacity,
             state: Mutex::new(State {
@@ -270,6 +275,11 @@ impl KernelManager {
                 (bgl, pl, dynamic)
             })
             .clone()
+    }
+
+    /// This cache's number in the process (see `id`).
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// Counters.

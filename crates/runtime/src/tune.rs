@@ -36,6 +36,7 @@ use parking_lot::Mutex;
 use serde_json::{Map, Value, json};
 
 use crate::kernel::KernelContext;
+use crate::kernel_manager::FastMap;
 use crate::{AdapterDescription, Result};
 
 /// The cache file's format tag.
@@ -106,6 +107,21 @@ pub struct Tuner {
     adapter: String,
     path: Option<PathBuf>,
     entries: Mutex<HashMap<String, Entry>>,
+    /// [`Tuner::choose_memo`]'s answers by the words that determine a call site's key and
+    /// variant names: a kernel that runs on the same shapes step after step finds its
+    /// decision here without formatting its key and names (strings) on every call.
+    memo: Mutex<FastMap<Box<[u64]>, usize>>,
+}
+
+/// Most answers [`Tuner::choose_memo`] keeps (cleared when full: a program whose shapes keep
+/// changing formats keys and names again, as without the memo).
+pub const MEMO_ENTRIES: usize = 4096;
+
+/// Whether [`Tuner::choose_memo`] keeps answers (`TFWGPU_TUNE_MEMO=0`: off, every call
+/// formats its key and names and asks [`Tuner::choose`], as before the memo). Read once.
+pub fn memo_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_TUNE_MEMO", "0"))
 }
 
 /// Reads the entries of `adapter` from `path`; a missing file is empty, a bad one is empty
@@ -205,6 +221,7 @@ impl Tuner {
             adapter,
             path,
             entries: Mutex::new(entries),
+            memo: Mutex::new(FastMap::default()),
         }
     }
 
@@ -251,14 +268,58 @@ impl Tuner {
         heuristic: usize,
         run: &dyn Fn(usize) -> Result<()>,
     ) -> usize {
+        self.decide(ctx, key, names, heuristic, run).0
+    }
+
+    /// [`Tuner::choose`] behind a memo of its answers: `memo` holds every value that
+    /// determines the call site's `key` and `names` (a tag of the site first, then the shape
+    /// and the attributes it builds them from), which are formatted only when the memo has no
+    /// answer for `memo`. An answer is kept once it is final: the remembered or newly tuned
+    /// choice, or the heuristic where there is nothing to choose (not the heuristic a failed
+    /// tuning fell back to: that call site tunes again next time, as `choose` does).
+    #[allow(clippy::too_many_arguments)]
+    pub fn choose_memo(
+        &self,
+        ctx: &KernelContext,
+        memo: &[u64],
+        key: impl FnOnce() -> String,
+        names: impl FnOnce() -> Vec<String>,
+        heuristic: usize,
+        run: &dyn Fn(usize) -> Result<()>,
+    ) -> usize {
+        let on = memo_on();
+        if on && let Some(&i) = self.memo.lock().get(memo) {
+            return i;
+        }
+        let names = names();
+        let (i, fin) = self.decide(ctx, &key(), &names, heuristic, run);
+        if on && fin {
+            let mut m = self.memo.lock();
+            if m.len() >= MEMO_ENTRIES {
+                m.clear();
+            }
+            m.insert(memo.into(), i);
+        }
+        i
+    }
+
+    /// `choose`, and whether its answer is final (see `choose_memo`).
+    fn decide(
+        &self,
+        ctx: &KernelContext,
+        key: &str,
+        names: &[String],
+        heuristic: usize,
+        run: &dyn Fn(usize) -> Result<()>,
+    ) -> (usize, bool) {
         let heuristic = heuristic.min(names.len().saturating_sub(1));
         if !self.enabled || names.len() < 2 {
-            return heuristic;
+            return (heuristic, true);
         }
         if let Some(e) = self.get(key)
             && let Some(i) = names.iter().position(|n| *n == e.variant)
         {
-            return i;
+            return (i, true);
         }
         let exec = &ctx.dev.exec;
         // First every variant once (pipeline compilation: host time, the GPU idle), then
@@ -271,7 +332,7 @@ impl Tuner {
             *flag = run(i).is_ok();
         }
         if exec.synchronize().is_err() {
-            return heuristic;
+            return (heuristic, false);
         }
         if let Some(first) = ok.iter().position(|&f| f) {
             let t0 = Instant::now();
@@ -282,7 +343,7 @@ impl Tuner {
                     }
                 }
                 if exec.synchronize().is_err() {
-                    return heuristic;
+                    return (heuristic, false);
                 }
             }
         }
@@ -340,9 +401,9 @@ impl Tuner {
                         us: t * 1e6,
                     },
                 );
-                i
+                (i, true)
             }
-            None => heuristic,
+            None => (heuristic, false),
         }
     }
 }
@@ -516,5 +577,52 @@ mod tests {
         assert_eq!(bucket(7), 7);
         assert_eq!(bucket(100), 128);
         assert_eq!(bucket(4096), 4096);
+    }
+
+    #[test]
+    fn memo_answers_without_keys_or_names_once_final() {
+        use std::cell::Cell;
+        let rt = crate::Runtime::new().unwrap();
+        let dev = rt.device();
+        let t = Tuner::new(dev.description(), Mode::On, None);
+        dev.with_context(|ctx| {
+            let made = Cell::new(0);
+            let names = || {
+                made.set(made.get() + 1);
+                vec!["a".to_string(), "b".to_string()]
+            };
+            let key = || "memo/test/final".to_string();
+            // First call: tuned (both variants record nothing), the answer kept.
+            let i = t.choose_memo(ctx, &[7, 1, 2], key, names, 0, &|_| Ok(()));
+            assert!(i < 2);
+            assert_eq!(made.get(), 1);
+            assert_eq!(
+                t.get("memo/test/final").map(|e| e.variant),
+                Some(["a", "b"][i].into())
+            );
+            // Second call: the memo answers; neither the key nor the names are built.
+            let again = t.choose_memo(
+                ctx,
+                &[7, 1, 2],
+                || panic!("key built"),
+                || panic!("names built"),
+                0,
+                &|_| panic!("run"),
+            );
+            assert_eq!(again, i);
+            // Other words: asked again.
+            let other = t.choose_memo(ctx, &[7, 1, 3], key, names, 0, &|_| Ok(()));
+            assert_eq!(made.get(), 2);
+            assert_eq!(other, i, "same key, remembered decision");
+            // A tuning that failed (every variant fails to record) falls back to the heuristic
+            // and is not kept: the next call builds its names and tries again.
+            let fail_key = || "memo/test/failed".to_string();
+            let err = || Err(crate::Error::InvalidArgument("no".into()));
+            let f = t.choose_memo(ctx, &[8], fail_key, names, 1, &|_| err());
+            assert_eq!((f, made.get()), (1, 3));
+            let f = t.choose_memo(ctx, &[8], fail_key, names, 1, &|_| err());
+            assert_eq!((f, made.get()), (1, 4));
+            assert!(t.get("memo/test/failed").is_none());
+        });
     }
 }

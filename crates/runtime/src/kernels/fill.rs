@@ -142,6 +142,71 @@ fn fill_impl(
     ctx.dispatch(&pipeline, &p, &[out, val], groups)
 }
 
+/// The most bytes [`write_small`] takes (the uniform array of its shader holds 68 words: the
+/// bytes, shifted by up to 3 within their first word).
+pub const SMALL_WRITE_MAX: usize = 256;
+
+/// Shader: each invocation writes one 32-bit word of the output from the params' data words,
+/// keeping the bytes outside [start, start + len) of the touched words (any alignment and
+/// length is exact, as for the fill).
+const WRITE_WGSL: &str = r#"
+struct Params { start: u32, len: u32, words: u32, first_word: u32, data: array<vec4<u32>, 17> };
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let r = gid.x;
+    if r >= p.words { return; }
+    let v = p.data[r / 4u][r % 4u];
+    let byte0 = r * 4u;
+    var mask = 0xffffffffu;
+    if byte0 < p.start { mask = mask << (8u * (p.start - byte0)); }
+    let end = p.start + p.len;
+    if byte0 + 4u > end { mask = mask & (0xffffffffu >> (8u * (byte0 + 4u - end))); }
+    let w = p.first_word + r;
+    if mask == 0xffffffffu { out[w] = v; } else { out[w] = (out[w] & ~mask) | (v & mask); }
+}
+"#;
+
+/// Writes the host bytes `data` (at most [`SMALL_WRITE_MAX`]) at `addr` with one dispatch
+/// whose params carry them: recorded in the open compute pass like any kernel, in order, with
+/// no copy command (a copy ends the pass) and no staging buffer. Any alignment and length.
+pub fn write_small(ctx: &KernelContext, addr: u64, data: &[u8]) -> Result<()> {
+    let len = data.len();
+    if len == 0 {
+        return Ok(());
+    }
+    if len > SMALL_WRITE_MAX {
+        bail_invalid!("a small write of {len} bytes: at most {SMALL_WRITE_MAX}");
+    }
+    let r = ctx.dev.alloc.resolve(addr)?;
+    if len as u64 > r.remaining {
+        bail_invalid!("a write of {len} bytes at {addr:#x} runs past its allocation");
+    }
+    let align = ctx.limits().min_storage_buffer_offset_alignment as u64;
+    let base = r.offset / align * align;
+    let start = r.offset - base;
+    let skip_words = start / 4;
+    let start_in_word = (start % 4) as usize;
+    let words = (start_in_word + len).div_ceil(4);
+    let out = crate::exec::BufferRange {
+        buffer: r.buffer.clone(),
+        offset: base,
+        size: (skip_words + words as u64) * 4,
+    };
+    let pipeline = ctx.pipeline(PipelineKey::new("write", None, ""), || {
+        ShaderSource::new(WRITE_WGSL.to_string())
+    })?;
+    let mut p = [0u32; 4 + 68];
+    p[0] = start_in_word as u32;
+    p[1] = len as u32;
+    p[2] = words as u32;
+    p[3] = skip_words as u32;
+    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut p[4..]);
+    bytes[start_in_word..start_in_word + len].copy_from_slice(data);
+    ctx.dispatch(&pipeline, bytemuck::cast_slice(&p), &[out], [1, 1, 1])
+}
+
 /// Fill(dims, value): a tensor of shape `dims` with every element `value`.
 struct Fill;
 

@@ -24,7 +24,7 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 use super::{ConvAttrs, Geom, winograd};
-use crate::tune::{Tuner, bucket};
+use crate::tune::bucket;
 
 const CONV_GEMM_WGSL: &str = include_str!("conv_gemm.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
@@ -272,7 +272,7 @@ pub(super) fn record(
         })?,
         None => {
             let heuristic = choose_tile(m, n, g.groups);
-            let tuner = Tuner::of(&ctx.dev.desc);
+            let tuner = ctx.tuner();
             if tuner.enabled() && !attrs.heuristic_gemm {
                 // Every tile is valid for every shape; skip those far larger than the output.
                 let mut cands = vec![heuristic];
@@ -282,20 +282,35 @@ pub(super) fn record(
                         cands.push(*t);
                     }
                 }
-                let key = format!(
-                    "conv/{dtype}/{}/r{}s{}/st{}x{}/m{}/n{}/k{}/g{}",
-                    ["fwd", "bwd_input", "bwd_filter", "plain"][mode_id],
-                    g.r,
-                    g.s,
-                    g.sh,
-                    g.sw,
-                    bucket(m),
-                    bucket(n),
-                    bucket(k),
-                    bucket(g.groups)
-                );
-                let names: Vec<String> = cands.iter().map(|t| t.name.to_string()).collect();
-                let i = tuner.choose(ctx, &key, &names, 0, &|i| {
+                let memo = [
+                    MEMO_TILE,
+                    dtype as u64,
+                    mode_id as u64,
+                    g.r as u64,
+                    g.s as u64,
+                    g.sh as u64,
+                    g.sw as u64,
+                    m as u64,
+                    n as u64,
+                    k as u64,
+                    g.groups as u64,
+                ];
+                let key = || {
+                    format!(
+                        "conv/{dtype}/{}/r{}s{}/st{}x{}/m{}/n{}/k{}/g{}",
+                        ["fwd", "bwd_input", "bwd_filter", "plain"][mode_id],
+                        g.r,
+                        g.s,
+                        g.sh,
+                        g.sw,
+                        bucket(m),
+                        bucket(n),
+                        bucket(k),
+                        bucket(g.groups)
+                    )
+                };
+                let names = || cands.iter().map(|t| t.name.to_string()).collect();
+                let i = tuner.choose_memo(ctx, &memo, key, names, 0, &|i| {
                     record_tile(&ctxs, &shape, cands[i])
                 });
                 cands[i]
@@ -696,7 +711,7 @@ fn filter_products(
         matmul::record_plan(ctx, op, plan, DType::F32, &gm, a, b, &part)?;
         finalize(ctx, op, &part, s, m * n, DType::F32, o)
     };
-    let tuner = Tuner::of(&ctx.dev.desc);
+    let tuner = ctx.tuner();
     if !tuner.enabled() {
         return record(heuristic, splits);
     }
@@ -711,26 +726,53 @@ fn filter_products(
             }
         }
     }
-    let names: Vec<String> = cands
-        .iter()
-        .map(|(p, s)| match p {
-            Plan::Vec4(t, _) => format!("{}_s{s}", t.name),
-            _ => format!("{p:?}_s{s}"),
-        })
-        .collect();
-    let key = format!(
-        "conv/f32/1x1_bwdf/m{}/n{}/k{}",
-        bucket(m),
-        bucket(n),
-        bucket(k)
-    );
+    let names = || {
+        cands
+            .iter()
+            .map(|(p, s)| match p {
+                Plan::Vec4(t, _) => format!("{}_s{s}", t.name),
+                _ => format!("{p:?}_s{s}"),
+            })
+            .collect()
+    };
+    let key = || {
+        format!(
+            "conv/f32/1x1_bwdf/m{}/n{}/k{}",
+            bucket(m),
+            bucket(n),
+            bucket(k)
+        )
+    };
+    let memo = [
+        MEMO_1X1_BWDF,
+        column_budget(ctx) as u64,
+        m as u64,
+        n as u64,
+        k as u64,
+        layouts.a_kfast as u64,
+        layouts.b_nfast as u64,
+        splits as u64,
+    ];
     let run = |i: usize| record(cands[i].0, cands[i].1);
-    let i = tuner.choose(ctx, &key, &names, 0, &run);
-    tracing::debug!("{op} 1x1 filter gradient {m}x{n}x{k}: {}", names[i]);
+    let i = tuner.choose_memo(ctx, &memo, key, names, 0, &run);
+    tracing::debug!("{op} 1x1 filter gradient {m}x{n}x{k}: {:?}", cands[i]);
     run(i)
 }
 
 const IMPLICIT_WGSL: &str = include_str!("implicit.wgsl");
+
+/// `implicit_hooks(mode)`, made once per process (the text is cut out of `implicit.wgsl`
+/// line by line: on every kernel call it was a few KiB of string building).
+fn implicit_hooks_of(mode: Mode) -> &'static Hooks {
+    static HOOKS: std::sync::OnceLock<[Hooks; 3]> = std::sync::OnceLock::new();
+    &HOOKS.get_or_init(|| {
+        [
+            implicit_hooks(Mode::Forward),
+            implicit_hooks(Mode::BackpropInput),
+            implicit_hooks(Mode::BackpropFilter),
+        ]
+    })[mode as usize]
+}
 
 /// The hooks of `implicit.wgsl` for one mode: the lines between `#if MODE_<NAME>` and
 /// `#endif` of that mode, and those outside every block.
@@ -800,7 +842,7 @@ fn implicit_vec4(
     .iter()
     .map(|&v| u32_of(op, v))
     .collect::<Result<_>>()?;
-    let hooks = implicit_hooks(mode);
+    let hooks = implicit_hooks_of(mode);
     let name = ["cv4fwd", "cv4bwdi", "cv4bwdf"][mode as usize];
     let a = ctx.bind(a_ref)?;
     let b = ctx.bind(b_ref)?;
@@ -835,7 +877,7 @@ fn implicit_vec4(
             DType::F32,
             &gm,
             (&a, &b, &c_buf),
-            Some((name, &hooks, &hp)),
+            Some((name, hooks, &hp)),
         )?;
         if splits > 1 {
             finalize(ctx, op, &c_buf, splits, m * n, DType::F32, &o)?;
@@ -843,7 +885,7 @@ fn implicit_vec4(
         Ok(())
     };
     let heuristic = Plan::Vec4(heuristic, layouts);
-    let tuner = Tuner::of(&ctx.dev.desc);
+    let tuner = ctx.tuner();
     if !tuner.enabled() {
         record(heuristic, splits)?;
         return Ok(Some(()));
@@ -920,33 +962,38 @@ fn implicit_vec4(
         Plan::Vec4(t, _) => t.name.to_string(),
         _ => format!("{p:?}"),
     };
-    let mut names: Vec<String> = cands
-        .iter()
-        .map(|(p, s)| {
-            if mode == Mode::BackpropFilter {
-                format!("{}_s{s}", tile_name(p))
-            } else {
-                tile_name(p)
-            }
-        })
-        .collect();
-    names.extend(
-        wino.iter()
-            .map(|(p, s)| format!("wino_{}_s{s}", tile_name(p))),
-    );
-    names.extend(wfw.iter().map(|p| format!("wino_{}", tile_name(p))));
     let old = choose_tile(m, n, 1);
-    names.push(format!("gemm_{}", old.name));
-    let key = format!(
-        "conv/f32/{name}/r{}s{}/st{}x{}/m{}/n{}/k{}",
-        g.r,
-        g.s,
-        g.sh,
-        g.sw,
-        bucket(m),
-        bucket(n),
-        bucket(k)
-    );
+    let names = || {
+        let mut names: Vec<String> = cands
+            .iter()
+            .map(|(p, s)| {
+                if mode == Mode::BackpropFilter {
+                    format!("{}_s{s}", tile_name(p))
+                } else {
+                    tile_name(p)
+                }
+            })
+            .collect();
+        names.extend(
+            wino.iter()
+                .map(|(p, s)| format!("wino_{}_s{s}", tile_name(p))),
+        );
+        names.extend(wfw.iter().map(|p| format!("wino_{}", tile_name(p))));
+        names.push(format!("gemm_{}", old.name));
+        names
+    };
+    let key = || {
+        format!(
+            "conv/f32/{name}/r{}s{}/st{}x{}/m{}/n{}/k{}",
+            g.r,
+            g.s,
+            g.sh,
+            g.sw,
+            bucket(m),
+            bucket(n),
+            bucket(k)
+        )
+    };
     let run_old = || -> Result<()> {
         let o_attrs = ConvAttrs {
             tile: Some(old.name.to_string()),
@@ -967,8 +1014,15 @@ fn implicit_vec4(
         }
         run_old()
     };
-    let i = tuner.choose(ctx, &key, &names, 0, &run);
-    tracing::debug!("{op} implicit {m}x{n}x{k}: {}", names[i]);
+    let i = tuner.choose_memo(
+        ctx,
+        &geom_memo(ctx, MEMO_V4, mode, g, attrs),
+        key,
+        names,
+        0,
+        &run,
+    );
+    tracing::debug!("{op} implicit {m}x{n}x{k}: {}", names()[i]);
     run(i)?;
     Ok(Some(()))
 }
@@ -1163,14 +1217,23 @@ fn im2col_gemm(
             }
             Ok(())
         };
-        let key = format!(
-            "conv/f32/im2col_fwd/m{}/n{}/k{}/g{}",
-            bucket(m),
-            bucket(n),
-            bucket(k),
-            bucket(ngroups)
-        );
-        let plan = tune_with_previous(ctx, &key, &cands, &run);
+        let key = || {
+            format!(
+                "conv/f32/im2col_fwd/m{}/n{}/k{}/g{}",
+                bucket(m),
+                bucket(n),
+                bucket(k),
+                bucket(ngroups)
+            )
+        };
+        let memo = [
+            MEMO_IM2COL_FWD,
+            m as u64,
+            n as u64,
+            k as u64,
+            ngroups as u64,
+        ];
+        let plan = tune_with_previous(ctx, &memo, key, &cands, &run);
         run(plan)?;
         return Ok(Some(()));
     }
@@ -1244,14 +1307,25 @@ fn im2col_gemm(
             }
         }
     };
-    let key = format!(
-        "conv/f32/im2col_bwdf/m{}/n{}/k{}/s{}",
-        bucket(m),
-        bucket(n),
-        bucket(chunk),
-        bucket(parts)
-    );
-    let plan = tune_with_previous(ctx, &key, &cands, &run);
+    let key = || {
+        format!(
+            "conv/f32/im2col_bwdf/m{}/n{}/k{}/s{}",
+            bucket(m),
+            bucket(n),
+            bucket(chunk),
+            bucket(parts)
+        )
+    };
+    let memo = [
+        MEMO_IM2COL_BWDF,
+        m as u64,
+        n as u64,
+        k as u64,
+        chunk as u64,
+        splits as u64,
+        parts as u64,
+    ];
+    let plan = tune_with_previous(ctx, &memo, key, &cands, &run);
     run(plan)?;
     Ok(Some(()))
 }
@@ -1283,24 +1357,70 @@ fn record_previous(
 /// picks a path slower than the previous one; without tuning, `cands[0]`.
 fn tune_with_previous(
     ctx: &KernelContext,
-    key: &str,
+    memo: &[u64],
+    key: impl FnOnce() -> String,
     cands: &[Plan],
     run: &dyn Fn(Option<Plan>) -> Result<()>,
 ) -> Option<Plan> {
-    let tuner = Tuner::of(&ctx.dev.desc);
+    let tuner = ctx.tuner();
     if !tuner.enabled() {
         return Some(cands[0]);
     }
-    let mut names: Vec<String> = cands
-        .iter()
-        .map(|p| match p {
-            Plan::Vec4(t, _) => t.name.to_string(),
-            _ => format!("{p:?}"),
-        })
-        .collect();
-    names.push("previous".to_string());
-    let i = tuner.choose(ctx, key, &names, 0, &|i| run(cands.get(i).copied()));
+    let names = || {
+        let mut names: Vec<String> = cands
+            .iter()
+            .map(|p| match p {
+                Plan::Vec4(t, _) => t.name.to_string(),
+                _ => format!("{p:?}"),
+            })
+            .collect();
+        names.push("previous".to_string());
+        names
+    };
+    let i = tuner.choose_memo(ctx, memo, key, names, 0, &|i| run(cands.get(i).copied()));
     cands.get(i).copied()
+}
+
+/// Tags of the conv family's tuned call sites, the first word of their memo keys
+/// (`Tuner::choose_memo`).
+const MEMO_TILE: u64 = 1;
+const MEMO_1X1_BWDF: u64 = 2;
+const MEMO_V4: u64 = 3;
+const MEMO_IM2COL_FWD: u64 = 4;
+const MEMO_IM2COL_BWDF: u64 = 5;
+const MEMO_COL2IM: u64 = 6;
+
+/// A memo key of a call site whose candidates follow from the geometry, the mode, the
+/// internal attributes and the column budget (the device's limits are the tuner's own: one
+/// tuner per adapter; the budget follows the heap size too).
+fn geom_memo(ctx: &KernelContext, tag: u64, mode: Mode, g: &Geom, attrs: &ConvAttrs) -> [u64; 24] {
+    let opt = |v: Option<usize>| v.map_or(0, |x| x as u64 + 1);
+    [
+        column_budget(ctx) as u64,
+        tag,
+        mode as u64,
+        g.n as u64,
+        g.h as u64,
+        g.w as u64,
+        g.c as u64,
+        g.r as u64,
+        g.s as u64,
+        g.cg as u64,
+        g.k as u64,
+        g.groups as u64,
+        g.oh as u64,
+        g.ow as u64,
+        g.pt as u64,
+        g.pl as u64,
+        g.sh as u64,
+        g.sw as u64,
+        g.dh as u64,
+        g.dw as u64,
+        g.nchw as u64,
+        opt(attrs.splits),
+        opt(attrs.col_images),
+        attrs.heuristic_gemm as u64,
+    ]
 }
 
 /// The input gradient of a float32 NHWC one-group convolution that the implicit vector path
@@ -1452,17 +1572,29 @@ fn bwd_input_col2im(
         layouts,
         shared,
     );
-    let key = format!(
-        "conv/f32/col2im/r{}s{}/st{}x{}/m{}/n{}/k{}",
-        g.r,
-        g.s,
-        g.sh,
-        g.sw,
-        bucket(m),
-        bucket(nc),
-        bucket(g.k)
-    );
-    let plan = tune_with_previous(ctx, &key, &cands, &run);
+    let key = || {
+        format!(
+            "conv/f32/col2im/r{}s{}/st{}x{}/m{}/n{}/k{}",
+            g.r,
+            g.s,
+            g.sh,
+            g.sw,
+            bucket(m),
+            bucket(nc),
+            bucket(g.k)
+        )
+    };
+    let memo = [
+        MEMO_COL2IM,
+        g.r as u64,
+        g.s as u64,
+        g.sh as u64,
+        g.sw as u64,
+        m as u64,
+        nc as u64,
+        g.k as u64,
+    ];
+    let plan = tune_with_previous(ctx, &memo, key, &cands, &run);
     run(plan)?;
     Ok(Some(()))
 }

@@ -1061,7 +1061,14 @@ pub struct Fused {
     /// merged broadcast, the params, the pipeline key's variant, built once instead of on
     /// every call.
     plans: std::sync::Mutex<Vec<std::sync::Arc<DispatchPlan>>>,
+    /// `check`'s result by input shapes, kept from the first call (both `outputs` and `record`
+    /// check the inputs on every call; the shapes repeat step after step).
+    checked: std::sync::Mutex<Vec<(Vec<Vec<usize>>, Checked)>>,
 }
+
+/// Every instruction's result shape and the output instructions of a program on inputs of
+/// given shapes (see `Fused::check`).
+type Checked = std::sync::Arc<(Vec<Vec<usize>>, Vec<usize>)>;
 
 /// One dispatch's shape-dependent parts (see `Fused::plans`).
 struct DispatchPlan {
@@ -1073,6 +1080,15 @@ struct DispatchPlan {
     uniform: Vec<bool>,
     params: Vec<u8>,
     groups: [u32; 3],
+    /// The plan's pipeline, once looked up (`KernelContext::pipeline_kept`).
+    pipeline: std::sync::OnceLock<(u64, std::sync::Arc<crate::exec::Pipeline>)>,
+}
+
+/// Whether a kept plan keeps its pipeline too (`TFWGPU_KEPT_PIPELINES=0`: off, every dispatch
+/// builds its pipeline key and looks it up, as before). Read once.
+fn kept_pipelines() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_KEPT_PIPELINES", "0"))
 }
 
 /// Most plans a kernel keeps (a node whose shapes keep changing builds them afresh).
@@ -1138,12 +1154,13 @@ impl Fused {
             program,
             dtype,
             restricted: Default::default(),
+            checked: Default::default(),
             plans: Default::default(),
         }))
     }
 
     /// Validates the inputs; the shape of every instruction's result.
-    fn check(&self, inputs: &[Operand]) -> Result<Vec<Vec<usize>>> {
+    fn check(&self, inputs: &[Operand]) -> Result<Checked> {
         if inputs.len() != self.program.inputs {
             bail_invalid!(
                 "{OP} takes {} inputs, got {}",
@@ -1156,12 +1173,31 @@ impl Fused {
                 bail_invalid!("{OP}: input {k} is {} but T is {}", i.dtype(), self.dtype);
             }
         }
+        let same = |(shapes, _): &&(Vec<Vec<usize>>, Checked)| {
+            shapes.iter().zip(inputs).all(|(s, i)| s == i.shape())
+        };
+        if let Some((_, c)) = self
+            .checked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(same)
+        {
+            return Ok(c.clone());
+        }
         let shapes: Vec<&[usize]> = inputs.iter().map(|i| i.shape()).collect();
         let temps = self.program.temp_shapes(&shapes)?;
-        for o in self.program.output_instrs() {
+        let outs = self.program.output_instrs();
+        for &o in &outs {
             words_for(OP, self.dtype, temps[o].iter().product())?;
         }
-        Ok(temps)
+        let c = std::sync::Arc::new((temps, outs));
+        let mut checked = self.checked.lock().unwrap_or_else(|e| e.into_inner());
+        if checked.len() >= MAX_PLANS {
+            checked.remove(0);
+        }
+        checked.push((shapes.iter().map(|s| s.to_vec()).collect(), c.clone()));
+        Ok(c)
     }
 
     /// `program` restricted to the results of instructions `values` (see
@@ -1252,10 +1288,13 @@ impl Fused {
         for o in outs {
             binds.push(bind_out(ctx, OP, o)?);
         }
-        let key = PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
-        let pipeline = ctx.pipeline(key, || {
-            ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform))
-        })?;
+        let key = || PipelineKey::new("fused", Some(self.dtype), plan.variant.as_str());
+        let source = || ShaderSource::new(program.shader(self.dtype, plan.flat, &plan.uniform));
+        let pipeline = if cache && kept_pipelines() {
+            ctx.pipeline_kept(&plan.pipeline, key, source)?
+        } else {
+            ctx.pipeline(key(), source)?
+        };
         ctx.dispatch(&pipeline, &plan.params, &binds, plan.groups)
     }
 
@@ -1315,6 +1354,7 @@ impl Fused {
             uniform,
             params: params(&w),
             groups,
+            pipeline: Default::default(),
         })
     }
 }
@@ -1332,18 +1372,17 @@ impl Kernel for Fused {
     }
 
     fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
-        let temps = self.check(inputs)?;
-        Ok(self
-            .program
-            .output_instrs()
-            .into_iter()
-            .map(|o| TensorDesc::new(self.dtype, &temps[o]))
+        let checked = self.check(inputs)?;
+        let (temps, outs) = &*checked;
+        Ok(outs
+            .iter()
+            .map(|&o| TensorDesc::new(self.dtype, &temps[o]))
             .collect())
     }
 
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
-        let temps = self.check(inputs)?;
-        let out_instrs = self.program.output_instrs();
+        let checked = self.check(inputs)?;
+        let (temps, out_instrs) = (&checked.0, &checked.1);
         if outputs.len() != out_instrs.len() {
             bail_invalid!(
                 "{OP}: {} outputs given, the program has {}",
@@ -1351,7 +1390,7 @@ impl Kernel for Fused {
                 out_instrs.len()
             );
         }
-        for (k, (out, &o)) in outputs.iter().zip(&out_instrs).enumerate() {
+        for (k, (out, &o)) in outputs.iter().zip(out_instrs).enumerate() {
             if out.desc != TensorDesc::new(self.dtype, &temps[o]) {
                 bail_invalid!(
                     "{OP}: output {k} is {} {} but the program computes {} {}",

@@ -131,6 +131,7 @@ impl FusedReduce {
                 dtype,
                 restricted: Default::default(),
                 plans: Default::default(),
+                checked: Default::default(),
             },
             rop,
             keep_dims,

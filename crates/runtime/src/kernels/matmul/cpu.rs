@@ -25,7 +25,7 @@ use super::Layouts;
 use crate::DType;
 
 /// A register tile of the CPU variant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CpuTile {
     /// The specialization name.
     pub name: &'static str,
@@ -376,7 +376,7 @@ const _: () = {
 /// and handed to every invocation with `subgroupBroadcast` (an extract and a broadcast on
 /// llvmpipe, no memory access); each invocation loads only its own TN values of B. Loads per
 /// invocation and K step: TM / S + TN, for TM * TN fused multiply-adds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SgTile {
     pub name: &'static str,
     /// Rows of C per workgroup (a multiple of the subgroup size).
@@ -386,7 +386,7 @@ pub struct SgTile {
 }
 
 /// How the subgroup tile reads each operand (chosen per product by [`SgModes::of`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SgModes {
     /// A row-major (M x K) with K % 4 == 0: 16-byte vectors along K; else scalars.
     pub a_k4: bool,

@@ -20,7 +20,7 @@ use crate::exec::BufferRange;
 use crate::kernel::{DeviceRef, Kernel, KernelContext, MAX_GROUPS_X, OpDef, Operand, TensorDesc};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
-use crate::tune::{Tuner, bucket};
+use crate::tune::bucket;
 use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
 pub use cpu::{CPU_TILES, CpuTile, SG_TILES, SgModes, SgTile};
 pub use vec4::{Hooks, Layouts, Vec4Tile};
@@ -110,7 +110,7 @@ fn scalar_source(body: &str, dtype: DType) -> String {
 }
 
 /// A tile configuration of `matmul.wgsl`, named in the pipeline key's specialization.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Tile {
     /// The specialization name, "BMxBNxBK".
     pub name: &'static str,
@@ -328,7 +328,7 @@ pub const VEC4_TILES: &[Vec4Tile] = &[
 
 /// The split-K shader (`matmul_splitk.wgsl`): a workgroup of `wg` invocations computes `nc`
 /// columns of one row of C, its invocations sharing K.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SplitK {
     /// The specialization name, "splitkWGxNC".
     pub name: &'static str,
@@ -462,7 +462,7 @@ const _: () = {
 };
 
 /// The shader and tile of one product.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Plan {
     Scalar(Tile),
     Vec4(Vec4Tile, Layouts),
@@ -1008,6 +1008,14 @@ impl Gemm {
     }
 }
 
+/// A plan as one word for memo keys (`Tuner::choose_memo`): its hash.
+fn plan_key(plan: &Plan) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::kernel_manager::FastHasher::default();
+    plan.hash(&mut h);
+    h.finish()
+}
+
 /// The name of a plan's pipeline (its specialization).
 fn plan_name(plan: &Plan) -> String {
     match plan {
@@ -1067,20 +1075,38 @@ pub(crate) fn tuned(
     cands: &[Plan],
     (a, b, c): (&BufferRange, &BufferRange, &BufferRange),
 ) -> Result<Plan> {
-    let tuner = Tuner::of(&ctx.dev.desc);
+    let tuner = ctx.tuner();
     if !tuner.enabled() || cands.len() < 2 {
         return Ok(cands[0]);
     }
-    let key = format!(
-        "matmul/{dtype}/{}/m{}/n{}/k{}/b{}",
-        gm.layouts().suffix(),
-        bucket(gm.m),
-        bucket(gm.n),
-        bucket(gm.k),
-        bucket(gm.batches)
-    );
-    let names: Vec<String> = cands.iter().map(plan_name).collect();
-    let i = tuner.choose(ctx, &key, &names, 0, &|i| {
+    let key = || {
+        format!(
+            "matmul/{dtype}/{}/m{}/n{}/k{}/b{}",
+            gm.layouts().suffix(),
+            bucket(gm.m),
+            bucket(gm.n),
+            bucket(gm.k),
+            bucket(gm.batches)
+        )
+    };
+    let names = || cands.iter().map(plan_name).collect();
+    // The candidates follow from the shape, the layouts and the heuristic plan (the first):
+    // the memo holds the shape and the layouts, and the candidates' number and first plan's
+    // index among those of its kind, so that two call sites with different heuristics for
+    // one shape do not share an answer.
+    let memo = [
+        u64::from_le_bytes(*b"matmul\0\0"),
+        dtype as u64,
+        gm.m as u64,
+        gm.n as u64,
+        gm.k as u64,
+        gm.batches as u64,
+        gm.ta as u64,
+        gm.tb as u64,
+        cands.len() as u64,
+        plan_key(&cands[0]),
+    ];
+    let i = tuner.choose_memo(ctx, &memo, key, names, 0, &|i| {
         record_plan(ctx, op, cands[i], dtype, gm, a, b, c)
     });
     Ok(cands[i])

@@ -12,7 +12,7 @@ use crate::DType;
 const MATMUL_VEC4_WGSL: &str = include_str!("matmul_vec4.wgsl");
 
 /// A tile configuration of `matmul_vec4.wgsl`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Vec4Tile {
     /// The specialization name.
     pub name: &'static str,
@@ -42,7 +42,7 @@ pub struct Vec4Tile {
 }
 
 /// Where each operand's contiguous dimension lies.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layouts {
     /// A is stored M x K (row-major, not transposed); else K x M.
     pub a_kfast: bool,

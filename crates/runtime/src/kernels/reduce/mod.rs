@@ -589,10 +589,13 @@ fn run_passes(
                 .replace("CASCADE_FLAG", &rop.cascade(dtype).to_string()),
         )
     };
-    let pipeline = ctx.pipeline(
-        PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
-        scalar_src,
-    )?;
+    // Looked up where a step needs it (the vector steps and the prologue's step do not).
+    let pipeline = || {
+        ctx.pipeline(
+            PipelineKey::new("reduce", Some(dtype), rop.name().to_ascii_lowercase()),
+            scalar_src,
+        )
+    };
     // vec4 loads need 16-byte aligned bindings (every binding starts at a multiple of the
     // offset alignment).
     let aligned = (ctx.limits().min_storage_buffer_offset_alignment as usize).is_multiple_of(16);
@@ -643,7 +646,7 @@ fn run_passes(
         let binds = match (&src, &first) {
             (Some(s), _) => {
                 let pipe = match st.vec4 {
-                    None => pipeline.clone(),
+                    None => pipeline()?,
                     Some(col) => ctx
                         .pipeline(PipelineKey::new("reduce", Some(dtype), variant), || {
                             crate::kernels::membound_shader(vec4_shader(rop, dtype, col))
