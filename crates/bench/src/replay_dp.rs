@@ -30,6 +30,18 @@
 //!   executor runs every op whose inputs are ready; marks and host syncs replay everything held
 //!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
 //!   order kept, the backward pass's recording stalled behind the all-reduce).
+//! - `--allreduce peer` (devices opened with `TFWGPU_PEER=1`; Vulkan): no host copy and, where
+//!   the driver has sync files, no host wait. Every device imports the same host memory
+//!   (`VK_EXT_external_memory_host`, runtime peer.rs); right after a bucket's last gradient is
+//!   recorded, the device's thread records copies of the bucket into its own region there and
+//!   submits, the submit signalling a semaphore exported as a sync file (the "ticket") that goes
+//!   to the other devices' threads. A device's thread sums a bucket where its first consumer is
+//!   replayed (held back until the peers' tickets arrived): the tickets are imported into
+//!   semaphores its next submit waits for, then it records copies of the peers' regions into
+//!   staging tensors and the Adds. No communication thread. Where a device has no sync files
+//!   (lavapipe), the ticket is the source's batch id and the destination's thread waits for it
+//!   on the host (counted: `host_waits`); where one has no host memory import, the run falls
+//!   back to `exchange` and says so.
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
 //!   step's time is taken when the last one has, as `replay --per-device` does.
 //!
@@ -44,6 +56,7 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
+use tfwgpu_runtime::peer::{HostShared, Imported, PeerSemaphore, Ticket};
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, Kernel, Operand, ReadInFlight, Runtime, TensorDesc,
 };
@@ -63,6 +76,9 @@ pub enum AllReduce {
     Halves,
     /// No all-reduce: the devices train apart (the ceiling the all-reduce is measured from).
     None,
+    /// Like `Exchange`, through host memory every device imports, ordered by sync-file
+    /// semaphores between the queues (no host copy, no host wait; see the module's notes).
+    Peer,
 }
 
 impl AllReduce {
@@ -71,7 +87,8 @@ impl AllReduce {
             "exchange" => Ok(AllReduce::Exchange),
             "halves" => Ok(AllReduce::Halves),
             "none" => Ok(AllReduce::None),
-            _ => Err(format!("--allreduce {s:?}: exchange, halves or none")),
+            "peer" => Ok(AllReduce::Peer),
+            _ => Err(format!("--allreduce {s:?}: exchange, halves, peer or none")),
         }
     }
 
@@ -80,6 +97,7 @@ impl AllReduce {
             AllReduce::Exchange => "exchange",
             AllReduce::Halves => "halves",
             AllReduce::None => "none",
+            AllReduce::Peer => "peer",
         }
     }
 }
@@ -376,6 +394,8 @@ struct Dp {
     done: Vec<Vec<bool>>,
     /// Per device: its communication thread is still running.
     comm_running: Vec<bool>,
+    /// `peer`: per device, per bucket: (source device, ticket) of the peers' copies.
+    tickets: Vec<Vec<Vec<(usize, Ticket)>>>,
 }
 
 type Shared = replay_multi::Shared<Dp>;
@@ -420,6 +440,9 @@ pub struct DpPass {
     pub checked: Vec<Checked>,
     /// Per device: the most events held back at once behind an all-reduce.
     pub deferred_max: Vec<usize>,
+    /// `peer`: per device, the host waits for a peer's batch (the fallback without sync
+    /// files; 0 with them).
+    pub host_waits: Vec<usize>,
 }
 
 impl Timed for DpPass {
@@ -433,6 +456,8 @@ impl Timed for DpPass {
 
 struct DeviceRun {
     deferred_max: usize,
+    host_waits: usize,
+    peer_times: Vec<BucketTimes>,
     pass: Pass,
     wait_s: f64,
     mark_waits: Vec<f64>,
@@ -449,6 +474,26 @@ struct Ctx<'a> {
     t0: Instant,
     check: bool,
     defer: bool,
+    /// Every device of the pass (`peer`'s host-ordered fallback waits on a peer's batch).
+    devs: &'a [&'a Device],
+    /// `peer` on several devices: the shared memory and semaphores.
+    peer: Option<&'a PeerRes>,
+    /// `peer`: per device, per gradient: its staging tensor.
+    staging: &'a [Vec<u64>],
+}
+
+/// What `--allreduce peer` uses during a pass: host memory imported into every device, each
+/// device's region of it per gradient, and the semaphores.
+struct PeerRes {
+    /// Per device: the shared host memory, imported there.
+    imports: Vec<Imported>,
+    /// Per device, per gradient: the byte offset of that device's copy in the host memory.
+    off: Vec<Vec<u64>>,
+    /// Per device, per bucket: the semaphore signalled by the submit after its copy (sync
+    /// files only).
+    signal: Vec<Vec<Option<PeerSemaphore>>>,
+    /// Per device, per bucket: one semaphore per peer for the imported tickets (sync files).
+    wait: Vec<Vec<Vec<PeerSemaphore>>>,
 }
 
 /// One device's replay state: its memory map, counters, and the events deferred behind an
@@ -470,6 +515,11 @@ struct DevState<'a> {
     /// an earlier held-back event touches.
     deferred: Vec<usize>,
     deferred_max: usize,
+    /// `peer`: the Add kernel, the buckets summed here, host waits, per-bucket times.
+    add: Option<Box<dyn Kernel>>,
+    summed: Vec<bool>,
+    host_waits: usize,
+    peer_times: HashMap<usize, BucketTimes>,
 }
 
 impl DevState<'_> {
@@ -477,24 +527,43 @@ impl DevState<'_> {
         e.to_string()
     }
 
-    /// Whether every bucket event `i` waits for has its sum recorded here.
+    /// Whether this device all-reduces (a communication thread, or `peer`).
+    fn reduces(&self) -> bool {
+        self.jobs.is_some() || self.cx.peer.is_some()
+    }
+
+    /// Whether every bucket event `i` waits for has its sum recorded here (`peer`: or can be
+    /// recorded now: every peer's ticket is here).
     fn ready(&self, i: usize) -> bool {
         let Some(bs) = self.cx.plan.wait_before.get(&i) else {
             return true;
         };
-        if self.jobs.is_none() {
+        if !self.reduces() {
             return true;
         }
         let st = self.cx.shared.lock();
+        if self.cx.peer.is_some() {
+            return bs
+                .iter()
+                .all(|&b| self.summed[b] || st.own.tickets[self.s][b].len() == self.cx.n - 1);
+        }
         bs.iter().all(|&b| st.own.done[self.s][b])
     }
 
-    /// Blocks until the buckets event `i` waits for are summed here.
+    /// Blocks until the buckets event `i` waits for are summed here (`peer`: until their
+    /// tickets are here).
     fn wait(&mut self, i: usize) -> Result<(), String> {
-        if let (Some(bs), Some(_)) = (self.cx.plan.wait_before.get(&i), &self.jobs) {
+        if let (Some(bs), true) = (self.cx.plan.wait_before.get(&i), self.reduces()) {
             let t = Instant::now();
             for &b in bs {
-                self.cx.shared.wait_done(self.s, b)?;
+                if self.cx.peer.is_some() {
+                    let (s, n, summed) = (self.s, self.cx.n, self.summed[b]);
+                    self.cx
+                        .shared
+                        .wait_for(|dp| (summed || dp.tickets[s][b].len() == n - 1).then_some(()))?;
+                } else {
+                    self.cx.shared.wait_done(self.s, b)?;
+                }
             }
             let w = t.elapsed().as_secs_f64();
             self.wait_s += w;
@@ -508,7 +577,14 @@ impl DevState<'_> {
     fn exec(&mut self, i: usize) -> Result<(), String> {
         let (plan, cx) = (self.cx.plan, self.cx);
         let e = Self::err;
-        if let (Some(bs), true, Some(_)) = (plan.wait_before.get(&i), cx.check, &self.jobs) {
+        if let (Some(bs), Some(_)) = (plan.wait_before.get(&i), cx.peer) {
+            for &b in bs {
+                if !self.summed[b] {
+                    self.pull(b)?;
+                }
+            }
+        }
+        if let (Some(bs), true, true) = (plan.wait_before.get(&i), cx.check, self.reduces()) {
             for &b in bs {
                 for &j in &plan.buckets[b].grads {
                     let g = &plan.grads[j];
@@ -535,6 +611,11 @@ impl DevState<'_> {
                     &mut data,
                     &mut self.pass,
                 )?;
+            }
+        }
+        if let (Some(bs), Some(_)) = (plan.issue_after.get(&i), cx.peer) {
+            for &b in bs {
+                self.push(b)?;
             }
         }
         if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &self.jobs) {
@@ -565,6 +646,107 @@ impl DevState<'_> {
                 .map_err(|_| "a communication thread stopped".to_string())?;
             }
         }
+        Ok(())
+    }
+
+    /// `peer`: copies bucket `b` (just produced) into this device's region of the shared
+    /// memory, submits, and hands the ticket to every peer.
+    fn push(&mut self, b: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let pr = cx.peer.expect("peer");
+        let e = Self::err;
+        let issued_us = cx.t0.elapsed().as_secs_f64() * 1e6;
+        for &j in &plan.buckets[b].grads {
+            let g = &plan.grads[j];
+            let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+            if cx.check {
+                let bytes = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                self.checked.entry(j).or_default().0 = bytes;
+            }
+            self.dev
+                .copy_to_buffer(a, &pr.imports[self.s].buffer, pr.off[self.s][j], g.bytes)
+                .map_err(e)?;
+        }
+        let ticket = self
+            .dev
+            .flush_signal(pr.signal[self.s][b].as_ref())
+            .map_err(e)?;
+        let peers: Vec<usize> = (0..cx.n).filter(|&p| p != self.s).collect();
+        let mut out = vec![];
+        for (k, &p) in peers.iter().enumerate() {
+            if k + 1 == peers.len() {
+                break;
+            }
+            out.push((p, ticket.try_clone().map_err(e)?));
+        }
+        if let Some(&last) = peers.last() {
+            out.push((last, ticket));
+        }
+        let s = self.s;
+        cx.shared.update(|dp| {
+            for (p, t) in out {
+                dp.tickets[p][b].push((s, t));
+            }
+        });
+        self.peer_times.insert(
+            b,
+            BucketTimes {
+                bucket: b,
+                issued_us,
+                read_us: cx.t0.elapsed().as_secs_f64() * 1e6,
+                ..BucketTimes::default()
+            },
+        );
+        Ok(())
+    }
+
+    /// `peer`: sums bucket `b` here from the peers' regions once their tickets are here:
+    /// orders this device's next submit after theirs, then records the copies and Adds.
+    fn pull(&mut self, b: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let pr = cx.peer.expect("peer");
+        let e = Self::err;
+        let (s, n) = (self.s, cx.n);
+        let tickets = cx.shared.wait_for(|dp| {
+            (dp.tickets[s][b].len() == n - 1).then(|| std::mem::take(&mut dp.tickets[s][b]))
+        })?;
+        let received_us = cx.t0.elapsed().as_secs_f64() * 1e6;
+        if self.add.is_none() {
+            let add = self
+                .dev
+                .kernel(
+                    "AddV2",
+                    &Attrs::new().with("T", AttrValue::Type(DType::F32)),
+                )
+                .map_err(e)?;
+            self.add = Some(add);
+        }
+        for (k, (from, t)) in tickets.into_iter().enumerate() {
+            let sem = pr.wait[s][b].get(k);
+            if self.dev.wait_ticket(cx.devs[from], sem, t).map_err(e)? {
+                self.host_waits += 1;
+            }
+            for &j in &plan.buckets[b].grads {
+                let g = &plan.grads[j];
+                let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                self.dev
+                    .copy_from_buffer(
+                        &pr.imports[s].buffer,
+                        pr.off[from][j],
+                        cx.staging[s][j],
+                        g.bytes,
+                    )
+                    .map_err(e)?;
+                let add = self.add.as_deref().expect("made above");
+                add_into(self.dev, add, a, cx.staging[s][j], g.bytes)?;
+            }
+        }
+        self.summed[b] = true;
+        cx.shared.set_done(s, b);
+        let t = self.peer_times.entry(b).or_default();
+        t.bucket = b;
+        t.received_us = received_us;
+        t.done_us = cx.t0.elapsed().as_secs_f64() * 1e6;
         Ok(())
     }
 
@@ -602,7 +784,7 @@ impl DevState<'_> {
     /// for a bucket or touches what a held-back event touches. Host syncs and marks replay
     /// everything held back first.
     fn step(&mut self, i: usize) -> Result<(), String> {
-        if !self.cx.defer || self.jobs.is_none() {
+        if !self.cx.defer || !self.reduces() {
             self.wait(i)?;
             return self.exec(i);
         }
@@ -661,6 +843,10 @@ fn device_thread(
         checked: Checked::new(),
         deferred: vec![],
         deferred_max: 0,
+        add: None,
+        summed: vec![false; cx.plan.buckets.len()],
+        host_waits: 0,
+        peer_times: HashMap::new(),
     };
     let result = (|| -> Result<(), String> {
         for &i in &cx.plan.events {
@@ -681,7 +867,11 @@ fn device_thread(
     let freed = st.mem.free_all();
     result?;
     freed?;
+    let mut peer_times: Vec<BucketTimes> = st.peer_times.into_values().collect();
+    peer_times.sort_by_key(|t| t.bucket);
     Ok(DeviceRun {
+        host_waits: st.host_waits,
+        peer_times,
         pass: st.pass,
         wait_s: st.wait_s,
         mark_waits: st.mark_waits,
@@ -792,7 +982,7 @@ fn comm_thread(
         })?;
         let mut received_us = 0.0;
         match cx.mode {
-            AllReduce::Exchange | AllReduce::None => {
+            AllReduce::Exchange | AllReduce::None | AllReduce::Peer => {
                 for _ in 0..cx.n - 1 {
                     let m = receive(&inbox, &mut kept, b, 0, shared)?;
                     received_us = now();
@@ -851,6 +1041,75 @@ fn comm_thread(
     Ok(times)
 }
 
+/// `TFWGPU_PEER_ORDER=host`: `peer` orders each bucket's copies by a host wait even where the
+/// devices have sync files (to measure the shared memory and the semaphores apart).
+fn peer_host_order() -> bool {
+    std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "host")
+}
+
+/// `peer`: host memory every device imports (a region per device and gradient, 256-byte
+/// aligned) and, where every device has sync files, the semaphores of each bucket.
+fn peer_resources(devs: &[&Device], plan: &DpPlan) -> Result<PeerRes, String> {
+    let n = devs.len();
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let mut align = 4096;
+    let mut sync_fd = !peer_host_order();
+    for d in devs {
+        let c = d.peer_caps().filter(|c| c.host_memory).ok_or_else(|| {
+            format!(
+                "--allreduce peer: {} cannot import host memory (open with TFWGPU_PEER=1, Vulkan \
+                 with VK_EXT_external_memory_host)",
+                d.description().name
+            )
+        })?;
+        align = align.max(c.host_align.next_power_of_two());
+        sync_fd &= c.sync_fd;
+    }
+    let mut off = vec![vec![0u64; plan.grads.len()]; n];
+    let mut at = 0u64;
+    for o in off.iter_mut() {
+        for (j, g) in plan.grads.iter().enumerate() {
+            o[j] = at;
+            at += g.bytes.next_multiple_of(256);
+        }
+    }
+    let host = HostShared::new(at, align).map_err(e)?;
+    let imports = devs
+        .iter()
+        .map(|d| d.import_host(&host))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let nb = plan.buckets.len();
+    let mut signal = vec![];
+    let mut wait = vec![];
+    for d in devs {
+        let mut sg = vec![];
+        let mut wt = vec![];
+        for _ in 0..nb {
+            if sync_fd {
+                sg.push(Some(d.peer_semaphore(true).map_err(e)?));
+                wt.push(
+                    (1..n)
+                        .map(|_| d.peer_semaphore(false))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(e)?,
+                );
+            } else {
+                sg.push(None);
+                wt.push(vec![]);
+            }
+        }
+        signal.push(sg);
+        wait.push(wt);
+    }
+    Ok(PeerRes {
+        imports,
+        off,
+        signal,
+        wait,
+    })
+}
+
 /// How a data-parallel pass runs.
 #[derive(Clone, Copy, Debug)]
 pub struct DpOptions {
@@ -896,9 +1155,10 @@ pub fn replay_dp(
         })
         .collect();
     // Staging tensors for the bytes received, per device and gradient.
-    let comm = n > 1 && mode != AllReduce::None;
+    let peer = n > 1 && mode == AllReduce::Peer;
+    let comm = n > 1 && mode != AllReduce::None && !peer;
     let mut staging: Vec<Vec<u64>> = vec![];
-    if comm {
+    if comm || peer {
         for (s, d) in devs.iter().enumerate() {
             let mut v = vec![];
             for (j, g) in plan.grads.iter().enumerate() {
@@ -911,14 +1171,27 @@ pub fn replay_dp(
             staging.push(v);
         }
     }
+    let peer_res = if peer {
+        Some(peer_resources(devs, plan).inspect_err(|_| {
+            for (s, d) in devs.iter().enumerate() {
+                for &a in staging.get(s).into_iter().flatten() {
+                    let _ = d.deallocate(a);
+                }
+            }
+        })?)
+    } else {
+        None
+    };
     for d in devs {
         d.synchronize().map_err(e)?;
     }
+    let nb = plan.buckets.len();
     let shared = Shared::new(
         n,
         Dp {
-            done: vec![vec![false; plan.buckets.len()]; n],
+            done: vec![vec![false; nb]; n],
             comm_running: vec![comm; n],
+            tickets: (0..n).map(|_| (0..nb).map(|_| vec![]).collect()).collect(),
         },
     );
     let t0 = Instant::now();
@@ -931,6 +1204,9 @@ pub fn replay_dp(
         t0,
         check,
         defer,
+        devs,
+        peer: peer_res.as_ref(),
+        staging: &staging,
     };
     type Res = (
         Result<DeviceRun, String>,
@@ -1006,6 +1282,14 @@ pub fn replay_dp(
             .collect()
     });
     let wall_s = t0.elapsed().as_secs_f64();
+    if let Some(pr) = peer_res {
+        // Semaphores and imports go once no submit that uses them is pending (a failed device
+        // thread may not have synchronized).
+        for d in devs {
+            let _ = d.synchronize();
+        }
+        drop(pr);
+    }
     for (s, d) in devs.iter().enumerate() {
         if let Some(v) = staging.get(s) {
             for &a in v {
@@ -1043,8 +1327,11 @@ pub fn replay_dp(
         out.mark_waits_s.push(d.mark_waits);
         out.deferred_max.push(d.deferred_max);
         out.checked.push(d.checked);
-        out.comm
-            .push(c.map(|c| c.expect("checked above")).unwrap_or_default());
+        out.host_waits.push(d.host_waits);
+        out.comm.push(match c {
+            Some(c) => c.expect("checked above"),
+            None => d.peer_times,
+        });
     }
     Ok(out)
 }
@@ -1138,7 +1425,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .map_err(|_| format!("bad device count {x:?}"))
         })
         .collect::<Result<_, _>>()?;
-    let mode = AllReduce::parse(flag("--allreduce").map_or("exchange", |s| s))?;
+    let mut mode = AllReduce::parse(flag("--allreduce").map_or("exchange", |s| s))?;
     let bucket_kb: u64 = flag("--bucket-kb")
         .map_or(Ok(0), |s| s.parse())
         .map_err(|_| "bad --bucket-kb")?;
@@ -1162,6 +1449,46 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let plan = DpPlan::new(trace, label, bucket_kb * 1024)?;
     let (ng, elems, bytes, nb) = plan.per_step(trace);
     let devs: Vec<&Device> = rt.devices.iter().take(max_n).collect();
+    // `peer`: what the devices offer; without host memory import, the exchange instead.
+    let mut peer_note = Value::Null;
+    if mode == AllReduce::Peer && max_n > 1 {
+        let caps: Vec<_> = devs.iter().map(|d| d.peer_caps().cloned()).collect();
+        let host = caps
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| c.host_memory));
+        let sync_fd = caps.iter().all(|c| c.as_ref().is_some_and(|c| c.sync_fd));
+        let forced = sync_fd && peer_host_order();
+        let missing: Vec<String> = caps
+            .iter()
+            .map(|c| {
+                c.as_ref()
+                    .map_or("not opened with TFWGPU_PEER=1 on Vulkan".into(), |c| {
+                        c.missing.join(", ")
+                    })
+            })
+            .collect();
+        if !host {
+            println!(
+                "  --allreduce peer: FALLBACK to exchange: a device cannot import host memory \
+                 ({missing:?})"
+            );
+            mode = AllReduce::Exchange;
+        } else if forced {
+            println!(
+                "  --allreduce peer: shared host memory; ordering on the host \
+                 (TFWGPU_PEER_ORDER=host), though the devices have sync files"
+            );
+        } else if !sync_fd {
+            println!(
+                "  --allreduce peer: shared host memory; FALLBACK ordering: no sync-file \
+                 semaphores ({missing:?}), each bucket's copy is waited for on the host"
+            );
+        } else {
+            println!("  --allreduce peer: shared host memory, sync-file semaphores (no host wait)");
+        }
+        peer_note = json!({"host_memory": host, "sync_fd": sync_fd, "missing": missing,
+            "used": mode.name(), "host_order_forced": forced});
+    }
     println!(
         "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
          float32, {:.1} KB, {nb} buckets), all-reduce {}, {}",
@@ -1192,7 +1519,12 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             let (g, el, fin) = verify(&p, &plan)?;
             println!(
                 "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
-                 every device has the devices' sum"
+                 every device has the devices' sum{}",
+                if mode == AllReduce::Peer {
+                    format!(" (host waits per device: {:?})", p.host_waits)
+                } else {
+                    String::new()
+                }
             );
             doc.insert(
                 format!("check_{n}"),
@@ -1316,13 +1648,22 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             .map(|p| {
                 p.devices
                     .iter()
-                    .map(|d| {
+                    .enumerate()
+                    .map(|(s, d)| {
                         json!({"kernels": d.kernels, "submits": d.stats.submits,
-                        "dispatches": d.stats.dispatches, "host_syncs": d.host_syncs})
+                        "dispatches": d.stats.dispatches, "host_syncs": d.host_syncs,
+                        "peer_host_waits": p.host_waits.get(s)})
                     })
                     .collect()
             })
             .unwrap_or_default();
+        if mode == AllReduce::Peer && n > 1 {
+            let hw: usize = ps.iter().flat_map(|p| p.host_waits.iter()).sum();
+            println!(
+                "    peer: {hw} host waits for a peer's batch in {} passes",
+                ps.len()
+            );
+        }
         rows.push(json!({
             "devices": n, "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
             "efficiency": scale.map(|x| x / n as f64), "allreduce_wait_ms_per_step": wait,
@@ -1333,6 +1674,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     if let Some(out) = flag("--json") {
         doc.insert("trace".into(), json!(path));
         doc.insert("allreduce".into(), json!(mode.name()));
+        doc.insert("peer".into(), peer_note.clone());
         doc.insert("bucket_kb".into(), json!(bucket_kb));
         doc.insert("defer".into(), json!(defer));
         doc.insert("per_device_batch".into(), json!(batch));
@@ -1561,7 +1903,24 @@ mod tests {
     }
 
     fn all_reduced(mode: AllReduce, defer: bool) {
-        let rt = two_devices();
+        all_reduced_on(&two_devices(), mode, defer);
+    }
+
+    /// The adapter opened twice with `RuntimeOptions::peer`.
+    fn two_peer_devices() -> Runtime {
+        let one = Runtime::new().expect("an adapter");
+        let i = one.device().description().index;
+        drop(one);
+        let mut opts = tfwgpu_runtime::RuntimeOptions::from_env().expect("options");
+        opts.selection = tfwgpu_runtime::Selection {
+            visible: Some(vec![i, i]),
+            name: None,
+        };
+        opts.peer = true;
+        Runtime::with_options(opts).expect("the adapter opened twice")
+    }
+
+    fn all_reduced_on(rt: &Runtime, mode: AllReduce, defer: bool) {
         let devs: Vec<&Device> = rt.devices.iter().collect();
         let trace = Trace::parse(&dp_trace(3)).unwrap();
         let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
@@ -1587,6 +1946,15 @@ mod tests {
                 assert!(c.received_us <= c.done_us);
             }
             assert!(p.devices.iter().all(|d| d.kernels == 21));
+            if mode == AllReduce::Peer {
+                // Without sync files every bucket's copy is waited for on the host (visibly);
+                // with them, never.
+                let sync_fd = devs
+                    .iter()
+                    .all(|d| d.peer_caps().is_some_and(|c| c.sync_fd));
+                let want = if sync_fd { 0 } else { 6 };
+                assert_eq!(p.host_waits, [want, want]);
+            }
             // The devices trained on different data: their gradients differed.
             let j = plan.buckets[0].grads[1];
             assert_ne!(p.checked[0][&j].0, p.checked[1][&j].0);
@@ -1628,6 +1996,29 @@ mod tests {
         all_reduced(AllReduce::Halves, false);
     }
 
+    /// `peer` where the adapter can import host memory (lavapipe can; it has no sync files, so
+    /// the ordering is the host-waited fallback there); elsewhere the replay refuses, saying
+    /// why (and `run` falls back to `exchange`).
+    #[test]
+    fn peer_gives_every_device_the_sum_of_the_gradients() {
+        let rt = two_peer_devices();
+        let caps = rt.devices[0].peer_caps().cloned();
+        eprintln!("peer caps: {caps:?}");
+        if caps.as_ref().is_some_and(|c| c.host_memory) {
+            all_reduced_on(&rt, AllReduce::Peer, true);
+            all_reduced_on(&rt, AllReduce::Peer, false);
+        } else {
+            eprintln!("SKIPPED: no host memory import on this adapter; checking the refusal");
+            let devs: Vec<&Device> = rt.devices.iter().collect();
+            let trace = Trace::parse(&dp_trace(1)).unwrap();
+            let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+            let mut caches = vec![HashMap::new(), HashMap::new()];
+            let o = o(AllReduce::Peer, true, false);
+            let err = replay_dp(&devs, &trace, &plan, &mut caches, o, 0).unwrap_err();
+            assert!(err.contains("cannot import host memory"), "{err}");
+        }
+    }
+
     #[test]
     fn without_an_all_reduce_the_devices_train_apart() {
         let rt = two_devices();
@@ -1657,6 +2048,16 @@ mod tests {
             for defer in [false, true] {
                 let err = replay_dp(&devs, &trace, &plan, &mut caches, o(mode, defer, false), 0)
                     .unwrap_err();
+                assert!(err.contains("lies in no traced allocation"), "{err}");
+            }
+        }
+        let rt = two_peer_devices();
+        if rt.devices[0].peer_caps().is_some_and(|c| c.host_memory) {
+            let devs: Vec<&Device> = rt.devices.iter().collect();
+            let mut caches = vec![HashMap::new(), HashMap::new()];
+            for defer in [false, true] {
+                let o = o(AllReduce::Peer, defer, false);
+                let err = replay_dp(&devs, &trace, &plan, &mut caches, o, 0).unwrap_err();
                 assert!(err.contains("lies in no traced allocation"), "{err}");
             }
         }

@@ -23,6 +23,8 @@ pub(crate) struct DeviceInner {
     /// The address of the device's arrival counters (`KernelContext::arrival_counters`),
     /// once allocated.
     pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
+    /// What the device offers for peer transfers (`RuntimeOptions::peer`, Vulkan only).
+    peer: Option<crate::peer::PeerCaps>,
 }
 
 /// One opened adapter. Cheap to clone; thread-safe.
@@ -53,6 +55,10 @@ pub struct RuntimeOptions {
     /// not wait for the GPU (`TFWGPU_HOST_MIRROR_BYTES`, default 16384; 0: off). See
     /// `mirror.rs`.
     pub host_mirror_bytes: usize,
+    /// Open Vulkan devices with the extensions for peer transfers where the adapter has them
+    /// (`TFWGPU_PEER=1`; see `peer.rs`): host memory imported into several devices, sync-file
+    /// semaphores between their queues.
+    pub peer: bool,
 }
 
 impl RuntimeOptions {
@@ -66,6 +72,7 @@ impl RuntimeOptions {
                 .max(1),
             memory_limit: env_parse::<u64>("TFWGPU_MEMORY_LIMIT_MB").map(|mb| mb << 20),
             host_mirror_bytes: env_parse::<usize>("TFWGPU_HOST_MIRROR_BYTES").unwrap_or(16384),
+            peer: crate::env_is("TFWGPU_PEER", "1"),
         })
     }
 }
@@ -157,15 +164,43 @@ impl Device {
             wgpu::ExperimentalFeatures::disabled()
         };
         let limits = adapter.limits();
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        let device_desc = wgpu::DeviceDescriptor {
             label: Some("tfwgpu"),
             required_features: features,
             required_limits: limits.clone(),
             experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?;
+        };
+        #[cfg(target_os = "linux")]
+        let peer = if opts.peer {
+            crate::peer::vk_impl::probe(adapter)
+        } else {
+            None
+        };
+        #[cfg(not(target_os = "linux"))]
+        let peer: Option<crate::peer::PeerCaps> = None;
+        if let Some(caps) = &peer {
+            tracing::info!(
+                "{}: peer transfers: host memory import {}, sync-file semaphores {}{}",
+                desc.name,
+                caps.host_memory,
+                caps.sync_fd,
+                if caps.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (missing: {})", caps.missing.join(", "))
+                }
+            );
+        }
+        let (device, queue) = match &peer {
+            #[cfg(target_os = "linux")]
+            Some(caps) if caps.host_memory || caps.sync_fd => {
+                crate::peer::vk_impl::open(adapter, caps, &device_desc)?
+            }
+            _ => pollster::block_on(adapter.request_device(&device_desc))
+                .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?,
+        };
         let limit = opts
             .memory_limit
             .unwrap_or_else(|| default_memory_limit(&desc));
@@ -187,6 +222,7 @@ impl Device {
         let exec = ExecutionContext::new(device.clone(), queue, cfg);
         let inner = DeviceInner {
             arrivals: parking_lot::Mutex::new(None),
+            peer,
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), index, limit),
@@ -364,6 +400,138 @@ impl Device {
         self.inner
             .exec
             .read_finish(read.pending, |bytes| f(&bytes[..len.min(bytes.len())]))
+    }
+
+    /// What the device offers for peer transfers (`None` unless opened with
+    /// `RuntimeOptions::peer` on Vulkan).
+    pub fn peer_caps(&self) -> Option<&crate::peer::PeerCaps> {
+        self.inner.peer.as_ref()
+    }
+
+    /// Imports host memory shared with other devices as a buffer of this device (needs
+    /// `peer_caps().host_memory`).
+    pub fn import_host(
+        &self,
+        host: &Arc<crate::peer::HostShared>,
+    ) -> Result<crate::peer::Imported> {
+        match self.peer_caps() {
+            #[cfg(target_os = "linux")]
+            Some(c) if c.host_memory => {
+                crate::peer::vk_impl::import_host(self.inner.exec.device(), host)
+            }
+            _ => Err(Error::Unimplemented(format!(
+                "{}: no host memory import (open with TFWGPU_PEER=1 on Vulkan with \
+                 VK_EXT_external_memory_host)",
+                self.inner.desc.name
+            ))),
+        }
+    }
+
+    /// Records a copy of `len` bytes (a multiple of 4) from the allocation at `src` into
+    /// `dst` (a buffer of this device, e.g. an imported one) at `dst_off`.
+    pub fn copy_to_buffer(
+        &self,
+        src: u64,
+        dst: &wgpu::Buffer,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let s = self.inner.alloc.resolve(src)?;
+        if len > s.remaining || !len.is_multiple_of(4) || !s.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes from {src:#x}: past its allocation or not 4-aligned"
+            )));
+        }
+        self.inner.exec.copy(&s.buffer, s.offset, dst, dst_off, len)
+    }
+
+    /// Records a copy of `len` bytes (a multiple of 4) from `src` (a buffer of this device)
+    /// at `src_off` into the allocation at `dst`.
+    pub fn copy_from_buffer(
+        &self,
+        src: &wgpu::Buffer,
+        src_off: u64,
+        dst: u64,
+        len: u64,
+    ) -> Result<()> {
+        let d = self.inner.alloc.resolve(dst)?;
+        if len > d.remaining || !len.is_multiple_of(4) || !d.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes to {dst:#x}: past its allocation or not 4-aligned"
+            )));
+        }
+        self.inner.mirror.written(dst, len);
+        self.inner.exec.copy(src, src_off, &d.buffer, d.offset, len)
+    }
+
+    /// A binary semaphore of this device, exportable as a sync file when `exportable`
+    /// (needs `peer_caps().sync_fd`). Drop it only after the device synchronized.
+    pub fn peer_semaphore(&self, exportable: bool) -> Result<crate::peer::PeerSemaphore> {
+        match self.peer_caps() {
+            #[cfg(target_os = "linux")]
+            Some(c) if c.sync_fd => {
+                crate::peer::vk_impl::semaphore(self.inner.exec.device(), exportable)
+            }
+            _ => Err(Error::Unimplemented(format!(
+                "{}: no sync-file semaphores",
+                self.inner.desc.name
+            ))),
+        }
+    }
+
+    /// Submits the work recorded so far and returns how another device orders work after
+    /// it: with sync files, `sem` is signaled by that submit and exported (the host does not
+    /// wait); otherwise (`sem` is `None`) the batch id, which the other device must wait for on
+    /// the host ([`Device::wait_ticket`]).
+    pub fn flush_signal(
+        &self,
+        sem: Option<&crate::peer::PeerSemaphore>,
+    ) -> Result<crate::peer::Ticket> {
+        match sem {
+            #[cfg(target_os = "linux")]
+            Some(sem) => {
+                let raw = sem.raw();
+                let id = self.inner.exec.flush_with(Box::new(move |q| {
+                    crate::peer::vk_impl::stage_signal(q, raw)
+                }))?;
+                match crate::peer::vk_impl::export(self.inner.exec.device(), sem) {
+                    Ok(t) => Ok(t),
+                    // The submit is on the queue: its batch id still orders the peer (on the
+                    // host).
+                    Err(e) => {
+                        tracing::warn!("{}: {e}; ordering on the host", self.inner.desc.name);
+                        Ok(crate::peer::Ticket::Batch(id))
+                    }
+                }
+            }
+            _ => Ok(crate::peer::Ticket::Batch(self.inner.exec.flush()?)),
+        }
+    }
+
+    /// Orders the work recorded on this device from now on after what `ticket` stands for on
+    /// `from`: a sync file is imported into `sem` and waited for by this device's next submit
+    /// (no host wait); a batch id is waited for on the host. Returns whether the host waited.
+    pub fn wait_ticket(
+        &self,
+        from: &Device,
+        sem: Option<&crate::peer::PeerSemaphore>,
+        ticket: crate::peer::Ticket,
+    ) -> Result<bool> {
+        match (ticket, sem) {
+            (crate::peer::Ticket::Batch(id), _) => {
+                from.exec().wait(id)?;
+                Ok(true)
+            }
+            #[cfg(target_os = "linux")]
+            (t, Some(sem)) => {
+                let exec = &self.inner.exec;
+                crate::peer::vk_impl::wait(exec.device(), exec.queue(), sem, t)?;
+                Ok(false)
+            }
+            (_, _) => Err(Error::InvalidArgument(
+                "a sync-file ticket needs a semaphore to import it into".into(),
+            )),
+        }
     }
 
     /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).

@@ -379,7 +379,13 @@ struct Taken {
     uniforms: Vec<u8>,
     timing: Option<BatchTiming>,
     id: u64,
+    /// Called with the queue right before the batch's submit, in submit order (see
+    /// [`ExecutionContext::flush_with`]).
+    before_submit: Option<BeforeSubmit>,
 }
+
+/// What [`ExecutionContext::flush_with`] runs right before its batch's submit.
+pub(crate) type BeforeSubmit = Box<dyn FnOnce(&wgpu::Queue) + Send>;
 
 /// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
 enum Job {
@@ -1288,6 +1294,31 @@ impl ExecutionContext {
         Ok(id)
     }
 
+    /// [`Self::flush`] on the calling thread that runs `before_submit` with the queue right
+    /// before the submit of the open batch, with no other submit of this queue in between
+    /// (what wgpu-hal's staged semaphores attach to: the queue's next submit). Without an open
+    /// batch, an empty submit (once every batch taken before is on the queue; none can be taken
+    /// meanwhile). Returns the id up to which recorded work is submitted.
+    pub(crate) fn flush_with(&self, before_submit: BeforeSubmit) -> Result<u64> {
+        let mut b = self.batch.lock();
+        if b.ops > 0
+            && let Some(mut taken) = self.take_locked(&mut b)
+        {
+            drop(b);
+            let id = taken.id;
+            taken.before_submit = Some(before_submit);
+            self.submit_in_turn(taken)?;
+            return Ok(id);
+        }
+        let id = b.id - 1;
+        self.await_submitted(id);
+        before_submit(&self.queue);
+        self.queue.submit([]);
+        drop(b);
+        self.check()?;
+        Ok(id)
+    }
+
     /// [`Self::flush`] that hands the open batch to the device's submit thread when there is
     /// one (`ExecConfig::submit_thread`) instead of encoding and submitting it on the calling
     /// thread: returns the same id, but the batch reaches the queue shortly after (in order).
@@ -1343,6 +1374,7 @@ impl ExecutionContext {
             uniforms: std::mem::take(&mut b.uniforms),
             timing: b.timing.take(),
             id: b.id,
+            before_submit: None,
         };
         b.id += 1;
         b.ops = 0;
@@ -1382,6 +1414,7 @@ impl ExecutionContext {
             uniforms,
             timing,
             id,
+            before_submit,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
@@ -1400,6 +1433,9 @@ impl ExecutionContext {
         let cb = encoder.finish();
         let t4 = hostlog::now();
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
+        if let Some(f) = before_submit {
+            f(&self.queue);
+        }
         let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
         let shared = self.shared.clone();
