@@ -721,6 +721,11 @@ impl DevState<'_> {
                 .map_err(e)?;
             self.add = Some(add);
         }
+        // The wait holds back the whole submit it attaches to: with `TFWGPU_PEER_WAIT=flush`,
+        // the work recorded before it goes to the queue first (one more submit per bucket).
+        if peer_wait_flush() && matches!(tickets.first(), Some((_, Ticket::Fd(_)))) {
+            self.dev.exec().flush().map_err(e)?;
+        }
         for (k, (from, t)) in tickets.into_iter().enumerate() {
             let sem = pr.wait[s][b].get(k);
             if self.dev.wait_ticket(cx.devs[from], sem, t).map_err(e)? {
@@ -1045,6 +1050,12 @@ fn comm_thread(
 /// devices have sync files (to measure the shared memory and the semaphores apart).
 fn peer_host_order() -> bool {
     std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "host")
+}
+
+/// `TFWGPU_PEER_WAIT=flush`: `peer` submits a device's open batch before staging its wait for
+/// a peer's semaphore (which holds back the whole submit it attaches to).
+fn peer_wait_flush() -> bool {
+    std::env::var("TFWGPU_PEER_WAIT").is_ok_and(|v| v.trim() == "flush")
 }
 
 /// `peer`: host memory every device imports (a region per device and gradient, 256-byte
@@ -1487,7 +1498,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             println!("  --allreduce peer: shared host memory, sync-file semaphores (no host wait)");
         }
         peer_note = json!({"host_memory": host, "sync_fd": sync_fd, "missing": missing,
-            "used": mode.name(), "host_order_forced": forced});
+            "used": mode.name(), "host_order_forced": forced, "wait_flush": peer_wait_flush()});
     }
     println!(
         "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
@@ -1634,11 +1645,20 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .iter()
                 .find(|b| b.pos == *pos)
                 .map_or(0, |b| b.grads.iter().map(|&j| plan.grads[j].bytes).sum());
-            println!(
-                "    bucket {pos} ({:.1} KB): from the read's start, read back {rd:.0} us, peer's \
-                 bytes {rc:.0} us, sum recorded {dn:.0} us (medians)",
-                kb as f64 / 1e3
-            );
+            if mode == AllReduce::Peer {
+                println!(
+                    "    bucket {pos} ({:.1} KB): from its copy's recording, submitted with its \
+                     ticket {rd:.0} us, peers' tickets taken {rc:.0} us, sum recorded {dn:.0} us \
+                     (medians)",
+                    kb as f64 / 1e3
+                );
+            } else {
+                println!(
+                    "    bucket {pos} ({:.1} KB): from the read's start, read back {rd:.0} us, \
+                     peer's bytes {rc:.0} us, sum recorded {dn:.0} us (medians)",
+                    kb as f64 / 1e3
+                );
+            }
             buckets.push(
                 json!({"pos": pos, "bytes": kb, "read_us": rd, "received_us": rc, "done_us": dn}),
             );
