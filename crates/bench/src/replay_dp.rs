@@ -478,6 +478,10 @@ struct Ctx<'a> {
     devs: &'a [&'a Device],
     /// `peer` on several devices: the shared memory and semaphores.
     peer: Option<&'a PeerRes>,
+    /// `peer`, host-ordered: a bucket's consumers are ready once the peers' tickets are here
+    /// (the summing thread then waits for their batches) instead of once those batches
+    /// completed (`TFWGPU_PEER_ORDER=block`).
+    peer_block: bool,
     /// `peer`: per device, per gradient: its staging tensor.
     staging: &'a [Vec<u64>],
 }
@@ -545,9 +549,27 @@ impl DevState<'_> {
         if self.cx.peer.is_some() {
             return bs
                 .iter()
-                .all(|&b| self.summed[b] || st.own.tickets[self.s][b].len() == self.cx.n - 1);
+                .all(|&b| self.summed[b] || self.tickets_ready(&st.own.tickets[self.s][b]));
         }
         bs.iter().all(|&b| st.own.done[self.s][b])
+    }
+
+    /// `peer`: whether every peer's ticket for a bucket is here and, for a batch ticket (the
+    /// host-ordered fallback), that batch has completed (unless `TFWGPU_PEER_ORDER=block`: the
+    /// summing thread then blocks on it): the thread goes on recording meanwhile.
+    fn tickets_ready(&self, tickets: &[(usize, Ticket)]) -> bool {
+        tickets.len() == self.cx.n - 1
+            && (self.cx.peer_block
+                || tickets.iter().all(|(from, t)| match *t {
+                    Ticket::Batch(id) => {
+                        let x = self.cx.devs[*from].exec();
+                        x.completed() >= id || {
+                            x.poll_completions();
+                            x.completed() >= id
+                        }
+                    }
+                    Ticket::Fd(_) => true,
+                }))
     }
 
     /// Blocks until the buckets event `i` waits for are summed here (`peer`: until their
@@ -558,9 +580,23 @@ impl DevState<'_> {
             for &b in bs {
                 if self.cx.peer.is_some() {
                     let (s, n, summed) = (self.s, self.cx.n, self.summed[b]);
-                    self.cx
-                        .shared
-                        .wait_for(|dp| (summed || dp.tickets[s][b].len() == n - 1).then_some(()))?;
+                    let batches = self.cx.shared.wait_for(|dp| {
+                        (summed || dp.tickets[s][b].len() == n - 1).then(|| {
+                            dp.tickets[s][b]
+                                .iter()
+                                .filter_map(|(from, t)| match *t {
+                                    Ticket::Batch(id) => Some((*from, id)),
+                                    Ticket::Fd(_) => None,
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })?;
+                    // The host-ordered fallback: the peers' batches too (else `pull` waits).
+                    if !self.cx.peer_block {
+                        for (from, id) in batches {
+                            self.cx.devs[from].exec().wait(id).map_err(Self::err)?;
+                        }
+                    }
                 } else {
                     self.cx.shared.wait_done(self.s, b)?;
                 }
@@ -1046,10 +1082,10 @@ fn comm_thread(
     Ok(times)
 }
 
-/// `TFWGPU_PEER_ORDER=host`: `peer` orders each bucket's copies by a host wait even where the
-/// devices have sync files (to measure the shared memory and the semaphores apart).
+/// `TFWGPU_PEER_ORDER=host` (or `block`): `peer` orders each bucket's copies on the host even
+/// where the devices have sync files (to measure the shared memory and the semaphores apart).
 fn peer_host_order() -> bool {
-    std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "host")
+    std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| matches!(v.trim(), "host" | "block"))
 }
 
 /// `TFWGPU_PEER_WAIT=flush`: `peer` submits a device's open batch before staging its wait for
@@ -1217,6 +1253,7 @@ pub fn replay_dp(
         defer,
         devs,
         peer: peer_res.as_ref(),
+        peer_block: std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "block"),
         staging: &staging,
     };
     type Res = (
@@ -1487,7 +1524,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         } else if forced {
             println!(
                 "  --allreduce peer: shared host memory; ordering on the host \
-                 (TFWGPU_PEER_ORDER=host), though the devices have sync files"
+                 (TFWGPU_PEER_ORDER), though the devices have sync files"
             );
         } else if !sync_fd {
             println!(
