@@ -1809,6 +1809,43 @@ mod tests {
         }
     }
 
+    /// `flush_with`'s closure runs once per call, before the call returns, with the open batch
+    /// submitted (its id returned) or, without one, with an empty submit after the batches
+    /// before it.
+    #[test]
+    fn flush_with_runs_its_closure_in_the_batch_submit() {
+        let rt = crate::Runtime::new().expect("an adapter");
+        let ex = rt.device().exec();
+        let calls = Arc::new(AtomicU64::new(0));
+        let f = |c: &Arc<AtomicU64>| -> BeforeSubmit {
+            let c = c.clone();
+            Box::new(move |_q| {
+                c.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let dst = ex.device().create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 256,
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        ex.synchronize().unwrap();
+        let before = ex.submitted();
+        ex.clear(&dst, 0, 256).unwrap();
+        let id = ex.flush_with(f(&calls)).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(
+            id > before,
+            "the open batch was submitted: {id} after {before}"
+        );
+        assert!(ex.submitted() >= id);
+        // Nothing open: an empty submit carries it; the id is the last batch's.
+        let again = ex.flush_with(f(&calls)).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(again, id);
+        ex.synchronize().unwrap();
+    }
+
     #[test]
     fn summary_counts_overlaps_once() {
         let s = TimingSummary::of(&[t(10.0, 20.0), t(15.0, 25.0), t(40.0, 50.0), t(41.0, 42.0)]);

@@ -385,6 +385,8 @@ pub(crate) mod vk_impl {
                     drop(keep);
                 }),
             );
+            // wgpu-core treats a buffer made from hal as initialized (no lazy zero-fill): what
+            // another device wrote into the host memory is never cleared by this device's uses.
             let wbuf = device.create_buffer_from_hal::<wgpu::hal::api::Vulkan>(
                 hal_buffer,
                 &wgpu::BufferDescriptor {
