@@ -39,9 +39,13 @@
 //!   replayed (held back until the peers' tickets arrived): the tickets are imported into
 //!   semaphores its next submit waits for, then it records copies of the peers' regions into
 //!   staging tensors and the Adds. No communication thread. Where a device has no sync files
-//!   (lavapipe), the ticket is the source's batch id and the destination's thread waits for it
-//!   on the host (counted: `host_waits`); where one has no host memory import, the run falls
-//!   back to `exchange` and says so.
+//!   (lavapipe, the H200's driver), the ticket is the source's batch id: the bucket's consumers
+//!   are held back until that batch completed and the sum is recorded then (counted:
+//!   `host_waits`; `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). With
+//!   `TFWGPU_PEER_ORDER=flag` the destination's queue polls a flag the source's queue stores
+//!   into the shared memory (works on lavapipe, not between two H200s: bench/RESULTS.md,
+//!   session 11). Where a device has no host memory import, the run falls back to `exchange`
+//!   and says so.
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
 //!   step's time is taken when the last one has, as `replay --per-device` does.
 //!
