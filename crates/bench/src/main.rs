@@ -194,10 +194,10 @@ fn peerprobe(args: &[String]) -> Result<(), String> {
         );
         match caps {
             Some(c) => println!(
-                "    peer: host memory import {} (minImportedHostPointerAlignment {}), sync-file semaphores {}{}",
+                "    peer: host memory import {} (minImportedHostPointerAlignment {}), OPAQUE_FD timeline semaphores {}{}",
                 c.host_memory,
                 c.host_align,
-                c.sync_fd,
+                c.timeline_fd,
                 if c.missing.is_empty() {
                     String::new()
                 } else {

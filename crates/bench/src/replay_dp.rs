@@ -31,21 +31,21 @@
 //!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
 //!   order kept, the backward pass's recording stalled behind the all-reduce).
 //! - `--allreduce peer` (devices opened with `TFWGPU_PEER=1`; Vulkan): no host copy and, where
-//!   the driver has sync files, no host wait. Every device imports the same host memory
-//!   (`VK_EXT_external_memory_host`, runtime peer.rs); right after a bucket's last gradient is
-//!   recorded, the device's thread records copies of the bucket into its own region there and
-//!   submits, the submit signalling a semaphore exported as a sync file (the "ticket") that goes
-//!   to the other devices' threads. A device's thread sums a bucket where its first consumer is
-//!   replayed (held back until the peers' tickets arrived): the tickets are imported into
-//!   semaphores its next submit waits for, then it records copies of the peers' regions into
-//!   staging tensors and the Adds. No communication thread. Where a device has no sync files
-//!   (lavapipe, the H200's driver), the ticket is the source's batch id: the bucket's consumers
-//!   are held back until that batch completed and the sum is recorded then (counted:
-//!   `host_waits`; `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). With
-//!   `TFWGPU_PEER_ORDER=flag` the destination's queue polls a flag the source's queue stores
-//!   into the shared memory (works on lavapipe, not between two H200s: bench/RESULTS.md,
-//!   session 11). Where a device has no host memory import, the run falls back to `exchange`
-//!   and says so.
+//!   the driver shares timeline semaphores between the devices, no host wait. Every device
+//!   imports the same host memory (`VK_EXT_external_memory_host`, runtime peer.rs); per ordered
+//!   pair of devices one timeline semaphore of the source is imported into the destination once
+//!   (`OPAQUE_FD`, `Device::peer_link`). Right after a bucket's last gradient is recorded, the
+//!   device's thread records copies of the bucket into its own region there and submits, the
+//!   submit signalling the next value of each outgoing link (the "ticket", a number, goes to
+//!   the peer's thread). A device's thread sums a bucket where its first consumer is replayed
+//!   (held back until the peers' tickets arrived): its next submit waits (on the GPU) for the
+//!   tickets' values, then it records copies of the peers' regions into staging tensors and the
+//!   Adds. No communication thread, and the host never waits for a GPU in the all-reduce. Where a
+//!   device has no such semaphores (lavapipe: no `VK_KHR_external_semaphore_fd`), or with
+//!   `TFWGPU_PEER_ORDER=host`, the ticket is the source's batch id: the bucket's consumers are
+//!   held back until that batch completed and the sum is recorded then (counted: `host_waits`;
+//!   `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). Where a device has no host
+//!   memory import, the run falls back to `exchange` and says so.
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
 //!   step's time is taken when the last one has, as `replay --per-device` does.
 //!
@@ -60,7 +60,7 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
-use tfwgpu_runtime::peer::{HostShared, Imported, PeerSemaphore, Ticket};
+use tfwgpu_runtime::peer::{HostShared, Imported, PeerLink, Ticket};
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, Kernel, Operand, ReadInFlight, Runtime, TensorDesc,
 };
@@ -72,7 +72,7 @@ use crate::replay::{
 use crate::replay_multi::{self, OTHER_FAILED};
 
 /// How the gradients are all-reduced between the devices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllReduce {
     /// Every device sends every gradient to every other and sums them itself.
     Exchange,
@@ -80,9 +80,12 @@ pub enum AllReduce {
     Halves,
     /// No all-reduce: the devices train apart (the ceiling the all-reduce is measured from).
     None,
-    /// Like `Exchange`, through host memory every device imports, ordered by sync-file
+    /// Like `Exchange`, through host memory every device imports, ordered by timeline
     /// semaphores between the queues (no host copy, no host wait; see the module's notes).
     Peer,
+    /// `Peer` ordered on the host even where the devices share timeline semaphores (the A/B of
+    /// the GPU-side ordering in one process; `TFWGPU_PEER_ORDER=host` makes `Peer` this too).
+    PeerHost,
 }
 
 impl AllReduce {
@@ -92,7 +95,10 @@ impl AllReduce {
             "halves" => Ok(AllReduce::Halves),
             "none" => Ok(AllReduce::None),
             "peer" => Ok(AllReduce::Peer),
-            _ => Err(format!("--allreduce {s:?}: exchange, halves, peer or none")),
+            "peer-host" => Ok(AllReduce::PeerHost),
+            _ => Err(format!(
+                "--allreduce {s:?}: exchange, halves, peer, peer-host or none"
+            )),
         }
     }
 
@@ -102,7 +108,13 @@ impl AllReduce {
             AllReduce::Halves => "halves",
             AllReduce::None => "none",
             AllReduce::Peer => "peer",
+            AllReduce::PeerHost => "peer-host",
         }
+    }
+
+    /// Through host memory every device imports.
+    fn is_peer(self) -> bool {
+        matches!(self, AllReduce::Peer | AllReduce::PeerHost)
     }
 }
 
@@ -488,6 +500,8 @@ struct Ctx<'a> {
     peer_block: bool,
     /// `peer`: per device, per gradient: its staging tensor.
     staging: &'a [Vec<u64>],
+    /// `--free-run`: the two marks that drain and meet (`DpOptions::free_run`).
+    free_run: Option<(usize, usize)>,
 }
 
 /// What `--allreduce peer` uses during a pass: host memory imported into every device, each
@@ -497,11 +511,10 @@ struct PeerRes {
     imports: Vec<Imported>,
     /// Per device, per gradient: the byte offset of that device's copy in the host memory.
     off: Vec<Vec<u64>>,
-    /// Per device, per bucket: the semaphore signalled by the submit after its copy (sync
-    /// files only).
-    signal: Vec<Vec<Option<PeerSemaphore>>>,
-    /// Per device, per bucket: one semaphore per peer for the imported tickets (sync files).
-    wait: Vec<Vec<Vec<PeerSemaphore>>>,
+    /// Per source device, per destination: the timeline semaphore that orders the
+    /// destination after the source's copies (`None` on the diagonal and where a device has no
+    /// `OPAQUE_FD` timeline semaphores: host-ordered).
+    links: Vec<Vec<Option<PeerLink>>>,
 }
 
 /// One device's replay state: its memory map, counters, and the events deferred behind an
@@ -572,7 +585,7 @@ impl DevState<'_> {
                             x.completed() >= id
                         }
                     }
-                    Ticket::Fd(_) => true,
+                    Ticket::Value(_) => true,
                 }))
     }
 
@@ -590,7 +603,7 @@ impl DevState<'_> {
                                 .iter()
                                 .filter_map(|(from, t)| match *t {
                                     Ticket::Batch(id) => Some((*from, id)),
-                                    Ticket::Fd(_) => None,
+                                    Ticket::Value(_) => None,
                                 })
                                 .collect::<Vec<_>>()
                         })
@@ -636,9 +649,12 @@ impl DevState<'_> {
         }
         match &cx.trace.events[i] {
             Event::Mark(label) => {
-                self.mark_waits.push(std::mem::take(&mut self.since_mark));
-                self.dev.synchronize().map_err(e)?;
-                cx.shared.mark(label, cx.t0)?;
+                // `--free-run`: the marks between the first and the last pass by.
+                if cx.free_run.is_none_or(|(a, z)| i == a || i == z) {
+                    self.mark_waits.push(std::mem::take(&mut self.since_mark));
+                    self.dev.synchronize().map_err(e)?;
+                    cx.shared.mark(label, cx.t0)?;
+                }
             }
             ev => {
                 let mut data = self.payloads.remove(&i).into_iter();
@@ -707,21 +723,18 @@ impl DevState<'_> {
                 .copy_to_buffer(a, &pr.imports[self.s].buffer, pr.off[self.s][j], g.bytes)
                 .map_err(e)?;
         }
-        let ticket = self
-            .dev
-            .flush_signal(pr.signal[self.s][b].as_ref())
-            .map_err(e)?;
         let peers: Vec<usize> = (0..cx.n).filter(|&p| p != self.s).collect();
-        let mut out = vec![];
-        for (k, &p) in peers.iter().enumerate() {
-            if k + 1 == peers.len() {
-                break;
-            }
-            out.push((p, ticket.try_clone().map_err(e)?));
-        }
-        if let Some(&last) = peers.last() {
-            out.push((last, ticket));
-        }
+        let links: Vec<&PeerLink> = peers
+            .iter()
+            .filter_map(|&p| pr.links[self.s][p].as_ref())
+            .collect();
+        let tickets = self.dev.flush_signal(&links).map_err(e)?;
+        // One ticket per peer (a timeline value per link), or the batch id for all of them.
+        let out: Vec<(usize, Ticket)> = peers
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (p, tickets[if links.is_empty() { 0 } else { k }]))
+            .collect();
         let s = self.s;
         cx.shared.update(|dp| {
             for (p, t) in out {
@@ -763,12 +776,12 @@ impl DevState<'_> {
         }
         // The wait holds back the whole submit it attaches to: with `TFWGPU_PEER_WAIT=flush`,
         // the work recorded before it goes to the queue first (one more submit per bucket).
-        if peer_wait_flush() && matches!(tickets.first(), Some((_, Ticket::Fd(_)))) {
+        if peer_wait_flush() && matches!(tickets.first(), Some((_, Ticket::Value(_)))) {
             self.dev.exec().flush().map_err(e)?;
         }
-        for (k, (from, t)) in tickets.into_iter().enumerate() {
-            let sem = pr.wait[s][b].get(k);
-            if self.dev.wait_ticket(cx.devs[from], sem, t).map_err(e)? {
+        for (from, t) in tickets {
+            let link = pr.links[from][s].as_ref();
+            if self.dev.wait_ticket(cx.devs[from], link, t).map_err(e)? {
                 self.host_waits += 1;
             }
             for &j in &plan.buckets[b].grads {
@@ -1027,7 +1040,7 @@ fn comm_thread(
         })?;
         let mut received_us = 0.0;
         match cx.mode {
-            AllReduce::Exchange | AllReduce::None | AllReduce::Peer => {
+            AllReduce::Exchange | AllReduce::None | AllReduce::Peer | AllReduce::PeerHost => {
                 for _ in 0..cx.n - 1 {
                     let m = receive(&inbox, &mut kept, b, 0, shared)?;
                     received_us = now();
@@ -1087,7 +1100,7 @@ fn comm_thread(
 }
 
 /// `TFWGPU_PEER_ORDER=host` (or `block`): `peer` orders each bucket's copies on the host even
-/// where the devices have sync files (to measure the shared memory and the semaphores apart).
+/// where the devices share timeline semaphores (to measure the memory and the semaphores apart).
 fn peer_host_order() -> bool {
     std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| matches!(v.trim(), "host" | "block"))
 }
@@ -1099,12 +1112,12 @@ fn peer_wait_flush() -> bool {
 }
 
 /// `peer`: host memory every device imports (a region per device and gradient, 256-byte
-/// aligned) and, where every device has sync files, the semaphores of each bucket.
-fn peer_resources(devs: &[&Device], plan: &DpPlan) -> Result<PeerRes, String> {
+/// aligned) and, where every device shares timeline semaphores, a link per ordered pair.
+fn peer_resources(devs: &[&Device], plan: &DpPlan, host_order: bool) -> Result<PeerRes, String> {
     let n = devs.len();
     let e = |e: tfwgpu_runtime::Error| e.to_string();
     let mut align = 4096;
-    let mut sync_fd = !peer_host_order();
+    let mut timeline = !host_order && !peer_host_order();
     for d in devs {
         let c = d.peer_caps().filter(|c| c.host_memory).ok_or_else(|| {
             format!(
@@ -1114,7 +1127,7 @@ fn peer_resources(devs: &[&Device], plan: &DpPlan) -> Result<PeerRes, String> {
             )
         })?;
         align = align.max(c.host_align.next_power_of_two());
-        sync_fd &= c.sync_fd;
+        timeline &= c.timeline_fd;
     }
     let mut off = vec![vec![0u64; plan.grads.len()]; n];
     let mut at = 0u64;
@@ -1130,34 +1143,20 @@ fn peer_resources(devs: &[&Device], plan: &DpPlan) -> Result<PeerRes, String> {
         .map(|d| d.import_host(&host))
         .collect::<Result<Vec<_>, _>>()
         .map_err(e)?;
-    let nb = plan.buckets.len();
-    let mut signal = vec![];
-    let mut wait = vec![];
-    for d in devs {
-        let mut sg = vec![];
-        let mut wt = vec![];
-        for _ in 0..nb {
-            if sync_fd {
-                sg.push(Some(d.peer_semaphore(true).map_err(e)?));
-                wt.push(
-                    (1..n)
-                        .map(|_| d.peer_semaphore(false))
-                        .collect::<Result<Vec<_>, _>>()
-                        .map_err(e)?,
-                );
+    let mut links: Vec<Vec<Option<PeerLink>>> = (0..n).map(|_| vec![]).collect();
+    for (a, from) in devs.iter().enumerate() {
+        for (b, to) in devs.iter().enumerate() {
+            links[a].push(if timeline && a != b {
+                Some(from.peer_link(to).map_err(e)?)
             } else {
-                sg.push(None);
-                wt.push(vec![]);
-            }
+                None
+            });
         }
-        signal.push(sg);
-        wait.push(wt);
     }
     Ok(PeerRes {
         imports,
         off,
-        signal,
-        wait,
+        links,
     })
 }
 
@@ -1171,6 +1170,10 @@ pub struct DpOptions {
     pub defer: bool,
     /// Read every gradient back before and after its all-reduce (blocking reads).
     pub check: bool,
+    /// `--free-run`: only these two marks (the first labelled one and the last) drain the
+    /// devices and meet; at the marks between them the threads go on (the steps' own host
+    /// syncs of the trace stay), so the pass times the steps between the two as a whole.
+    pub free_run: Option<(usize, usize)>,
 }
 
 /// One pass of the plan on `devs` (one thread per device, plus a communication thread each
@@ -1183,7 +1186,12 @@ pub fn replay_dp(
     opts: DpOptions,
     seed: u64,
 ) -> Result<DpPass, String> {
-    let DpOptions { mode, defer, check } = opts;
+    let DpOptions {
+        mode,
+        defer,
+        check,
+        free_run,
+    } = opts;
     let n = devs.len();
     assert!(caches.len() >= n);
     if mode == AllReduce::Halves && n > 2 {
@@ -1206,7 +1214,7 @@ pub fn replay_dp(
         })
         .collect();
     // Staging tensors for the bytes received, per device and gradient.
-    let peer = n > 1 && mode == AllReduce::Peer;
+    let peer = n > 1 && mode.is_peer();
     let comm = n > 1 && mode != AllReduce::None && !peer;
     let mut staging: Vec<Vec<u64>> = vec![];
     if comm || peer {
@@ -1223,13 +1231,15 @@ pub fn replay_dp(
         }
     }
     let peer_res = if peer {
-        Some(peer_resources(devs, plan).inspect_err(|_| {
-            for (s, d) in devs.iter().enumerate() {
-                for &a in staging.get(s).into_iter().flatten() {
-                    let _ = d.deallocate(a);
+        Some(
+            peer_resources(devs, plan, mode == AllReduce::PeerHost).inspect_err(|_| {
+                for (s, d) in devs.iter().enumerate() {
+                    for &a in staging.get(s).into_iter().flatten() {
+                        let _ = d.deallocate(a);
+                    }
                 }
-            }
-        })?)
+            })?,
+        )
     } else {
         None
     };
@@ -1259,6 +1269,7 @@ pub fn replay_dp(
         peer: peer_res.as_ref(),
         peer_block: std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "block"),
         staging: &staging,
+        free_run,
     };
     type Res = (
         Result<DeviceRun, String>,
@@ -1477,7 +1488,13 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .map_err(|_| format!("bad device count {x:?}"))
         })
         .collect::<Result<_, _>>()?;
-    let mut mode = AllReduce::parse(flag("--allreduce").map_or("exchange", |s| s))?;
+    // Several modes (comma-separated) alternate pass by pass in one process, after one
+    // one-device pass per round that they share.
+    let mut modes: Vec<AllReduce> = flag("--allreduce")
+        .map_or("exchange", |s| s)
+        .split(',')
+        .map(|m| AllReduce::parse(m.trim()))
+        .collect::<Result<_, _>>()?;
     let bucket_kb: u64 = flag("--bucket-kb")
         .map_or(Ok(0), |s| s.parse())
         .map_err(|_| "bad --bucket-kb")?;
@@ -1503,13 +1520,15 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let devs: Vec<&Device> = rt.devices.iter().take(max_n).collect();
     // `peer`: what the devices offer; without host memory import, the exchange instead.
     let mut peer_note = Value::Null;
-    if mode == AllReduce::Peer && max_n > 1 {
+    if modes.iter().any(|m| m.is_peer()) && max_n > 1 {
         let caps: Vec<_> = devs.iter().map(|d| d.peer_caps().cloned()).collect();
         let host = caps
             .iter()
             .all(|c| c.as_ref().is_some_and(|c| c.host_memory));
-        let sync_fd = caps.iter().all(|c| c.as_ref().is_some_and(|c| c.sync_fd));
-        let forced = sync_fd && peer_host_order();
+        let timeline = caps
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| c.timeline_fd));
+        let forced = timeline && peer_host_order();
         let missing: Vec<String> = caps
             .iter()
             .map(|c| {
@@ -1524,22 +1543,34 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 "  --allreduce peer: FALLBACK to exchange: a device cannot import host memory \
                  ({missing:?})"
             );
-            mode = AllReduce::Exchange;
+            for m in modes.iter_mut().filter(|m| m.is_peer()) {
+                *m = AllReduce::Exchange;
+            }
+            let mut seen = vec![];
+            modes.retain(|m| {
+                let new = !seen.contains(m);
+                seen.push(*m);
+                new
+            });
         } else if forced {
             println!(
                 "  --allreduce peer: shared host memory; ordering on the host \
-                 (TFWGPU_PEER_ORDER), though the devices have sync files"
+                 (TFWGPU_PEER_ORDER), though the devices share timeline semaphores"
             );
-        } else if !sync_fd {
+        } else if !timeline {
             println!(
-                "  --allreduce peer: shared host memory; FALLBACK ordering: no sync-file \
+                "  --allreduce peer: shared host memory; FALLBACK ordering: no OPAQUE_FD timeline \
                  semaphores ({missing:?}), each bucket's copy is waited for on the host"
             );
         } else {
-            println!("  --allreduce peer: shared host memory, sync-file semaphores (no host wait)");
+            println!(
+                "  --allreduce peer: shared host memory, ordered on the GPUs by timeline \
+                 semaphores (OPAQUE_FD; no host wait)"
+            );
         }
-        peer_note = json!({"host_memory": host, "sync_fd": sync_fd, "missing": missing,
-            "used": mode.name(), "host_order_forced": forced, "wait_flush": peer_wait_flush()});
+        peer_note = json!({"host_memory": host, "timeline_fd": timeline, "missing": missing,
+            "used": modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "host_order_forced": forced, "wait_flush": peer_wait_flush()});
     }
     println!(
         "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
@@ -1548,7 +1579,11 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         plan.grads.len(),
         ng,
         bytes as f64 / 1e3,
-        mode.name(),
+        modes
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         if defer {
             "events waiting for it held back (--no-defer: the thread blocks)"
         } else {
@@ -1561,45 +1596,108 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let mut caches: Vec<HashMap<String, Box<dyn Kernel>>> =
         devs.iter().map(|_| HashMap::new()).collect();
     let mut doc = serde_json::Map::new();
-    if check && mode == AllReduce::None {
+    if check && modes.contains(&AllReduce::None) {
         return Err("--check needs an all-reduce (--allreduce exchange or halves)".into());
     }
-    let opts = |check| DpOptions { mode, defer, check };
+    // `--free-run`: the first labelled mark and the last mark stay meeting points; the steps
+    // between them are timed as a whole (`free_steps` of them).
+    let marks: Vec<usize> = plan
+        .events
+        .iter()
+        .copied()
+        .filter(|&i| matches!(&trace.events[i], Event::Mark(_)))
+        .collect();
+    let first_labelled = marks
+        .iter()
+        .copied()
+        .find(|&i| matches!(&trace.events[i], Event::Mark(l) if l == label));
+    let last_mark = marks.last().copied();
+    let free_run = match (
+        args.iter().any(|a| a == "--free-run"),
+        first_labelled,
+        last_mark,
+    ) {
+        (false, _, _) => None,
+        (true, Some(a), Some(z)) if z > a => Some((a, z)),
+        (true, _, _) => return Err(format!("--free-run: no steps labelled {label:?} to run")),
+    };
+    let free_steps = free_run.map_or(1, |(a, z)| {
+        marks.iter().filter(|&&m| m > a && m <= z).count()
+    });
+    if let Some((a, z)) = free_run {
+        println!(
+            "  --free-run: the devices drain and meet only at events {a} and {z}; the {free_steps} \
+             steps between are timed as a whole (their own host syncs replayed)"
+        );
+    }
+    let opts = |mode, check| DpOptions {
+        mode,
+        defer,
+        check,
+        free_run: if check { None } else { free_run },
+    };
+    // One one-device pass per round (first mode), then every mode's passes on more devices.
+    let mut combos: Vec<(AllReduce, usize)> = vec![];
+    for &n in &counts {
+        if n == 1 {
+            combos.push((modes[0], 1));
+        } else {
+            combos.extend(modes.iter().map(|&m| (m, n)));
+        }
+    }
     if check {
-        for &n in counts.iter().filter(|&&n| n > 1) {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(true), 99)?;
+        for &(mode, n) in combos.iter().filter(|c| c.1 > 1) {
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(mode, true), 99)?;
             let (g, el, fin) = verify(&p, &plan)?;
             println!(
-                "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
-                 every device has the devices' sum{}",
-                if mode == AllReduce::Peer {
+                "  check ({n} devices, {}): {g} all-reduced gradients, {el} elements ({fin} \
+                 finite): every device has the devices' sum{}",
+                mode.name(),
+                if mode.is_peer() {
                     format!(" (host waits per device: {:?})", p.host_waits)
                 } else {
                     String::new()
                 }
             );
+            let key = if modes.len() > 1 {
+                format!("check_{n}_{}", mode.name())
+            } else {
+                format!("check_{n}")
+            };
             doc.insert(
-                format!("check_{n}"),
-                json!({"gradients": g, "elements": el, "finite": fin}),
+                key,
+                json!({"gradients": g, "elements": el, "finite": fin,
+                    "host_waits": p.host_waits}),
             );
         }
     }
-    let mut passes: HashMap<usize, Vec<DpPass>> = HashMap::new();
+    let mut passes: HashMap<(AllReduce, usize), Vec<DpPass>> = HashMap::new();
     for r in 0..repeat.max(1) {
-        for &n in &counts {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(false), r as u64)?;
-            passes.entry(n).or_default().push(p);
+        for &(mode, n) in &combos {
+            let o = opts(mode, false);
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, r as u64)?;
+            passes.entry((mode, n)).or_default().push(p);
         }
     }
     let mut one: Option<f64> = None;
     let mut rows = vec![];
-    for &n in &counts {
-        let ps = &passes[&n];
-        println!("  {n} device(s), {} passes:", ps.len());
+    for &(mode, n) in &combos {
+        let ps = &passes[&(mode, n)];
+        println!(
+            "  {n} device(s){}, {} passes:",
+            if n > 1 {
+                format!(", {}", mode.name())
+            } else {
+                String::new()
+            },
+            ps.len()
+        );
         let steps = report_steps(ps);
         let Some(med) = steps.get(label).and_then(|v| v["median_ms"].as_f64()) else {
             return Err(format!("no steps labelled {label:?} in the trace"));
         };
+        // `--free-run`: the labelled "step" spans every free-running step.
+        let med = med / free_steps as f64;
         if n == 1 {
             one = Some(med);
         }
@@ -1623,7 +1721,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         let wait = if wait_ms.is_empty() {
             0.0
         } else {
-            median(&wait_ms)
+            median(&wait_ms) / free_steps as f64
         };
         let mut per_pos: std::collections::BTreeMap<usize, Vec<(f64, f64, f64)>> =
             std::collections::BTreeMap::new();
@@ -1653,7 +1751,12 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             }
         }
         println!(
-            "    step median {med:.3} ms{}{}{}",
+            "    step median {med:.3} ms{}{}{}{}",
+            if free_run.is_some() {
+                format!(" (free-running: {free_steps} steps timed as a whole)")
+            } else {
+                String::new()
+            },
             ips.map_or(String::new(), |x| format!(", {x:.0} images/s")),
             scale.map_or(String::new(), |x| if n > 1 {
                 format!(
@@ -1686,7 +1789,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .iter()
                 .find(|b| b.pos == *pos)
                 .map_or(0, |b| b.grads.iter().map(|&j| plan.grads[j].bytes).sum());
-            if mode == AllReduce::Peer {
+            if mode.is_peer() {
                 println!(
                     "    bucket {pos} ({:.1} KB): from its copy's recording, submitted with its \
                      ticket {rd:.0} us, peers' tickets taken {rc:.0} us, sum recorded {dn:.0} us \
@@ -1718,7 +1821,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                     .collect()
             })
             .unwrap_or_default();
-        if mode == AllReduce::Peer && n > 1 {
+        if mode.is_peer() && n > 1 {
             let hw: usize = ps.iter().flat_map(|p| p.host_waits.iter()).sum();
             println!(
                 "    peer: {hw} host waits for a peer's batch in {} passes",
@@ -1726,15 +1829,19 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             );
         }
         rows.push(json!({
-            "devices": n, "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
+            "devices": n, "allreduce": mode.name(), "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
             "efficiency": scale.map(|x| x / n as f64), "allreduce_wait_ms_per_step": wait,
+            "free_run_steps": free_run.map(|_| free_steps),
             "buckets": buckets, "steps": steps, "per_device": dev_stats,
             "wall_ms": ps.iter().map(|p| p.wall_s * 1e3).collect::<Vec<_>>(),
         }));
     }
     if let Some(out) = flag("--json") {
         doc.insert("trace".into(), json!(path));
-        doc.insert("allreduce".into(), json!(mode.name()));
+        doc.insert(
+            "allreduce".into(),
+            json!(modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")),
+        );
         doc.insert("peer".into(), peer_note.clone());
         doc.insert("bucket_kb".into(), json!(bucket_kb));
         doc.insert("defer".into(), json!(defer));
@@ -1960,7 +2067,12 @@ mod tests {
     }
 
     fn o(mode: AllReduce, defer: bool, check: bool) -> DpOptions {
-        DpOptions { mode, defer, check }
+        DpOptions {
+            mode,
+            defer,
+            check,
+            free_run: None,
+        }
     }
 
     fn all_reduced(mode: AllReduce, defer: bool) {
@@ -1987,33 +2099,45 @@ mod tests {
         let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
         let in_use: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
+        let marks: Vec<usize> = plan
+            .events
+            .iter()
+            .copied()
+            .filter(|&i| matches!(trace.events[i], Event::Mark(_)))
+            .collect();
         for seed in 0..2 {
-            let p = replay_dp(
-                &devs,
-                &trace,
-                &plan,
-                &mut caches,
-                o(mode, defer, true),
-                seed,
-            )
-            .unwrap();
+            // The second pass free-running: only the first and last marks meet.
+            let free = seed == 1;
+            let mut opts = o(mode, defer, true);
+            opts.free_run = free.then(|| (marks[0], *marks.last().unwrap()));
+            let p = replay_dp(&devs, &trace, &plan, &mut caches, opts, seed).unwrap();
             let (g, el, fin) = verify(&p, &plan).unwrap();
             assert_eq!((g, el, fin), (9, 2 * 3 * 621, 2 * 3 * 621));
             let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
-            assert_eq!(labels, ["1gpu", "1gpu", "1gpu", "end"]);
+            if free {
+                assert_eq!(labels, ["1gpu", "end"]);
+                assert!(p.mark_waits_s.iter().all(|w| w.len() == 2));
+            } else {
+                assert_eq!(labels, ["1gpu", "1gpu", "1gpu", "end"]);
+            }
             assert_eq!(p.comm.iter().map(Vec::len).collect::<Vec<_>>(), [6, 6]);
             for c in p.comm.iter().flatten() {
                 assert!(c.issued_us <= c.read_us && c.read_us <= c.received_us);
                 assert!(c.received_us <= c.done_us);
             }
             assert!(p.devices.iter().all(|d| d.kernels == 21));
-            if mode == AllReduce::Peer {
-                // Without sync files every bucket's copy is waited for on the host (visibly);
-                // with them, never.
-                let sync_fd = devs
+            if mode.is_peer() {
+                // Without shared timeline semaphores (lavapipe: the GPU-ordered path cannot run
+                // there) or with `peer-host`, every bucket's copy is waited for on the host
+                // (visibly); with them, never.
+                let timeline = devs
                     .iter()
-                    .all(|d| d.peer_caps().is_some_and(|c| c.sync_fd));
-                let want = if sync_fd { 0 } else { 6 };
+                    .all(|d| d.peer_caps().is_some_and(|c| c.timeline_fd));
+                let want = if timeline && mode == AllReduce::Peer {
+                    0
+                } else {
+                    6
+                };
                 assert_eq!(p.host_waits, [want, want]);
             }
             // The devices trained on different data: their gradients differed.
@@ -2057,7 +2181,7 @@ mod tests {
         all_reduced(AllReduce::Halves, false);
     }
 
-    /// `peer` where the adapter can import host memory (lavapipe can; it has no sync files, so
+    /// `peer` where the adapter can import host memory (lavapipe can; it has no OPAQUE_FD semaphores, so
     /// the ordering is the host-waited fallback there); elsewhere the replay refuses, saying
     /// why (and `run` falls back to `exchange`).
     #[test]
@@ -2068,6 +2192,7 @@ mod tests {
         if caps.as_ref().is_some_and(|c| c.host_memory) {
             all_reduced_on(&rt, AllReduce::Peer, true);
             all_reduced_on(&rt, AllReduce::Peer, false);
+            all_reduced_on(&rt, AllReduce::PeerHost, true);
         } else {
             eprintln!("SKIPPED: no host memory import on this adapter; checking the refusal");
             let devs: Vec<&Device> = rt.devices.iter().collect();

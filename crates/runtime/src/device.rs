@@ -182,10 +182,10 @@ impl Device {
         let peer: Option<crate::peer::PeerCaps> = None;
         if let Some(caps) = &peer {
             tracing::info!(
-                "{}: peer transfers: host memory import {}, sync-file semaphores {}{}",
+                "{}: peer transfers: host memory import {}, OPAQUE_FD timeline semaphores {}{}",
                 desc.name,
                 caps.host_memory,
-                caps.sync_fd,
+                caps.timeline_fd,
                 if caps.missing.is_empty() {
                     String::new()
                 } else {
@@ -195,7 +195,7 @@ impl Device {
         }
         let (device, queue) = match &peer {
             #[cfg(target_os = "linux")]
-            Some(caps) if caps.host_memory || caps.sync_fd => {
+            Some(caps) if caps.host_memory || caps.timeline_fd => {
                 crate::peer::vk_impl::open(adapter, caps, &device_desc)?
             }
             _ => pollster::block_on(adapter.request_device(&device_desc))
@@ -464,73 +464,101 @@ impl Device {
         self.inner.exec.copy(src, src_off, &d.buffer, d.offset, len)
     }
 
-    /// A binary semaphore of this device, exportable as a sync file when `exportable`
-    /// (needs `peer_caps().sync_fd`). Drop it only after the device synchronized.
-    pub fn peer_semaphore(&self, exportable: bool) -> Result<crate::peer::PeerSemaphore> {
-        match self.peer_caps() {
+    /// A link from this device to `to` for GPU-side ordering (a timeline semaphore of this
+    /// device exported once and imported permanently into `to`; needs `peer_caps().timeline_fd`
+    /// on both). Drop it only after both devices synchronized.
+    pub fn peer_link(&self, to: &Device) -> Result<crate::peer::PeerLink> {
+        let ok = |d: &Device| d.peer_caps().is_some_and(|c| c.timeline_fd);
+        match (ok(self), ok(to)) {
             #[cfg(target_os = "linux")]
-            Some(c) if c.sync_fd => {
-                crate::peer::vk_impl::semaphore(self.inner.exec.device(), exportable)
-            }
+            (true, true) => crate::peer::vk_impl::link(
+                self.inner.exec.device(),
+                to.inner.exec.device(),
+                (self.id(), to.id()),
+            ),
             _ => Err(Error::Unimplemented(format!(
-                "{}: no sync-file semaphores",
-                self.inner.desc.name
+                "{} -> {}: no OPAQUE_FD timeline semaphores (open with TFWGPU_PEER=1 on Vulkan \
+                 with VK_KHR_external_semaphore_fd)",
+                self.inner.desc.name, to.inner.desc.name
             ))),
         }
     }
 
-    /// Submits the work recorded so far and returns how another device orders work after
-    /// it: with sync files, `sem` is signaled by that submit and exported (the host does not
-    /// wait); otherwise (`sem` is `None`) the batch id, which the other device must wait for on
-    /// the host ([`Device::wait_ticket`]).
+    /// An identity of this opened device (two logical devices of one adapter differ).
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// Submits the work recorded so far and returns, per link (each must start at this
+    /// device), how its destination orders work after it: the link's next timeline value,
+    /// signaled by that submit (staged for the batch's own submit; the host does not wait).
+    /// Without links, one ticket: the batch id, which another device must wait for on the host
+    /// ([`Device::wait_ticket`]).
     pub fn flush_signal(
         &self,
-        sem: Option<&crate::peer::PeerSemaphore>,
-    ) -> Result<crate::peer::Ticket> {
-        match sem {
-            #[cfg(target_os = "linux")]
-            Some(sem) => {
-                let raw = sem.raw();
-                let id = self.inner.exec.flush_with(Box::new(move |q| {
-                    crate::peer::vk_impl::stage_signal(q, raw)
-                }))?;
-                match crate::peer::vk_impl::export(self.inner.exec.device(), sem) {
-                    Ok(t) => Ok(t),
-                    // The submit is on the queue: its batch id still orders the peer (on the
-                    // host).
-                    Err(e) => {
-                        tracing::warn!("{}: {e}; ordering on the host", self.inner.desc.name);
-                        Ok(crate::peer::Ticket::Batch(id))
-                    }
-                }
-            }
-            _ => Ok(crate::peer::Ticket::Batch(self.inner.exec.flush()?)),
+        links: &[&crate::peer::PeerLink],
+    ) -> Result<Vec<crate::peer::Ticket>> {
+        if links.is_empty() {
+            return Ok(vec![crate::peer::Ticket::Batch(self.inner.exec.flush()?)]);
         }
+        if let Some(l) = links.iter().find(|l| l.from != self.id()) {
+            return Err(Error::InvalidArgument(format!(
+                "{l:?} does not start at {}",
+                self.inner.desc.name
+            )));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::sync::atomic::Ordering;
+            // The values are taken in submit order (inside the submit's turn): a timeline's
+            // signals must increase.
+            let vals: Arc<parking_lot::Mutex<Vec<u64>>> = Arc::default();
+            let v2 = vals.clone();
+            let raw: Vec<_> = links.iter().map(|l| (l.src.0, l.last.clone())).collect();
+            self.inner.exec.flush_with(Box::new(move |q| {
+                let mut v = v2.lock();
+                for (sem, last) in raw {
+                    let n = last.fetch_add(1, Ordering::SeqCst) + 1;
+                    crate::peer::vk_impl::stage_signal(q, sem, n);
+                    v.push(n);
+                }
+            }))?;
+            let v = std::mem::take(&mut *vals.lock());
+            if v.len() != links.len() {
+                return Err(Error::Gpu("flush_with did not run its closure".into()));
+            }
+            Ok(v.into_iter().map(crate::peer::Ticket::Value).collect())
+        }
+        #[cfg(not(target_os = "linux"))]
+        Err(Error::Unimplemented("peer links".into()))
     }
 
     /// Orders the work recorded on this device from now on after what `ticket` stands for on
-    /// `from`: a sync file is imported into `sem` and waited for by this device's next submit
-    /// (no host wait); a batch id is waited for on the host. Returns whether the host waited.
+    /// `from`: a timeline value of `link` (from `from` to this device) is waited for by this
+    /// device's next submit (no host wait); a batch id is waited for on the host. Returns
+    /// whether the host waited.
     pub fn wait_ticket(
         &self,
         from: &Device,
-        sem: Option<&crate::peer::PeerSemaphore>,
+        link: Option<&crate::peer::PeerLink>,
         ticket: crate::peer::Ticket,
     ) -> Result<bool> {
-        match (ticket, sem) {
+        match (ticket, link) {
             (crate::peer::Ticket::Batch(id), _) => {
                 from.exec().wait(id)?;
                 Ok(true)
             }
             #[cfg(target_os = "linux")]
-            (t, Some(sem)) => {
-                let exec = &self.inner.exec;
-                crate::peer::vk_impl::wait(exec.device(), exec.queue(), sem, t)?;
+            (crate::peer::Ticket::Value(v), Some(l))
+                if l.from == from.id() && l.to == self.id() =>
+            {
+                crate::peer::vk_impl::stage_wait(self.inner.exec.queue(), l, v)?;
                 Ok(false)
             }
-            (_, _) => Err(Error::InvalidArgument(
-                "a sync-file ticket needs a semaphore to import it into".into(),
-            )),
+            (t, l) => Err(Error::InvalidArgument(format!(
+                "{t:?} on {}: needs the link from its source to this device (got {l:?})",
+                self.inner.desc.name
+            ))),
         }
     }
 

@@ -5,15 +5,19 @@
 //! - **memory both devices reach**: host memory imported into each device with
 //!   `VK_EXT_external_memory_host` ([`HostShared`], [`Device::import_host`]): one device's
 //!   queue copies bytes into it, the other's copies them out, and no CPU touches them;
-//! - **ordering without a host wait**: the source device's submit signals a binary semaphore
-//!   ([`Device::flush_signal`]), exported right after the submit as a sync file
-//!   (`VK_KHR_external_semaphore_fd`, `SYNC_FD`); the destination imports it (temporarily) into
-//!   a semaphore of its own that its next submit waits for ([`Device::wait_sync`]). The host only
-//!   passes a file descriptor along.
+//! - **ordering without a host wait**: a [`PeerLink`] from a source device to a destination is
+//!   one timeline semaphore created on the source, exported once as an `OPAQUE_FD`
+//!   (`VK_KHR_external_semaphore_fd`) and imported permanently into a timeline semaphore of the
+//!   destination ([`Device::peer_link`]). The source's batch that holds the copies signals the
+//!   link's next value ([`Device::flush_signal`]: staged on wgpu-hal's queue for that batch's own
+//!   submit); the destination's next submit waits for that value ([`Device::wait_ticket`]). The
+//!   host only passes a number along and never waits for a GPU. (The spec allows `OPAQUE_FD`
+//!   sharing only between devices of one `deviceUUID`; the NVIDIA driver orders two H200s through
+//!   it: `tfwgpu-bench vkprobe --pair`, bench/RESULTS.md session 12.)
 //!
-//! Where a device offers the memory import but not sync files, [`Device::flush_signal`] returns
-//! the batch id instead and the destination waits for it on the host ([`Ticket::Batch`]): the
-//! caller counts and reports that fallback.
+//! Where a device offers the memory import but not these semaphores, [`Device::flush_signal`]
+//! returns the batch id instead and the destination waits for it on the host
+//! ([`Ticket::Batch`]): the caller counts and reports that fallback.
 //!
 //! What is not done: no queue-family ownership transfer to/from `VK_QUEUE_FAMILY_EXTERNAL`
 //! (wgpu records no such barriers); the imported buffers are only ever copied from or into,
@@ -31,9 +35,9 @@ pub struct PeerCaps {
     pub host_memory: bool,
     /// `minImportedHostPointerAlignment` (bytes): imported pointers and sizes are multiples.
     pub host_align: u64,
-    /// `VK_KHR_external_semaphore_fd` is enabled and binary semaphores export and import
-    /// `SYNC_FD` handles.
-    pub sync_fd: bool,
+    /// `VK_KHR_external_semaphore_fd` is enabled and timeline semaphores export and import
+    /// `OPAQUE_FD` handles ([`PeerLink`]).
+    pub timeline_fd: bool,
     /// Why something above is missing, for the log and the reports.
     pub missing: Vec<String>,
 }
@@ -94,66 +98,60 @@ pub struct Imported {
     pub host: Arc<HostShared>,
 }
 
-/// A Vulkan binary semaphore of one device (exportable as a sync file where the device can).
-pub struct PeerSemaphore {
+/// A timeline semaphore shared by a source device and a destination (one direction): created
+/// on the source, exported as an `OPAQUE_FD` and imported permanently into a semaphore of the
+/// destination. The source's submits signal increasing values, the destination's submits wait
+/// for them. Drop it only after both devices synchronized.
+pub struct PeerLink {
+    /// The source and destination devices' adapter indices and names (for misuse checks).
+    pub(crate) from: usize,
+    pub(crate) to: usize,
+    /// The last value a submit of the source was given to signal (0: none yet).
+    pub(crate) last: Arc<std::sync::atomic::AtomicU64>,
     #[cfg(target_os = "linux")]
-    raw: ash::vk::Semaphore,
+    pub(crate) src: (ash::vk::Semaphore, ash::Device),
     #[cfg(target_os = "linux")]
-    device: ash::Device,
+    pub(crate) dst: (ash::vk::Semaphore, ash::Device),
 }
 
-impl Drop for PeerSemaphore {
+impl PeerLink {
+    /// The last value staged for a source submit to signal.
+    pub fn last_value(&self) -> u64 {
+        self.last.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for PeerLink {
     fn drop(&mut self) {
         // SAFETY: the owner drops it only once no submit that signals or waits on it is pending
-        // (after the device synchronized).
+        // (after both devices synchronized).
         #[cfg(target_os = "linux")]
         unsafe {
-            self.device.destroy_semaphore(self.raw, None)
+            self.dst.1.destroy_semaphore(self.dst.0, None);
+            self.src.1.destroy_semaphore(self.src.0, None);
         }
+    }
+}
+
+impl std::fmt::Debug for PeerLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "PeerLink({} -> {}, last {})",
+            self.from,
+            self.to,
+            self.last_value()
+        )
     }
 }
 
 /// How a destination learns that a source's copy is done.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ticket {
-    /// A sync file exported from the source's signal semaphore (-1: already signaled).
-    Fd(i32),
+    /// The value of a [`PeerLink`]'s timeline the source's submit signals (GPU-ordered).
+    Value(u64),
     /// Fallback: the source's batch id, for a host wait on the source device.
     Batch(u64),
-}
-
-impl Ticket {
-    /// The same ticket for one more destination (a duplicated file descriptor).
-    pub fn try_clone(&self) -> Result<Ticket> {
-        match *self {
-            Ticket::Batch(b) => Ok(Ticket::Batch(b)),
-            #[cfg(target_os = "linux")]
-            Ticket::Fd(fd) if fd >= 0 => {
-                use std::os::fd::{AsFd, BorrowedFd, IntoRawFd};
-                // SAFETY: the ticket owns `fd` until it is imported or dropped.
-                let b = unsafe { BorrowedFd::borrow_raw(fd) };
-                let owned = b
-                    .as_fd()
-                    .try_clone_to_owned()
-                    .map_err(|e| Error::Gpu(format!("dup of a sync file: {e}")))?;
-                Ok(Ticket::Fd(owned.into_raw_fd()))
-            }
-            Ticket::Fd(fd) => Ok(Ticket::Fd(fd)),
-        }
-    }
-}
-
-impl Drop for Ticket {
-    fn drop(&mut self) {
-        #[cfg(target_os = "linux")]
-        if let Ticket::Fd(fd) = *self
-            && fd >= 0
-        {
-            use std::os::fd::{FromRawFd, OwnedFd};
-            // SAFETY: a ticket not imported still owns its descriptor.
-            drop(unsafe { OwnedFd::from_raw_fd(fd) });
-        }
-    }
 }
 
 #[cfg(target_os = "linux")]
@@ -212,17 +210,26 @@ pub(crate) mod vk_impl {
                 caps.missing.push(format!("{HOST_EXT:?}"));
             }
             if has(SEM_FD_EXT) {
+                let mut ty = vk::SemaphoreTypeCreateInfo::default()
+                    .semaphore_type(vk::SemaphoreType::TIMELINE)
+                    .initial_value(0);
                 let info = vk::PhysicalDeviceExternalSemaphoreInfo::default()
-                    .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
+                    .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
+                    .push_next(&mut ty);
                 let mut ext = vk::ExternalSemaphoreProperties::default();
                 instance.get_physical_device_external_semaphore_properties(phys, &info, &mut ext);
                 let need = vk::ExternalSemaphoreFeatureFlags::EXPORTABLE
                     | vk::ExternalSemaphoreFeatureFlags::IMPORTABLE;
-                if ext.external_semaphore_features.contains(need) {
-                    caps.sync_fd = true;
+                let mut tl = vk::PhysicalDeviceTimelineSemaphoreFeatures::default();
+                let mut f2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut tl);
+                instance.get_physical_device_features2(phys, &mut f2);
+                if tl.timeline_semaphore != vk::TRUE || props.api_version < vk::API_VERSION_1_2 {
+                    caps.missing.push("timeline semaphores (Vulkan 1.2)".into());
+                } else if ext.external_semaphore_features.contains(need) {
+                    caps.timeline_fd = true;
                 } else {
                     caps.missing.push(format!(
-                        "SYNC_FD semaphores: features {:?}",
+                        "OPAQUE_FD timeline semaphores: features {:?}",
                         ext.external_semaphore_features
                     ));
                 }
@@ -264,7 +271,7 @@ pub(crate) mod vk_impl {
         if caps.host_memory {
             add.push(HOST_EXT);
         }
-        if caps.sync_fd {
+        if caps.timeline_fd {
             add.push(SEM_FD_EXT);
         }
         let open = {
@@ -405,82 +412,92 @@ pub(crate) mod vk_impl {
         }
     }
 
-    pub(crate) fn semaphore(device: &wgpu::Device, exportable: bool) -> Result<PeerSemaphore> {
-        let (_, dev, _) = raw(device)?;
-        let mut export = vk::ExportSemaphoreCreateInfo::default()
-            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
-        let mut info = vk::SemaphoreCreateInfo::default();
-        if exportable {
-            info = info.push_next(&mut export);
+    fn timeline(dev: &ash::Device, export: bool) -> Result<vk::Semaphore> {
+        let mut ty = vk::SemaphoreTypeCreateInfo::default()
+            .semaphore_type(vk::SemaphoreType::TIMELINE)
+            .initial_value(0);
+        let mut ex = vk::ExportSemaphoreCreateInfo::default()
+            .handle_types(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        let mut info = vk::SemaphoreCreateInfo::default().push_next(&mut ty);
+        if export {
+            info = info.push_next(&mut ex);
         }
-        // SAFETY: a plain binary semaphore, destroyed by `PeerSemaphore::drop`.
-        let raw =
-            unsafe { dev.create_semaphore(&info, None) }.map_err(vkerr("vkCreateSemaphore"))?;
-        Ok(PeerSemaphore { raw, device: dev })
+        // SAFETY: a timeline semaphore, destroyed by its owner (`PeerLink`) or on error.
+        unsafe { dev.create_semaphore(&info, None) }.map_err(vkerr("vkCreateSemaphore (timeline)"))
     }
 
-    /// Stages `sem` to be signaled by the queue's next submit (the caller makes that submit
-    /// the one it means, under the runtime's submit order).
-    pub(crate) fn stage_signal(queue: &wgpu::Queue, sem: vk::Semaphore) {
-        // SAFETY: the semaphore lives until the device synchronized after its use.
-        unsafe {
-            if let Some(q) = queue.as_hal::<wgpu::hal::api::Vulkan>() {
-                q.add_signal_semaphore(sem, None);
-            }
-        }
-    }
-
-    impl PeerSemaphore {
-        pub(crate) fn raw(&self) -> vk::Semaphore {
-            self.raw
-        }
-    }
-
-    /// Exports the pending signal of `sem` as a sync file.
-    pub(crate) fn export(device: &wgpu::Device, sem: &PeerSemaphore) -> Result<Ticket> {
-        let (instance, dev, _) = raw(device)?;
-        let ext = ash::khr::external_semaphore_fd::Device::new(&instance, &dev);
-        let info = vk::SemaphoreGetFdInfoKHR::default()
-            .semaphore(sem.raw)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
-        // SAFETY: the semaphore's signal was submitted just before.
-        let fd = unsafe { ext.get_semaphore_fd(&info) }.map_err(vkerr("vkGetSemaphoreFdKHR"))?;
-        Ok(Ticket::Fd(fd))
-    }
-
-    /// Imports `fd` temporarily into `sem` and stages a wait for it on the queue's next
-    /// submit (all commands wait).
-    pub(crate) fn wait(
-        device: &wgpu::Device,
-        queue: &wgpu::Queue,
-        sem: &PeerSemaphore,
-        ticket: Ticket,
-    ) -> Result<()> {
-        let fd = match ticket {
-            Ticket::Fd(fd) => fd,
-            Ticket::Batch(_) => {
-                return Err(Error::InvalidArgument(
-                    "a batch ticket is waited for on the host".into(),
-                ));
+    /// A timeline semaphore of `from`, exported as an `OPAQUE_FD` and imported permanently
+    /// into a timeline semaphore of `to` (the import takes the descriptor).
+    pub(crate) fn link(
+        from: &wgpu::Device,
+        to: &wgpu::Device,
+        ids: (usize, usize),
+    ) -> Result<PeerLink> {
+        let (inst_a, dev_a, _) = raw(from)?;
+        let (inst_b, dev_b, _) = raw(to)?;
+        let src = timeline(&dev_a, true)?;
+        let dst = match timeline(&dev_b, false) {
+            Ok(d) => d,
+            Err(e) => {
+                // SAFETY: nothing uses it yet.
+                unsafe { dev_a.destroy_semaphore(src, None) };
+                return Err(e);
             }
         };
-        let (instance, dev, _) = raw(device)?;
-        let ext = ash::khr::external_semaphore_fd::Device::new(&instance, &dev);
-        let info = vk::ImportSemaphoreFdInfoKHR::default()
-            .semaphore(sem.raw)
-            .flags(vk::SemaphoreImportFlags::TEMPORARY)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD)
+        // From here on the link owns both semaphores (dropped on error).
+        let link = PeerLink {
+            from: ids.0,
+            to: ids.1,
+            last: Arc::default(),
+            src: (src, dev_a.clone()),
+            dst: (dst, dev_b.clone()),
+        };
+        let ext_a = ash::khr::external_semaphore_fd::Device::new(&inst_a, &dev_a);
+        let ext_b = ash::khr::external_semaphore_fd::Device::new(&inst_b, &dev_b);
+        let get = vk::SemaphoreGetFdInfoKHR::default()
+            .semaphore(src)
+            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD);
+        // SAFETY: an exportable semaphore of `from`.
+        let fd = unsafe { ext_a.get_semaphore_fd(&get) }
+            .map_err(vkerr("vkGetSemaphoreFdKHR (OPAQUE_FD)"))?;
+        let import = vk::ImportSemaphoreFdInfoKHR::default()
+            .semaphore(dst)
+            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::OPAQUE_FD)
             .fd(fd);
-        // On success Vulkan owns the descriptor; on failure the ticket closes it.
-        // SAFETY: `sem` has no pending operation (a fresh semaphore per import).
-        unsafe { ext.import_semaphore_fd(&info) }.map_err(vkerr("vkImportSemaphoreFdKHR"))?;
-        std::mem::forget(ticket);
-        // SAFETY: the semaphore lives until the device synchronized after its use.
+        // SAFETY: `dst` has no pending operation; on success Vulkan owns `fd`.
+        if let Err(e) = unsafe { ext_b.import_semaphore_fd(&import) } {
+            use std::os::fd::{FromRawFd, OwnedFd};
+            // SAFETY: the failed import left the descriptor to us.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            return Err(vkerr("vkImportSemaphoreFdKHR (OPAQUE_FD, permanent)")(e));
+        }
+        Ok(link)
+    }
+
+    /// Stages `value` of a link's timeline (`sem`, the source's side) to be signaled by the queue's next submit (the
+    /// caller makes that submit the one it means, under the runtime's submit order).
+    pub(crate) fn stage_signal(queue: &wgpu::Queue, sem: vk::Semaphore, value: u64) {
+        // SAFETY: the semaphore lives until both devices synchronized after its use.
+        unsafe {
+            if let Some(q) = queue.as_hal::<wgpu::hal::api::Vulkan>() {
+                q.add_signal_semaphore(sem, Some(value));
+            }
+        }
+    }
+
+    /// Stages a wait for `value` of the link's timeline (imported side) on the queue's next
+    /// submit (all commands wait).
+    pub(crate) fn stage_wait(queue: &wgpu::Queue, link: &PeerLink, value: u64) -> Result<()> {
+        // SAFETY: the semaphore lives until both devices synchronized after its use.
         unsafe {
             let q = queue
                 .as_hal::<wgpu::hal::api::Vulkan>()
                 .ok_or_else(|| Error::Gpu("not a Vulkan queue".into()))?;
-            q.add_wait_semaphore(sem.raw, None, vk::PipelineStageFlags::ALL_COMMANDS);
+            q.add_wait_semaphore(
+                link.dst.0,
+                Some(value),
+                vk::PipelineStageFlags::ALL_COMMANDS,
+            );
         }
         Ok(())
     }
