@@ -149,7 +149,12 @@ pub struct DpPlan {
     pub events: Vec<usize>,
     pub grads: Vec<Grad>,
     pub buckets: Vec<Bucket>,
-    issue_after: HashMap<usize, Vec<usize>>,
+    /// Per producer event: the buckets with a gradient it writes (a bucket is issued once
+    /// every one of its producers has been replayed, in whatever order the deferral replays
+    /// them: `issue_after` is only the last in trace order).
+    produced_by: HashMap<usize, Vec<usize>>,
+    /// Per bucket: how many distinct events produce its gradients.
+    producers: Vec<usize>,
     wait_before: HashMap<usize, Vec<usize>>,
     /// Per trace event: the traced address ranges it reads and writes (an allocation and a
     /// free write theirs).
@@ -274,11 +279,18 @@ impl DpPlan {
             open.push(j);
         }
         close(&mut open, &mut buckets, pos);
-        let mut issue_after: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut produced_by: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut producers = vec![];
         let mut wait_before: HashMap<usize, Vec<usize>> = HashMap::new();
         for (b, k) in buckets.iter().enumerate() {
             debug_assert!(k.issue_after < k.wait_before);
-            issue_after.entry(k.issue_after).or_default().push(b);
+            let mut ps: Vec<usize> = k.grads.iter().map(|&j| grads[j].producer).collect();
+            ps.sort_unstable();
+            ps.dedup();
+            for &p in &ps {
+                produced_by.entry(p).or_default().push(b);
+            }
+            producers.push(ps.len());
             wait_before.entry(k.wait_before).or_default().push(b);
         }
         let mut sizes: HashMap<u64, u64> = HashMap::new();
@@ -324,7 +336,8 @@ impl DpPlan {
             events,
             grads,
             buckets,
-            issue_after,
+            produced_by,
+            producers,
             wait_before,
             touch,
             barrier,
@@ -541,9 +554,30 @@ struct DevState<'a> {
     summed: Vec<bool>,
     host_waits: usize,
     peer_times: HashMap<usize, BucketTimes>,
+    /// Per trace event: replayed on this device in this pass.
+    replayed: Vec<bool>,
+    /// Per bucket: its producer events not replayed yet here.
+    left: Vec<usize>,
 }
 
 impl DevState<'_> {
+    /// Every gradient of bucket `b` has been produced here (its producer replayed): what the
+    /// bucket's copies and reads must come after.
+    fn produced(&self, b: usize) -> Result<(), String> {
+        let plan = self.cx.plan;
+        for &j in &plan.buckets[b].grads {
+            let p = plan.grads[j].producer;
+            if !self.replayed[p] {
+                return Err(format!(
+                    "device {}: bucket {b} issued before event {p}, the producer of its gradient \
+                     {j}, was replayed (held back)",
+                    self.s
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn err(e: tfwgpu_runtime::Error) -> String {
         e.to_string()
     }
@@ -669,13 +703,25 @@ impl DevState<'_> {
                 )?;
             }
         }
-        if let (Some(bs), Some(_)) = (plan.issue_after.get(&i), cx.peer) {
-            for &b in bs {
+        self.replayed[i] = true;
+        // The buckets whose last producer this was (in replay order, which the deferral may
+        // change from the trace's).
+        let mut ready = vec![];
+        for &b in plan.produced_by.get(&i).into_iter().flatten() {
+            self.left[b] -= 1;
+            if self.left[b] == 0 {
+                ready.push(b);
+            }
+        }
+        if cx.peer.is_some() {
+            for &b in &ready {
+                self.produced(b)?;
                 self.push(b)?;
             }
         }
-        if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &self.jobs) {
-            for &b in bs {
+        if let Some(tx) = &self.jobs {
+            for &b in &ready {
+                self.produced(b)?;
                 let mut addrs = vec![];
                 let mut reads = vec![];
                 for &j in &plan.buckets[b].grads {
@@ -905,6 +951,8 @@ fn device_thread(
         summed: vec![false; cx.plan.buckets.len()],
         host_waits: 0,
         peer_times: HashMap::new(),
+        replayed: vec![false; cx.trace.events.len()],
+        left: cx.plan.producers.clone(),
     };
     let result = (|| -> Result<(), String> {
         for &i in &cx.plan.events {
