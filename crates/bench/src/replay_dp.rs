@@ -2022,6 +2022,27 @@ mod tests {
             ]
         );
         assert_eq!(plan.per_step(&trace), (3, 621, 2484, 2));
+        // Each bucket is issued once all of its producers were replayed (w and b for the first
+        // bucket of a step: the deferral may hold w back behind the previous step's adam/w
+        // while b goes on), not at the last of them in trace order alone.
+        assert_eq!(plan.producers, [2, 1, 2, 1]);
+        let mut by: Vec<(usize, Vec<usize>)> = plan
+            .produced_by
+            .iter()
+            .map(|(&e, b)| (e, b.clone()))
+            .collect();
+        by.sort();
+        assert_eq!(
+            by,
+            [
+                (5, vec![0]),
+                (6, vec![0]),
+                (8, vec![1]),
+                (15, vec![2]),
+                (16, vec![2]),
+                (18, vec![3])
+            ]
+        );
         // A bucket size closes buckets earlier.
         let small = DpPlan::new(&trace, "1gpu", 64).unwrap();
         assert_eq!(small.buckets.len(), 6);
