@@ -472,6 +472,10 @@ pub struct DpPass {
     /// `peer`: per device, the host waits for a peer's batch (the fallback without sync
     /// files; 0 with them).
     pub host_waits: Vec<usize>,
+    /// Per device, per mark (every one, met or passed by): (seconds since the pass's start
+    /// when its thread got there, seconds it had spent blocked in the trace's host syncs and
+    /// reads, seconds blocked on the all-reduce) — where a step's time went on each thread.
+    pub mark_log: Vec<Vec<(f64, f64, f64)>>,
 }
 
 impl Timed for DpPass {
@@ -484,6 +488,7 @@ impl Timed for DpPass {
 }
 
 struct DeviceRun {
+    mark_log: Vec<(f64, f64, f64)>,
     deferred_max: usize,
     host_waits: usize,
     peer_times: Vec<BucketTimes>,
@@ -544,6 +549,7 @@ struct DevState<'a> {
     wait_s: f64,
     since_mark: f64,
     mark_waits: Vec<f64>,
+    mark_log: Vec<(f64, f64, f64)>,
     checked: Checked,
     /// Events held back, in trace order: each waits for a bucket's sum, or touches memory
     /// an earlier held-back event touches.
@@ -683,6 +689,11 @@ impl DevState<'_> {
         }
         match &cx.trace.events[i] {
             Event::Mark(label) => {
+                self.mark_log.push((
+                    cx.t0.elapsed().as_secs_f64(),
+                    self.pass.waits_s,
+                    self.wait_s,
+                ));
                 // `--free-run`: the marks between the first and the last pass by.
                 if cx.free_run.is_none_or(|(a, z)| i == a || i == z) {
                     self.mark_waits.push(std::mem::take(&mut self.since_mark));
@@ -944,6 +955,7 @@ fn device_thread(
         wait_s: 0.0,
         since_mark: 0.0,
         mark_waits: vec![],
+        mark_log: vec![],
         checked: Checked::new(),
         deferred: vec![],
         deferred_max: 0,
@@ -981,6 +993,7 @@ fn device_thread(
         pass: st.pass,
         wait_s: st.wait_s,
         mark_waits: st.mark_waits,
+        mark_log: st.mark_log,
         checked: st.checked,
         deferred_max: st.deferred_max,
     })
@@ -1436,6 +1449,7 @@ pub fn replay_dp(
         out.devices.push(d.pass);
         out.waits_s.push(d.wait_s);
         out.mark_waits_s.push(d.mark_waits);
+        out.mark_log.push(d.mark_log);
         out.deferred_max.push(d.deferred_max);
         out.checked.push(d.checked);
         out.host_waits.push(d.host_waits);
@@ -1882,6 +1896,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             "free_run_steps": free_run.map(|_| free_steps),
             "buckets": buckets, "steps": steps, "per_device": dev_stats,
             "wall_ms": ps.iter().map(|p| p.wall_s * 1e3).collect::<Vec<_>>(),
+            "mark_log": ps.iter().map(|p| &p.mark_log).collect::<Vec<_>>(),
         }));
     }
     if let Some(out) = flag("--json") {
