@@ -472,10 +472,11 @@ pub struct DpPass {
     /// `peer`: per device, the host waits for a peer's batch (the fallback without sync
     /// files; 0 with them).
     pub host_waits: Vec<usize>,
-    /// Per device, per mark (every one, met or passed by): (seconds since the pass's start
-    /// when its thread got there, seconds it had spent blocked in the trace's host syncs and
-    /// reads, seconds blocked on the all-reduce) — where a step's time went on each thread.
-    pub mark_log: Vec<Vec<(f64, f64, f64)>>,
+    /// Per device, per mark (every one, met or passed by): [seconds since the pass's start when
+    /// its thread got there, when it left (drained and met the others, or passed by), seconds
+    /// it had spent blocked in the trace's host syncs and reads, seconds blocked on the
+    /// all-reduce]: where a step's time went on each thread.
+    pub mark_log: Vec<Vec<[f64; 4]>>,
 }
 
 impl Timed for DpPass {
@@ -488,7 +489,7 @@ impl Timed for DpPass {
 }
 
 struct DeviceRun {
-    mark_log: Vec<(f64, f64, f64)>,
+    mark_log: Vec<[f64; 4]>,
     deferred_max: usize,
     host_waits: usize,
     peer_times: Vec<BucketTimes>,
@@ -549,7 +550,7 @@ struct DevState<'a> {
     wait_s: f64,
     since_mark: f64,
     mark_waits: Vec<f64>,
-    mark_log: Vec<(f64, f64, f64)>,
+    mark_log: Vec<[f64; 4]>,
     checked: Checked,
     /// Events held back, in trace order: each waits for a bucket's sum, or touches memory
     /// an earlier held-back event touches.
@@ -689,17 +690,19 @@ impl DevState<'_> {
         }
         match &cx.trace.events[i] {
             Event::Mark(label) => {
-                self.mark_log.push((
-                    cx.t0.elapsed().as_secs_f64(),
-                    self.pass.waits_s,
-                    self.wait_s,
-                ));
+                let arrived = cx.t0.elapsed().as_secs_f64();
                 // `--free-run`: the marks between the first and the last pass by.
                 if cx.free_run.is_none_or(|(a, z)| i == a || i == z) {
                     self.mark_waits.push(std::mem::take(&mut self.since_mark));
                     self.dev.synchronize().map_err(e)?;
                     cx.shared.mark(label, cx.t0)?;
                 }
+                self.mark_log.push([
+                    arrived,
+                    cx.t0.elapsed().as_secs_f64(),
+                    self.pass.waits_s,
+                    self.wait_s,
+                ]);
             }
             ev => {
                 let mut data = self.payloads.remove(&i).into_iter();
