@@ -86,6 +86,9 @@ pub enum AllReduce {
     /// `Peer` ordered on the host even where the devices share timeline semaphores (the A/B of
     /// the GPU-side ordering in one process; `TFWGPU_PEER_ORDER=host` makes `Peer` this too).
     PeerHost,
+    /// `Peer` whose batch with the bucket's copies (and the semaphore's signal) goes to the
+    /// device's submit thread: the recording thread does not encode and submit it itself.
+    PeerAsync,
 }
 
 impl AllReduce {
@@ -96,8 +99,9 @@ impl AllReduce {
             "none" => Ok(AllReduce::None),
             "peer" => Ok(AllReduce::Peer),
             "peer-host" => Ok(AllReduce::PeerHost),
+            "peer-async" => Ok(AllReduce::PeerAsync),
             _ => Err(format!(
-                "--allreduce {s:?}: exchange, halves, peer, peer-host or none"
+                "--allreduce {s:?}: exchange, halves, peer, peer-host, peer-async or none"
             )),
         }
     }
@@ -109,12 +113,16 @@ impl AllReduce {
             AllReduce::None => "none",
             AllReduce::Peer => "peer",
             AllReduce::PeerHost => "peer-host",
+            AllReduce::PeerAsync => "peer-async",
         }
     }
 
     /// Through host memory every device imports.
     fn is_peer(self) -> bool {
-        matches!(self, AllReduce::Peer | AllReduce::PeerHost)
+        matches!(
+            self,
+            AllReduce::Peer | AllReduce::PeerHost | AllReduce::PeerAsync
+        )
     }
 }
 
@@ -788,7 +796,10 @@ impl DevState<'_> {
             .iter()
             .filter_map(|&p| pr.links[self.s][p].as_ref())
             .collect();
-        let tickets = self.dev.flush_signal(&links).map_err(e)?;
+        let tickets = self
+            .dev
+            .flush_signal(&links, cx.mode == AllReduce::PeerAsync)
+            .map_err(e)?;
         // One ticket per peer (a timeline value per link), or the batch id for all of them.
         let out: Vec<(usize, Ticket)> = peers
             .iter()
@@ -1104,7 +1115,11 @@ fn comm_thread(
         })?;
         let mut received_us = 0.0;
         match cx.mode {
-            AllReduce::Exchange | AllReduce::None | AllReduce::Peer | AllReduce::PeerHost => {
+            AllReduce::Exchange
+            | AllReduce::None
+            | AllReduce::Peer
+            | AllReduce::PeerHost
+            | AllReduce::PeerAsync => {
                 for _ in 0..cx.n - 1 {
                     let m = receive(&inbox, &mut kept, b, 0, shared)?;
                     received_us = now();
@@ -2220,7 +2235,7 @@ mod tests {
                 let timeline = devs
                     .iter()
                     .all(|d| d.peer_caps().is_some_and(|c| c.timeline_fd));
-                let want = if timeline && mode == AllReduce::Peer {
+                let want = if timeline && mode != AllReduce::PeerHost {
                     0
                 } else {
                     6
@@ -2280,6 +2295,7 @@ mod tests {
             all_reduced_on(&rt, AllReduce::Peer, true);
             all_reduced_on(&rt, AllReduce::Peer, false);
             all_reduced_on(&rt, AllReduce::PeerHost, true);
+            all_reduced_on(&rt, AllReduce::PeerAsync, true);
         } else {
             eprintln!("SKIPPED: no host memory import on this adapter; checking the refusal");
             let devs: Vec<&Device> = rt.devices.iter().collect();

@@ -492,11 +492,15 @@ impl Device {
     /// Submits the work recorded so far and returns, per link (each must start at this
     /// device), how its destination orders work after it: the link's next timeline value,
     /// signaled by that submit (staged for the batch's own submit; the host does not wait).
-    /// Without links, one ticket: the batch id, which another device must wait for on the host
-    /// ([`Device::wait_ticket`]).
+    /// With `on_submit_thread`, the batch goes to the device's submit thread (where it has
+    /// one) and this thread returns at once; else it is encoded and submitted here. Without
+    /// links, one ticket: the batch id, which another device must wait for on the host
+    /// ([`Device::wait_ticket`]). One thread at a time signals a given link (its values must
+    /// reach the queue in increasing order).
     pub fn flush_signal(
         &self,
         links: &[&crate::peer::PeerLink],
+        on_submit_thread: bool,
     ) -> Result<Vec<crate::peer::Ticket>> {
         if links.is_empty() {
             return Ok(vec![crate::peer::Ticket::Batch(self.inner.exec.flush()?)]);
@@ -510,24 +514,25 @@ impl Device {
         #[cfg(target_os = "linux")]
         {
             use std::sync::atomic::Ordering;
-            // The values are taken in submit order (inside the submit's turn): a timeline's
-            // signals must increase.
-            let vals: Arc<parking_lot::Mutex<Vec<u64>>> = Arc::default();
-            let v2 = vals.clone();
-            let raw: Vec<_> = links.iter().map(|l| (l.src.0, l.last.clone())).collect();
-            self.inner.exec.flush_with(Box::new(move |q| {
-                let mut v = v2.lock();
-                for (sem, last) in raw {
-                    let n = last.fetch_add(1, Ordering::SeqCst) + 1;
+            let raw: Vec<(ash::vk::Semaphore, u64)> = links
+                .iter()
+                .map(|l| (l.src.0, l.last.fetch_add(1, Ordering::SeqCst) + 1))
+                .collect();
+            let tickets = raw
+                .iter()
+                .map(|&(_, n)| crate::peer::Ticket::Value(n))
+                .collect();
+            let stage: crate::exec::BeforeSubmit = Box::new(move |q| {
+                for (sem, n) in raw {
                     crate::peer::vk_impl::stage_signal(q, sem, n);
-                    v.push(n);
                 }
-            }))?;
-            let v = std::mem::take(&mut *vals.lock());
-            if v.len() != links.len() {
-                return Err(Error::Gpu("flush_with did not run its closure".into()));
+            });
+            if on_submit_thread {
+                self.inner.exec.flush_with_async(stage)?;
+            } else {
+                self.inner.exec.flush_with(stage)?;
             }
-            Ok(v.into_iter().map(crate::peer::Ticket::Value).collect())
+            Ok(tickets)
         }
         #[cfg(not(target_os = "linux"))]
         Err(Error::Unimplemented("peer links".into()))
