@@ -45,9 +45,19 @@
 //!   `TFWGPU_PEER_ORDER=host`, the ticket is the source's batch id: the bucket's consumers are
 //!   held back until that batch completed and the sum is recorded then (counted: `host_waits`;
 //!   `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). Where a device has no host
-//!   memory import, the run falls back to `exchange` and says so.
+//!   memory import, the run falls back to `exchange` and says so. `--allreduce peer-host`:
+//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process);
+//!   `peer-async`: the batch with the bucket's copies and the semaphore's signal goes to the
+//!   device's submit thread instead of being encoded and submitted on the recording thread.
+//! - A bucket is issued once every one of its producers has been replayed on the device (the
+//!   deferral below may replay them out of trace order).
+//! - Several modes (`--allreduce exchange,peer,none`) alternate pass by pass in one process,
+//!   after one one-device pass per round that they share.
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
-//!   step's time is taken when the last one has, as `replay --per-device` does.
+//!   step's time is taken when the last one has, as `replay --per-device` does. With
+//!   `--free-run` only the first labelled mark and the last one are met: the threads run the
+//!   steps between them freely (the trace's own host syncs still replayed), as a training loop
+//!   does, and the steps are timed as a whole.
 //!
 //! Passes with each device count in the list alternate in one process; the step times give
 //! images/s with 1 and N devices at the traced per-device batch. `--check` reads every
