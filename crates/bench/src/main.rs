@@ -31,6 +31,8 @@ mod vkprobe;
 
 const USAGE: &str = "usage:
   tfwgpu-bench devices                       list every adapter with its limits and features
+  tfwgpu-bench peerprobe [--all]            per adapter: host memory import and sync-file semaphores
+                                             between devices (TFWGPU_PEER=1), related Vulkan extensions
   tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
                       [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
                                              MatMul GFLOP/s per square size (and per forced
@@ -103,6 +105,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("devices") => devices(),
+        Some("peerprobe") => peerprobe(&args[1..]),
         Some("matmul") => matmul(&args[1..]),
         Some("conv") => conv(&args[1..]),
         Some("ops") => ops::run(&args[1..]),
@@ -170,6 +173,58 @@ fn devices() -> Result<(), String> {
             println!("    device-local memory: {} MiB", m >> 20);
         }
         println!("    features: {}", a.useful_features().join(", "));
+    }
+    Ok(())
+}
+
+/// `peerprobe [--all]`: per adapter, what it offers for transfers between devices without the
+/// host (see the runtime's peer.rs), and the related Vulkan extensions it reports (`--all`:
+/// every extension).
+fn peerprobe(args: &[String]) -> Result<(), String> {
+    let all = args.iter().any(|a| a == "--all");
+    let related = [
+        "external_memory",
+        "external_semaphore",
+        "external_fence",
+        "timeline_semaphore",
+        "dma_buf",
+        "drm_format",
+        "device_group",
+    ];
+    for (d, caps, exts) in tfwgpu_runtime::peer::probe_adapters() {
+        println!(
+            "[{}] {} ({}, {}, driver {} {})",
+            d.index, d.name, d.backend, d.device_type, d.driver, d.driver_info
+        );
+        match caps {
+            Some(c) => println!(
+                "    peer: host memory import {} (minImportedHostPointerAlignment {}), OPAQUE_FD timeline semaphores {}{}",
+                c.host_memory,
+                c.host_align,
+                c.timeline_fd,
+                if c.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!("; missing: {}", c.missing.join(", "))
+                }
+            ),
+            None => println!("    peer: not a Vulkan adapter"),
+        }
+        let mut shown: Vec<&String> = exts
+            .iter()
+            .filter(|e| all || related.iter().any(|r| e.contains(r)))
+            .collect();
+        shown.sort();
+        println!(
+            "    extensions ({} of {}): {}",
+            shown.len(),
+            exts.len(),
+            shown
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
     }
     Ok(())
 }

@@ -1161,8 +1161,8 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
                          [--sync-each] [--no-mark-sync] [--gpu-paths] \
                          [--per-device [--timeline FILE]] [--data-parallel N,M \
-                         [--allreduce exchange|halves] [--bucket-kb K] [--label L] \
-                         [--per-device-batch B] [--check] [--no-defer]]";
+                         [--allreduce exchange|halves|peer|peer-host|peer-async|none[,...]] [--bucket-kb K] \
+                         [--label L] [--per-device-batch B] [--check] [--no-defer] [--free-run]]";
     let dev = rt.device();
     let mut path = None;
     let mut per_device = false;
@@ -1171,7 +1171,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" | "--timeline" | "--data-parallel" | "--allreduce"
             | "--bucket-kb" | "--label" | "--per-device-batch" => i += 2,
-            "--check" | "--no-defer" => i += 1,
+            "--check" | "--no-defer" | "--free-run" => i += 1,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
                 i += 1;

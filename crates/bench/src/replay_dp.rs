@@ -30,8 +30,34 @@
 //!   executor runs every op whose inputs are ready; marks and host syncs replay everything held
 //!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
 //!   order kept, the backward pass's recording stalled behind the all-reduce).
+//! - `--allreduce peer` (devices opened with `TFWGPU_PEER=1`; Vulkan): no host copy and, where
+//!   the driver shares timeline semaphores between the devices, no host wait. Every device
+//!   imports the same host memory (`VK_EXT_external_memory_host`, runtime peer.rs); per ordered
+//!   pair of devices one timeline semaphore of the source is imported into the destination once
+//!   (`OPAQUE_FD`, `Device::peer_link`). Right after a bucket's last gradient is recorded, the
+//!   device's thread records copies of the bucket into its own region there and submits, the
+//!   submit signalling the next value of each outgoing link (the "ticket", a number, goes to
+//!   the peer's thread). A device's thread sums a bucket where its first consumer is replayed
+//!   (held back until the peers' tickets arrived): its next submit waits (on the GPU) for the
+//!   tickets' values, then it records copies of the peers' regions into staging tensors and the
+//!   Adds. No communication thread, and the host never waits for a GPU in the all-reduce. Where a
+//!   device has no such semaphores (lavapipe: no `VK_KHR_external_semaphore_fd`), or with
+//!   `TFWGPU_PEER_ORDER=host`, the ticket is the source's batch id: the bucket's consumers are
+//!   held back until that batch completed and the sum is recorded then (counted: `host_waits`;
+//!   `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). Where a device has no host
+//!   memory import, the run falls back to `exchange` and says so. `--allreduce peer-host`:
+//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process);
+//!   `peer-async`: the batch with the bucket's copies and the semaphore's signal goes to the
+//!   device's submit thread instead of being encoded and submitted on the recording thread.
+//! - A bucket is issued once every one of its producers has been replayed on the device (the
+//!   deferral below may replay them out of trace order).
+//! - Several modes (`--allreduce exchange,peer,none`) alternate pass by pass in one process,
+//!   after one one-device pass per round that they share.
 //! - Marks (step boundaries) are met by every device's thread: each drains its device, and the
-//!   step's time is taken when the last one has, as `replay --per-device` does.
+//!   step's time is taken when the last one has, as `replay --per-device` does. With
+//!   `--free-run` only the first labelled mark and the last one are met: the threads run the
+//!   steps between them freely (the trace's own host syncs still replayed), as a training loop
+//!   does, and the steps are timed as a whole.
 //!
 //! Passes with each device count in the list alternate in one process; the step times give
 //! images/s with 1 and N devices at the traced per-device batch. `--check` reads every
@@ -44,6 +70,7 @@ use std::time::{Duration, Instant};
 
 use rand::{SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
+use tfwgpu_runtime::peer::{HostShared, Imported, PeerLink, Ticket};
 use tfwgpu_runtime::{
     AttrValue, Attrs, DType, Device, DeviceRef, Kernel, Operand, ReadInFlight, Runtime, TensorDesc,
 };
@@ -55,7 +82,7 @@ use crate::replay::{
 use crate::replay_multi::{self, OTHER_FAILED};
 
 /// How the gradients are all-reduced between the devices.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AllReduce {
     /// Every device sends every gradient to every other and sums them itself.
     Exchange,
@@ -63,6 +90,15 @@ pub enum AllReduce {
     Halves,
     /// No all-reduce: the devices train apart (the ceiling the all-reduce is measured from).
     None,
+    /// Like `Exchange`, through host memory every device imports, ordered by timeline
+    /// semaphores between the queues (no host copy, no host wait; see the module's notes).
+    Peer,
+    /// `Peer` ordered on the host even where the devices share timeline semaphores (the A/B of
+    /// the GPU-side ordering in one process; `TFWGPU_PEER_ORDER=host` makes `Peer` this too).
+    PeerHost,
+    /// `Peer` whose batch with the bucket's copies (and the semaphore's signal) goes to the
+    /// device's submit thread: the recording thread does not encode and submit it itself.
+    PeerAsync,
 }
 
 impl AllReduce {
@@ -71,7 +107,12 @@ impl AllReduce {
             "exchange" => Ok(AllReduce::Exchange),
             "halves" => Ok(AllReduce::Halves),
             "none" => Ok(AllReduce::None),
-            _ => Err(format!("--allreduce {s:?}: exchange, halves or none")),
+            "peer" => Ok(AllReduce::Peer),
+            "peer-host" => Ok(AllReduce::PeerHost),
+            "peer-async" => Ok(AllReduce::PeerAsync),
+            _ => Err(format!(
+                "--allreduce {s:?}: exchange, halves, peer, peer-host, peer-async or none"
+            )),
         }
     }
 
@@ -80,7 +121,18 @@ impl AllReduce {
             AllReduce::Exchange => "exchange",
             AllReduce::Halves => "halves",
             AllReduce::None => "none",
+            AllReduce::Peer => "peer",
+            AllReduce::PeerHost => "peer-host",
+            AllReduce::PeerAsync => "peer-async",
         }
+    }
+
+    /// Through host memory every device imports.
+    fn is_peer(self) -> bool {
+        matches!(
+            self,
+            AllReduce::Peer | AllReduce::PeerHost | AllReduce::PeerAsync
+        )
     }
 }
 
@@ -115,7 +167,12 @@ pub struct DpPlan {
     pub events: Vec<usize>,
     pub grads: Vec<Grad>,
     pub buckets: Vec<Bucket>,
-    issue_after: HashMap<usize, Vec<usize>>,
+    /// Per producer event: the buckets with a gradient it writes (a bucket is issued once
+    /// every one of its producers has been replayed, in whatever order the deferral replays
+    /// them: `issue_after` is only the last in trace order).
+    produced_by: HashMap<usize, Vec<usize>>,
+    /// Per bucket: how many distinct events produce its gradients.
+    producers: Vec<usize>,
     wait_before: HashMap<usize, Vec<usize>>,
     /// Per trace event: the traced address ranges it reads and writes (an allocation and a
     /// free write theirs).
@@ -240,11 +297,18 @@ impl DpPlan {
             open.push(j);
         }
         close(&mut open, &mut buckets, pos);
-        let mut issue_after: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut produced_by: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut producers = vec![];
         let mut wait_before: HashMap<usize, Vec<usize>> = HashMap::new();
         for (b, k) in buckets.iter().enumerate() {
             debug_assert!(k.issue_after < k.wait_before);
-            issue_after.entry(k.issue_after).or_default().push(b);
+            let mut ps: Vec<usize> = k.grads.iter().map(|&j| grads[j].producer).collect();
+            ps.sort_unstable();
+            ps.dedup();
+            for &p in &ps {
+                produced_by.entry(p).or_default().push(b);
+            }
+            producers.push(ps.len());
             wait_before.entry(k.wait_before).or_default().push(b);
         }
         let mut sizes: HashMap<u64, u64> = HashMap::new();
@@ -290,7 +354,8 @@ impl DpPlan {
             events,
             grads,
             buckets,
-            issue_after,
+            produced_by,
+            producers,
             wait_before,
             touch,
             barrier,
@@ -376,6 +441,8 @@ struct Dp {
     done: Vec<Vec<bool>>,
     /// Per device: its communication thread is still running.
     comm_running: Vec<bool>,
+    /// `peer`: per device, per bucket: (source device, ticket) of the peers' copies.
+    tickets: Vec<Vec<Vec<(usize, Ticket)>>>,
 }
 
 type Shared = replay_multi::Shared<Dp>;
@@ -420,6 +487,14 @@ pub struct DpPass {
     pub checked: Vec<Checked>,
     /// Per device: the most events held back at once behind an all-reduce.
     pub deferred_max: Vec<usize>,
+    /// `peer`: per device, the host waits for a peer's batch (the fallback without sync
+    /// files; 0 with them).
+    pub host_waits: Vec<usize>,
+    /// Per device, per mark (every one, met or passed by): [seconds since the pass's start when
+    /// its thread got there, when it left (drained and met the others, or passed by), seconds
+    /// it had spent blocked in the trace's host syncs and reads, seconds blocked on the
+    /// all-reduce]: where a step's time went on each thread.
+    pub mark_log: Vec<Vec<[f64; 4]>>,
 }
 
 impl Timed for DpPass {
@@ -432,7 +507,10 @@ impl Timed for DpPass {
 }
 
 struct DeviceRun {
+    mark_log: Vec<[f64; 4]>,
     deferred_max: usize,
+    host_waits: usize,
+    peer_times: Vec<BucketTimes>,
     pass: Pass,
     wait_s: f64,
     mark_waits: Vec<f64>,
@@ -449,6 +527,31 @@ struct Ctx<'a> {
     t0: Instant,
     check: bool,
     defer: bool,
+    /// Every device of the pass (`peer`'s host-ordered fallback waits on a peer's batch).
+    devs: &'a [&'a Device],
+    /// `peer` on several devices: the shared memory and semaphores.
+    peer: Option<&'a PeerRes>,
+    /// `peer`, host-ordered: a bucket's consumers are ready once the peers' tickets are here
+    /// (the summing thread then waits for their batches) instead of once those batches
+    /// completed (`TFWGPU_PEER_ORDER=block`).
+    peer_block: bool,
+    /// `peer`: per device, per gradient: its staging tensor.
+    staging: &'a [Vec<u64>],
+    /// `--free-run`: the two marks that drain and meet (`DpOptions::free_run`).
+    free_run: Option<(usize, usize)>,
+}
+
+/// What `--allreduce peer` uses during a pass: host memory imported into every device, each
+/// device's region of it per gradient, and the semaphores.
+struct PeerRes {
+    /// Per device: the shared host memory, imported there.
+    imports: Vec<Imported>,
+    /// Per device, per gradient: the byte offset of that device's copy in the host memory.
+    off: Vec<Vec<u64>>,
+    /// Per source device, per destination: the timeline semaphore that orders the
+    /// destination after the source's copies (`None` on the diagonal and where a device has no
+    /// `OPAQUE_FD` timeline semaphores: host-ordered).
+    links: Vec<Vec<Option<PeerLink>>>,
 }
 
 /// One device's replay state: its memory map, counters, and the events deferred behind an
@@ -465,36 +568,114 @@ struct DevState<'a> {
     wait_s: f64,
     since_mark: f64,
     mark_waits: Vec<f64>,
+    mark_log: Vec<[f64; 4]>,
     checked: Checked,
     /// Events held back, in trace order: each waits for a bucket's sum, or touches memory
     /// an earlier held-back event touches.
     deferred: Vec<usize>,
     deferred_max: usize,
+    /// `peer`: the Add kernel, the buckets summed here, host waits, per-bucket times.
+    add: Option<Box<dyn Kernel>>,
+    summed: Vec<bool>,
+    host_waits: usize,
+    peer_times: HashMap<usize, BucketTimes>,
+    /// Per trace event: replayed on this device in this pass.
+    replayed: Vec<bool>,
+    /// Per bucket: its producer events not replayed yet here.
+    left: Vec<usize>,
 }
 
 impl DevState<'_> {
+    /// Every gradient of bucket `b` has been produced here (its producer replayed): what the
+    /// bucket's copies and reads must come after.
+    fn produced(&self, b: usize) -> Result<(), String> {
+        let plan = self.cx.plan;
+        for &j in &plan.buckets[b].grads {
+            let p = plan.grads[j].producer;
+            if !self.replayed[p] {
+                return Err(format!(
+                    "device {}: bucket {b} issued before event {p}, the producer of its gradient \
+                     {j}, was replayed (held back)",
+                    self.s
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn err(e: tfwgpu_runtime::Error) -> String {
         e.to_string()
     }
 
-    /// Whether every bucket event `i` waits for has its sum recorded here.
+    /// Whether this device all-reduces (a communication thread, or `peer`).
+    fn reduces(&self) -> bool {
+        self.jobs.is_some() || self.cx.peer.is_some()
+    }
+
+    /// Whether every bucket event `i` waits for has its sum recorded here (`peer`: or can be
+    /// recorded now: every peer's ticket is here).
     fn ready(&self, i: usize) -> bool {
         let Some(bs) = self.cx.plan.wait_before.get(&i) else {
             return true;
         };
-        if self.jobs.is_none() {
+        if !self.reduces() {
             return true;
         }
         let st = self.cx.shared.lock();
+        if self.cx.peer.is_some() {
+            return bs
+                .iter()
+                .all(|&b| self.summed[b] || self.tickets_ready(&st.own.tickets[self.s][b]));
+        }
         bs.iter().all(|&b| st.own.done[self.s][b])
     }
 
-    /// Blocks until the buckets event `i` waits for are summed here.
+    /// `peer`: whether every peer's ticket for a bucket is here and, for a batch ticket (the
+    /// host-ordered fallback), that batch has completed (unless `TFWGPU_PEER_ORDER=block`: the
+    /// summing thread then blocks on it): the thread goes on recording meanwhile.
+    fn tickets_ready(&self, tickets: &[(usize, Ticket)]) -> bool {
+        tickets.len() == self.cx.n - 1
+            && (self.cx.peer_block
+                || tickets.iter().all(|(from, t)| match *t {
+                    Ticket::Batch(id) => {
+                        let x = self.cx.devs[*from].exec();
+                        x.completed() >= id || {
+                            x.poll_completions();
+                            x.completed() >= id
+                        }
+                    }
+                    Ticket::Value(_) => true,
+                }))
+    }
+
+    /// Blocks until the buckets event `i` waits for are summed here (`peer`: until their
+    /// tickets are here).
     fn wait(&mut self, i: usize) -> Result<(), String> {
-        if let (Some(bs), Some(_)) = (self.cx.plan.wait_before.get(&i), &self.jobs) {
+        if let (Some(bs), true) = (self.cx.plan.wait_before.get(&i), self.reduces()) {
             let t = Instant::now();
             for &b in bs {
-                self.cx.shared.wait_done(self.s, b)?;
+                if self.cx.peer.is_some() {
+                    let (s, n, summed) = (self.s, self.cx.n, self.summed[b]);
+                    let batches = self.cx.shared.wait_for(|dp| {
+                        (summed || dp.tickets[s][b].len() == n - 1).then(|| {
+                            dp.tickets[s][b]
+                                .iter()
+                                .filter_map(|(from, t)| match *t {
+                                    Ticket::Batch(id) => Some((*from, id)),
+                                    Ticket::Value(_) => None,
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })?;
+                    // The host-ordered fallback: the peers' batches too (else `pull` waits).
+                    if !self.cx.peer_block {
+                        for (from, id) in batches {
+                            self.cx.devs[from].exec().wait(id).map_err(Self::err)?;
+                        }
+                    }
+                } else {
+                    self.cx.shared.wait_done(self.s, b)?;
+                }
             }
             let w = t.elapsed().as_secs_f64();
             self.wait_s += w;
@@ -508,7 +689,14 @@ impl DevState<'_> {
     fn exec(&mut self, i: usize) -> Result<(), String> {
         let (plan, cx) = (self.cx.plan, self.cx);
         let e = Self::err;
-        if let (Some(bs), true, Some(_)) = (plan.wait_before.get(&i), cx.check, &self.jobs) {
+        if let (Some(bs), Some(_)) = (plan.wait_before.get(&i), cx.peer) {
+            for &b in bs {
+                if !self.summed[b] {
+                    self.pull(b)?;
+                }
+            }
+        }
+        if let (Some(bs), true, true) = (plan.wait_before.get(&i), cx.check, self.reduces()) {
             for &b in bs {
                 for &j in &plan.buckets[b].grads {
                     let g = &plan.grads[j];
@@ -520,9 +708,19 @@ impl DevState<'_> {
         }
         match &cx.trace.events[i] {
             Event::Mark(label) => {
-                self.mark_waits.push(std::mem::take(&mut self.since_mark));
-                self.dev.synchronize().map_err(e)?;
-                cx.shared.mark(label, cx.t0)?;
+                let arrived = cx.t0.elapsed().as_secs_f64();
+                // `--free-run`: the marks between the first and the last pass by.
+                if cx.free_run.is_none_or(|(a, z)| i == a || i == z) {
+                    self.mark_waits.push(std::mem::take(&mut self.since_mark));
+                    self.dev.synchronize().map_err(e)?;
+                    cx.shared.mark(label, cx.t0)?;
+                }
+                self.mark_log.push([
+                    arrived,
+                    cx.t0.elapsed().as_secs_f64(),
+                    self.pass.waits_s,
+                    self.wait_s,
+                ]);
             }
             ev => {
                 let mut data = self.payloads.remove(&i).into_iter();
@@ -537,8 +735,25 @@ impl DevState<'_> {
                 )?;
             }
         }
-        if let (Some(bs), Some(tx)) = (plan.issue_after.get(&i), &self.jobs) {
-            for &b in bs {
+        self.replayed[i] = true;
+        // The buckets whose last producer this was (in replay order, which the deferral may
+        // change from the trace's).
+        let mut ready = vec![];
+        for &b in plan.produced_by.get(&i).into_iter().flatten() {
+            self.left[b] -= 1;
+            if self.left[b] == 0 {
+                ready.push(b);
+            }
+        }
+        if cx.peer.is_some() {
+            for &b in &ready {
+                self.produced(b)?;
+                self.push(b)?;
+            }
+        }
+        if let Some(tx) = &self.jobs {
+            for &b in &ready {
+                self.produced(b)?;
                 let mut addrs = vec![];
                 let mut reads = vec![];
                 for &j in &plan.buckets[b].grads {
@@ -565,6 +780,112 @@ impl DevState<'_> {
                 .map_err(|_| "a communication thread stopped".to_string())?;
             }
         }
+        Ok(())
+    }
+
+    /// `peer`: copies bucket `b` (just produced) into this device's region of the shared
+    /// memory, submits, and hands the ticket to every peer.
+    fn push(&mut self, b: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let pr = cx.peer.expect("peer");
+        let e = Self::err;
+        let issued_us = cx.t0.elapsed().as_secs_f64() * 1e6;
+        for &j in &plan.buckets[b].grads {
+            let g = &plan.grads[j];
+            let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+            if cx.check {
+                let bytes = self.dev.read(a, g.bytes as usize).map_err(e)?;
+                self.checked.entry(j).or_default().0 = bytes;
+            }
+            self.dev
+                .copy_to_buffer(a, &pr.imports[self.s].buffer, pr.off[self.s][j], g.bytes)
+                .map_err(e)?;
+        }
+        let peers: Vec<usize> = (0..cx.n).filter(|&p| p != self.s).collect();
+        let links: Vec<&PeerLink> = peers
+            .iter()
+            .filter_map(|&p| pr.links[self.s][p].as_ref())
+            .collect();
+        let tickets = self
+            .dev
+            .flush_signal(&links, cx.mode == AllReduce::PeerAsync)
+            .map_err(e)?;
+        // One ticket per peer (a timeline value per link), or the batch id for all of them.
+        let out: Vec<(usize, Ticket)> = peers
+            .iter()
+            .enumerate()
+            .map(|(k, &p)| (p, tickets[if links.is_empty() { 0 } else { k }]))
+            .collect();
+        let s = self.s;
+        cx.shared.update(|dp| {
+            for (p, t) in out {
+                dp.tickets[p][b].push((s, t));
+            }
+        });
+        self.peer_times.insert(
+            b,
+            BucketTimes {
+                bucket: b,
+                issued_us,
+                read_us: cx.t0.elapsed().as_secs_f64() * 1e6,
+                ..BucketTimes::default()
+            },
+        );
+        Ok(())
+    }
+
+    /// `peer`: sums bucket `b` here from the peers' regions once their tickets are here:
+    /// orders this device's next submit after theirs, then records the copies and Adds.
+    fn pull(&mut self, b: usize) -> Result<(), String> {
+        let (plan, cx) = (self.cx.plan, self.cx);
+        let pr = cx.peer.expect("peer");
+        let e = Self::err;
+        let (s, n) = (self.s, cx.n);
+        let tickets = cx.shared.wait_for(|dp| {
+            (dp.tickets[s][b].len() == n - 1).then(|| std::mem::take(&mut dp.tickets[s][b]))
+        })?;
+        let received_us = cx.t0.elapsed().as_secs_f64() * 1e6;
+        if self.add.is_none() {
+            let add = self
+                .dev
+                .kernel(
+                    "AddV2",
+                    &Attrs::new().with("T", AttrValue::Type(DType::F32)),
+                )
+                .map_err(e)?;
+            self.add = Some(add);
+        }
+        // The wait holds back the whole submit it attaches to: with `TFWGPU_PEER_WAIT=flush`,
+        // the work recorded before it goes to the queue first (one more submit per bucket).
+        if peer_wait_flush() && matches!(tickets.first(), Some((_, Ticket::Value(_)))) {
+            self.dev.exec().flush().map_err(e)?;
+        }
+        for (from, t) in tickets {
+            let link = pr.links[from][s].as_ref();
+            if self.dev.wait_ticket(cx.devs[from], link, t).map_err(e)? {
+                self.host_waits += 1;
+            }
+            for &j in &plan.buckets[b].grads {
+                let g = &plan.grads[j];
+                let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
+                self.dev
+                    .copy_from_buffer(
+                        &pr.imports[s].buffer,
+                        pr.off[from][j],
+                        cx.staging[s][j],
+                        g.bytes,
+                    )
+                    .map_err(e)?;
+                let add = self.add.as_deref().expect("made above");
+                add_into(self.dev, add, a, cx.staging[s][j], g.bytes)?;
+            }
+        }
+        self.summed[b] = true;
+        cx.shared.set_done(s, b);
+        let t = self.peer_times.entry(b).or_default();
+        t.bucket = b;
+        t.received_us = received_us;
+        t.done_us = cx.t0.elapsed().as_secs_f64() * 1e6;
         Ok(())
     }
 
@@ -602,7 +923,7 @@ impl DevState<'_> {
     /// for a bucket or touches what a held-back event touches. Host syncs and marks replay
     /// everything held back first.
     fn step(&mut self, i: usize) -> Result<(), String> {
-        if !self.cx.defer || self.jobs.is_none() {
+        if !self.cx.defer || !self.reduces() {
             self.wait(i)?;
             return self.exec(i);
         }
@@ -658,9 +979,16 @@ fn device_thread(
         wait_s: 0.0,
         since_mark: 0.0,
         mark_waits: vec![],
+        mark_log: vec![],
         checked: Checked::new(),
         deferred: vec![],
         deferred_max: 0,
+        add: None,
+        summed: vec![false; cx.plan.buckets.len()],
+        host_waits: 0,
+        peer_times: HashMap::new(),
+        replayed: vec![false; cx.trace.events.len()],
+        left: cx.plan.producers.clone(),
     };
     let result = (|| -> Result<(), String> {
         for &i in &cx.plan.events {
@@ -681,10 +1009,15 @@ fn device_thread(
     let freed = st.mem.free_all();
     result?;
     freed?;
+    let mut peer_times: Vec<BucketTimes> = st.peer_times.into_values().collect();
+    peer_times.sort_by_key(|t| t.bucket);
     Ok(DeviceRun {
+        host_waits: st.host_waits,
+        peer_times,
         pass: st.pass,
         wait_s: st.wait_s,
         mark_waits: st.mark_waits,
+        mark_log: st.mark_log,
         checked: st.checked,
         deferred_max: st.deferred_max,
     })
@@ -792,7 +1125,11 @@ fn comm_thread(
         })?;
         let mut received_us = 0.0;
         match cx.mode {
-            AllReduce::Exchange | AllReduce::None => {
+            AllReduce::Exchange
+            | AllReduce::None
+            | AllReduce::Peer
+            | AllReduce::PeerHost
+            | AllReduce::PeerAsync => {
                 for _ in 0..cx.n - 1 {
                     let m = receive(&inbox, &mut kept, b, 0, shared)?;
                     received_us = now();
@@ -851,6 +1188,67 @@ fn comm_thread(
     Ok(times)
 }
 
+/// `TFWGPU_PEER_ORDER=host` (or `block`): `peer` orders each bucket's copies on the host even
+/// where the devices share timeline semaphores (to measure the memory and the semaphores apart).
+fn peer_host_order() -> bool {
+    std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| matches!(v.trim(), "host" | "block"))
+}
+
+/// `TFWGPU_PEER_WAIT=flush`: `peer` submits a device's open batch before staging its wait for
+/// a peer's semaphore (which holds back the whole submit it attaches to).
+fn peer_wait_flush() -> bool {
+    std::env::var("TFWGPU_PEER_WAIT").is_ok_and(|v| v.trim() == "flush")
+}
+
+/// `peer`: host memory every device imports (a region per device and gradient, 256-byte
+/// aligned) and, where every device shares timeline semaphores, a link per ordered pair.
+fn peer_resources(devs: &[&Device], plan: &DpPlan, host_order: bool) -> Result<PeerRes, String> {
+    let n = devs.len();
+    let e = |e: tfwgpu_runtime::Error| e.to_string();
+    let mut align = 4096;
+    let mut timeline = !host_order && !peer_host_order();
+    for d in devs {
+        let c = d.peer_caps().filter(|c| c.host_memory).ok_or_else(|| {
+            format!(
+                "--allreduce peer: {} cannot import host memory (open with TFWGPU_PEER=1, Vulkan \
+                 with VK_EXT_external_memory_host)",
+                d.description().name
+            )
+        })?;
+        align = align.max(c.host_align.next_power_of_two());
+        timeline &= c.timeline_fd;
+    }
+    let mut off = vec![vec![0u64; plan.grads.len()]; n];
+    let mut at = 0u64;
+    for o in off.iter_mut() {
+        for (j, g) in plan.grads.iter().enumerate() {
+            o[j] = at;
+            at += g.bytes.next_multiple_of(256);
+        }
+    }
+    let host = HostShared::new(at, align).map_err(e)?;
+    let imports = devs
+        .iter()
+        .map(|d| d.import_host(&host))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(e)?;
+    let mut links: Vec<Vec<Option<PeerLink>>> = (0..n).map(|_| vec![]).collect();
+    for (a, from) in devs.iter().enumerate() {
+        for (b, to) in devs.iter().enumerate() {
+            links[a].push(if timeline && a != b {
+                Some(from.peer_link(to).map_err(e)?)
+            } else {
+                None
+            });
+        }
+    }
+    Ok(PeerRes {
+        imports,
+        off,
+        links,
+    })
+}
+
 /// How a data-parallel pass runs.
 #[derive(Clone, Copy, Debug)]
 pub struct DpOptions {
@@ -861,6 +1259,10 @@ pub struct DpOptions {
     pub defer: bool,
     /// Read every gradient back before and after its all-reduce (blocking reads).
     pub check: bool,
+    /// `--free-run`: only these two marks (the first labelled one and the last) drain the
+    /// devices and meet; at the marks between them the threads go on (the steps' own host
+    /// syncs of the trace stay), so the pass times the steps between the two as a whole.
+    pub free_run: Option<(usize, usize)>,
 }
 
 /// One pass of the plan on `devs` (one thread per device, plus a communication thread each
@@ -873,7 +1275,12 @@ pub fn replay_dp(
     opts: DpOptions,
     seed: u64,
 ) -> Result<DpPass, String> {
-    let DpOptions { mode, defer, check } = opts;
+    let DpOptions {
+        mode,
+        defer,
+        check,
+        free_run,
+    } = opts;
     let n = devs.len();
     assert!(caches.len() >= n);
     if mode == AllReduce::Halves && n > 2 {
@@ -896,9 +1303,10 @@ pub fn replay_dp(
         })
         .collect();
     // Staging tensors for the bytes received, per device and gradient.
-    let comm = n > 1 && mode != AllReduce::None;
+    let peer = n > 1 && mode.is_peer();
+    let comm = n > 1 && mode != AllReduce::None && !peer;
     let mut staging: Vec<Vec<u64>> = vec![];
-    if comm {
+    if comm || peer {
         for (s, d) in devs.iter().enumerate() {
             let mut v = vec![];
             for (j, g) in plan.grads.iter().enumerate() {
@@ -911,14 +1319,29 @@ pub fn replay_dp(
             staging.push(v);
         }
     }
+    let peer_res = if peer {
+        Some(
+            peer_resources(devs, plan, mode == AllReduce::PeerHost).inspect_err(|_| {
+                for (s, d) in devs.iter().enumerate() {
+                    for &a in staging.get(s).into_iter().flatten() {
+                        let _ = d.deallocate(a);
+                    }
+                }
+            })?,
+        )
+    } else {
+        None
+    };
     for d in devs {
         d.synchronize().map_err(e)?;
     }
+    let nb = plan.buckets.len();
     let shared = Shared::new(
         n,
         Dp {
-            done: vec![vec![false; plan.buckets.len()]; n],
+            done: vec![vec![false; nb]; n],
             comm_running: vec![comm; n],
+            tickets: (0..n).map(|_| (0..nb).map(|_| vec![]).collect()).collect(),
         },
     );
     let t0 = Instant::now();
@@ -931,6 +1354,11 @@ pub fn replay_dp(
         t0,
         check,
         defer,
+        devs,
+        peer: peer_res.as_ref(),
+        peer_block: std::env::var("TFWGPU_PEER_ORDER").is_ok_and(|v| v.trim() == "block"),
+        staging: &staging,
+        free_run,
     };
     type Res = (
         Result<DeviceRun, String>,
@@ -1006,6 +1434,14 @@ pub fn replay_dp(
             .collect()
     });
     let wall_s = t0.elapsed().as_secs_f64();
+    if let Some(pr) = peer_res {
+        // Semaphores and imports go once no submit that uses them is pending (a failed device
+        // thread may not have synchronized).
+        for d in devs {
+            let _ = d.synchronize();
+        }
+        drop(pr);
+    }
     for (s, d) in devs.iter().enumerate() {
         if let Some(v) = staging.get(s) {
             for &a in v {
@@ -1041,10 +1477,14 @@ pub fn replay_dp(
         out.devices.push(d.pass);
         out.waits_s.push(d.wait_s);
         out.mark_waits_s.push(d.mark_waits);
+        out.mark_log.push(d.mark_log);
         out.deferred_max.push(d.deferred_max);
         out.checked.push(d.checked);
-        out.comm
-            .push(c.map(|c| c.expect("checked above")).unwrap_or_default());
+        out.host_waits.push(d.host_waits);
+        out.comm.push(match c {
+            Some(c) => c.expect("checked above"),
+            None => d.peer_times,
+        });
     }
     Ok(out)
 }
@@ -1138,7 +1578,13 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .map_err(|_| format!("bad device count {x:?}"))
         })
         .collect::<Result<_, _>>()?;
-    let mode = AllReduce::parse(flag("--allreduce").map_or("exchange", |s| s))?;
+    // Several modes (comma-separated) alternate pass by pass in one process, after one
+    // one-device pass per round that they share.
+    let mut modes: Vec<AllReduce> = flag("--allreduce")
+        .map_or("exchange", |s| s)
+        .split(',')
+        .map(|m| AllReduce::parse(m.trim()))
+        .collect::<Result<_, _>>()?;
     let bucket_kb: u64 = flag("--bucket-kb")
         .map_or(Ok(0), |s| s.parse())
         .map_err(|_| "bad --bucket-kb")?;
@@ -1162,6 +1608,60 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let plan = DpPlan::new(trace, label, bucket_kb * 1024)?;
     let (ng, elems, bytes, nb) = plan.per_step(trace);
     let devs: Vec<&Device> = rt.devices.iter().take(max_n).collect();
+    // `peer`: what the devices offer; without host memory import, the exchange instead.
+    let mut peer_note = Value::Null;
+    if modes.iter().any(|m| m.is_peer()) && max_n > 1 {
+        let caps: Vec<_> = devs.iter().map(|d| d.peer_caps().cloned()).collect();
+        let host = caps
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| c.host_memory));
+        let timeline = caps
+            .iter()
+            .all(|c| c.as_ref().is_some_and(|c| c.timeline_fd));
+        let forced = timeline && peer_host_order();
+        let missing: Vec<String> = caps
+            .iter()
+            .map(|c| {
+                c.as_ref()
+                    .map_or("not opened with TFWGPU_PEER=1 on Vulkan".into(), |c| {
+                        c.missing.join(", ")
+                    })
+            })
+            .collect();
+        if !host {
+            println!(
+                "  --allreduce peer: FALLBACK to exchange: a device cannot import host memory \
+                 ({missing:?})"
+            );
+            for m in modes.iter_mut().filter(|m| m.is_peer()) {
+                *m = AllReduce::Exchange;
+            }
+            let mut seen = vec![];
+            modes.retain(|m| {
+                let new = !seen.contains(m);
+                seen.push(*m);
+                new
+            });
+        } else if forced {
+            println!(
+                "  --allreduce peer: shared host memory; ordering on the host \
+                 (TFWGPU_PEER_ORDER), though the devices share timeline semaphores"
+            );
+        } else if !timeline {
+            println!(
+                "  --allreduce peer: shared host memory; FALLBACK ordering: no OPAQUE_FD timeline \
+                 semaphores ({missing:?}), each bucket's copy is waited for on the host"
+            );
+        } else {
+            println!(
+                "  --allreduce peer: shared host memory, ordered on the GPUs by timeline \
+                 semaphores (OPAQUE_FD; no host wait)"
+            );
+        }
+        peer_note = json!({"host_memory": host, "timeline_fd": timeline, "missing": missing,
+            "used": modes.iter().map(|m| m.name()).collect::<Vec<_>>(),
+            "host_order_forced": forced, "wait_flush": peer_wait_flush()});
+    }
     println!(
         "trace {path}: {} events replayed per device, {} gradients found ({} per step: {elems} \
          float32, {:.1} KB, {nb} buckets), all-reduce {}, {}",
@@ -1169,7 +1669,11 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         plan.grads.len(),
         ng,
         bytes as f64 / 1e3,
-        mode.name(),
+        modes
+            .iter()
+            .map(|m| m.name())
+            .collect::<Vec<_>>()
+            .join(", "),
         if defer {
             "events waiting for it held back (--no-defer: the thread blocks)"
         } else {
@@ -1182,40 +1686,108 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
     let mut caches: Vec<HashMap<String, Box<dyn Kernel>>> =
         devs.iter().map(|_| HashMap::new()).collect();
     let mut doc = serde_json::Map::new();
-    if check && mode == AllReduce::None {
+    if check && modes.contains(&AllReduce::None) {
         return Err("--check needs an all-reduce (--allreduce exchange or halves)".into());
     }
-    let opts = |check| DpOptions { mode, defer, check };
+    // `--free-run`: the first labelled mark and the last mark stay meeting points; the steps
+    // between them are timed as a whole (`free_steps` of them).
+    let marks: Vec<usize> = plan
+        .events
+        .iter()
+        .copied()
+        .filter(|&i| matches!(&trace.events[i], Event::Mark(_)))
+        .collect();
+    let first_labelled = marks
+        .iter()
+        .copied()
+        .find(|&i| matches!(&trace.events[i], Event::Mark(l) if l == label));
+    let last_mark = marks.last().copied();
+    let free_run = match (
+        args.iter().any(|a| a == "--free-run"),
+        first_labelled,
+        last_mark,
+    ) {
+        (false, _, _) => None,
+        (true, Some(a), Some(z)) if z > a => Some((a, z)),
+        (true, _, _) => return Err(format!("--free-run: no steps labelled {label:?} to run")),
+    };
+    let free_steps = free_run.map_or(1, |(a, z)| {
+        marks.iter().filter(|&&m| m > a && m <= z).count()
+    });
+    if let Some((a, z)) = free_run {
+        println!(
+            "  --free-run: the devices drain and meet only at events {a} and {z}; the {free_steps} \
+             steps between are timed as a whole (their own host syncs replayed)"
+        );
+    }
+    let opts = |mode, check| DpOptions {
+        mode,
+        defer,
+        check,
+        free_run: if check { None } else { free_run },
+    };
+    // One one-device pass per round (first mode), then every mode's passes on more devices.
+    let mut combos: Vec<(AllReduce, usize)> = vec![];
+    for &n in &counts {
+        if n == 1 {
+            combos.push((modes[0], 1));
+        } else {
+            combos.extend(modes.iter().map(|&m| (m, n)));
+        }
+    }
     if check {
-        for &n in counts.iter().filter(|&&n| n > 1) {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(true), 99)?;
+        for &(mode, n) in combos.iter().filter(|c| c.1 > 1) {
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(mode, true), 99)?;
             let (g, el, fin) = verify(&p, &plan)?;
             println!(
-                "  check ({n} devices): {g} all-reduced gradients, {el} elements ({fin} finite): \
-                 every device has the devices' sum"
+                "  check ({n} devices, {}): {g} all-reduced gradients, {el} elements ({fin} \
+                 finite): every device has the devices' sum{}",
+                mode.name(),
+                if mode.is_peer() {
+                    format!(" (host waits per device: {:?})", p.host_waits)
+                } else {
+                    String::new()
+                }
             );
+            let key = if modes.len() > 1 {
+                format!("check_{n}_{}", mode.name())
+            } else {
+                format!("check_{n}")
+            };
             doc.insert(
-                format!("check_{n}"),
-                json!({"gradients": g, "elements": el, "finite": fin}),
+                key,
+                json!({"gradients": g, "elements": el, "finite": fin,
+                    "host_waits": p.host_waits}),
             );
         }
     }
-    let mut passes: HashMap<usize, Vec<DpPass>> = HashMap::new();
+    let mut passes: HashMap<(AllReduce, usize), Vec<DpPass>> = HashMap::new();
     for r in 0..repeat.max(1) {
-        for &n in &counts {
-            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, opts(false), r as u64)?;
-            passes.entry(n).or_default().push(p);
+        for &(mode, n) in &combos {
+            let o = opts(mode, false);
+            let p = replay_dp(&devs[..n], trace, &plan, &mut caches, o, r as u64)?;
+            passes.entry((mode, n)).or_default().push(p);
         }
     }
     let mut one: Option<f64> = None;
     let mut rows = vec![];
-    for &n in &counts {
-        let ps = &passes[&n];
-        println!("  {n} device(s), {} passes:", ps.len());
+    for &(mode, n) in &combos {
+        let ps = &passes[&(mode, n)];
+        println!(
+            "  {n} device(s){}, {} passes:",
+            if n > 1 {
+                format!(", {}", mode.name())
+            } else {
+                String::new()
+            },
+            ps.len()
+        );
         let steps = report_steps(ps);
         let Some(med) = steps.get(label).and_then(|v| v["median_ms"].as_f64()) else {
             return Err(format!("no steps labelled {label:?} in the trace"));
         };
+        // `--free-run`: the labelled "step" spans every free-running step.
+        let med = med / free_steps as f64;
         if n == 1 {
             one = Some(med);
         }
@@ -1239,7 +1811,7 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
         let wait = if wait_ms.is_empty() {
             0.0
         } else {
-            median(&wait_ms)
+            median(&wait_ms) / free_steps as f64
         };
         let mut per_pos: std::collections::BTreeMap<usize, Vec<(f64, f64, f64)>> =
             std::collections::BTreeMap::new();
@@ -1269,7 +1841,12 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             }
         }
         println!(
-            "    step median {med:.3} ms{}{}{}",
+            "    step median {med:.3} ms{}{}{}{}",
+            if free_run.is_some() {
+                format!(" (free-running: {free_steps} steps timed as a whole)")
+            } else {
+                String::new()
+            },
             ips.map_or(String::new(), |x| format!(", {x:.0} images/s")),
             scale.map_or(String::new(), |x| if n > 1 {
                 format!(
@@ -1302,11 +1879,20 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
                 .iter()
                 .find(|b| b.pos == *pos)
                 .map_or(0, |b| b.grads.iter().map(|&j| plan.grads[j].bytes).sum());
-            println!(
-                "    bucket {pos} ({:.1} KB): from the read's start, read back {rd:.0} us, peer's \
-                 bytes {rc:.0} us, sum recorded {dn:.0} us (medians)",
-                kb as f64 / 1e3
-            );
+            if mode.is_peer() {
+                println!(
+                    "    bucket {pos} ({:.1} KB): from its copy's recording, submitted with its \
+                     ticket {rd:.0} us, peers' tickets taken {rc:.0} us, sum recorded {dn:.0} us \
+                     (medians)",
+                    kb as f64 / 1e3
+                );
+            } else {
+                println!(
+                    "    bucket {pos} ({:.1} KB): from the read's start, read back {rd:.0} us, \
+                     peer's bytes {rc:.0} us, sum recorded {dn:.0} us (medians)",
+                    kb as f64 / 1e3
+                );
+            }
             buckets.push(
                 json!({"pos": pos, "bytes": kb, "read_us": rd, "received_us": rc, "done_us": dn}),
             );
@@ -1316,23 +1902,38 @@ pub fn run(args: &[String], path: &str, trace: &Trace, rt: &Runtime) -> Result<(
             .map(|p| {
                 p.devices
                     .iter()
-                    .map(|d| {
+                    .enumerate()
+                    .map(|(s, d)| {
                         json!({"kernels": d.kernels, "submits": d.stats.submits,
-                        "dispatches": d.stats.dispatches, "host_syncs": d.host_syncs})
+                        "dispatches": d.stats.dispatches, "host_syncs": d.host_syncs,
+                        "peer_host_waits": p.host_waits.get(s)})
                     })
                     .collect()
             })
             .unwrap_or_default();
+        if mode.is_peer() && n > 1 {
+            let hw: usize = ps.iter().flat_map(|p| p.host_waits.iter()).sum();
+            println!(
+                "    peer: {hw} host waits for a peer's batch in {} passes",
+                ps.len()
+            );
+        }
         rows.push(json!({
-            "devices": n, "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
+            "devices": n, "allreduce": mode.name(), "step_median_ms": med, "images_per_s": ips, "vs_one": scale,
             "efficiency": scale.map(|x| x / n as f64), "allreduce_wait_ms_per_step": wait,
+            "free_run_steps": free_run.map(|_| free_steps),
             "buckets": buckets, "steps": steps, "per_device": dev_stats,
             "wall_ms": ps.iter().map(|p| p.wall_s * 1e3).collect::<Vec<_>>(),
+            "mark_log": ps.iter().map(|p| &p.mark_log).collect::<Vec<_>>(),
         }));
     }
     if let Some(out) = flag("--json") {
         doc.insert("trace".into(), json!(path));
-        doc.insert("allreduce".into(), json!(mode.name()));
+        doc.insert(
+            "allreduce".into(),
+            json!(modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")),
+        );
+        doc.insert("peer".into(), peer_note.clone());
         doc.insert("bucket_kb".into(), json!(bucket_kb));
         doc.insert("defer".into(), json!(defer));
         doc.insert("per_device_batch".into(), json!(batch));
@@ -1464,6 +2065,27 @@ mod tests {
             ]
         );
         assert_eq!(plan.per_step(&trace), (3, 621, 2484, 2));
+        // Each bucket is issued once all of its producers were replayed (w and b for the first
+        // bucket of a step: the deferral may hold w back behind the previous step's adam/w
+        // while b goes on), not at the last of them in trace order alone.
+        assert_eq!(plan.producers, [2, 1, 2, 1]);
+        let mut by: Vec<(usize, Vec<usize>)> = plan
+            .produced_by
+            .iter()
+            .map(|(&e, b)| (e, b.clone()))
+            .collect();
+        by.sort();
+        assert_eq!(
+            by,
+            [
+                (5, vec![0]),
+                (6, vec![0]),
+                (8, vec![1]),
+                (15, vec![2]),
+                (16, vec![2]),
+                (18, vec![3])
+            ]
+        );
         // A bucket size closes buckets earlier.
         let small = DpPlan::new(&trace, "1gpu", 64).unwrap();
         assert_eq!(small.buckets.len(), 6);
@@ -1557,36 +2179,79 @@ mod tests {
     }
 
     fn o(mode: AllReduce, defer: bool, check: bool) -> DpOptions {
-        DpOptions { mode, defer, check }
+        DpOptions {
+            mode,
+            defer,
+            check,
+            free_run: None,
+        }
     }
 
     fn all_reduced(mode: AllReduce, defer: bool) {
-        let rt = two_devices();
+        all_reduced_on(&two_devices(), mode, defer);
+    }
+
+    /// The adapter opened twice with `RuntimeOptions::peer`.
+    fn two_peer_devices() -> Runtime {
+        let one = Runtime::new().expect("an adapter");
+        let i = one.device().description().index;
+        drop(one);
+        let mut opts = tfwgpu_runtime::RuntimeOptions::from_env().expect("options");
+        opts.selection = tfwgpu_runtime::Selection {
+            visible: Some(vec![i, i]),
+            name: None,
+        };
+        opts.peer = true;
+        Runtime::with_options(opts).expect("the adapter opened twice")
+    }
+
+    fn all_reduced_on(rt: &Runtime, mode: AllReduce, defer: bool) {
         let devs: Vec<&Device> = rt.devices.iter().collect();
         let trace = Trace::parse(&dp_trace(3)).unwrap();
         let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
         let mut caches = vec![HashMap::new(), HashMap::new()];
         let in_use: Vec<u64> = devs.iter().map(|d| d.memory_stats().bytes_in_use).collect();
+        let marks: Vec<usize> = plan
+            .events
+            .iter()
+            .copied()
+            .filter(|&i| matches!(trace.events[i], Event::Mark(_)))
+            .collect();
         for seed in 0..2 {
-            let p = replay_dp(
-                &devs,
-                &trace,
-                &plan,
-                &mut caches,
-                o(mode, defer, true),
-                seed,
-            )
-            .unwrap();
+            // The second pass free-running: only the first and last marks meet.
+            let free = seed == 1;
+            let mut opts = o(mode, defer, true);
+            opts.free_run = free.then(|| (marks[0], *marks.last().unwrap()));
+            let p = replay_dp(&devs, &trace, &plan, &mut caches, opts, seed).unwrap();
             let (g, el, fin) = verify(&p, &plan).unwrap();
             assert_eq!((g, el, fin), (9, 2 * 3 * 621, 2 * 3 * 621));
             let labels: Vec<&str> = p.marks.iter().map(|m| m.0.as_str()).collect();
-            assert_eq!(labels, ["1gpu", "1gpu", "1gpu", "end"]);
+            if free {
+                assert_eq!(labels, ["1gpu", "end"]);
+                assert!(p.mark_waits_s.iter().all(|w| w.len() == 2));
+            } else {
+                assert_eq!(labels, ["1gpu", "1gpu", "1gpu", "end"]);
+            }
             assert_eq!(p.comm.iter().map(Vec::len).collect::<Vec<_>>(), [6, 6]);
             for c in p.comm.iter().flatten() {
                 assert!(c.issued_us <= c.read_us && c.read_us <= c.received_us);
                 assert!(c.received_us <= c.done_us);
             }
             assert!(p.devices.iter().all(|d| d.kernels == 21));
+            if mode.is_peer() {
+                // Without shared timeline semaphores (lavapipe: the GPU-ordered path cannot run
+                // there) or with `peer-host`, every bucket's copy is waited for on the host
+                // (visibly); with them, never.
+                let timeline = devs
+                    .iter()
+                    .all(|d| d.peer_caps().is_some_and(|c| c.timeline_fd));
+                let want = if timeline && mode != AllReduce::PeerHost {
+                    0
+                } else {
+                    6
+                };
+                assert_eq!(p.host_waits, [want, want]);
+            }
             // The devices trained on different data: their gradients differed.
             let j = plan.buckets[0].grads[1];
             assert_ne!(p.checked[0][&j].0, p.checked[1][&j].0);
@@ -1628,6 +2293,31 @@ mod tests {
         all_reduced(AllReduce::Halves, false);
     }
 
+    /// `peer` where the adapter can import host memory (lavapipe can; it has no OPAQUE_FD semaphores, so
+    /// the ordering is the host-waited fallback there); elsewhere the replay refuses, saying
+    /// why (and `run` falls back to `exchange`).
+    #[test]
+    fn peer_gives_every_device_the_sum_of_the_gradients() {
+        let rt = two_peer_devices();
+        let caps = rt.devices[0].peer_caps().cloned();
+        eprintln!("peer caps: {caps:?}");
+        if caps.as_ref().is_some_and(|c| c.host_memory) {
+            all_reduced_on(&rt, AllReduce::Peer, true);
+            all_reduced_on(&rt, AllReduce::Peer, false);
+            all_reduced_on(&rt, AllReduce::PeerHost, true);
+            all_reduced_on(&rt, AllReduce::PeerAsync, true);
+        } else {
+            eprintln!("SKIPPED: no host memory import on this adapter; checking the refusal");
+            let devs: Vec<&Device> = rt.devices.iter().collect();
+            let trace = Trace::parse(&dp_trace(1)).unwrap();
+            let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+            let mut caches = vec![HashMap::new(), HashMap::new()];
+            let o = o(AllReduce::Peer, true, false);
+            let err = replay_dp(&devs, &trace, &plan, &mut caches, o, 0).unwrap_err();
+            assert!(err.contains("cannot import host memory"), "{err}");
+        }
+    }
+
     #[test]
     fn without_an_all_reduce_the_devices_train_apart() {
         let rt = two_devices();
@@ -1657,6 +2347,16 @@ mod tests {
             for defer in [false, true] {
                 let err = replay_dp(&devs, &trace, &plan, &mut caches, o(mode, defer, false), 0)
                     .unwrap_err();
+                assert!(err.contains("lies in no traced allocation"), "{err}");
+            }
+        }
+        let rt = two_peer_devices();
+        if rt.devices[0].peer_caps().is_some_and(|c| c.host_memory) {
+            let devs: Vec<&Device> = rt.devices.iter().collect();
+            let mut caches = vec![HashMap::new(), HashMap::new()];
+            for defer in [false, true] {
+                let o = o(AllReduce::Peer, defer, false);
+                let err = replay_dp(&devs, &trace, &plan, &mut caches, o, 0).unwrap_err();
                 assert!(err.contains("lies in no traced allocation"), "{err}");
             }
         }

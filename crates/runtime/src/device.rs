@@ -25,6 +25,8 @@ pub(crate) struct DeviceInner {
     pub(crate) arrivals: parking_lot::Mutex<Option<u64>>,
     /// The adapter's tuner (`Tuner::of`, looked up once instead of on every kernel call).
     pub(crate) tuner: std::sync::OnceLock<Arc<crate::tune::Tuner>>,
+    /// What the device offers for peer transfers (`RuntimeOptions::peer`, Vulkan only).
+    peer: Option<crate::peer::PeerCaps>,
 }
 
 /// One opened adapter. Cheap to clone; thread-safe.
@@ -55,6 +57,10 @@ pub struct RuntimeOptions {
     /// not wait for the GPU (`TFWGPU_HOST_MIRROR_BYTES`, default 16384; 0: off). See
     /// `mirror.rs`.
     pub host_mirror_bytes: usize,
+    /// Open Vulkan devices with the extensions for peer transfers where the adapter has them
+    /// (`TFWGPU_PEER=1`; see `peer.rs`): host memory imported into several devices, sync-file
+    /// semaphores between their queues.
+    pub peer: bool,
 }
 
 impl RuntimeOptions {
@@ -68,6 +74,7 @@ impl RuntimeOptions {
                 .max(1),
             memory_limit: env_parse::<u64>("TFWGPU_MEMORY_LIMIT_MB").map(|mb| mb << 20),
             host_mirror_bytes: env_parse::<usize>("TFWGPU_HOST_MIRROR_BYTES").unwrap_or(16384),
+            peer: crate::env_is("TFWGPU_PEER", "1"),
         })
     }
 }
@@ -173,15 +180,43 @@ impl Device {
             wgpu::ExperimentalFeatures::disabled()
         };
         let limits = adapter.limits();
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        let device_desc = wgpu::DeviceDescriptor {
             label: Some("tfwgpu"),
             required_features: features,
             required_limits: limits.clone(),
             experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?;
+        };
+        #[cfg(target_os = "linux")]
+        let peer = if opts.peer {
+            crate::peer::vk_impl::probe(adapter)
+        } else {
+            None
+        };
+        #[cfg(not(target_os = "linux"))]
+        let peer: Option<crate::peer::PeerCaps> = None;
+        if let Some(caps) = &peer {
+            tracing::info!(
+                "{}: peer transfers: host memory import {}, OPAQUE_FD timeline semaphores {}{}",
+                desc.name,
+                caps.host_memory,
+                caps.timeline_fd,
+                if caps.missing.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (missing: {})", caps.missing.join(", "))
+                }
+            );
+        }
+        let (device, queue) = match &peer {
+            #[cfg(target_os = "linux")]
+            Some(caps) if caps.host_memory || caps.timeline_fd => {
+                crate::peer::vk_impl::open(adapter, caps, &device_desc)?
+            }
+            _ => pollster::block_on(adapter.request_device(&device_desc))
+                .map_err(|e| Error::NoAdapter(format!("opening {}: {e}", desc.name)))?,
+        };
         let limit = opts
             .memory_limit
             .unwrap_or_else(|| default_memory_limit(&desc));
@@ -204,6 +239,7 @@ impl Device {
         let inner = DeviceInner {
             arrivals: parking_lot::Mutex::new(None),
             tuner: std::sync::OnceLock::new(),
+            peer,
             limits: device.limits(),
             features: device.features(),
             alloc: Allocator::new(device.clone(), index, limit),
@@ -389,6 +425,171 @@ impl Device {
         self.inner
             .exec
             .read_finish(read.pending, |bytes| f(&bytes[..len.min(bytes.len())]))
+    }
+
+    /// What the device offers for peer transfers (`None` unless opened with
+    /// `RuntimeOptions::peer` on Vulkan).
+    pub fn peer_caps(&self) -> Option<&crate::peer::PeerCaps> {
+        self.inner.peer.as_ref()
+    }
+
+    /// Imports host memory shared with other devices as a buffer of this device (needs
+    /// `peer_caps().host_memory`).
+    pub fn import_host(
+        &self,
+        host: &Arc<crate::peer::HostShared>,
+    ) -> Result<crate::peer::Imported> {
+        match self.peer_caps() {
+            #[cfg(target_os = "linux")]
+            Some(c) if c.host_memory => {
+                crate::peer::vk_impl::import_host(self.inner.exec.device(), host)
+            }
+            _ => Err(Error::Unimplemented(format!(
+                "{}: no host memory import (open with TFWGPU_PEER=1 on Vulkan with \
+                 VK_EXT_external_memory_host)",
+                self.inner.desc.name
+            ))),
+        }
+    }
+
+    /// Records a copy of `len` bytes (a multiple of 4) from the allocation at `src` into
+    /// `dst` (a buffer of this device, e.g. an imported one) at `dst_off`.
+    pub fn copy_to_buffer(
+        &self,
+        src: u64,
+        dst: &wgpu::Buffer,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<()> {
+        let s = self.inner.alloc.resolve(src)?;
+        if len > s.remaining || !len.is_multiple_of(4) || !s.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes from {src:#x}: past its allocation or not 4-aligned"
+            )));
+        }
+        self.inner.exec.copy(&s.buffer, s.offset, dst, dst_off, len)
+    }
+
+    /// Records a copy of `len` bytes (a multiple of 4) from `src` (a buffer of this device)
+    /// at `src_off` into the allocation at `dst`.
+    pub fn copy_from_buffer(
+        &self,
+        src: &wgpu::Buffer,
+        src_off: u64,
+        dst: u64,
+        len: u64,
+    ) -> Result<()> {
+        let d = self.inner.alloc.resolve(dst)?;
+        if len > d.remaining || !len.is_multiple_of(4) || !d.offset.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(format!(
+                "a copy of {len} bytes to {dst:#x}: past its allocation or not 4-aligned"
+            )));
+        }
+        self.inner.mirror.written(dst, len);
+        self.inner.exec.copy(src, src_off, &d.buffer, d.offset, len)
+    }
+
+    /// A link from this device to `to` for GPU-side ordering (a timeline semaphore of this
+    /// device exported once and imported permanently into `to`; needs `peer_caps().timeline_fd`
+    /// on both). Drop it only after both devices synchronized.
+    pub fn peer_link(&self, to: &Device) -> Result<crate::peer::PeerLink> {
+        let ok = |d: &Device| d.peer_caps().is_some_and(|c| c.timeline_fd);
+        match (ok(self), ok(to)) {
+            #[cfg(target_os = "linux")]
+            (true, true) => crate::peer::vk_impl::link(
+                self.inner.exec.device(),
+                to.inner.exec.device(),
+                (self.id(), to.id()),
+            ),
+            _ => Err(Error::Unimplemented(format!(
+                "{} -> {}: no OPAQUE_FD timeline semaphores (open with TFWGPU_PEER=1 on Vulkan \
+                 with VK_KHR_external_semaphore_fd)",
+                self.inner.desc.name, to.inner.desc.name
+            ))),
+        }
+    }
+
+    /// An identity of this opened device (two logical devices of one adapter differ).
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// Submits the work recorded so far and returns, per link (each must start at this
+    /// device), how its destination orders work after it: the link's next timeline value,
+    /// signaled by that submit (staged for the batch's own submit; the host does not wait).
+    /// With `on_submit_thread`, the batch goes to the device's submit thread (where it has
+    /// one) and this thread returns at once; else it is encoded and submitted here. Without
+    /// links, one ticket: the batch id, which another device must wait for on the host
+    /// ([`Device::wait_ticket`]). One thread at a time signals a given link (its values must
+    /// reach the queue in increasing order).
+    pub fn flush_signal(
+        &self,
+        links: &[&crate::peer::PeerLink],
+        on_submit_thread: bool,
+    ) -> Result<Vec<crate::peer::Ticket>> {
+        if links.is_empty() {
+            return Ok(vec![crate::peer::Ticket::Batch(self.inner.exec.flush()?)]);
+        }
+        if let Some(l) = links.iter().find(|l| l.from != self.id()) {
+            return Err(Error::InvalidArgument(format!(
+                "{l:?} does not start at {}",
+                self.inner.desc.name
+            )));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::sync::atomic::Ordering;
+            let raw: Vec<(ash::vk::Semaphore, u64)> = links
+                .iter()
+                .map(|l| (l.src.0, l.last.fetch_add(1, Ordering::SeqCst) + 1))
+                .collect();
+            let tickets = raw
+                .iter()
+                .map(|&(_, n)| crate::peer::Ticket::Value(n))
+                .collect();
+            let stage: crate::exec::BeforeSubmit = Box::new(move |q| {
+                for (sem, n) in raw {
+                    crate::peer::vk_impl::stage_signal(q, sem, n);
+                }
+            });
+            if on_submit_thread {
+                self.inner.exec.flush_with_async(stage)?;
+            } else {
+                self.inner.exec.flush_with(stage)?;
+            }
+            Ok(tickets)
+        }
+        #[cfg(not(target_os = "linux"))]
+        Err(Error::Unimplemented("peer links".into()))
+    }
+
+    /// Orders the work recorded on this device from now on after what `ticket` stands for on
+    /// `from`: a timeline value of `link` (from `from` to this device) is waited for by this
+    /// device's next submit (no host wait); a batch id is waited for on the host. Returns
+    /// whether the host waited.
+    pub fn wait_ticket(
+        &self,
+        from: &Device,
+        link: Option<&crate::peer::PeerLink>,
+        ticket: crate::peer::Ticket,
+    ) -> Result<bool> {
+        match (ticket, link) {
+            (crate::peer::Ticket::Batch(id), _) => {
+                from.exec().wait(id)?;
+                Ok(true)
+            }
+            #[cfg(target_os = "linux")]
+            (crate::peer::Ticket::Value(v), Some(l))
+                if l.from == from.id() && l.to == self.id() =>
+            {
+                crate::peer::vk_impl::stage_wait(self.inner.exec.queue(), l, v)?;
+                Ok(false)
+            }
+            (t, l) => Err(Error::InvalidArgument(format!(
+                "{t:?} on {}: needs the link from its source to this device (got {l:?})",
+                self.inner.desc.name
+            ))),
+        }
     }
 
     /// Records a device-to-device copy of `len` bytes (4-byte aligned addresses).

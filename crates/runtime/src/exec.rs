@@ -390,7 +390,13 @@ struct Taken {
     uniforms: Vec<u8>,
     timing: Option<BatchTiming>,
     id: u64,
+    /// Called with the queue right before the batch's submit, in submit order (see
+    /// [`ExecutionContext::flush_with`]).
+    before_submit: Option<BeforeSubmit>,
 }
+
+/// What [`ExecutionContext::flush_with`] runs right before its batch's submit.
+pub(crate) type BeforeSubmit = Box<dyn FnOnce(&wgpu::Queue) + Send>;
 
 /// Work for the submit thread (`ExecConfig::submit_thread`), in submit order.
 enum Job {
@@ -1305,6 +1311,58 @@ impl ExecutionContext {
         Ok(id)
     }
 
+    /// [`Self::flush`] on the calling thread that runs `before_submit` with the queue right
+    /// before the submit of the open batch, with no other submit of this queue in between
+    /// (what wgpu-hal's staged semaphores attach to: the queue's next submit). Without an open
+    /// batch, an empty submit (once every batch taken before is on the queue; none can be taken
+    /// meanwhile). Returns the id up to which recorded work is submitted.
+    pub(crate) fn flush_with(&self, before_submit: BeforeSubmit) -> Result<u64> {
+        let mut b = self.batch.lock();
+        if b.ops > 0
+            && let Some(mut taken) = self.take_locked(&mut b)
+        {
+            drop(b);
+            let id = taken.id;
+            taken.before_submit = Some(before_submit);
+            self.submit_in_turn(taken)?;
+            return Ok(id);
+        }
+        let id = b.id - 1;
+        self.await_submitted(id);
+        before_submit(&self.queue);
+        self.queue.submit([]);
+        drop(b);
+        self.check()?;
+        Ok(id)
+    }
+
+    /// [`Self::flush_with`] that hands the open batch, with `before_submit`, to the device's
+    /// submit thread when there is one (`ExecConfig::submit_thread`): the closure still runs
+    /// right before that batch's own submit (in turn, no other submit of this queue in
+    /// between), but the calling thread goes on recording meanwhile. Without a submit thread
+    /// or an open batch, [`Self::flush_with`]. Returns the batch's id.
+    pub(crate) fn flush_with_async(&self, before_submit: BeforeSubmit) -> Result<u64> {
+        let Some(tx) = self.submitter.get() else {
+            return self.flush_with(before_submit);
+        };
+        let mut b = self.batch.lock();
+        if b.ops == 0 {
+            drop(b);
+            return self.flush_with(before_submit);
+        }
+        let id = b.id;
+        let Some(mut t) = self.take_locked(&mut b) else {
+            drop(b);
+            return self.flush_with(before_submit);
+        };
+        t.before_submit = Some(before_submit);
+        if let Some(t) = send_batch(tx, t) {
+            drop(b);
+            self.submit_in_turn(t)?;
+        }
+        Ok(id)
+    }
+
     /// [`Self::flush`] that hands the open batch to the device's submit thread when there is
     /// one (`ExecConfig::submit_thread`) instead of encoding and submitting it on the calling
     /// thread: returns the same id, but the batch reaches the queue shortly after (in order).
@@ -1360,6 +1418,7 @@ impl ExecutionContext {
             uniforms: std::mem::take(&mut b.uniforms),
             timing: b.timing.take(),
             id: b.id,
+            before_submit: None,
         };
         b.id += 1;
         b.ops = 0;
@@ -1399,6 +1458,7 @@ impl ExecutionContext {
             uniforms,
             timing,
             id,
+            before_submit,
         } = taken;
         let timing = timing.filter(|t| !t.labels.is_empty());
         let timing_bytes = timing.as_ref().map(|t| {
@@ -1417,6 +1477,9 @@ impl ExecutionContext {
         let cb = encoder.finish();
         let t4 = hostlog::now();
         hostlog::span_to(Kind::SubmitFinish, t3, t4, id);
+        if let Some(f) = before_submit {
+            f(&self.queue);
+        }
         let index = self.queue.submit([cb]);
         hostlog::span(Kind::SubmitQueue, t4, id);
         let shared = self.shared.clone();
@@ -1798,6 +1861,85 @@ mod tests {
             start_ns: s,
             end_ns: e,
         }
+    }
+
+    /// `flush_with`'s closure runs once per call, before the call returns, with the open batch
+    /// submitted (its id returned) or, without one, with an empty submit after the batches
+    /// before it.
+    #[test]
+    fn flush_with_runs_its_closure_in_the_batch_submit() {
+        let rt = crate::Runtime::new().expect("an adapter");
+        let ex = rt.device().exec();
+        let calls = Arc::new(AtomicU64::new(0));
+        let f = |c: &Arc<AtomicU64>| -> BeforeSubmit {
+            let c = c.clone();
+            Box::new(move |_q| {
+                c.fetch_add(1, Ordering::SeqCst);
+            })
+        };
+        let dst = ex.device().create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 256,
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        ex.synchronize().unwrap();
+        let before = ex.submitted();
+        ex.clear(&dst, 0, 256).unwrap();
+        let id = ex.flush_with(f(&calls)).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(
+            id > before,
+            "the open batch was submitted: {id} after {before}"
+        );
+        assert!(ex.submitted() >= id);
+        // Nothing open: an empty submit carries it; the id is the last batch's.
+        let again = ex.flush_with(f(&calls)).unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(again, id);
+        ex.synchronize().unwrap();
+    }
+
+    /// `flush_with_async` hands the open batch with its closure to the submit thread: the
+    /// closure runs there, once, before that batch is on the queue; with nothing open it runs
+    /// on the caller (an empty submit), as `flush_with`.
+    #[test]
+    fn flush_with_async_runs_its_closure_in_the_batch_submit_on_the_submit_thread() {
+        let rt = crate::Runtime::new().expect("an adapter");
+        let base = rt.device().exec();
+        let ex = ExecutionContext::new(
+            base.device().clone(),
+            base.queue().clone(),
+            ExecConfig {
+                submit_thread: Some(true),
+                ..ExecConfig::default()
+            },
+        );
+        let ran: Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
+        let f = |r: &Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>>| -> BeforeSubmit {
+            let r = r.clone();
+            Box::new(move |_q| r.lock().push(std::thread::current().id()))
+        };
+        let dst = ex.device().create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: 256,
+            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        ex.synchronize().unwrap();
+        let me = std::thread::current().id();
+        ex.clear(&dst, 0, 256).unwrap();
+        let id = ex.flush_with_async(f(&ran)).unwrap();
+        ex.await_submitted(id);
+        {
+            let r = ran.lock();
+            assert_eq!(r.len(), 1, "ran once, before the batch was on the queue");
+            assert_ne!(r[0], me, "on the submit thread");
+        }
+        let again = ex.flush_with_async(f(&ran)).unwrap();
+        assert_eq!(again, id);
+        assert_eq!(ran.lock()[1], me, "nothing open: on the caller");
+        ex.synchronize().unwrap();
     }
 
     #[test]

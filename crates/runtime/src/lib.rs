@@ -29,6 +29,7 @@ pub mod kernel;
 pub mod kernel_manager;
 pub mod kernels;
 mod mirror;
+pub mod peer;
 pub mod tune;
 
 pub use adapter::{AdapterDescription, Selection, list_adapters};
