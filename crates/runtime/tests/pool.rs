@@ -566,6 +566,55 @@ fn max_pool_grad_stride2_blocks() {
     }
 }
 
+/// MaxPoolGrad with grads of -0 (and NaN) on every kernel form: TensorFlow's sums start from +0,
+/// and 0 + -0 is +0, so no input gets -0 (an input whose only gradient is -0 gets +0). The
+/// one-channel kernel (pool.wgsl: C = 3, NCHW), pool_vec4.wgsl's per-input gather (strides 1,
+/// or windows over 4 x 4) and its block gathers (strides 2), float32 and float16, bit for bit.
+#[test]
+fn max_pool_grad_negative_zero_grads() {
+    let forms = [
+        (3, 3, 3, 1, Pad::Same, false),
+        (4, 3, 3, 1, Pad::Same, false),
+        (4, 5, 5, 2, Pad::Same, false),
+        (8, 2, 2, 2, Pad::Valid, false),
+        (4, 4, 3, 2, Pad::Same, false),
+        (4, 3, 3, 2, Pad::Same, false),
+        (4, 3, 3, 2, Pad::Same, true),
+    ];
+    let mut k = 0u64;
+    for &(c, kh, kw, s, pad, nchw) in &forms {
+        let cfg = Cfg {
+            n: 2,
+            h: 9,
+            w: 8,
+            c,
+            kh,
+            kw,
+            sh: s,
+            sw: s,
+            pad,
+            nchw,
+        };
+        for half in [false, true] {
+            k += 1;
+            let mut r = rng(8100 + k);
+            let x = data(&mut r, cfg.in_shape().iter().product(), false, half);
+            let g: Vec<f32> = (0..cfg.out_shape().iter().product::<usize>())
+                .map(|_| match r.random_range(0..4) {
+                    0 | 1 => -0.0,
+                    2 => f32::NAN,
+                    _ => rnd(half, r.random_range(-4.0f32..4.0)),
+                })
+                .collect();
+            let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+            let lowest = if half { -65504.0 } else { f32::MIN };
+            let y = ref_max(&cfg, &x, lowest);
+            let what = format!("-0 grads, half={half} {cfg:?}");
+            check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
+        }
+    }
+}
+
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].
 fn max_window(v: [f32; 4]) -> (f32, Vec<f32>) {
     let attrs = Attrs::new()

@@ -364,6 +364,15 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     return acc;
 }
 
+// +0 in every lane for the gathers' sums to start from, read from the params (p.nchw is 0 in
+// this shader) so that no compiler sees a literal zero: TensorFlow's sums start from +0, and
+// 0 + -0 is +0, but Vulkan lets a compiler drop the sign of zero in float arithmetic, and
+// lavapipe folded `vec4(0.0) + g` into g (a -0 grad gave -0 where TensorFlow gives +0: test
+// max_pool_grad_negative_zero_grads). A runtime zero cannot be folded away.
+fn zero4() -> vec4<f32> {
+    return vec4<f32>(f32(p.nchw));
+}
+
 // acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
 // The round trip runs after every addition, the first included: skipping it where it cannot
 // change the sum measured slower on the H200 (a per-lane test, session 9; the first addition
@@ -440,7 +449,7 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
         let left = 2u + rx < p.kw;
         let bottom = ry < p.kh;
         let right = rx < p.kw;
-        var acc = vec4<f32>(0.0);
+        var acc = zero4();
         acc = block_add(acc, c0, g0, y, x, oy0, ox0, top && left);
         acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
         acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
