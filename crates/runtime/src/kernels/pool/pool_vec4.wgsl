@@ -15,9 +15,9 @@
 //   inputs (see max_pool_grad_block).
 // - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
 //   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
-// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one invocation
-// per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
-// gradient pass reads one code word per covering output.
+// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one
+// invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
+// and the gradient pass reads one code word per covering output.
 //
 // Comparisons run on integer keys of the stored bits (the float's bits made monotonic, -0
 // mapped to +0, so IEEE's -0 == +0 holds, NaN below everything), decided independently of
@@ -370,7 +370,8 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
 // this shader) so that no compiler sees a literal zero: TensorFlow's sums start from +0, and
 // 0 + -0 is +0, but Vulkan lets a compiler drop the sign of zero in float arithmetic, and
 // lavapipe folded `vec4(0.0) + g` into g (a -0 grad gave -0 where TensorFlow gives +0: tests
-// max_pool_grad_negative_zero_grads, max_pool_grad_3x3s2_sums). A runtime zero cannot be folded away.
+// max_pool_grad_negative_zero_grads, max_pool_grad_3x3s2_sums). A runtime zero cannot be
+// folded away.
 fn zero4() -> vec4<f32> {
     return vec4<f32>(f32(p.nchw));
 }
