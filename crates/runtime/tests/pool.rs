@@ -3,7 +3,7 @@
 //! and NaN, f16 rounding after every step). The references sum in TensorFlow's order, so f32
 //! results are compared exactly except where the shader divides (AvgPool, AvgPoolGrad:
 //! WGSL's division may be off by 2.5 ULP on some drivers).
-mod common;
+pub(crate) mod common;
 mod refs;
 
 use common::*;
@@ -564,6 +564,190 @@ fn max_pool_grad_stride2_blocks() {
             }
         }
     }
+}
+
+/// MaxPoolGrad 3x3 / 2 with no top or left padding (SAME on even sizes, VALID, explicit
+/// padding after only; NHWC, C % 4 == 0): the block gathers (pool_vec4.wgsl's MODE 6, or MODE
+/// 7 with `TFWGPU_POOL_GATHER3S2=1`, which tests/pool_gather3s2.rs runs this file with). Bit
+/// for bit against TensorFlow's order of the sums, float32 and float16. Inputs of four forms:
+/// peaks at even positions (each 2 x 2 block's top-left input is then the argmax of up to
+/// all four windows covering it, so its sums have 3 and 4 terms and round in between), small
+/// integers (ties), uniform values, and uniform values with grads of -0 and NaN.
+#[test]
+fn max_pool_grad_3x3s2_sums() {
+    let shapes = [
+        (2, 8, 10, 8, Pad::Same),
+        (1, 12, 6, 64, Pad::Same),
+        (3, 9, 7, 12, Pad::Valid),
+        (1, 2, 2, 4, Pad::Same),
+        (1, 3, 3, 4, Pad::Valid),
+        (2, 7, 8, 4, Pad::Explicit([0, 1, 0, 2])),
+        (2, 5, 9, 4, Pad::Explicit([0, 2, 0, 0])),
+        (1, 16, 16, 64, Pad::Same),
+    ];
+    let mut k = 0u64;
+    for &(n, h, w, c, pad) in &shapes {
+        let cfg = Cfg {
+            n,
+            h,
+            w,
+            c,
+            kh: 3,
+            kw: 3,
+            sh: 2,
+            sw: 2,
+            pad,
+            nchw: false,
+        };
+        let (_, _, pt, pl) = cfg.out_hw();
+        assert_eq!((pt, pl), (0, 0), "{cfg:?}");
+        for half in [false, true] {
+            for form in 0..4 {
+                k += 1;
+                let mut r = rng(7000 + k);
+                let nin: usize = cfg.in_shape().iter().product();
+                let nout: usize = cfg.out_shape().iter().product();
+                let x: Vec<f32> = match form {
+                    0 => (0..nin)
+                        .map(|i| {
+                            let (xx, y) = ((i / c) % w, (i / (c * w)) % h);
+                            let v = if xx % 2 == 0 && y % 2 == 0 {
+                                r.random_range(1.0f32..4.0)
+                            } else {
+                                r.random_range(-4.0f32..0.0)
+                            };
+                            rnd(half, v)
+                        })
+                        .collect(),
+                    1 => data(&mut r, nin, true, half),
+                    _ => data(&mut r, nin, false, half),
+                };
+                let mut g = data(&mut r, nout, false, half);
+                if form == 3 {
+                    for v in g.iter_mut() {
+                        match r.random_range(0..8) {
+                            0 => *v = -0.0,
+                            1 => *v = f32::NAN,
+                            _ => {}
+                        }
+                    }
+                }
+                let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+                let lowest = if half { -65504.0 } else { f32::MIN };
+                let y = ref_max(&cfg, &x, lowest);
+                let what = format!("half={half} form {form} {cfg:?}");
+                check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
+            }
+        }
+    }
+}
+
+/// MaxPoolGrad with grads of -0 (and NaN) on every kernel form: TensorFlow's sums start from +0,
+/// and 0 + -0 is +0, so no input gets -0 (an input whose only gradient is -0 gets +0). The
+/// one-channel kernel (pool.wgsl: C = 3, NCHW), pool_vec4.wgsl's per-input gather (strides 1,
+/// or windows over 4 x 4) and its block gathers (strides 2), float32 and float16, bit for bit.
+#[test]
+fn max_pool_grad_negative_zero_grads() {
+    let forms = [
+        (3, 3, 3, 1, Pad::Same, false),
+        (4, 3, 3, 1, Pad::Same, false),
+        (4, 5, 5, 2, Pad::Same, false),
+        (8, 2, 2, 2, Pad::Valid, false),
+        (4, 4, 3, 2, Pad::Same, false),
+        (4, 3, 3, 2, Pad::Same, false),
+        (4, 3, 3, 2, Pad::Same, true),
+    ];
+    let mut k = 0u64;
+    for &(c, kh, kw, s, pad, nchw) in &forms {
+        let cfg = Cfg {
+            n: 2,
+            h: 9,
+            w: 8,
+            c,
+            kh,
+            kw,
+            sh: s,
+            sw: s,
+            pad,
+            nchw,
+        };
+        for half in [false, true] {
+            k += 1;
+            let mut r = rng(8100 + k);
+            let x = data(&mut r, cfg.in_shape().iter().product(), false, half);
+            let g: Vec<f32> = (0..cfg.out_shape().iter().product::<usize>())
+                .map(|_| match r.random_range(0..4) {
+                    0 | 1 => -0.0,
+                    2 => f32::NAN,
+                    _ => rnd(half, r.random_range(-4.0f32..4.0)),
+                })
+                .collect();
+            let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+            let lowest = if half { -65504.0 } else { f32::MIN };
+            let y = ref_max(&cfg, &x, lowest);
+            let what = format!("-0 grads, half={half} {cfg:?}");
+            check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
+        }
+    }
+}
+
+/// Every pass of pool_vec4.wgsl (MaxPool, the argmax codes, the three gathers) for float32
+/// and float16 (hardware and software conversions; float16 MaxPool and codes also in native
+/// half arithmetic) translated offline, naga WGSL -> SPIR-V as wgpu's Vulkan backend does:
+/// validation errors and writer failures show on any adapter.
+#[test]
+fn pool_vec4_shaders_translate_offline() {
+    use tfwgpu_runtime::kernels::pool::vec4_source;
+    let mut n = 0;
+    for dtype in [DType::F32, DType::F16] {
+        let half = dtype == DType::F16;
+        for hw in if half { vec![true, false] } else { vec![false] } {
+            for pass in [0u32, 5, 2, 6, 7] {
+                let grid3s: &[bool] = if pass >= 6 { &[true] } else { &[true, false] };
+                for &grid3 in grid3s {
+                    let mut natives = vec![(false, false)];
+                    if half && hw && (pass == 0 || pass == 5) {
+                        natives.extend([(true, false), (true, true)]);
+                    }
+                    for native in natives {
+                        // The built-in max on whole windows: float32, float16 with hardware
+                        // conversions (as `Pool::record` chooses).
+                        let src = vec4_source(pass, dtype, hw, grid3, native, !half || hw);
+                        let what =
+                            format!("pass {pass} {dtype:?} hw {hw} grid3 {grid3} {native:?}");
+                        let words = spirv(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+                        assert!(words.len() > 100, "{what}");
+                        n += 1;
+                    }
+                }
+            }
+        }
+    }
+    // float32 8, float16 with hardware conversions 16 (8 + native 8), software 8.
+    assert_eq!(n, 32);
+}
+
+/// `wgsl` as SPIR-V (naga, as wgpu's Vulkan backend translates it).
+fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
+    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
+    let info = naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| format!("{e:?}"))?;
+    let opts = naga::back::spv::Options {
+        lang_version: (1, 3),
+        flags: naga::back::spv::WriterFlags::empty(),
+        bounds_check_policies: naga::proc::BoundsCheckPolicies::default(),
+        force_loop_bounding: false,
+        ..Default::default()
+    };
+    let popts = naga::back::spv::PipelineOptions {
+        shader_stage: naga::ShaderStage::Compute,
+        entry_point: "main".into(),
+    };
+    naga::back::spv::write_vec(&module, &info, &opts, Some(&popts)).map_err(|e| e.to_string())
 }
 
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].

@@ -4,7 +4,9 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
-//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4). float16 MaxPool and
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4; with
+//! `TFWGPU_POOL_GATHER3S2=1`, 3x3 / 2 without top or left padding by straight-line code, MODE
+//! 7). float16 MaxPool and
 //! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
 //! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened).
 //!
@@ -85,6 +87,59 @@ fn block_gather_off() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_BLOCK_GATHER", "0"))
+}
+
+/// `TFWGPU_POOL_GATHER3S2=1` (opt-in, not measured on a GPU yet): MaxPoolGrad's gather for
+/// 3x3 windows, strides 2 x 2 and no top / left padding (ResNet's pool) as `pool_vec4.wgsl`'s
+/// MODE 7 instead of MODE 6: straight-line code with every code position a constant, and 2 of
+/// MODE 6's 9 float16 round trips per block (the others cannot change a value). Same results
+/// bit for bit. Read once per process.
+fn gather3s2_on() -> bool {
+    use std::sync::OnceLock;
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_GATHER3S2", "1"))
+}
+
+/// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 the argmax codes, 2 / 6 / 7 the
+/// gathers) for `dtype` (float32 or float16), as `Pool::record` compiles it: `hw` the hardware
+/// float16 conversions, `grid3` the three-dimensional grid (passes 6 and 7 need it), `native`
+/// the half comparisons of pool_f16n.wgsl (passes 0 and 5, float16; `max_form` its built-in
+/// max), `fast` the built-in max on whole 3x3 windows. Public for the offline translation
+/// tests.
+pub fn vec4_source(
+    pass: u32,
+    dtype: DType,
+    hw: bool,
+    grid3: bool,
+    (native, max_form): (bool, bool),
+    fast: bool,
+) -> String {
+    let src = crate::kernels::norm::vec4_io(
+        POOL_VEC4_WGSL
+            .replace("$NATIVE_FNS", &native_fns(native, max_form))
+            .replace("$NATIVEB", if native { "true" } else { "false" })
+            .replace("$MODE", &pass.to_string())
+            .replace("$HALF", if dtype == DType::F16 { "true" } else { "false" })
+            .replace("$GRID3", if grid3 { "true" } else { "false" })
+            .replace("$FAST", if fast { "true" } else { "false" })
+            .replace("$LINEAR_INDEX", LINEAR_INDEX)
+            .replace("$KEYS", vec4_keys(dtype))
+            .replace(
+                "$LOWEST_BITS",
+                if dtype == DType::F16 {
+                    "0xfbff"
+                } else {
+                    "0xff7fffff"
+                },
+            ),
+        dtype,
+        hw,
+    );
+    if native {
+        format!("enable f16;\n\n{src}")
+    } else {
+        src
+    }
 }
 
 /// The dtypes of every pooling op (TensorFlow's GPU kernels also have float64 and, for
@@ -643,12 +698,12 @@ impl Kernel for Pool {
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
                     // 2 x 2 blocks of padded input positions.
-                    6 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
+                    6 | 7 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
                     _ => (g.ow, g.oh),
                 };
                 let rowq = cols * (g.c / 4);
                 let grid3 = grid3_fits(&g, cols, rows);
-                debug_assert!(pass != 6 || grid3);
+                debug_assert!((pass != 6 && pass != 7) || grid3);
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
@@ -665,35 +720,14 @@ impl Kernel for Pool {
                         ),
                     ),
                     || {
-                        let src = crate::kernels::norm::vec4_io(
-                            POOL_VEC4_WGSL
-                                .replace("$NATIVE_FNS", &native_fns(native, max_form))
-                                .replace("$NATIVEB", if native { "true" } else { "false" })
-                                .replace("$MODE", &pass.to_string())
-                                .replace(
-                                    "$HALF",
-                                    if dtype == DType::F16 { "true" } else { "false" },
-                                )
-                                .replace("$GRID3", if grid3 { "true" } else { "false" })
-                                .replace("$FAST", if fast { "true" } else { "false" })
-                                .replace("$LINEAR_INDEX", LINEAR_INDEX)
-                                .replace("$KEYS", vec4_keys(dtype))
-                                .replace(
-                                    "$LOWEST_BITS",
-                                    if dtype == DType::F16 {
-                                        "0xfbff"
-                                    } else {
-                                        "0xff7fffff"
-                                    },
-                                ),
+                        crate::kernels::membound_shader(vec4_source(
+                            pass,
                             dtype,
                             hw,
-                        );
-                        crate::kernels::membound_shader(if native {
-                            format!("enable f16;\n\n{src}")
-                        } else {
-                            src
-                        })
+                            grid3,
+                            (native, max_form),
+                            fast,
+                        ))
                     },
                 )?;
                 let (groups, row) = if grid3 {
@@ -747,7 +781,16 @@ impl Kernel for Pool {
                 && g.kw <= 4
                 && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
-            return vec4_pass(if block { 6 } else { 2 }, n / 4, vec![a, b, codes, o]);
+            // `TFWGPU_POOL_GATHER3S2=1`: 3x3 / 2 without top or left padding as MODE 7.
+            let pass =
+                if block && g.kh == 3 && g.kw == 3 && g.pt == 0 && g.pl == 0 && gather3s2_on() {
+                    7
+                } else if block {
+                    6
+                } else {
+                    2
+                };
+            return vec4_pass(pass, n / 4, vec![a, b, codes, o]);
         }
         let pipeline = ctx.pipeline(
             PipelineKey::new(

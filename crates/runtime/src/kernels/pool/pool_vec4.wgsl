@@ -13,9 +13,11 @@
 //   after every addition, `rt`, as Eigen's half).
 // - MODE 6, MODE 2 for strides 2 x 2 and windows up to 4 x 4, one invocation per 2 x 2 block of
 //   inputs (see max_pool_grad_block).
-// MaxPoolGrad is MODE 5 then MODE 2 (or 6): each window's argmax is computed once (one invocation
-// per output) instead of once per input it covers (up to four times with 3x3 / 2), and the
-// gradient pass reads one code word per covering output.
+// - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
+//   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
+// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one
+// invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
+// and the gradient pass reads one code word per covering output.
 //
 // Comparisons run on integer keys of the stored bits (the float's bits made monotonic, -0
 // mapped to +0, so IEEE's -0 == +0 holds, NaN below everything), decided independently of
@@ -364,6 +366,16 @@ fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     return acc;
 }
 
+// +0 in every lane for the gathers' sums to start from, read from the params (p.nchw is 0 in
+// this shader) so that no compiler sees a literal zero: TensorFlow's sums start from +0, and
+// 0 + -0 is +0, but Vulkan lets a compiler drop the sign of zero in float arithmetic, and
+// lavapipe folded `vec4(0.0) + g` into g (a -0 grad gave -0 where TensorFlow gives +0: tests
+// max_pool_grad_negative_zero_grads, max_pool_grad_3x3s2_sums). A runtime zero cannot be
+// folded away.
+fn zero4() -> vec4<f32> {
+    return vec4<f32>(f32(p.nchw));
+}
+
 // acc + g in the lanes h, rounded as T after the addition (`rt`: float16 as Eigen's half sum).
 // The round trip runs after every addition, the first included: skipping it where it cannot
 // change the sum measured slower on the H200 (a per-lane test, session 9; the first addition
@@ -440,12 +452,91 @@ fn max_pool_grad_block(n: u32, by: u32, bx: u32, qd: u32) {
         let left = 2u + rx < p.kw;
         let bottom = ry < p.kh;
         let right = rx < p.kw;
-        var acc = vec4<f32>(0.0);
+        var acc = zero4();
         acc = block_add(acc, c0, g0, y, x, oy0, ox0, top && left);
         acc = block_add(acc, c1, g1, y, x, oy0, ox0 + 1, top && right);
         acc = block_add(acc, c2, g2, y, x, oy0 + 1, ox0, bottom && left);
         acc = block_add(acc, c3, g3, y, x, oy0 + 1, ox0 + 1, bottom && right);
         sto(((n * p.h + u32(y)) * p.w + u32(x)) * quads + qd, st(acc));
+    }
+}
+
+// The four 8-bit lane codes of a code word, lane 0 from the low byte.
+fn code_lanes(c: u32) -> vec4<u32> {
+    return (vec4<u32>(c) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(0xffu);
+}
+
+// MODE 7: MODE 6 for 3x3 windows, strides 2 x 2 and pt = pl = 0 (SAME on even sizes, VALID,
+// explicit padding only after), ResNet's MaxPool. The block (by, bx) is the inputs
+// (2 by + ry, 2 bx + rx); the outputs covering them are o0 = (by - 1, bx - 1),
+// o1 = (by - 1, bx), o2 = (by, bx - 1), o3 = (by, bx), and as no window starts clamped
+// (pt = pl = 0) every input's position in each covering window is a constant:
+//   top-left (ry, rx) = (0, 0): o0 at 8, o1 at 6, o2 at 2, o3 at 0
+//   top-right (0, 1):           o1 at 7, o3 at 1
+//   bottom-left (1, 0):         o2 at 5, o3 at 3
+//   bottom-right (1, 1):        o3 at 4
+// Straight-line code: no loop, no window-shape tests, no per-output index arithmetic. Each
+// input sums its hits in TensorFlow's order (o0, o1, o2, o3), as MODE 6, with the same
+// additions in float32 and the same roundings where they can change a value: the first term
+// needs none (0 + g is g, or +0 for -0: a value of T already, which `rt` returns unchanged),
+// and the last rounding is the store's (`st(rt(s))` is `st(s)`: rt(s) is a value of T, stored
+// exactly). So only the top-left input rounds between additions (after its second and third
+// terms): 2 round trips per block where MODE 6 makes 9 (float16: 48 conversions per
+// invocation instead of 104). An output out of range reads as the code 0xffffffff, whose
+// lanes (0xff) name no position; its grad is loaded from index 0 and never selected.
+fn max_pool_grad_3x3s2(n: u32, by: u32, bx: u32, qd: u32) {
+    let quads = p.c / 4u;
+    let up = by >= 1u && by - 1u < p.oh;
+    let down = by < p.oh;
+    let left = bx >= 1u && bx - 1u < p.ow;
+    let right = bx < p.ow;
+    let v0 = up && left;
+    let v1 = up && right;
+    let v2 = down && left;
+    let v3 = down && right;
+    // o3's index and the others' from it (wrapped where out of range: then not used).
+    let i3 = ((n * p.oh + by) * p.ow + bx) * quads + qd;
+    let i2 = i3 - quads;
+    let i1 = i3 - p.ow * quads;
+    let i0 = i1 - quads;
+    let j0 = select(0u, i0, v0);
+    let j1 = select(0u, i1, v1);
+    let j2 = select(0u, i2, v2);
+    let j3 = select(0u, i3, v3);
+    let l0 = code_lanes(select(0xffffffffu, ldc(j0), v0));
+    let l1 = code_lanes(select(0xffffffffu, ldc(j1), v1));
+    let l2 = code_lanes(select(0xffffffffu, ldc(j2), v2));
+    let l3 = code_lanes(select(0xffffffffu, ldc(j3), v3));
+    let g0 = ld(ldb(j0));
+    let g1 = ld(ldb(j1));
+    let g2 = ld(ldb(j2));
+    let g3 = ld(ldb(j3));
+    let z = zero4();
+    // Top-left: four terms, rounded after the second and the third.
+    var tl = select(z, z + g0, l0 == vec4<u32>(8u));
+    tl = select(tl, rt(tl + g1), l1 == vec4<u32>(6u));
+    tl = select(tl, rt(tl + g2), l2 == vec4<u32>(2u));
+    tl = select(tl, tl + g3, l3 == vec4<u32>(0u));
+    // Top-right and bottom-left: two terms, rounded by the store.
+    var tr = select(z, z + g1, l1 == vec4<u32>(7u));
+    tr = select(tr, tr + g3, l3 == vec4<u32>(1u));
+    var bl = select(z, z + g2, l2 == vec4<u32>(5u));
+    bl = select(bl, bl + g3, l3 == vec4<u32>(3u));
+    // Bottom-right: one term.
+    let br = select(z, z + g3, l3 == vec4<u32>(4u));
+    // The block's top-left input is in range (by < ceil(h / 2), bx < ceil(w / 2)).
+    let e = ((n * p.h + 2u * by) * p.w + 2u * bx) * quads + qd;
+    let row = p.w * quads;
+    let xr = 2u * bx + 1u < p.w;
+    sto(e, st(tl));
+    if xr {
+        sto(e + quads, st(tr));
+    }
+    if 2u * by + 1u < p.h {
+        sto(e + row, st(bl));
+        if xr {
+            sto(e + row + quads, st(br));
+        }
     }
 }
 
@@ -469,7 +560,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         cols = p.w;
         rows = p.h;
     }
-    if MODE == 6u {
+    if MODE == 6u || MODE == 7u {
         // Blocks of 2 x 2 padded input positions (GRID3 only).
         cols = (p.w + p.pl + 1u) / 2u;
         rows = (p.h + p.pt + 1u) / 2u;
@@ -498,6 +589,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
     }
     if MODE == 6u {
         max_pool_grad_block(n, yy, xx, qd);
+    } else if MODE == 7u {
+        max_pool_grad_3x3s2(n, yy, xx, qd);
     } else if MODE == 0u {
         if NATIVE && max_pool_native(n, yy, xx, qd, e) {
             return;
