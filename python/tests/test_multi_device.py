@@ -24,7 +24,14 @@ def run_two_devices(code, timeout=900, env=None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_copies_between_devices(tf):
+# TFWGPU_PEER=1: copies between the devices through a ring of host memory both import, ordered
+# on the GPUs by a shared timeline semaphore where the driver has one (lavapipe has none: there
+# the host waits for each copy's source), instead of the copier threads (crossdev.rs).
+PEER = pytest.mark.parametrize("peer", ["", "1"], ids=["copier", "peer"])
+
+
+@PEER
+def test_copies_between_devices(tf, peer):
     out = run_two_devices(
         """
         import json
@@ -49,18 +56,40 @@ def test_copies_between_devices(tf):
         with tf.device("/GPU:0"):
             s = w + 1.0
         res["compute"] = s.numpy().tolist()
-        res["between"] = tensorflow_wgpu.stats()["between_devices"]["copies"]
+        res["between"] = tensorflow_wgpu.stats()["between_devices"]
         print(json.dumps(res))
-        """
+        """,
+        env={"TFWGPU_PEER": peer},
     )
     assert out["gpus"] == ["/device:GPU:0", "/device:GPU:1"]
     assert all(out["ok"]), out["ok"]
     assert out["compute"] == [1.0, 3.0, 5.0, 7.0, 9.0, 11.0]
-    assert out["between"] >= 8
+    between = out["between"]
+    assert between["copies"] >= 8
+    if not peer:
+        assert between["routed"] == 0 and between["routes"] == []
+    else:
+        assert_routed(between, most=between["copies"])
 
 
-@pytest.mark.parametrize("model,reduce", [("mlp", ""), ("cnn", ""), ("cnn", "exchange")])
-def test_mirrored_strategy_fit_matches_one_device(tf, model, reduce):
+def assert_routed(between, most):
+    """Under TFWGPU_PEER=1 the copies between devices that a route takes (4-byte multiples) went
+    through one in each direction, where the adapter can import host memory."""
+    routes = between["routes"]
+    print("peer routes:", routes)
+    if not routes:
+        pytest.skip("this adapter cannot import host memory: no peer route (copier path ran)")
+    assert len(routes) == 2, routes
+    assert 0 < between["routed"] <= most, between
+    for r in routes:
+        # Both directions took copies: a host-ordered route waited on the host for each, a
+        # GPU-ordered one never.
+        assert r["host_waits"] == 0 if r["gpu_ordered"] else r["host_waits"] > 0, r
+
+
+@pytest.mark.parametrize("model,reduce,peer", [("mlp", "", ""), ("cnn", "", ""),
+                                               ("cnn", "exchange", ""), ("cnn", "", "1")])
+def test_mirrored_strategy_fit_matches_one_device(tf, model, reduce, peer):
     """MirroredStrategy over both devices trains the reference model with fit: replicas hold
     identical trainable weights after every step, and the losses match one device on the same global
     batch (the all-reduced mean gradient equals the full batch's up to summation order)."""
@@ -96,10 +125,14 @@ def test_mirrored_strategy_fit_matches_one_device(tf, model, reduce):
         res["replicas"] = two.num_replicas_in_sync
         res["two"] = train(two, [Same()])
         res["one"] = train(tf.distribute.OneDeviceStrategy("/GPU:0"), [])
+        import tensorflow_wgpu
+        res["between"] = tensorflow_wgpu.stats()["between_devices"]
         print(json.dumps(res))
         """,
-        env={"TFWGPU_MIRRORED_REDUCE": reduce},
+        env={"TFWGPU_MIRRORED_REDUCE": reduce, "TFWGPU_PEER": peer},
     )
+    if peer:
+        assert_routed(out["between"], most=out["between"]["copies"])
     assert out["replicas"] == 2
     assert out["identical"] is True
     import numpy as np
@@ -166,7 +199,8 @@ def test_mirrored_strategy_reduces_to_one_device_by_default(tf, setting):
     assert [d[-5:] for d in out["all_devices"]] == ["GPU:0", "GPU:1"]
 
 
-def test_copies_between_devices_stay_ordered(tf):
+@PEER
+def test_copies_between_devices_stay_ordered(tf, peer):
     """Copies between devices return before the data has moved (a copier thread finishes
     them): work that consumes a copied tensor, and the source buffers being reused right after,
     must still see every value in order. A chain that ping-pongs one tensor between the devices
@@ -176,6 +210,7 @@ def test_copies_between_devices_stay_ordered(tf):
         import json
         import numpy as np
         import tensorflow as tf
+        import tensorflow_wgpu
         rng = np.random.default_rng(5)
         a = rng.standard_normal((257, 33)).astype(np.float32)
 
@@ -212,13 +247,17 @@ def test_copies_between_devices_stay_ordered(tf):
             y = f(tf.constant(a))
         res["graph"] = float(np.max(np.abs(y.numpy() - want)))
         res["scale"] = float(np.max(np.abs(want)))
+        res["between"] = tensorflow_wgpu.stats()["between_devices"]
         print(json.dumps(res))
-        """
+        """,
+        env={"TFWGPU_PEER": peer},
     )
     # Every step is exact in float32 up to one rounding per operation (x*2+i, -1, *0.25).
     tol = 1e-6 * max(out["scale"], 1.0) * 20
     assert out["eager"] <= tol, out
     assert out["graph"] <= tol, out
+    if peer:
+        assert_routed(out["between"], most=out["between"]["copies"])
 
 
 @pytest.mark.parametrize("batch_ops", ["2", "128"])

@@ -12,11 +12,21 @@
 //!
 //! The copier threads never run TensorFlow code, so waiting for them cannot deadlock with a
 //! TensorFlow callback.
+//!
+//! With `TFWGPU_PEER=1` (devices opened with the runtime's peer extensions, runtime `peer.rs`),
+//! a copy goes through a ring of host memory both devices import instead ([`Route`]): A's queue
+//! copies into it and signals a timeline semaphore shared with B, B's queue waits for it and
+//! copies out, both recorded before `start` returns. Nothing waits on the host (where a device
+//! has no such semaphores, the host waits for A's batch instead: reported once), so the stream's
+//! later events need not wait for a copier, and the host goes on recording while the GPUs carry
+//! the bytes. Copies the route does not take (over half its ring, or not 4-byte multiples) go
+//! through the copier as before, after the copier's earlier copies of the same stream.
 
 use std::sync::OnceLock;
 use std::sync::mpsc;
 
 use parking_lot::{Condvar, Mutex};
+use tfwgpu_runtime::peer::Route;
 use tfwgpu_runtime::{Device, Error, ReadInFlight, Result};
 
 /// A copy the copier thread finishes: `read` on `from`, written to `to` at `dst`.
@@ -131,6 +141,71 @@ fn lane(ordinal: i32) -> Result<&'static Lane> {
         .ok_or_else(|| Error::NoAdapter(format!("no tfwgpu device {ordinal}")))
 }
 
+type Routes = Mutex<std::collections::HashMap<(usize, usize), Option<&'static Route>>>;
+static ROUTES: OnceLock<Routes> = OnceLock::new();
+
+/// The peer routes made so far, for `tensorflow_wgpu.stats()`: each one's devices and ordering,
+/// and how often the host waited for a source's batch or for a ring region.
+pub fn routes_json() -> serde_json::Value {
+    let Some(routes) = ROUTES.get() else {
+        return serde_json::json!([]);
+    };
+    routes
+        .lock()
+        .values()
+        .flatten()
+        .map(|r| {
+            serde_json::json!({
+                "route": format!("{r:?}"),
+                "gpu_ordered": r.gpu_ordered(),
+                "host_waits": r.host_waits(),
+                "ring_waits": r.ring_waits(),
+            })
+        })
+        .collect()
+}
+
+/// The route from `from` to `to` through host memory both import, made on first use (None,
+/// remembered, where either device was opened without `TFWGPU_PEER=1` or cannot import host
+/// memory). Its ring holds `TFWGPU_PEER_RING_MB` MiB (default 64). Routes live as long as the
+/// process.
+fn route(from: &'static Device, to: &'static Device) -> Option<&'static Route> {
+    let can = |d: &Device| d.peer_caps().is_some_and(|c| c.host_memory);
+    if !can(from) || !can(to) {
+        return None;
+    }
+    let key = (
+        std::ptr::from_ref(from) as usize,
+        std::ptr::from_ref(to) as usize,
+    );
+    let mut routes = ROUTES.get_or_init(Routes::default).lock();
+    *routes.entry(key).or_insert_with(|| {
+        let mb: u64 = std::env::var("TFWGPU_PEER_RING_MB")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(64);
+        match Route::new(from, to, mb << 20) {
+            Ok(r) => {
+                if r.gpu_ordered() {
+                    tracing::info!("tfwgpu: copies between devices through {r:?}");
+                } else {
+                    tracing::warn!(
+                        "tfwgpu: copies between devices through {r:?}: no OPAQUE_FD timeline \
+                         semaphores, so the host waits for each copy's source"
+                    );
+                }
+                Some(&*Box::leak(Box::new(r)))
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "tfwgpu: no peer route between devices ({e}); copies go through the host"
+                );
+                None
+            }
+        }
+    })
+}
+
 /// `TFWGPU_CROSS_COPIES=blocking` makes every copy between devices wait for its source and
 /// record its target write before returning (the behaviour before copies became asynchronous;
 /// for comparison and debugging).
@@ -150,6 +225,23 @@ pub fn start(
     size: usize,
 ) -> Result<()> {
     let lane = lane(ordinal)?;
+    if let Some(route) = route(from, to) {
+        // The copier's earlier copies of this stream land first (the order TensorFlow issued).
+        let pending = {
+            let st = lane.state.lock();
+            st.done < st.issued
+        };
+        if pending {
+            wait_all(ordinal)?;
+        }
+        if route.copy(src, dst, size as u64)? {
+            crate::stats::d2d_routed();
+            if crate::trace::on() {
+                crate::trace::copied(ordinal, dst, size as u64);
+            }
+            return Ok(());
+        }
+    }
     let read = from.read_async(src, size)?;
     // Count it before the copier can finish it, so `done` never passes `issued`.
     lane.state.lock().issued += 1;

@@ -18,6 +18,7 @@ static H2D: AtomicU64 = AtomicU64::new(0);
 static H2D_BYTES: AtomicU64 = AtomicU64::new(0);
 static D2D: AtomicU64 = AtomicU64::new(0);
 static D2D_BYTES: AtomicU64 = AtomicU64::new(0);
+static D2D_ROUTED: AtomicU64 = AtomicU64::new(0);
 static SYNC_WAITS: AtomicU64 = AtomicU64::new(0);
 /// Host-to-device copies below / from [`H2D_LARGE`] bytes: count and wall ns inside the write.
 static H2D_SPLIT: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
@@ -122,6 +123,11 @@ pub fn d2d(bytes: u64) {
     D2D_BYTES.fetch_add(bytes, Ordering::Relaxed);
 }
 
+/// Counts a copy between devices taken by a peer route (`crossdev`, `TFWGPU_PEER=1`).
+pub fn d2d_routed() {
+    D2D_ROUTED.fetch_add(1, Ordering::Relaxed);
+}
+
 /// Counts an ordered device sync that had to wait for the GPU (its previous sync's work was
 /// not done yet: the host was a sync interval ahead).
 pub fn sync_wait() {
@@ -142,7 +148,12 @@ pub fn json() -> String {
             "small": {"copies": H2D_SPLIT[0].load(Ordering::Relaxed), "wall_us": H2D_SPLIT[1].load(Ordering::Relaxed) as f64 / 1e3},
             "large": {"copies": H2D_SPLIT[2].load(Ordering::Relaxed), "wall_us": H2D_SPLIT[3].load(Ordering::Relaxed) as f64 / 1e3},
         },
-        "between_devices": {"copies": D2D.load(Ordering::Relaxed), "bytes": D2D_BYTES.load(Ordering::Relaxed)},
+        "between_devices": {
+            "copies": D2D.load(Ordering::Relaxed),
+            "bytes": D2D_BYTES.load(Ordering::Relaxed),
+            "routed": D2D_ROUTED.load(Ordering::Relaxed),
+            "routes": crate::crossdev::routes_json(),
+        },
         "stream_executor": se_json(),
         "sync": {
             "mode": match crate::se::sync_mode() {

@@ -24,6 +24,7 @@
 //! which host-coherent memory on the drivers probed keeps correct, but the spec asks for it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::{Error, Result};
 
@@ -519,4 +520,249 @@ pub fn probe_adapters() -> Vec<(crate::AdapterDescription, Option<PeerCaps>, Vec
             (d, caps, exts)
         })
         .collect()
+}
+
+/// Copies from one device to another through a ring of host memory that both import, with no
+/// host copy: the source's queue copies a tensor's bytes into the ring, the destination's queue
+/// copies them out, after them. Where both devices have `OPAQUE_FD` timeline semaphores the
+/// order is kept on the GPUs ([`PeerLink`]: the host returns at once, and the destination's
+/// queue waits for the source's submit); elsewhere the host waits for the source's batch
+/// before recording the destination's copy (counted: [`Route::host_waits`]).
+///
+/// A ring region is reused once the destination's batch that read it completed (the host waits
+/// for it then, counted in [`Route::ring_waits`]). Copies larger than half the ring, of a length
+/// or at an address that is not a multiple of 4, are refused (`Ok(false)`): the caller takes
+/// another path.
+pub struct Route {
+    from: crate::Device,
+    to: crate::Device,
+    src: Imported,
+    dst: Imported,
+    link: Option<PeerLink>,
+    ring: parking_lot::Mutex<Ring>,
+    host_waits: std::sync::atomic::AtomicU64,
+    ring_waits: std::sync::atomic::AtomicU64,
+}
+
+/// The regions of a [`Route`]'s ring in use, oldest first: (start, end, the destination's batch
+/// that reads it).
+#[derive(Default)]
+struct Ring {
+    size: u64,
+    head: u64,
+    used: std::collections::VecDeque<(u64, u64, u64)>,
+}
+
+/// Ring regions start at multiples of this (copy offsets must be multiples of 4).
+const RING_ALIGN: u64 = 256;
+
+impl Ring {
+    /// A region of `len` bytes no copy in flight uses: after the head, or from the start when
+    /// the end of the ring is too short. A region still being read (its reader batch not
+    /// `completed()`) is waited for with `wait(batch)`; returns the region's start and whether
+    /// it waited.
+    fn reserve(
+        &mut self,
+        len: u64,
+        completed: &dyn Fn() -> u64,
+        wait: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<(u64, bool)> {
+        let len = len.next_multiple_of(RING_ALIGN);
+        let start = if self.head + len <= self.size {
+            self.head
+        } else {
+            0
+        };
+        let end = start + len;
+        let done = completed();
+        self.used.retain(|&(_, _, b)| b > done);
+        // Batches complete in id order: waiting for the newest reader of an overlapping region
+        // frees every one of them.
+        let newest = self
+            .used
+            .iter()
+            .filter(|&&(s, e, _)| s < end && start < e)
+            .map(|&(_, _, b)| b)
+            .max();
+        if let Some(b) = newest {
+            wait(b)?;
+            let done = completed().max(b);
+            self.used.retain(|&(_, _, r)| r > done);
+        }
+        self.head = end;
+        self.used.push_back((start, end, u64::MAX));
+        Ok((start, newest.is_some()))
+    }
+
+    /// Names the batch that reads the region [`Ring::reserve`] returned last.
+    fn read_by(&mut self, batch: u64) {
+        if let Some(r) = self.used.back_mut() {
+            r.2 = batch;
+        }
+    }
+}
+
+impl Route {
+    /// A route from `from` to `to` through `ring_bytes` of host memory (both devices opened with
+    /// `RuntimeOptions::peer` and able to import host memory; the semaphore link where both
+    /// have one).
+    pub fn new(from: &crate::Device, to: &crate::Device, ring_bytes: u64) -> Result<Route> {
+        let align = [from, to]
+            .iter()
+            .map(|d| d.peer_caps().map_or(4096, |c| c.host_align))
+            .max()
+            .unwrap_or(4096);
+        let host = HostShared::new(ring_bytes.max(RING_ALIGN), align)?;
+        let src = from.import_host(&host)?;
+        let dst = to.import_host(&host)?;
+        let both = |d: &crate::Device| d.peer_caps().is_some_and(|c| c.timeline_fd);
+        let link = if both(from) && both(to) {
+            Some(from.peer_link(to)?)
+        } else {
+            None
+        };
+        Ok(Route {
+            from: from.clone(),
+            to: to.clone(),
+            src,
+            dst,
+            link,
+            ring: parking_lot::Mutex::new(Ring {
+                size: host.size(),
+                ..Ring::default()
+            }),
+            host_waits: AtomicU64::new(0),
+            ring_waits: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether the destination's queue waits for the source's on the GPU (else the host waits).
+    pub fn gpu_ordered(&self) -> bool {
+        self.link.is_some()
+    }
+
+    /// The ring's size in bytes (copies of up to half of it are taken).
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring.lock().size
+    }
+
+    /// How many copies the host ordered by waiting for the source's batch (no semaphore link).
+    pub fn host_waits(&self) -> u64 {
+        self.host_waits.load(Ordering::Relaxed)
+    }
+
+    /// How many times a ring region was still being read by the destination and waited for.
+    pub fn ring_waits(&self) -> u64 {
+        self.ring_waits.load(Ordering::Relaxed)
+    }
+
+    /// Records a copy of `len` bytes from `src` (an allocation of the source device) to `dst`
+    /// (one of the destination): ordered after the source's work recorded so far and before the
+    /// destination's work recorded from now on. `Ok(false)`: not taken (see [`Route`]).
+    pub fn copy(&self, src: u64, dst: u64, len: u64) -> Result<bool> {
+        if len == 0 {
+            return Ok(true);
+        }
+        if !len.is_multiple_of(4)
+            || !src.is_multiple_of(4)
+            || !dst.is_multiple_of(4)
+            || len > self.ring_bytes() / 2
+        {
+            return Ok(false);
+        }
+        // One copy at a time per route: the ring, and the link's values reaching the source's
+        // queue in increasing order.
+        let mut ring = self.ring.lock();
+        let exec = self.to.exec();
+        let (off, waited) = ring.reserve(len, &|| exec.completed(), &mut |b| exec.wait(b))?;
+        if waited {
+            self.ring_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.from.copy_to_buffer(src, &self.src.buffer, off, len)?;
+        let links: Vec<&PeerLink> = self.link.iter().collect();
+        let ticket = self.from.flush_signal(&links, false)?[0];
+        if self
+            .to
+            .wait_ticket(&self.from, self.link.as_ref(), ticket)?
+        {
+            self.host_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.to.copy_from_buffer(&self.dst.buffer, off, dst, len)?;
+        ring.read_by(exec.tag());
+        Ok(true)
+    }
+}
+
+impl Drop for Route {
+    fn drop(&mut self) {
+        // The link and the imported memory may go only once neither device has work using them.
+        let _ = self.from.synchronize();
+        let _ = self.to.synchronize();
+    }
+}
+
+impl std::fmt::Debug for Route {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Route({} -> {}, {} ring bytes, {})",
+            self.from.description().name,
+            self.to.description().name,
+            self.ring_bytes(),
+            if self.gpu_ordered() {
+                "ordered on the GPUs"
+            } else {
+                "ordered by the host"
+            }
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The ring hands out regions in order, wraps to the start when the end is too short, and
+    /// waits for exactly the readers of the regions a new one overlaps (the newest of them).
+    #[test]
+    fn ring_regions_wait_for_their_overlapping_readers() {
+        let mut ring = Ring {
+            size: 4 * RING_ALIGN,
+            ..Ring::default()
+        };
+        let done = std::cell::Cell::new(0u64);
+        let waited = std::cell::RefCell::new(vec![]);
+        let mut take = |len: u64, reader: u64| {
+            let r = ring
+                .reserve(len, &|| done.get(), &mut |b| {
+                    waited.borrow_mut().push(b);
+                    done.set(done.get().max(b));
+                    Ok(())
+                })
+                .unwrap();
+            ring.read_by(reader);
+            r
+        };
+        // Readers 1..=3 use [0,256), [256,768), [768,1024): nothing waited for.
+        assert_eq!(take(4, 1), (0, false));
+        assert_eq!(take(RING_ALIGN + 1, 2), (RING_ALIGN, false));
+        assert_eq!(take(RING_ALIGN, 3), (3 * RING_ALIGN, false));
+        // The end is full: the next region starts over at 0 and overlaps reader 1 only.
+        assert_eq!(take(RING_ALIGN, 4), (0, true));
+        assert_eq!(*waited.borrow(), [1]);
+        // [256,768) overlaps reader 2; batch 2 completes meanwhile: no wait.
+        done.set(2);
+        assert_eq!(take(2 * RING_ALIGN, 5), (RING_ALIGN, false));
+        // [768,1024) is reader 3's.
+        assert_eq!(take(RING_ALIGN, 6), (3 * RING_ALIGN, true));
+        assert_eq!(*waited.borrow(), [1, 3]);
+        // Wrapped: [0,256) is reader 4's.
+        assert_eq!(take(RING_ALIGN, 7), (0, true));
+        assert_eq!(*waited.borrow(), [1, 3, 4]);
+        // [256,1024) overlaps readers 5 and 6: one wait, for the newer.
+        assert_eq!(take(3 * RING_ALIGN, 8), (RING_ALIGN, true));
+        assert_eq!(*waited.borrow(), [1, 3, 4, 6]);
+        // Everything but reader 7's and 8's regions is free; 8's is still read.
+        assert_eq!(ring.used.iter().map(|r| r.2).collect::<Vec<_>>(), [7, 8]);
+    }
 }

@@ -113,3 +113,75 @@ fn bytes_cross_through_imported_host_memory_in_order() {
     b.deallocate(dst).unwrap();
     drop(link);
 }
+
+/// `Route`: many copies both ways through a small ring (reused many times over), with the
+/// source overwritten right after each copy is recorded and the destination reading each copy
+/// right after it: every destination holds the bytes its source held when its copy was recorded.
+#[test]
+fn routes_copy_in_order_through_a_reused_ring() {
+    use tfwgpu_runtime::peer::Route;
+    let rt = two_peer_devices(true);
+    let (a, b) = (&rt.devices[0], &rt.devices[1]);
+    if !a.peer_caps().is_some_and(|c| c.host_memory) {
+        eprintln!("SKIPPED: this adapter cannot import host memory");
+        assert!(Route::new(a, b, 1 << 16).is_err());
+        return;
+    }
+    let ring = 1u64 << 16;
+    let ab = Route::new(a, b, ring).unwrap();
+    let ba = Route::new(b, a, ring).unwrap();
+    eprintln!("{ab:?}");
+    assert!(ab.ring_bytes() >= ring);
+    let gpu = ab.gpu_ordered();
+    if !gpu {
+        eprintln!("SEMAPHORE PATH NOT RUN: host-ordered routes (no OPAQUE_FD timeline semaphores)");
+    }
+    let big = 1usize << 14; // bytes per source tensor
+    let (sa, sb) = (
+        a.allocate(big as u64).unwrap(),
+        b.allocate(big as u64).unwrap(),
+    );
+    // Refused, not recorded: a length or address that is not a multiple of 4, more than half
+    // the ring.
+    let d0 = b.allocate(64).unwrap();
+    assert!(!ab.copy(sa, d0, 6).unwrap());
+    assert!(!ab.copy(sa + 2, d0, 8).unwrap());
+    assert!(!ab.copy(sa, d0, ab.ring_bytes() / 2 + 4).unwrap());
+    assert!(ab.copy(sa, d0, 0).unwrap());
+    let mut expect = vec![];
+    for i in 0..40u32 {
+        // Sizes from 4 bytes to 16 KiB: 40 copies each way pass through the 64 KiB ring
+        // several times.
+        let len = [4usize, 252, 1000, 4096, 9996, big][i as usize % 6];
+        for (route, from, to, src) in [(&ab, a, b, sa), (&ba, b, a, sb)] {
+            let data = bytes(i * 2 + (src == sb) as u32, len / 4);
+            from.write(src, &data).unwrap();
+            let dst = to.allocate(len as u64).unwrap();
+            let seen = to.allocate(len as u64).unwrap();
+            assert!(route.copy(src, dst, len as u64).unwrap());
+            // The source goes on: its tensor is overwritten at once.
+            from.write(src, &vec![0xEE; len]).unwrap();
+            // The destination reads the copy at once.
+            to.copy(dst, seen, len as u64).unwrap();
+            expect.push((to, seen, data, dst));
+        }
+    }
+    for (k, (to, seen, data, dst)) in expect.into_iter().enumerate() {
+        assert_eq!(to.read(seen, data.len()).unwrap(), data, "copy {k}");
+        to.deallocate(seen).unwrap();
+        to.deallocate(dst).unwrap();
+    }
+    // Host-ordered: one host wait per copy (the empty copy records nothing).
+    assert_eq!(ab.host_waits(), if gpu { 0 } else { 40 });
+    assert_eq!(ba.host_waits(), if gpu { 0 } else { 40 });
+    eprintln!(
+        "ring waits: {} and {}; host waits {} and {}",
+        ab.ring_waits(),
+        ba.ring_waits(),
+        ab.host_waits(),
+        ba.host_waits()
+    );
+    a.deallocate(sa).unwrap();
+    b.deallocate(sb).unwrap();
+    b.deallocate(d0).unwrap();
+}
