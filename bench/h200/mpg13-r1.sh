@@ -6,7 +6,7 @@
 # 104); unset = MODE 6 (main's, plus commit e7b279d: its sums start from a runtime +0, one
 # conversion per invocation more). Same results bit for bit (tests/pool.rs,
 # pool_gather3s2.rs on lavapipe); the bench's own rel err column must read the same for both.
-# Binary: `.hostrun/tfwgpu-bench` built from branch mpg13 (e99d5ac or later), release, stripped.
+# Binary: `.hostrun/tfwgpu-bench` built from main (the mpg13 merge d1e99d0 or later), release, stripped.
 #
 # Bytes (64x112x112x64; codes 1 byte per output element): float16 codes pass 115.6 MB (x 102.8
 # read, codes 12.8 written), gather 141.3 MB (codes 12.8 + grads 25.7 read, dx 102.8 written);
