@@ -16,6 +16,7 @@
 //! spacing).
 mod common;
 mod coop_cases;
+use common::spirv;
 use common::*;
 use coop_cases::reference;
 use std::io::Write;
@@ -24,28 +25,6 @@ use tfwgpu_runtime::kernels::matmul::coop::{
     COOP_TILES, CoopSpec, Input, all_specs, choose_tile, device_supports,
 };
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType};
-
-fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
-    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| format!("{e:?}"))?;
-    let opts = naga::back::spv::Options {
-        lang_version: (1, 3),
-        flags: naga::back::spv::WriterFlags::empty(),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies::default(),
-        force_loop_bounding: false,
-        ..Default::default()
-    };
-    let popts = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "main".into(),
-    };
-    naga::back::spv::write_vec(&module, &info, &opts, Some(&popts)).map_err(|e| e.to_string())
-}
 
 /// Whether `s` is in the offline test's covering set: every variant of the first and of the
 /// default tile (layouts, load widths, input types, Conv2D), one of every other tile, and the

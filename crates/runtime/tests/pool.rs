@@ -727,29 +727,6 @@ fn pool_vec4_shaders_translate_offline() {
     assert_eq!(n, 32);
 }
 
-/// `wgsl` as SPIR-V (naga, as wgpu's Vulkan backend translates it).
-fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
-    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
-    let info = naga::valid::Validator::new(
-        naga::valid::ValidationFlags::all(),
-        naga::valid::Capabilities::all(),
-    )
-    .validate(&module)
-    .map_err(|e| format!("{e:?}"))?;
-    let opts = naga::back::spv::Options {
-        lang_version: (1, 3),
-        flags: naga::back::spv::WriterFlags::empty(),
-        bounds_check_policies: naga::proc::BoundsCheckPolicies::default(),
-        force_loop_bounding: false,
-        ..Default::default()
-    };
-    let popts = naga::back::spv::PipelineOptions {
-        shader_stage: naga::ShaderStage::Compute,
-        entry_point: "main".into(),
-    };
-    naga::back::spv::write_vec(&module, &info, &opts, Some(&popts)).map_err(|e| e.to_string())
-}
-
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].
 fn max_window(v: [f32; 4]) -> (f32, Vec<f32>) {
     let attrs = Attrs::new()
