@@ -56,7 +56,7 @@ krun() {
   )
 }
 floor() {  # $1 variant, $2 round, $3 device
-  krun $1 "echo -n '$1 $3 r$2: '; timeout 14 python3 bench/keras_floor.py --devices $3 --steps 300 --json $L/floor-$1-${3//[\/:]/}-$2.json 2>&1 | grep -E 'fit Dense' | cut -c1-150"
+  krun $1 "echo -n '$1 $3 r$2: '; timeout 16 python3 bench/keras_floor.py --devices $3 --steps 300 --json $L/floor-$1-${3//[\/:]/}-$2.json 2>&1 | grep -E 'fit Dense' | cut -c1-230"
 }
 # 1. The floor on our device, old/new alternated (order rotated), 2 rounds.
 for r in 1 2; do
@@ -68,7 +68,7 @@ done
 for v in new old; do
   left 95 || { echo "(time: skipped floor log $v)"; break; }
   echo "== floor log $v $(date +%T)"
-  krun $v "TFWGPU_HOST_LOG=/tmp/hl-floor-$v.json timeout 14 python3 bench/keras_floor.py --devices /GPU:0 --steps 300 --json $L/floorlog-$v.json 2>&1 | grep -E 'fit Dense' | cut -c1-150"
+  krun $v "TFWGPU_HOST_LOG=/tmp/hl-floor-$v.json timeout 20 python3 bench/keras_floor.py --devices /GPU:0 --steps 300 --json $L/floorlog-$v.json 2>&1 | grep -E 'fit Dense' | cut -c1-230"
   python3 bench/hostlog_path.py /tmp/hl-floor-$v.json --per-op --json $L/path-floor-$v.json > $L/path-floor-$v.txt 2>&1
   gzip -c /tmp/hl-floor-$v.json > $L/hl-floor-$v.json.gz 2>/dev/null; rm -f /tmp/hl-floor-$v.json
   grep -E "last_op->loss_sync|loss_read|py->first_op|ops |step |callbacks" $L/path-floor-$v.txt
@@ -89,5 +89,5 @@ for r in 1 2; do
   done
 done
 echo "== summary $(date +%T) ($(( $(date +%s) - T0 )) s)"
-for f in $L/path-floor-*.txt; do echo "$(basename $f): $(grep -E 'last_op->loss_sync|step ' $f | tr -s ' ' | tr '\n' ';')"; done
+for f in $L/path-floor-*.txt; do echo "$(basename $f): $(grep -E '^  (last_op->loss_sync|step) ' $f | tr -s ' ' | tr '\n' ';')"; done
 cd $OUT && tar czf floor13-r1-logs.tar.gz logs && rm -rf logs
