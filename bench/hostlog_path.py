@@ -23,6 +23,12 @@ flag uploads, the median of each segment:
 - last_op->fn_end: from the last one to the next flag upload (TensorFlow's own nodes after
   the last kernel: variable assignments, the function's outputs).
 
+Without the flag's upload (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT`, the default:
+the flag stays on the host), steps run from one loss sync to the next: loss_sync, loss_read,
+py->first_op, ops and last_op->loss_sync (the function's end, `has_value()`, `get_value()` and
+Keras's loop). Logs with the flag give last_op->loss_sync too (last_op->fn_end + fn_end->hv_sync +
+hv_sync+read + py->loss_sync), for comparing the two.
+
 Then the loss reads split by how long before them the last batch was submitted: a read soon
 after a submit waits for the GPU to run that batch (the GPU's tail on the critical path).
 """
@@ -70,6 +76,55 @@ def segments(spans, main):
             "py->first_op": ops[0][2] - reads[1][3],
             "ops": last - ops[0][2],
             "last_op->fn_end": b - last,
+            "step": b - a,
+            "callbacks (sum)": sum(o[3] - o[2] for o in ops),
+            # The last call to the loss's sync, across the step boundary (the flag's upload):
+            # comparable with the same segment of a log without flag uploads.
+            "last_op->loss_sync": (b - last) + (syncs[1][2] - a),
+        })
+    if not rows:
+        rows = segments_direct(spans, main)
+    return rows
+
+
+def step_groups(spans, main):
+    """Without flag uploads (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT`: the
+    `has_value()` flag stays on the host): the main thread's syncs grouped by step, a group
+    starting at a sync with executor-thread work since the previous sync."""
+    groups, seen_ops = [], True
+    for s in spans:
+        if s[1] != main and s[0] in ("compute", "htod", "host_compute"):
+            seen_ops = True
+        elif s[1] == main and s[0] == "sync":
+            if seen_ops:
+                groups.append([])
+                seen_ops = False
+            groups[-1].append(s)
+    return groups
+
+
+def segments_direct(spans, main):
+    """Steps between the first syncs of consecutive step groups (the loss's sync): the loss's
+    sync and read, Python to the next step's first kernel call, the calls, and from the last
+    call to the next loss sync (the function's end, `has_value()`, `get_value()`, Keras's loop:
+    what the flag-delimited segments split further)."""
+    groups = step_groups(spans, main)
+    rows = []
+    for k in range(5, len(groups) - 2):
+        a, b = groups[k][0][2], groups[k + 1][0][2]
+        ss = [s for s in spans if a <= s[2] < b]
+        reads = [s for s in ss if s[1] == main and s[0] == "dtoh"]
+        ops = [s for s in ss if s[0] in ("compute", "htod", "host_compute") and s[1] != main]
+        if not reads or not ops:
+            continue
+        last = max(o[3] for o in ops)
+        last_read = max(r[3] for r in reads if r[3] <= ops[0][2]) if any(r[3] <= ops[0][2] for r in reads) else reads[0][3]
+        rows.append({
+            "loss_sync": groups[k][0][3] - groups[k][0][2],
+            "loss_read": reads[0][3] - reads[0][2],
+            "py->first_op": ops[0][2] - last_read,
+            "ops": last - ops[0][2],
+            "last_op->loss_sync": b - last,
             "step": b - a,
             "callbacks (sum)": sum(o[3] - o[2] for o in ops),
         })
@@ -130,7 +185,9 @@ def main():
     if a.per_op:
         with open(a.file) as f:
             labels = json.load(f)["labels"]
-        steps = max(1, sum(1 for s in spans if s[0] == "htod" and s[4] == 1))
+        steps = sum(1 for s in spans if s[0] == "htod" and s[4] == 1)
+        if steps < 8:
+            steps = max(1, len(step_groups(spans, main_th)))
         res["per_op"] = {}
         print(f"  {'op (callbacks)':36s} {'calls/step':>10s} {'median us':>10s} {'us/step':>9s}")
         for name, n, med, tot in per_op(spans, labels, steps):

@@ -23,6 +23,7 @@ TensorFlow or Keras.
 """
 import argparse
 import json
+import resource
 import time
 
 import numpy as np
@@ -44,9 +45,17 @@ def measure(tf, keras, device, steps, batch):
 
         host_log("reset")
         host_log("mark", "train_begin")
+        r0 = resource.getrusage(resource.RUSAGE_SELF)
         t0 = time.perf_counter()
         model.fit(ds, steps_per_epoch=steps, epochs=1, verbose=0)
         out["fit_dense1_ms"] = (time.perf_counter() - t0) / steps * 1e3
+        r1 = resource.getrusage(resource.RUSAGE_SELF)
+        # The process's CPU time (every thread: TensorFlow's, ours, a software adapter's) and
+        # its threads' context switches per step: on a machine whose cores are shared, steadier
+        # than the wall time, and the switches count the thread hand-offs of a step.
+        out["fit_cpu_ms"] = ((r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)) / steps * 1e3
+        out["fit_vcsw"] = (r1.ru_nvcsw - r0.ru_nvcsw) / steps
+        out["fit_ivcsw"] = (r1.ru_nivcsw - r0.ru_nivcsw) / steps
         host_log("mark", "train_end")
 
         xd = tf.identity(tf.constant(x))
@@ -85,7 +94,8 @@ def main(argv=None):
     for dev in a.devices.split(","):
         r = measure(tf, keras, dev, a.steps, a.batch)
         res["devices"][dev] = r
-        print(f"{dev}: fit Dense(1) {r['fit_dense1_ms']:.3f} ms/step, tf.function identity {r['call_identity_ms']:.3f} ms/call, "
+        print(f"{dev}: fit Dense(1) {r['fit_dense1_ms']:.3f} ms/step (CPU {r['fit_cpu_ms']:.3f} ms, "
+              f"{r['fit_vcsw']:.1f} + {r['fit_ivcsw']:.1f} context switches), tf.function identity {r['call_identity_ms']:.3f} ms/call, "
               f"Dense(1) inference {r['call_dense1_ms']:.3f} ms/call", flush=True)
     if a.json:
         with open(a.json, "w") as f:

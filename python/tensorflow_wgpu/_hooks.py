@@ -26,6 +26,18 @@ else), and each changes behaviour only for tfwgpu devices:
   `TFWGPU_MIRRORED_REDUCE=exchange` uses `exchange_all_reduce()` (every device sums all the
   replicas' values itself: one host round trip instead of two); an explicit
   `cross_device_ops` is left alone.
+- TensorFlow 2.21 runs every eager op as a one-op function (`run_eager_op_as_function`, set
+  unconditionally when its context is made). A function's outputs live on its device, so an
+  eager op on a tfwgpu GPU whose kernel writes an output in host memory gets that output
+  copied to the device when the function returns, and reading it back then syncs the device
+  and copies it to the host again. Keras `fit` does this every step: `Optional.has_value()` on
+  the train function's result (`OptionalHasValue`, `HostMemory("has_value")` on GPUs) is a
+  1-byte upload, a device sync and a 1-byte read, with TensorFlow's event manager's thread
+  hops for each copy. When a tfwgpu GPU is listed, the context is made with eager ops run as
+  kernels (TensorFlow's own option, its behaviour before 2.9 and on request since): the flag
+  stays on the host and the read is free. The values are the same; the option is the
+  process's, so it applies to eager ops on every device. `TFWGPU_EAGER_OPS_DIRECT=0` keeps
+  TensorFlow's default.
 """
 import importlib.abc
 import importlib.util
@@ -445,8 +457,42 @@ def exchange_all_reduce():
     return ExchangeAllReduce()
 
 
+def _eager_ops_direct():
+    """Whether eager ops run as kernels rather than one-op functions (`TFWGPU_EAGER_OPS_DIRECT`,
+    default on when TensorFlow lists a tfwgpu GPU)."""
+    import os
+
+    if os.environ.get("TFWGPU_EAGER_OPS_DIRECT", "1").strip() == "0":
+        return False
+    try:
+        import tensorflow as tf
+
+        return any(
+            tf.config.experimental.get_device_details(d).get("device_name") == "WGPU"
+            for d in tf.config.list_physical_devices("GPU")
+        )
+    except Exception:  # noqa: BLE001 - TensorFlow half imported: keep its default
+        return False
+
+
+def _patch_eager_context(module):
+    pywrap = getattr(module, "pywrap_tfe", None)
+    original = getattr(pywrap, "TFE_ContextOptionsSetRunEagerOpAsFunction", None)
+    if original is None or getattr(original, "_tfwgpu", False):
+        return
+
+    def set_run_eager_op_as_function(opts, enable):
+        if enable and _eager_ops_direct():
+            enable = False
+        return original(opts, enable)
+
+    set_run_eager_op_as_function._tfwgpu = True
+    pywrap.TFE_ContextOptionsSetRunEagerOpAsFunction = set_run_eager_op_as_function
+
+
 _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
+    "tensorflow.python.eager.context": _patch_eager_context,
     "tensorflow.python.ops.gen_resource_variable_ops": _patch_variable_ops,
     "tensorflow.python.ops.gen_training_ops": _patch_training_ops,
     "tensorflow._api.v2.raw_ops": _patch_raw_ops,

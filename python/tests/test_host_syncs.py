@@ -78,9 +78,11 @@ def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
 
 
 def test_optional_has_value_needs_no_device_read(tf):
-    """Keras fit's per-step check `if not opt_outputs.has_value()`: TensorFlow puts the flag
-    on the device (one 1-byte upload), then reads it back (a device sync, then a copy to the
-    host): neither the upload nor the read waits for the GPU."""
+    """Keras fit's per-step check `if not opt_outputs.has_value()`: with eager ops as one-op
+    functions (`TFWGPU_EAGER_OPS_DIRECT=0`) TensorFlow puts the flag on the device (one 1-byte
+    upload), then reads it back (a device sync, then a copy to the host): neither the upload
+    nor the read waits for the GPU. By default the flag stays on the host (no copy at all,
+    tests/test_eager_direct.py)."""
     with tf.device("/GPU:0"):
         opt = tf.experimental.Optional.from_value(tf.constant([1.0, 2.0]))
         assert bool(opt.has_value())  # warm-up: kernels, functions
@@ -138,10 +140,13 @@ def test_copy_events_complete_when_recorded(tf):
 # ---- TensorFlow's Device::Sync without waiting for the GPU (TFWGPU_SYNC) ----
 
 def _opt_flag(tf):
-    """A `has_value()` flag as Keras fit reads it every step: its read is TensorFlow's device
-    sync followed by a copy that the runtime's host mirror answers (no read of the device)."""
+    """A new 1-byte flag the host wrote to the device (one per step: TensorFlow reads a tensor
+    back once), read the way Keras fit read its `has_value()` flag every step while eager ops ran as one-op functions
+    (`TFWGPU_EAGER_OPS_DIRECT=0`; now the flag stays on the host): each read is TensorFlow's
+    device sync followed by a copy that the runtime's host mirror answers (no read of the
+    device)."""
     with tf.device("/GPU:0"):
-        return tf.experimental.Optional.from_value(tf.constant([1.0]))
+        return tf.identity(tf.constant(True))
 
 
 def test_sync_mode_default_is_ordered(tf):
@@ -156,7 +161,6 @@ def test_values_read_after_an_ordered_sync_are_the_new_values(tf):
     rng = np.random.default_rng(7)
     w0 = rng.standard_normal((96, 96)).astype(np.float32) * 0.1
     xs = [rng.standard_normal((64, 96)).astype(np.float32) for _ in range(6)]
-    opt = _opt_flag(tf)
     with tf.device("/GPU:0"):
         w = tf.Variable(w0)
         acc = tf.Variable(np.zeros((96,), np.float32))
@@ -174,7 +178,7 @@ def test_values_read_after_an_ordered_sync_are_the_new_values(tf):
         s0 = tensorflow_wgpu.stats()
         for x in xs:
             loss = step(tf.constant(x))
-            assert bool(opt.has_value())  # a device sync (ordered), answered from the host
+            assert bool(_opt_flag(tf))  # a device sync (ordered), answered from the host
             h = x.astype(np.float64)
             for _ in range(4):
                 h = np.tanh(h @ want_w)
@@ -196,7 +200,6 @@ def test_memory_freed_after_an_ordered_sync_is_reused_intact(tf):
     read and write what they were given: every result is exact."""
     rng = np.random.default_rng(11)
     n = 48 * 1024  # 192 KiB: above the direct-upload threshold and below it, both paths
-    opt = _opt_flag(tf)
     results = []
     with tf.device("/GPU:0"):
         @tf.function
@@ -211,7 +214,7 @@ def test_memory_freed_after_an_ordered_sync_is_reused_intact(tf):
             x = rng.integers(-8, 8, size).astype(np.float32)
             a = tf.identity(tf.constant(x))
             h, s = work(a)
-            assert bool(opt.has_value())  # ordered sync: h and s may still be queued
+            assert bool(_opt_flag(tf))  # ordered sync: h and s may still be queued
             del a  # freed now; the next upload can take its memory
             y = rng.integers(-8, 8, size).astype(np.float32)
             b = tf.identity(tf.constant(y))

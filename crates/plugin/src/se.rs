@@ -502,9 +502,11 @@ pub fn sync_mode() -> SyncMode {
 }
 
 /// How many syncs back an ordered sync waits for (`TFWGPU_SYNC_DEPTH`, default 2, at least 1):
-/// the host runs at most that many sync intervals ahead of the GPU. A Keras training step syncs
-/// twice (the loop's `has_value()` on the main thread, the loss on the callbacks' thread,
-/// which may come late): depth 1 made a step wait for the loss sync just before it.
+/// the host runs at most that many sync intervals ahead of the GPU. A Keras training step synced
+/// twice while eager ops ran as one-op functions (`TFWGPU_EAGER_OPS_DIRECT=0`: the loop's
+/// `has_value()` flag, copied to the device, on the main thread, then the loss, which may come
+/// late): depth 1 made a step wait for the loss sync just before it. By default the flag stays
+/// on the host and a step syncs once, for the loss, whose read waits for the GPU anyway.
 fn sync_depth() -> usize {
     static D: OnceLock<usize> = OnceLock::new();
     *D.get_or_init(|| {

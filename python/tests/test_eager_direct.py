@@ -1,0 +1,123 @@
+"""Eager ops run as kernels, not one-op functions, when a tfwgpu GPU is listed (issue 7;
+`tensorflow_wgpu._hooks`, `TFWGPU_EAGER_OPS_DIRECT=0` keeps TensorFlow's default).
+
+TensorFlow 2.21 wraps every eager op in a function; a function's outputs live on its device,
+so `OptionalHasValue` on a tfwgpu GPU (its kernel writes `has_value` in host memory) had its
+flag uploaded to the device, and `bool()` of it synced the device and read the byte back:
+Keras `fit` does this every step. Run directly, the flag stays on the host.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorflow_wgpu
+
+_DIRECT = os.environ.get("TFWGPU_EAGER_OPS_DIRECT", "1").strip() != "0"
+
+
+def _counts():
+    s = tensorflow_wgpu.stats()
+    return {
+        "h2d": s["host_to_device"]["copies"],
+        "d2h": s["device_to_host"]["copies"],
+        "sync": s["stream_executor"]["synchronize_all_activity"]["calls"],
+    }
+
+
+@pytest.mark.skipif(not _DIRECT, reason="TFWGPU_EAGER_OPS_DIRECT=0 in this process")
+def test_has_value_of_a_gpu_optional_stays_on_the_host(tf):
+    with tf.device("/GPU:0"):
+
+        @tf.function
+        def full(x):
+            return tf.experimental.Optional.from_value(x * 2.0)
+
+        @tf.function
+        def empty():
+            return tf.experimental.Optional.empty(tf.TensorSpec([3], tf.float32))
+
+        some, none = full(tf.ones([3])), empty()
+        assert some._variant_tensor.device.endswith("GPU:0")
+        some.has_value()  # the kernel instantiated
+        before = _counts()
+        flags = [bool(some.has_value()), bool(none.has_value())]
+        after = _counts()
+        h = some.has_value()
+    assert flags == [True, False]
+    assert h.backing_device.endswith("CPU:0"), h.backing_device
+    # No upload of the flag, no device sync, no read back.
+    assert {k: after[k] - before[k] for k in before} == {"h2d": 0, "d2h": 0, "sync": 0}
+    with tf.device("/GPU:0"):
+        v = some.get_value()
+    assert v.device.endswith("GPU:0")
+    np.testing.assert_array_equal(v.numpy(), [2.0, 2.0, 2.0])
+
+
+_FIT = r"""
+import json, os, sys
+import numpy as np
+import keras
+import tensorflow as tf
+import tensorflow_wgpu
+
+dev = sys.argv[1]
+keras.utils.set_random_seed(0)
+x = np.random.default_rng(0).standard_normal((64, 1)).astype(np.float32)
+y = (2.0 * x + 1.0).astype(np.float32)
+with tf.device("/CPU:0"):
+    ds = tf.data.Dataset.from_tensors((x, y)).repeat()
+with tf.device(dev):
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse", jit_compile=False)
+    model.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+    s0 = tensorflow_wgpu.stats()
+    h = model.fit(ds, steps_per_epoch=8, epochs=3, verbose=0)
+    s1 = tensorflow_wgpu.stats()
+    with tf.device(dev):
+        @tf.function
+        def opt(v):
+            return tf.experimental.Optional.from_value(v)
+        hv = opt(tf.ones([2])).has_value()
+print("RESULT " + json.dumps({
+    "loss": [float(v) for v in h.history["loss"]],
+    "weights": [w.tolist() for w in model.get_weights()],
+    "h2d": s1["host_to_device"]["copies"] - s0["host_to_device"]["copies"],
+    "sync": s1["stream_executor"]["synchronize_all_activity"]["calls"]
+            - s0["stream_executor"]["synchronize_all_activity"]["calls"],
+    "hv_backing": hv.backing_device,
+}))
+"""
+
+
+def _fit(tmp_path, device, direct):
+    script = tmp_path / "fit.py"
+    script.write_text(_FIT)
+    env = dict(os.environ, TFWGPU_EAGER_OPS_DIRECT=direct, TF_CPP_MIN_LOG_LEVEL="2")
+    p = subprocess.run([sys.executable, str(script), device], env=env, capture_output=True,
+                       text=True, timeout=600)
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, (p.stdout[-2000:], p.stderr[-3000:])
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def test_keras_fit_same_results_with_and_without_and_fewer_copies(tmp_path):
+    """Keras `fit` on GPU:0 with eager ops direct (default) and as functions (`=0`): the same
+    losses and weights (the same kernels run), TensorFlow's CPU device's within float32
+    rounding; per step one host-to-device copy fewer (the flag) and one device sync fewer."""
+    on = _fit(tmp_path, "/GPU:0", "1")
+    off = _fit(tmp_path, "/GPU:0", "0")
+    cpu = _fit(tmp_path, "/CPU:0", "0")
+    assert on["loss"] == off["loss"] and on["weights"] == off["weights"], (on, off)
+    # Dense(1) on 64 rows: float32 sums of 64 products, 24 SGD steps.
+    np.testing.assert_allclose(on["loss"], cpu["loss"], rtol=1e-4)
+    for a, b in zip(on["weights"], cpu["weights"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+    steps = 24
+    assert on["hv_backing"].endswith("CPU:0") and off["hv_backing"].endswith("GPU:0"), (on, off)
+    # With eager ops as functions each step uploads the flag; its x and y uploads are the same.
+    assert off["h2d"] - on["h2d"] == steps, (on, off)
+    assert off["sync"] - on["sync"] >= steps, (on, off)
