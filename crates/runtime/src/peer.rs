@@ -545,7 +545,8 @@ pub struct Route {
 }
 
 /// The regions of a [`Route`]'s ring in use, oldest first: (start, end, the destination's batch
-/// that reads it).
+/// that reads it). A region enters once its copies are recorded ([`Ring::read_by`]), so a copy
+/// that failed leaves nothing behind.
 #[derive(Default)]
 struct Ring {
     size: u64,
@@ -560,7 +561,7 @@ impl Ring {
     /// A region of `len` bytes no copy in flight uses: after the head, or from the start when
     /// the end of the ring is too short. A region still being read (its reader batch not
     /// `completed()`) is waited for with `wait(batch)`; returns the region's start and whether
-    /// it waited.
+    /// it waited. The caller names the region's reader with [`Ring::read_by`].
     fn reserve(
         &mut self,
         len: u64,
@@ -590,15 +591,13 @@ impl Ring {
             self.used.retain(|&(_, _, r)| r > done);
         }
         self.head = end;
-        self.used.push_back((start, end, u64::MAX));
         Ok((start, newest.is_some()))
     }
 
-    /// Names the batch that reads the region [`Ring::reserve`] returned last.
-    fn read_by(&mut self, batch: u64) {
-        if let Some(r) = self.used.back_mut() {
-            r.2 = batch;
-        }
+    /// Marks `len` bytes at `start` (a region [`Ring::reserve`] returned) as read by `batch`.
+    fn read_by(&mut self, start: u64, len: u64, batch: u64) {
+        self.used
+            .push_back((start, start + len.next_multiple_of(RING_ALIGN), batch));
     }
 }
 
@@ -688,7 +687,7 @@ impl Route {
             self.host_waits.fetch_add(1, Ordering::Relaxed);
         }
         self.to.copy_from_buffer(&self.dst.buffer, off, dst, len)?;
-        ring.read_by(exec.tag());
+        ring.read_by(off, len, exec.tag());
         Ok(true)
     }
 }
@@ -740,7 +739,7 @@ mod tests {
                     Ok(())
                 })
                 .unwrap();
-            ring.read_by(reader);
+            ring.read_by(r.0, len, reader);
             r
         };
         // Readers 1..=3 use [0,256), [256,768), [768,1024): nothing waited for.
