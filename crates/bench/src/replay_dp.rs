@@ -2193,16 +2193,7 @@ mod tests {
 
     /// The adapter opened twice with `RuntimeOptions::peer`.
     fn two_peer_devices() -> Runtime {
-        let one = Runtime::new().expect("an adapter");
-        let i = one.device().description().index;
-        drop(one);
-        let mut opts = tfwgpu_runtime::RuntimeOptions::from_env().expect("options");
-        opts.selection = tfwgpu_runtime::Selection {
-            visible: Some(vec![i, i]),
-            name: None,
-        };
-        opts.peer = true;
-        Runtime::with_options(opts).expect("the adapter opened twice")
+        Runtime::default_adapter_twice(|o| o.peer = true).expect("the adapter opened twice")
     }
 
     fn all_reduced_on(rt: &Runtime, mode: AllReduce, defer: bool) {

@@ -638,7 +638,6 @@ pub fn run(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use tfwgpu_runtime::{RuntimeOptions, Selection};
 
     /// One line of a trace.
     pub(crate) fn line(v: Value) -> String {
@@ -647,15 +646,7 @@ pub(crate) mod tests {
 
     /// The default adapter opened twice, as two devices (also `replay_dp`'s tests).
     pub(crate) fn two_devices() -> Runtime {
-        let one = Runtime::new().expect("an adapter");
-        let i = one.device().description().index;
-        drop(one);
-        let mut opts = RuntimeOptions::from_env().expect("options");
-        opts.selection = Selection {
-            visible: Some(vec![i, i]),
-            name: None,
-        };
-        Runtime::with_options(opts).expect("the adapter opened twice")
+        Runtime::default_adapter_twice(|_| {}).expect("the adapter opened twice")
     }
 
     const A: u64 = 0x1_0000_0000;

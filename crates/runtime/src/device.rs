@@ -86,6 +86,20 @@ impl Runtime {
         Runtime::with_options(RuntimeOptions::from_env()?)
     }
 
+    /// The default adapter (as `new` picks it) opened twice, as two devices with their own
+    /// queues and memory: how the multi-device paths are tested on a machine with one adapter.
+    /// `adjust` sets the other options (they start from the environment's).
+    pub fn default_adapter_twice(adjust: impl FnOnce(&mut RuntimeOptions)) -> Result<Runtime> {
+        let index = Runtime::new()?.device().description().index;
+        let mut opts = RuntimeOptions::from_env()?;
+        opts.selection = Selection {
+            visible: Some(vec![index, index]),
+            name: None,
+        };
+        adjust(&mut opts);
+        Runtime::with_options(opts)
+    }
+
     /// Like `new`, with explicit options.
     pub fn with_options(opts: RuntimeOptions) -> Result<Runtime> {
         let selection = opts.selection.clone();

@@ -10,24 +10,13 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use tfwgpu_runtime::{
-    Arg, Attrs, DType, Device, ExecConfig, ReadInFlight, Runtime, RuntimeOptions, Selection,
-};
+use tfwgpu_runtime::{Arg, Attrs, DType, Device, ExecConfig, ReadInFlight, Runtime};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// The default adapter opened twice, as two devices, with `cfg`'s batching.
 fn two_devices(cfg: ExecConfig) -> Runtime {
-    let one = Runtime::new().expect("an adapter");
-    let i = one.device().description().index;
-    drop(one);
-    let mut opts = RuntimeOptions::from_env().expect("options");
-    opts.selection = Selection {
-        visible: Some(vec![i, i]),
-        name: None,
-    };
-    opts.exec = cfg;
-    Runtime::with_options(opts).expect("the adapter opened twice")
+    Runtime::default_adapter_twice(|o| o.exec = cfg).expect("the adapter opened twice")
 }
 
 /// Runs `f` on a thread of its own and fails if it does not finish within `limit`.

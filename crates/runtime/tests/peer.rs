@@ -7,20 +7,11 @@
 //! transfer. lavapipe has no `VK_KHR_external_semaphore_fd`: there the semaphore path cannot
 //! run and the test says so (it ran on two H200s: bench/RESULTS.md, session 12).
 
+use tfwgpu_runtime::Runtime;
 use tfwgpu_runtime::peer::{HostShared, Ticket};
-use tfwgpu_runtime::{Runtime, RuntimeOptions, Selection};
 
 fn two_peer_devices(peer: bool) -> Runtime {
-    let one = Runtime::new().expect("an adapter");
-    let i = one.device().description().index;
-    drop(one);
-    let mut opts = RuntimeOptions::from_env().expect("options");
-    opts.selection = Selection {
-        visible: Some(vec![i, i]),
-        name: None,
-    };
-    opts.peer = peer;
-    Runtime::with_options(opts).expect("the adapter opened twice")
+    Runtime::default_adapter_twice(|o| o.peer = peer).expect("the adapter opened twice")
 }
 
 fn bytes(seed: u32, n: usize) -> Vec<u8> {
