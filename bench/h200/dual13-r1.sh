@@ -27,7 +27,10 @@ nvidia-smi -L
 if [ "$NG" -lt 2 ]; then
   echo "!! ONLY $NG GPU: two logical devices on one H200 (TFWGPU_VISIBLE_DEVICES=0,0): NOT two-GPU scaling"
   export TFWGPU_VISIBLE_DEVICES=0,0
+  # One GPU: the 1,0 order is the same device twice (run as 0,0), and one timing round only.
+  O10=0,0; ROUNDS=${ROUNDS:-a}
 fi
+O10=${O10:-1,0}
 nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,utilization.gpu --format=csv,noheader -lms 200 > $OUT/clocks.csv 2>/dev/null &
 SMI=$!
@@ -48,10 +51,10 @@ ALL=exchange,peer,peer-async,peer-host,none
 # Exact sums, each mode in its own process so that one failing does not hide the others.
 for k in 1 2 3; do
   DPN=2 DPENV="TFWGPU_PEER=1" dp check-peer01-$k 25 --allreduce peer --check --repeat 1
-  DPN=2 DPENV="TFWGPU_PEER=1 TFWGPU_VISIBLE_DEVICES=1,0" dp check-peer10-$k 25 --allreduce peer --check --repeat 1
+  DPN=2 DPENV="TFWGPU_PEER=1 TFWGPU_VISIBLE_DEVICES=$O10" dp check-peer10-$k 25 --allreduce peer --check --repeat 1
 done
 DPN=2 DPENV="TFWGPU_PEER=1" dp check-peerasync01 25 --allreduce peer-async --check --repeat 1
-DPN=2 DPENV="TFWGPU_PEER=1 TFWGPU_VISIBLE_DEVICES=1,0" dp check-peerasync10 25 --allreduce peer-async --check --repeat 1
+DPN=2 DPENV="TFWGPU_PEER=1 TFWGPU_VISIBLE_DEVICES=$O10" dp check-peerasync10 25 --allreduce peer-async --check --repeat 1
 DPN=2 DPENV="TFWGPU_PEER=1" dp check-peerhost01 25 --allreduce peer-host --check --repeat 1
 DPN=2 DPENV="TFWGPU_PEER=1" dp check-exchange01 25 --allreduce exchange --check --repeat 1
 for r in ${ROUNDS:-a b c d}; do

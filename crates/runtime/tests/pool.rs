@@ -567,8 +567,8 @@ fn max_pool_grad_stride2_blocks() {
 }
 
 /// MaxPoolGrad 3x3 / 2 with no top or left padding (SAME on even sizes, VALID, explicit
-/// padding after only; NHWC, C % 4 == 0): the block gathers (pool_vec4.wgsl's MODE 6, or MODE
-/// 7 with `TFWGPU_POOL_GATHER3S2=1`, which tests/pool_gather3s2.rs runs this file with). Bit
+/// padding after only; NHWC, C % 4 == 0): the block gathers (pool_vec4.wgsl's MODE 7, or MODE
+/// 6 with `TFWGPU_POOL_GATHER3S2=0`, which tests/pool_gather3s2_off.rs runs this file with). Bit
 /// for bit against TensorFlow's order of the sums, float32 and float16. Inputs of four forms:
 /// peaks at even positions (each 2 x 2 block's top-left input is then the argmax of up to
 /// all four windows covering it, so its sums have 3 and 4 terms and round in between), small

@@ -4,9 +4,9 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
 //! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
-//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4; with
-//! `TFWGPU_POOL_GATHER3S2=1`, 3x3 / 2 without top or left padding by straight-line code, MODE
-//! 7). float16 MaxPool and
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4, and for 3x3 / 2
+//! without top or left padding by straight-line code, MODE 7; `TFWGPU_POOL_GATHER3S2=0`: MODE
+//! 6 there too). float16 MaxPool and
 //! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
 //! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened).
 //!
@@ -89,15 +89,16 @@ fn block_gather_off() -> bool {
     *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_BLOCK_GATHER", "0"))
 }
 
-/// `TFWGPU_POOL_GATHER3S2=1` (opt-in, not measured on a GPU yet): MaxPoolGrad's gather for
-/// 3x3 windows, strides 2 x 2 and no top / left padding (ResNet's pool) as `pool_vec4.wgsl`'s
-/// MODE 7 instead of MODE 6: straight-line code with every code position a constant, and 2 of
-/// MODE 6's 9 float16 round trips per block (the others cannot change a value). Same results
-/// bit for bit. Read once per process.
+/// MaxPoolGrad's gather for 3x3 windows, strides 2 x 2 and no top / left padding (ResNet's
+/// pool) as `pool_vec4.wgsl`'s MODE 7 instead of MODE 6 (default; `TFWGPU_POOL_GATHER3S2=0`
+/// keeps MODE 6): straight-line code with every code position a constant, and 2 of MODE 6's 9
+/// float16 round trips per block (the others cannot change a value). Same results bit for
+/// bit. On the H200 (session 14) the float16 gather of 64x112x112x64 ran 47 us against 71
+/// (float32 74 against 76). Read once per process.
 fn gather3s2_on() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| crate::env_is("TFWGPU_POOL_GATHER3S2", "1"))
+    *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_GATHER3S2", "0"))
 }
 
 /// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 the argmax codes, 2 / 6 / 7 the
@@ -781,7 +782,7 @@ impl Kernel for Pool {
                 && g.kw <= 4
                 && !block_gather_off()
                 && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
-            // `TFWGPU_POOL_GATHER3S2=1`: 3x3 / 2 without top or left padding as MODE 7.
+            // 3x3 / 2 without top or left padding as MODE 7 (`TFWGPU_POOL_GATHER3S2=0`: MODE 6).
             let pass =
                 if block && g.kh == 3 && g.kw == 3 && g.pt == 0 && g.pl == 0 && gather3s2_on() {
                     7
