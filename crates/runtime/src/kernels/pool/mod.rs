@@ -103,7 +103,8 @@ fn gather3s2_on() -> bool {
 
 /// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 the argmax codes, 2 / 6 / 7 the
 /// gathers) for `dtype` (float32 or float16), as `Pool::record` compiles it: `hw` the hardware
-/// float16 conversions, `grid3` the three-dimensional grid (passes 6 and 7 need it), `native`
+/// float16 conversions, `grid3` the three-dimensional grid with its workgroup size (passes 6
+/// and 7 need it; None: the linear grid, workgroups of `WG`), `native`
 /// the half comparisons of pool_f16n.wgsl (passes 0 and 5, float16; `max_form` its built-in
 /// max), `fast` the built-in max on whole 3x3 windows. Public for the offline translation
 /// tests.
@@ -111,7 +112,7 @@ pub fn vec4_source(
     pass: u32,
     dtype: DType,
     hw: bool,
-    grid3: bool,
+    grid3: Option<u32>,
     (native, max_form): (bool, bool),
     fast: bool,
 ) -> String {
@@ -121,7 +122,8 @@ pub fn vec4_source(
             .replace("$NATIVEB", if native { "true" } else { "false" })
             .replace("$MODE", &pass.to_string())
             .replace("$HALF", if dtype == DType::F16 { "true" } else { "false" })
-            .replace("$GRID3", if grid3 { "true" } else { "false" })
+            .replace("$GRID3", if grid3.is_some() { "true" } else { "false" })
+            .replace("$WGX", &grid3.unwrap_or(WG).to_string())
             .replace("$FAST", if fast { "true" } else { "false" })
             .replace("$LINEAR_INDEX", LINEAR_INDEX)
             .replace("$KEYS", vec4_keys(dtype))
@@ -228,13 +230,36 @@ struct Pool {
     nchw: bool,
 }
 
+/// The workgroup size of `pool_vec4.wgsl`'s three-dimensional grid for rows of `rowq` items:
+/// the largest multiple of 32 from 256 down to 128 that leaves the fewest idle invocations at
+/// the end of each row (ResNet's 56 x 64-channel rows are 896 quads: 224 leaves none where 256
+/// leaves 128 of 1024 idle). `TFWGPU_POOL_WG3=256` keeps 256 everywhere.
+fn grid3_wg(rowq: usize) -> u32 {
+    use std::sync::OnceLock;
+    static FIXED: OnceLock<Option<u32>> = OnceLock::new();
+    let fixed = *FIXED.get_or_init(|| {
+        std::env::var("TFWGPU_POOL_WG3")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .filter(|w| (32..=256).contains(w) && w % 32 == 0)
+    });
+    if let Some(w) = fixed {
+        return w;
+    }
+    (128..=WG)
+        .rev()
+        .step_by(32)
+        .min_by_key(|&w| rowq.div_ceil(w as usize) * w as usize - rowq)
+        .unwrap_or(WG)
+}
+
 /// Whether `pool_vec4.wgsl`'s three-dimensional grid (x: a row of `cols` items' channel
 /// quads, y: `rows`, z: the batch) fits the dispatch limits and `div_small` is exact.
 fn grid3_fits(g: &Geo, cols: usize, rows: usize) -> bool {
     let rowq = cols * (g.c / 4);
     let limit = crate::kernel::MAX_GROUPS_X as usize;
     rowq < 1 << 22
-        && rowq.div_ceil(WG as usize) <= limit
+        && rowq.div_ceil(grid3_wg(rowq) as usize) <= limit
         && rows <= limit
         && g.n <= limit
         && g.h + g.pt < 1 << 22
@@ -703,15 +728,19 @@ impl Kernel for Pool {
                     _ => (g.ow, g.oh),
                 };
                 let rowq = cols * (g.c / 4);
-                let grid3 = grid3_fits(&g, cols, rows);
-                debug_assert!((pass != 6 && pass != 7) || grid3);
+                let grid3 = grid3_fits(&g, cols, rows).then(|| grid3_wg(rowq));
+                debug_assert!((pass != 6 && pass != 7) || grid3.is_some());
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
                         Some(dtype),
                         format!(
                             "max_vec4/{pass}{suffix}{}{}{}",
-                            if grid3 { "/g3" } else { "" },
+                            match grid3 {
+                                Some(WG) => "/g3".to_string(),
+                                Some(w) => format!("/g3w{w}"),
+                                None => String::new(),
+                            },
                             match (native, max_form) {
                                 (false, _) => "",
                                 (true, false) => "/native",
@@ -731,8 +760,8 @@ impl Kernel for Pool {
                         ))
                     },
                 )?;
-                let (groups, row) = if grid3 {
-                    ([u(rowq.div_ceil(WG as usize)), u(rows), u(g.n)], 0)
+                let (groups, row) = if let Some(w) = grid3 {
+                    ([u(rowq.div_ceil(w as usize)), u(rows), u(g.n)], 0)
                 } else {
                     grid_1d(words as u64, WG)
                 };
@@ -806,5 +835,22 @@ impl Kernel for Pool {
         let u = |v: usize| v as u32;
         let p = params(&[&[row, u(n), words, self.nchw as u32][..], &g.words()].concat());
         ctx.dispatch(&pipeline, &p, &[a, b, c, o], groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid3_wg;
+
+    /// The fewest idle invocations per row, the larger size on a tie (no `TFWGPU_POOL_WG3` in
+    /// the test environment).
+    #[test]
+    fn grid3_workgroups_fit_the_rows() {
+        assert_eq!(grid3_wg(896), 224); // 56 x 64 channels: 4 x 224, where 256 idles 128
+        assert_eq!(grid3_wg(1024), 256);
+        assert_eq!(grid3_wg(1792), 256); // 7 x 256
+        assert_eq!(grid3_wg(448), 224); // 2 x 224
+        assert_eq!(grid3_wg(12), 128); // one workgroup, the smallest
+        assert_eq!(grid3_wg(3 * 192), 192);
     }
 }

@@ -542,7 +542,7 @@ fn max_pool_grad_3x3s2(n: u32, by: u32, bx: u32, qd: u32) {
 
 $NATIVE_FNS
 
-@compute @workgroup_size(256)
+@compute @workgroup_size($WGX)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     // Items per (n, y, x): channel quads.
@@ -566,7 +566,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         rows = (p.h + p.pt + 1u) / 2u;
     }
     if GRID3 {
-        let xq = wid.x * 256u + lid;
+        let xq = wid.x * $WGXu + lid;
         if xq >= p.rowq {
             return;
         }
