@@ -23,7 +23,7 @@ flag uploads, the median of each segment:
 - last_op->fn_end: from the last one to the next flag upload (TensorFlow's own nodes after
   the last kernel: variable assignments, the function's outputs).
 
-Without the flag's upload (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT`, the default:
+Without the flag's upload (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT=1`, opt-in:
 the flag stays on the host), steps run from one loss sync to the next: loss_sync, loss_read,
 py->first_op, ops and last_op->loss_sync (the function's end, `has_value()`, `get_value()` and
 Keras's loop). Logs with the flag give last_op->loss_sync too (last_op->fn_end + fn_end->hv_sync +
@@ -88,7 +88,7 @@ def segments(spans, main):
 
 
 def step_groups(spans, main):
-    """Without flag uploads (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT`: the
+    """Without flag uploads (eager ops run as kernels, `TFWGPU_EAGER_OPS_DIRECT=1`: the
     `has_value()` flag stays on the host): the main thread's syncs grouped by step, a group
     starting at a sync with executor-thread work since the previous sync."""
     groups, seen_ops = [], True

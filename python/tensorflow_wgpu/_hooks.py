@@ -33,11 +33,13 @@ else), and each changes behaviour only for tfwgpu devices:
   and copies it to the host again. Keras `fit` does this every step: `Optional.has_value()` on
   the train function's result (`OptionalHasValue`, `HostMemory("has_value")` on GPUs) is a
   1-byte upload, a device sync and a 1-byte read, with TensorFlow's event manager's thread
-  hops for each copy. When a tfwgpu GPU is listed, the context is made with eager ops run as
-  kernels (TensorFlow's own option, its behaviour before 2.9 and on request since): the flag
-  stays on the host and the read is free. The values are the same; the option is the
-  process's, so it applies to eager ops on every device. `TFWGPU_EAGER_OPS_DIRECT=0` keeps
-  TensorFlow's default.
+  hops for each copy. With `TFWGPU_EAGER_OPS_DIRECT=1`, when a tfwgpu GPU is listed, the
+  context is made with eager ops run as kernels (TensorFlow's own option, its behaviour before
+  2.9 and on request since): the flag stays on the host and the read is free. The values are
+  the same; the option is the process's, so it applies to eager ops on every device. Opt-in:
+  on the H200 (session 14, bench/RESULTS.md) TensorFlow's direct path cost more than the copies
+  it saves: Keras `fit`'s floor 1.39 against 1.26 ms per step (median of 4 processes each),
+  inference and `tf.function` calls +0.04 ms, TensorFlow's own CPU device slower too.
 """
 import importlib.abc
 import importlib.util
@@ -458,11 +460,11 @@ def exchange_all_reduce():
 
 
 def _eager_ops_direct():
-    """Whether eager ops run as kernels rather than one-op functions (`TFWGPU_EAGER_OPS_DIRECT`,
-    default on when TensorFlow lists a tfwgpu GPU)."""
+    """Whether eager ops run as kernels rather than one-op functions (`TFWGPU_EAGER_OPS_DIRECT=1`
+    and TensorFlow lists a tfwgpu GPU; off by default)."""
     import os
 
-    if os.environ.get("TFWGPU_EAGER_OPS_DIRECT", "1").strip() == "0":
+    if os.environ.get("TFWGPU_EAGER_OPS_DIRECT", "0").strip() != "1":
         return False
     try:
         import tensorflow as tf

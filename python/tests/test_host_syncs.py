@@ -79,10 +79,10 @@ def test_sub_word_uploads_do_not_read_the_device(tf, dtype, values):
 
 def test_optional_has_value_needs_no_device_read(tf):
     """Keras fit's per-step check `if not opt_outputs.has_value()`: with eager ops as one-op
-    functions (`TFWGPU_EAGER_OPS_DIRECT=0`) TensorFlow puts the flag on the device (one 1-byte
-    upload), then reads it back (a device sync, then a copy to the host): neither the upload
-    nor the read waits for the GPU. By default the flag stays on the host (no copy at all,
-    tests/test_eager_direct.py)."""
+    functions (TensorFlow's default, kept by ours) TensorFlow puts the flag on the device (one
+    1-byte upload), then reads it back (a device sync, then a copy to the host): neither the
+    upload nor the read waits for the GPU. With `TFWGPU_EAGER_OPS_DIRECT=1` the flag stays on
+    the host (no copy at all, tests/test_eager_direct.py)."""
     with tf.device("/GPU:0"):
         opt = tf.experimental.Optional.from_value(tf.constant([1.0, 2.0]))
         assert bool(opt.has_value())  # warm-up: kernels, functions
@@ -141,10 +141,10 @@ def test_copy_events_complete_when_recorded(tf):
 
 def _opt_flag(tf):
     """A new 1-byte flag the host wrote to the device (one per step: TensorFlow reads a tensor
-    back once), read the way Keras fit read its `has_value()` flag every step while eager ops ran as one-op functions
-    (`TFWGPU_EAGER_OPS_DIRECT=0`; now the flag stays on the host): each read is TensorFlow's
-    device sync followed by a copy that the runtime's host mirror answers (no read of the
-    device)."""
+    back once), read the way Keras fit reads its `has_value()` flag every step while eager ops
+    run as one-op functions (the default; `TFWGPU_EAGER_OPS_DIRECT=1` keeps it on the host):
+    each read is TensorFlow's device sync followed by a copy that the runtime's host mirror
+    answers (no read of the device)."""
     with tf.device("/GPU:0"):
         return tf.identity(tf.constant(True))
 

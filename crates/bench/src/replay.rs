@@ -1161,7 +1161,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
                          [--sync-each] [--no-mark-sync] [--gpu-paths] \
                          [--per-device [--timeline FILE]] [--data-parallel N,M \
-                         [--allreduce exchange|halves|peer|peer-host|peer-async|none[,...]] [--bucket-kb K] \
+                         [--allreduce exchange|halves|peer|peer-host|none[,...]] [--bucket-kb K] \
                          [--label L] [--per-device-batch B] [--check] [--no-defer] [--free-run]]";
     let dev = rt.device();
     let mut path = None;

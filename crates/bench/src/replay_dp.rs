@@ -46,9 +46,9 @@
 //!   held back until that batch completed and the sum is recorded then (counted: `host_waits`;
 //!   `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). Where a device has no host
 //!   memory import, the run falls back to `exchange` and says so. `--allreduce peer-host`:
-//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process);
-//!   `peer-async`: the batch with the bucket's copies and the semaphore's signal goes to the
-//!   device's submit thread instead of being encoded and submitted on the recording thread.
+//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process; on
+//!   two logical devices of an H200 it gave device 1 a wrong sum, session 14: unexplained).
+//!   (`peer-async`, the bucket's batch handed to the submit thread, hung there and was removed.)
 //! - A bucket is issued once every one of its producers has been replayed on the device (the
 //!   deferral below may replay them out of trace order).
 //! - Several modes (`--allreduce exchange,peer,none`) alternate pass by pass in one process,
@@ -96,9 +96,6 @@ pub enum AllReduce {
     /// `Peer` ordered on the host even where the devices share timeline semaphores (the A/B of
     /// the GPU-side ordering in one process; `TFWGPU_PEER_ORDER=host` makes `Peer` this too).
     PeerHost,
-    /// `Peer` whose batch with the bucket's copies (and the semaphore's signal) goes to the
-    /// device's submit thread: the recording thread does not encode and submit it itself.
-    PeerAsync,
 }
 
 impl AllReduce {
@@ -109,9 +106,8 @@ impl AllReduce {
             "none" => Ok(AllReduce::None),
             "peer" => Ok(AllReduce::Peer),
             "peer-host" => Ok(AllReduce::PeerHost),
-            "peer-async" => Ok(AllReduce::PeerAsync),
             _ => Err(format!(
-                "--allreduce {s:?}: exchange, halves, peer, peer-host, peer-async or none"
+                "--allreduce {s:?}: exchange, halves, peer, peer-host or none"
             )),
         }
     }
@@ -123,16 +119,12 @@ impl AllReduce {
             AllReduce::None => "none",
             AllReduce::Peer => "peer",
             AllReduce::PeerHost => "peer-host",
-            AllReduce::PeerAsync => "peer-async",
         }
     }
 
     /// Through host memory every device imports.
     fn is_peer(self) -> bool {
-        matches!(
-            self,
-            AllReduce::Peer | AllReduce::PeerHost | AllReduce::PeerAsync
-        )
+        matches!(self, AllReduce::Peer | AllReduce::PeerHost)
     }
 }
 
@@ -806,10 +798,7 @@ impl DevState<'_> {
             .iter()
             .filter_map(|&p| pr.links[self.s][p].as_ref())
             .collect();
-        let tickets = self
-            .dev
-            .flush_signal(&links, cx.mode == AllReduce::PeerAsync)
-            .map_err(e)?;
+        let tickets = self.dev.flush_signal(&links).map_err(e)?;
         // One ticket per peer (a timeline value per link), or the batch id for all of them.
         let out: Vec<(usize, Ticket)> = peers
             .iter()
@@ -1125,11 +1114,7 @@ fn comm_thread(
         })?;
         let mut received_us = 0.0;
         match cx.mode {
-            AllReduce::Exchange
-            | AllReduce::None
-            | AllReduce::Peer
-            | AllReduce::PeerHost
-            | AllReduce::PeerAsync => {
+            AllReduce::Exchange | AllReduce::None | AllReduce::Peer | AllReduce::PeerHost => {
                 for _ in 0..cx.n - 1 {
                     let m = receive(&inbox, &mut kept, b, 0, shared)?;
                     received_us = now();
@@ -2296,7 +2281,6 @@ mod tests {
             all_reduced_on(&rt, AllReduce::Peer, true);
             all_reduced_on(&rt, AllReduce::Peer, false);
             all_reduced_on(&rt, AllReduce::PeerHost, true);
-            all_reduced_on(&rt, AllReduce::PeerAsync, true);
         } else {
             eprintln!("SKIPPED: no host memory import on this adapter; checking the refusal");
             let devs: Vec<&Device> = rt.devices.iter().collect();

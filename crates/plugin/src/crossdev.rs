@@ -16,8 +16,9 @@
 //! With `TFWGPU_PEER=1` (devices opened with the runtime's peer extensions, runtime `peer.rs`),
 //! a copy goes through a ring of host memory both devices import instead ([`Route`]): A's queue
 //! copies into it and signals a timeline semaphore shared with B, B's queue waits for it and
-//! copies out, both recorded before `start` returns. Nothing waits on the host (where a device
-//! has no such semaphores, the host waits for A's batch instead: reported once), so the stream's
+//! copies out, both recorded before `start` returns. Nothing waits on the host (between CPU
+//! adapters, which have no such semaphores, the host waits for A's batch instead: reported
+//! once; GPUs without them keep the copier), so the stream's
 //! later events need not wait for a copier, and the host goes on recording while the GPUs carry
 //! the bytes. Copies the route does not take (over half its ring, or not 4-byte multiples) go
 //! through the copier as before, after the copier's earlier copies of the same stream.
@@ -167,7 +168,7 @@ pub fn routes_json() -> serde_json::Value {
 
 /// The route from `from` to `to` through host memory both import, made on first use (None,
 /// remembered, where either device was opened without `TFWGPU_PEER=1` or cannot import host
-/// memory). Its ring holds `TFWGPU_PEER_RING_MB` MiB (default 64). Routes live as long as the
+/// memory, or where the route would be ordered on the host between GPUs). Its ring holds `TFWGPU_PEER_RING_MB` MiB (default 64). Routes live as long as the
 /// process.
 fn route(from: &'static Device, to: &'static Device) -> Option<&'static Route> {
     let can = |d: &Device| d.peer_caps().is_some_and(|c| c.host_memory);
@@ -184,17 +185,30 @@ fn route(from: &'static Device, to: &'static Device) -> Option<&'static Route> {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(64);
+        let cpu = |d: &Device| d.description().device_type == "cpu";
         match Route::new(from, to, mb << 20) {
-            Ok(r) => {
-                if r.gpu_ordered() {
-                    tracing::info!("tfwgpu: copies between devices through {r:?}");
-                } else {
-                    tracing::warn!(
-                        "tfwgpu: copies between devices through {r:?}: no OPAQUE_FD timeline \
-                         semaphores, so the host waits for each copy's source"
-                    );
-                }
+            Ok(r) if r.gpu_ordered() => {
+                tracing::info!("tfwgpu: copies between devices through {r:?}");
                 Some(&*Box::leak(Box::new(r)))
+            }
+            Ok(r) if cpu(from) && cpu(to) => {
+                tracing::warn!(
+                    "tfwgpu: copies between devices through {r:?}: no OPAQUE_FD timeline \
+                     semaphores, so the host waits for each copy's source"
+                );
+                Some(&*Box::leak(Box::new(r)))
+            }
+            Ok(r) => {
+                // Ordered on the host, a GPU's copy into the shared memory was not always
+                // visible to the other device once its batch completed (the replay's
+                // `peer-host` on an H200, session 14): only CPU adapters, whose device writes
+                // are host writes, take a host-ordered route.
+                tracing::warn!(
+                    "tfwgpu: no peer route between devices ({r:?} has no OPAQUE_FD timeline \
+                     semaphores, and host ordering is used only between CPU adapters); copies \
+                     go through the host"
+                );
+                None
             }
             Err(e) => {
                 tracing::warn!(

@@ -531,15 +531,13 @@ impl Device {
     /// Submits the work recorded so far and returns, per link (each must start at this
     /// device), how its destination orders work after it: the link's next timeline value,
     /// signaled by that submit (staged for the batch's own submit; the host does not wait).
-    /// With `on_submit_thread`, the batch goes to the device's submit thread (where it has
-    /// one) and this thread returns at once; else it is encoded and submitted here. Without
+    /// The batch is encoded and submitted on the calling thread. Without
     /// links, one ticket: the batch id, which another device must wait for on the host
     /// ([`Device::wait_ticket`]). One thread at a time signals a given link (its values must
     /// reach the queue in increasing order).
     pub fn flush_signal(
         &self,
         links: &[&crate::peer::PeerLink],
-        on_submit_thread: bool,
     ) -> Result<Vec<crate::peer::Ticket>> {
         if links.is_empty() {
             return Ok(vec![crate::peer::Ticket::Batch(self.inner.exec.flush()?)]);
@@ -566,11 +564,7 @@ impl Device {
                     crate::peer::vk_impl::stage_signal(q, sem, n);
                 }
             });
-            if on_submit_thread {
-                self.inner.exec.flush_with_async(stage)?;
-            } else {
-                self.inner.exec.flush_with(stage)?;
-            }
+            self.inner.exec.flush_with(stage)?;
             Ok(tickets)
         }
         #[cfg(not(target_os = "linux"))]

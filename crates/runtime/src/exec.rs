@@ -1336,33 +1336,6 @@ impl ExecutionContext {
         Ok(id)
     }
 
-    /// [`Self::flush_with`] that hands the open batch, with `before_submit`, to the device's
-    /// submit thread when there is one (`ExecConfig::submit_thread`): the closure still runs
-    /// right before that batch's own submit (in turn, no other submit of this queue in
-    /// between), but the calling thread goes on recording meanwhile. Without a submit thread
-    /// or an open batch, [`Self::flush_with`]. Returns the batch's id.
-    pub(crate) fn flush_with_async(&self, before_submit: BeforeSubmit) -> Result<u64> {
-        let Some(tx) = self.submitter.get() else {
-            return self.flush_with(before_submit);
-        };
-        let mut b = self.batch.lock();
-        if b.ops == 0 {
-            drop(b);
-            return self.flush_with(before_submit);
-        }
-        let id = b.id;
-        let Some(mut t) = self.take_locked(&mut b) else {
-            drop(b);
-            return self.flush_with(before_submit);
-        };
-        t.before_submit = Some(before_submit);
-        if let Some(t) = send_batch(tx, t) {
-            drop(b);
-            self.submit_in_turn(t)?;
-        }
-        Ok(id)
-    }
-
     /// [`Self::flush`] that hands the open batch to the device's submit thread when there is
     /// one (`ExecConfig::submit_thread`) instead of encoding and submitting it on the calling
     /// thread: returns the same id, but the batch reaches the queue shortly after (in order).
@@ -1897,48 +1870,6 @@ mod tests {
         let again = ex.flush_with(f(&calls)).unwrap();
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         assert_eq!(again, id);
-        ex.synchronize().unwrap();
-    }
-
-    /// `flush_with_async` hands the open batch with its closure to the submit thread: the
-    /// closure runs there, once, before that batch is on the queue; with nothing open it runs
-    /// on the caller (an empty submit), as `flush_with`.
-    #[test]
-    fn flush_with_async_runs_its_closure_in_the_batch_submit_on_the_submit_thread() {
-        let rt = crate::Runtime::new().expect("an adapter");
-        let base = rt.device().exec();
-        let ex = ExecutionContext::new(
-            base.device().clone(),
-            base.queue().clone(),
-            ExecConfig {
-                submit_thread: Some(true),
-                ..ExecConfig::default()
-            },
-        );
-        let ran: Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>> = Arc::default();
-        let f = |r: &Arc<parking_lot::Mutex<Vec<std::thread::ThreadId>>>| -> BeforeSubmit {
-            let r = r.clone();
-            Box::new(move |_q| r.lock().push(std::thread::current().id()))
-        };
-        let dst = ex.device().create_buffer(&wgpu::BufferDescriptor {
-            label: None,
-            size: 256,
-            usage: wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        ex.synchronize().unwrap();
-        let me = std::thread::current().id();
-        ex.clear(&dst, 0, 256).unwrap();
-        let id = ex.flush_with_async(f(&ran)).unwrap();
-        ex.await_submitted(id);
-        {
-            let r = ran.lock();
-            assert_eq!(r.len(), 1, "ran once, before the batch was on the queue");
-            assert_ne!(r[0], me, "on the submit thread");
-        }
-        let again = ex.flush_with_async(f(&ran)).unwrap();
-        assert_eq!(again, id);
-        assert_eq!(ran.lock()[1], me, "nothing open: on the caller");
         ex.synchronize().unwrap();
     }
 

@@ -679,7 +679,7 @@ impl Route {
         }
         self.from.copy_to_buffer(src, &self.src.buffer, off, len)?;
         let links: Vec<&PeerLink> = self.link.iter().collect();
-        let ticket = self.from.flush_signal(&links, false)?[0];
+        let ticket = self.from.flush_signal(&links)?[0];
         if self
             .to
             .wait_ticket(&self.from, self.link.as_ref(), ticket)?

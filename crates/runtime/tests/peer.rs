@@ -31,7 +31,7 @@ fn without_the_option_devices_offer_no_peer_transfers() {
     assert!(d.peer_link(&rt.devices[1]).is_err());
     // Without a link the ticket is the batch id (host-ordered).
     assert!(matches!(
-        d.flush_signal(&[], false).unwrap()[..],
+        d.flush_signal(&[]).unwrap()[..],
         [Ticket::Batch(_)]
     ));
 }
@@ -63,7 +63,7 @@ fn bytes_cross_through_imported_host_memory_in_order() {
     };
     // A link starts at its source and ends at its destination.
     if let Some(l) = &link {
-        assert!(b.flush_signal(&[l], false).is_err());
+        assert!(b.flush_signal(&[l]).is_err());
         assert!(a.wait_ticket(b, Some(l), Ticket::Value(1)).is_err());
         assert!(b.wait_ticket(a, None, Ticket::Value(1)).is_err());
     }
@@ -75,8 +75,7 @@ fn bytes_cross_through_imported_host_memory_in_order() {
             .unwrap();
         b.write(dst, &vec![0xAB; 4 * n]).unwrap();
         let links: Vec<_> = link.iter().collect();
-        // Rounds 1 and 3 submit on the recording thread, round 2 through the submit thread.
-        let tickets = a.flush_signal(&links, round == 1).unwrap();
+        let tickets = a.flush_signal(&links).unwrap();
         let ticket = tickets[0];
         assert_eq!(tickets.len(), 1);
         if link.is_some() {
