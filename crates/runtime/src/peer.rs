@@ -539,6 +539,8 @@ pub struct Route {
     src: Imported,
     dst: Imported,
     link: Option<PeerLink>,
+    /// The ring's size (fixed; read without the ring's lock).
+    ring_bytes: u64,
     ring: parking_lot::Mutex<Ring>,
     host_waits: std::sync::atomic::AtomicU64,
     ring_waits: std::sync::atomic::AtomicU64,
@@ -626,6 +628,7 @@ impl Route {
             src,
             dst,
             link,
+            ring_bytes: host.size(),
             ring: parking_lot::Mutex::new(Ring {
                 size: host.size(),
                 ..Ring::default()
@@ -642,7 +645,7 @@ impl Route {
 
     /// The ring's size in bytes (copies of up to half of it are taken).
     pub fn ring_bytes(&self) -> u64 {
-        self.ring.lock().size
+        self.ring_bytes
     }
 
     /// How many copies the host ordered by waiting for the source's batch (no semaphore link).
