@@ -168,11 +168,25 @@ pub fn routes_json() -> serde_json::Value {
 
 /// The route from `from` to `to` through host memory both import, made on first use (None,
 /// remembered, where either device was opened without `TFWGPU_PEER=1` or cannot import host
-/// memory, or where the route would be ordered on the host between GPUs). Its ring holds `TFWGPU_PEER_RING_MB` MiB (default 64). Routes live as long as the
-/// process.
+/// memory, or where the route would be ordered on the host between GPUs). Its ring holds
+/// `TFWGPU_PEER_RING_MB` MiB (default 64). Routes live as long as the process.
 fn route(from: &'static Device, to: &'static Device) -> Option<&'static Route> {
     let can = |d: &Device| d.peer_caps().is_some_and(|c| c.host_memory);
     if !can(from) || !can(to) {
+        return None;
+    }
+    // Ordered on the host, a GPU's copy into the shared memory was not always visible to the
+    // other device once its batch completed (the replay's `peer-host` on an H200, session 14):
+    // only CPU adapters, whose device writes are host writes, take a host-ordered route.
+    let cpu = |d: &Device| d.description().device_type == "cpu";
+    if !(Route::orders_on_gpus(from, to) || cpu(from) && cpu(to)) {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| {
+            tracing::warn!(
+                "tfwgpu: no peer route between GPUs without OPAQUE_FD timeline semaphores (host \
+                 ordering is used only between CPU adapters); copies go through the host"
+            )
+        });
         return None;
     }
     let key = (
@@ -185,30 +199,17 @@ fn route(from: &'static Device, to: &'static Device) -> Option<&'static Route> {
             .ok()
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(64);
-        let cpu = |d: &Device| d.description().device_type == "cpu";
         match Route::new(from, to, mb << 20) {
-            Ok(r) if r.gpu_ordered() => {
-                tracing::info!("tfwgpu: copies between devices through {r:?}");
-                Some(&*Box::leak(Box::new(r)))
-            }
-            Ok(r) if cpu(from) && cpu(to) => {
-                tracing::warn!(
-                    "tfwgpu: copies between devices through {r:?}: no OPAQUE_FD timeline \
-                     semaphores, so the host waits for each copy's source"
-                );
-                Some(&*Box::leak(Box::new(r)))
-            }
             Ok(r) => {
-                // Ordered on the host, a GPU's copy into the shared memory was not always
-                // visible to the other device once its batch completed (the replay's
-                // `peer-host` on an H200, session 14): only CPU adapters, whose device writes
-                // are host writes, take a host-ordered route.
-                tracing::warn!(
-                    "tfwgpu: no peer route between devices ({r:?} has no OPAQUE_FD timeline \
-                     semaphores, and host ordering is used only between CPU adapters); copies \
-                     go through the host"
-                );
-                None
+                if r.gpu_ordered() {
+                    tracing::info!("tfwgpu: copies between devices through {r:?}");
+                } else {
+                    tracing::warn!(
+                        "tfwgpu: copies between devices through {r:?}: no OPAQUE_FD timeline \
+                         semaphores, so the host waits for each copy's source"
+                    );
+                }
+                Some(&*Box::leak(Box::new(r)))
             }
             Err(e) => {
                 tracing::warn!(

@@ -539,7 +539,7 @@ pub struct Route {
     src: Imported,
     dst: Imported,
     link: Option<PeerLink>,
-    /// The ring's size (fixed; read without the ring's lock).
+    /// The ring's size.
     ring_bytes: u64,
     ring: parking_lot::Mutex<Ring>,
     host_waits: std::sync::atomic::AtomicU64,
@@ -551,7 +551,6 @@ pub struct Route {
 /// that failed leaves nothing behind.
 #[derive(Default)]
 struct Ring {
-    size: u64,
     head: u64,
     used: std::collections::VecDeque<(u64, u64, u64)>,
 }
@@ -560,18 +559,19 @@ struct Ring {
 const RING_ALIGN: u64 = 256;
 
 impl Ring {
-    /// A region of `len` bytes no copy in flight uses: after the head, or from the start when
-    /// the end of the ring is too short. A region still being read (its reader batch not
+    /// A region of `len` bytes no copy in flight uses in a ring of `size` bytes: after the
+    /// head, or from the start when the end of the ring is too short. A region still being read (its reader batch not
     /// `completed()`) is waited for with `wait(batch)`; returns the region's start and whether
     /// it waited. The caller names the region's reader with [`Ring::read_by`].
     fn reserve(
         &mut self,
+        size: u64,
         len: u64,
         completed: &dyn Fn() -> u64,
         wait: &mut dyn FnMut(u64) -> Result<()>,
     ) -> Result<(u64, bool)> {
         let len = len.next_multiple_of(RING_ALIGN);
-        let start = if self.head + len <= self.size {
+        let start = if self.head + len <= size {
             self.head
         } else {
             0
@@ -616,8 +616,7 @@ impl Route {
         let host = HostShared::new(ring_bytes.max(RING_ALIGN), align)?;
         let src = from.import_host(&host)?;
         let dst = to.import_host(&host)?;
-        let both = |d: &crate::Device| d.peer_caps().is_some_and(|c| c.timeline_fd);
-        let link = if both(from) && both(to) {
+        let link = if Route::orders_on_gpus(from, to) {
             Some(from.peer_link(to)?)
         } else {
             None
@@ -629,13 +628,17 @@ impl Route {
             dst,
             link,
             ring_bytes: host.size(),
-            ring: parking_lot::Mutex::new(Ring {
-                size: host.size(),
-                ..Ring::default()
-            }),
+            ring: parking_lot::Mutex::new(Ring::default()),
             host_waits: AtomicU64::new(0),
             ring_waits: AtomicU64::new(0),
         })
+    }
+
+    /// Whether a route from `from` to `to` would be ordered on the GPUs: both have `OPAQUE_FD`
+    /// timeline semaphores (`peer_caps().timeline_fd`).
+    pub fn orders_on_gpus(from: &crate::Device, to: &crate::Device) -> bool {
+        let fd = |d: &crate::Device| d.peer_caps().is_some_and(|c| c.timeline_fd);
+        fd(from) && fd(to)
     }
 
     /// Whether the destination's queue waits for the source's on the GPU (else the host waits).
@@ -676,7 +679,9 @@ impl Route {
         // queue in increasing order.
         let mut ring = self.ring.lock();
         let exec = self.to.exec();
-        let (off, waited) = ring.reserve(len, &|| exec.completed(), &mut |b| exec.wait(b))?;
+        let (off, waited) = ring.reserve(self.ring_bytes, len, &|| exec.completed(), &mut |b| {
+            exec.wait(b)
+        })?;
         if waited {
             self.ring_waits.fetch_add(1, Ordering::Relaxed);
         }
@@ -728,15 +733,12 @@ mod tests {
     /// waits for exactly the readers of the regions a new one overlaps (the newest of them).
     #[test]
     fn ring_regions_wait_for_their_overlapping_readers() {
-        let mut ring = Ring {
-            size: 4 * RING_ALIGN,
-            ..Ring::default()
-        };
+        let mut ring = Ring::default();
         let done = std::cell::Cell::new(0u64);
         let waited = std::cell::RefCell::new(vec![]);
         let mut take = |len: u64, reader: u64| {
             let r = ring
-                .reserve(len, &|| done.get(), &mut |b| {
+                .reserve(4 * RING_ALIGN, len, &|| done.get(), &mut |b| {
                     waited.borrow_mut().push(b);
                     done.set(done.get().max(b));
                     Ok(())

@@ -253,17 +253,20 @@ fn grid3_wg(rowq: usize) -> u32 {
         .unwrap_or(WG)
 }
 
-/// Whether `pool_vec4.wgsl`'s three-dimensional grid (x: a row of `cols` items' channel
-/// quads, y: `rows`, z: the batch) fits the dispatch limits and `div_small` is exact.
-fn grid3_fits(g: &Geo, cols: usize, rows: usize) -> bool {
+/// The workgroup size of `pool_vec4.wgsl`'s three-dimensional grid (x: a row of `cols` items'
+/// channel quads, y: `rows`, z: the batch, [`grid3_wg`]) where that grid fits the dispatch
+/// limits and `div_small` is exact; None where it does not.
+fn grid3_fits(g: &Geo, cols: usize, rows: usize) -> Option<u32> {
     let rowq = cols * (g.c / 4);
+    let wg = grid3_wg(rowq);
     let limit = crate::kernel::MAX_GROUPS_X as usize;
-    rowq < 1 << 22
-        && rowq.div_ceil(grid3_wg(rowq) as usize) <= limit
+    (rowq < 1 << 22
+        && rowq.div_ceil(wg as usize) <= limit
         && rows <= limit
         && g.n <= limit
         && g.h + g.pt < 1 << 22
-        && g.w + g.pl < 1 << 22
+        && g.w + g.pl < 1 << 22)
+        .then_some(wg)
 }
 
 /// Spatial geometry of one call.
@@ -728,7 +731,7 @@ impl Kernel for Pool {
                     _ => (g.ow, g.oh),
                 };
                 let rowq = cols * (g.c / 4);
-                let grid3 = grid3_fits(&g, cols, rows).then(|| grid3_wg(rowq));
+                let grid3 = grid3_fits(&g, cols, rows);
                 debug_assert!((pass != 6 && pass != 7) || grid3.is_some());
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
@@ -810,7 +813,7 @@ impl Kernel for Pool {
                 && g.kh <= 4
                 && g.kw <= 4
                 && !block_gather_off()
-                && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2));
+                && grid3_fits(&g, (g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)).is_some();
             // 3x3 / 2 without top or left padding as MODE 7 (`TFWGPU_POOL_GATHER3S2=0`: MODE 6).
             let pass =
                 if block && g.kh == 3 && g.kw == 3 && g.pt == 0 && g.pl == 0 && gather3s2_on() {
