@@ -1531,10 +1531,22 @@ pub fn verify(p: &DpPass, plan: &DpPlan) -> Result<(usize, usize, usize), String
                     p.n as f32 * f32::EPSILON * mag
                 };
                 if got.is_nan() != want.is_nan() || (!want.is_nan() && (got - want).abs() > tol) {
+                    let bad = after
+                        .iter()
+                        .enumerate()
+                        .filter(|&(k, &g)| {
+                            let w: f32 = before.iter().map(|v| v[k]).sum();
+                            g.is_nan() != w.is_nan() || (!w.is_nan() && (g - w).abs() > tol)
+                        })
+                        .count();
                     return Err(format!(
-                        "gradient {j} ({:?}) element {k} on device {s}: {got} after the \
-                         all-reduce, the devices' sum is {want}",
-                        plan.grads[j].shape
+                        "gradient {j} ({:?}, event {}) element {k} on device {s}: {got} after \
+                         the all-reduce, the devices' sum is {want} (before: {:?}); {bad} of {} \
+                         elements wrong",
+                        plan.grads[j].shape,
+                        plan.grads[j].producer,
+                        before.iter().map(|v| v[k]).collect::<Vec<_>>(),
+                        after.len()
                     ));
                 }
             }
