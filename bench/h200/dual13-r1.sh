@@ -93,3 +93,5 @@ print("median over processes (2 GPUs / 1; 1gpu: ms):")
 for (k, m), v in sorted(agg.items()):
     print(f"  {k:12s} {m:10s} {st.median(v):.3f}  ({', '.join(f'{x:.2f}' for x in v)})")
 PY
+# The device returns at most 8 files: everything in one archive (session 15 lost the logs).
+(cd $OUT && tar czf dual13-r1.tar.gz *.log *.csv json && rm -rf *.log *.csv json)
