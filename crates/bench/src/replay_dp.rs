@@ -23,13 +23,18 @@
 //!   into its own, reads the sum back and sends it, and uploads the sum of the other half it
 //!   receives (two round trips, the same bytes). `--allreduce none`: no all-reduce at all, the
 //!   devices train apart (what the devices and the host give without communication).
-//! - The first kernel that consumes a gradient of a bucket is recorded only once that bucket's
-//!   sum is recorded on its device, as it must be. By default the device's thread holds such a
-//!   kernel back, with every later event that touches memory a held-back event touches, and
-//!   goes on with the rest (the rest of the backward pass, the other buckets), as TensorFlow's
-//!   executor runs every op whose inputs are ready; marks and host syncs replay everything held
-//!   back first. `--no-defer`: the thread blocks at the first such kernel instead (the trace's
-//!   order kept, the backward pass's recording stalled behind the all-reduce).
+//! - Every event outside the tape that touches a gradient after it is produced (up to the next
+//!   write of its memory: its free, say) is recorded only once that gradient's bucket's sum is
+//!   recorded on its device, as it must be; the first of them records it. (Until session 16
+//!   only the bucket's first consumer waited: a reader of the bucket's other gradient, or that
+//!   gradient's free, could go ahead of it while it was held back, and the sum then landed in
+//!   whatever the replay put at the freed address next: the rare wrong sums of `--check`.)
+//!   By default the device's thread holds such a kernel back, with every later event that
+//!   touches memory a held-back event touches, and goes on with the rest (the rest of the
+//!   backward pass, the other buckets), as TensorFlow's executor runs every op whose inputs are
+//!   ready; marks and host syncs replay everything held back first. `--no-defer`: the thread
+//!   blocks at the first such kernel instead (the trace's order kept, the backward pass's
+//!   recording stalled behind the all-reduce).
 //! - `--allreduce peer` (devices opened with `TFWGPU_PEER=1`; Vulkan): no host copy and, where
 //!   the driver shares timeline semaphores between the devices, no host wait. Every device
 //!   imports the same host memory (`VK_EXT_external_memory_host`, runtime peer.rs); per ordered
@@ -46,8 +51,8 @@
 //!   held back until that batch completed and the sum is recorded then (counted: `host_waits`;
 //!   `TFWGPU_PEER_ORDER=block` blocks the thread on it instead). Where a device has no host
 //!   memory import, the run falls back to `exchange` and says so. `--allreduce peer-host`:
-//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process; on
-//!   two logical devices of an H200 it gave device 1 a wrong sum, session 14: unexplained).
+//!   `peer` ordered on the host even where the semaphores exist (the A/B in one process; the
+//!   wrong sums it gave now and then, sessions 12-15, were the waiting rule above).
 //!   (`peer-async`, the bucket's batch handed to the submit thread, hung there and was removed.)
 //! - A bucket is issued once every one of its producers has been replayed on the device (the
 //!   deferral below may replay them out of trace order).
@@ -137,12 +142,13 @@ pub struct Grad {
     pub addr: u64,
     pub bytes: u64,
     pub shape: Vec<usize>,
-    /// The first event outside the gradient tape that reads it.
+    /// The first event outside the gradient tape that reads it (later ones wait for its sum
+    /// too: `DpPlan::wait_before`).
     pub consumer: usize,
 }
 
 /// Gradients all-reduced together: their reads start after `issue_after`, and the device
-/// waits for their sum before `wait_before`.
+/// waits for their sum before `wait_before` (the first of the events that wait for it).
 #[derive(Clone, Debug)]
 pub struct Bucket {
     pub grads: Vec<usize>,
@@ -165,6 +171,7 @@ pub struct DpPlan {
     produced_by: HashMap<usize, Vec<usize>>,
     /// Per bucket: how many distinct events produce its gradients.
     producers: Vec<usize>,
+    /// Per event: the buckets whose sum it waits for (it touches one of their gradients).
     wait_before: HashMap<usize, Vec<usize>>,
     /// Per trace event: the traced address ranges it reads and writes (an allocation and a
     /// free write theirs).
@@ -289,20 +296,6 @@ impl DpPlan {
             open.push(j);
         }
         close(&mut open, &mut buckets, pos);
-        let mut produced_by: HashMap<usize, Vec<usize>> = HashMap::new();
-        let mut producers = vec![];
-        let mut wait_before: HashMap<usize, Vec<usize>> = HashMap::new();
-        for (b, k) in buckets.iter().enumerate() {
-            debug_assert!(k.issue_after < k.wait_before);
-            let mut ps: Vec<usize> = k.grads.iter().map(|&j| grads[j].producer).collect();
-            ps.sort_unstable();
-            ps.dedup();
-            for &p in &ps {
-                produced_by.entry(p).or_default().push(b);
-            }
-            producers.push(ps.len());
-            wait_before.entry(k.wait_before).or_default().push(b);
-        }
         let mut sizes: HashMap<u64, u64> = HashMap::new();
         let mut touch: Vec<Ranges> = vec![];
         let mut barrier = vec![];
@@ -341,6 +334,62 @@ impl DpPlan {
             }
             touch.push((r, w));
             barrier.push(b);
+        }
+        let mut produced_by: HashMap<usize, Vec<usize>> = HashMap::new();
+        let mut producers = vec![];
+        for (b, k) in buckets.iter().enumerate() {
+            let mut ps: Vec<usize> = k.grads.iter().map(|&j| grads[j].producer).collect();
+            ps.sort_unstable();
+            ps.dedup();
+            for &p in &ps {
+                produced_by.entry(p).or_default().push(b);
+            }
+            producers.push(ps.len());
+        }
+        // Every event outside the tape that touches a gradient after its producer, up to and
+        // including the next write of its memory (its free, say), waits for its bucket's sum: the first of them records the sum
+        // into the gradient, and none may see it before (a later reader of the bucket's other
+        // gradients, replayed while the first is held back, read it unsummed; its free let the
+        // traced address be reused, and the sum then went into another tensor).
+        let mut wait_before: HashMap<usize, Vec<usize>> = HashMap::new();
+        for (b, k) in buckets.iter_mut().enumerate() {
+            let mut first = usize::MAX;
+            for &j in &k.grads {
+                let g = &grads[j];
+                let range = (g.addr, g.addr + g.bytes);
+                for &i in events.iter().filter(|&&i| i > g.producer) {
+                    let (r, w) = &touch[i];
+                    let writes = w.iter().any(|&x| overlaps(x, range));
+                    if !writes && !r.iter().any(|&x| overlaps(x, range)) {
+                        continue;
+                    }
+                    // The tape's own reads see the device's gradient; its next write (the
+                    // next step's gradient) ends this one, as any write or free does.
+                    if matches!(&trace.events[i], Event::Kernel(kr) if is_tape(&kr.node)) {
+                        if writes {
+                            break;
+                        }
+                        continue;
+                    }
+                    if i <= k.issue_after {
+                        return Err(format!(
+                            "event {i} touches gradient {j} (produced by event {}) before the \
+                             last gradient of its bucket is produced (event {}): it cannot wait \
+                             for the bucket's sum",
+                            g.producer, k.issue_after
+                        ));
+                    }
+                    let v = wait_before.entry(i).or_default();
+                    if !v.contains(&b) {
+                        v.push(b);
+                    }
+                    first = first.min(i);
+                    if writes {
+                        break;
+                    }
+                }
+            }
+            k.wait_before = k.wait_before.min(first);
         }
         Ok(DpPlan {
             events,
@@ -477,6 +526,10 @@ pub struct DpPass {
     pub comm: Vec<Vec<BucketTimes>>,
     /// With `check`: per device, per gradient, (bytes before, bytes after the all-reduce).
     pub checked: Vec<Checked>,
+    /// `peer` with `check`: per device, per gradient, after the pass: (its region of the shared
+    /// host memory, what it pushed; its staging tensor, what it last copied in from a peer's
+    /// region), to tell a wrong push, a wrong copy in and a wrong Add apart when a sum is wrong.
+    pub peer_bytes: Vec<Vec<(Vec<u8>, Vec<u8>)>>,
     /// Per device: the most events held back at once behind an all-reduce.
     pub deferred_max: Vec<usize>,
     /// `peer`: per device, the host waits for a peer's batch (the fallback without sync
@@ -689,8 +742,13 @@ impl DevState<'_> {
             }
         }
         if let (Some(bs), true, true) = (plan.wait_before.get(&i), cx.check, self.reduces()) {
+            // At the first event that waits for the bucket (later ones may see the gradient
+            // changed or its memory reused).
             for &b in bs {
                 for &j in &plan.buckets[b].grads {
+                    if self.checked.get(&j).is_some_and(|c| !c.1.is_empty()) {
+                        continue;
+                    }
                     let g = &plan.grads[j];
                     let a = self.mem.map(g.addr, g.bytes, &|| format!("gradient {j}"))?;
                     let after = self.dev.read(a, g.bytes as usize).map_err(e)?;
@@ -1419,11 +1477,22 @@ pub fn replay_dp(
             .collect()
     });
     let wall_s = t0.elapsed().as_secs_f64();
+    let mut peer_bytes = vec![];
     if let Some(pr) = peer_res {
         // Semaphores and imports go once no submit that uses them is pending (a failed device
         // thread may not have synchronized).
         for d in devs {
             let _ = d.synchronize();
+        }
+        if check {
+            for (s, d) in devs.iter().enumerate() {
+                let mut v = vec![];
+                for (j, g) in plan.grads.iter().enumerate() {
+                    let region = pr.imports[s].host.snapshot(pr.off[s][j], g.bytes);
+                    v.push((region, d.read(staging[s][j], g.bytes as usize).map_err(e)?));
+                }
+                peer_bytes.push(v);
+            }
         }
         drop(pr);
     }
@@ -1455,6 +1524,7 @@ pub fn replay_dp(
         n,
         wall_s,
         marks: std::mem::take(&mut shared.lock().marks),
+        peer_bytes,
         ..DpPass::default()
     };
     for (d, c) in results {
@@ -1486,6 +1556,25 @@ fn f32s(b: &[u8]) -> Vec<f32> {
 /// elements and finite elements were checked (the replay's random optimizer state can turn
 /// weights, and so later gradients, into NaN).
 pub fn verify(p: &DpPass, plan: &DpPlan) -> Result<(usize, usize, usize), String> {
+    // `peer`: element k of gradient j in each device's region and staging tensor.
+    let peer_at = |j: usize, k: usize| -> String {
+        let at = |b: &[u8]| f32s(b).get(k).copied();
+        let v: Vec<String> = (p.peer_bytes.iter().enumerate())
+            .map(|(s, g)| {
+                let (region, staged) = &g[j];
+                format!(
+                    "device {s} pushed {:?}, copied in {:?}",
+                    at(region),
+                    at(staged)
+                )
+            })
+            .collect();
+        if v.is_empty() {
+            String::new()
+        } else {
+            format!("; in the shared memory and staging: {}", v.join(", "))
+        }
+    };
     let mut grads = 0;
     let mut elems = 0;
     let mut finite = 0;
@@ -1511,14 +1600,15 @@ pub fn verify(p: &DpPass, plan: &DpPlan) -> Result<(usize, usize, usize), String
                 let k = k.unwrap_or(0);
                 return Err(format!(
                     "gradient {j} ({:?}, event {}): device {s} got another sum than device 0: \
-                     element {k}: {} against {} (before: {} and {}); {} elements differ",
+                     element {k}: {} against {} (before: {} and {}); {} elements differ{}",
                     plan.grads[j].shape,
                     plan.grads[j].producer,
                     a[k],
                     b[k],
                     before[s][k],
                     before[0][k],
-                    a.iter().zip(&b).filter(|(x, y)| !same(x, y)).count()
+                    a.iter().zip(&b).filter(|(x, y)| !same(x, y)).count(),
+                    peer_at(j, k)
                 ));
             }
             let after = a;
@@ -1542,11 +1632,12 @@ pub fn verify(p: &DpPass, plan: &DpPlan) -> Result<(usize, usize, usize), String
                     return Err(format!(
                         "gradient {j} ({:?}, event {}) element {k} on device {s}: {got} after \
                          the all-reduce, the devices' sum is {want} (before: {:?}); {bad} of {} \
-                         elements wrong",
+                         elements wrong{}",
                         plan.grads[j].shape,
                         plan.grads[j].producer,
                         before.iter().map(|v| v[k]).collect::<Vec<_>>(),
-                        after.len()
+                        after.len(),
+                        peer_at(j, k)
                     ));
                 }
             }
@@ -2062,6 +2153,26 @@ mod tests {
             ]
         );
         assert_eq!(plan.per_step(&trace), (3, 621, 2484, 2));
+        // Every reader of a gradient outside the tape waits for its bucket, not only the first
+        // (adam/b reads the first bucket's b after adam/w, the bucket's first reader, and
+        // adam/c reads it too), until the tape writes the next step's gradient there.
+        let mut waits: Vec<(usize, Vec<usize>)> = plan
+            .wait_before
+            .iter()
+            .map(|(&e, b)| (e, b.clone()))
+            .collect();
+        waits.sort();
+        assert_eq!(
+            waits,
+            [
+                (7, vec![0]),
+                (9, vec![0]),
+                (10, vec![0, 1]),
+                (17, vec![2]),
+                (19, vec![2]),
+                (20, vec![2, 3])
+            ]
+        );
         // Each bucket is issued once all of its producers were replayed (w and b for the first
         // bucket of a step: the deferral may hold w back behind the previous step's adam/w
         // while b goes on), not at the last of them in trace order alone.
@@ -2124,8 +2235,9 @@ mod tests {
         // 6 b (A+2048 -> A+4096), 7 adam/w (A+512, A+256 -> A+1024), 8 c (A+2048 -> A+6144),
         // 9 adam/b (A+4096 -> A+8192), 10 adam/c (A+6144, A+4096 -> A+10240), 11 mark, 12 free.
         assert!(plan.barrier[1] && plan.barrier[11] && !plan.barrier[7]);
-        // With adam/w held back, c and adam/b touch other memory and go on; adam/c only reads
-        // what adam/b reads.
+        // With adam/w held back, c and adam/b touch other memory (adam/b, which reads the
+        // bucket's other gradient, still waits for the sum itself); adam/c only reads what
+        // adam/b reads.
         assert!(!conflicts(t, 8, &[7]));
         assert!(!conflicts(t, 9, &[7]));
         assert!(!conflicts(t, 10, &[9]));
@@ -2145,6 +2257,77 @@ mod tests {
         );
         assert!(conflicts(t, 0, &[9]), "an allocation of its range");
         assert!(!conflicts(t, 2, &[9]), "an upload elsewhere");
+    }
+
+    /// A step whose second gradient (b) is freed after its reader and its memory reused,
+    /// with an event `extra` (if any) inserted right after the first gradient's producer.
+    fn freed_gradient_trace(extra: Option<Value>) -> Trace {
+        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
+        let t = json!({"T": {"type": "float32"}});
+        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
+            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
+                "outputs": [out], "dispatches": 1, "host_us": 1.0})
+        };
+        let (x, b) = (A, A + 0x10000);
+        let mut evs = vec![
+            json!({"ev": "alloc", "addr": x, "size": 4096}),
+            json!({"ev": "mark", "label": "1gpu"}),
+            json!({"ev": "h2d", "dst": x, "size": 64}),
+            k("Relu", "gradient_tape/w", vec![f(x, 16)], f(x + 256, 16)),
+        ];
+        evs.extend(extra);
+        evs.extend([
+            json!({"ev": "alloc", "addr": b, "size": 256}),
+            k("Neg", "gradient_tape/b", vec![f(x, 16)], f(b, 16)),
+            k(
+                "AddV2",
+                "sgd/w",
+                vec![f(x + 256, 16), f(x, 16)],
+                f(x + 512, 16),
+            ),
+            k("AddV2", "sgd/b", vec![f(b, 16), f(x, 16)], f(x + 768, 16)),
+            json!({"ev": "free", "addr": b}),
+            json!({"ev": "alloc", "addr": b, "size": 256}),
+            json!({"ev": "h2d", "dst": b, "size": 64}),
+            k("Relu", "model/next", vec![f(b, 16)], f(x + 1024, 16)),
+            json!({"ev": "mark", "label": "end"}),
+        ]);
+        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
+        for (seq, mut v) in evs.into_iter().enumerate() {
+            v["seq"] = json!(seq);
+            v["dev"] = json!(0);
+            s += &line(v);
+        }
+        Trace::parse(&s).unwrap()
+    }
+
+    #[test]
+    fn every_event_touching_a_gradient_until_its_memory_is_rewritten_waits_for_the_sum() {
+        let trace = freed_gradient_trace(None);
+        let plan = DpPlan::new(&trace, "1gpu", 0).unwrap();
+        // Events: 0 alloc, 1 mark, 2 h2d, 3 w, 4 alloc b, 5 b, 6 sgd/w, 7 sgd/b, 8 free b,
+        // 9 alloc b, 10 h2d b, 11 next, 12 mark.
+        let b: Vec<(Vec<usize>, usize, usize)> = plan
+            .buckets
+            .iter()
+            .map(|b| (b.grads.clone(), b.issue_after, b.wait_before))
+            .collect();
+        assert_eq!(b, [(vec![0, 1], 5, 6)]);
+        let mut waits: Vec<(usize, Vec<usize>)> = plan
+            .wait_before
+            .iter()
+            .map(|(&e, b)| (e, b.clone()))
+            .collect();
+        waits.sort();
+        // sgd/b and the free of b wait too (had the free gone ahead of a held-back sgd/w, the
+        // sum would have gone into the tensor allocated at b's address next); what comes after
+        // the free is another tensor.
+        assert_eq!(waits, [(6, vec![0]), (7, vec![0]), (8, vec![0])]);
+        // A read of a gradient outside the tape before its bucket's last gradient is produced
+        // could not wait for the bucket's sum: refused.
+        let early = json!({"ev": "d2d", "src": A + 256, "dst": A + 2048, "size": 64});
+        let err = DpPlan::new(&freed_gradient_trace(Some(early)), "1gpu", 0).unwrap_err();
+        assert!(err.contains("event 4 touches gradient 0"), "{err}");
     }
 
     fn trace_len(text: &str) -> usize {
