@@ -642,6 +642,82 @@ fn max_pool_grad_3x3s2_sums() {
     }
 }
 
+/// MaxPoolGrad's argmax codes two outputs per invocation (pool_vec4.wgsl's MODE 8: 3x3
+/// windows, vertical stride 2; tests/pool_gather3s2_off.rs runs MODE 5 instead) on inputs drawn
+/// from special values (NaN, -0 / +0, subnormals, infinities, the lowest finite value, ties),
+/// so that pairs of whole windows take the half comparisons' fallback to the integer keys in
+/// one window, the other or both, and clipped windows and the odd last output row their own
+/// path: bit for bit against TensorFlow's argmax, float32 and float16. Horizontal strides 1
+/// and 2, top padding (SAME on odd sizes, explicit) and none.
+#[test]
+fn max_pool_grad_codes_pairs_with_specials() {
+    let shapes = [
+        (1, 5, 3, 4, 2, Pad::Valid),
+        (2, 9, 7, 8, 2, Pad::Valid),
+        (1, 7, 6, 12, 1, Pad::Valid),
+        (2, 11, 9, 8, 2, Pad::Same),
+        (1, 10, 8, 4, 1, Pad::Same),
+        (1, 8, 5, 8, 2, Pad::Explicit([1, 0, 1, 1])),
+        (1, 13, 4, 16, 2, Pad::Explicit([2, 1, 0, 0])),
+    ];
+    let mut k = 0u64;
+    for &(n, h, w, c, sw, pad) in &shapes {
+        let cfg = Cfg {
+            n,
+            h,
+            w,
+            c,
+            kh: 3,
+            kw: 3,
+            sh: 2,
+            sw,
+            pad,
+            nchw: false,
+        };
+        for half in [false, true] {
+            let sub = if half {
+                f32::from_bits(0x3380_0000)
+            } else {
+                f32::from_bits(1)
+            };
+            let lowest = if half { -65504.0 } else { f32::MIN };
+            let pool = [
+                f32::NAN,
+                0.0,
+                -0.0,
+                sub,
+                -sub,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                lowest,
+                1.0,
+                2.0,
+                -1.0,
+            ];
+            // Mostly specials, then mostly numbers (pairs where one window is plain).
+            for share in [6, 2] {
+                k += 1;
+                let mut r = rng(9300 + k);
+                let nin: usize = cfg.in_shape().iter().product();
+                let x: Vec<f32> = (0..nin)
+                    .map(|_| {
+                        if r.random_range(0..8) < share {
+                            pool[r.random_range(0..pool.len())]
+                        } else {
+                            rnd(half, r.random_range(-4.0f32..4.0))
+                        }
+                    })
+                    .collect();
+                let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
+                let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
+                let y = ref_max(&cfg, &x, lowest);
+                let what = format!("codes pairs, half={half} share {share} {cfg:?}");
+                check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
+            }
+        }
+    }
+}
+
 /// MaxPoolGrad with grads of -0 (and NaN) on every kernel form: TensorFlow's sums start from +0,
 /// and 0 + -0 is +0, so no input gets -0 (an input whose only gradient is -0 gets +0). The
 /// one-channel kernel (pool.wgsl: C = 3, NCHW), pool_vec4.wgsl's per-input gather (strides 1,
@@ -691,7 +767,7 @@ fn max_pool_grad_negative_zero_grads() {
     }
 }
 
-/// Every pass of pool_vec4.wgsl (MaxPool, the argmax codes, the three gathers) for float32
+/// Every pass of pool_vec4.wgsl (MaxPool, the two codes passes, the three gathers) for float32
 /// and float16 (hardware and software conversions; float16 MaxPool and codes also in native
 /// half arithmetic) translated offline, naga WGSL -> SPIR-V as wgpu's Vulkan backend does:
 /// validation errors and writer failures show on any adapter.
@@ -702,7 +778,7 @@ fn pool_vec4_shaders_translate_offline() {
     for dtype in [DType::F32, DType::F16] {
         let half = dtype == DType::F16;
         for hw in if half { vec![true, false] } else { vec![false] } {
-            for pass in [0u32, 5, 2, 6, 7] {
+            for pass in [0u32, 5, 2, 6, 7, 8] {
                 let grid3s: &[Option<u32>] = if pass >= 6 {
                     &[Some(256), Some(224)]
                 } else {
@@ -710,7 +786,7 @@ fn pool_vec4_shaders_translate_offline() {
                 };
                 for &grid3 in grid3s {
                     let mut natives = vec![(false, false)];
-                    if half && hw && (pass == 0 || pass == 5) {
+                    if half && hw && matches!(pass, 0 | 5 | 8) {
                         natives.extend([(true, false), (true, true)]);
                     }
                     for native in natives {
@@ -728,8 +804,8 @@ fn pool_vec4_shaders_translate_offline() {
         }
     }
     // Per grid (two sizes of the three-dimensional one, and the linear one for passes 0, 5
-    // and 2): float32 13, float16 with hardware conversions 13 + native 12, software 13.
-    assert_eq!(n, 51);
+    // and 2): float32 15, float16 with hardware conversions 15 + native 16, software 15.
+    assert_eq!(n, 61);
 }
 
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].

@@ -15,7 +15,9 @@
 //   inputs (see max_pool_grad_block).
 // - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
 //   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
-// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one
+// - MODE 8, MODE 5 for 3x3 windows and vertical stride 2, two vertically adjacent outputs per
+//   invocation: their windows share a row, so 15 loads instead of 18 (see argmax_codes_pair).
+// MaxPoolGrad is MODE 5 (or 8) then MODE 2 (or 6, or 7): each window's argmax is computed once (one
 // invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
 // and the gradient pass reads one code word per covering output.
 //
@@ -340,6 +342,61 @@ fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
     return pack_codes(s.code);
 }
 
+// MODE 8: the argmax codes of outputs (2 py, ox) and (2 py + 1, ox) for 3x3 windows with
+// vertical stride 2 (`Pool::record` checks): where both windows are whole, the second starts
+// two rows below the first, so the 15 elements of rows 0..5 are loaded once and each window
+// takes its 9 (row 2 is both the first's last and the second's first). Otherwise (a window
+// clipped by the padding or the edge, or the last output row of an odd count) each output
+// takes MODE 5's path. The codes are MODE 5's, bit for bit: the same comparisons on the same
+// elements.
+fn argmax_codes_pair(n: u32, py: u32, ox: u32, qd: u32) {
+    let quads = p.c / 4u;
+    let oy = 2u * py;
+    let e0 = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
+    let e1 = e0 + p.ow * quads;
+    let r0 = window(oy, ox);
+    var pair = oy + 1u < p.oh && r0.y - r0.x == 3u && r0.w - r0.z == 3u;
+    if pair {
+        let r1 = window(oy + 1u, ox);
+        pair = r1.y - r1.x == 3u && r1.w - r1.z == 3u;
+    }
+    if !pair {
+        if !(NATIVE && argmax_codes_native(n, oy, ox, qd, e0)) {
+            stc(e0, argmax_codes(n, oy, ox, qd));
+        }
+        if oy + 1u < p.oh && !(NATIVE && argmax_codes_native(n, oy + 1u, ox, qd, e1)) {
+            stc(e1, argmax_codes(n, oy + 1u, ox, qd));
+        }
+        return;
+    }
+    let row = p.w * quads;
+    let i0 = ((n * p.h + r0.x) * p.w + r0.z) * quads + qd;
+    if NATIVE && codes_pair_native(i0, row, e0, e1) {
+        return;
+    }
+    let i1 = i0 + row;
+    let i2 = i1 + row;
+    let i3 = i2 + row;
+    let i4 = i3 + row;
+    let v0 = lda(i0);
+    let v1 = lda(i0 + quads);
+    let v2 = lda(i0 + 2u * quads);
+    let v3 = lda(i1);
+    let v4 = lda(i1 + quads);
+    let v5 = lda(i1 + 2u * quads);
+    let v6 = lda(i2);
+    let v7 = lda(i2 + quads);
+    let v8 = lda(i2 + 2u * quads);
+    let v9 = lda(i3);
+    let v10 = lda(i3 + quads);
+    let v11 = lda(i3 + 2u * quads);
+    let v12 = lda(i4);
+    let v13 = lda(i4 + quads);
+    let v14 = lda(i4 + 2u * quads);
+    stc(e0, codes9(v0, v1, v2, v3, v4, v5, v6, v7, v8));
+    stc(e1, codes9(v6, v7, v8, v9, v10, v11, v12, v13, v14));
+}
+
 fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     let quads = p.c / 4u;
     let rows = covering(y, p.pt, p.kh, p.sh, p.oh, p.inv_sh);
@@ -565,6 +622,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         cols = (p.w + p.pl + 1u) / 2u;
         rows = (p.h + p.pt + 1u) / 2u;
     }
+    if MODE == 8u {
+        // Pairs of output rows (GRID3 only).
+        rows = (p.oh + 1u) / 2u;
+    }
     if GRID3 {
         let xq = wid.x * $WGXu + lid;
         if xq >= p.rowq {
@@ -591,6 +652,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 7u {
         max_pool_grad_3x3s2(n, yy, xx, qd);
+    } else if MODE == 8u {
+        argmax_codes_pair(n, yy, xx, qd);
     } else if MODE == 0u {
         if NATIVE && max_pool_native(n, yy, xx, qd, e) {
             return;
