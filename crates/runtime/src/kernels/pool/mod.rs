@@ -4,7 +4,7 @@
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per
 //! invocation, bit-identical results; MaxPoolGrad as two passes: argmax codes per output, or
-//! per two vertically adjacent outputs for 3x3 windows with vertical stride 2, MODE 8
+//! per two vertically adjacent outputs for float16 3x3 windows with vertical stride 2, MODE 8
 //! (`TFWGPU_POOL_CODES_PAIR=0`: MODE 5 there too), then the gather per input, or per 2 x 2
 //! block of inputs for strides 2 x 2 and windows up to 4 x 4, and for 3x3 / 2 without top or
 //! left padding by straight-line code, MODE 7 (`TFWGPU_POOL_GATHER3S2=0`: MODE 6 there too)).
@@ -106,11 +106,12 @@ fn gather3s2_on() -> bool {
     *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_GATHER3S2", "0"))
 }
 
-/// MaxPoolGrad's argmax codes for 3x3 windows with vertical stride 2 (ResNet's pool) as
-/// `pool_vec4.wgsl`'s MODE 8, two vertically adjacent outputs per invocation whose windows
-/// share a row (15 loads for two outputs instead of 18), instead of MODE 5 (default;
-/// `TFWGPU_POOL_CODES_PAIR=0` keeps MODE 5). The same codes bit for bit. Read once per
-/// process.
+/// MaxPoolGrad's float16 argmax codes in half arithmetic for 3x3 windows with vertical stride 2
+/// (ResNet's pool) as `pool_vec4.wgsl`'s MODE 8, two vertically adjacent outputs per invocation
+/// whose windows share a row (15 loads for two outputs instead of 18), instead of MODE 5
+/// (default; `TFWGPU_POOL_CODES_PAIR=0` keeps MODE 5). The same codes bit for bit. Not for
+/// float32 nor widened float16: holding 15 widened elements made the pass slower on the H200
+/// (session 17: float32 90 -> 97 us). Read once per process.
 fn codes_pair_on() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
@@ -821,9 +822,10 @@ impl Kernel for Pool {
                 // Native: binding 5 the input again (as vec4<f16>), 6 unused.
                 binds.extend([a.clone(), unused]);
             }
-            // 3x3 windows with vertical stride 2: two outputs per invocation (MODE 8;
-            // `TFWGPU_POOL_CODES_PAIR=0`: MODE 5).
-            let pair = g.kh == 3
+            // float16 in half arithmetic, 3x3 windows with vertical stride 2: two outputs per
+            // invocation (MODE 8; `TFWGPU_POOL_CODES_PAIR=0`: MODE 5).
+            let pair = native_ok
+                && g.kh == 3
                 && g.kw == 3
                 && g.sh == 2
                 && codes_pair_on()

@@ -15,8 +15,9 @@
 //   inputs (see max_pool_grad_block).
 // - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
 //   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
-// - MODE 8, MODE 5 for 3x3 windows and vertical stride 2, two vertically adjacent outputs per
-//   invocation: their windows share a row, so 15 loads instead of 18 (see argmax_codes_pair).
+// - MODE 8, MODE 5 for float16 3x3 windows and vertical stride 2 in half arithmetic, two
+//   vertically adjacent outputs per invocation: their windows share a row, so 15 loads instead
+//   of 18 (see argmax_codes_pair).
 // MaxPoolGrad is MODE 5 (or 8) then MODE 2 (or 6, or 7): each window's argmax is computed once (one
 // invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
 // and the gradient pass reads one code word per covering output.
@@ -343,12 +344,14 @@ fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
 }
 
 // MODE 8: the argmax codes of outputs (2 py, ox) and (2 py + 1, ox) for 3x3 windows with
-// vertical stride 2 (`Pool::record` checks): where both windows are whole, the second starts
-// two rows below the first, so the 15 elements of rows 0..5 are loaded once and each window
-// takes its 9 (row 2 is both the first's last and the second's first). Otherwise (a window
-// clipped by the padding or the edge, or the last output row of an odd count) each output
-// takes MODE 5's path. The codes are MODE 5's, bit for bit: the same comparisons on the same
-// elements.
+// vertical stride 2, float16 in half arithmetic (NATIVE; `Pool::record` checks): where both
+// windows are whole, the second starts two rows below the first, so the 15 elements of rows
+// 0..5 are loaded once and each window takes its 9 (row 2 is both the first's last and the
+// second's first). Otherwise (a window clipped by the padding or the edge, the last output row
+// of an odd count, or a result the half comparisons cannot decide) each output takes MODE 5's
+// path. The codes are MODE 5's, bit for bit. (Holding the 15 elements widened, as the integer
+// keys and float32 would, made the pass slower on the H200, session 17: float32 90 -> 97 us,
+// and float16 53 -> 80 us with such a fallback in the same shader.)
 fn argmax_codes_pair(n: u32, py: u32, ox: u32, qd: u32) {
     let quads = p.c / 4u;
     let oy = 2u * py;
@@ -360,41 +363,18 @@ fn argmax_codes_pair(n: u32, py: u32, ox: u32, qd: u32) {
         let r1 = window(oy + 1u, ox);
         pair = r1.y - r1.x == 3u && r1.w - r1.z == 3u;
     }
-    if !pair {
-        if !(NATIVE && argmax_codes_native(n, oy, ox, qd, e0)) {
-            stc(e0, argmax_codes(n, oy, ox, qd));
+    if pair && NATIVE {
+        let i0 = ((n * p.h + r0.x) * p.w + r0.z) * quads + qd;
+        if codes_pair_native(i0, p.w * quads, e0, e1) {
+            return;
         }
-        if oy + 1u < p.oh && !(NATIVE && argmax_codes_native(n, oy + 1u, ox, qd, e1)) {
-            stc(e1, argmax_codes(n, oy + 1u, ox, qd));
-        }
-        return;
     }
-    let row = p.w * quads;
-    let i0 = ((n * p.h + r0.x) * p.w + r0.z) * quads + qd;
-    if NATIVE && codes_pair_native(i0, row, e0, e1) {
-        return;
+    if !(NATIVE && argmax_codes_native(n, oy, ox, qd, e0)) {
+        stc(e0, argmax_codes(n, oy, ox, qd));
     }
-    let i1 = i0 + row;
-    let i2 = i1 + row;
-    let i3 = i2 + row;
-    let i4 = i3 + row;
-    let v0 = lda(i0);
-    let v1 = lda(i0 + quads);
-    let v2 = lda(i0 + 2u * quads);
-    let v3 = lda(i1);
-    let v4 = lda(i1 + quads);
-    let v5 = lda(i1 + 2u * quads);
-    let v6 = lda(i2);
-    let v7 = lda(i2 + quads);
-    let v8 = lda(i2 + 2u * quads);
-    let v9 = lda(i3);
-    let v10 = lda(i3 + quads);
-    let v11 = lda(i3 + 2u * quads);
-    let v12 = lda(i4);
-    let v13 = lda(i4 + quads);
-    let v14 = lda(i4 + 2u * quads);
-    stc(e0, codes9(v0, v1, v2, v3, v4, v5, v6, v7, v8));
-    stc(e1, codes9(v6, v7, v8, v9, v10, v11, v12, v13, v14));
+    if oy + 1u < p.oh && !(NATIVE && argmax_codes_native(n, oy + 1u, ox, qd, e1)) {
+        stc(e1, argmax_codes(n, oy + 1u, ox, qd));
+    }
 }
 
 fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
