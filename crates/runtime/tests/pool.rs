@@ -642,16 +642,15 @@ fn max_pool_grad_3x3s2_sums() {
     }
 }
 
-/// MaxPoolGrad's argmax codes two outputs per invocation (pool_vec4.wgsl's MODE 8: float16 in
-/// half arithmetic, 3x3 windows, vertical stride 2; float32 and tests/pool_gather3s2_off.rs
-/// take MODE 5) on inputs drawn
-/// from special values (NaN, -0 / +0, subnormals, infinities, the lowest finite value, ties),
-/// so that pairs of whole windows take the half comparisons' fallback to the integer keys in
-/// one window, the other or both, and clipped windows and the odd last output row their own
-/// path: bit for bit against TensorFlow's argmax, float32 and float16. Horizontal strides 1
-/// and 2, top padding (SAME on odd sizes, explicit) and none.
+/// MaxPoolGrad's argmax codes for 3x3 windows with vertical stride 2 over several output rows
+/// on inputs drawn from special values (NaN, -0 / +0, subnormals, infinities, the lowest finite
+/// value, ties), so that whole windows take the half comparisons' or the built-in max's
+/// fallback to the integer keys, next to clipped windows: bit for bit against TensorFlow's
+/// argmax, float32 and float16. Horizontal strides 1 and 2, top padding (SAME on odd sizes,
+/// explicit) and none. (Written for session 17's two-outputs-per-invocation codes pass, measured
+/// slower on the H200 and removed; the cases stay.)
 #[test]
-fn max_pool_grad_codes_pairs_with_specials() {
+fn max_pool_grad_codes_3x3_stride2_rows_with_specials() {
     let shapes = [
         (1, 5, 3, 4, 2, Pad::Valid),
         (2, 9, 7, 8, 2, Pad::Valid),
@@ -712,7 +711,7 @@ fn max_pool_grad_codes_pairs_with_specials() {
                 let g = data(&mut r, cfg.out_shape().iter().product(), false, half);
                 let attrs = cfg.attrs(if half { DType::F16 } else { DType::F32 });
                 let y = ref_max(&cfg, &x, lowest);
-                let what = format!("codes pairs, half={half} share {share} {cfg:?}");
+                let what = format!("codes 3x3 / 2, half={half} share {share} {cfg:?}");
                 check_max_grad(&cfg, &attrs, half, (&x, &y, &g), &what);
             }
         }
@@ -768,7 +767,7 @@ fn max_pool_grad_negative_zero_grads() {
     }
 }
 
-/// Every pass of pool_vec4.wgsl (MaxPool, the two codes passes, the three gathers) for float32
+/// Every pass of pool_vec4.wgsl (MaxPool, the argmax codes, the three gathers) for float32
 /// and float16 (hardware and software conversions; float16 MaxPool and codes also in native
 /// half arithmetic) translated offline, naga WGSL -> SPIR-V as wgpu's Vulkan backend does:
 /// validation errors and writer failures show on any adapter.
@@ -779,20 +778,16 @@ fn pool_vec4_shaders_translate_offline() {
     for dtype in [DType::F32, DType::F16] {
         let half = dtype == DType::F16;
         for hw in if half { vec![true, false] } else { vec![false] } {
-            for pass in [0u32, 5, 2, 6, 7, 8] {
+            for pass in [0u32, 5, 2, 6, 7] {
                 let grid3s: &[Option<u32>] = if pass >= 6 {
                     &[Some(256), Some(224)]
                 } else {
                     &[Some(256), Some(128), None]
                 };
                 for &grid3 in grid3s {
-                    // Pass 8 runs in half arithmetic only.
                     let mut natives = vec![(false, false)];
-                    if half && hw && matches!(pass, 0 | 5 | 8) {
+                    if half && hw && (pass == 0 || pass == 5) {
                         natives.extend([(true, false), (true, true)]);
-                    }
-                    if pass == 8 {
-                        natives.remove(0);
                     }
                     for native in natives {
                         // The built-in max on whole windows: float32, float16 with hardware
@@ -809,8 +804,8 @@ fn pool_vec4_shaders_translate_offline() {
         }
     }
     // Per grid (two sizes of the three-dimensional one, and the linear one for passes 0, 5
-    // and 2): float32 13, float16 with hardware conversions 13 + native 16, software 13.
-    assert_eq!(n, 55);
+    // and 2): float32 13, float16 with hardware conversions 13 + native 12, software 13.
+    assert_eq!(n, 51);
 }
 
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].

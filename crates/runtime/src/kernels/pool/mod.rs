@@ -2,15 +2,13 @@
 //! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2 (2-D, NHWC or NCHW, SAME / VALID, and
 //! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
-//! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per
-//! invocation, bit-identical results; MaxPoolGrad as two passes: argmax codes per output, or
-//! per two vertically adjacent outputs for float16 3x3 windows with vertical stride 2, MODE 8
-//! (`TFWGPU_POOL_CODES_PAIR=0`: MODE 5 there too), then the gather per input, or per 2 x 2
-//! block of inputs for strides 2 x 2 and windows up to 4 x 4, and for 3x3 / 2 without top or
-//! left padding by straight-line code, MODE 7 (`TFWGPU_POOL_GATHER3S2=0`: MODE 6 there too)).
-//! float16 MaxPool and the argmax codes compare whole 3x3 windows in half arithmetic
-//! (`pool_f16n.wgsl`) where `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`:
-//! widened).
+//! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
+//! results; MaxPoolGrad as two passes: argmax codes per output, then the gather per input, or
+//! per 2 x 2 block of inputs for strides 2 x 2 and windows up to 4 x 4, and for 3x3 / 2
+//! without top or left padding by straight-line code, MODE 7; `TFWGPU_POOL_GATHER3S2=0`: MODE
+//! 6 there too). float16 MaxPool and
+//! the argmax codes compare whole 3x3 windows in half arithmetic (`pool_f16n.wgsl`) where
+//! `f16conv::f16_native` passed (`TFWGPU_POOL_F16_NATIVE=0`: widened).
 //!
 //! Semantics are TensorFlow's CPU kernels, checked against TensorFlow 2.21:
 //! - Windows hold only in-bounds elements; padding is never a candidate. AvgPool divides by
@@ -52,9 +50,6 @@ const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32
     return false;
 }
 fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
-    return false;
-}
-fn codes_pair_native(i0: u32, row: u32, e0: u32, e1: u32) -> bool {
     return false;
 }";
 
@@ -106,24 +101,12 @@ fn gather3s2_on() -> bool {
     *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_GATHER3S2", "0"))
 }
 
-/// MaxPoolGrad's float16 argmax codes in half arithmetic for 3x3 windows with vertical stride 2
-/// (ResNet's pool) as `pool_vec4.wgsl`'s MODE 8, two vertically adjacent outputs per invocation
-/// whose windows share a row (15 loads for two outputs instead of 18), instead of MODE 5
-/// (default; `TFWGPU_POOL_CODES_PAIR=0` keeps MODE 5). The same codes bit for bit. Not for
-/// float32 nor widened float16: holding 15 widened elements made the pass slower on the H200
-/// (session 17: float32 90 -> 97 us). Read once per process.
-fn codes_pair_on() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_CODES_PAIR", "0"))
-}
-
-/// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 / 8 the argmax codes, 2 / 6 / 7
-/// the gathers) for `dtype` (float32 or float16), as `Pool::record` compiles it: `hw` the
-/// hardware float16 conversions, `grid3` the three-dimensional grid with its workgroup size
-/// (passes 6, 7 and 8 need it; None: the linear grid, workgroups of `WG`), `native` the half
-/// comparisons of pool_f16n.wgsl (passes 0, 5 and 8, float16; `max_form` its built-in max),
-/// `fast` the built-in max on whole 3x3 windows. Public for the offline translation
+/// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 the argmax codes, 2 / 6 / 7 the
+/// gathers) for `dtype` (float32 or float16), as `Pool::record` compiles it: `hw` the hardware
+/// float16 conversions, `grid3` the three-dimensional grid with its workgroup size (passes 6
+/// and 7 need it; None: the linear grid, workgroups of `WG`), `native`
+/// the half comparisons of pool_f16n.wgsl (passes 0 and 5, float16; `max_form` its built-in
+/// max), `fast` the built-in max on whole 3x3 windows. Public for the offline translation
 /// tests.
 pub fn vec4_source(
     pass: u32,
@@ -739,19 +722,17 @@ impl Kernel for Pool {
                 && native_on
                 && crate::kernels::f16conv::f16_native(ctx)?;
             let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
-                let native = native_ok && matches!(pass, 0 | 5 | 8);
+                let native = native_ok && (pass == 0 || pass == 5);
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
                     // 2 x 2 blocks of padded input positions.
                     6 | 7 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
-                    // Pairs of output rows.
-                    8 => (g.ow, g.oh.div_ceil(2)),
                     _ => (g.ow, g.oh),
                 };
                 let rowq = cols * (g.c / 4);
                 let grid3 = grid3_fits(&g, cols, rows);
-                debug_assert!(!matches!(pass, 6..=8) || grid3.is_some());
+                debug_assert!((pass != 6 && pass != 7) || grid3.is_some());
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
@@ -822,15 +803,7 @@ impl Kernel for Pool {
                 // Native: binding 5 the input again (as vec4<f16>), 6 unused.
                 binds.extend([a.clone(), unused]);
             }
-            // float16 in half arithmetic, 3x3 windows with vertical stride 2: two outputs per
-            // invocation (MODE 8; `TFWGPU_POOL_CODES_PAIR=0`: MODE 5).
-            let pair = native_ok
-                && g.kh == 3
-                && g.kw == 3
-                && g.sh == 2
-                && codes_pair_on()
-                && grid3_fits(&g, g.ow, g.oh.div_ceil(2)).is_some();
-            vec4_pass(if pair { 8 } else { 5 }, outs / 4, binds)?;
+            vec4_pass(5, outs / 4, binds)?;
             // Strides 2 x 2 and windows up to 4 x 4: the gather per 2 x 2 block of inputs
             // (pool_vec4.wgsl's MODE 6; it needs the three-dimensional grid, whose limits
             // hold for the blocks where they hold for the inputs).

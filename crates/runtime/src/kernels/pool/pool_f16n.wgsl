@@ -156,24 +156,3 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return true;
 }
 
-
-// The argmax codes of two vertically adjacent whole 3x3 windows (pool_vec4.wgsl's MODE 8) from
-// the first one's first index i0 and the row stride: rows 0..3 and 2..5 of the 15 elements
-// loaded once. Stores both and returns true, or false where either needs the integer keys
-// (nothing stored: the caller redoes both).
-fn codes_pair_native(i0: u32, row: u32, e0: u32, e1: u32) -> bool {
-    let quads = p.c / 4u;
-    let i3 = i0 + 3u * row;
-    let i4 = i3 + row;
-    let top = load9(vec2<u32>(i0, row), 0u);
-    let b = Win9(top.w6, top.w7, top.w8, ah[i3], ah[i3 + quads], ah[i3 + 2u * quads], ah[i4],
-                 ah[i4 + quads], ah[i4 + 2u * quads]);
-    let r0 = codes9_h(top);
-    let r1 = codes9_h(b);
-    if tiny_h(r0.m) || tiny_h(r1.m) {
-        return false;
-    }
-    stc(e0, r0.code);
-    stc(e1, r1.code);
-    return true;
-}

@@ -15,10 +15,7 @@
 //   inputs (see max_pool_grad_block).
 // - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
 //   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
-// - MODE 8, MODE 5 for float16 3x3 windows and vertical stride 2 in half arithmetic, two
-//   vertically adjacent outputs per invocation: their windows share a row, so 15 loads instead
-//   of 18 (see argmax_codes_pair).
-// MaxPoolGrad is MODE 5 (or 8) then MODE 2 (or 6, or 7): each window's argmax is computed once (one
+// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one
 // invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
 // and the gradient pass reads one code word per covering output.
 //
@@ -343,40 +340,6 @@ fn argmax_codes(n: u32, oy: u32, ox: u32, qd: u32) -> u32 {
     return pack_codes(s.code);
 }
 
-// MODE 8: the argmax codes of outputs (2 py, ox) and (2 py + 1, ox) for 3x3 windows with
-// vertical stride 2, float16 in half arithmetic (NATIVE; `Pool::record` checks): where both
-// windows are whole, the second starts two rows below the first, so the 15 elements of rows
-// 0..5 are loaded once and each window takes its 9 (row 2 is both the first's last and the
-// second's first). Otherwise (a window clipped by the padding or the edge, the last output row
-// of an odd count, or a result the half comparisons cannot decide) each output takes MODE 5's
-// path. The codes are MODE 5's, bit for bit. (Holding the 15 elements widened, as the integer
-// keys and float32 would, made the pass slower on the H200, session 17: float32 90 -> 97 us,
-// and float16 53 -> 80 us with such a fallback in the same shader.)
-fn argmax_codes_pair(n: u32, py: u32, ox: u32, qd: u32) {
-    let quads = p.c / 4u;
-    let oy = 2u * py;
-    let e0 = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
-    let e1 = e0 + p.ow * quads;
-    let r0 = window(oy, ox);
-    var pair = oy + 1u < p.oh && r0.y - r0.x == 3u && r0.w - r0.z == 3u;
-    if pair {
-        let r1 = window(oy + 1u, ox);
-        pair = r1.y - r1.x == 3u && r1.w - r1.z == 3u;
-    }
-    if pair && NATIVE {
-        let i0 = ((n * p.h + r0.x) * p.w + r0.z) * quads + qd;
-        if codes_pair_native(i0, p.w * quads, e0, e1) {
-            return;
-        }
-    }
-    if !(NATIVE && argmax_codes_native(n, oy, ox, qd, e0)) {
-        stc(e0, argmax_codes(n, oy, ox, qd));
-    }
-    if oy + 1u < p.oh && !(NATIVE && argmax_codes_native(n, oy + 1u, ox, qd, e1)) {
-        stc(e1, argmax_codes(n, oy + 1u, ox, qd));
-    }
-}
-
 fn max_pool_grad(n: u32, y: u32, x: u32, qd: u32) -> vec4<f32> {
     let quads = p.c / 4u;
     let rows = covering(y, p.pt, p.kh, p.sh, p.oh, p.inv_sh);
@@ -602,10 +565,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         cols = (p.w + p.pl + 1u) / 2u;
         rows = (p.h + p.pt + 1u) / 2u;
     }
-    if MODE == 8u {
-        // Pairs of output rows (GRID3 only).
-        rows = (p.oh + 1u) / 2u;
-    }
     if GRID3 {
         let xq = wid.x * $WGXu + lid;
         if xq >= p.rowq {
@@ -632,8 +591,6 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wi
         max_pool_grad_block(n, yy, xx, qd);
     } else if MODE == 7u {
         max_pool_grad_3x3s2(n, yy, xx, qd);
-    } else if MODE == 8u {
-        argmax_codes_pair(n, yy, xx, qd);
     } else if MODE == 0u {
         if NATIVE && max_pool_native(n, yy, xx, qd, e) {
             return;
