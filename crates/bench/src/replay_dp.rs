@@ -2050,6 +2050,13 @@ mod tests {
 
     const A: u64 = 0x1_0000_0000;
 
+    /// A map from events to buckets as (event, buckets) pairs in event order.
+    fn sorted(m: &HashMap<usize, Vec<usize>>) -> Vec<(usize, Vec<usize>)> {
+        let mut v: Vec<(usize, Vec<usize>)> = m.iter().map(|(&e, b)| (e, b.clone())).collect();
+        v.sort();
+        v
+    }
+
     /// A one-device training program of `steps` steps: three gradients (21, 300 and 300
     /// float32), the first two consumed only after both were produced, the third produced
     /// after the first was consumed.
@@ -2156,12 +2163,7 @@ mod tests {
         // Every reader of a gradient outside the tape waits for its bucket, not only the first
         // (adam/b reads the first bucket's b after adam/w, the bucket's first reader, and
         // adam/c reads it too), until the tape writes the next step's gradient there.
-        let mut waits: Vec<(usize, Vec<usize>)> = plan
-            .wait_before
-            .iter()
-            .map(|(&e, b)| (e, b.clone()))
-            .collect();
-        waits.sort();
+        let waits = sorted(&plan.wait_before);
         assert_eq!(
             waits,
             [
@@ -2177,12 +2179,7 @@ mod tests {
         // bucket of a step: the deferral may hold w back behind the previous step's adam/w
         // while b goes on), not at the last of them in trace order alone.
         assert_eq!(plan.producers, [2, 1, 2, 1]);
-        let mut by: Vec<(usize, Vec<usize>)> = plan
-            .produced_by
-            .iter()
-            .map(|(&e, b)| (e, b.clone()))
-            .collect();
-        by.sort();
+        let by = sorted(&plan.produced_by);
         assert_eq!(
             by,
             [
@@ -2313,12 +2310,7 @@ mod tests {
             .map(|b| (b.grads.clone(), b.issue_after, b.wait_before))
             .collect();
         assert_eq!(b, [(vec![0, 1], 5, 6)]);
-        let mut waits: Vec<(usize, Vec<usize>)> = plan
-            .wait_before
-            .iter()
-            .map(|(&e, b)| (e, b.clone()))
-            .collect();
-        waits.sort();
+        let waits = sorted(&plan.wait_before);
         // sgd/b and the free of b wait too (had the free gone ahead of a held-back sgd/w, the
         // sum would have gone into the tensor allocated at b's address next); what comes after
         // the free is another tensor.
