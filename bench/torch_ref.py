@@ -3,7 +3,9 @@
 
     python3 bench/torch_ref.py --json torch-ops.json            # the `tfwgpu-bench ops` cases
     python3 bench/torch_ref.py --cases matmul_4096,copy_256MiB  # a few of them
-    python3 bench/torch_ref.py --sizes 512,1024,4096 --json t.json   # square matmuls only (old form)
+    python3 bench/torch_ref.py --sizes 512,1024,4096 --json t.json   # square matmuls only
+                                                   # (--transpose a|b|ab; tfwgpu-bench matmul
+                                                   # --torch runs this form)
 
 The cases have the names and shapes of `tfwgpu-bench ops` (same rules, same `--small` preset;
 `--list` prints them), and the rows the same JSON schema: {case, op, shape, dtype, mode, ms,
@@ -335,6 +337,8 @@ def main():
     ap.add_argument("--cases", default="all")
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--sizes", help="square matmuls only (the old interface)")
+    ap.add_argument("--transpose", choices=["none", "a", "b", "ab"], default="none",
+                    help="with --sizes: transposed operands (tfwgpu-bench matmul --torch)")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--json", default="torch-ops.json")
     ap.add_argument("--list", action="store_true")
@@ -344,7 +348,8 @@ def main():
         print("\n".join(c["name"] for c in cases))
         return
     if args.sizes:
-        cases = [mm(0, s, s, s) for s in map(int, args.sizes.split(","))]
+        ta, tb = "a" in args.transpose, "b" in args.transpose
+        cases = [mm(0, s, s, s, ta, tb) for s in map(int, args.sizes.split(","))]
     elif args.cases != "all":
         want = args.cases.split(",")
         names = {c["name"] for c in cases}

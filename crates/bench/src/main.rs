@@ -3,7 +3,7 @@
 //! ```text
 //! tfwgpu-bench devices
 //! tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
-//!                     [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
+//!                     [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced] [--torch]
 //! tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..] [--ops fwd,bwd_input,bwd_filter]
 //!                   [--reps N] [--sample-ms MS] [--tiles auto,NAME,..] [--json FILE]
 //!                   [--dtype f32|f16] [--reduced] [--detail] [--no-gpu-time]
@@ -26,6 +26,7 @@ mod overhead;
 mod replay;
 mod replay_dp;
 mod replay_multi;
+mod torchref;
 mod transfer;
 mod vkprobe;
 
@@ -35,12 +36,17 @@ const USAGE: &str = "usage:
                                              between devices (TFWGPU_PEER=1), related Vulkan extensions
   tfwgpu-bench matmul [--sizes 512,1024,4096] [--reps N] [--json FILE] [--tiles auto,NAME,..]
                       [--transpose none|a|b|ab] [--dtype f32|f16] [--reduced]
+                      [--torch [--python PYTHON]]
                                              MatMul GFLOP/s per square size (and per forced
                                              kernel tile: auto is the kernel's choice); f16:
                                              f16 in and out (cooperative matrices where the
                                              adapter has them); --reduced sets
                                              TFWGPU_ALLOW_REDUCED_PRECISION=1 (f32 operands on
-                                             f16 tensor cores)
+                                             f16 tensor cores); --torch: PyTorch on CUDA on the
+                                             same GPU, same sizes, beside ours (bench/torch_ref.py,
+                                             built in; PYTHON or TFWGPU_TORCH_PYTHON, default
+                                             python3, with PyTorch): float32 TF32 off and on,
+                                             float16, the speed ratio and issue 6's goal
   tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..]
                     [--ops fwd,bwd_input,bwd_filter] [--reps N] [--sample-ms MS]
                     [--tiles auto,NAME,..] [--json FILE] [--dtype f32|f16] [--reduced]
@@ -444,6 +450,8 @@ fn matmul(args: &[String]) -> Result<(), String> {
         "size", "tile", "median ms", "min ms", "GFLOP/s", "rel err", "inner"
     );
     let mut rows = vec![];
+    // (size, tile, median ms, GFLOP/s) of each case that ran.
+    let mut ours: Vec<(usize, &str, f64, f64)> = vec![];
     for &s in &sizes {
         for &t in &tiles {
             let tile = (t != "auto").then_some(t);
@@ -455,6 +463,7 @@ fn matmul(args: &[String]) -> Result<(), String> {
                         "{:>6} {:>14} {:>10.4} {:>10.4} {:>10.1} {:>8.1e} {:>6}",
                         r.size, t, r.median_ms, r.min_ms, r.gflops, r.rel_err, r.inner
                     );
+                    ours.push((s, t, r.median_ms, r.gflops));
                     rows.push(
                         json!({"op": "MatMul", "dtype": dname, "m": s, "n": s, "k": s,
                         "transpose_a": ta, "transpose_b": tb, "tile": t,
@@ -468,15 +477,76 @@ fn matmul(args: &[String]) -> Result<(), String> {
         }
     }
     let d = dev.description();
-    let doc = json!({
+    let mut doc = json!({
         "adapter": d.name, "backend": d.backend, "device_type": d.device_type,
         "driver": format!("{} {}", d.driver, d.driver_info), "results": rows,
     });
+    if args.iter().any(|a| a == "--torch") {
+        let env_python = std::env::var("TFWGPU_TORCH_PYTHON").ok();
+        let python = flag(args, "--python")
+            .or(env_python.as_deref())
+            .unwrap_or("python3");
+        eprintln!("running PyTorch ({python} bench/torch_ref.py) on the same sizes...");
+        match torchref::run(python, &sizes, (ta, tb), reps.max(3)) {
+            Ok(t) => {
+                print_torch_table(&ours, &t, dtype, reduced, (ta, tb));
+                doc["torch"] = t;
+            }
+            Err(e) => println!("PyTorch reference not run: {e}"),
+        }
+    }
     let path = flag(args, "--json").unwrap_or("bench-matmul.json");
     std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
         .map_err(|e| format!("{path}: {e}"))?;
     eprintln!("wrote {path}");
     Ok(())
+}
+
+/// `matmul --torch`: our figures beside PyTorch's (torch_ref.py's document `t`) per size and
+/// tile. The ratio is PyTorch's time over ours (> 1: we are faster) against PyTorch in the
+/// mode ours is compared with: float32 with TF32 off (exact float32 arithmetic) for our float32,
+/// float16 for our float16 and TF32 for our reduced-precision float32 (float16 tensor cores).
+fn print_torch_table(
+    ours: &[(usize, &str, f64, f64)],
+    t: &serde_json::Value,
+    dtype: DType,
+    reduced: bool,
+    (ta, tb): (bool, bool),
+) {
+    let vs = match (dtype, reduced) {
+        (DType::F16, _) => "f16",
+        (_, true) => "tf32",
+        _ => "f32",
+    };
+    println!(
+        "PyTorch {} (CUDA {}) on {}, TFLOP/s; ratio = PyTorch {vs} time / ours:",
+        t["torch"].as_str().unwrap_or("?"),
+        t["cuda"].as_str().unwrap_or("?"),
+        t["device"].as_str().unwrap_or("?")
+    );
+    println!(
+        "{:>6} {:>14} {:>10} {:>9} {:>9} {:>9} {:>8} {:>11}",
+        "size", "tile", "ours", "torch f32", "tf32", "f16", "ratio", "goal"
+    );
+    let cell = |v: Option<(f64, f64)>| v.map_or("-".to_string(), |(_, tf)| format!("{tf:.1}"));
+    for &(size, tile, ms, gflops) in ours {
+        let r = torchref::row(t, size, ta, tb);
+        let ratio = r.mode(vs).map(|(tms, _)| tms / ms);
+        let goal = match (dtype, reduced, torchref::goal(size), ratio) {
+            (DType::F32, false, Some(g), Some(x)) => {
+                format!(">={g}x {}", if x >= g { "met" } else { "not met" })
+            }
+            _ => "-".to_string(),
+        };
+        println!(
+            "{size:>6} {tile:>14} {:>10.1} {:>9} {:>9} {:>9} {:>8} {goal:>11}",
+            gflops / 1e3,
+            cell(r.f32),
+            cell(r.tf32),
+            cell(r.f16),
+            ratio.map_or("-".to_string(), |x| format!("{x:.2}x")),
+        );
+    }
 }
 
 /// One convolution case: input [n, h, w, c] (NHWC), filter [r, r, c, k] (HWIO; depthwise:

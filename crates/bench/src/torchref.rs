@@ -1,0 +1,167 @@
+//! `tfwgpu-bench matmul --torch`: PyTorch's figures for the same products on the same GPU,
+//! printed beside ours (issue 6: "tfwgpu-bench matmul on a GPU prints figures next to the
+//! PyTorch reference"). Runs bench/torch_ref.py (compiled into the binary, so a binary carried
+//! alone to a GPU host still has it) with the Python of `--python` (default
+//! `TFWGPU_TORCH_PYTHON`, else `python3`); that Python needs PyTorch with CUDA. Where it cannot
+//! run, the reason is printed and our figures stand alone.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+const TORCH_REF: &str = include_str!("../../../bench/torch_ref.py");
+
+/// One size's figures from torch_ref.py: per mode (f32 = TF32 off, tf32, f16), (ms, TFLOP/s).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TorchRow {
+    pub f32: Option<(f64, f64)>,
+    pub tf32: Option<(f64, f64)>,
+    pub f16: Option<(f64, f64)>,
+}
+
+impl TorchRow {
+    /// The figures of mode `m` (f32, tf32 or f16).
+    pub fn mode(&self, m: &str) -> Option<(f64, f64)> {
+        match m {
+            "f32" => self.f32,
+            "tf32" => self.tf32,
+            "f16" => self.f16,
+            _ => None,
+        }
+    }
+}
+
+/// The case name torch_ref.py gives a square product of `size` with these transposes.
+fn case_name(size: usize, ta: bool, tb: bool) -> String {
+    format!(
+        "matmul_{size}{}{}",
+        if ta { "_ta" } else { "" },
+        if tb { "_tb" } else { "" }
+    )
+}
+
+/// Runs torch_ref.py for square products of `sizes` (transposes `ta`, `tb`), `reps` timed
+/// batches each. Returns its JSON document.
+pub fn run(
+    python: &str,
+    sizes: &[usize],
+    (ta, tb): (bool, bool),
+    reps: usize,
+) -> Result<Value, String> {
+    let dir = std::env::temp_dir();
+    let tag = format!("tfwgpu-torch-ref-{}", std::process::id());
+    let script: PathBuf = dir.join(format!("{tag}.py"));
+    let out: PathBuf = dir.join(format!("{tag}.json"));
+    std::fs::write(&script, TORCH_REF).map_err(|e| format!("{}: {e}", script.display()))?;
+    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    let transpose = match (ta, tb) {
+        (false, false) => "none",
+        (true, false) => "a",
+        (false, true) => "b",
+        (true, true) => "ab",
+    };
+    let res = Command::new(python)
+        .arg(&script)
+        .args(["--sizes", &list.join(",")])
+        .args(["--transpose", transpose])
+        .args(["--reps", &reps.to_string()])
+        .arg("--json")
+        .arg(&out)
+        .output();
+    let _ = std::fs::remove_file(&script);
+    let res = res.map_err(|e| format!("{python}: {e}"))?;
+    if !res.status.success() {
+        let err = String::from_utf8_lossy(&res.stderr);
+        let tail: Vec<&str> = err.lines().rev().take(3).collect();
+        let _ = std::fs::remove_file(&out);
+        return Err(format!(
+            "{python} bench/torch_ref.py failed ({}): {}",
+            res.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+        ));
+    }
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()));
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&text?).map_err(|e| format!("torch_ref.py's JSON: {e}"))
+}
+
+/// The figures of `size` (with these transposes) in torch_ref.py's document.
+pub fn row(doc: &Value, size: usize, ta: bool, tb: bool) -> TorchRow {
+    let name = case_name(size, ta, tb);
+    let mut r = TorchRow::default();
+    for x in doc["results"].as_array().into_iter().flatten() {
+        if x["case"].as_str() != Some(name.as_str()) {
+            continue;
+        }
+        let (Some(ms), Some(tf)) = (x["ms"].as_f64(), x["tflops"].as_f64()) else {
+            continue;
+        };
+        match x["mode"].as_str() {
+            Some("f32") => r.f32 = Some((ms, tf)),
+            Some("tf32") => r.tf32 = Some((ms, tf)),
+            Some("f16") => r.f16 = Some((ms, tf)),
+            _ => {}
+        }
+    }
+    r
+}
+
+/// Issue 6's goal for a float32 square product of `size` against PyTorch with TF32 off, as a
+/// ratio of speeds: 0.8 at 4096, 0.6 at 1024.
+pub fn goal(size: usize) -> Option<f64> {
+    match size {
+        4096 => Some(0.8),
+        1024 => Some(0.6),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_pair_by_case_and_mode() {
+        let doc = json!({"results": [
+            {"case": "matmul_1024", "mode": "f32", "ms": 0.1, "tflops": 21.5},
+            {"case": "matmul_1024", "mode": "tf32", "ms": 0.02, "tflops": 107.0},
+            {"case": "matmul_1024", "mode": "f16", "ms": 0.01, "tflops": 215.0},
+            {"case": "matmul_1024_tb", "mode": "f32", "ms": 0.2, "tflops": 10.7},
+            {"case": "matmul_4096", "mode": "f32", "ms": null, "tflops": 1.0}
+        ]});
+        assert_eq!(
+            row(&doc, 1024, false, false),
+            TorchRow {
+                f32: Some((0.1, 21.5)),
+                tf32: Some((0.02, 107.0)),
+                f16: Some((0.01, 215.0)),
+            }
+        );
+        assert_eq!(row(&doc, 1024, false, true).mode("f32"), Some((0.2, 10.7)));
+        assert_eq!(
+            row(&doc, 1024, false, false).mode("tf32"),
+            Some((0.02, 107.0))
+        );
+        // A row without a time, or a size not run, gives nothing.
+        assert_eq!(row(&doc, 4096, false, false), TorchRow::default());
+        assert_eq!(row(&doc, 512, false, false), TorchRow::default());
+    }
+
+    /// The embedded script is torch_ref.py with the options `run` passes.
+    #[test]
+    fn the_embedded_script_takes_sizes_and_transposes() {
+        for opt in ["\"--sizes\"", "\"--transpose\"", "\"--reps\"", "\"--json\""] {
+            assert!(TORCH_REF.contains(opt), "{opt}");
+        }
+        assert_eq!(case_name(64, true, true), "matmul_64_ta_tb");
+    }
+
+    /// Without a Python that can run the script, `run` says why instead of failing silently.
+    #[test]
+    fn a_missing_python_is_reported() {
+        let err = run("/nonexistent/python3", &[64], (false, false), 1).unwrap_err();
+        assert!(err.contains("/nonexistent/python3"), "{err}");
+    }
+}
