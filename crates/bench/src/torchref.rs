@@ -5,8 +5,10 @@
 //! `TFWGPU_TORCH_PYTHON`, else `python3`); that Python needs PyTorch with CUDA. Where it cannot
 //! run, the reason is printed and our figures stand alone.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
@@ -41,19 +43,50 @@ fn case_name(size: usize, ta: bool, tb: bool) -> String {
     )
 }
 
+/// How long torch_ref.py may run (CUDA start-up included) before it is stopped.
+const TIMEOUT: Duration = Duration::from_secs(600);
+
 /// Runs torch_ref.py for square products of `sizes` (transposes `ta`, `tb`), `reps` timed
-/// batches each. Returns its JSON document.
+/// batches each. Returns its JSON document. The script goes to Python on its standard input;
+/// its JSON and its error output go to a directory made for this run (none other can have
+/// placed a file there), removed afterwards.
 pub fn run(
     python: &str,
     sizes: &[usize],
     (ta, tb): (bool, bool),
     reps: usize,
 ) -> Result<Value, String> {
-    let dir = std::env::temp_dir();
-    let tag = format!("tfwgpu-torch-ref-{}", std::process::id());
-    let script: PathBuf = dir.join(format!("{tag}.py"));
-    let out: PathBuf = dir.join(format!("{tag}.json"));
-    std::fs::write(&script, TORCH_REF).map_err(|e| format!("{}: {e}", script.display()))?;
+    let dir = private_dir()?;
+    let res = run_in(&dir, python, sizes, (ta, tb), reps);
+    let _ = std::fs::remove_dir_all(&dir);
+    res
+}
+
+/// A new directory under the temporary one, created (not found) here.
+fn private_dir() -> Result<PathBuf, String> {
+    let base = std::env::temp_dir();
+    let t = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = base.join(format!("tfwgpu-torch-ref-{}-{t}", std::process::id()));
+    let mut b = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+    b.create(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
+
+fn run_in(
+    dir: &Path,
+    python: &str,
+    sizes: &[usize],
+    (ta, tb): (bool, bool),
+    reps: usize,
+) -> Result<Value, String> {
+    let out = dir.join("torch.json");
+    let err_path = dir.join("stderr.txt");
+    let err_file = std::fs::File::create(&err_path).map_err(|e| format!("{e}"))?;
     let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
     let transpose = match (ta, tb) {
         (false, false) => "none",
@@ -61,29 +94,47 @@ pub fn run(
         (false, true) => "b",
         (true, true) => "ab",
     };
-    let res = Command::new(python)
-        .arg(&script)
+    let mut child = Command::new(python)
+        .arg("-")
         .args(["--sizes", &list.join(",")])
         .args(["--transpose", transpose])
         .args(["--reps", &reps.to_string()])
         .arg("--json")
         .arg(&out)
-        .output();
-    let _ = std::fs::remove_file(&script);
-    let res = res.map_err(|e| format!("{python}: {e}"))?;
-    if !res.status.success() {
-        let err = String::from_utf8_lossy(&res.stderr);
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(err_file)
+        .spawn()
+        .map_err(|e| format!("{python}: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A Python that exits at once closes the pipe: its status says why.
+        let _ = stdin.write_all(TORCH_REF.as_bytes());
+    }
+    let t0 = Instant::now();
+    let status = loop {
+        match child.try_wait().map_err(|e| format!("{python}: {e}"))? {
+            Some(st) => break st,
+            None if t0.elapsed() > TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{python} bench/torch_ref.py did not finish in {} s: stopped",
+                    TIMEOUT.as_secs()
+                ));
+            }
+            None => std::thread::sleep(Duration::from_millis(50)),
+        }
+    };
+    if !status.success() {
+        let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         let tail: Vec<&str> = err.lines().rev().take(3).collect();
-        let _ = std::fs::remove_file(&out);
         return Err(format!(
-            "{python} bench/torch_ref.py failed ({}): {}",
-            res.status,
+            "{python} bench/torch_ref.py failed ({status}): {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         ));
     }
-    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()));
-    let _ = std::fs::remove_file(&out);
-    serde_json::from_str(&text?).map_err(|e| format!("torch_ref.py's JSON: {e}"))
+    let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("torch_ref.py's JSON: {e}"))
 }
 
 /// The figures of `size` (with these transposes) in torch_ref.py's document.
@@ -163,5 +214,14 @@ mod tests {
     fn a_missing_python_is_reported() {
         let err = run("/nonexistent/python3", &[64], (false, false), 1).unwrap_err();
         assert!(err.contains("/nonexistent/python3"), "{err}");
+        // A Python that runs the script and fails: its last error lines are reported.
+        if let Ok(st) = Command::new("python3").arg("-c").arg("pass").status()
+            && st.success()
+        {
+            let err = run("python3", &[64], (false, false), 1);
+            if let Err(e) = err {
+                assert!(e.contains("failed"), "{e}");
+            }
+        }
     }
 }
