@@ -156,3 +156,69 @@ fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return true;
 }
 
+
+// MODE 9 (pool_vec4.wgsl): the argmax codes of 3x3 windows with strides 2 x 2 from a band of
+// the input staged in workgroup memory. A workgroup covers one segment of `$WGX` items (channel
+// quads of consecutive output columns) of BAND_TY consecutive output rows; it loads the band of
+// input rows and columns those windows cover once (each element once, from global memory),
+// then every invocation takes its outputs' windows from the band (a whole window's 9 elements:
+// 9 workgroup-memory reads instead of 9 global loads, which overlapping windows repeat 2.25
+// times per element). Windows clipped by the padding or the edge, and results the half
+// comparisons cannot decide, take MODE 5's path from global memory. `Pool::record` checks
+// that the band fits BAND_CAP quads.
+const BAND_TY: u32 = 4u;
+const BAND_CAP: u32 = 5120u;
+var<workgroup> band: array<vec4<f16>, BAND_CAP>;
+
+fn codes_band(wid: vec3<u32>, lid: u32) {
+    let quads = p.c / 4u;
+    let x0 = wid.x * $WGXu;
+    let ox_lo = x0 / quads;
+    let ox_hi = (min(x0 + $WGXu, p.rowq) - 1u) / quads;
+    let oy0 = wid.y * BAND_TY;
+    let n = wid.z;
+    // The band's first element in input coordinates (may lie in the padding).
+    let by0 = i32(2u * oy0) - i32(p.pt);
+    let bx0 = i32(2u * ox_lo) - i32(p.pl);
+    let per_row = (2u * (ox_hi - ox_lo) + 3u) * quads;
+    let total = min((2u * BAND_TY + 1u) * per_row, BAND_CAP);
+    for (var t = lid; t < total; t = t + $WGXu) {
+        let r = t / per_row;
+        let rem = t - r * per_row;
+        let col = rem / quads;
+        let y = by0 + i32(r);
+        let x = bx0 + i32(col);
+        if y >= 0 && y < i32(p.h) && x >= 0 && x < i32(p.w) {
+            band[t] = ah[((n * p.h + u32(y)) * p.w + u32(x)) * quads + (rem - col * quads)];
+        }
+    }
+    workgroupBarrier();
+    let xq = x0 + lid;
+    if xq >= p.rowq {
+        return;
+    }
+    let ox = xq / quads;
+    let qd = xq - ox * quads;
+    for (var k = 0u; k < BAND_TY; k = k + 1u) {
+        let oy = oy0 + k;
+        if oy >= p.oh {
+            break;
+        }
+        let e = ((n * p.oh + oy) * p.ow + ox) * quads + qd;
+        let r = window(oy, ox);
+        if r.y - r.x == 3u && r.w - r.z == 3u {
+            // A whole window starts at (2 oy - pt, 2 ox - pl): band row 2k, column 2 (ox - ox_lo).
+            let i0 = 2u * k * per_row + 2u * (ox - ox_lo) * quads + qd;
+            let i1 = i0 + per_row;
+            let i2 = i1 + per_row;
+            let c = codes9_h(Win9(band[i0], band[i0 + quads], band[i0 + 2u * quads], band[i1],
+                                  band[i1 + quads], band[i1 + 2u * quads], band[i2],
+                                  band[i2 + quads], band[i2 + 2u * quads]));
+            if !tiny_h(c.m) {
+                stc(e, c.code);
+                continue;
+            }
+        }
+        stc(e, argmax_codes(n, oy, ox, qd));
+    }
+}
