@@ -646,9 +646,10 @@ fn max_pool_grad_3x3s2_sums() {
 /// on inputs drawn from special values (NaN, -0 / +0, subnormals, infinities, the lowest finite
 /// value, ties), so that whole windows take the half comparisons' or the built-in max's
 /// fallback to the integer keys, next to clipped windows: bit for bit against TensorFlow's
-/// argmax, float32 and float16 (float16 3x3 / 2: pool_vec4.wgsl's MODE 9, the band in
-/// workgroup memory; tests/pool_gather3s2_off.rs runs MODE 5 there). Horizontal strides 1 and
-/// 2, top padding (SAME on odd sizes, explicit) and none.
+/// argmax, float32 and float16. Horizontal strides 1 and 2, top padding (SAME on odd sizes,
+/// explicit) and none. (Written for session 17's codes passes with two outputs per invocation
+/// and with a band in workgroup memory, both measured slower on the H200 and removed; the cases
+/// stay, on MODE 5.)
 #[test]
 fn max_pool_grad_codes_3x3_stride2_rows_with_specials() {
     let shapes = [
@@ -770,7 +771,7 @@ fn max_pool_grad_negative_zero_grads() {
     }
 }
 
-/// Every pass of pool_vec4.wgsl (MaxPool, the two codes passes, the three gathers) for float32
+/// Every pass of pool_vec4.wgsl (MaxPool, the argmax codes, the three gathers) for float32
 /// and float16 (hardware and software conversions; float16 MaxPool and codes also in native
 /// half arithmetic) translated offline, naga WGSL -> SPIR-V as wgpu's Vulkan backend does:
 /// validation errors and writer failures show on any adapter.
@@ -781,20 +782,16 @@ fn pool_vec4_shaders_translate_offline() {
     for dtype in [DType::F32, DType::F16] {
         let half = dtype == DType::F16;
         for hw in if half { vec![true, false] } else { vec![false] } {
-            for pass in [0u32, 5, 2, 6, 7, 9] {
+            for pass in [0u32, 5, 2, 6, 7] {
                 let grid3s: &[Option<u32>] = if pass >= 6 {
                     &[Some(256), Some(224)]
                 } else {
                     &[Some(256), Some(128), None]
                 };
                 for &grid3 in grid3s {
-                    // Pass 9 runs in half arithmetic only.
                     let mut natives = vec![(false, false)];
-                    if half && hw && matches!(pass, 0 | 5 | 9) {
+                    if half && hw && (pass == 0 || pass == 5) {
                         natives.extend([(true, false), (true, true)]);
-                    }
-                    if pass == 9 {
-                        natives.remove(0);
                     }
                     for native in natives {
                         // The built-in max on whole windows: float32, float16 with hardware
@@ -811,8 +808,8 @@ fn pool_vec4_shaders_translate_offline() {
         }
     }
     // Per grid (two sizes of the three-dimensional one, and the linear one for passes 0, 5
-    // and 2): float32 13, float16 with hardware conversions 13 + native 16, software 13.
-    assert_eq!(n, 55);
+    // and 2): float32 13, float16 with hardware conversions 13 + native 12, software 13.
+    assert_eq!(n, 51);
 }
 
 /// A 2x2 window (VALID, stride 2) over one channel: [a b; c d].

@@ -1,13 +1,11 @@
-//! The whole pool suite (tests/pool.rs) with `TFWGPU_POOL_GATHER3S2=0` and
-//! `TFWGPU_POOL_CODES_BAND=0`: MaxPoolGrad's gather for 3x3 windows, strides 2 x 2 and no top
-//! or left padding (NHWC, C % 4 == 0) runs pool_vec4.wgsl's general block gather (MODE 6)
-//! instead of the default straight-line MODE 7 (constant code positions, 2 float16 round trips
-//! per block), and the float16 argmax codes of 3x3 / 2 windows MODE 5 (from global memory)
-//! instead of MODE 9 (a band in workgroup memory); every other shape keeps its kernel. The
-//! results must stay bit for bit TensorFlow's (`max_pool_grad_3x3s2_sums`,
-//! `max_pool_grad_codes_3x3_stride2_rows_with_specials` and the 3x3 / 2 configurations of the
-//! other tests). A binary of its own: the switches are read once per process, so they are set
-//! before main (ELF `.init_array`).
+//! The whole pool suite (tests/pool.rs) with `TFWGPU_POOL_GATHER3S2=0`: MaxPoolGrad's gather
+//! for 3x3 windows, strides 2 x 2 and no top or left padding (NHWC, C % 4 == 0) runs
+//! pool_vec4.wgsl's general block gather (MODE 6) instead of the default straight-line MODE 7
+//! (constant code positions, 2 float16 round trips per block); every other shape keeps its
+//! kernel. The results must
+//! stay bit for bit TensorFlow's (`max_pool_grad_3x3s2_sums` and the 3x3 / 2 configurations
+//! of the other tests). A binary of its own: the switch is read once per process, so it is
+//! set before main (ELF `.init_array`).
 #[path = "pool.rs"]
 mod pool;
 // tests/refs (a module of pool.rs here) names `crate::common`.
@@ -21,6 +19,5 @@ extern "C" fn set_env() {
     // SAFETY: runs before main, while the process has one thread.
     unsafe {
         std::env::set_var("TFWGPU_POOL_GATHER3S2", "0");
-        std::env::set_var("TFWGPU_POOL_CODES_BAND", "0");
     }
 }

@@ -51,8 +51,6 @@ const NATIVE_STUBS: &str = "fn max_pool_native(n: u32, oy: u32, ox: u32, qd: u32
 }
 fn argmax_codes_native(n: u32, oy: u32, ox: u32, qd: u32, e: u32) -> bool {
     return false;
-}
-fn codes_band(wid: vec3<u32>, lid: u32) {
 }";
 
 /// `pool_f16n.wgsl` for `pool_vec4.wgsl`'s `$NATIVE_FNS`: on (`native`, `MAXFORM` with
@@ -101,33 +99,6 @@ fn gather3s2_on() -> bool {
     use std::sync::OnceLock;
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_GATHER3S2", "0"))
-}
-
-/// MaxPoolGrad's float16 argmax codes in half arithmetic for 3x3 windows with strides 2 x 2
-/// (ResNet's pool) from a band of the input staged in workgroup memory (`pool_vec4.wgsl`'s MODE
-/// 9, `codes_band` in pool_f16n.wgsl) instead of MODE 5 (default; `TFWGPU_POOL_CODES_BAND=0`
-/// keeps MODE 5). The same codes bit for bit. Read once per process.
-fn codes_band_on() -> bool {
-    use std::sync::OnceLock;
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::env_is("TFWGPU_POOL_CODES_BAND", "0"))
-}
-
-/// Output rows per workgroup of MODE 9 and its band's capacity in channel quads
-/// (pool_f16n.wgsl's BAND_TY and BAND_CAP: 40 KiB of vec4<f16>).
-const BAND_TY: usize = 4;
-const BAND_CAP: usize = 5120;
-
-/// Whether MODE 9's band fits its workgroup memory in every workgroup of a row of `g`'s outputs
-/// (workgroups of `wg` items: channel quads of consecutive output columns).
-fn band_fits(g: &Geo, wg: usize) -> bool {
-    let quads = g.c / 4;
-    let rowq = g.ow * quads;
-    (0..rowq.div_ceil(wg)).all(|x| {
-        let x0 = x * wg;
-        let cols = (x0 + wg).min(rowq).saturating_sub(1) / quads - x0 / quads;
-        (2 * BAND_TY + 1) * (2 * cols + 3) * quads <= BAND_CAP
-    })
 }
 
 /// The WGSL of `pool_vec4.wgsl`'s pass `pass` (0 MaxPool, 5 the argmax codes, 2 / 6 / 7 the
@@ -751,19 +722,17 @@ impl Kernel for Pool {
                 && native_on
                 && crate::kernels::f16conv::f16_native(ctx)?;
             let vec4_pass = |pass: u32, words: usize, binds: Vec<crate::exec::BufferRange>| {
-                let native = native_ok && matches!(pass, 0 | 5 | 9);
+                let native = native_ok && (pass == 0 || pass == 5);
                 // The items: outputs (MaxPool, codes) or inputs (the gather), row by row.
                 let (cols, rows) = match pass {
                     2 => (g.w, g.h),
                     // 2 x 2 blocks of padded input positions.
                     6 | 7 => ((g.w + g.pl).div_ceil(2), (g.h + g.pt).div_ceil(2)),
-                    // Bands of BAND_TY output rows.
-                    9 => (g.ow, g.oh.div_ceil(BAND_TY)),
                     _ => (g.ow, g.oh),
                 };
                 let rowq = cols * (g.c / 4);
                 let grid3 = grid3_fits(&g, cols, rows);
-                debug_assert!(!matches!(pass, 6 | 7 | 9) || grid3.is_some());
+                debug_assert!((pass != 6 && pass != 7) || grid3.is_some());
                 let pipeline = ctx.pipeline(
                     PipelineKey::new(
                         "pool",
@@ -834,14 +803,7 @@ impl Kernel for Pool {
                 // Native: binding 5 the input again (as vec4<f16>), 6 unused.
                 binds.extend([a.clone(), unused]);
             }
-            // float16 in half arithmetic, 3x3 / 2: the codes from a band in workgroup memory
-            // (MODE 9; `TFWGPU_POOL_CODES_BAND=0`: MODE 5).
-            let band = native_ok
-                && (g.kh, g.kw, g.sh, g.sw) == (3, 3, 2, 2)
-                && codes_band_on()
-                && grid3_fits(&g, g.ow, g.oh.div_ceil(BAND_TY))
-                    .is_some_and(|wg| band_fits(&g, wg as usize));
-            vec4_pass(if band { 9 } else { 5 }, outs / 4, binds)?;
+            vec4_pass(5, outs / 4, binds)?;
             // Strides 2 x 2 and windows up to 4 x 4: the gather per 2 x 2 block of inputs
             // (pool_vec4.wgsl's MODE 6; it needs the three-dimensional grid, whose limits
             // hold for the blocks where they hold for the inputs).
@@ -881,36 +843,10 @@ impl Kernel for Pool {
 
 #[cfg(test)]
 mod tests {
-    use super::{Geo, band_fits, grid3_wg};
+    use super::grid3_wg;
 
     /// The fewest idle invocations per row, the larger size on a tie (no `TFWGPU_POOL_WG3` in
     /// the test environment).
-    /// MODE 9's band: ResNet's 56-column, 64-channel rows in workgroups of 224 quads (14
-    /// output columns: 9 input rows x 29 columns x 16 quads = 4176) fit; 1024 channels do not.
-    #[test]
-    fn codes_bands_fit_workgroup_memory() {
-        let g = |ow: usize, c: usize| Geo {
-            n: 1,
-            h: 2 * ow,
-            w: 2 * ow,
-            c,
-            oh: ow,
-            ow,
-            kh: 3,
-            kw: 3,
-            sh: 2,
-            sw: 2,
-            pt: 0,
-            pl: 0,
-        };
-        assert!(band_fits(&g(56, 64), 224));
-        assert!(band_fits(&g(7, 132), 128));
-        assert!(!band_fits(&g(14, 1024), 256));
-        // 9 x (2 x 1 + 3) x 112 = 5040 quads: two columns of 448 channels fit, 456 do not.
-        assert!(band_fits(&g(2, 448), 224));
-        assert!(!band_fits(&g(2, 456), 228));
-    }
-
     #[test]
     fn grid3_workgroups_fit_the_rows() {
         assert_eq!(grid3_wg(896), 224); // 56 x 64 channels: 4 x 224, where 256 idles 128

@@ -15,9 +15,7 @@
 //   inputs (see max_pool_grad_block).
 // - MODE 7, MODE 6 for 3x3 windows, strides 2 x 2 and no top or left padding, every code
 //   position a constant (see max_pool_grad_3x3s2; `TFWGPU_POOL_GATHER3S2=1`).
-// - MODE 9, MODE 5 for float16 3x3 windows with strides 2 x 2 in half arithmetic, from a band of
-//   the input staged in workgroup memory (see codes_band in pool_f16n.wgsl).
-// MaxPoolGrad is MODE 5 (or 9) then MODE 2 (or 6, or 7): each window's argmax is computed once (one
+// MaxPoolGrad is MODE 5 then MODE 2 (or 6, or 7): each window's argmax is computed once (one
 // invocation per output) instead of once per input it covers (up to four times with 3x3 / 2),
 // and the gradient pass reads one code word per covering output.
 //
@@ -547,10 +545,6 @@ $NATIVE_FNS
 @compute @workgroup_size($WGX)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
-    if MODE == 9u {
-        codes_band(wid, lid);
-        return;
-    }
     // Items per (n, y, x): channel quads.
     let quads = p.c / LANES;
     // The item's (n, row, column, quad) and its linear index e.
