@@ -50,7 +50,7 @@ const USAGE: &str = "usage:
   tfwgpu-bench conv [--cases demo1,demo2,resnet|resnet50|all|NAME,..]
                     [--ops fwd,bwd_input,bwd_filter] [--reps N] [--sample-ms MS]
                     [--tiles auto,NAME,..] [--json FILE] [--dtype f32|f16] [--reduced]
-                    [--detail] [--no-gpu-time]
+                    [--detail] [--no-gpu-time] [--torch [--python PYTHON]]
                                              float32 NHWC Conv2D (and DepthwiseConv2dNative) and
                                              the gradients, TFLOP/s per case (wall time; GPU
                                              time from timestamps where the adapter has them,
@@ -59,7 +59,8 @@ const USAGE: &str = "usage:
                                              3x3, resnet: 8x56x56x64 -> 64 3x3 SAME; resnet50:
                                              the ResNet-50 layer shapes r50_* and depthwise
                                              dw_*), sampled against an f64 reference; --dtype and
-                                             --reduced as for matmul
+                                             --reduced as for matmul; --torch: cuDNN beside ours
+                                             (bench/torch_conv.py, built in), as for matmul
   tfwgpu-bench ops [--cases NAME,..|all] [--small] [--reps N] [--json FILE] [--list]
                                              MatMul/BatchMatMul (TFLOP/s) and memory-bound
                                              kernels (GB/s and % of the copy bandwidth of the
@@ -481,13 +482,9 @@ fn matmul(args: &[String]) -> Result<(), String> {
         "adapter": d.name, "backend": d.backend, "device_type": d.device_type,
         "driver": format!("{} {}", d.driver, d.driver_info), "results": rows,
     });
-    if args.iter().any(|a| a == "--torch") {
-        let env_python = std::env::var("TFWGPU_TORCH_PYTHON").ok();
-        let python = flag(args, "--python")
-            .or(env_python.as_deref())
-            .unwrap_or("python3");
+    if let Some(python) = torch_python(args) {
         eprintln!("running PyTorch ({python} bench/torch_ref.py) on the same sizes...");
-        match torchref::run(python, &sizes, (ta, tb), reps.max(3)) {
+        match torchref::run(&python, &sizes, (ta, tb), reps.max(3)) {
             Ok(t) => {
                 print_torch_table(&ours, &t, dtype, reduced, (ta, tb));
                 doc["torch"] = t;
@@ -500,6 +497,17 @@ fn matmul(args: &[String]) -> Result<(), String> {
         .map_err(|e| format!("{path}: {e}"))?;
     eprintln!("wrote {path}");
     Ok(())
+}
+
+/// With `--torch`: the Python that runs the PyTorch reference (`--python`, else
+/// `TFWGPU_TORCH_PYTHON`, else `python3`).
+fn torch_python(args: &[String]) -> Option<String> {
+    args.iter().any(|a| a == "--torch").then(|| {
+        flag(args, "--python")
+            .map(str::to_string)
+            .or_else(|| std::env::var("TFWGPU_TORCH_PYTHON").ok())
+            .unwrap_or_else(|| "python3".to_string())
+    })
 }
 
 /// `matmul --torch`: our figures beside PyTorch's (torch_ref.py's document `t`) per size and
@@ -545,6 +553,49 @@ fn print_torch_table(
             cell(r.f32),
             cell(r.tf32),
             cell(r.f16),
+            ratio.map_or("-".to_string(), |x| format!("{x:.2}x")),
+        );
+    }
+}
+
+/// `conv --torch`: our rows beside cuDNN's (torch_conv.py's document `t`): TFLOP/s with TF32
+/// off and on, the ratio of times against TF32 off for our float32 (TF32 on for float16 and
+/// reduced precision), and issue 6's goal (>= 0.5x cuDNN float32) for our float32 rows of the
+/// kernels' own choice.
+fn print_torch_conv_table(
+    ours: &[(&str, &str, &str, f64, f64)],
+    t: &serde_json::Value,
+    dtype: DType,
+    reduced: bool,
+) {
+    let exact = dtype == DType::F32 && !reduced;
+    let vs = if exact { "f32" } else { "tf32" };
+    println!(
+        "PyTorch {} (CUDA {}, cuDNN {}) on {}, TFLOP/s; ratio = PyTorch {vs} time / ours:",
+        t["torch"].as_str().unwrap_or("?"),
+        t["cuda"].as_str().unwrap_or("?"),
+        t["cudnn"].as_i64().unwrap_or(0),
+        t["device"].as_str().unwrap_or("?")
+    );
+    println!(
+        "{:>24} {:>10} {:>14} {:>8} {:>9} {:>8} {:>7} {:>12}",
+        "case", "op", "tile", "ours", "torch f32", "tf32", "ratio", "goal"
+    );
+    let cell = |v: Option<(f64, f64)>| v.map_or("-".to_string(), |(_, tf)| format!("{tf:.1}"));
+    for &(case, op, tile, ms, tflops) in ours {
+        let f32 = torchref::conv_row(t, case, op, "f32");
+        let tf32 = torchref::conv_row(t, case, op, "tf32");
+        let ratio = if exact { f32 } else { tf32 }.map(|(tms, _)| tms / ms);
+        let goal = match ratio {
+            Some(x) if exact && tile == "auto" => {
+                format!(">=0.5x {}", if x >= 0.5 { "met" } else { "not met" })
+            }
+            _ => "-".to_string(),
+        };
+        println!(
+            "{case:>24} {op:>10} {tile:>14} {tflops:>8.1} {:>9} {:>8} {:>7} {goal:>12}",
+            cell(f32),
+            cell(tf32),
             ratio.map_or("-".to_string(), |x| format!("{x:.2}x")),
         );
     }
@@ -1010,8 +1061,10 @@ fn conv(args: &[String]) -> Result<(), String> {
         "case", "op", "tile", "median ms", "TFLOP/s", "rel err", "inner", "gpu ms", "busy ms"
     );
     let mut rows = vec![];
+    // (case, op, tile, ms, TFLOP/s) of each row that ran.
+    let mut ours: Vec<(&str, &str, &str, f64, f64)> = vec![];
     let mut wrong = 0usize;
-    for name in cases {
+    for &name in &cases {
         let c = CONV_CASES
             .iter()
             .find(|c| c.name == name)
@@ -1133,6 +1186,7 @@ fn conv(args: &[String]) -> Result<(), String> {
                                     .collect()
                             })
                             .unwrap_or_default();
+                        ours.push((c.name, op, t, med * 1e3, flops / med / 1e12));
                         rows.push(json!({"case": c.name, "op": op, "shape": c.shape_text(),
                             "dtype": if half { "f16" } else if reduced { "f32-reduced" } else { "f32" }, "impl": "tfwgpu", "tile": t,
                             "ms": med * 1e3, "tflops": flops / med / 1e12,
@@ -1165,9 +1219,20 @@ fn conv(args: &[String]) -> Result<(), String> {
                 }
             }
         }
-        write_conv_json(dev, args, &rows)?;
+        write_conv_json(dev, args, &rows, None)?;
     }
-    write_conv_json(dev, args, &rows)?;
+    let mut torch = None;
+    if let Some(python) = torch_python(args) {
+        eprintln!("running PyTorch ({python} bench/torch_conv.py) on the same cases...");
+        match torchref::run_conv(&python, &cases, &ops, reps.max(3)) {
+            Ok(t) => {
+                print_torch_conv_table(&ours, &t, dtype, reduced);
+                torch = Some(t);
+            }
+            Err(e) => println!("PyTorch reference not run: {e}"),
+        }
+    }
+    write_conv_json(dev, args, &rows, torch.as_ref())?;
     eprintln!(
         "wrote {}",
         flag(args, "--json").unwrap_or("bench-conv.json")
@@ -1185,12 +1250,16 @@ fn write_conv_json(
     dev: &Device,
     args: &[String],
     rows: &[serde_json::Value],
+    torch: Option<&serde_json::Value>,
 ) -> Result<(), String> {
     let d = dev.description();
-    let doc = json!({
+    let mut doc = json!({
         "adapter": d.name, "backend": d.backend, "device_type": d.device_type,
         "driver": format!("{} {}", d.driver, d.driver_info), "results": rows,
     });
+    if let Some(t) = torch {
+        doc["torch"] = t.clone();
+    }
     let path = flag(args, "--json").unwrap_or("bench-conv.json");
     std::fs::write(path, serde_json::to_string_pretty(&doc).expect("json"))
         .map_err(|e| format!("{path}: {e}"))

@@ -1,9 +1,9 @@
-//! `tfwgpu-bench matmul --torch`: PyTorch's figures for the same products on the same GPU,
-//! printed beside ours (issue 6: "tfwgpu-bench matmul on a GPU prints figures next to the
-//! PyTorch reference"). Runs bench/torch_ref.py (compiled into the binary, so a binary carried
-//! alone to a GPU host still has it) with the Python of `--python` (default
-//! `TFWGPU_TORCH_PYTHON`, else `python3`); that Python needs PyTorch with CUDA. Where it cannot
-//! run, the reason is printed and our figures stand alone.
+//! `tfwgpu-bench matmul --torch` and `conv --torch`: PyTorch's figures for the same cases on
+//! the same GPU, printed beside ours (issue 6: "tfwgpu-bench matmul on a GPU prints figures
+//! next to the PyTorch reference"). Runs bench/torch_ref.py or bench/torch_conv.py (compiled
+//! into the binary, so a binary carried alone to a GPU host still has them) with the Python of
+//! `--python` (default `TFWGPU_TORCH_PYTHON`, else `python3`); that Python needs PyTorch with
+//! CUDA. Where it cannot run, the reason is printed and our figures stand alone.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,6 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 const TORCH_REF: &str = include_str!("../../../bench/torch_ref.py");
+const TORCH_CONV: &str = include_str!("../../../bench/torch_conv.py");
 
 /// One size's figures from torch_ref.py: per mode (f32 = TF32 off, tf32, f16), (ms, TFLOP/s).
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -47,17 +48,52 @@ fn case_name(size: usize, ta: bool, tb: bool) -> String {
 const TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs torch_ref.py for square products of `sizes` (transposes `ta`, `tb`), `reps` timed
-/// batches each. Returns its JSON document. The script goes to Python on its standard input;
-/// its JSON and its error output go to a directory made for this run (none other can have
-/// placed a file there), removed afterwards.
+/// batches each. Returns its JSON document.
 pub fn run(
     python: &str,
     sizes: &[usize],
     (ta, tb): (bool, bool),
     reps: usize,
 ) -> Result<Value, String> {
+    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    let transpose = match (ta, tb) {
+        (false, false) => "none",
+        (true, false) => "a",
+        (false, true) => "b",
+        (true, true) => "ab",
+    };
+    let args = [
+        "--sizes".to_string(),
+        list.join(","),
+        "--transpose".to_string(),
+        transpose.to_string(),
+        "--reps".to_string(),
+        reps.to_string(),
+    ];
+    run_script(python, ("bench/torch_ref.py", TORCH_REF), &args)
+}
+
+/// Runs torch_conv.py for the convolution cases `cases` and ops `ops` (float32 with TF32 off
+/// and on), `reps` samples each. Returns its JSON document.
+pub fn run_conv(python: &str, cases: &[&str], ops: &[&str], reps: usize) -> Result<Value, String> {
+    let args = [
+        "--cases".to_string(),
+        cases.join(","),
+        "--ops".to_string(),
+        ops.join(","),
+        "--reps".to_string(),
+        reps.to_string(),
+    ];
+    run_script(python, ("bench/torch_conv.py", TORCH_CONV), &args)
+}
+
+/// Runs `script` (its name for messages, its text) with `args` and `--json FILE`, and returns
+/// that JSON document. The script goes to Python on its standard input; its JSON and its error
+/// output go to a directory made for this run (none other can have placed a file there),
+/// removed afterwards.
+fn run_script(python: &str, script: (&str, &str), args: &[String]) -> Result<Value, String> {
     let dir = private_dir()?;
-    let res = run_in(&dir, python, sizes, (ta, tb), reps);
+    let res = run_in(&dir, python, script, args);
     let _ = std::fs::remove_dir_all(&dir);
     res
 }
@@ -80,25 +116,15 @@ fn private_dir() -> Result<PathBuf, String> {
 fn run_in(
     dir: &Path,
     python: &str,
-    sizes: &[usize],
-    (ta, tb): (bool, bool),
-    reps: usize,
+    (name, text): (&str, &str),
+    args: &[String],
 ) -> Result<Value, String> {
     let out = dir.join("torch.json");
     let err_path = dir.join("stderr.txt");
     let err_file = std::fs::File::create(&err_path).map_err(|e| format!("{e}"))?;
-    let list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
-    let transpose = match (ta, tb) {
-        (false, false) => "none",
-        (true, false) => "a",
-        (false, true) => "b",
-        (true, true) => "ab",
-    };
     let mut child = Command::new(python)
         .arg("-")
-        .args(["--sizes", &list.join(",")])
-        .args(["--transpose", transpose])
-        .args(["--reps", &reps.to_string()])
+        .args(args)
         .arg("--json")
         .arg(&out)
         .stdin(Stdio::piped())
@@ -108,7 +134,7 @@ fn run_in(
         .map_err(|e| format!("{python}: {e}"))?;
     if let Some(mut stdin) = child.stdin.take() {
         // A Python that exits at once closes the pipe: its status says why.
-        let _ = stdin.write_all(TORCH_REF.as_bytes());
+        let _ = stdin.write_all(text.as_bytes());
     }
     let t0 = Instant::now();
     let status = loop {
@@ -118,7 +144,7 @@ fn run_in(
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
-                    "{python} bench/torch_ref.py did not finish in {} s: stopped",
+                    "{python} {name} did not finish in {} s: stopped",
                     TIMEOUT.as_secs()
                 ));
             }
@@ -129,12 +155,12 @@ fn run_in(
         let err = std::fs::read_to_string(&err_path).unwrap_or_default();
         let tail: Vec<&str> = err.lines().rev().take(3).collect();
         return Err(format!(
-            "{python} bench/torch_ref.py failed ({status}): {}",
+            "{python} {name} failed ({status}): {}",
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
         ));
     }
     let text = std::fs::read_to_string(&out).map_err(|e| format!("{}: {e}", out.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("torch_ref.py's JSON: {e}"))
+    serde_json::from_str(&text).map_err(|e| format!("{name}'s JSON: {e}"))
 }
 
 /// The figures of `size` (with these transposes) in torch_ref.py's document.
@@ -156,6 +182,18 @@ pub fn row(doc: &Value, size: usize, ta: bool, tb: bool) -> TorchRow {
         }
     }
     r
+}
+
+/// The (ms, TFLOP/s) of convolution `case`, `op` in `mode` (f32: TF32 off, or tf32) in
+/// torch_conv.py's document.
+pub fn conv_row(doc: &Value, case: &str, op: &str, mode: &str) -> Option<(f64, f64)> {
+    doc["results"].as_array()?.iter().find_map(|x| {
+        (x["case"].as_str() == Some(case)
+            && x["op"].as_str() == Some(op)
+            && x["dtype"].as_str() == Some(mode))
+        .then(|| Some((x["ms"].as_f64()?, x["tflops"].as_f64()?)))
+        .flatten()
+    })
 }
 
 /// Issue 6's goal for a float32 square product of `size` against PyTorch with TF32 off, as a
@@ -200,11 +238,30 @@ mod tests {
         assert_eq!(row(&doc, 512, false, false), TorchRow::default());
     }
 
-    /// The embedded script is torch_ref.py with the options `run` passes.
     #[test]
-    fn the_embedded_script_takes_sizes_and_transposes() {
+    fn conv_rows_pair_by_case_op_and_mode() {
+        let doc = json!({"results": [
+            {"case": "r50_14", "op": "fwd", "dtype": "f32", "ms": 0.2, "tflops": 30.0},
+            {"case": "r50_14", "op": "fwd", "dtype": "tf32", "ms": 0.1, "tflops": 60.0},
+            {"case": "r50_14", "op": "bwd_input", "dtype": "f32", "ms": 0.3, "tflops": 20.0}
+        ]});
+        assert_eq!(conv_row(&doc, "r50_14", "fwd", "tf32"), Some((0.1, 60.0)));
+        assert_eq!(
+            conv_row(&doc, "r50_14", "bwd_input", "f32"),
+            Some((0.3, 20.0))
+        );
+        assert_eq!(conv_row(&doc, "r50_14", "bwd_filter", "f32"), None);
+        assert_eq!(conv_row(&doc, "r50_7", "fwd", "f32"), None);
+    }
+
+    /// The embedded scripts take the options `run` and `run_conv` pass.
+    #[test]
+    fn the_embedded_scripts_take_the_options_passed() {
         for opt in ["\"--sizes\"", "\"--transpose\"", "\"--reps\"", "\"--json\""] {
             assert!(TORCH_REF.contains(opt), "{opt}");
+        }
+        for opt in ["\"--cases\"", "\"--ops\"", "\"--reps\"", "\"--json\""] {
+            assert!(TORCH_CONV.contains(opt), "{opt}");
         }
         assert_eq!(case_name(64, true, true), "matmul_64_ta_tb");
     }
