@@ -316,23 +316,25 @@ impl DpPlan {
         grads.sort_by_key(|g| (g.producer, g.addr));
         let mut waiters: Vec<Vec<usize>> = vec![];
         for g in &mut grads {
-            let range = (g.addr, g.addr + g.bytes);
+            // The bytes of the gradient not yet written over since its producer.
+            let mut left = vec![(g.addr, g.addr + g.bytes)];
             let mut v = vec![];
             for (i, (r, w)) in touch.iter().enumerate().take(end).skip(g.producer + 1) {
-                let writes = w.iter().any(|&x| overlaps(x, range));
-                if !writes && !r.iter().any(|&x| overlaps(x, range)) {
+                let hit = |x: &(u64, u64)| left.iter().any(|&l| overlaps(*x, l));
+                let writes = w.iter().any(hit);
+                if !writes && !r.iter().any(hit) {
                     continue;
                 }
                 // The tape's own reads see the device's gradient; its next write (the next
-                // step's gradient) ends this one, as any write or free does.
-                if matches!(&trace.events[i], Event::Kernel(k) if is_tape(&k.node)) {
-                    if writes {
-                        break;
-                    }
-                    continue;
+                // step's gradient) ends this one, as any write or free does; a write of part
+                // of it ends that part only.
+                if !matches!(&trace.events[i], Event::Kernel(k) if is_tape(&k.node)) {
+                    v.push(i);
                 }
-                v.push(i);
-                if writes {
+                for &x in w {
+                    left = subtract(&left, x);
+                }
+                if left.is_empty() {
                     break;
                 }
             }
@@ -1005,6 +1007,24 @@ impl DevState<'_> {
 
 fn overlaps(a: (u64, u64), b: (u64, u64)) -> bool {
     a.0 < b.1 && b.0 < a.1
+}
+
+/// The parts of the ranges `left` outside the range `x`.
+fn subtract(left: &[(u64, u64)], x: (u64, u64)) -> Vec<(u64, u64)> {
+    let mut out = vec![];
+    for &(a, b) in left {
+        if !overlaps((a, b), x) {
+            out.push((a, b));
+            continue;
+        }
+        if a < x.0 {
+            out.push((a, x.0));
+        }
+        if x.1 < b {
+            out.push((x.1, b));
+        }
+    }
+    out
 }
 
 /// Whether event `i` must stay behind the `held` events: it writes what one of them reads or
@@ -2362,6 +2382,51 @@ mod tests {
         let read = json!({"ev": "d2h", "src": A + 256, "size": 64});
         let plan = DpPlan::new(&freed_gradient_trace(Some(read)), "1gpu", 0).unwrap();
         assert_eq!(sorted(&plan.wait_before)[0], (4, vec![0]));
+    }
+
+    /// A write of part of a gradient ends the wait for that part only: a later reader of the
+    /// rest still waits for the sum.
+    #[test]
+    fn a_partial_write_of_a_gradient_leaves_the_rest_waiting() {
+        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
+        let t = json!({"T": {"type": "float32"}});
+        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
+            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
+                "outputs": [out], "dispatches": 1, "host_us": 1.0})
+        };
+        let x = A;
+        let evs = [
+            json!({"ev": "alloc", "addr": x, "size": 4096}),
+            json!({"ev": "mark", "label": "1gpu"}),
+            json!({"ev": "h2d", "dst": x, "size": 64}),
+            k("Relu", "gradient_tape/w", vec![f(x, 16)], f(x + 256, 16)),
+            k(
+                "AddV2",
+                "sgd/w",
+                vec![f(x + 256, 16), f(x, 16)],
+                f(x + 512, 16),
+            ),
+            // Writes the first half of w, then the second half is read, then all of it is
+            // written.
+            k("Neg", "model/half", vec![f(x, 8)], f(x + 256, 8)),
+            k("Relu", "model/rest", vec![f(x + 288, 8)], f(x + 1024, 8)),
+            k("Neg", "model/all", vec![f(x, 16)], f(x + 256, 16)),
+            k("Relu", "model/after", vec![f(x + 288, 8)], f(x + 1536, 8)),
+            json!({"ev": "mark", "label": "end"}),
+        ];
+        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
+        for (seq, mut v) in evs.into_iter().enumerate() {
+            v["seq"] = json!(seq);
+            v["dev"] = json!(0);
+            s += &line(v);
+        }
+        let plan = DpPlan::new(&Trace::parse(&s).unwrap(), "1gpu", 0).unwrap();
+        assert_eq!(plan.grads.len(), 1);
+        assert_eq!(
+            sorted(&plan.wait_before),
+            [(4, vec![0]), (5, vec![0]), (6, vec![0]), (7, vec![0])]
+        );
+        assert_eq!(subtract(&[(0, 10), (20, 30)], (5, 25)), [(0, 5), (25, 30)]);
     }
 
     fn trace_len(text: &str) -> usize {
