@@ -2108,24 +2108,35 @@ mod tests {
         v
     }
 
+    /// A float32 tensor of `n` elements at traced address `a`.
+    fn tensor(a: u64, n: usize) -> Value {
+        json!({"dtype": "float32", "shape": [n], "addr": a})
+    }
+
+    /// A float32 kernel event of `op` at graph node `node`.
+    fn kernel(op: &str, node: &str, ins: Vec<Value>, out: Value) -> Value {
+        json!({"ev": "kernel", "op": op, "node": node, "attrs": {"T": {"type": "float32"}},
+            "inputs": ins, "outputs": [out], "dispatches": 1, "host_us": 1.0})
+    }
+
+    /// The text of a one-device trace of `evs`, numbered in order.
+    fn trace_text(evs: impl IntoIterator<Item = Value>) -> String {
+        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
+        for (seq, mut v) in evs.into_iter().enumerate() {
+            v["seq"] = json!(seq);
+            v["dev"] = json!(0);
+            s += &line(v);
+        }
+        s
+    }
+
     /// A one-device training program of `steps` steps: three gradients (21, 300 and 300
     /// float32), the first two consumed only after both were produced, the third produced
     /// after the first was consumed.
     fn dp_trace(steps: usize) -> String {
-        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
-        let t = json!({"T": {"type": "float32"}});
-        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
-        let mut seq = 0;
-        let mut ev = |mut v: Value| {
-            v["seq"] = json!(seq);
-            v["dev"] = json!(0);
-            seq += 1;
-            s += &line(v);
-        };
-        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
-            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
-                "outputs": [out], "dispatches": 1, "host_us": 1.0})
-        };
+        let (f, k) = (tensor, kernel);
+        let mut evs = vec![];
+        let mut ev = |v: Value| evs.push(v);
         ev(json!({"ev": "alloc", "addr": A, "size": 16384}));
         for _ in 0..steps {
             ev(json!({"ev": "mark", "label": "1gpu"}));
@@ -2171,7 +2182,7 @@ mod tests {
         }
         ev(json!({"ev": "mark", "label": "end"}));
         ev(json!({"ev": "free", "addr": A}));
-        s
+        trace_text(evs)
     }
 
     #[test]
@@ -2311,12 +2322,7 @@ mod tests {
     /// A step whose second gradient (b) is freed after its reader and its memory reused,
     /// with an event `extra` (if any) inserted right after the first gradient's producer.
     fn freed_gradient_trace(extra: Option<Value>) -> Trace {
-        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
-        let t = json!({"T": {"type": "float32"}});
-        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
-            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
-                "outputs": [out], "dispatches": 1, "host_us": 1.0})
-        };
+        let (f, k) = (tensor, kernel);
         let (x, b) = (A, A + 0x10000);
         let mut evs = vec![
             json!({"ev": "alloc", "addr": x, "size": 4096}),
@@ -2341,13 +2347,7 @@ mod tests {
             k("Relu", "model/next", vec![f(b, 16)], f(x + 1024, 16)),
             json!({"ev": "mark", "label": "end"}),
         ]);
-        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
-        for (seq, mut v) in evs.into_iter().enumerate() {
-            v["seq"] = json!(seq);
-            v["dev"] = json!(0);
-            s += &line(v);
-        }
-        Trace::parse(&s).unwrap()
+        Trace::parse(&trace_text(evs)).unwrap()
     }
 
     #[test]
@@ -2388,12 +2388,7 @@ mod tests {
     /// rest still waits for the sum.
     #[test]
     fn a_partial_write_of_a_gradient_leaves_the_rest_waiting() {
-        let f = |a: u64, n: usize| json!({"dtype": "float32", "shape": [n], "addr": a});
-        let t = json!({"T": {"type": "float32"}});
-        let k = |op: &str, node: &str, ins: Vec<Value>, out: Value| {
-            json!({"ev": "kernel", "op": op, "node": node, "attrs": t, "inputs": ins,
-                "outputs": [out], "dispatches": 1, "host_us": 1.0})
-        };
+        let (f, k) = (tensor, kernel);
         let x = A;
         let evs = [
             json!({"ev": "alloc", "addr": x, "size": 4096}),
@@ -2414,13 +2409,7 @@ mod tests {
             k("Relu", "model/after", vec![f(x + 288, 8)], f(x + 1536, 8)),
             json!({"ev": "mark", "label": "end"}),
         ];
-        let mut s = line(json!({"ev": "header", "format": "tfwgpu-trace", "version": 1}));
-        for (seq, mut v) in evs.into_iter().enumerate() {
-            v["seq"] = json!(seq);
-            v["dev"] = json!(0);
-            s += &line(v);
-        }
-        let plan = DpPlan::new(&Trace::parse(&s).unwrap(), "1gpu", 0).unwrap();
+        let plan = DpPlan::new(&Trace::parse(&trace_text(evs)).unwrap(), "1gpu", 0).unwrap();
         assert_eq!(plan.grads.len(), 1);
         assert_eq!(
             sorted(&plan.wait_before),
