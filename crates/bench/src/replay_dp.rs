@@ -307,12 +307,9 @@ impl DpPlan {
             barrier.push(b);
         }
         // Per gradient: every event outside the tape that touches it after its producer, up to
-        // and including the next write of its memory (its free, say). Each waits for the
-        // gradient's bucket's sum: the first of them records the sum into the gradient, and
-        // none may see it before (until session 16 only the first consumer waited: a later
-        // reader of the bucket's other gradients, replayed while the first was held back, read
-        // it unsummed, and its free let the traced address be reused, the sum then going into
-        // another tensor). The first of them is the gradient's consumer for the buckets below.
+        // and including the next write of its memory (its free, say); each waits for the
+        // gradient's bucket's sum (module doc). The first of them is the gradient's consumer
+        // for the buckets below.
         grads.sort_by_key(|g| (g.producer, g.addr));
         let mut waiters: Vec<Vec<usize>> = vec![];
         for g in &mut grads {
@@ -338,7 +335,9 @@ impl DpPlan {
                     break;
                 }
             }
-            g.consumer = v.first().copied().unwrap_or(g.consumer).min(g.consumer);
+            if let Some(&first) = v.first() {
+                g.consumer = g.consumer.min(first);
+            }
             waiters.push(v);
         }
 
