@@ -536,24 +536,21 @@ fn print_torch_table(
         "{:>6} {:>14} {:>10} {:>9} {:>9} {:>9} {:>8} {:>11}",
         "size", "tile", "ours", "torch f32", "tf32", "f16", "ratio", "goal"
     );
-    let cell = |v: Option<(f64, f64)>| v.map_or("-".to_string(), |(_, tf)| format!("{tf:.1}"));
     for &(size, tile, ms, gflops) in ours {
-        let r = torchref::row(t, size, ta, tb);
-        let ratio = r.mode(vs).map(|(tms, _)| tms / ms);
+        let name = torchref::case_name(size, ta, tb);
+        let at = |mode| torchref::figure(t, &name, None, mode);
+        let ratio = at(vs).map(|(tms, _)| tms / ms);
         // The goal judges the kernel's own choice, not a forced tile.
-        let goal = match (dtype, reduced, torchref::goal(size), ratio) {
-            (DType::F32, false, Some(g), Some(x)) if tile == "auto" => {
-                format!(">={g}x {}", if x >= g { "met" } else { "not met" })
-            }
-            _ => "-".to_string(),
-        };
+        let exact = dtype == DType::F32 && !reduced && tile == "auto";
+        let goal = torchref::goal(size).filter(|_| exact);
         println!(
-            "{size:>6} {tile:>14} {:>10.1} {:>9} {:>9} {:>9} {:>8} {goal:>11}",
+            "{size:>6} {tile:>14} {:>10.1} {:>9} {:>9} {:>9} {:>8} {:>11}",
             gflops / 1e3,
-            cell(r.f32),
-            cell(r.tf32),
-            cell(r.f16),
-            ratio.map_or("-".to_string(), |x| format!("{x:.2}x")),
+            torchref::cell(at("f32")),
+            torchref::cell(at("tf32")),
+            torchref::cell(at("f16")),
+            torchref::ratio_cell(ratio),
+            torchref::goal_cell(goal, ratio),
         );
     }
 }
@@ -581,22 +578,16 @@ fn print_torch_conv_table(
         "{:>24} {:>10} {:>14} {:>8} {:>9} {:>8} {:>7} {:>12}",
         "case", "op", "tile", "ours", "torch f32", "tf32", "ratio", "goal"
     );
-    let cell = |v: Option<(f64, f64)>| v.map_or("-".to_string(), |(_, tf)| format!("{tf:.1}"));
     for &(case, op, tile, ms, tflops) in ours {
-        let f32 = torchref::conv_row(t, case, op, "f32");
-        let tf32 = torchref::conv_row(t, case, op, "tf32");
-        let ratio = if exact { f32 } else { tf32 }.map(|(tms, _)| tms / ms);
-        let goal = match ratio {
-            Some(x) if exact && tile == "auto" => {
-                format!(">=0.5x {}", if x >= 0.5 { "met" } else { "not met" })
-            }
-            _ => "-".to_string(),
-        };
+        let at = |mode| torchref::figure(t, case, Some(op), mode);
+        let ratio = at(vs).map(|(tms, _)| tms / ms);
+        let goal = Some(0.5).filter(|_| exact && tile == "auto");
         println!(
-            "{case:>24} {op:>10} {tile:>14} {tflops:>8.1} {:>9} {:>8} {:>7} {goal:>12}",
-            cell(f32),
-            cell(tf32),
-            ratio.map_or("-".to_string(), |x| format!("{x:.2}x")),
+            "{case:>24} {op:>10} {tile:>14} {tflops:>8.1} {:>9} {:>8} {:>7} {:>12}",
+            torchref::cell(at("f32")),
+            torchref::cell(at("tf32")),
+            torchref::ratio_cell(ratio),
+            torchref::goal_cell(goal, ratio),
         );
     }
 }

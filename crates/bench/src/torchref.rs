@@ -15,28 +15,8 @@ use serde_json::Value;
 const TORCH_REF: &str = include_str!("../../../bench/torch_ref.py");
 const TORCH_CONV: &str = include_str!("../../../bench/torch_conv.py");
 
-/// One size's figures from torch_ref.py: per mode (f32 = TF32 off, tf32, f16), (ms, TFLOP/s).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct TorchRow {
-    pub f32: Option<(f64, f64)>,
-    pub tf32: Option<(f64, f64)>,
-    pub f16: Option<(f64, f64)>,
-}
-
-impl TorchRow {
-    /// The figures of mode `m` (f32, tf32 or f16).
-    pub fn mode(&self, m: &str) -> Option<(f64, f64)> {
-        match m {
-            "f32" => self.f32,
-            "tf32" => self.tf32,
-            "f16" => self.f16,
-            _ => None,
-        }
-    }
-}
-
 /// The case name torch_ref.py gives a square product of `size` with these transposes.
-fn case_name(size: usize, ta: bool, tb: bool) -> String {
+pub fn case_name(size: usize, ta: bool, tb: bool) -> String {
     format!(
         "matmul_{size}{}{}",
         if ta { "_ta" } else { "" },
@@ -163,37 +143,34 @@ fn run_in(
     serde_json::from_str(&text).map_err(|e| format!("{name}'s JSON: {e}"))
 }
 
-/// The figures of `size` (with these transposes) in torch_ref.py's document.
-pub fn row(doc: &Value, size: usize, ta: bool, tb: bool) -> TorchRow {
-    let name = case_name(size, ta, tb);
-    let mut r = TorchRow::default();
-    for x in doc["results"].as_array().into_iter().flatten() {
-        if x["case"].as_str() != Some(name.as_str()) {
-            continue;
-        }
-        let (Some(ms), Some(tf)) = (x["ms"].as_f64(), x["tflops"].as_f64()) else {
-            continue;
-        };
-        match x["mode"].as_str() {
-            Some("f32") => r.f32 = Some((ms, tf)),
-            Some("tf32") => r.tf32 = Some((ms, tf)),
-            Some("f16") => r.f16 = Some((ms, tf)),
-            _ => {}
-        }
-    }
-    r
-}
-
-/// The (ms, TFLOP/s) of convolution `case`, `op` in `mode` (f32: TF32 off, or tf32) in
-/// torch_conv.py's document.
-pub fn conv_row(doc: &Value, case: &str, op: &str, mode: &str) -> Option<(f64, f64)> {
+/// The (ms, TFLOP/s) of `case` (and `op`, for a convolution) in `mode` (f32 = TF32 off, tf32,
+/// f16) in a document of torch_ref.py (which names the mode `mode`) or torch_conv.py (`dtype`).
+pub fn figure(doc: &Value, case: &str, op: Option<&str>, mode: &str) -> Option<(f64, f64)> {
     doc["results"].as_array()?.iter().find_map(|x| {
         (x["case"].as_str() == Some(case)
-            && x["op"].as_str() == Some(op)
-            && x["dtype"].as_str() == Some(mode))
+            && op.is_none_or(|o| x["op"].as_str() == Some(o))
+            && x["mode"].as_str().or(x["dtype"].as_str()) == Some(mode))
         .then(|| Some((x["ms"].as_f64()?, x["tflops"].as_f64()?)))
         .flatten()
     })
+}
+
+/// A table cell: the TFLOP/s of a figure, or "-".
+pub fn cell(v: Option<(f64, f64)>) -> String {
+    v.map_or("-".to_string(), |(_, tf)| format!("{tf:.1}"))
+}
+
+/// A ratio cell ("1.23x" or "-").
+pub fn ratio_cell(r: Option<f64>) -> String {
+    r.map_or("-".to_string(), |x| format!("{x:.2}x"))
+}
+
+/// A goal cell: whether ratio `x` meets goal `g` (">=0.8x met"), or "-" without either.
+pub fn goal_cell(g: Option<f64>, x: Option<f64>) -> String {
+    match (g, x) {
+        (Some(g), Some(x)) => format!(">={g}x {}", if x >= g { "met" } else { "not met" }),
+        _ => "-".to_string(),
+    }
 }
 
 /// Issue 6's goal for a float32 square product of `size` against PyTorch with TF32 off, as a
@@ -220,22 +197,16 @@ mod tests {
             {"case": "matmul_1024_tb", "mode": "f32", "ms": 0.2, "tflops": 10.7},
             {"case": "matmul_4096", "mode": "f32", "ms": null, "tflops": 1.0}
         ]});
-        assert_eq!(
-            row(&doc, 1024, false, false),
-            TorchRow {
-                f32: Some((0.1, 21.5)),
-                tf32: Some((0.02, 107.0)),
-                f16: Some((0.01, 215.0)),
-            }
-        );
-        assert_eq!(row(&doc, 1024, false, true).mode("f32"), Some((0.2, 10.7)));
-        assert_eq!(
-            row(&doc, 1024, false, false).mode("tf32"),
-            Some((0.02, 107.0))
-        );
+        let at = |size, tb, mode| figure(&doc, &case_name(size, false, tb), None, mode);
+        assert_eq!(at(1024, false, "f32"), Some((0.1, 21.5)));
+        assert_eq!(at(1024, false, "tf32"), Some((0.02, 107.0)));
+        assert_eq!(at(1024, false, "f16"), Some((0.01, 215.0)));
+        assert_eq!(at(1024, true, "f32"), Some((0.2, 10.7)));
         // A row without a time, or a size not run, gives nothing.
-        assert_eq!(row(&doc, 4096, false, false), TorchRow::default());
-        assert_eq!(row(&doc, 512, false, false), TorchRow::default());
+        for mode in ["f32", "tf32", "f16"] {
+            assert_eq!(at(4096, false, mode), None);
+            assert_eq!(at(512, false, mode), None);
+        }
     }
 
     #[test]
@@ -245,13 +216,21 @@ mod tests {
             {"case": "r50_14", "op": "fwd", "dtype": "tf32", "ms": 0.1, "tflops": 60.0},
             {"case": "r50_14", "op": "bwd_input", "dtype": "f32", "ms": 0.3, "tflops": 20.0}
         ]});
-        assert_eq!(conv_row(&doc, "r50_14", "fwd", "tf32"), Some((0.1, 60.0)));
-        assert_eq!(
-            conv_row(&doc, "r50_14", "bwd_input", "f32"),
-            Some((0.3, 20.0))
-        );
-        assert_eq!(conv_row(&doc, "r50_14", "bwd_filter", "f32"), None);
-        assert_eq!(conv_row(&doc, "r50_7", "fwd", "f32"), None);
+        let at = |case, op, mode| figure(&doc, case, Some(op), mode);
+        assert_eq!(at("r50_14", "fwd", "tf32"), Some((0.1, 60.0)));
+        assert_eq!(at("r50_14", "bwd_input", "f32"), Some((0.3, 20.0)));
+        assert_eq!(at("r50_14", "bwd_filter", "f32"), None);
+        assert_eq!(at("r50_7", "fwd", "f32"), None);
+    }
+
+    #[test]
+    fn cells() {
+        assert_eq!(cell(Some((0.1, 21.54))), "21.5");
+        assert_eq!(cell(None), "-");
+        assert_eq!(ratio_cell(Some(0.766)), "0.77x");
+        assert_eq!(goal_cell(Some(0.8), Some(0.89)), ">=0.8x met");
+        assert_eq!(goal_cell(Some(0.6), Some(0.5)), ">=0.6x not met");
+        assert_eq!(goal_cell(None, Some(0.5)), "-");
     }
 
     /// The embedded scripts take the options `run` and `run_conv` pass.
