@@ -16,8 +16,8 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use serde_json::{Value, json};
 use tfwgpu_runtime::hostlog;
 use tfwgpu_runtime::{
-    AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, Kernel, Operand, Runtime,
-    TensorDesc, TimingSummary, f16,
+    AttrValue, Attrs, DType, Device, DeviceRef, ExecStats, HostTensor, IdleRule, Kernel, Operand,
+    Runtime, TensorDesc, TimingSummary, f16,
 };
 
 #[derive(Debug)]
@@ -1159,7 +1159,7 @@ pub(crate) fn median(v: &[f64]) -> f64 {
 /// The `replay` command.
 pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     const USAGE: &str = "usage: tfwgpu-bench replay TRACE [--repeat N] [--json FILE] [--top N] \
-                         [--sync-each] [--no-mark-sync] [--gpu-paths] \
+                         [--sync-each] [--no-mark-sync] [--gpu-paths] [--idle-variants V,V,...] \
                          [--per-device [--timeline FILE]] [--data-parallel N,M \
                          [--allreduce exchange|halves|peer|peer-host|none[,...]] [--bucket-kb K] \
                          [--label L] [--per-device-batch B] [--check] [--no-defer] [--free-run]]";
@@ -1170,7 +1170,7 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     while i < args.len() {
         match args[i].as_str() {
             "--repeat" | "--json" | "--top" | "--timeline" | "--data-parallel" | "--allreduce"
-            | "--bucket-kb" | "--label" | "--per-device-batch" => i += 2,
+            | "--bucket-kb" | "--label" | "--per-device-batch" | "--idle-variants" => i += 2,
             "--check" | "--no-defer" | "--free-run" => i += 1,
             "--sync-each" => {
                 SYNC_EACH.store(true, Ordering::Relaxed);
@@ -1239,6 +1239,11 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             trace.devices.len()
         );
     }
+    let variants = flag("--idle-variants")
+        .map(|s| parse_idle_variants(s))
+        .transpose()?
+        .unwrap_or_default();
+    let idle_before = dev.exec().idle();
     let mut cache = HashMap::new();
     let mut passes = vec![];
     for r in 0..repeat.max(1) {
@@ -1247,8 +1252,14 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             // the pipelines), up to the GPU-timed passes below.
             hostlog::reset();
         }
+        if !variants.is_empty() {
+            let v = &variants[r.saturating_sub(1) % variants.len()];
+            dev.exec().set_idle(v.age, v.rule);
+        }
         passes.push(replay_once(dev, &trace, &mut cache, r as u64)?);
     }
+    dev.exec().set_idle(idle_before.0, idle_before.1);
+    let idle_doc = report_idle_variants(&variants, &passes);
     if hostlog::on() {
         hostlog::dump().map_err(|e| format!("host log: {e}"))?;
     }
@@ -1431,9 +1442,103 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
             "per_op": p.per_op.iter().map(|(k, t)| (k.clone(), op_json(t))).collect::<serde_json::Map<_, _>>(),
         });
         doc["steps"] = steps;
+        if !variants.is_empty() {
+            doc["idle_variants"] = idle_doc;
+        }
         write_json(out, &doc)?;
     }
     Ok(())
+}
+
+/// One idle rule of `--idle-variants` (see [`tfwgpu_runtime::IdleRule`]).
+struct IdleVariant {
+    name: String,
+    age: Option<std::time::Duration>,
+    rule: IdleRule,
+}
+
+/// `--idle-variants age:50,quiet:50,off`: the idle rules that the passes after the first take
+/// in turn (pass r >= 1 runs variant (r - 1) mod n; the first pass, which builds the
+/// pipelines, runs the first variant), so that they are compared in one process, on one host
+/// speed (bench/RESULTS.md, session 18: processes of one call recorded a step 2.5x apart).
+fn parse_idle_variants(s: &str) -> Result<Vec<IdleVariant>, String> {
+    let bad =
+        || format!("bad --idle-variants {s:?}: want age:US, quiet:US or off, comma-separated");
+    s.split(',')
+        .map(|v| {
+            let v = v.trim();
+            if v == "off" {
+                return Ok(IdleVariant {
+                    name: v.into(),
+                    age: None,
+                    rule: IdleRule::Age,
+                });
+            }
+            let (rule, us) = v.split_once(':').ok_or_else(bad)?;
+            let rule = IdleRule::parse(rule).ok_or_else(bad)?;
+            let us: u64 = us.parse().map_err(|_| bad())?;
+            Ok(IdleVariant {
+                name: v.into(),
+                age: (us > 0).then(|| std::time::Duration::from_micros(us)),
+                rule,
+            })
+        })
+        .collect()
+}
+
+/// With `--idle-variants`: each variant's step medians and host chain (record / flush / wait)
+/// over its passes; the JSON value `{variant: {passes, submits, steps: {label: {median_ms,
+/// record_ms, flush_ms, wait_ms, ms}}}}`.
+fn report_idle_variants(variants: &[IdleVariant], passes: &[Pass]) -> Value {
+    let mut doc = serde_json::Map::new();
+    for (k, v) in variants.iter().enumerate() {
+        let mine: Vec<&Pass> = (1..passes.len())
+            .filter(|r| (r - 1) % variants.len() == k)
+            .map(|r| &passes[r])
+            .collect();
+        let mut parts: BTreeMap<String, [Vec<f64>; 4]> = BTreeMap::new();
+        for p in &mine {
+            for (w, c) in p.marks.windows(2).zip(p.mark_chain.iter().skip(1)) {
+                let e = parts.entry(w[0].0.clone()).or_default();
+                e[0].push((w[1].1 - w[0].1) * 1e3);
+                e[1].push((c.reached_s - w[0].1) * 1e3);
+                e[2].push(c.flush_s * 1e3);
+                e[3].push(c.wait_s * 1e3);
+            }
+        }
+        let submits: u64 = mine.iter().map(|p| p.stats.submits).sum();
+        let mut steps = serde_json::Map::new();
+        let mut line = vec![];
+        for (label, [ms, rec, flush, wait]) in &parts {
+            if median(ms) < 0.01 {
+                continue;
+            }
+            line.push(format!(
+                "{label} {:.3} ms (record {:.3} / flush {:.3} / wait {:.3})",
+                median(ms),
+                median(rec),
+                median(flush),
+                median(wait)
+            ));
+            steps.insert(
+                label.clone(),
+                json!({"median_ms": median(ms), "record_ms": median(rec), "flush_ms": median(flush),
+                       "wait_ms": median(wait), "ms": ms}),
+            );
+        }
+        println!(
+            "  idle {}: {} passes, {:.1} submits per pass; {}",
+            v.name,
+            mine.len(),
+            submits as f64 / mine.len().max(1) as f64,
+            line.join("; ")
+        );
+        doc.insert(
+            v.name.clone(),
+            json!({"passes": mine.len(), "submits": submits, "steps": steps}),
+        );
+    }
+    Value::Object(doc)
 }
 
 /// One op's figures in the JSON report.

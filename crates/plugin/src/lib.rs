@@ -89,6 +89,28 @@ pub extern "C" fn tfwgpu_tf_version() -> *const std::os::raw::c_char {
         .as_ptr()
 }
 
+/// Bench hook: sets the idle rule of every tfwgpu device from now on (`TFWGPU_BATCH_IDLE_US`
+/// and `TFWGPU_BATCH_IDLE_RULE` at start): `us` microseconds (0: off), counted from the batch's
+/// first command (`quiet` 0) or its latest (`quiet` 1). For an A/B of the rules within one
+/// process (bench/idle_ab.py). Returns the number of devices changed, -1 when `us` < 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn tfwgpu_set_batch_idle(us: i64, quiet: i32) -> i32 {
+    let Ok(us) = u64::try_from(us) else {
+        return -1;
+    };
+    let rule = if quiet != 0 {
+        tfwgpu_runtime::IdleRule::Quiet
+    } else {
+        tfwgpu_runtime::IdleRule::Age
+    };
+    let age = (us > 0).then(|| std::time::Duration::from_micros(us));
+    let Some(rt) = runtime() else { return 0 };
+    for d in &rt.devices {
+        d.exec().set_idle(age, rule);
+    }
+    rt.devices.len() as i32
+}
+
 /// Test hook: destroys device `ordinal`'s wgpu device, as a driver reset would lose it, so that
 /// tests can check that the loss surfaces as a TensorFlow error (python/tests/test_host_syncs.py,
 /// in a child process). Does nothing and returns -1 unless `TFWGPU_TEST_HOOKS=1`.

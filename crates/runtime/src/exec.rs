@@ -47,6 +47,9 @@ pub struct ExecConfig {
     /// to do. Session 6 (bench/RESULTS.md): the replayed two-GPU CNN step 6.4-7.1 -> 3.6-4.2 ms
     /// (one GPU unchanged within noise), the ResNet-50 replay unchanged (73.5-74.0 ms).
     pub idle_age: Option<Duration>,
+    /// What `idle_age` is measured from (`TFWGPU_BATCH_IDLE_RULE`, `age` or `quiet`; default
+    /// `age`). See [`IdleRule`].
+    pub idle_rule: IdleRule,
     /// Bind groups kept for reuse (`TFWGPU_BIND_GROUP_CACHE`, entries; 0: a new bind group
     /// for every dispatch). See [`ExecutionContext::dispatch`].
     pub bind_group_cache: usize,
@@ -113,6 +116,7 @@ impl Default for ExecConfig {
             idle_ops: 16,
             idle_inflight: 1,
             idle_age: Some(Duration::from_micros(50)),
+            idle_rule: IdleRule::Age,
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
             upload_submit: true,
@@ -126,7 +130,8 @@ impl Default for ExecConfig {
 
 impl ExecConfig {
     /// Defaults overridden by `TFWGPU_BATCH_OPS`, `TFWGPU_BATCH_US`, `TFWGPU_BATCH_IDLE_OPS`,
-    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BIND_GROUP_CACHE`,
+    /// `TFWGPU_BATCH_IDLE_INFLIGHT`, `TFWGPU_BATCH_IDLE_US`, `TFWGPU_BATCH_IDLE_RULE`,
+    /// `TFWGPU_BIND_GROUP_CACHE`,
     /// `TFWGPU_DIRECT_UPLOAD_BYTES`, `TFWGPU_UPLOAD_SUBMIT`, `TFWGPU_ARENA_UPLOAD_BYTES` and
     /// `TFWGPU_SPIN_US`.
     pub fn from_env() -> Self {
@@ -145,6 +150,12 @@ impl ExecConfig {
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_BATCH_IDLE_US") {
             c.idle_age = (us > 0).then(|| Duration::from_micros(us));
+        }
+        if let Ok(v) = std::env::var("TFWGPU_BATCH_IDLE_RULE") {
+            match IdleRule::parse(&v) {
+                Some(r) => c.idle_rule = r,
+                None => tracing::warn!("ignoring TFWGPU_BATCH_IDLE_RULE={v:?}: not age or quiet"),
+            }
         }
         if let Some(n) = env_parse::<usize>("TFWGPU_BIND_GROUP_CACHE") {
             c.bind_group_cache = n;
@@ -171,14 +182,41 @@ impl ExecConfig {
         c
     }
 
-    /// True when a batch of `ops` commands begun at `started` is due for submission on a GPU
-    /// with nothing to do.
-    fn due_when_idle(&self, ops: usize, started: Option<Instant>) -> bool {
+    /// True when a batch of `ops` commands is due for submission on a GPU with nothing to do:
+    /// it holds `idle_ops` commands, or the idle rule's clock (`since`: the batch's first
+    /// command under [`IdleRule::Age`], its latest under [`IdleRule::Quiet`]) has run `age`.
+    fn due_when_idle(&self, ops: usize, age: Option<Duration>, since: Option<Instant>) -> bool {
         (self.idle_ops > 0 && ops >= self.idle_ops)
-            || self
-                .idle_age
-                .zip(started)
+            || age
+                .zip(since)
                 .is_some_and(|(age, t)| ops > 0 && t.elapsed() >= age)
+    }
+}
+
+/// What the idle age of a batch (`ExecConfig::idle_age`) counts from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleRule {
+    /// From the batch's first command: a batch that has been open `idle_age` goes to an idle
+    /// GPU at its next command (or the poller's next round), even while the host is still
+    /// recording: the GPU starts early on a long recording, at the cost of a second submit
+    /// on a short one that the closing synchronize then waits behind (bench/NOTES-infer.md).
+    Age,
+    /// From the batch's latest command: the batch goes to an idle GPU once the host has
+    /// recorded nothing for `idle_age` (the poller's check; a command being recorded never
+    /// splits its batch). A burst of commands followed by a synchronize stays one submit; a
+    /// burst followed by host work elsewhere (Python, a collective's wait) goes out
+    /// `idle_age` after its last command.
+    Quiet,
+}
+
+impl IdleRule {
+    /// `age` or `quiet`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim() {
+            "age" => Some(IdleRule::Age),
+            "quiet" => Some(IdleRule::Quiet),
+            _ => None,
+        }
     }
 }
 
@@ -377,6 +415,8 @@ struct Batch {
     pass: Option<wgpu::ComputePass<'static>>,
     ops: usize,
     started: Option<Instant>,
+    /// When the latest command was recorded (the clock of [`IdleRule::Quiet`]).
+    last: Option<Instant>,
     uniforms: Vec<u8>,
     bind_groups: BindGroupCache,
     timing: Option<BatchTiming>,
@@ -458,6 +498,11 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
+    /// The idle rule in force: `cfg.idle_age` in microseconds (0: off) and whether it is
+    /// [`IdleRule::Quiet`]; [`ExecutionContext::set_idle`] changes them while work runs (an
+    /// A/B of the rules within one process, where the host's speed is the same for both).
+    idle_us: AtomicU64,
+    idle_quiet: AtomicBool,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -508,6 +553,8 @@ impl ExecutionContext {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
+        let idle_us = cfg.idle_age.map_or(0, |a| (a.as_micros() as u64).max(1));
+        let idle_quiet = cfg.idle_rule == IdleRule::Quiet;
         let ctx = Arc::new(ExecutionContext {
             device,
             queue,
@@ -520,6 +567,7 @@ impl ExecutionContext {
                 pass: None,
                 ops: 0,
                 started: None,
+                last: None,
                 uniforms: vec![],
                 bind_groups: BindGroupCache::default(),
                 timing: None,
@@ -536,6 +584,8 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
+            idle_us: AtomicU64::new(idle_us),
+            idle_quiet: AtomicBool::new(idle_quiet),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -634,11 +684,15 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
+        b.last = Some(Instant::now());
         if b.ops == 1 {
             self.recorded_tag.store(b.id, Ordering::Release);
         }
+        // Under the quiet rule the host is recording now: only the poller's check applies.
+        let (age, rule) = self.idle();
+        let since = (rule == IdleRule::Age).then_some(b.started).flatten();
         if b.ops >= self.cfg.max_ops
-            || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())
+            || (self.cfg.due_when_idle(b.ops, age, since) && self.gpu_idle())
         {
             let taken = self.take_locked(&mut b);
             return match (taken, self.submitter.get()) {
@@ -659,6 +713,26 @@ impl ExecutionContext {
             };
         }
         Ok(())
+    }
+
+    /// The idle rule in force: its age (None: off) and what the age counts from.
+    pub fn idle(&self) -> (Option<Duration>, IdleRule) {
+        let us = self.idle_us.load(Ordering::Relaxed);
+        let rule = if self.idle_quiet.load(Ordering::Relaxed) {
+            IdleRule::Quiet
+        } else {
+            IdleRule::Age
+        };
+        ((us > 0).then(|| Duration::from_micros(us)), rule)
+    }
+
+    /// Replaces the idle rule (`ExecConfig::idle_age`, `ExecConfig::idle_rule`) from now on;
+    /// the open batch is judged by the new one at its next check.
+    pub fn set_idle(&self, age: Option<Duration>, rule: IdleRule) {
+        let us = age.map_or(0, |a| (a.as_micros() as u64).max(1));
+        self.idle_us.store(us, Ordering::Relaxed);
+        self.idle_quiet
+            .store(rule == IdleRule::Quiet, Ordering::Relaxed);
     }
 
     /// True when fewer than `idle_inflight` submitted batches are not complete, as far as the
@@ -1396,6 +1470,7 @@ impl ExecutionContext {
         b.id += 1;
         b.ops = 0;
         b.started = None;
+        b.last = None;
         Some(taken)
     }
 
@@ -1660,12 +1735,18 @@ impl ExecutionContext {
     }
 
     /// Submits the open batch when it is older than `max_age`, or when the GPU ran out of
-    /// work and the batch holds `idle_ops` commands (see `ExecConfig::idle_ops`).
+    /// work and the batch is due by `idle_ops` or the idle rule (see `ExecConfig::idle_ops`,
+    /// [`IdleRule`]).
     fn flush_if_due(&self) {
+        let (age, rule) = self.idle();
         let mut b = self.batch.lock();
+        let since = match rule {
+            IdleRule::Age => b.started,
+            IdleRule::Quiet => b.last,
+        };
         if !(b.ops > 0
             && (b.started.is_some_and(|t| t.elapsed() >= self.cfg.max_age)
-                || (self.cfg.due_when_idle(b.ops, b.started) && self.gpu_idle())))
+                || (self.cfg.due_when_idle(b.ops, age, since) && self.gpu_idle())))
         {
             return;
         }

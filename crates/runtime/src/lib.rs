@@ -38,7 +38,8 @@ pub use device::{Arg, Device, ReadInFlight, Runtime, RuntimeOptions, Tensor};
 pub use dtype::{DType, Element, HostTensor, num_elements};
 pub use error::{Error, Result};
 pub use exec::{
-    DispatchTiming, ExecConfig, ExecStats, ExecutionContext, PASS_LABEL, PendingRead, TimingSummary,
+    DispatchTiming, ExecConfig, ExecStats, ExecutionContext, IdleRule, PASS_LABEL, PendingRead,
+    TimingSummary,
 };
 pub use half::f16;
 pub use host_ops::{HostKernel, HostOpDef};

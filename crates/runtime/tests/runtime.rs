@@ -5,8 +5,8 @@ use common::*;
 use std::time::Duration;
 
 use tfwgpu_runtime::{
-    AdapterDescription, Arg, Attrs, DType, DeviceRef, Error, ExecConfig, Operand, Runtime,
-    RuntimeOptions, Selection, TensorDesc,
+    AdapterDescription, Arg, Attrs, DType, DeviceRef, Error, ExecConfig, IdleRule, Operand,
+    Runtime, RuntimeOptions, Selection, TensorDesc,
 };
 
 fn runtime_with(f: impl FnOnce(&mut RuntimeOptions)) -> Runtime {
@@ -520,6 +520,81 @@ fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
     let submits = d.exec_stats().submits;
     let _y = d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
     std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(d.exec_stats().submits, submits);
+}
+
+#[test]
+fn the_quiet_rule_leaves_a_batch_whole_while_the_host_records_and_sends_it_once_quiet() {
+    // TFWGPU_BATCH_IDLE_RULE=quiet: the idle age counts from the latest command. Commands come
+    // every 20 ms for 1.6 s against an age of 1 s: the age rule would submit the batch during
+    // the stream, the quiet rule holds it until the host has been quiet for the age.
+    let age = Duration::from_millis(1000);
+    let rt = runtime_with(|o| {
+        o.exec = ExecConfig {
+            max_ops: 1_000_000,
+            max_age: Duration::from_secs(3600),
+            idle_ops: 0,
+            idle_inflight: 1,
+            idle_age: Some(age),
+            idle_rule: IdleRule::Quiet,
+            ..ExecConfig::default()
+        }
+    });
+    let d = rt.device();
+    assert_eq!(d.exec().idle(), (Some(age), IdleRule::Quiet));
+    let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let t0 = std::time::Instant::now();
+    let mut y = d.run("Neg", &Attrs::new(), &[Arg::from(&x)]).unwrap();
+    while t0.elapsed() < age + Duration::from_millis(600) {
+        std::thread::sleep(Duration::from_millis(20));
+        y = d.run("Neg", &Attrs::new(), &[Arg::from(&y[0])]).unwrap();
+    }
+    let split = d.exec_stats().submits - submits;
+    let last = std::time::Instant::now();
+    assert_eq!(
+        split, 0,
+        "a batch older than the age was split while recording"
+    );
+    while d.exec_stats().submits == submits {
+        assert!(
+            last.elapsed() < Duration::from_secs(20),
+            "the quiet batch was never submitted"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        last.elapsed() >= age / 2,
+        "sent before the host was quiet for the age"
+    );
+    let n = y[0].download::<f32>().unwrap();
+    assert!(n.iter().all(|&v| v == n[0] && v.abs() == 2.0), "{n:?}");
+
+    // Switched to the age rule in the same context: the same stream is split while recording.
+    d.exec()
+        .set_idle(Some(Duration::from_millis(200)), IdleRule::Age);
+    assert_eq!(
+        d.exec().idle(),
+        (Some(Duration::from_millis(200)), IdleRule::Age)
+    );
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let t0 = std::time::Instant::now();
+    while d.exec_stats().submits == submits {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the age rule never split the stream"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        y = d.run("Neg", &Attrs::new(), &[Arg::from(&y[0])]).unwrap();
+    }
+    // And off: nothing but a host sync sends the batch.
+    d.exec().set_idle(None, IdleRule::Quiet);
+    d.synchronize().unwrap();
+    let submits = d.exec_stats().submits;
+    let _z = d.run("Neg", &Attrs::new(), &[Arg::from(&y[0])]).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
     assert_eq!(d.exec_stats().submits, submits);
 }
 
