@@ -39,13 +39,18 @@ pub struct ExecConfig {
     /// default until a quiet measurement says otherwise.
     pub idle_inflight: u64,
     /// Submit a batch of any size once it is this old while the GPU is idle
-    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; default 50; 0: off). With two GPUs under
-    /// MirroredStrategy the tail of each backward pass waited in its open batch for
+    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; 0: off, the default since session 18). With two
+    /// GPUs under MirroredStrategy the tail of each backward pass waited in its open batch for
     /// `max_age` while the collective waited for it (`TFWGPU_BATCH_US=100` for every batch cut
     /// the two-GPU step 28% but slowed the ResNet-50 replay, whose GPU stays busy:
-    /// bench/RESULTS.md, session 5); this rule shortens the wait only when the GPU has nothing
-    /// to do. Session 6 (bench/RESULTS.md): the replayed two-GPU CNN step 6.4-7.1 -> 3.6-4.2 ms
-    /// (one GPU unchanged within noise), the ResNet-50 replay unchanged (73.5-74.0 ms).
+    /// bench/RESULTS.md, session 5); this rule (50 us, the default from session 6 to 17)
+    /// shortened that wait only when the GPU had nothing to do: session 6's replayed two-GPU CNN
+    /// step 6.4-7.1 -> 3.6-4.2 ms. Session 18 (bench/RESULTS.md) A/B'd it within processes on
+    /// one H200: on a short synchronized step it split the batch into two serialized submits
+    /// (the replayed CNN inference step 0.29-0.41 ms against 0.22-0.30 without), and without
+    /// it the Keras CNN (train and inference) and the Keras MirroredStrategy step on two
+    /// logical devices were not slower, nor the ResNet-50 replay; off by the decision rule
+    /// written before that run. Not re-measured on two GPUs.
     pub idle_age: Option<Duration>,
     /// What `idle_age` is measured from (`TFWGPU_BATCH_IDLE_RULE`, `age` or `quiet`; default
     /// `age`). See [`IdleRule`].
@@ -115,7 +120,7 @@ impl Default for ExecConfig {
             max_age: Duration::from_micros(500),
             idle_ops: 16,
             idle_inflight: 1,
-            idle_age: Some(Duration::from_micros(50)),
+            idle_age: None,
             idle_rule: IdleRule::Age,
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,

@@ -5,7 +5,7 @@ use common::*;
 use std::time::Duration;
 
 use tfwgpu_runtime::{
-    AdapterDescription, Arg, Attrs, DType, DeviceRef, Error, ExecConfig, IdleRule, Operand,
+    AdapterDescription, Arg, Attrs, DType, Device, DeviceRef, Error, ExecConfig, IdleRule, Operand,
     Runtime, RuntimeOptions, Selection, TensorDesc,
 };
 
@@ -478,20 +478,37 @@ fn manual_batching(idle_ops: usize) -> Runtime {
     })
 }
 
-#[test]
-fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
-    // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 300 ms age while idle
-    // (long enough that a loaded machine records the command well within it).
-    let rt = runtime_with(|o| {
+/// Batching by the idle rule alone: no count, no age, no size rule (idle_ops 0).
+fn idle_batching(age: Duration, rule: IdleRule) -> Runtime {
+    runtime_with(|o| {
         o.exec = ExecConfig {
             max_ops: 1_000_000,
             max_age: Duration::from_secs(3600),
             idle_ops: 0,
             idle_inflight: 1,
-            idle_age: Some(Duration::from_millis(300)),
+            idle_age: Some(age),
+            idle_rule: rule,
             ..ExecConfig::default()
         }
-    });
+    })
+}
+
+/// Calls `each` every `step` until `d` has submitted more than `submits` batches; fails after
+/// 20 s with `what`.
+fn until_submitted(d: &Device, submits: u64, step: Duration, what: &str, mut each: impl FnMut()) {
+    let t0 = std::time::Instant::now();
+    while d.exec_stats().submits == submits {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{what}");
+        std::thread::sleep(step);
+        each();
+    }
+}
+
+#[test]
+fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
+    // TFWGPU_BATCH_IDLE_US: one command, no size rule (idle_ops 0), a 300 ms age while idle
+    // (long enough that a loaded machine records the command well within it).
+    let rt = idle_batching(Duration::from_millis(300), IdleRule::Age);
     let d = rt.device();
     let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
     d.synchronize().unwrap();
@@ -503,13 +520,13 @@ fn an_idle_gpu_gets_an_old_batch_of_any_size_with_an_idle_age() {
         "younger than the age: held"
     );
     let t0 = std::time::Instant::now();
-    while d.exec_stats().submits == submits {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the batch was never submitted"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until_submitted(
+        d,
+        submits,
+        Duration::from_millis(1),
+        "the batch was never submitted",
+        || {},
+    );
     assert!(t0.elapsed() >= Duration::from_millis(100));
     assert_eq!(y[0].download::<f32>().unwrap(), vec![-2.0; 16]);
     // Without the age, the same command waits for a host sync.
@@ -529,17 +546,7 @@ fn the_quiet_rule_leaves_a_batch_whole_while_the_host_records_and_sends_it_once_
     // every 20 ms for 1.6 s against an age of 1 s: the age rule would submit the batch during
     // the stream, the quiet rule holds it until the host has been quiet for the age.
     let age = Duration::from_millis(1000);
-    let rt = runtime_with(|o| {
-        o.exec = ExecConfig {
-            max_ops: 1_000_000,
-            max_age: Duration::from_secs(3600),
-            idle_ops: 0,
-            idle_inflight: 1,
-            idle_age: Some(age),
-            idle_rule: IdleRule::Quiet,
-            ..ExecConfig::default()
-        }
-    });
+    let rt = idle_batching(age, IdleRule::Quiet);
     let d = rt.device();
     assert_eq!(d.exec().idle(), (Some(age), IdleRule::Quiet));
     let x = d.upload(&[2.0f32; 16], &[16]).unwrap();
@@ -557,13 +564,13 @@ fn the_quiet_rule_leaves_a_batch_whole_while_the_host_records_and_sends_it_once_
         split, 0,
         "a batch older than the age was split while recording"
     );
-    while d.exec_stats().submits == submits {
-        assert!(
-            last.elapsed() < Duration::from_secs(20),
-            "the quiet batch was never submitted"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    until_submitted(
+        d,
+        submits,
+        Duration::from_millis(1),
+        "the quiet batch was never submitted",
+        || {},
+    );
     assert!(
         last.elapsed() >= age / 2,
         "sent before the host was quiet for the age"
@@ -580,15 +587,13 @@ fn the_quiet_rule_leaves_a_batch_whole_while_the_host_records_and_sends_it_once_
     );
     d.synchronize().unwrap();
     let submits = d.exec_stats().submits;
-    let t0 = std::time::Instant::now();
-    while d.exec_stats().submits == submits {
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "the age rule never split the stream"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-        y = d.run("Neg", &Attrs::new(), &[Arg::from(&y[0])]).unwrap();
-    }
+    until_submitted(
+        d,
+        submits,
+        Duration::from_millis(20),
+        "the age rule never split the stream",
+        || y = d.run("Neg", &Attrs::new(), &[Arg::from(&y[0])]).unwrap(),
+    );
     // And off: nothing but a host sync sends the batch.
     d.exec().set_idle(None, IdleRule::Quiet);
     d.synchronize().unwrap();

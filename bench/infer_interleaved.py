@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Keras CNN inference on tfwgpu's /GPU:0 and PyTorch's on CUDA, in ONE process, in blocks that
+alternate in time, with the GPU's SM clock sampled through each block (issue 7's inference goal:
+within 1.3x of PyTorch float32). Separate processes of one device call differed in host speed
+by up to 2.7x, and blocks of one process in Keras inference time by 2x (bench/RESULTS.md, session
+18); interleaving puts both frameworks on the same host and the same stretch of the GPU's clock.
+
+A block is `--calls` calls of the model on a batch already on the device, then one read of the
+last output (Keras: the tf.function of bench/keras_models.py; PyTorch: torch_models.py's CNN in
+eval mode under inference_mode, as bench/torch_keraslike.py `infer`): wall ms per call. The
+clock comes from `nvidia-smi --query-gpu=clocks.sm -lms 20` run beside the blocks (median of the
+samples inside each block). Prints every block and the medians, and writes JSON.
+
+    python3 bench/infer_interleaved.py [--calls 300] [--rounds 12] [--json FILE]
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def clock_sampler():
+    """Starts `nvidia-smi` printing the SM clock every 20 ms; a thread stamps each line with
+    the host's clock as it arrives. Returns the process (None without nvidia-smi) and the list
+    of (epoch seconds, MHz) it fills."""
+    import shutil
+    import threading
+
+    if shutil.which("nvidia-smi") is None:
+        return None, []
+    samples = []
+    proc = subprocess.Popen(
+        ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-lms", "20"],
+        stdout=subprocess.PIPE, text=True)
+
+    def read():
+        for line in proc.stdout:
+            try:
+                samples.append((time.time(), float(line.strip().split(",")[0])))
+            except ValueError:
+                pass
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return proc, samples
+
+
+def block(fn, calls):
+    t0 = time.time()
+    p0 = time.perf_counter()
+    out = None
+    for _ in range(calls):
+        out = fn()
+    return out, t0, p0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--calls", type=int, default=300)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--torch-device", default="cuda")
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    import keras
+    import tensorflow as tf
+    import torch
+
+    import keras_models
+    import torch_models as tm
+
+    model, _, xd, infer = keras_models.prepare(tf, keras, "cnn", "/GPU:0", keras_models.BATCH)
+    torch.manual_seed(0)
+    tm.set_mode("f32")
+    tmodel, _ = tm.build("cnn")
+    tmodel = tmodel.to(a.torch_device).eval()
+    tx = torch.rand((tm.BATCH["cnn"],) + tm.INPUT["cnn"], device=a.torch_device)
+
+    def keras_block():
+        with tf.device("/GPU:0"):
+            out, t0, p0 = block(lambda: infer(xd), a.calls)
+            out.numpy()
+        return t0, (time.perf_counter() - p0) / a.calls * 1e3
+
+    def torch_block():
+        with torch.inference_mode():
+            out, t0, p0 = block(lambda: tmodel(tx), a.calls)
+            out.cpu()
+        return t0, (time.perf_counter() - p0) / a.calls * 1e3
+
+    for _ in range(2):  # warm-up: tracing, pipelines, cuDNN's choice
+        keras_block()
+        torch_block()
+    proc, samples = clock_sampler()
+    time.sleep(0.3)
+    blocks = []
+    for r in range(a.rounds):
+        order = [("keras", keras_block), ("torch", torch_block)]
+        if r % 2:
+            order.reverse()
+        for name, fn in order:
+            t0, ms = fn()
+            blocks.append({"round": r, "who": name, "t0": t0, "t1": time.time(), "ms_per_call": ms})
+    time.sleep(0.1)
+    if proc:
+        proc.terminate()
+    for b in blocks:
+        inside = [mhz for t, mhz in samples if b["t0"] <= t <= b["t1"]]
+        b["sm_mhz_median"] = statistics.median(inside) if inside else None
+        b["sm_mhz_min"] = min(inside) if inside else None
+        b["clock_samples"] = len(inside)
+        print(f"round {b['round']:2d} {b['who']:5s} {b['ms_per_call']:.3f} ms/call, SM clock median "
+              f"{b['sm_mhz_median']} MHz (min {b['sm_mhz_min']}, {len(inside)} samples)", flush=True)
+    med = {w: statistics.median(b["ms_per_call"] for b in blocks if b["who"] == w)
+           for w in ("keras", "torch")}
+    ratios = []
+    for r in range(a.rounds):
+        k = [b["ms_per_call"] for b in blocks if b["round"] == r and b["who"] == "keras"]
+        t = [b["ms_per_call"] for b in blocks if b["round"] == r and b["who"] == "torch"]
+        ratios.append(k[0] / t[0])
+    print(f"medians: keras {med['keras']:.3f} ms/call, torch {med['torch']:.3f} ms/call; keras/torch "
+          f"per round: median {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"calls": a.calls, "blocks": blocks, "medians": med, "ratios": ratios,
+                       "clock_samples": samples}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
