@@ -5,14 +5,15 @@ the same step up to 2.5x apart (bench/RESULTS.md, session 18), so variants in se
 processes compare host speeds more than rules; here the rule is switched between blocks of one
 process (the plugin's `tfwgpu_set_batch_idle`) and the blocks' order rotates by round.
 
-Per block: the Keras CNN of bench/keras_models.py (batch 64), `--train` fit steps (ms per step
+Per block: the Keras model of bench/keras_models.py (`--model`, the CNN by default; batch 64),
+`--train` fit steps (ms per step
 over the fit call, as keras_models.measure times it) and `--infer` calls of its inference
 tf.function (N calls then one read, ms per call); with two or more tfwgpu GPUs
 (`TFWGPU_VISIBLE_DEVICES=0,0` makes one adapter two) also `--mirrored` fit steps of
 bench/mirrored.py's MirroredStrategy CNN at `--per-gpu-batch`. Prints each variant's median over
 the rounds and writes JSON.
 
-    python bench/idle_ab.py [--variants age:50,quiet:50,off,age:150] [--rounds 5]
+    python bench/idle_ab.py [--model cnn|mlp|resnet|resnet50] [--variants age:50,quiet:50,off,age:150] [--rounds 5]
         [--train 150] [--infer 300] [--mirrored 40] [--per-gpu-batch 256] [--json FILE]
 """
 import argparse
@@ -53,6 +54,7 @@ def setter():
 
 def main(argv=None):
     p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn")
     p.add_argument("--variants", default="age:50,quiet:50,off,age:150")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--train", type=int, default=150)
@@ -69,10 +71,10 @@ def main(argv=None):
 
     set_idle = setter()
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
-    model, ds, xd, infer = keras_models.prepare(tf, keras, "cnn", "/GPU:0", keras_models.BATCH)
+    model, ds, xd, infer = keras_models.prepare(tf, keras, a.model, "/GPU:0", keras_models.BATCH)
     with tf.device("/GPU:0"):
-        model.fit(ds, steps_per_epoch=20, epochs=1, verbose=0, shuffle=False)
-        for _ in range(50):
+        model.fit(ds, steps_per_epoch=min(20, a.train), epochs=1, verbose=0, shuffle=False)
+        for _ in range(min(50, a.infer)):
             out = infer(xd)
         out.numpy()
     mirrored = None
