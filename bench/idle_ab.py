@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The runtime's idle rule (when an open batch goes to an idle GPU: `TFWGPU_BATCH_IDLE_US`,
 `TFWGPU_BATCH_IDLE_RULE`), A/B within one process (issue 7). Processes of one device call ran
-the same step up to 2.5x apart (bench/RESULTS.md, session 18), so variants in separate
+the same step up to 2.7x apart (bench/RESULTS.md, session 18), so variants in separate
 processes compare host speeds more than rules; here the rule is switched between blocks of one
 process (the plugin's `tfwgpu_set_batch_idle`) and the blocks' order rotates by round.
 
@@ -34,8 +34,8 @@ def parse_variants(s):
         if v == "off":
             out.append((v, 0, 0))
             continue
-        rule, us = v.split(":")
-        if rule not in ("age", "quiet"):
+        rule, _, us = v.partition(":")
+        if rule not in ("age", "quiet") or not us.isdigit():
             raise SystemExit(f"bad variant {v!r}: age:US, quiet:US or off")
         out.append((v, int(us), int(rule == "quiet")))
     return out
@@ -44,8 +44,12 @@ def parse_variants(s):
 def setter():
     import tensorflow_wgpu
 
+    # The copy TensorFlow loaded: another copy would open a runtime of its own, and the A/B
+    # would change nothing that TensorFlow runs.
     path = tensorflow_wgpu._loaded_plugin_path()
-    lib = ctypes.CDLL(path) if path else tensorflow_wgpu._plugin()
+    if not path:
+        raise SystemExit("TensorFlow has not loaded the tfwgpu plugin")
+    lib = ctypes.CDLL(path)
     fn = lib.tfwgpu_set_batch_idle
     fn.argtypes = [ctypes.c_int64, ctypes.c_int32]
     fn.restype = ctypes.c_int32
@@ -63,13 +67,18 @@ def main(argv=None):
     p.add_argument("--per-gpu-batch", type=int, default=256)
     p.add_argument("--json")
     a = p.parse_args(argv)
+    if min(a.rounds, a.train, a.infer) < 1:
+        raise SystemExit("--rounds, --train and --infer must be at least 1")
     variants = parse_variants(a.variants)
     import keras
     import tensorflow as tf
 
     import keras_models
 
-    set_idle = setter()
+    gpus_loaded = tf.config.list_physical_devices("GPU")  # the plugin is loaded by now
+    set_idle = setter() if gpus_loaded else None
+    if set_idle is None:
+        raise SystemExit("no tfwgpu GPU")
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     model, ds, xd, infer = keras_models.prepare(tf, keras, a.model, "/GPU:0", keras_models.BATCH)
     with tf.device("/GPU:0"):
@@ -87,8 +96,9 @@ def main(argv=None):
     for r in range(a.rounds):
         order = variants[r % len(variants):] + variants[: r % len(variants)]
         for name, us, quiet in order:
-            if set_idle(us, quiet) < 1:
-                raise SystemExit("tfwgpu_set_batch_idle changed no device")
+            changed = set_idle(us, quiet)
+            if changed < 1:
+                raise SystemExit(f"tfwgpu_set_batch_idle({us}, {quiet}) returned {changed}")
             with tf.device("/GPU:0"):
                 t0 = time.perf_counter()
                 model.fit(ds, steps_per_epoch=a.train, epochs=1, verbose=0, shuffle=False)

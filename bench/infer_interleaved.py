@@ -25,18 +25,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def clock_sampler():
-    """Starts `nvidia-smi` printing the SM clock every 20 ms; a thread stamps each line with
-    the host's clock as it arrives. Returns the process (None without nvidia-smi) and the list
-    of (epoch seconds, MHz) it fills."""
+def clock_sampler(gpu):
+    """Starts `nvidia-smi` printing GPU `gpu`'s SM clock every 20 ms; a thread stamps each
+    line with the host's clock as it arrives. Returns the process (None without nvidia-smi),
+    the thread and the list of (epoch seconds, MHz) it fills."""
     import shutil
     import threading
 
     if shutil.which("nvidia-smi") is None:
-        return None, []
+        return None, None, []
     samples = []
     proc = subprocess.Popen(
-        ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-lms", "20"],
+        ["nvidia-smi", "-i", str(gpu), "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
+         "-lms", "20"],
         stdout=subprocess.PIPE, text=True)
 
     def read():
@@ -48,7 +49,7 @@ def clock_sampler():
 
     t = threading.Thread(target=read, daemon=True)
     t.start()
-    return proc, samples
+    return proc, t, samples
 
 
 def block(fn, calls):
@@ -65,8 +66,11 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--torch-device", default="cuda")
+    p.add_argument("--gpu", type=int, default=0, help="the GPU whose clock nvidia-smi samples")
     p.add_argument("--json")
     a = p.parse_args(argv)
+    if a.rounds < 1 or a.calls < 1:
+        raise SystemExit("--rounds and --calls must be at least 1")
     import keras
     import tensorflow as tf
     import torch
@@ -96,7 +100,7 @@ def main(argv=None):
     for _ in range(2):  # warm-up: tracing, pipelines, cuDNN's choice
         keras_block()
         torch_block()
-    proc, samples = clock_sampler()
+    proc, reader, samples = clock_sampler(a.gpu)
     time.sleep(0.3)
     blocks = []
     for r in range(a.rounds):
@@ -109,6 +113,8 @@ def main(argv=None):
     time.sleep(0.1)
     if proc:
         proc.terminate()
+        proc.wait()
+        reader.join()
     for b in blocks:
         inside = [mhz for t, mhz in samples if b["t0"] <= t <= b["t1"]]
         b["sm_mhz_median"] = statistics.median(inside) if inside else None

@@ -118,7 +118,8 @@ def main(argv=None):
     p.add_argument("--torch-json")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--torch-args", default="", help="extra arguments for torch_models.py")
-    p.add_argument("--keraslike-json", help="bench/torch_keraslike.py's JSON instead of running it")
+    p.add_argument("--keraslike-json", help="bench/torch_keraslike.py's JSON instead of running it "
+                   "(with --torch-json and without this, the like-for-like column is left out)")
     p.add_argument("--keras-json")
     p.add_argument("--no-keras", action="store_true")
     p.add_argument("--keras-args", default="", help="extra arguments for keras_models.py")

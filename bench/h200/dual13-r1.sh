@@ -63,11 +63,12 @@ for r in ${ROUNDS:-a b c d}; do
   DPENV="TFWGPU_PEER=1" dp lock-$r 25 --allreduce $ALL --repeat ${REP:-15}
   DPENV="TFWGPU_PEER=1" dp free-$r 25 --allreduce $ALL --repeat ${REP:-15} --free-run
 done
-# Session 18 turned the 50 us idle-age rule off by default (measured on one H200 only); the
-# rule was made for the two-GPU step (session 6). Two lockstep rounds with it back on: if the
-# two-GPU ratios are higher with it in both, say so in bench/RESULTS.md (issue 7's default).
+# Session 18 turned the 50 us idle-age rule off for one device (measured on one H200) and kept
+# it for several (ExecConfig::idle_age_multi: the rule was made for the two-GPU step, session 6).
+# Two lockstep rounds with it off: if the two-GPU ratios are not lower without it in both, the
+# multi-device default can follow the one-device one (say so in bench/RESULTS.md, issue 7).
 for r in a b; do
-  DPENV="TFWGPU_PEER=1 TFWGPU_BATCH_IDLE_US=50" dp idle50-$r 25 --allreduce $ALL --repeat ${REP:-15}
+  DPENV="TFWGPU_PEER=1 TFWGPU_BATCH_IDLE_US=0" dp idle0-$r 25 --allreduce $ALL --repeat ${REP:-15}
 done
 DPN=2 DPENV="TFWGPU_PEER=1" dp check-peer01-end 25 --allreduce peer --check --repeat 1
 kill $SMI 2>/dev/null

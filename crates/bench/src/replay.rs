@@ -1219,6 +1219,11 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
     let trace = Trace::parse(&text).map_err(|e| format!("{path}: {e}"))?;
     let traced_kernels = trace.kernels().count() as u64;
     let traced_dispatches: u64 = trace.kernels().map(|k| k.dispatches).sum();
+    if args.iter().any(|a| a == "--idle-variants")
+        && (per_device || args.iter().any(|a| a == "--data-parallel"))
+    {
+        return Err("--idle-variants applies to the one-device replay only".into());
+    }
     if args.iter().any(|a| a == "--data-parallel") {
         return crate::replay_dp::run(args, path, &trace, rt);
     }
@@ -1243,6 +1248,14 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
         .map(|s| parse_idle_variants(s))
         .transpose()?
         .unwrap_or_default();
+    if !variants.is_empty() && repeat < variants.len() + 1 {
+        return Err(format!(
+            "--idle-variants with {} variants needs --repeat {} or more (the first pass builds \
+             the pipelines; each variant needs a pass of its own)",
+            variants.len(),
+            variants.len() + 1
+        ));
+    }
     let idle_before = dev.exec().idle();
     let mut cache = HashMap::new();
     let mut passes = vec![];
@@ -1274,11 +1287,16 @@ pub fn run(args: &[String], rt: &Runtime) -> Result<(), String> {
         p.host_kernels
     );
     println!(
-        "replay x{}: wall median {:.3} ms (first {:.3} ms, min {:.3} ms)",
+        "replay x{}: wall median {:.3} ms (first {:.3} ms, min {:.3} ms){}",
         passes.len(),
         med * 1e3,
         walls[0] * 1e3,
-        walls.iter().copied().fold(f64::INFINITY, f64::min) * 1e3
+        walls.iter().copied().fold(f64::INFINITY, f64::min) * 1e3,
+        if variants.is_empty() {
+            ""
+        } else {
+            " (every --idle-variants variant together, as the figures below; each one's above)"
+        }
     );
     println!(
         "  {} kernels ({} with empty outputs), {} dispatches by kernels, {} dispatches in all, {} submits, {} copies, {} uploads, {} reads, {} host syncs",
@@ -1464,6 +1482,10 @@ struct IdleVariant {
 fn parse_idle_variants(s: &str) -> Result<Vec<IdleVariant>, String> {
     let bad =
         || format!("bad --idle-variants {s:?}: want age:US, quiet:US or off, comma-separated");
+    let names: Vec<&str> = s.split(',').map(str::trim).collect();
+    if (1..names.len()).any(|i| names[..i].contains(&names[i])) {
+        return Err(format!("--idle-variants {s:?} names a variant twice"));
+    }
     s.split(',')
         .map(|v| {
             let v = v.trim();

@@ -119,6 +119,12 @@ impl Runtime {
                 crate::allocator::MAX_DEVICES
             )));
         }
+        let mut opts = opts;
+        if chosen.len() > 1 {
+            // Several devices: the idle rule that session 6 measured on two GPUs
+            // (`ExecConfig::idle_age_multi`).
+            opts.exec.idle_age = opts.exec.idle_age_multi;
+        }
         for (index, i) in chosen.into_iter().enumerate() {
             devices.push(Device::open(&adapters[i], descs[i].clone(), index, &opts)?);
         }

@@ -39,7 +39,8 @@ pub struct ExecConfig {
     /// default until a quiet measurement says otherwise.
     pub idle_inflight: u64,
     /// Submit a batch of any size once it is this old while the GPU is idle
-    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; 0: off, the default since session 18). With two
+    /// (`TFWGPU_BATCH_IDLE_US`, microseconds; 0: off, the default for one device since session
+    /// 18). With two
     /// GPUs under MirroredStrategy the tail of each backward pass waited in its open batch for
     /// `max_age` while the collective waited for it (`TFWGPU_BATCH_US=100` for every batch cut
     /// the two-GPU step 28% but slowed the ResNet-50 replay, whose GPU stays busy:
@@ -50,8 +51,13 @@ pub struct ExecConfig {
     /// (the replayed CNN inference step 0.29-0.41 ms against 0.22-0.30 without), and without
     /// it the Keras CNN (train and inference) and the Keras MirroredStrategy step on two
     /// logical devices were not slower, nor the ResNet-50 replay; off by the decision rule
-    /// written before that run. Not re-measured on two GPUs.
+    /// written before that run. Not re-measured on two GPUs: a runtime that opens several
+    /// devices takes `idle_age_multi` instead.
     pub idle_age: Option<Duration>,
+    /// `idle_age` for a runtime that opens two or more devices (default 50 us, the rule's
+    /// measured two-GPU gain of session 6, until two GPUs say otherwise; `TFWGPU_BATCH_IDLE_US`
+    /// sets both).
+    pub idle_age_multi: Option<Duration>,
     /// What `idle_age` is measured from (`TFWGPU_BATCH_IDLE_RULE`, `age` or `quiet`; default
     /// `age`). See [`IdleRule`].
     pub idle_rule: IdleRule,
@@ -121,6 +127,7 @@ impl Default for ExecConfig {
             idle_ops: 16,
             idle_inflight: 1,
             idle_age: None,
+            idle_age_multi: Some(Duration::from_micros(50)),
             idle_rule: IdleRule::Age,
             bind_group_cache: 16384,
             direct_upload_bytes: 64 << 10,
@@ -155,6 +162,7 @@ impl ExecConfig {
         }
         if let Some(us) = env_parse::<u64>("TFWGPU_BATCH_IDLE_US") {
             c.idle_age = (us > 0).then(|| Duration::from_micros(us));
+            c.idle_age_multi = c.idle_age;
         }
         if let Ok(v) = std::env::var("TFWGPU_BATCH_IDLE_RULE") {
             match IdleRule::parse(&v) {
@@ -198,6 +206,24 @@ impl ExecConfig {
     }
 }
 
+/// Bit 63 of [`ExecutionContext`]'s idle word: the quiet rule.
+const QUIET_BIT: u64 = 1 << 63;
+
+/// The idle word of `age` (microseconds, at least 1 when set, saturated below bit 63) and
+/// `rule`.
+fn idle_word(age: Option<Duration>, rule: IdleRule) -> u64 {
+    let us = age.map_or(0, |a| {
+        u64::try_from(a.as_micros())
+            .unwrap_or(u64::MAX)
+            .clamp(1, QUIET_BIT - 1)
+    });
+    us | if rule == IdleRule::Quiet {
+        QUIET_BIT
+    } else {
+        0
+    }
+}
+
 /// What the idle age of a batch (`ExecConfig::idle_age`) counts from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdleRule {
@@ -207,10 +233,11 @@ pub enum IdleRule {
     /// on a short one that the closing synchronize then waits behind (bench/NOTES-infer.md).
     Age,
     /// From the batch's latest command: the batch goes to an idle GPU once the host has
-    /// recorded nothing for `idle_age` (the poller's check; a command being recorded never
-    /// splits its batch). A burst of commands followed by a synchronize stays one submit; a
-    /// burst followed by host work elsewhere (Python, a collective's wait) goes out
-    /// `idle_age` after its last command.
+    /// recorded nothing for `idle_age` (the poller's check; the age is never what splits a
+    /// batch while commands are being recorded, though `idle_ops` and `max_ops` still do). A
+    /// short burst of commands followed by a synchronize stays one submit; a burst followed
+    /// by host work elsewhere (Python, a collective's wait) goes out `idle_age` after its last
+    /// command.
     Quiet,
 }
 
@@ -503,11 +530,11 @@ pub struct ExecutionContext {
     poller: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Readback buffers of small reads, unmapped and ready for the next one (see `read_begin`).
     read_pool: Mutex<Vec<wgpu::Buffer>>,
-    /// The idle rule in force: `cfg.idle_age` in microseconds (0: off) and whether it is
-    /// [`IdleRule::Quiet`]; [`ExecutionContext::set_idle`] changes them while work runs (an
-    /// A/B of the rules within one process, where the host's speed is the same for both).
-    idle_us: AtomicU64,
-    idle_quiet: AtomicBool,
+    /// The idle rule in force, as one word (read and replaced together): `cfg.idle_age` in
+    /// microseconds (0: off) in the low 63 bits, [`IdleRule::Quiet`] in bit 63;
+    /// [`ExecutionContext::set_idle`] changes it while work runs (an A/B of the rules within
+    /// one process, where the host's speed is the same for both).
+    idle: AtomicU64,
 }
 
 /// Reads of at most this many bytes take their readback buffer from a pool (sizes rounded up
@@ -558,8 +585,7 @@ impl ExecutionContext {
                 | wgpu::BufferUsages::COPY_SRC,
             mapped_at_creation: false,
         });
-        let idle_us = cfg.idle_age.map_or(0, |a| (a.as_micros() as u64).max(1));
-        let idle_quiet = cfg.idle_rule == IdleRule::Quiet;
+        let idle = idle_word(cfg.idle_age, cfg.idle_rule);
         let ctx = Arc::new(ExecutionContext {
             device,
             queue,
@@ -589,8 +615,7 @@ impl ExecutionContext {
             timing: Timing::default(),
             poller: Mutex::new(None),
             read_pool: Mutex::new(Vec::new()),
-            idle_us: AtomicU64::new(idle_us),
-            idle_quiet: AtomicBool::new(idle_quiet),
+            idle: AtomicU64::new(idle),
         });
         let weak = Arc::downgrade(&ctx);
         let shared = ctx.shared.clone();
@@ -722,8 +747,9 @@ impl ExecutionContext {
 
     /// The idle rule in force: its age (None: off) and what the age counts from.
     pub fn idle(&self) -> (Option<Duration>, IdleRule) {
-        let us = self.idle_us.load(Ordering::Relaxed);
-        let rule = if self.idle_quiet.load(Ordering::Relaxed) {
+        let w = self.idle.load(Ordering::Relaxed);
+        let us = w & !QUIET_BIT;
+        let rule = if w & QUIET_BIT != 0 {
             IdleRule::Quiet
         } else {
             IdleRule::Age
@@ -734,10 +760,7 @@ impl ExecutionContext {
     /// Replaces the idle rule (`ExecConfig::idle_age`, `ExecConfig::idle_rule`) from now on;
     /// the open batch is judged by the new one at its next check.
     pub fn set_idle(&self, age: Option<Duration>, rule: IdleRule) {
-        let us = age.map_or(0, |a| (a.as_micros() as u64).max(1));
-        self.idle_us.store(us, Ordering::Relaxed);
-        self.idle_quiet
-            .store(rule == IdleRule::Quiet, Ordering::Relaxed);
+        self.idle.store(idle_word(age, rule), Ordering::Relaxed);
     }
 
     /// True when fewer than `idle_inflight` submitted batches are not complete, as far as the

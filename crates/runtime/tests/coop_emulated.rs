@@ -13,9 +13,9 @@ mod common;
 mod coop_cases;
 
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X64_2X2V, COOP_64X64_2X2VF, COOP_64X64_2X2W2, COOP_64X64X64_2X2V1, COOP_64X64X64_2X2W1F,
-    COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS, COOP_64X64X64_4X4W1FSE4,
-    COOP_64X64X80_2X2W1FSE2, CoopTile,
+    COOP_32X128X64_2X4WG1F, COOP_64X64_2X2V, COOP_64X64_2X2VF, COOP_64X64_2X2W2,
+    COOP_64X64X64_2X2V1, COOP_64X64X64_2X2W1F, COOP_64X64X64_2X2W1FS, COOP_64X64X64_4X2WG1FS,
+    COOP_64X64X64_4X4W1FSE4, COOP_64X64X80_2X2W1FSE2, CoopTile,
 };
 
 /// Sets `TFWGPU_COOP_EMULATE=1` before any test of this binary records a kernel.
@@ -31,9 +31,11 @@ const TILES: &[CoopTile] = &[COOP_64X64_2X2V, COOP_64X64_2X2W2, COOP_64X64X64_2X
 /// one buffer, the staging unconditional (`c128x128x64_2x4wg1f`, the large default) and the
 /// loads through `select` too (`c64x64x64_2x2w1fs`, the small default itself), with 16
 /// subgroups and the epilogue in turns (`c128x128x64_4x4wg1fse8`), with K tiles of 80 (a
-/// partial K tile for most K; `c128x128x80_2x4wg1fse4`), and the unconditional staging of
-/// two buffers (`free` 1).
+/// partial K tile for most K; `c128x128x80_2x4wg1fse4`), the unconditional staging of
+/// two buffers (`free` 1), and the 64 x 128 tile's form (more columns than rows per
+/// workgroup, `c64x128x64_2x4wg1f`).
 const FREE_TILES: &[CoopTile] = &[
+    COOP_32X128X64_2X4WG1F,
     COOP_64X64X64_2X2W1F,
     COOP_64X64X64_2X2W1FS,
     COOP_64X64X64_4X4W1FSE4,

@@ -604,6 +604,43 @@ fn the_quiet_rule_leaves_a_batch_whole_while_the_host_records_and_sends_it_once_
 }
 
 #[test]
+fn a_runtime_of_several_devices_takes_the_multi_device_idle_age() {
+    // One device: `idle_age` (off by default since session 18); two devices of the same
+    // adapter: `idle_age_multi` (the two-GPU rule of session 6).
+    let index = dev().description().index;
+    let exec = ExecConfig {
+        idle_age: None,
+        idle_age_multi: Some(Duration::from_micros(70)),
+        ..ExecConfig::default()
+    };
+    let open = |visible: Vec<usize>| {
+        runtime_with(|o| {
+            o.selection = Selection {
+                visible: Some(visible),
+                name: None,
+            };
+            o.exec = exec.clone();
+        })
+    };
+    let one = open(vec![index]);
+    assert_eq!(one.devices.len(), 1);
+    assert_eq!(one.device().exec().idle(), (None, IdleRule::Age));
+    let two = open(vec![index, index]);
+    assert_eq!(two.devices.len(), 2);
+    for d in &two.devices {
+        assert_eq!(
+            d.exec().idle(),
+            (Some(Duration::from_micros(70)), IdleRule::Age)
+        );
+    }
+    assert_eq!(ExecConfig::default().idle_age, None);
+    assert_eq!(
+        ExecConfig::default().idle_age_multi,
+        Some(Duration::from_micros(50))
+    );
+}
+
+#[test]
 fn large_uploads_keep_their_place_in_the_order_of_work() {
     // Uploads of 64 KiB and more go through the queue's own staging, which runs before the next
     // submitted batch: work recorded before the upload must still see the old bytes.

@@ -371,6 +371,22 @@ pub const COOP_64X64X64_4X2WG1FS: CoopTile = CoopTile {
     bm: 64,
     ..COOP_128X64X64_4X2WG1FS
 };
+/// 64 x 128 in 8 subgroups of 32 x 32 (the 128 x 64 tile turned over), the v4 loop: for
+/// products with few K tiles and 128+ columns (ResNet's 1x1 layers at 56 x 56: K 64-256),
+/// where 128 x 128's 2-3 workgroups per SM run each tile's loads, products and stores in
+/// sequence (NOTES-coop.md, session 18); twice the tiles, fewer registers per workgroup.
+/// Not measured yet (bench/h200/coop1x1-sweep.sh).
+pub const COOP_64X128X64_2X4WG1F: CoopTile = CoopTile {
+    name: "c64x128x64_2x4wg1f",
+    bm: 64,
+    ..COOP_128X128X64_2X4WG1F
+};
+/// Its lavapipe form (32 x 128, 8 subgroups of 16 x 32), 28 KiB.
+pub const COOP_32X128X64_2X4WG1F: CoopTile = CoopTile {
+    name: "c32x128x64_2x4wg1f",
+    bm: 32,
+    ..COOP_64X128X64_2X4WG1F
+};
 
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
@@ -405,6 +421,8 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X64X64_4X2WG1F,
     COOP_128X64X64_4X2WG1FS,
     COOP_64X64X64_4X2WG1FS,
+    COOP_64X128X64_2X4WG1F,
+    COOP_32X128X64_2X4WG1F,
 ];
 
 /// The element type of the operands in memory.

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Prepared in session 18 (issue 6), not run yet: ~2-3 min on one H200, no TensorFlow.
+# Carries .gl and .hostrun/tfwgpu-bench (release, stripped, gzipped).
+# Why: NOTES-coop.md (session 18) shows the float16 1x1 rows are the ones with the most room to
+# 4x our float32 (floors of 10-21 us against targets of 12-34 us; ours 24-68 us, 0.95-1.5 TB/s
+# of their own bytes), and that their 128 x 128 tiles (K 64-256) run each tile's loads,
+# products and stores in sequence on 2-3 workgroups per SM. This sweeps the cooperative tiles
+# on them, with the new 64 x 128 one (c64x128x64_2x4wg1f: twice the tiles, fewer registers per
+# workgroup), against `auto` (the chooser), in two processes, and our float32 for the ratio.
+# PREDICTION (before the run): no tile is more than 15% faster than auto on the 128+-column
+# rows; c64x128 within +-15% of auto there. DECISION: a tile becomes the chooser's pick for
+# plain 1x1 products of its row's class (N >= 128, K <= 256, stride 1) if it beats auto by >= 5%
+# in both processes on r50_56_1x1_64_256 and r50_56_1x1_256_64 (fwd and bwd_input); a row
+# class that reaches 4x our float32 is recorded in bench/RESULTS.md.
+set -u
+L=$OUT/logs; mkdir -p $L
+source .gl/activate.sh
+gunzip -f .hostrun/*.gz 2>/dev/null; chmod +x .hostrun/*
+B=./.hostrun/tfwgpu-bench
+export TFWGPU_TUNE_CACHE=/tmp/tune-coop1x1.json
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+CASES=r50_56_1x1_64_64,r50_56_1x1_64_256,r50_56_1x1_256_64,r50_56_1x1_256_128_s2
+TILES=auto,c64x64x64_2x2w1fs,c128x64x64_4x2wg1f,c128x128x64_2x4wg1f,c64x128x64_2x4wg1f,c128x128x64_4x4wg1fse8
+for k in 1 2; do
+  echo "-- f16 sweep $k $(date +%T)"
+  timeout 200 $B conv --dtype f16 --cases $CASES --ops fwd,bwd_input --tiles $TILES --reps 3 --sample-ms 10 --json $L/f16-$k.json > $L/f16-$k.txt 2>&1
+  tail -40 $L/f16-$k.txt
+  echo "-- f32 $k $(date +%T)"
+  timeout 120 $B conv --dtype f32 --cases $CASES --ops fwd,bwd_input --reps 3 --sample-ms 10 --json $L/f32-$k.json > $L/f32-$k.txt 2>&1
+  tail -12 $L/f32-$k.txt
+done
+tar czf $OUT/coop1x1-sweep-logs.tgz -C $OUT logs && rm -rf $L
