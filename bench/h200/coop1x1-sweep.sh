@@ -6,7 +6,9 @@
 # of their own bytes), and that their 128 x 128 tiles (K 64-256) run each tile's loads,
 # products and stores in sequence on 2-3 workgroups per SM. This sweeps the cooperative tiles
 # on them, with the new 64 x 128 one (c64x128x64_2x4wg1f: twice the tiles, fewer registers per
-# workgroup), against `auto` (the chooser), in two processes, and our float32 for the ratio.
+# workgroup) and the K-32 two-buffer tiles (c128x128x32_2x4wg / wg2: with K 64 the second K
+# tile's loads overlap the first one's products), against `auto` (the chooser), in two
+# processes, and our float32 for the ratio.
 # PREDICTION (before the run): no tile is more than 15% faster than auto on the 128+-column
 # rows; c64x128 within +-15% of auto there. DECISION: a tile becomes the chooser's pick for
 # plain 1x1 products of its row's class (N >= 128, K <= 256, stride 1) if it beats auto by >= 5%
@@ -20,7 +22,7 @@ B=./.hostrun/tfwgpu-bench
 export TFWGPU_TUNE_CACHE=/tmp/tune-coop1x1.json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 CASES=r50_56_1x1_64_64,r50_56_1x1_64_256,r50_56_1x1_256_64,r50_56_1x1_256_128_s2
-TILES=auto,c64x64x64_2x2w1fs,c128x64x64_4x2wg1f,c128x128x64_2x4wg1f,c64x128x64_2x4wg1f,c128x128x64_4x4wg1fse8
+TILES=auto,c64x64x64_2x2w1fs,c128x64x64_4x2wg1f,c128x128x64_2x4wg1f,c64x128x64_2x4wg1f,c128x128x64_4x4wg1fse8,c128x128x32_2x4wg,c128x128x32_2x4wg2
 for k in 1 2; do
   echo "-- f16 sweep $k $(date +%T)"
   timeout 200 $B conv --dtype f16 --cases $CASES --ops fwd,bwd_input --tiles $TILES --reps 3 --sample-ms 10 --json $L/f16-$k.json > $L/f16-$k.txt 2>&1
