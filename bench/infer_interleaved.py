@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Keras CNN inference on tfwgpu's /GPU:0 and PyTorch's on CUDA, in ONE process, in blocks that
+"""Keras inference on tfwgpu's /GPU:0 and PyTorch's on CUDA (the CNN by default, `--model`), in ONE process, in blocks that
 alternate in time, with the GPU's SM clock sampled through each block (issue 7's inference goal:
 within 1.3x of PyTorch float32). Separate processes of one device call differed in host speed
 by up to 2.7x, and blocks of one process in Keras inference time by 2x (bench/RESULTS.md, session
@@ -11,7 +11,8 @@ eval mode under inference_mode, as bench/torch_keraslike.py `infer`): wall ms pe
 clock comes from `nvidia-smi --query-gpu=clocks.sm -lms 20` run beside the blocks (median of the
 samples inside each block). Prints every block and the medians, and writes JSON.
 
-    python3 bench/infer_interleaved.py [--calls 300] [--rounds 12] [--json FILE]
+    python3 bench/infer_interleaved.py [--model cnn|mlp|resnet|resnet50] [--calls 300] [--rounds 12]
+        [--json FILE]
 """
 import argparse
 import json
@@ -63,6 +64,7 @@ def block(fn, calls):
 
 def main(argv=None):
     p = argparse.ArgumentParser()
+    p.add_argument("--model", default="cnn")
     p.add_argument("--calls", type=int, default=300)
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--torch-device", default="cuda")
@@ -78,12 +80,12 @@ def main(argv=None):
     import keras_models
     import torch_models as tm
 
-    model, _, xd, infer = keras_models.prepare(tf, keras, "cnn", "/GPU:0", keras_models.BATCH)
+    model, _, xd, infer = keras_models.prepare(tf, keras, a.model, "/GPU:0", keras_models.BATCH)
     torch.manual_seed(0)
     tm.set_mode("f32")
-    tmodel, _ = tm.build("cnn")
+    tmodel, _ = tm.build(a.model)
     tmodel = tmodel.to(a.torch_device).eval()
-    tx = torch.rand((tm.BATCH["cnn"],) + tm.INPUT["cnn"], device=a.torch_device)
+    tx = torch.rand((tm.BATCH[a.model],) + tm.INPUT[a.model], device=a.torch_device)
 
     def keras_block():
         with tf.device("/GPU:0"):
@@ -133,7 +135,7 @@ def main(argv=None):
           f"per round: median {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"calls": a.calls, "blocks": blocks, "medians": med, "ratios": ratios,
+            json.dump({"model": a.model, "calls": a.calls, "blocks": blocks, "medians": med, "ratios": ratios,
                        "clock_samples": samples}, f, indent=1)
 
 

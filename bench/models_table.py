@@ -23,6 +23,12 @@ Sources, per model:
   pageable+sync,infer`, or `--keraslike-json`; not for resnet50): each training step copies
   its batch from host memory and reads the loss, as Keras `fit`'s step copies its batch and
   reads a flag; inference is N calls and one read, as keras_models.py times it.
+- Inference against PyTorch in one process (`bench/infer_interleaved.py`, for the models with
+  goals, when both TensorFlow and torch with CUDA are importable; `--no-interleaved` skips it):
+  Keras's and PyTorch's inference calls in alternating blocks of one process, whose per-round
+  ratio does not depend on the host's speed, which differs between processes by up to 2.7x on
+  the H200 host (bench/RESULTS.md, session 18). The inference goal is judged on its median
+  ratio when it ran (marked "(interleaved)").
 - GPU busy: the replay's share of each step with timestamps around each compute pass
   (`gpu_busy_pct_median_per_pass`); the per-command timestamps slow the step they time, so
   their busy time over the untimed step overstated it (over 100% in session 18's table).
@@ -37,6 +43,7 @@ import gzip
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,6 +125,8 @@ def main(argv=None):
     p.add_argument("--torch-json")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--torch-args", default="", help="extra arguments for torch_models.py")
+    p.add_argument("--no-interleaved", action="store_true",
+                   help="skip bench/infer_interleaved.py (inference against PyTorch in one process)")
     p.add_argument("--keraslike-json", help="bench/torch_keraslike.py's JSON instead of running it "
                    "(with --torch-json and without this, the like-for-like column is left out)")
     p.add_argument("--keras-json")
@@ -170,6 +179,21 @@ def main(argv=None):
             print(r.stdout)
     table["keras"] = {k: v for k, v in (keras_doc or {}).items() if k != "results"} or "not run"
 
+    # Inference against PyTorch in one process
+    interleaved = {}
+    if (not a.no_interleaved and torch_doc is not None and not a.torch_json and keras_doc is not None
+            and not a.keras_json):
+        for m in (m for m in models if m in GOALS):
+            out = os.path.join(work, f"interleaved-{m}.json")
+            calls = "20" if m == "resnet50" else "300"
+            r = sh([sys.executable, os.path.join(HERE, "infer_interleaved.py"), "--model", m, "--calls", calls,
+                    "--rounds", "8", "--json", out], a.timeout)
+            if r.returncode == 0:
+                doc = json.load(open(out))
+                interleaved[m] = statistics.median(doc["ratios"])
+                print(r.stdout[-400:])
+    table["interleaved"] = interleaved or "not run"
+
     for m in models:
         row = {"replay": replay(a.bench, a.traces, m, a.repeat, work, a.timeout)}
         row["keras"] = (keras_doc or {}).get("results", {}).get(m)
@@ -184,12 +208,15 @@ def main(argv=None):
             row[f"{kind}_ratio_keras"] = ours_k / ref if ours_k and ref else None
             row[f"{kind}_ratio_keras_like"] = ours_k / ref_like if ours_k and ref_like else None
             row[f"{kind}_ratio_replay"] = ours_r / ref if ours_r and ref else None
+        row["infer_ratio_interleaved"] = interleaved.get(m)
         if m in GOALS:
             goal = {}
             for kind, limit in zip(("train", "infer"), GOALS[m]):
                 r_l, r_k, r_r = (row[f"{kind}_ratio_keras_like"], row[f"{kind}_ratio_keras"],
                                  row[f"{kind}_ratio_replay"])
-                if r_l is not None:
+                if kind == "infer" and row["infer_ratio_interleaved"] is not None:
+                    r, basis = row["infer_ratio_interleaved"], "interleaved"
+                elif r_l is not None:
                     r, basis = r_l, "like"
                 elif r_k is not None:
                     r, basis = r_k, "keras"
@@ -224,8 +251,8 @@ def main(argv=None):
             elif g["met"] is None:
                 gs = f"<= {g['limit']}x: no figures"
             else:
-                gs = f"<= {g['limit']}x: {'met' if g['met'] else 'NOT met'}" + (
-                    f" ({g['basis']})" if g["basis"] != "keras" else "")
+                gs = f"<= {g['limit']}x: {'met' if g['met'] else 'NOT met'} ({g['ratio']:.2f}x" + (
+                    f", {g['basis']})" if g["basis"] != "keras" else ")")
             print(f"{m:9s} {kind:5s} {rps:>9s} {('-' if busy is None else f'{busy:.0%}'):>8s} {ks:>9s} "
                   f"{fmt((to.get('f32') or {}).get(f'{kind}_ms')):>9s} {fmt((to.get('tf32') or {}).get(f'{kind}_ms')):>8s} "
                   f"{fmt((to.get('f16') or {}).get(f'{kind}_ms')):>8s} {fmt(row[f'{kind}_torch_like_ms']):>8s} "
