@@ -8,7 +8,9 @@
 # on them, with the new 64 x 128 one (c64x128x64_2x4wg1f: twice the tiles, fewer registers per
 # workgroup) and the K-32 two-buffer tiles (c128x128x32_2x4wg / wg2: with K 64 the second K
 # tile's loads overlap the first one's products), against `auto` (the chooser), in two
-# processes, and our float32 for the ratio.
+# processes, and our float32 for the ratio; then stream-K (`TFWGPU_CONV_COOP_STREAMK=1`: one
+# wave of workgroups, each walking its run of tiles: persistence without the next tile's loads
+# issued early), never measured on these rows.
 # PREDICTION (before the run): no tile is more than 15% faster than auto on the 128+-column
 # rows; c64x128 within +-15% of auto there. DECISION: a tile becomes the chooser's pick for
 # plain 1x1 products of its row's class (N >= 128, K <= 256, stride 1) if it beats auto by >= 5%
@@ -27,6 +29,9 @@ for k in 1 2; do
   echo "-- f16 sweep $k $(date +%T)"
   timeout 200 $B conv --dtype f16 --cases $CASES --ops fwd,bwd_input --tiles $TILES --reps 3 --sample-ms 10 --json $L/f16-$k.json > $L/f16-$k.txt 2>&1
   tail -40 $L/f16-$k.txt
+  echo "-- f16 stream-K $k $(date +%T)"
+  TFWGPU_CONV_COOP_STREAMK=1 timeout 120 $B conv --dtype f16 --cases $CASES --ops fwd,bwd_input --tiles auto,c64x128x64_2x4wg1f --reps 3 --sample-ms 10 --json $L/f16sk-$k.json > $L/f16sk-$k.txt 2>&1
+  tail -18 $L/f16sk-$k.txt
   echo "-- f32 $k $(date +%T)"
   timeout 120 $B conv --dtype f32 --cases $CASES --ops fwd,bwd_input --reps 3 --sample-ms 10 --json $L/f32-$k.json > $L/f32-$k.txt 2>&1
   tail -12 $L/f32-$k.txt
