@@ -45,8 +45,10 @@ fn covered(s: &CoopSpec) -> bool {
         "c128x64x64_4x2wg1fs",
         // (v6's 16-subgroup tile; v7 splits K on it and runs the filter gradient on it.)
         "c128x128x64_4x4wg1fse8",
-        // (Session 18's 64 x 128 tile for the 1x1 products.)
+        // (Session 18's tiles for the 1x1 products: 64 x 128, and the persistent forms.)
         "c64x128x64_2x4wg1f",
+        "c128x128x64_2x4wg1fp",
+        "c64x128x64_2x4wg1fp",
     ];
     let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
     if s.split || s.out_f32 || s.vout || s.strided || s.wgrad {

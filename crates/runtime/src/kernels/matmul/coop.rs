@@ -95,6 +95,14 @@ pub struct CoopTile {
     /// (`e<slots>`), the subgroups write their accumulators back in turns, which frees
     /// workgroup memory for the K loop's buffers.
     pub slots: u32,
+    /// Persistent over M tiles (`p`; plain products only, see [`CoopSpec::persists`]): a
+    /// workgroup keeps its N tile and walks M tiles (grid y capped at the wave, see
+    /// [`persist_wave`]); the last K tile's loads fetch the next M tile's first K tile, whose
+    /// store to workgroup memory waits until after the epilogue, so those loads are in flight
+    /// during the products and the epilogue's stores of C. For products of few K tiles (the
+    /// 1x1 convolutions), where each tile's loads, products and stores otherwise run in
+    /// sequence (NOTES-coop.md, session 18).
+    pub persist: bool,
 }
 
 /// The element type of the staged tiles in workgroup memory.
@@ -148,6 +156,7 @@ pub const COOP_128X128_2X4: CoopTile = CoopTile {
     wide: false,
     free: 0,
     slots: 0,
+    persist: false,
 };
 /// 128 x 128 per workgroup, 4 subgroups of 64 x 64 (4 x 4 accumulators).
 pub const COOP_128X128_2X2: CoopTile = CoopTile {
@@ -171,6 +180,7 @@ pub const COOP_64X64_2X2: CoopTile = CoopTile {
     wide: false,
     free: 0,
     slots: 0,
+    persist: false,
 };
 
 /// The same tiles with `vec4<f16>` workgroup arrays.
@@ -387,6 +397,40 @@ pub const COOP_32X128X64_2X4WG1F: CoopTile = CoopTile {
     bm: 32,
     ..COOP_64X128X64_2X4WG1F
 };
+/// Persistent forms (`persist`) of the 128 x 128 and 64 x 128 `wg1f` tiles, and their
+/// lavapipe forms. Not measured yet (bench/h200/coop1x1-sweep.sh).
+pub const COOP_128X128X64_2X4WG1FP: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1fp",
+    persist: true,
+    ..COOP_128X128X64_2X4WG1F
+};
+pub const COOP_64X128X64_2X4WG1FP: CoopTile = CoopTile {
+    name: "c64x128x64_2x4wg1fp",
+    persist: true,
+    ..COOP_64X128X64_2X4WG1F
+};
+pub const COOP_64X64X64_2X2W1FP: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1fp",
+    persist: true,
+    ..COOP_64X64X64_2X2W1F
+};
+pub const COOP_32X128X64_2X4WG1FP: CoopTile = CoopTile {
+    name: "c32x128x64_2x4wg1fp",
+    persist: true,
+    ..COOP_32X128X64_2X4WG1F
+};
+
+/// Workgroups in flight that a persistent launch (`CoopTile::persist`) is sized for, over
+/// all N tiles (`TFWGPU_COOP_PERSIST_WAVE`; default 264: two per SM of the H200's 132, where
+/// 128 x 128 tiles fit about two per SM). Read once.
+pub fn persist_wave() -> usize {
+    static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *W.get_or_init(|| {
+        crate::exec::env_parse::<usize>("TFWGPU_COOP_PERSIST_WAVE")
+            .filter(|&w| w > 0)
+            .unwrap_or(264)
+    })
+}
 
 /// Every cooperative-matrix tile (for `_tfwgpu_tile` and the offline shader tests).
 pub const COOP_TILES: &[CoopTile] = &[
@@ -423,6 +467,10 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_64X64X64_4X2WG1FS,
     COOP_64X128X64_2X4WG1F,
     COOP_32X128X64_2X4WG1F,
+    COOP_128X128X64_2X4WG1FP,
+    COOP_64X128X64_2X4WG1FP,
+    COOP_64X64X64_2X2W1FP,
+    COOP_32X128X64_2X4WG1FP,
 ];
 
 /// The element type of the operands in memory.
@@ -666,6 +714,26 @@ impl CoopSpec {
         }
     }
 
+    /// Whether the shader walks M tiles (`CoopTile::persist`): plain products only (no
+    /// windows, splits, phases, stream-K or head/tail launches), one register set and
+    /// unconditional staging (`depth` 1, `free` > 0). Elsewhere a persistent tile runs as its
+    /// plain form.
+    pub fn persists(&self) -> bool {
+        let t = &self.tile;
+        t.persist
+            && !self.conv
+            && !self.wgrad
+            && !self.split
+            && !self.phase
+            && !self.strided
+            && !self.bwd_input
+            && !self.sum_last
+            && !self.head_tail
+            && !self.stream_k
+            && t.depth == 1
+            && t.free > 0
+    }
+
     /// Whether the generated shader's loops cover its tiles exactly.
     pub fn is_valid(&self) -> bool {
         let t = &self.tile;
@@ -868,7 +936,7 @@ var<workgroup> sc: array<f32, {sc_len}>;
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
-{sg_params}) {{{sg_lets}{sk_open}
+{nwg_param}{sg_params}) {{{sg_lets}{sk_open}
     var tile = wid.xy;{ht_tile}
     if {group}u > 0u {{
         // Groups of GROUP tile rows, walked column by column (gx, gy: this dispatch's grid).
@@ -881,7 +949,7 @@ fn main(
         let r = lin % per_group;
         tile = vec2<u32>(r / rows, first + r % rows);
     }}
-    let m0 = (p.tile_base_y + tile.y) * {bm}u;
+    {m0_decl}
     let n0 = (p.tile_base_x + tile.x) * {bn}u;
     let bidx = {bidx};
     let offs = batch_offsets(bidx);
@@ -893,13 +961,30 @@ fn main(
             sa_len = t.nbuf * asz / unit,
             sb_len = t.nbuf * bsz / unit,
             sc_len = self.scratch_slots() * 256,
-            bm = t.bm,
             bn = t.bn,
             sg_n = t.sg_n,
             sub_m = t.bm / t.sg_m,
             sub_n = t.bn / t.sg_n,
             // (Head and tail in one launch: the tile and split of this workgroup.)
-            group = if self.head_tail || self.stream_k {
+            nwg_param = if self.persists() {
+                "    @builtin(num_workgroups) nwg: vec3<u32>,\n"
+            } else {
+                ""
+            },
+            // (Persistent: this workgroup's first M tile; it walks every nwg.y-th one of the
+            // dispatch's p._pad1 tile rows. p._pad2 stays 0: the emulated products read it.)
+            m0_decl = if self.persists() {
+                format!(
+                    "var m0 = (p.tile_base_y + tile.y) * {bm}u;
+    let mstep = nwg.y * {bm}u;
+    let mend = min(p.m, (p.tile_base_y + p._pad1) * {bm}u);
+    var m0n = m0 + mstep;",
+                    bm = t.bm
+                )
+            } else {
+                format!("let m0 = (p.tile_base_y + tile.y) * {}u;", t.bm)
+            },
+            group = if self.head_tail || self.stream_k || self.persists() {
                 0
             } else {
                 t.group
@@ -1038,13 +1123,16 @@ fn main(
         } else {
             ("k0", pk)
         };
+        // The M origin of A's staged rows (persistent: the next tile's, at the last K tile).
+        let persist = self.persists();
+        let m_org = if persist { "lm0" } else { "m0" };
         let a_op = Op {
             name: "a",
             rows: ar,
             cols: ac,
             w: self.wa,
-            row0: if self.a_kfast { "m0" } else { k0 },
-            col0: if self.a_kfast { k0 } else { "m0" },
+            row0: if self.a_kfast { m_org } else { k0 },
+            col0: if self.a_kfast { k0 } else { m_org },
             rlim: if self.a_kfast { "p.m" } else { klim },
             clim: if self.a_kfast { klim } else { "p.m" },
             ld: if self.a_kfast { "p.sa_m" } else { "p.sa_k" },
@@ -1363,6 +1451,9 @@ fn main(
         };
         // Prologue: K tile 0 into buffer 0 (and, two tiles ahead, tile 1 into registers).
         s.push_str("    {\n        let k0 = 0u;\n");
+        if persist {
+            s.push_str("        let lm0 = m0;\n");
+        }
         load(&mut s, &a_op, sets[0]);
         load(&mut s, &b_op, sets[0]);
         store(&mut s, &a_op, sets[0], "0u");
@@ -1440,20 +1531,34 @@ fn main(
         if t.depth == 1 {
             // With `free`, the staging of the tile after the last one runs too (its loads
             // are past K: zeros; its stores go to a buffer no product reads any more).
+            if persist {
+                // (The walk over M tiles; `pw`: the last K tile, whose loads fetch the next
+                // M tile's first one, stored after the epilogue.)
+                s.push_str("    loop {\n");
+            }
             let _ = write!(
                 s,
                 "    workgroupBarrier();
     for (var t = 0u; t < ntiles; t += 1u) {{
         let cur = {cur};
 {cond}{{
-            let k0 = (t + 1u) * {bk}u;
+            {k0}
 ",
-                bk = t.bk,
                 cur = if t.nbuf == 2 { "t & 1u" } else { "0u" },
-                cond = if t.free > 0 {
+                cond = if persist {
+                    "        let pw = t + 1u >= ntiles;\n        "
+                } else if t.free > 0 {
                     "        "
                 } else {
                     "        let more = t + 1u < ntiles;\n        if more "
+                },
+                k0 = if persist {
+                    format!(
+                        "let k0 = select((t + 1u) * {bk}u, 0u, pw);\n            let lm0 = select(m0, m0n, pw);",
+                        bk = t.bk
+                    )
+                } else {
+                    format!("let k0 = (t + 1u) * {}u;", t.bk)
                 },
             );
             load(&mut s, &a_op, "");
@@ -1468,7 +1573,9 @@ fn main(
                 s.push_str("        workgroupBarrier();\n");
                 "0u"
             };
-            s.push_str(if t.free > 0 {
+            s.push_str(if persist {
+                "        if !pw {\n"
+            } else if t.free > 0 {
                 "        {\n"
             } else {
                 "        if more {\n"
@@ -1782,6 +1889,26 @@ fn main(
             }
         } else {
             epilogue(&mut s, Pass::Out);
+        }
+        if persist {
+            // The next M tile's first K tile, loaded before the products, to buffer 0 now
+            // that every subgroup is past the products (the epilogue's last barrier); then
+            // the next tile, with cleared accumulators.
+            s.push_str("    workgroupBarrier();\n    {\n");
+            store(&mut s, &a_op, "", "0u");
+            store(&mut s, &b_op, "", "0u");
+            s.push_str("    }\n    m0 = m0n;\n    m0n += mstep;\n    if m0 >= mend {\n        break;\n    }\n");
+            for i in 0..tm {
+                for j in 0..tn {
+                    if emu {
+                        let _ =
+                            writeln!(s, "    acc_{i}_{j} = array<f32, {}>();", 256 / self.lanes);
+                    } else {
+                        let _ = writeln!(s, "    acc_{i}_{j} = coop_mat16x16<f32, C>();");
+                    }
+                }
+            }
+            s.push_str("    }\n");
         }
         if self.stream_k {
             // The next segment (the workgroup arrays and `sl_old` are reused).
@@ -2208,6 +2335,13 @@ pub(crate) fn launch_with(
             let gy = (tiles_y - y0).min(max);
             for x0 in (0..tiles_x).step_by(max) {
                 let gx = (tiles_x - x0).min(max);
+                // Persistent: at most the wave's workgroups over this dispatch's gy tile rows
+                // (p._pad1), each walking every launched-th one.
+                let launched = if spec.persists() {
+                    gy.min((persist_wave() / gx).max(1))
+                } else {
+                    gy
+                };
                 let mut words = vec![
                     to_u32(op, l.m)?,
                     to_u32(op, l.n)?,
@@ -2234,7 +2368,7 @@ pub(crate) fn launch_with(
                     &pipeline,
                     &params(&words),
                     &bindings,
-                    [gx as u32, gy as u32, gz as u32],
+                    [gx as u32, launched as u32, gz as u32],
                 )?;
             }
         }

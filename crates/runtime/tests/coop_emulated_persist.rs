@@ -1,0 +1,31 @@
+//! The persistent cooperative tiles (`CoopTile::persist`: a workgroup walks M tiles, the last
+//! K tile's loads fetching the next M tile's first one) in their lavapipe forms, emulated
+//! (`TFWGPU_COOP_EMULATE=1`, see coop_emulated.rs), with `TFWGPU_COOP_PERSIST_WAVE=2` so that
+//! every workgroup walks several M tiles (partial last tiles, K of one and of several tiles,
+//! every layout and load width of the MatMul cases; the plain 1x1 Conv2D products). The
+//! Conv2D forms that are not plain products run these tiles as their plain forms.
+mod common;
+mod coop_cases;
+use tfwgpu_runtime::kernels::matmul::coop::{
+    COOP_32X128X64_2X4WG1FP, COOP_64X64X64_2X2W1FP, CoopTile,
+};
+
+fn setup() {
+    coop_cases::setup_emulated(&[("TFWGPU_COOP_PERSIST_WAVE", "2")]);
+}
+
+const TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FP, COOP_32X128X64_2X4WG1FP];
+
+#[test]
+fn emulated_persistent_matmul() {
+    setup();
+    coop_cases::matmul_shapes_layouts_tiles(TILES);
+    coop_cases::large_k();
+}
+
+#[test]
+fn emulated_persistent_conv2d() {
+    setup();
+    coop_cases::conv2d_forward(TILES);
+    coop_cases::conv2d_backprop_input(TILES);
+}
