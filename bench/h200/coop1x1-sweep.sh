@@ -13,8 +13,8 @@
 # issued early), never measured on these rows. And the persistent tiles (`...wg1fp`, session
 # 18, CoopTile::persist: a workgroup keeps its N tile and walks M tiles, the last K tile's loads
 # fetching the next M tile's first one, stored after the epilogue; lavapipe-tested only) at the
-# default wave (264 workgroups) and at 528 (TFWGPU_COOP_PERSIST_WAVE). Where a plan splits K
-# or launches head and tail together, a persistent tile runs as its plain form (same figures).
+# default wave (264 workgroups) and at 528 (TFWGPU_COOP_PERSIST_WAVE); the conv plans give
+# persistent tiles no K split and no head/tail launch.
 # PREDICTION (before the run): no tile is more than 15% faster than auto on the 128+-column
 # rows; c64x128 within +-15% of auto there; the persistent 128 x 128 tile 10-30% faster than
 # c128x128x64_2x4wg1f where K is one tile (r50_56_1x1_64_256 forward 67.8 -> 47-61 us), 0-10%

@@ -1116,6 +1116,10 @@ fn plan_split(
     if let Some(s) = forced_splits() {
         return uniform(s.clamp(1, kt));
     }
+    if tile.persist {
+        // (A persistent tile's workgroups walk the tiles: no split, no head and tail.)
+        return uniform(1);
+    }
     if !split_model() {
         // v5's rule: only below half the SMs' worth of tiles for forward and input
         // gradient; until ~264 workgroups, each split at least 4 K tiles long.
