@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Prepared in session 18 (issue 6), not run yet: ~4-5 min on one H200, no TensorFlow.
-# Carries .gl and .hostrun/tfwgpu-bench (release, stripped, gzipped).
+# Carries .gl, .hostrun/tfwgpu-bench and .hostrun/coop-persist-test (release, stripped, gzipped;
+# the test binary from `cargo test --release -p tfwgpu-runtime --test coop_persist --no-run`,
+# the path it prints). The persistent tiles' checks on the device run first: if they fail, the
+# persistent rows below are measurements of a wrong kernel, not results.
 # Why: NOTES-coop.md (session 18) shows the float16 1x1 rows are the ones with the most room to
 # 4x our float32 (floors of 10-21 us against targets of 12-34 us; ours 24-68 us, 0.95-1.5 TB/s
 # of their own bytes), and that their 128 x 128 tiles (K 64-256) run each tile's loads,
@@ -29,6 +32,13 @@ gunzip -f .hostrun/*.gz 2>/dev/null; chmod +x .hostrun/*
 B=./.hostrun/tfwgpu-bench
 export TFWGPU_TUNE_CACHE=/tmp/tune-coop1x1.json
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+if [ -x .hostrun/coop-persist-test ]; then
+  echo "-- persistent tiles on the device $(date +%T)"
+  timeout 120 .hostrun/coop-persist-test --nocapture > $L/persist-test.txt 2>&1; echo "rc=$?" >> $L/persist-test.txt
+  grep -E "^test |test result|panicked|skipped|rc=" $L/persist-test.txt
+else
+  echo "!! no .hostrun/coop-persist-test: the persistent tiles are not checked on the device"
+fi
 CASES=r50_56_1x1_64_64,r50_56_1x1_64_256,r50_56_1x1_256_64,r50_56_1x1_256_128_s2
 TILES=auto,c64x64x64_2x2w1fs,c128x64x64_4x2wg1f,c128x128x64_2x4wg1f,c64x128x64_2x4wg1f,c128x128x64_4x4wg1fse8,c128x128x32_2x4wg,c128x128x32_2x4wg2,c128x128x64_2x4wg1fp,c64x128x64_2x4wg1fp
 for k in 1 2; do

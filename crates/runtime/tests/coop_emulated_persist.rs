@@ -2,7 +2,9 @@
 //! K tile's loads fetching the next M tile's first one) in their lavapipe forms, emulated
 //! (`TFWGPU_COOP_EMULATE=1`, see coop_emulated.rs), with `TFWGPU_COOP_PERSIST_WAVE=2` so that
 //! every workgroup walks several M tiles (partial last tiles, K of one and of several tiles,
-//! every layout and load width of the MatMul cases; the plain 1x1 Conv2D products). The
+//! batches, every layout and load width of the MatMul cases; the plain 1x1 Conv2D products).
+//! tests/coop_persist.rs runs the H200 forms the same way on a device with cooperative
+//! matrices. The
 //! Conv2D forms that are not plain products run these tiles as their plain forms.
 mod common;
 mod coop_cases;
@@ -20,7 +22,7 @@ const TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FP, COOP_32X128X64_2X4WG1FP];
 fn emulated_persistent_matmul() {
     setup();
     coop_cases::matmul_shapes_layouts_tiles(TILES);
-    coop_cases::large_k();
+    coop_cases::persistent_walk(TILES);
 }
 
 #[test]

@@ -417,6 +417,51 @@ pub fn matmul_shapes_layouts_tiles(tiles: &[CoopTile]) {
     }
 }
 
+/// Persistent tiles (`CoopTile::persist`) walking several M tiles: run with a small
+/// `TFWGPU_COOP_PERSIST_WAVE` so that each workgroup takes several. M of several tiles with a
+/// partial last one, K of one, two and several K tiles (whole and partial), every layout, and
+/// batches (broadcast and plain).
+pub fn persistent_walk(tiles: &[CoopTile]) {
+    for tile in tiles.iter().map(|t| Some(t.name)) {
+        for &(m, k, n) in &[
+            (300, 64, 130),
+            (261, 128, 72),
+            (200, 200, 136),
+            (333, 320, 64),
+        ] {
+            for (ta, tb) in FLAGS {
+                check_f16(
+                    "MatMul",
+                    &stored(m, k, ta),
+                    &stored(k, n, tb),
+                    ta,
+                    tb,
+                    tile,
+                    (m * 7 + k + n) as u64,
+                );
+            }
+        }
+        check_f16(
+            "BatchMatMulV2",
+            &[3, 1, 150, 96],
+            &[1, 2, 96, 40],
+            false,
+            false,
+            tile,
+            31,
+        );
+        check_f16(
+            "BatchMatMulV2",
+            &[4, 136, 200],
+            &[4, 136, 72],
+            true,
+            false,
+            tile,
+            32,
+        );
+    }
+}
+
 pub fn batch_matmul_broadcast() {
     // [3,1] x [1,2] batches, adjoints, both ops; and a plain batch of 5.
     for op in ["BatchMatMulV2", "BatchMatMulV3"] {

@@ -793,7 +793,8 @@ fn try_implicit(
             row_tiles: None,
         }
     };
-    let plan = if split_allowed() {
+    // (A persistent product's workgroups walk the tiles: no split, no head and tail.)
+    let plan = if split_allowed() && !spec.persists() {
         plan_split(&spec.tile, m, n, k, false, out_layout(ctx, input))
     } else {
         SplitPlan {
@@ -1115,10 +1116,6 @@ fn plan_split(
     let kt = k.div_ceil(bk).max(1);
     if let Some(s) = forced_splits() {
         return uniform(s.clamp(1, kt));
-    }
-    if tile.persist {
-        // (A persistent tile's workgroups walk the tiles: no split, no head and tail.)
-        return uniform(1);
     }
     if !split_model() {
         // v5's rule: only below half the SMs' worth of tiles for forward and input

@@ -2335,10 +2335,11 @@ pub(crate) fn launch_with(
             let gy = (tiles_y - y0).min(max);
             for x0 in (0..tiles_x).step_by(max) {
                 let gx = (tiles_x - x0).min(max);
-                // Persistent: at most the wave's workgroups over this dispatch's gy tile rows
-                // (p._pad1), each walking every launched-th one.
+                // Persistent: at most the wave's workgroups (over all N tiles and batches of
+                // this dispatch) on its gy tile rows (p._pad1), each walking every
+                // launched-th one.
                 let launched = if spec.persists() {
-                    gy.min((persist_wave() / gx).max(1))
+                    gy.min((persist_wave() / (gx * gz)).max(1))
                 } else {
                     gy
                 };
