@@ -898,16 +898,8 @@ pub(crate) fn report_steps<P: Timed>(passes: &[P]) -> Value {
 /// (see [`MarkChain`]); medians over the passes after the first (as [`step_times`]).
 fn report_chain(passes: &[Pass], steps: &mut Value) {
     let skip = usize::from(passes.len() > 1);
-    let mut parts: BTreeMap<String, [Vec<f64>; 3]> = BTreeMap::new();
-    for p in &passes[skip..] {
-        for (w, c) in p.marks.windows(2).zip(p.mark_chain.iter().skip(1)) {
-            let e = parts.entry(w[0].0.clone()).or_default();
-            e[0].push((c.reached_s - w[0].1) * 1e3);
-            e[1].push(c.flush_s * 1e3);
-            e[2].push(c.wait_s * 1e3);
-        }
-    }
-    for (label, [rec, flush, wait]) in &parts {
+    let parts = chain_parts(&passes[skip..]);
+    for (label, [_, rec, flush, wait]) in &parts {
         println!(
             "  chain {label:?}: record {:.3} ms, flush (submit) {:.3} ms, wait (GPU + noticing) {:.3} ms (medians of {})",
             median(rec),
@@ -1508,6 +1500,22 @@ fn parse_idle_variants(s: &str) -> Result<Vec<IdleVariant>, String> {
         .collect()
 }
 
+/// Per label of the mark that opens each step, over `passes`: the step's ms, then where the
+/// host's time to its closing mark went (record, flush, wait ms; see [`MarkChain`]).
+fn chain_parts<'a>(passes: impl IntoIterator<Item = &'a Pass>) -> BTreeMap<String, [Vec<f64>; 4]> {
+    let mut parts: BTreeMap<String, [Vec<f64>; 4]> = BTreeMap::new();
+    for p in passes {
+        for (w, c) in p.marks.windows(2).zip(p.mark_chain.iter().skip(1)) {
+            let e = parts.entry(w[0].0.clone()).or_default();
+            e[0].push((w[1].1 - w[0].1) * 1e3);
+            e[1].push((c.reached_s - w[0].1) * 1e3);
+            e[2].push(c.flush_s * 1e3);
+            e[3].push(c.wait_s * 1e3);
+        }
+    }
+    parts
+}
+
 /// With `--idle-variants`: each variant's step medians and host chain (record / flush / wait)
 /// over its passes; the JSON value `{variant: {passes, submits, steps: {label: {median_ms,
 /// record_ms, flush_ms, wait_ms, ms}}}}`.
@@ -1518,16 +1526,7 @@ fn report_idle_variants(variants: &[IdleVariant], passes: &[Pass]) -> Value {
             .filter(|r| (r - 1) % variants.len() == k)
             .map(|r| &passes[r])
             .collect();
-        let mut parts: BTreeMap<String, [Vec<f64>; 4]> = BTreeMap::new();
-        for p in &mine {
-            for (w, c) in p.marks.windows(2).zip(p.mark_chain.iter().skip(1)) {
-                let e = parts.entry(w[0].0.clone()).or_default();
-                e[0].push((w[1].1 - w[0].1) * 1e3);
-                e[1].push((c.reached_s - w[0].1) * 1e3);
-                e[2].push(c.flush_s * 1e3);
-                e[3].push(c.wait_s * 1e3);
-            }
-        }
+        let parts = chain_parts(mine.iter().copied());
         let submits: u64 = mine.iter().map(|p| p.stats.submits).sum();
         let mut steps = serde_json::Map::new();
         let mut line = vec![];

@@ -447,7 +447,8 @@ struct Batch {
     pass: Option<wgpu::ComputePass<'static>>,
     ops: usize,
     started: Option<Instant>,
-    /// When the latest command was recorded (the clock of [`IdleRule::Quiet`]).
+    /// When the latest command was recorded, under [`IdleRule::Quiet`] (its clock; None
+    /// otherwise).
     last: Option<Instant>,
     uniforms: Vec<u8>,
     bind_groups: BindGroupCache,
@@ -714,13 +715,20 @@ impl ExecutionContext {
 
     fn after_record(&self, mut b: parking_lot::MutexGuard<'_, Batch>) -> Result<()> {
         b.ops += 1;
-        b.last = Some(Instant::now());
         if b.ops == 1 {
             self.recorded_tag.store(b.id, Ordering::Release);
         }
-        // Under the quiet rule the host is recording now: only the poller's check applies.
+        // Under the quiet rule the host is recording now: only the poller's check applies, on
+        // the clock of the latest command (read only under that rule: this is every command's
+        // path). A switch to it mid-batch starts that clock at the next command.
         let (age, rule) = self.idle();
-        let since = (rule == IdleRule::Age).then_some(b.started).flatten();
+        let since = match rule {
+            IdleRule::Age => b.started,
+            IdleRule::Quiet => {
+                b.last = Some(Instant::now());
+                None
+            }
+        };
         if b.ops >= self.cfg.max_ops
             || (self.cfg.due_when_idle(b.ops, age, since) && self.gpu_idle())
         {

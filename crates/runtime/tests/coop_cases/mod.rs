@@ -366,20 +366,25 @@ pub fn check_bwd_input_f16(
     }
 }
 
+/// MatMul of M x K by K x N, f16, in every layout of the operands (`FLAGS`).
+fn check_layouts((m, k, n): (usize, usize, usize), tile: Option<&str>, seed: u64) {
+    for (ta, tb) in FLAGS {
+        check_f16(
+            "MatMul",
+            &stored(m, k, ta),
+            &stored(k, n, tb),
+            ta,
+            tb,
+            tile,
+            seed,
+        );
+    }
+}
+
 pub fn f16_matmul_any() {
     // The automatic choice: cooperative where the adapter has it, else the fallback.
     for &(m, k, n) in &[(1, 1, 1), (7, 9, 5), (33, 64, 17), (20, 0, 3)] {
-        for (ta, tb) in FLAGS {
-            check_f16(
-                "MatMul",
-                &stored(m, k, ta),
-                &stored(k, n, tb),
-                ta,
-                tb,
-                None,
-                (m * 100 + k * 10 + n) as u64,
-            );
-        }
+        check_layouts((m, k, n), None, (m * 100 + k * 10 + n) as u64);
     }
 }
 
@@ -402,17 +407,7 @@ pub fn matmul_shapes_layouts_tiles(tiles: &[CoopTile]) {
             &shapes[..]
         };
         for &(m, k, n) in shapes {
-            for (ta, tb) in FLAGS {
-                check_f16(
-                    "MatMul",
-                    &stored(m, k, ta),
-                    &stored(k, n, tb),
-                    ta,
-                    tb,
-                    tile,
-                    (m + k + n) as u64,
-                );
-            }
+            check_layouts((m, k, n), tile, (m + k + n) as u64);
         }
     }
 }
@@ -429,17 +424,7 @@ pub fn persistent_walk(tiles: &[CoopTile]) {
             (200, 200, 136),
             (333, 320, 64),
         ] {
-            for (ta, tb) in FLAGS {
-                check_f16(
-                    "MatMul",
-                    &stored(m, k, ta),
-                    &stored(k, n, tb),
-                    ta,
-                    tb,
-                    tile,
-                    (m * 7 + k + n) as u64,
-                );
-            }
+            check_layouts((m, k, n), tile, (m * 7 + k + n) as u64);
         }
         check_f16(
             "BatchMatMulV2",
