@@ -6,10 +6,8 @@
 //! Built for the GPU host as a test binary (bench/h200/coop1x1-sweep.sh runs it first).
 mod common;
 mod coop_cases;
-use common::dev;
-use std::io::Write;
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X128X64_2X4WG1FP, COOP_128X128X64_2X4WG1FP, CoopTile, device_supports,
+    COOP_64X128X64_2X4WG1FP, COOP_128X128X64_2X4WG1FP, CoopTile,
 };
 
 const TILES: &[CoopTile] = &[COOP_128X128X64_2X4WG1FP, COOP_64X128X64_2X4WG1FP];
@@ -23,15 +21,7 @@ fn setup() -> bool {
         // others until the variable is set.
         unsafe { std::env::set_var("TFWGPU_COOP_PERSIST_WAVE", "2") };
     });
-    if device_supports(dev()) {
-        return true;
-    }
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: no cooperative matrix (16x16x16 f16 -> f32) on {}",
-        dev().description().name
-    );
-    false
+    !coop_cases::skip_without_coop()
 }
 
 #[test]

@@ -19,11 +19,8 @@ mod coop_cases;
 use common::spirv;
 use common::*;
 use coop_cases::reference;
-use std::io::Write;
 
-use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_TILES, CoopSpec, Input, all_specs, choose_tile, device_supports,
-};
+use tfwgpu_runtime::kernels::matmul::coop::{COOP_TILES, CoopSpec, Input, all_specs, choose_tile};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType};
 
 /// Whether `s` is in the offline test's covering set: every variant of the first and of the
@@ -80,16 +77,7 @@ fn coop_shaders_translate_offline() {
 }
 
 fn skip() -> bool {
-    if device_supports(dev()) {
-        return false;
-    }
-    // Straight to the process's stderr: the test harness captures `eprintln!`.
-    let _ = writeln!(
-        std::io::stderr(),
-        "skipped: no cooperative matrix (16x16x16 f16 -> f32) on {}",
-        dev().description().name
-    );
-    true
+    coop_cases::skip_without_coop()
 }
 
 #[test]

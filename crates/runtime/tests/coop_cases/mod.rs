@@ -6,9 +6,27 @@
 
 use crate::common::*;
 use rand::rngs::StdRng;
+use std::io::Write;
 use std::sync::Once;
-use tfwgpu_runtime::kernels::matmul::coop::{CoopTile, EMULATE_VAR, emulation_requested};
+use tfwgpu_runtime::kernels::matmul::coop::{
+    CoopTile, EMULATE_VAR, device_supports, emulation_requested,
+};
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, HostTensor, f16};
+
+/// True (and says so on stderr) when the test adapter has no cooperative matrices: the tests
+/// of the real cooperative kernels skip.
+pub fn skip_without_coop() -> bool {
+    if device_supports(dev()) {
+        return false;
+    }
+    // Straight to the process's stderr: the test harness captures `eprintln!`.
+    let _ = writeln!(
+        std::io::stderr(),
+        "skipped: no cooperative matrix (16x16x16 f16 -> f32) on {}",
+        dev().description().name
+    );
+    true
+}
 
 /// The emulated cooperative kernels (`TFWGPU_COOP_EMULATE=1`) with the switches `vars`, set
 /// once per test binary (the settings are read once per process) before its first test reads
