@@ -1092,13 +1092,15 @@ fn main(
                 String::new()
             },
         );
+        // A cleared accumulator (persistent tiles clear theirs again for each M tile).
+        let acc_zero = if emu {
+            format!("array<f32, {}>()", 256 / self.lanes)
+        } else {
+            "coop_mat16x16<f32, C>()".to_string()
+        };
         for i in 0..tm {
             for j in 0..tn {
-                if emu {
-                    let _ = writeln!(s, "    var acc_{i}_{j}: array<f32, {}>;", 256 / self.lanes);
-                } else {
-                    let _ = writeln!(s, "    var acc_{i}_{j} = coop_mat16x16<f32, C>();");
-                }
+                let _ = writeln!(s, "    var acc_{i}_{j} = {acc_zero};");
             }
         }
         // How one operand is staged: its tile's rows and contiguous columns, load width,
@@ -1900,12 +1902,7 @@ fn main(
             s.push_str("    }\n    m0 = m0n;\n    m0n += mstep;\n    if m0 >= mend {\n        break;\n    }\n");
             for i in 0..tm {
                 for j in 0..tn {
-                    if emu {
-                        let _ =
-                            writeln!(s, "    acc_{i}_{j} = array<f32, {}>();", 256 / self.lanes);
-                    } else {
-                        let _ = writeln!(s, "    acc_{i}_{j} = coop_mat16x16<f32, C>();");
-                    }
+                    let _ = writeln!(s, "    acc_{i}_{j} = {acc_zero};");
                 }
             }
             s.push_str("    }\n");
