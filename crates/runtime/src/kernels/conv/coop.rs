@@ -16,8 +16,9 @@ use crate::kernel::{MAX_GROUPS_X, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
     self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
-    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_128X128X64_4X4WG1FSE8, COOP_TILES,
-    CoopSpec, CoopTile, Input, Launch, coop_mode, fits, load_width,
+    COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_128X128X64_2X4WG1FP,
+    COOP_128X128X64_4X4WG1FSE8, COOP_TILES, CoopSpec, CoopTile, Input, Launch, coop_mode, fits,
+    load_width,
 };
 use crate::kernels::wgsl::params;
 use crate::{DType, Result};
@@ -1361,7 +1362,8 @@ fn forced_splits() -> Option<usize> {
 /// 128 columns and ~100 tiles or more; 64 x 64 `c64x64x64_2x2w1fs` for M <= 64. v6 (conv16
 /// requests 1-2): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
 /// K >= 512 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
-/// warps per SM), 64 x 64 for plain products with N and K at most 64.
+/// warps per SM), 64 x 64 for plain products with N and K at most 64. v9: plain products on
+/// 128 x 128 with K <= 128 on its persistent twin (`c128x128x64_2x4wg1fp`).
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
@@ -1407,7 +1409,17 @@ fn choose_conv_tile(
         // r50_7, 52 tiles, in two splits.)
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
-        COOP_128X128X64_2X4WG1F
+        // v9 (session 19, bench/h200/persist-verify.sh): plain products with K <= 128 (one or
+        // two K tiles) on the persistent twin, whose next M tile's loads overlap this one's
+        // last products and stores: GPU busy 5-13% under the plain tile on every such row in
+        // two processes (r50_56 64->256 forward and 256->64 input gradient 58 us against 66-67,
+        // r50_28 512->128 and the 3x3-sized 1152->128 input gradients 40 / 83 us against 42 /
+        // 91); at K 256 0.6-5% (r50_14 input gradient), at K 512+ 1-4% slower.
+        if plain && k <= 128 {
+            COOP_128X128X64_2X4WG1FP
+        } else {
+            COOP_128X128X64_2X4WG1F
+        }
     } else {
         COOP_128X64X64_4X2WG1F
     }
@@ -1494,6 +1506,26 @@ mod tests {
         // A split count gives whole K tiles per split, the last one shorter.
         let (s, kc) = split_k(&t16, 1152, 128, 25088, true);
         assert!(kc.is_multiple_of(64) && s * kc >= 25088 && (s - 1) * kc < 25088);
+    }
+
+    /// The float16 conv chooser on the ResNet-50 1x1 products (v9: the persistent 128 x 128
+    /// tile for plain products of more than 128 columns with K <= 128).
+    #[test]
+    fn conv_tile_choices() {
+        let pick = |bwd, plain, m, n, k| choose_conv_tile(Input::F16, bwd, plain, m, n, k, k).name;
+        // r50_56 64 -> 256 forward, 256 -> 64 input gradient: K 64, 256 columns.
+        assert_eq!(pick(false, true, 100352, 256, 64), "c128x128x64_2x4wg1fp");
+        assert_eq!(pick(false, true, 100352, 256, 256), "c128x128x64_2x4wg1f");
+        // r50_28 512 -> 128 input gradient: K 128, 512 columns.
+        assert_eq!(pick(false, true, 25088, 512, 128), "c128x128x64_2x4wg1fp");
+        // K 256 and more: the plain tile (r50_14 1024 -> 256 input gradient, forward K 1024).
+        assert_eq!(pick(false, true, 6272, 1024, 256), "c128x128x64_2x4wg1f");
+        assert_eq!(pick(false, true, 6272, 256, 1024), "c128x128x64_2x4wg1f");
+        // 128 columns or fewer: 128 x 64 (r50_56 256 -> 64 forward) or 64 x 64 (K, N <= 64).
+        assert_eq!(pick(false, true, 100352, 64, 256), "c128x64x64_4x2wg1f");
+        assert_eq!(pick(false, true, 100352, 64, 64), "c64x64x64_2x2w1fs");
+        // Windowed products keep the plain tile (r50_56 1x1 stride 2, K 256 <= 512).
+        assert_eq!(pick(false, false, 25088, 256, 128), "c128x128x64_2x4wg1f");
     }
 
     #[test]

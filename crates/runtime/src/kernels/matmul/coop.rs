@@ -398,7 +398,9 @@ pub const COOP_32X128X64_2X4WG1F: CoopTile = CoopTile {
     ..COOP_64X128X64_2X4WG1F
 };
 /// Persistent forms (`persist`) of the 128 x 128 and 64 x 128 `wg1f` tiles, and their
-/// lavapipe forms. Not measured yet (bench/h200/coop1x1-sweep.sh).
+/// lavapipe forms. On the H200 (session 19, bench/RESULTS.md) the 128 x 128 one ran 5-13%
+/// under its twin on plain 1x1 products with K <= 128 (the conv chooser's pick there), 1-5%
+/// over it on square MatMuls; the 64 x 128 one slower than both.
 pub const COOP_128X128X64_2X4WG1FP: CoopTile = CoopTile {
     name: "c128x128x64_2x4wg1fp",
     persist: true,
