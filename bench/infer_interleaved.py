@@ -11,8 +11,15 @@ eval mode under inference_mode, as bench/torch_keraslike.py `infer`): wall ms pe
 clock comes from `nvidia-smi --query-gpu=clocks.sm -lms 20` run beside the blocks (median of the
 samples inside each block). Prints every block and the medians, and writes JSON.
 
+`--train`: training instead (issue 7's training goal, within 1.5x): a Keras block is one
+`model.fit` epoch of `--calls` steps on the tf.data pipeline of keras_models.py (the batch
+copied from host memory each step, the loss read by the loop), a PyTorch block `--calls` steps
+of bench/torch_keraslike.py's `pageable+sync` step (the same: batch from pageable host memory,
+`loss.item()` each step) and, as a second reference, its `device` step (batch on the GPU, no
+sync inside the block); ms per step.
+
     python3 bench/infer_interleaved.py [--model cnn|mlp|resnet|resnet50] [--calls 300] [--rounds 12]
-        [--json FILE]
+        [--train] [--json FILE]
 """
 import argparse
 import json
@@ -69,6 +76,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=12)
     p.add_argument("--torch-device", default="cuda")
     p.add_argument("--gpu", type=int, default=0, help="the GPU whose clock nvidia-smi samples")
+    p.add_argument("--train", action="store_true", help="training steps instead of inference calls")
     p.add_argument("--json")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.calls < 1:
@@ -78,40 +86,57 @@ def main(argv=None):
     import torch
 
     import keras_models
-    import torch_models as tm
+    import torch_keraslike
 
-    model, _, xd, infer = keras_models.prepare(tf, keras, a.model, "/GPU:0", keras_models.BATCH)
-    torch.manual_seed(0)
-    tm.set_mode("f32")
-    tmodel, _ = tm.build(a.model)
-    tmodel = tmodel.to(a.torch_device).eval()
-    tx = torch.rand((tm.BATCH[a.model],) + tm.INPUT[a.model], device=a.torch_device)
+    model, ds, xd, infer = keras_models.prepare(tf, keras, a.model, "/GPU:0", keras_models.BATCH)
 
     def keras_block():
         with tf.device("/GPU:0"):
-            out, t0, p0 = block(lambda: infer(xd), a.calls)
-            out.numpy()
+            if a.train:
+                t0, p0 = time.time(), time.perf_counter()
+                model.fit(ds, steps_per_epoch=a.calls, epochs=1, verbose=0, shuffle=False)
+            else:
+                out, t0, p0 = block(lambda: infer(xd), a.calls)
+                out.numpy()
         return t0, (time.perf_counter() - p0) / a.calls * 1e3
 
-    def torch_block():
-        with torch.inference_mode():
-            out, t0, p0 = block(lambda: tmodel(tx), a.calls)
-            out.cpu()
-        return t0, (time.perf_counter() - p0) / a.calls * 1e3
+    def torch_train_block(step):
+        def run():
+            out, t0, p0 = block(step, a.calls)
+            if a.torch_device.startswith("cuda"):
+                torch.cuda.synchronize()
+            return t0, (time.perf_counter() - p0) / a.calls * 1e3
+        return run
 
+    if a.train:
+        like, _, _ = torch_keraslike.make_step(a.model, "pageable+sync", a.torch_device)
+        dev_step, _, _ = torch_keraslike.make_step(a.model, "device", a.torch_device)
+        refs = [("torch", torch_train_block(like)), ("torch_device", torch_train_block(dev_step))]
+    else:
+        _, tmodel, tx = torch_keraslike.make_step(a.model, "infer", a.torch_device)
+        tmodel.eval()
+
+        def torch_block():
+            with torch.inference_mode():
+                out, t0, p0 = block(lambda: tmodel(tx), a.calls)
+                out.cpu()
+            return t0, (time.perf_counter() - p0) / a.calls * 1e3
+
+        refs = [("torch", torch_block)]
+    who = [("keras", keras_block)] + refs
     for _ in range(2):  # warm-up: tracing, pipelines, cuDNN's choice
-        keras_block()
-        torch_block()
+        for _, fn in who:
+            fn()
     proc, reader, samples = clock_sampler(a.gpu)
     time.sleep(0.3)
     blocks = []
     for r in range(a.rounds):
-        order = [("keras", keras_block), ("torch", torch_block)]
-        if r % 2:
+        order = who[r % len(who):] + who[:r % len(who)]
+        if (r // len(who)) % 2:
             order.reverse()
         for name, fn in order:
-            t0, ms = fn()
-            blocks.append({"round": r, "who": name, "t0": t0, "t1": time.time(), "ms_per_call": ms})
+            t0, per = fn()
+            blocks.append({"round": r, "who": name, "t0": t0, "t1": time.time(), "ms_per_call": per})
     time.sleep(0.1)
     if proc:
         proc.terminate()
@@ -124,18 +149,21 @@ def main(argv=None):
         b["clock_samples"] = len(inside)
         print(f"round {b['round']:2d} {b['who']:5s} {b['ms_per_call']:.3f} ms/call, SM clock median "
               f"{b['sm_mhz_median']} MHz (min {b['sm_mhz_min']}, {len(inside)} samples)", flush=True)
-    med = {w: statistics.median(b["ms_per_call"] for b in blocks if b["who"] == w)
-           for w in ("keras", "torch")}
-    ratios = []
-    for r in range(a.rounds):
-        k = [b["ms_per_call"] for b in blocks if b["round"] == r and b["who"] == "keras"]
-        t = [b["ms_per_call"] for b in blocks if b["round"] == r and b["who"] == "torch"]
-        ratios.append(k[0] / t[0])
-    print(f"medians: keras {med['keras']:.3f} ms/call, torch {med['torch']:.3f} ms/call; keras/torch "
-          f"per round: median {statistics.median(ratios):.2f}x ({', '.join(f'{x:.2f}' for x in ratios)})")
+    med = {w: statistics.median(b["ms_per_call"] for b in blocks if b["who"] == w) for w, _ in who}
+
+    def ms(r, w):
+        return next(b["ms_per_call"] for b in blocks if b["round"] == r and b["who"] == w)
+
+    all_ratios = {ref: [ms(r, "keras") / ms(r, ref) for r in range(a.rounds)] for ref, _ in refs}
+    unit = "ms/step" if a.train else "ms/call"
+    print("medians: " + ", ".join(f"{w} {med[w]:.3f} {unit}" for w, _ in who))
+    for ref, ratios in all_ratios.items():
+        print(f"keras/{ref} per round: median {statistics.median(ratios):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ratios)})")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"model": a.model, "calls": a.calls, "blocks": blocks, "medians": med, "ratios": ratios,
+            json.dump({"model": a.model, "calls": a.calls, "train": a.train, "blocks": blocks,
+                       "medians": med, "ratios": all_ratios["torch"], "ratios_by_ref": all_ratios,
                        "clock_samples": samples}, f, indent=1)
 
 

@@ -32,9 +32,12 @@ sys.path.insert(0, __file__.rsplit("/", 1)[0])
 import torch_models as tm  # noqa: E402
 
 
-def run(name, variant, steps, warmup, reps):
+def make_step(name, variant, dev="cuda"):
+    """The model of torch_models.py (float32) and a training step of `variant` (device,
+    pageable, pageable+sync) for it; or, for `infer`, (model in eval mode, the batch on the
+    device). Returns (step or None, model, x on the device)."""
     torch.manual_seed(0)
-    dev = torch.device("cuda")
+    dev = torch.device(dev)
     tm.set_mode("f32")
     model, make_opt = tm.build(name)
     model = model.to(dev)
@@ -45,7 +48,7 @@ def run(name, variant, steps, warmup, reps):
     x, y = hx.to(dev), hy.to(dev)
     probs = model.probs
     if variant == "infer":
-        return _infer(model, x, steps, warmup, reps)
+        return None, model, x
     model.train()
 
     def step():
@@ -57,6 +60,13 @@ def run(name, variant, steps, warmup, reps):
         if variant == "pageable+sync":
             loss.item()
 
+    return step, model, x
+
+
+def run(name, variant, steps, warmup, reps):
+    step, model, x = make_step(name, variant)
+    if step is None:
+        return _infer(model, x, steps, warmup, reps)
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
