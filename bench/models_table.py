@@ -28,7 +28,9 @@ Sources, per model:
   Keras's and PyTorch's inference calls in alternating blocks of one process, whose per-round
   ratio does not depend on the host's speed, which differs between processes by up to 2.7x on
   the H200 host (bench/RESULTS.md, session 18). The inference goal is judged on its median
-  ratio when it ran (marked "(interleaved)").
+  ratio when it ran (marked "(interleaved)"). Training the same way (`infer_interleaved.py
+  --train`: Keras `fit` blocks against PyTorch's like-for-like steps, session 19) for the models
+  with goals that have a like-for-like step (not resnet50), and the training goal on its ratio.
 - GPU busy: the replay's share of each step with timestamps around each compute pass
   (`gpu_busy_pct_median_per_pass`); the per-command timestamps slow the step they time, so
   their busy time over the untimed step overstated it (over 100% in session 18's table).
@@ -126,7 +128,7 @@ def main(argv=None):
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--torch-args", default="", help="extra arguments for torch_models.py")
     p.add_argument("--no-interleaved", action="store_true",
-                   help="skip bench/infer_interleaved.py (inference against PyTorch in one process)")
+                   help="skip bench/infer_interleaved.py (inference and training against PyTorch in one process)")
     p.add_argument("--keraslike-json", help="bench/torch_keraslike.py's JSON instead of running it "
                    "(with --torch-json and without this, the like-for-like column is left out)")
     p.add_argument("--keras-json")
@@ -179,20 +181,21 @@ def main(argv=None):
             print(r.stdout)
     table["keras"] = {k: v for k, v in (keras_doc or {}).items() if k != "results"} or "not run"
 
-    # Inference against PyTorch in one process
-    interleaved = {}
+    # Inference and training against PyTorch in one process
+    interleaved = {"infer": {}, "train": {}}
     if (not a.no_interleaved and torch_doc is not None and not a.torch_json and keras_doc is not None
             and not a.keras_json):
-        for m in (m for m in models if m in GOALS):
-            out = os.path.join(work, f"interleaved-{m}.json")
-            calls = "20" if m == "resnet50" else "300"
-            r = sh([sys.executable, os.path.join(HERE, "infer_interleaved.py"), "--model", m, "--calls", calls,
-                    "--rounds", "8", "--json", out], a.timeout)
-            if r.returncode == 0:
-                doc = json.load(open(out))
-                interleaved[m] = statistics.median(doc["ratios"])
-                print(r.stdout[-400:])
-    table["interleaved"] = interleaved or "not run"
+        for kind in ("infer", "train"):
+            for m in (m for m in models if m in GOALS and (kind == "infer" or m in like_models)):
+                out = os.path.join(work, f"interleaved-{kind}-{m}.json")
+                calls = "20" if m == "resnet50" else ("300" if kind == "infer" else "200")
+                r = sh([sys.executable, os.path.join(HERE, "infer_interleaved.py"), "--model", m, "--calls", calls,
+                        "--rounds", "8", "--json", out] + (["--train"] if kind == "train" else []), a.timeout)
+                if r.returncode == 0:
+                    doc = json.load(open(out))
+                    interleaved[kind][m] = statistics.median(doc["ratios"])
+                    print(r.stdout[-400:])
+    table["interleaved"] = interleaved if any(interleaved.values()) else "not run"
 
     for m in models:
         row = {"replay": replay(a.bench, a.traces, m, a.repeat, work, a.timeout)}
@@ -208,14 +211,15 @@ def main(argv=None):
             row[f"{kind}_ratio_keras"] = ours_k / ref if ours_k and ref else None
             row[f"{kind}_ratio_keras_like"] = ours_k / ref_like if ours_k and ref_like else None
             row[f"{kind}_ratio_replay"] = ours_r / ref if ours_r and ref else None
-        row["infer_ratio_interleaved"] = interleaved.get(m)
+        for kind in ("train", "infer"):
+            row[f"{kind}_ratio_interleaved"] = interleaved[kind].get(m)
         if m in GOALS:
             goal = {}
             for kind, limit in zip(("train", "infer"), GOALS[m]):
                 r_l, r_k, r_r = (row[f"{kind}_ratio_keras_like"], row[f"{kind}_ratio_keras"],
                                  row[f"{kind}_ratio_replay"])
-                if kind == "infer" and row["infer_ratio_interleaved"] is not None:
-                    r, basis = row["infer_ratio_interleaved"], "interleaved"
+                if row[f"{kind}_ratio_interleaved"] is not None:
+                    r, basis = row[f"{kind}_ratio_interleaved"], "interleaved"
                 elif r_l is not None:
                     r, basis = r_l, "like"
                 elif r_k is not None:
