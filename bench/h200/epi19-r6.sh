@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Prepared in session 19 (issue 6), NOT run yet: ~2 min on one H200, no TensorFlow.
-# Build from the tag epi19-measure (branch epi19: measurement forms, not main):
-#   git checkout epi19-measure && cargo build --release -p tfwgpu-bench
+# Build from the tag epi19-measure (branch epi19: measurement forms, not main), or where the tag
+# did not reach the checkout from bench/patches/epi19-measure.patch on 990d2b0:
+#   git checkout 990d2b0 && git apply bench/patches/epi19-measure.patch (saved first), or
+#   git checkout epi19-measure; then cargo build --release -p tfwgpu-bench
 #   strip -o .hostrun/tfwgpu-bench target/release/tfwgpu-bench
 #   strip -o .hostrun/tfwgpu-shader-stats target/release/tfwgpu-shader-stats; gzip -f .hostrun/*
 # and carry .gl and .hostrun. Why (NOTES-coop.md, session 19): on r50_56_1x1_64_256 forward the K
