@@ -22,13 +22,8 @@
 # is the epilogue (fewer accumulators per subgroup: 16 subgroups with a scratch per subgroup,
 # staging trimmed to fit 48 KiB for K <= 128); if < 8 us, the first loads and occupancy
 # (registers to reach two workgroups per SM).
-set -u
-L=$OUT/logs; mkdir -p $L
-source .gl/activate.sh
-gunzip -f .hostrun/*.gz 2>/dev/null; chmod +x .hostrun/*
-B=./.hostrun/tfwgpu-bench
+source bench/h200/lib.sh
 export TFWGPU_TUNE_CACHE=/tmp/tune-epi19.json
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 timeout 120 ./.hostrun/tfwgpu-shader-stats --filter c128x128x64_2x4wg1f,c64x128x64_2x4wg1f,c128x64x64_4x2wg1f,c64x64x64_2x2w1fs > $L/stats.txt 2>&1
 grep -iE "coop_|register|spill" $L/stats.txt | head -60
 CASES=r50_56_1x1_64_256,k_56_1x1_128_256,k_56_1x1_512_256,r50_56_1x1_256_64
