@@ -1409,7 +1409,7 @@ fn choose_conv_tile(
         // r50_7, 52 tiles, in two splits.)
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
-        // v9 (session 19, bench/h200/persist-verify.sh): plain products with K <= 128 (one or
+        // v9 (session 19, bench/data/2026-12-02-s19-persist-verify-*): plain products with K <= 128 (one or
         // two K tiles) on the persistent twin, whose next M tile's loads overlap this one's
         // last products and stores: GPU busy 5-13% under the plain tile on every such row in
         // two processes (r50_56 64->256 forward and 256->64 input gradient 58 us against 66-67,
@@ -1513,7 +1513,8 @@ mod tests {
     #[test]
     fn conv_tile_choices() {
         let pick = |bwd, plain, m, n, k| choose_conv_tile(Input::F16, bwd, plain, m, n, k, k).name;
-        // r50_56 64 -> 256 forward, 256 -> 64 input gradient: K 64, 256 columns.
+        // r50_56 64 -> 256 forward (and 256 -> 64 input gradient): K 64, 256 columns; the same
+        // product with K 256 keeps the plain tile.
         assert_eq!(pick(false, true, 100352, 256, 64), "c128x128x64_2x4wg1fp");
         assert_eq!(pick(false, true, 100352, 256, 256), "c128x128x64_2x4wg1f");
         // r50_28 512 -> 128 input gradient: K 128, 512 columns.
