@@ -78,7 +78,11 @@ pub struct CoopTile {
     /// K tiles between a global load and its shared store: 1 (the next tile's loads are
     /// issued before the current tile's products) or 2 (two register sets: the loads of
     /// tile t + 2 are issued before the products of tile t and stored after those of tile
-    /// t + 1, so their latency overlaps two tiles' products; two buffers only).
+    /// t + 1, so their latency overlaps two tiles' products; two buffers only); 0 (`l`,
+    /// late: the next tile's loads are issued after the current tile's products and stored
+    /// at once, so no staged value is live during the products: fewer registers, for more
+    /// workgroups per SM, where K is one or two tiles; one buffer, `free` 0, not
+    /// persistent).
     pub depth: u32,
     /// 16-byte global loads of float16 operands (`vec4<u32>`: 8 packed halves) where the
     /// contiguous dimension is a multiple of 8, unpacked into two `vec4<f16>` shared stores
@@ -411,6 +415,19 @@ pub const COOP_64X128X64_2X4WG1FP: CoopTile = CoopTile {
     persist: true,
     ..COOP_64X128X64_2X4WG1F
 };
+/// Late staging (`depth` 0) of the 128 x 128 one-buffer tile with 16-byte loads, and its
+/// lavapipe form. Not measured yet (bench/h200/epi19-r6.sh).
+pub const COOP_128X128X64_2X4WG1L: CoopTile = CoopTile {
+    name: "c128x128x64_2x4wg1l",
+    depth: 0,
+    ..COOP_128X128X64_2X4WG1
+};
+pub const COOP_64X64X64_2X2W1L: CoopTile = CoopTile {
+    name: "c64x64x64_2x2w1l",
+    depth: 0,
+    free: 0,
+    ..COOP_64X64X64_2X2W1FS
+};
 pub const COOP_64X64X64_2X2W1FP: CoopTile = CoopTile {
     name: "c64x64x64_2x2w1fp",
     persist: true,
@@ -473,6 +490,8 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_64X128X64_2X4WG1FP,
     COOP_64X64X64_2X2W1FP,
     COOP_32X128X64_2X4WG1FP,
+    COOP_128X128X64_2X4WG1L,
+    COOP_64X64X64_2X2W1L,
 ];
 
 /// The element type of the operands in memory.
@@ -749,7 +768,9 @@ impl CoopSpec {
         };
         t.bk.is_multiple_of(16)
             && (t.nbuf == 1 || t.nbuf == 2)
-            && (t.depth == 1 || (t.depth == 2 && t.nbuf == 2))
+            && (t.depth == 1
+                || (t.depth == 2 && t.nbuf == 2)
+                || (t.depth == 0 && t.nbuf == 1 && t.free == 0 && !t.persist))
             && (t.free == 0 || (t.free <= 2 && t.depth == 1))
             && t.subgroups().is_multiple_of(self.scratch_slots())
             && t.bm.is_multiple_of(16 * t.sg_m)
@@ -1532,7 +1553,32 @@ fn main(
                 }
             }
         };
-        if t.depth == 1 {
+        if t.depth == 0 {
+            // Late staging: the products of the one buffer, a barrier (every subgroup done
+            // reading it), then the next tile's loads stored at once (no staged value lives
+            // across the products), a barrier.
+            let _ = write!(
+                s,
+                "    workgroupBarrier();
+    for (var t = 0u; t < ntiles; t += 1u) {{
+        let more = t + 1u < ntiles;
+"
+            );
+            products(&mut s, "0u");
+            let _ = write!(
+                s,
+                "        workgroupBarrier();
+        if more {{
+            let k0 = (t + 1u) * {bk}u;
+",
+                bk = t.bk
+            );
+            load(&mut s, &a_op, "");
+            load(&mut s, &b_op, "");
+            store(&mut s, &a_op, "", "0u");
+            store(&mut s, &b_op, "", "0u");
+            s.push_str("        }\n        workgroupBarrier();\n    }\n");
+        } else if t.depth == 1 {
             // With `free`, the staging of the tile after the last one runs too (its loads
             // are past K: zeros; its stores go to a buffer no product reads any more).
             if persist {
