@@ -415,12 +415,19 @@ pub const COOP_64X128X64_2X4WG1FP: CoopTile = CoopTile {
     persist: true,
     ..COOP_64X128X64_2X4WG1F
 };
-/// Late staging (`depth` 0) of the 128 x 128 one-buffer tile with 16-byte loads, and its
-/// lavapipe form. Not measured yet (bench/h200/epi19-r6.sh).
+/// Late staging (`depth` 0) of the 128 x 128 and 128 x 64 one-buffer tiles with 16-byte
+/// loads, and their lavapipe form. Not measured yet (bench/h200/epi19-r6.sh).
 pub const COOP_128X128X64_2X4WG1L: CoopTile = CoopTile {
     name: "c128x128x64_2x4wg1l",
     depth: 0,
     ..COOP_128X128X64_2X4WG1
+};
+pub const COOP_128X64X64_4X2WG1L: CoopTile = CoopTile {
+    name: "c128x64x64_4x2wg1l",
+    bn: 64,
+    sg_m: 4,
+    sg_n: 2,
+    ..COOP_128X128X64_2X4WG1L
 };
 pub const COOP_64X64X64_2X2W1L: CoopTile = CoopTile {
     name: "c64x64x64_2x2w1l",
@@ -491,6 +498,7 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_64X64X64_2X2W1FP,
     COOP_32X128X64_2X4WG1FP,
     COOP_128X128X64_2X4WG1L,
+    COOP_128X64X64_4X2WG1L,
     COOP_64X64X64_2X2W1L,
 ];
 
