@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prepared in session 19 (issue 6), NOT run yet: ~3 min on one H200, no TensorFlow.
-# Build main at 4821d86 or later with bench/patches/epi19-measure.patch applied (the
+# Build main at c195710 or later with bench/patches/epi19-measure.patch applied (the
 # measurement forms of branch epi19, not on main; `git apply bench/patches/epi19-measure.patch`
 # in the checkout, build, then `git checkout -- crates`):
 #   cargo build --release -p tfwgpu-bench
