@@ -18,27 +18,7 @@ const TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1L];
 fn emulated_late_matmul() {
     setup();
     coop_cases::matmul_shapes_layouts_tiles(TILES);
-    // K of several tiles (the last partial), through every step of the late staging.
-    for tile in TILES {
-        coop_cases::check_f16(
-            "MatMul",
-            &[70, 300],
-            &[300, 90],
-            false,
-            false,
-            Some(tile.name),
-            71,
-        );
-        coop_cases::check_f16(
-            "MatMul",
-            &[300, 70],
-            &[90, 300],
-            true,
-            true,
-            Some(tile.name),
-            72,
-        );
-    }
+    coop_cases::several_tiles(TILES);
 }
 
 #[test]

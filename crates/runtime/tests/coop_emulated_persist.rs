@@ -22,7 +22,7 @@ const TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FP, COOP_32X128X64_2X4WG1FP];
 fn emulated_persistent_matmul() {
     setup();
     coop_cases::matmul_shapes_layouts_tiles(TILES);
-    coop_cases::persistent_walk(TILES);
+    coop_cases::several_tiles(TILES);
 }
 
 #[test]

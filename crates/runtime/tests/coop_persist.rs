@@ -29,7 +29,7 @@ fn persistent_tiles_walk_on_the_device() {
     if !setup() {
         return;
     }
-    coop_cases::persistent_walk(TILES);
+    coop_cases::several_tiles(TILES);
     coop_cases::matmul_shapes_layouts_tiles(TILES);
 }
 

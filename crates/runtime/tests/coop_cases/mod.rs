@@ -430,11 +430,12 @@ pub fn matmul_shapes_layouts_tiles(tiles: &[CoopTile]) {
     }
 }
 
-/// Persistent tiles (`CoopTile::persist`) walking several M tiles: run with a small
-/// `TFWGPU_COOP_PERSIST_WAVE` so that each workgroup takes several. M of several tiles with a
-/// partial last one, K of one, two and several K tiles (whole and partial), every layout, and
-/// batches (broadcast and plain).
-pub fn persistent_walk(tiles: &[CoopTile]) {
+/// M of several tiles with a partial last one, K of one, two and several K tiles (whole and
+/// partial), every layout, and batches (broadcast and plain): persistent tiles
+/// (`CoopTile::persist`) walking several M tiles (run with a small `TFWGPU_COOP_PERSIST_WAVE`
+/// so that each workgroup takes several), late-staging tiles (`depth` 0) through every step
+/// of their K loop.
+pub fn several_tiles(tiles: &[CoopTile]) {
     for tile in tiles.iter().map(|t| Some(t.name)) {
         for &(m, k, n) in &[
             (300, 64, 130),
