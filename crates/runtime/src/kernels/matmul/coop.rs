@@ -416,7 +416,9 @@ pub const COOP_64X128X64_2X4WG1FP: CoopTile = CoopTile {
     ..COOP_64X128X64_2X4WG1F
 };
 /// Late staging (`depth` 0) of the 128 x 128 and 128 x 64 one-buffer tiles with 16-byte
-/// loads, and their lavapipe form. Not measured yet (bench/h200/epi19-r6.sh).
+/// loads, and their lavapipe form. Measured in session 20 (bench/RESULTS.md): 18-28 registers
+/// fewer, still one 128 x 128 workgroup per SM, 5-16% slower than the chooser's picks; not
+/// chosen.
 pub const COOP_128X128X64_2X4WG1L: CoopTile = CoopTile {
     name: "c128x128x64_2x4wg1l",
     depth: 0,
