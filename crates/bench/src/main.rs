@@ -21,6 +21,8 @@ use serde_json::json;
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Device, Runtime, f16, list_adapters};
 
 mod cases;
+mod coopdirect;
+mod occupancy;
 mod ops;
 mod overhead;
 mod replay;
@@ -94,6 +96,16 @@ const USAGE: &str = "usage:
   tfwgpu-bench overhead [--calls N] [--reps N] [--n ELEMENTS] [--default-batching] [--json FILE]
                                              host time per recorded kernel call (a Mul/AddV2
                                              chain on tiny tensors), apart from the drain
+  tfwgpu-bench coopdirect [--shapes M:N:K,..] [--tiles d<BM>x<BN>_<SGM>x<SGN>_s<S>,..]
+                         [--json FILE]
+                                             experiment: float16 products with cooperative
+                                             fragments loaded from the storage buffers (no
+                                             staging), timed and checked
+  tfwgpu-bench occupancy [--threads L] [--shared-kib L] [--regs L] [--iters N] [--grid N]
+                       [--dump DIR] [--json FILE]
+                                             how many workgroups the driver keeps resident at
+                                             once per workgroup size, workgroup memory and
+                                             live registers (a counter in a spinning probe)
   tfwgpu-bench vkprobe [--pair A,B] [--rounds N]
                                              raw Vulkan: each device's UUIDs and external
                                              semaphore handle types, the device groups, and
@@ -118,6 +130,8 @@ fn main() -> ExitCode {
         Some("ops") => ops::run(&args[1..]),
         Some("demo") => demo(),
         Some("overhead") => overhead::run(&args[1..]),
+        Some("occupancy") => occupancy::run(&args[1..]),
+        Some("coopdirect") => coopdirect::run(&args[1..]),
         Some("replay") => open().and_then(|rt| replay::run(&args[1..], &rt)),
         Some("transfer") => open().and_then(|rt| transfer::run(&args[1..], rt.device())),
         Some("vkprobe") => vkprobe::run(&args[1..]),

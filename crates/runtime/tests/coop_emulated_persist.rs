@@ -9,14 +9,20 @@
 mod common;
 mod coop_cases;
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_32X128X64_2X4WG1FP, COOP_64X64X64_2X2W1FP, CoopTile,
+    COOP_32X128X64_2X4WG1FP, COOP_64X64X32_2X2W1FP, COOP_64X64X64_2X2W1FP,
+    COOP_128X128X32_4X4WG1FPE8, CoopTile,
 };
 
 fn setup() {
     coop_cases::setup_emulated(&[("TFWGPU_COOP_PERSIST_WAVE", "2")]);
 }
 
-const TILES: &[CoopTile] = &[COOP_64X64X64_2X2W1FP, COOP_32X128X64_2X4WG1FP];
+const TILES: &[CoopTile] = &[
+    COOP_64X64X64_2X2W1FP,
+    COOP_32X128X64_2X4WG1FP,
+    COOP_128X128X32_4X4WG1FPE8,
+    COOP_64X64X32_2X2W1FP,
+];
 
 #[test]
 fn emulated_persistent_matmul() {

@@ -7,10 +7,17 @@
 mod common;
 mod coop_cases;
 use tfwgpu_runtime::kernels::matmul::coop::{
-    COOP_64X128X64_2X4WG1FP, COOP_128X128X64_2X4WG1FP, CoopTile,
+    COOP_64X128X32_2X4WG1FP, COOP_64X128X64_2X4WG1FP, COOP_128X64X32_4X2WG1FP,
+    COOP_128X128X32_4X4WG1FP, COOP_128X128X64_2X4WG1FP, CoopTile,
 };
 
-const TILES: &[CoopTile] = &[COOP_128X128X64_2X4WG1FP, COOP_64X128X64_2X4WG1FP];
+const TILES: &[CoopTile] = &[
+    COOP_128X128X64_2X4WG1FP,
+    COOP_64X128X64_2X4WG1FP,
+    COOP_128X128X32_4X4WG1FP,
+    COOP_128X64X32_4X2WG1FP,
+    COOP_64X128X32_2X4WG1FP,
+];
 
 /// Sets the wave before any kernel of this binary runs; false (skipped) without cooperative
 /// matrices.

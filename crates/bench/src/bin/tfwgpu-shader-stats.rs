@@ -1,7 +1,7 @@
 //! tfwgpu-shader-stats: what the Vulkan driver made of each matmul shader variant.
 //!
 //! ```text
-//! tfwgpu-shader-stats [--filter SUBSTRING,..] [--ir FILE] [--dump DIR]
+//! tfwgpu-shader-stats [--filter SUBSTRING,..] [--ir FILE] [--dump DIR] [--wgsl-dir DIR]
 //! ```
 //!
 //! Translates each variant's WGSL to SPIR-V with naga (the options wgpu's Vulkan backend uses
@@ -10,7 +10,9 @@
 //! statistics (registers, spills, shared memory, as the driver names them). `--ir` writes the
 //! driver's internal representations (where it gives any) to FILE. A tuning aid: wgpu itself
 //! cannot ask for these. `--dump DIR` writes each variant's WGSL and SPIR-V there (no device
-//! needed).
+//! needed). `--wgsl-dir DIR` adds every `*.wgsl` file of DIR as a variant named after the file
+//! (e.g. the occupancy probes of `tfwgpu-bench occupancy --dump DIR`; with `--filter`, matched
+//! by that name).
 
 use std::ffi::CStr;
 use std::fmt::Write as _;
@@ -134,11 +136,29 @@ fn run() -> Result<(), String> {
     let filter = flag("--filter");
     let ir_path = flag("--ir");
     let dump = flag("--dump");
+    let mut all = variants();
+    if let Some(dir) = flag("--wgsl-dir") {
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .map_err(|e| format!("{dir}: {e}"))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "wgsl"))
+            .collect();
+        files.sort();
+        for f in files {
+            let src = std::fs::read_to_string(&f).map_err(|e| format!("{}: {e}", f.display()))?;
+            let name = f
+                .file_stem()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned();
+            all.push((name, src));
+        }
+    }
     let mut ir_text = String::new();
     let vk_err = |e: vk::Result| e.to_string();
     // Translate (and so validate) every variant first; this needs no device.
     let mut shaders = vec![];
-    for (vname, wgsl) in variants() {
+    for (vname, wgsl) in all {
         if filter
             .as_ref()
             .is_none_or(|f| f.split(',').any(|f| vname.contains(f)))

@@ -15,7 +15,8 @@ use std::sync::OnceLock;
 use crate::kernel::{MAX_GROUPS_X, TensorDesc};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::matmul::coop::{
-    self, COOP_64X64_2X2V, COOP_64X64X64_2X2W1FS, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
+    self, COOP_64X64_2X2V, COOP_64X64X32_2X2W1F, COOP_64X64X64_2X2W1FS, COOP_64X128X32_2X4WG1F,
+    COOP_64X128X32_2X4WG1FP, COOP_128X64X32_4X2WG1FP, COOP_128X64X64_4X2WG1F, COOP_128X128_2X4VG,
     COOP_128X128X64_2X4VG1, COOP_128X128X64_2X4WG1F, COOP_128X128X64_2X4WG1FP,
     COOP_128X128X64_4X4WG1FSE8, COOP_TILES, CoopSpec, CoopTile, Input, Launch, coop_mode, fits,
     load_width,
@@ -1398,8 +1399,26 @@ fn choose_conv_tile(
     // for 128 x 64), but r50_56_1x1_256_128_s2 forward (windowed, K 256) ran 0.0290 ms on
     // it against 0.0262 on 128 x 64 in request 1: 128 x 64 below K 512.
     let tiles = m.div_ceil(128).saturating_mul(n.div_ceil(128));
-    if m <= 64 || k < 64 || (plain && n <= 64 && k <= 64) {
+    // v10 (session 20, bench/data/2026-12-02-s20-occ20-r3-*): this driver keeps one workgroup
+    // per SM from 28 KiB of workgroup memory (the occupancy probe), so the K-64 tiles (35-45
+    // KiB) each ran alone on their SM; the K-32 tiles of 22-23 KiB run two per SM. Plain
+    // products with K <= 256 take them (persistent): GPU busy 11-21% under v9's picks on the
+    // 128 x 64 and 64 x 64 rows (r50_56 256 -> 64 forward 40 us against 48, 64 -> 64 forward
+    // and input gradient 20 against 25), 5-9% on the 128 x 128 rows with K <= 128 (r50_56
+    // 64 -> 256 forward 52.5 against 58).
+    // v10b (bench/data/2026-12-02-s20-occ20-r6-*): the stride-2 1x1 products (windowed, one
+    // tap: K = the channels) on the K-32 tiles too, 11% under v10's tiles in both processes
+    // (forward 25 us against 28, the input gradient's phases 42-43 against 47); K-128 plain
+    // products with N > 128 back on the persistent 128 x 128 tile (the 64 x 128 one was 2-3%
+    // slower there).
+    if m <= 64 || k < 64 {
         COOP_64X64X64_2X2W1FS
+    } else if plain && n <= 64 && k <= 64 {
+        COOP_128X64X32_4X2WG1FP
+    } else if !plain && k == ac && k <= 256 && n <= 128 {
+        COOP_64X64X32_2X2W1F
+    } else if !plain && k == ac && k <= 128 && n > 128 && tiles >= 96 {
+        COOP_64X128X32_2X4WG1F
     } else if !plain
         && n >= 128
         && k >= 512
@@ -1415,11 +1434,15 @@ fn choose_conv_tile(
         // two processes (r50_56 64->256 forward and 256->64 input gradient 58 us against 66-67,
         // r50_28 512->128 and the 3x3-sized 1152->128 input gradients 40 / 83 us against 42 /
         // 91); at K 256 0.6-5% (r50_14 input gradient), at K 512+ 1-4% slower.
-        if plain && k <= 128 {
+        if plain && k <= 64 {
+            COOP_64X128X32_2X4WG1FP
+        } else if plain && k <= 128 {
             COOP_128X128X64_2X4WG1FP
         } else {
             COOP_128X128X64_2X4WG1F
         }
+    } else if plain && k <= 256 {
+        COOP_128X64X32_4X2WG1FP
     } else {
         COOP_128X64X64_4X2WG1F
     }
@@ -1515,18 +1538,32 @@ mod tests {
         let pick = |bwd, plain, m, n, k| choose_conv_tile(Input::F16, bwd, plain, m, n, k, k).name;
         // r50_56 64 -> 256 forward (and 256 -> 64 input gradient): K 64, 256 columns; the same
         // product with K 256 keeps the plain tile.
-        assert_eq!(pick(false, true, 100352, 256, 64), "c128x128x64_2x4wg1fp");
+        assert_eq!(pick(false, true, 100352, 256, 64), "c64x128x32_2x4wg1fp");
         assert_eq!(pick(false, true, 100352, 256, 256), "c128x128x64_2x4wg1f");
-        // r50_28 512 -> 128 input gradient: K 128, 512 columns.
+        // r50_28 512 -> 128 input gradient: K 128, 512 columns (v10b: the 128 x 128 one).
         assert_eq!(pick(false, true, 25088, 512, 128), "c128x128x64_2x4wg1fp");
         // K 256 and more: the plain tile (r50_14 1024 -> 256 input gradient, forward K 1024).
         assert_eq!(pick(false, true, 6272, 1024, 256), "c128x128x64_2x4wg1f");
         assert_eq!(pick(false, true, 6272, 256, 1024), "c128x128x64_2x4wg1f");
-        // 128 columns or fewer: 128 x 64 (r50_56 256 -> 64 forward) or 64 x 64 (K, N <= 64).
-        assert_eq!(pick(false, true, 100352, 64, 256), "c128x64x64_4x2wg1f");
-        assert_eq!(pick(false, true, 100352, 64, 64), "c64x64x64_2x2w1fs");
-        // Windowed products keep the plain tile (r50_56 1x1 stride 2, K 256 <= 512).
-        assert_eq!(pick(false, false, 25088, 256, 128), "c128x128x64_2x4wg1f");
+        // 128 columns or fewer with K <= 256: the persistent 128 x 64 K-32 tile (r50_56
+        // 256 -> 64 forward, 64 -> 64); K 512 and more keeps the K-64 tile (r50_28 512 -> 128
+        // forward); M of one tile, 64 x 64.
+        assert_eq!(pick(false, true, 100352, 64, 256), "c128x64x32_4x2wg1fp");
+        assert_eq!(pick(false, true, 100352, 64, 64), "c128x64x32_4x2wg1fp");
+        assert_eq!(pick(false, true, 25088, 128, 512), "c128x64x64_4x2wg1f");
+        assert_eq!(pick(false, true, 64, 64, 64), "c64x64x64_2x2w1fs");
+        // Windowed products of one tap (1x1 stride 2: r50_56 256 -> 128 forward, K 256, and
+        // its input gradient's phases, K 128, 256 columns) on the K-32 tiles; windowed products
+        // of several taps keep theirs (a 3x3 layer's K of 9 x 16 = 144, 128 columns; K 1152).
+        assert_eq!(pick(false, false, 25088, 128, 256), "c64x64x32_2x2w1f");
+        assert_eq!(pick(true, false, 25088, 256, 128), "c64x128x32_2x4wg1f");
+        let pick_ac = |bwd, m, n, k, ac| choose_conv_tile(Input::F16, bwd, false, m, n, k, ac).name;
+        assert_eq!(pick_ac(false, 25088, 128, 144, 16), "c128x64x64_4x2wg1f");
+        assert_eq!(pick_ac(false, 25088, 256, 128, 64), "c128x128x64_2x4wg1f");
+        assert_eq!(
+            pick_ac(false, 25088, 128, 1152, 128),
+            "c128x128x64_4x4wg1fse8"
+        );
     }
 
     #[test]

@@ -448,6 +448,75 @@ pub const COOP_32X128X64_2X4WG1FP: CoopTile = CoopTile {
     ..COOP_32X128X64_2X4WG1F
 };
 
+/// Session 20: 16 subgroups of 32 x 32 with a scratch slot each, K tiles of 32 in one buffer
+/// (35-37 KiB with the 16 KiB of scratch). The 1x1 rows' epilogue is ~40% of their time and
+/// runs as 8 rounds of 8 subgroups on the 8-subgroup tile (bench/RESULTS.md, session 20); here
+/// it is 4 rounds of 16, twice the warps storing per round. Not chosen automatically; with
+/// its persistent form and the lavapipe forms (tests/coop_emulated_sg16.rs).
+pub const COOP_128X128X32_4X4WG1F: CoopTile = CoopTile {
+    name: "c128x128x32_4x4wg1f",
+    bk: 32,
+    sg_m: 4,
+    sg_n: 4,
+    slots: 0,
+    ..COOP_128X128X64_2X4WG1F
+};
+pub const COOP_128X128X32_4X4WG1FP: CoopTile = CoopTile {
+    name: "c128x128x32_4x4wg1fp",
+    persist: true,
+    ..COOP_128X128X32_4X4WG1F
+};
+/// Their lavapipe forms (32 KiB of workgroup memory): the scratch in two turns of 8 slots
+/// (27-29 KiB). A 64 x 64 form cannot take 16-byte loads with 512 invocations and K 32.
+pub const COOP_128X128X32_4X4WG1FE8: CoopTile = CoopTile {
+    name: "c128x128x32_4x4wg1fe8",
+    slots: 8,
+    ..COOP_128X128X32_4X4WG1F
+};
+pub const COOP_128X128X32_4X4WG1FPE8: CoopTile = CoopTile {
+    name: "c128x128x32_4x4wg1fpe8",
+    slots: 8,
+    ..COOP_128X128X32_4X4WG1FP
+};
+
+/// Session 20: tiles within ~24 KiB of workgroup memory. The occupancy probe (`tfwgpu-bench
+/// occupancy`) found this driver keeps one workgroup per SM as soon as a workgroup declares
+/// 28 KiB or more, two at 20-24 KiB (three at 16, four at 12), whatever the registers; every
+/// staged tile above (35-45 KiB) runs alone on its SM. With K tiles of 32 in one buffer the
+/// 128 x 64 and 64 x 128 tiles fit 22-23 KiB (two per SM if they keep <= 127 registers for 256
+/// invocations), the 64 x 64 one 14 KiB (three). Not chosen automatically; the 64 x 64 form
+/// runs in the emulated tests as is (tests/coop_emulated_sg16.rs, coop_emulated_persist.rs).
+pub const COOP_128X64X32_4X2WG1F: CoopTile = CoopTile {
+    name: "c128x64x32_4x2wg1f",
+    bk: 32,
+    ..COOP_128X64X64_4X2WG1F
+};
+pub const COOP_64X128X32_2X4WG1F: CoopTile = CoopTile {
+    name: "c64x128x32_2x4wg1f",
+    bk: 32,
+    ..COOP_64X128X64_2X4WG1F
+};
+pub const COOP_64X64X32_2X2W1F: CoopTile = CoopTile {
+    name: "c64x64x32_2x2w1f",
+    bk: 32,
+    ..COOP_64X64X64_2X2W1F
+};
+pub const COOP_128X64X32_4X2WG1FP: CoopTile = CoopTile {
+    name: "c128x64x32_4x2wg1fp",
+    persist: true,
+    ..COOP_128X64X32_4X2WG1F
+};
+pub const COOP_64X128X32_2X4WG1FP: CoopTile = CoopTile {
+    name: "c64x128x32_2x4wg1fp",
+    persist: true,
+    ..COOP_64X128X32_2X4WG1F
+};
+pub const COOP_64X64X32_2X2W1FP: CoopTile = CoopTile {
+    name: "c64x64x32_2x2w1fp",
+    persist: true,
+    ..COOP_64X64X32_2X2W1F
+};
+
 /// Workgroups in flight that a persistent launch (`CoopTile::persist`) is sized for, over
 /// all N tiles (`TFWGPU_COOP_PERSIST_WAVE`; default 264: two per SM of the H200's 132, where
 /// 128 x 128 tiles fit about two per SM). Read once.
@@ -502,6 +571,16 @@ pub const COOP_TILES: &[CoopTile] = &[
     COOP_128X128X64_2X4WG1L,
     COOP_128X64X64_4X2WG1L,
     COOP_64X64X64_2X2W1L,
+    COOP_128X128X32_4X4WG1F,
+    COOP_128X128X32_4X4WG1FP,
+    COOP_128X128X32_4X4WG1FE8,
+    COOP_128X128X32_4X4WG1FPE8,
+    COOP_128X64X32_4X2WG1F,
+    COOP_64X128X32_2X4WG1F,
+    COOP_64X64X32_2X2W1F,
+    COOP_128X64X32_4X2WG1FP,
+    COOP_64X128X32_2X4WG1FP,
+    COOP_64X64X32_2X2W1FP,
 ];
 
 /// The element type of the operands in memory.
