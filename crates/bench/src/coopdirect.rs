@@ -222,33 +222,13 @@ fn f16_bits(v: f32) -> u16 {
 
 /// Device with float16 and cooperative matrices, or an explanation.
 fn open() -> Res<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
-    let instance =
-        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-    let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
-    adapters.sort_by_key(|a| a.get_info().device_type != wgpu::DeviceType::DiscreteGpu);
-    let adapter = adapters.into_iter().next().ok_or("no adapter")?;
-    let features = wgpu::Features::SHADER_F16
-        | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
-        | wgpu::Features::TIMESTAMP_QUERY;
-    if !adapter.features().contains(features) {
-        return Err(format!(
-            "{}: needs SHADER_F16, EXPERIMENTAL_COOPERATIVE_MATRIX and TIMESTAMP_QUERY",
-            adapter.get_info().name
-        ));
-    }
-    // SAFETY: the experimental feature is used only by this experiment's shaders, which keep
-    // to the subset naga translates (fragment pointers bound with `let`).
-    let experimental = unsafe { wgpu::ExperimentalFeatures::enabled() };
-    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("coopdirect"),
-        required_features: features,
-        required_limits: adapter.limits(),
-        experimental_features: experimental,
-        memory_hints: wgpu::MemoryHints::Performance,
-        trace: wgpu::Trace::Off,
-    }))
-    .map_err(|e| e.to_string())?;
-    Ok((adapter, device, queue))
+    crate::occupancy::open_with(
+        "coopdirect",
+        wgpu::Features::SHADER_F16
+            | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX
+            | wgpu::Features::TIMESTAMP_QUERY,
+        true,
+    )
 }
 
 struct Run<'a> {

@@ -241,23 +241,47 @@ pub fn measure(
 }
 
 /// Opens the first adapter (a discrete GPU first) with its own limits (workgroup memory up to
-/// the adapter's maximum).
-pub fn open() -> Res<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
+/// the adapter's maximum) and `features`; with `experimental`, wgpu's experimental features
+/// (cooperative matrices) are enabled. Also `tfwgpu-bench coopdirect`'s device.
+pub fn open_with(
+    label: &str,
+    features: wgpu::Features,
+    experimental: bool,
+) -> Res<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
     let instance =
         wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     let mut adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
     adapters.sort_by_key(|a| a.get_info().device_type != wgpu::DeviceType::DiscreteGpu);
     let adapter = adapters.into_iter().next().ok_or("no adapter")?;
+    if !adapter.features().contains(features) {
+        return Err(format!(
+            "{}: lacks {:?}",
+            adapter.get_info().name,
+            features - adapter.features()
+        ));
+    }
+    let experimental_features = if experimental {
+        // SAFETY: the experimental features are used only by the bench's own experiment
+        // shaders, which keep to the subset naga translates (fragment pointers bound with
+        // `let`).
+        unsafe { wgpu::ExperimentalFeatures::enabled() }
+    } else {
+        wgpu::ExperimentalFeatures::disabled()
+    };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-        label: Some("occupancy"),
-        required_features: wgpu::Features::empty(),
+        label: Some(label),
+        required_features: features,
         required_limits: adapter.limits(),
-        experimental_features: wgpu::ExperimentalFeatures::disabled(),
+        experimental_features,
         memory_hints: wgpu::MemoryHints::Performance,
         trace: wgpu::Trace::Off,
     }))
     .map_err(|e| e.to_string())?;
     Ok((adapter, device, queue))
+}
+
+fn open() -> Res<(wgpu::Adapter, wgpu::Device, wgpu::Queue)> {
+    open_with("occupancy", wgpu::Features::empty(), false)
 }
 
 pub fn run(args: &[String]) -> Res<()> {
