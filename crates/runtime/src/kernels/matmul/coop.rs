@@ -518,8 +518,10 @@ pub const COOP_64X64X32_2X2W1FP: CoopTile = CoopTile {
 };
 
 /// Workgroups in flight that a persistent launch (`CoopTile::persist`) is sized for, over
-/// all N tiles (`TFWGPU_COOP_PERSIST_WAVE`; default 264: two per SM of the H200's 132, where
-/// 128 x 128 tiles fit about two per SM). Read once.
+/// all N tiles (`TFWGPU_COOP_PERSIST_WAVE`; default 264: two per SM of the H200's 132, which
+/// the K-32 tiles of <= 24 KiB get; the 128 x 128 K-64 tiles get one (session 20's occupancy
+/// probe), so half of their workgroups wait for the first half, which measured faster than 528
+/// in session 19; 132 was not measured). Read once.
 pub fn persist_wave() -> usize {
     static W: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *W.get_or_init(|| {
