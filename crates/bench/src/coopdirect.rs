@@ -19,6 +19,7 @@
 //! Tile names: `d<BM>x<BN>_<SGM>x<SGN>_s<S>` (subgroups along M and N; S scratch slots per
 //! subgroup, so the epilogue takes (accumulators / S) rounds).
 
+use crate::occupancy::map_read;
 use serde_json::json;
 
 type Res<T> = Result<T, String>;
@@ -242,13 +243,6 @@ struct Run<'a> {
 const PASSES: u32 = 64;
 
 impl Run<'_> {
-    fn wait(&self) -> Res<()> {
-        self.device
-            .poll(wgpu::PollType::wait_indefinitely())
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    }
-
     /// PASSES passes of one dispatch each, timestamps around each: the median span (ns),
     /// and the wall time of the whole submit per dispatch (ns).
     fn time(
@@ -275,20 +269,8 @@ impl Run<'_> {
         enc.copy_buffer_to_buffer(&self.resolve, 0, &self.readback, 0, 16 * u64::from(PASSES));
         let t0 = std::time::Instant::now();
         self.queue.submit([enc.finish()]);
-        self.readback
-            .slice(..)
-            .map_async(wgpu::MapMode::Read, |_| ());
-        self.wait()?;
+        let ticks: Vec<u64> = map_read(self.device, &self.readback)?;
         let wall = t0.elapsed().as_secs_f64() * 1e9 / f64::from(PASSES);
-        let ticks: Vec<u64> = {
-            let m = self
-                .readback
-                .slice(..)
-                .get_mapped_range()
-                .map_err(|e| e.to_string())?;
-            bytemuck::cast_slice(&m).to_vec()
-        };
-        self.readback.unmap();
         let period = f64::from(self.queue.get_timestamp_period());
         let mut spans: Vec<f64> = ticks
             .chunks(2)
@@ -484,16 +466,7 @@ pub fn run(args: &[String]) -> Res<()> {
             }
             enc.copy_buffer_to_buffer(&cbuf, 0, &cread, 0, cbytes);
             queue.submit([enc.finish()]);
-            cread.slice(..).map_async(wgpu::MapMode::Read, |_| ());
-            run.wait()?;
-            let got: Vec<u16> = {
-                let v = cread
-                    .slice(..)
-                    .get_mapped_range()
-                    .map_err(|e| e.to_string())?;
-                bytemuck::cast_slice(&v).to_vec()
-            };
-            cread.unmap();
+            let got: Vec<u16> = map_read(&device, &cread)?;
             let mut err: f64 = 0.0;
             for q in 0..512u64 {
                 let idx = (q.wrapping_mul(2_654_435_761) % u64::from(m * n)) as usize;

@@ -218,18 +218,8 @@ pub fn measure(
     enc.copy_buffer_to_buffer(&ctr, 0, &readback, 0, 16);
     let t0 = std::time::Instant::now();
     queue.submit([enc.finish()]);
-    readback.slice(..).map_async(wgpu::MapMode::Read, |_| ());
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| e.to_string())?;
+    let words: Vec<u32> = map_read(device, &readback)?;
     let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let words: Vec<u32> = {
-        let v = readback
-            .slice(..)
-            .get_mapped_range()
-            .map_err(|e| e.to_string())?;
-        bytemuck::cast_slice(&v).to_vec()
-    };
     if words[0] != 0 {
         return Err(format!(
             "{}: {} workgroups still counted as running after the dispatch",
@@ -238,6 +228,24 @@ pub fn measure(
         ));
     }
     Ok((words[1], ms))
+}
+
+/// Maps `buf` (MAP_READ, its copies submitted), waits for the device and returns its contents
+/// as `T`s; the buffer is unmapped again. Also `tfwgpu-bench coopdirect`'s readbacks.
+pub fn map_read<T: bytemuck::Pod>(device: &wgpu::Device, buf: &wgpu::Buffer) -> Res<Vec<T>> {
+    buf.slice(..).map_async(wgpu::MapMode::Read, |_| ());
+    device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| e.to_string())?;
+    let v = {
+        let m = buf
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| e.to_string())?;
+        bytemuck::cast_slice(&m).to_vec()
+    };
+    buf.unmap();
+    Ok(v)
 }
 
 /// Opens the first adapter (a discrete GPU first) with its own limits (workgroup memory up to
