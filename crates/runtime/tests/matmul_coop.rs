@@ -46,6 +46,11 @@ fn covered(s: &CoopSpec) -> bool {
         "c64x128x64_2x4wg1f",
         "c128x128x64_2x4wg1fp",
         "c64x128x64_2x4wg1fp",
+        // (Session 20's K-32 tiles within 24 KiB, the Conv2D chooser's v10 picks.)
+        "c128x64x32_4x2wg1fp",
+        "c64x128x32_2x4wg1fp",
+        "c64x64x32_2x2w1f",
+        "c64x128x32_2x4wg1f",
     ];
     let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
     if s.split || s.out_f32 || s.vout || s.strided || s.wgrad {
