@@ -410,8 +410,13 @@ pub fn run(args: &[String]) -> Res<()> {
                 );
                 continue;
             }
-            if t.threads(lanes) > adapter.limits().max_compute_invocations_per_workgroup {
-                println!("{shape:>20} {:>22} skipped: too many invocations", t.name());
+            if t.threads(lanes) > adapter.limits().max_compute_invocations_per_workgroup
+                || t.shared_bytes() > adapter.limits().max_compute_workgroup_storage_size
+            {
+                println!(
+                    "{shape:>20} {:>22} skipped: over the adapter's workgroup limits",
+                    t.name()
+                );
                 continue;
             }
             let desc = wgpu::ShaderModuleDescriptor {
@@ -455,7 +460,7 @@ pub fn run(args: &[String]) -> Res<()> {
             });
             let grid = (n / t.bn, m / t.bm);
             // Poison C, run once, check 512 sampled outputs against float64 sums.
-            let poison = vec![0x7e00u16; (m * n) as usize];
+            let poison = vec![0x7e00u16; m as usize * n as usize];
             queue.write_buffer(&cbuf, 0, bytemuck::cast_slice(&poison));
             let mut enc = device.create_command_encoder(&Default::default());
             {
@@ -469,7 +474,7 @@ pub fn run(args: &[String]) -> Res<()> {
             let got: Vec<u16> = map_read(&device, &cread)?;
             let mut err: f64 = 0.0;
             for q in 0..512u64 {
-                let idx = (q.wrapping_mul(2_654_435_761) % u64::from(m * n)) as usize;
+                let idx = (q.wrapping_mul(2_654_435_761) % (u64::from(m) * u64::from(n))) as usize;
                 let (r, cc) = (idx / n as usize, idx % n as usize);
                 let (mut want, mut scale) = (0f64, 0f64);
                 for kk in 0..k as usize {

@@ -97,7 +97,7 @@ const USAGE: &str = "usage:
                                              host time per recorded kernel call (a Mul/AddV2
                                              chain on tiny tensors), apart from the drain
   tfwgpu-bench coopdirect [--shapes M:N:K,..] [--tiles d<BM>x<BN>_<SGM>x<SGN>_s<S>,..]
-                         [--json FILE]
+                         [--dump DIR] [--json FILE]
                                              experiment: float16 products with cooperative
                                              fragments loaded from the storage buffers (no
                                              staging), timed and checked

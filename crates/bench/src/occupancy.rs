@@ -31,7 +31,7 @@ pub struct Probe {
     pub threads: u32,
     /// Bytes of workgroup memory (a multiple of 16; at least 16 are declared).
     pub shared: u32,
-    /// Floats kept live through the spin (a multiple of 4), 0 for one scalar chain.
+    /// Floats kept live through the spin (a multiple of 4; 0 and 4 both give one vec4 chain).
     pub regs: u32,
     /// Steps of the spin.
     pub iters: u32,
@@ -285,6 +285,9 @@ pub fn open_with(
         trace: wgpu::Trace::Off,
     }))
     .map_err(|e| e.to_string())?;
+    // A validation error (a shader or limit the adapter refuses) is printed, not a panic; the
+    // run's results then show it (counters, or a WRONG check).
+    device.on_uncaptured_error(std::sync::Arc::new(|e| println!("   wgpu error: {e}")));
     Ok((adapter, device, queue))
 }
 
@@ -301,6 +304,9 @@ pub fn run(args: &[String]) -> Res<()> {
     let grid: u32 = flag("--grid")
         .map_or(Ok(4096), |s| s.parse())
         .map_err(|_| "bad --grid")?;
+    if grid == 0 || grid > 65535 {
+        return Err(format!("--grid {grid}: 1 to 65535 workgroups"));
+    }
     let probes = probes(args)?;
     if let Some(dir) = flag("--dump") {
         std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;

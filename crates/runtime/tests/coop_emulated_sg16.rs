@@ -36,4 +36,6 @@ fn emulated_sg16_conv2d() {
     coop_cases::conv2d_forward(TILES);
     coop_cases::conv2d_backprop_input(TILES);
     coop_cases::conv2d_backprop_filter(TILES);
+    // (The strided input gradient's phases: the chooser's tiles for strided 1x1 filters.)
+    coop_cases::conv2d_backprop_input_phases(&[COOP_64X64X32_2X2W1F, COOP_64X128X32_2X4WG1F]);
 }

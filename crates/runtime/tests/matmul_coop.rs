@@ -53,6 +53,10 @@ fn covered(s: &CoopSpec) -> bool {
         "c64x128x32_2x4wg1f",
     ];
     let conv_simple = s.input == Input::F16 && s.wa == w && s.wb == w;
+    // (1x1 Conv2D as plain products: the MatMul form with the vector epilogue, A k-fast.)
+    if s.vout && !s.conv && !s.split && !s.out_f32 {
+        return conv_simple && s.a_kfast && conv_v5.contains(&s.tile.name);
+    }
     if s.split || s.out_f32 || s.vout || s.strided || s.wgrad {
         let layout = s.conv || (!s.a_kfast && s.b_nfast);
         return conv_simple && layout && (s.tile == default || conv_v5.contains(&s.tile.name));

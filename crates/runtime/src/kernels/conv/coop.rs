@@ -673,6 +673,7 @@ fn try_implicit(
         return Ok(false);
     }
     let plain = pointwise(g) && !v4_choice();
+    let one_tap = g.r == 1 && g.s == 1;
     // Strided input gradients: one stride-1 product per output phase (v6), unless
     // `TFWGPU_CONV_COOP_PHASES=0` keeps v5b's strided windows.
     if bwd_input
@@ -686,9 +687,9 @@ fn try_implicit(
     let tap_ok = |t: &CoopTile| plain || !bwd_input || ac.is_multiple_of(t.bk as usize);
     let tile = match forced {
         Some(t) => t,
-        None if plain => choose_conv_tile(input, false, true, m, n, k, ac),
+        None if plain => choose_conv_tile(input, false, true, true, m, n, k, ac),
         None => {
-            let t = choose_conv_tile(input, bwd_input, false, m, n, k, ac);
+            let t = choose_conv_tile(input, bwd_input, false, one_tap, m, n, k, ac);
             if tap_ok(&t) {
                 t
             } else if n <= 64 || m <= 64 {
@@ -965,6 +966,8 @@ fn backprop_input_phases(
     let ckk = g.c * g.k;
     // The tap steps are the same for every phase (those with one tap never use them).
     let (step_r, step_s) = (g.sh / gcd(g.sh, g.dh.max(1)), g.sw / gcd(g.sw, g.dw.max(1)));
+    // (A 1x1 filter: every phase is one tap; see `choose_conv_tile`.)
+    let one_tap = g.r == 1 && g.s == 1;
     let mut plan = vec![];
     for grp in groups.into_iter().filter(|grp| !grp.is_empty()) {
         let (hy, wx) = (grp[0].hy, grp[0].wx);
@@ -973,7 +976,7 @@ fn backprop_input_phases(
         let tile = match forced {
             Some(t) => t,
             None => {
-                let t = choose_conv_tile(input, true, false, m, n, k.max(64), ac);
+                let t = choose_conv_tile(input, true, false, one_tap, m, n, k.max(64), ac);
                 if tap_ok(&t) {
                     t
                 } else if n <= 64 || m <= 64 {
@@ -1364,14 +1367,19 @@ fn forced_splits() -> Option<usize> {
 /// requests 1-2): the windowed products with 128+ columns, ~100 tiles of 128 x 128 or more and
 /// K >= 512 on 128 x 128 in 16 subgroups (`c128x128x64_4x4wg1fse8`, 111 registers: twice the
 /// warps per SM), 64 x 64 for plain products with N and K at most 64. v9: plain products on
-/// 128 x 128 with K <= 128 on its persistent twin (`c128x128x64_2x4wg1fp`).
+/// 128 x 128 with K <= 128 on its persistent twin (`c128x128x64_2x4wg1fp`). v10 / v10b
+/// (session 20, below): the K-32 tiles within 24 KiB (two workgroups per SM on the H200's
+/// driver) for plain products with small K and for the products of a 1x1 filter with strides
+/// (`one_tap`: the filter is 1 x 1, so each window is one tap of K = `ac` channels).
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
+#[allow(clippy::too_many_arguments)]
 fn choose_conv_tile(
     input: Input,
     bwd_input: bool,
     plain: bool,
+    one_tap: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -1402,22 +1410,23 @@ fn choose_conv_tile(
     // v10 (session 20, bench/data/2026-12-02-s20-occ20-r3-*): this driver keeps one workgroup
     // per SM from 28 KiB of workgroup memory (the occupancy probe), so the K-64 tiles (35-45
     // KiB) each ran alone on their SM; the K-32 tiles of 22-23 KiB run two per SM. Plain
-    // products with K <= 256 take them (persistent): GPU busy 11-21% under v9's picks on the
+    // products with K <= 256 take them (persistent): GPU busy 15-21% under v9's picks on the
     // 128 x 64 and 64 x 64 rows (r50_56 256 -> 64 forward 40 us against 48, 64 -> 64 forward
     // and input gradient 20 against 25), 5-9% on the 128 x 128 rows with K <= 128 (r50_56
     // 64 -> 256 forward 52.5 against 58).
     // v10b (bench/data/2026-12-02-s20-occ20-r6-*): the stride-2 1x1 products (windowed, one
-    // tap: K = the channels) on the K-32 tiles too, 11% under v10's tiles in both processes
+    // tap: K = the channels) on the K-32 tiles too, 8-11% under v10's tiles in both processes
     // (forward 25 us against 28, the input gradient's phases 42-43 against 47); K-128 plain
     // products with N > 128 back on the persistent 128 x 128 tile (the 64 x 128 one was 2-3%
-    // slower there).
+    // slower there). Only 1x1 filters count as one tap: a one-tap phase of a 3x3 stride-2
+    // input gradient, or a 7x7 layer of few channels, was not measured on these tiles.
     if m <= 64 || k < 64 {
         COOP_64X64X64_2X2W1FS
     } else if plain && n <= 64 && k <= 64 {
         COOP_128X64X32_4X2WG1FP
-    } else if !plain && k == ac && k <= 256 && n <= 128 {
+    } else if !plain && one_tap && k == ac && k <= 256 && n <= 128 {
         COOP_64X64X32_2X2W1F
-    } else if !plain && k == ac && k <= 128 && n > 128 && tiles >= 96 {
+    } else if !plain && one_tap && k == ac && k <= 128 && n > 128 && tiles >= 96 {
         COOP_64X128X32_2X4WG1F
     } else if !plain
         && n >= 128
@@ -1441,7 +1450,7 @@ fn choose_conv_tile(
         } else {
             COOP_128X128X64_2X4WG1F
         }
-    } else if plain && k <= 256 {
+    } else if plain && k <= 256 && n <= 128 {
         COOP_128X64X32_4X2WG1FP
     } else {
         COOP_128X64X64_4X2WG1F
@@ -1532,10 +1541,12 @@ mod tests {
     }
 
     /// The float16 conv chooser on the ResNet-50 1x1 products (v9: the persistent 128 x 128
-    /// tile for plain products of more than 128 columns with K <= 128).
+    /// tile for plain products of more than 128 columns with K <= 128; v10 / v10b: the K-32
+    /// tiles for plain products with small K and for strided 1x1 filters).
     #[test]
     fn conv_tile_choices() {
-        let pick = |bwd, plain, m, n, k| choose_conv_tile(Input::F16, bwd, plain, m, n, k, k).name;
+        let pick =
+            |bwd, plain, m, n, k| choose_conv_tile(Input::F16, bwd, plain, true, m, n, k, k).name;
         // r50_56 64 -> 256 forward (and 256 -> 64 input gradient): K 64, 256 columns; the same
         // product with K 256 keeps the plain tile.
         assert_eq!(pick(false, true, 100352, 256, 64), "c64x128x32_2x4wg1fp");
@@ -1557,13 +1568,20 @@ mod tests {
         // of several taps keep theirs (a 3x3 layer's K of 9 x 16 = 144, 128 columns; K 1152).
         assert_eq!(pick(false, false, 25088, 128, 256), "c64x64x32_2x2w1f");
         assert_eq!(pick(true, false, 25088, 256, 128), "c64x128x32_2x4wg1f");
-        let pick_ac = |bwd, m, n, k, ac| choose_conv_tile(Input::F16, bwd, false, m, n, k, ac).name;
+        let pick_ac =
+            |bwd, m, n, k, ac| choose_conv_tile(Input::F16, bwd, false, false, m, n, k, ac).name;
         assert_eq!(pick_ac(false, 25088, 128, 144, 16), "c128x64x64_4x2wg1f");
         assert_eq!(pick_ac(false, 25088, 256, 128, 64), "c128x128x64_2x4wg1f");
         assert_eq!(
             pick_ac(false, 25088, 128, 1152, 128),
             "c128x128x64_4x4wg1fse8"
         );
+        // A one-tap product of a larger filter (a phase of a 3x3 stride-2 input gradient: K =
+        // the channels, but not a 1x1 filter) keeps its tile.
+        assert_eq!(pick_ac(true, 25088, 128, 128, 128), "c128x64x64_4x2wg1f");
+        // Plain, more than 128 columns but fewer than 96 tiles (batch 1), K <= 256: the K-64
+        // 128 x 64 tile (the K-32 one was measured at 64 columns only).
+        assert_eq!(pick(false, true, 3136, 256, 64), "c128x64x64_4x2wg1f");
     }
 
     #[test]

@@ -451,8 +451,9 @@ pub const COOP_32X128X64_2X4WG1FP: CoopTile = CoopTile {
 /// Session 20: 16 subgroups of 32 x 32 with a scratch slot each, K tiles of 32 in one buffer
 /// (35-37 KiB with the 16 KiB of scratch). The 1x1 rows' epilogue is ~40% of their time and
 /// runs as 8 rounds of 8 subgroups on the 8-subgroup tile (bench/RESULTS.md, session 20); here
-/// it is 4 rounds of 16, twice the warps storing per round. Not chosen automatically; with
-/// its persistent form and the lavapipe forms (tests/coop_emulated_sg16.rs).
+/// it is 4 rounds of 16, twice the warps storing per round. Measured 3-5% under the pick
+/// (persistent form), not chosen; with its persistent form and the lavapipe forms
+/// (tests/coop_emulated_sg16.rs).
 pub const COOP_128X128X32_4X4WG1F: CoopTile = CoopTile {
     name: "c128x128x32_4x4wg1f",
     bk: 32,
@@ -484,8 +485,11 @@ pub const COOP_128X128X32_4X4WG1FPE8: CoopTile = CoopTile {
 /// 28 KiB or more, two at 20-24 KiB (three at 16, four at 12), whatever the registers; every
 /// staged tile above (35-45 KiB) runs alone on its SM. With K tiles of 32 in one buffer the
 /// 128 x 64 and 64 x 128 tiles fit 22-23 KiB (two per SM if they keep <= 127 registers for 256
-/// invocations), the 64 x 64 one 14 KiB (three). Not chosen automatically; the 64 x 64 form
-/// runs in the emulated tests as is (tests/coop_emulated_sg16.rs, coop_emulated_persist.rs).
+/// invocations: 100-114 measured), the 64 x 64 one 14 KiB (three). The Conv2D chooser's v10
+/// picks (`choose_conv_tile`): the persistent 128 x 64 and 64 x 128 forms for plain products
+/// with small K, `c64x64x32_2x2w1f` and `c64x128x32_2x4wg1f` for strided 1x1 filters. They
+/// run in the emulated tests as they are (tests/coop_emulated_sg16.rs,
+/// coop_emulated_persist.rs).
 pub const COOP_128X64X32_4X2WG1F: CoopTile = CoopTile {
     name: "c128x64x32_4x2wg1f",
     bk: 32,
@@ -2596,8 +2600,9 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     wgrad,
                                     split,
                                     out_f32,
-                                    // (The vector epilogue is for the Conv2D forms only.)
-                                    vout: vout && (conv || split),
+                                    // (The vector epilogue is for the Conv2D forms,
+                                    // including 1x1 Conv2D run as plain products.)
+                                    vout,
                                     sum_last: false,
                                     head_tail: false,
                                     stream_k: false,
