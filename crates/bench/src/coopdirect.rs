@@ -20,6 +20,7 @@
 //! subgroup, so the epilogue takes (accumulators / S) rounds).
 
 use crate::occupancy::map_read;
+use crate::ops::copylab::{bind_buffers, compute_pipeline};
 use serde_json::json;
 
 type Res<T> = Result<T, String>;
@@ -419,45 +420,10 @@ pub fn run(args: &[String]) -> Res<()> {
                 );
                 continue;
             }
-            let desc = wgpu::ShaderModuleDescriptor {
-                label: Some("coopdirect"),
-                source: wgpu::ShaderSource::Wgsl(t.wgsl(lanes).into()),
-            };
             // SAFETY: every index is in range: the grid covers C exactly (M, N multiples of
             // the tile), fragments read rows < M of A and rows < K of B (K a multiple of 16).
-            let module = unsafe {
-                device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-            };
-            let pipe = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some("coopdirect"),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                compilation_options: Default::default(),
-                cache: None,
-            });
-            let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                label: None,
-                layout: &pipe.get_bind_group_layout(0),
-                entries: &[
-                    wgpu::BindGroupEntry {
-                        binding: 0,
-                        resource: params.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 1,
-                        resource: abuf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 2,
-                        resource: bbuf.as_entire_binding(),
-                    },
-                    wgpu::BindGroupEntry {
-                        binding: 3,
-                        resource: cbuf.as_entire_binding(),
-                    },
-                ],
-            });
+            let pipe = unsafe { compute_pipeline(&device, t.wgsl(lanes), true) };
+            let bind = bind_buffers(&device, &pipe, &[&params, &abuf, &bbuf, &cbuf]);
             let grid = (n / t.bn, m / t.bm);
             // Poison C, run once, check 512 sampled outputs against float64 sums.
             let poison = vec![0x7e00u16; m as usize * n as usize];

@@ -325,36 +325,66 @@ fn buffer(lab: &Lab, size: u64) -> wgpu::Buffer {
     })
 }
 
-/// A STORAGE-only buffer of `size` bytes whose `words` words from `off` hold the pattern.
 /// The compute pipeline of `src`'s `main`, without naga's bounds checks where `trusted`.
 ///
 /// # Safety
 /// Where `trusted`, every access of the shader must be in bounds.
 unsafe fn pipeline(lab: &Lab, src: String, trusted: bool) -> wgpu::ComputePipeline {
+    // SAFETY: the caller's.
+    unsafe { compute_pipeline(&lab.device, src, trusted) }
+}
+
+/// [`pipeline`] on any device (also `tfwgpu-bench occupancy` and `coopdirect`).
+///
+/// # Safety
+/// Where `trusted`, every access of the shader must be in bounds.
+pub(crate) unsafe fn compute_pipeline(
+    device: &wgpu::Device,
+    src: String,
+    trusted: bool,
+) -> wgpu::ComputePipeline {
     let desc = wgpu::ShaderModuleDescriptor {
         label: None,
         source: wgpu::ShaderSource::Wgsl(src.into()),
     };
     let module = if trusted {
         // SAFETY: the caller's.
-        unsafe {
-            lab.device
-                .create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked())
-        }
+        unsafe { device.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
     } else {
-        lab.device.create_shader_module(desc)
+        device.create_shader_module(desc)
     };
-    lab.device
-        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: None,
-            layout: None,
-            module: &module,
-            entry_point: Some("main"),
-            compilation_options: Default::default(),
-            cache: None,
-        })
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: None,
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: Default::default(),
+        cache: None,
+    })
 }
 
+/// A bind group of group 0 of `pipe` with `buffers` whole at bindings 0, 1, ...
+pub(crate) fn bind_buffers(
+    device: &wgpu::Device,
+    pipe: &wgpu::ComputePipeline,
+    buffers: &[&wgpu::Buffer],
+) -> wgpu::BindGroup {
+    let entries: Vec<_> = buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: b.as_entire_binding(),
+        })
+        .collect();
+    device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &entries,
+    })
+}
+
+/// A STORAGE-only buffer of `size` bytes whose `words` words from `off` hold the pattern.
 fn source_storage_only(lab: &Lab, size: u64, off: u64, words: u64) -> Res<wgpu::Buffer> {
     let b = lab.device.create_buffer(&wgpu::BufferDescriptor {
         label: None,

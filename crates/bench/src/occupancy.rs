@@ -20,6 +20,7 @@
 //! Every combination of the lists is run; the defaults sweep workgroup memory at the fewest
 //! registers, then registers without workgroup memory.
 
+use crate::ops::copylab::{bind_buffers, compute_pipeline};
 use serde_json::json;
 
 type Res<T> = Result<T, String>;
@@ -165,18 +166,8 @@ pub fn measure(
     grid: u32,
 ) -> Res<(u32, f64)> {
     use wgpu::util::DeviceExt;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-        label: Some("occupancy probe"),
-        source: wgpu::ShaderSource::Wgsl(p.wgsl().into()),
-    });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: Some("occupancy probe"),
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
+    // SAFETY: not trusted: naga's bounds checks stay.
+    let pipeline = unsafe { compute_pipeline(device, p.wgsl(), false) };
     let ctr = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("occupancy counters"),
         contents: &[0u8; 16],
@@ -194,20 +185,7 @@ pub fn measure(
         usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry {
-                binding: 0,
-                resource: ctr.as_entire_binding(),
-            },
-            wgpu::BindGroupEntry {
-                binding: 1,
-                resource: out.as_entire_binding(),
-            },
-        ],
-    });
+    let bind = bind_buffers(device, &pipeline, &[&ctr, &out]);
     let mut enc = device.create_command_encoder(&Default::default());
     {
         let mut pass = enc.begin_compute_pass(&Default::default());

@@ -15,7 +15,7 @@ use tfwgpu_runtime::{
 };
 
 #[path = "copylab.rs"]
-mod copylab;
+pub(crate) mod copylab;
 
 use crate::cases::{
     Res, Row, Timing, Work, err, flag, poisoned_outputs, random, record, rel_err, time_runs,

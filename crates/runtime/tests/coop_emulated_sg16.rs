@@ -1,6 +1,6 @@
 //! The 16-subgroup tile with a scratch slot per subgroup and K tiles of 32 in one buffer
-//! (`c128x128x32_4x4wg1f`, session 20) in its lavapipe form `c128x128x32_4x4wg1fe8` (the scratch in two turns), emulated
-//! (`TFWGPU_COOP_EMULATE=1`, see coop_emulated.rs): MatMul over the shapes, layouts and load
+//! (`c128x128x32_4x4wg1f`, session 20) in its lavapipe form `c128x128x32_4x4wg1fe8` (the
+//! scratch in two turns), emulated (`TFWGPU_COOP_EMULATE=1`, see coop_emulated.rs): MatMul over the shapes, layouts and load
 //! widths of the cases (K of one, two and several tiles, partial tiles, batches), and the
 //! three Conv2D forms. Also the K-32 tiles of at most ~24 KiB (session 20: 128 x 64, 64 x 128,
 //! 64 x 64), which fit lavapipe as they are. Their persistent forms are in

@@ -2608,7 +2608,7 @@ pub fn all_specs(lanes: u32) -> Vec<CoopSpec> {
                                     stream_k: false,
                                     ..s
                                 };
-                                if s.is_valid() && (split || !out_f32) && (!vout || s.vout) {
+                                if s.is_valid() && (split || !out_f32) {
                                     v.push(s);
                                     // (Split K summed by each tile's last arrival.)
                                     let last = CoopSpec {
