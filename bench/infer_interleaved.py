@@ -19,7 +19,7 @@ of bench/torch_keraslike.py's `pageable+sync` step (the same: batch from pageabl
 sync inside the block); ms per step.
 
     python3 bench/infer_interleaved.py [--model cnn|mlp|resnet|resnet50] [--calls 300] [--rounds 12]
-        [--train] [--json FILE]
+        [--train] [--identity] [--json FILE]
 """
 import argparse
 import json
@@ -77,6 +77,8 @@ def main(argv=None):
     p.add_argument("--torch-device", default="cuda")
     p.add_argument("--gpu", type=int, default=0, help="the GPU whose clock nvidia-smi samples")
     p.add_argument("--train", action="store_true", help="training steps instead of inference calls")
+    p.add_argument("--identity", action="store_true",
+                   help="inference: also blocks of an identity tf.function on the same input (TensorFlow's per-call floor)")
     p.add_argument("--json")
     a = p.parse_args(argv)
     if a.rounds < 1 or a.calls < 1:
@@ -124,6 +126,19 @@ def main(argv=None):
 
         refs = [("torch", torch_block)]
     who = [("keras", keras_block)] + refs
+    if a.identity and not a.train:
+        # TensorFlow's own floor for a tf.function call on this device: the same input, no kernel.
+        @tf.function
+        def ident(v):
+            return tf.identity(v)
+
+        def ident_block():
+            with tf.device("/GPU:0"):
+                out, t0, p0 = block(lambda: ident(xd), a.calls)
+                out.numpy()
+            return t0, (time.perf_counter() - p0) / a.calls * 1e3
+
+        who.insert(1, ("keras_identity", ident_block))
     for _ in range(2):  # warm-up: tracing, pipelines, cuDNN's choice
         for _, fn in who:
             fn()
@@ -147,7 +162,7 @@ def main(argv=None):
         b["sm_mhz_median"] = statistics.median(inside) if inside else None
         b["sm_mhz_min"] = min(inside) if inside else None
         b["clock_samples"] = len(inside)
-        print(f"round {b['round']:2d} {b['who']:5s} {b['ms_per_call']:.3f} ms/call, SM clock median "
+        print(f"round {b['round']:2d} {b['who']:14s} {b['ms_per_call']:.3f} ms/call, SM clock median "
               f"{b['sm_mhz_median']} MHz (min {b['sm_mhz_min']}, {len(inside)} samples)", flush=True)
     med = {w: statistics.median(b["ms_per_call"] for b in blocks if b["who"] == w) for w, _ in who}
 
@@ -160,6 +175,10 @@ def main(argv=None):
     for ref, ratios in all_ratios.items():
         print(f"keras/{ref} per round: median {statistics.median(ratios):.2f}x "
               f"({', '.join(f'{x:.2f}' for x in ratios)})")
+    if any(w == "keras_identity" for w, _ in who):
+        ir = [ms(r, "keras_identity") / ms(r, "torch") for r in range(a.rounds)]
+        print(f"keras_identity/torch per round: median {statistics.median(ir):.2f}x "
+              f"({', '.join(f'{x:.2f}' for x in ir)})")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"model": a.model, "calls": a.calls, "train": a.train, "blocks": blocks,

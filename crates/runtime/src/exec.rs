@@ -832,6 +832,8 @@ impl ExecutionContext {
         offset: u64,
         psize: u64,
     ) -> Result<()> {
+        // `TFWGPU_LOG=tfwgpu_dispatch=trace`: every recorded dispatch by its kernel's label.
+        tracing::trace!(target: "tfwgpu_dispatch", "{} {:?}", pipeline.label, groups);
         self.begin(&mut b);
         b.uniforms.resize(offset as usize, 0);
         b.uniforms.extend_from_slice(params);

@@ -1428,13 +1428,21 @@ fn choose_conv_tile(
         COOP_64X64X32_2X2W1F
     } else if !plain && one_tap && k == ac && k <= 128 && n > 128 && tiles >= 96 {
         COOP_64X128X32_2X4WG1F
-    } else if !plain
-        && n >= 128
+    } else if n >= 128
         && k >= 512
-        && (tiles >= 96 || (tiles < 66 && split_allowed() && split_model()))
+        && ((!plain && (tiles >= 96 || (tiles < 66 && split_allowed() && split_model())))
+            || (plain && tiles >= 52))
     {
         // (v7: below half a wave of 128 x 128 tiles, split K fills the GPU with them:
         // r50_7, 52 tiles, in two splits.)
+        // v11 (session 21): plain products with K >= 512 too (forwards and input gradients
+        // alike: a plain input gradient is a plain product here). GPU busy under v10's
+        // 128 x 64 / 128 x 128 K-64 tiles on every such row of three requests (two processes
+        // each; bench/data/2026-12-02-s20-occ20-r{7,8}-*, 2026-12-02-s21-occ21-r1-*), 52 to
+        // 392 tiles: forwards 1152 -> 128 (3x3-sized) 60 us against 68 (-12%), 4608 -> 512 at
+        // 7x7 -6 to -8%, r50_14 1024 -> 256 -8%, r50_28 512 -> 128 -4 to -7%, r50_7 2048 ->
+        // 512 -3%, 2304 -> 256 -1 to -2%; input gradients with K 512: -2.5 to -4%. (K 128
+        // input gradients were 7-16% slower on it: they keep theirs.)
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         // v9 (session 19, bench/data/2026-12-02-s19-persist-verify-*): plain products with K <= 128 (one or
@@ -1555,13 +1563,18 @@ mod tests {
         assert_eq!(pick(false, true, 25088, 512, 128), "c128x128x64_2x4wg1fp");
         // K 256 and more: the plain tile (r50_14 1024 -> 256 input gradient, forward K 1024).
         assert_eq!(pick(false, true, 6272, 1024, 256), "c128x128x64_2x4wg1f");
-        assert_eq!(pick(false, true, 6272, 256, 1024), "c128x128x64_2x4wg1f");
+        // (v11: plain products with K >= 512 and >= 52 tiles on 16 subgroups: r50_14's
+        // forward, r50_7's input gradient; fewer tiles keep theirs.)
+        assert_eq!(pick(false, true, 6272, 256, 1024), "c128x128x64_4x4wg1fse8");
+        assert_eq!(pick(false, true, 1568, 2048, 512), "c128x128x64_4x4wg1fse8");
+        assert_eq!(pick(false, true, 1568, 256, 512), "c128x64x64_4x2wg1f");
         // 128 columns or fewer with K <= 256: the persistent 128 x 64 K-32 tile (r50_56
-        // 256 -> 64 forward, 64 -> 64); K 512 and more keeps the K-64 tile (r50_28 512 -> 128
-        // forward); M of one tile, 64 x 64.
+        // 256 -> 64 forward, 64 -> 64); K 512 and more: the 16-subgroup tile (v11, r50_28
+        // 512 -> 128 forward); M of one tile, 64 x 64.
         assert_eq!(pick(false, true, 100352, 64, 256), "c128x64x32_4x2wg1fp");
         assert_eq!(pick(false, true, 100352, 64, 64), "c128x64x32_4x2wg1fp");
-        assert_eq!(pick(false, true, 25088, 128, 512), "c128x64x64_4x2wg1f");
+        assert_eq!(pick(false, true, 25088, 128, 512), "c128x128x64_4x4wg1fse8");
+        assert_eq!(pick(false, true, 1568, 512, 4608), "c128x128x64_4x4wg1fse8");
         assert_eq!(pick(false, true, 64, 64, 64), "c64x64x64_2x2w1fs");
         // Windowed products of one tap (1x1 stride 2: r50_56 256 -> 128 forward, K 256, and
         // its input gradient's phases, K 128, 256 columns) on the K-32 tiles; windowed products
