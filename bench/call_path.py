@@ -89,8 +89,21 @@ def _threads():
         except OSError:
             continue
         fields = st[st.rindex(")") + 2:].split()
-        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tck)
+        # utime, stime (fields 14, 15 of stat) and the CPU it last ran on (field 39).
+        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tck, int(fields[36]))
     return out
+
+
+def _runtime_stats():
+    """The plugin's runtime counters (submits, dispatches, bind groups created...), or {}."""
+    try:
+        import tensorflow_wgpu
+
+        d = json.loads(tensorflow_wgpu._plugin().tfwgpu_stats_json())
+    except Exception:  # noqa: BLE001 - a bench without the package's counters
+        return {}
+    rt = d.get("runtime", {})
+    return {k: v for k, v in rt.items() if isinstance(v, (int, float))}
 
 
 def infer(a):
@@ -112,8 +125,17 @@ def infer(a):
         print(f"identity: {id_us:.1f} us/call ({', '.join(f'{p:.1f}' for p in id_per)})")
         m_us, m_per = timed(lambda: fn(xd), a.calls, 3)
         print(f"{a.model} {a.device} batch {a.batch}: {m_us:.1f} us/call ({', '.join(f'{p:.1f}' for p in m_per)})")
+        # Blocks of the model and of the identity alternating in this process (a slow process
+        # shows whether only the model's calls are slow).
+        alt = []
+        for r in range(a.alternate):
+            alt.append(("identity", timed(lambda: ident(xd), a.calls, 1)[0]))
+            alt.append((a.model, timed(lambda: fn(xd), a.calls, 1)[0]))
+        if alt:
+            print("alternating us/call: " + ", ".join(f"{w} {v:.1f}" for w, v in alt))
         keras_models.host_log("reset")
         keras_models.host_log("mark", "call_begin")
+        st0 = _runtime_stats()
         th0 = _threads()
         t = time.perf_counter()
         for _ in range(a.calls):
@@ -121,13 +143,19 @@ def infer(a):
         out.numpy()
         dt = time.perf_counter() - t
         th1 = _threads()
+        st1 = _runtime_stats()
         keras_models.host_log("mark", "call_end")
     print(f"{a.model} (marked window): {dt / a.calls * 1e6:.1f} us/call")
     rows = collections.defaultdict(float)
-    for tid, (name, cpu) in th1.items():
-        rows[name] += cpu - th0.get(tid, (name, 0.0))[1]
+    for tid, (name, cpu, _) in th1.items():
+        rows[name] += cpu - th0.get(tid, (name, 0.0, 0))[1]
     print("CPU us per call by thread name: " + ", ".join(
         f"{k} {v / a.calls * 1e6:.0f}" for k, v in sorted(rows.items(), key=lambda kv: -kv[1]) if v > 0))
+    busy = {tid: v for tid, v in th1.items() if v[1] - th0.get(tid, (v[0], 0.0, 0))[1] > 0}
+    print("last CPU of the busy threads: " + ", ".join(f"{n}@{c}" for n, _, c in busy.values()))
+    if st0 and st1:
+        print("runtime counters per call: " + ", ".join(
+            f"{k} {(st1[k] - st0.get(k, 0)) / a.calls:.2f}" for k in sorted(st1)))
 
 
 def analyze(a):
@@ -182,6 +210,7 @@ def main(argv=None):
     i.add_argument("--calls", type=int, default=300)
     i.add_argument("--device", default="/GPU:0")
     i.add_argument("--batch", type=int, default=64)
+    i.add_argument("--alternate", type=int, default=0, help="rounds of identity / model blocks")
     z = sub.add_parser("analyze")
     z.add_argument("file")
     z.add_argument("--per-call", type=int, default=7)
