@@ -26,6 +26,31 @@ use crate::{DType, Error, Result, bail_invalid};
 use super::{ConvAttrs, Geom, winograd};
 use crate::tune::bucket;
 
+/// A buffer of a column path made on first use: the column paths ask the tuner whether they
+/// beat the previous path, and where its answer is the previous path (remembered after the
+/// first calls) nothing of theirs is allocated or recorded: no columns, no padded filter copy.
+struct Lazy<F: Fn() -> Result<BufferRange>> {
+    cell: std::cell::OnceCell<BufferRange>,
+    make: F,
+}
+
+impl<F: Fn() -> Result<BufferRange>> Lazy<F> {
+    fn new(make: F) -> Self {
+        Lazy {
+            cell: std::cell::OnceCell::new(),
+            make,
+        }
+    }
+
+    fn get(&self) -> Result<BufferRange> {
+        if let Some(b) = self.cell.get() {
+            return Ok(b.clone());
+        }
+        let b = (self.make)()?;
+        Ok(self.cell.get_or_init(|| b).clone())
+    }
+}
+
 const CONV_GEMM_WGSL: &str = include_str!("conv_gemm.wgsl");
 const FINALIZE_WGSL: &str = include_str!("finalize.wgsl");
 
@@ -1127,7 +1152,7 @@ fn im2col_gemm(
         return Ok(None);
     }
     let x = ctx.bind(x_ref)?;
-    let col = ctx.temp((pg * nc * 4) as u64)?;
+    let col = Lazy::new(|| ctx.temp((pg * nc * 4) as u64));
     let pipeline = ctx.pipeline(
         PipelineKey::new("conv", Some(DType::F32), "im2col_v4"),
         || {
@@ -1168,7 +1193,7 @@ fn im2col_gemm(
         .iter()
         .map(|&v| u32_of(op, v))
         .collect::<Result<_>>()?;
-        ctx.dispatch(&pipeline, &params(&words), &[x.clone(), col.clone()], wgs)
+        ctx.dispatch(&pipeline, &params(&words), &[x.clone(), col.get()?], wgs)
     };
     // y / dy rows of group gi.
     let rows_of = |r: &DeviceRef, gi: usize| -> Result<crate::exec::BufferRange> {
@@ -1183,19 +1208,20 @@ fn im2col_gemm(
     };
     if mode == Mode::Forward {
         // The filter as nc x K rows (zero rows past R*S*C).
-        let b = ctx.bind(b_ref)?;
         let fbytes = (rsc * g.k * 4) as u64;
-        let fpad = if nc == rsc {
-            b
-        } else {
+        let fpad = Lazy::new(|| {
+            let b = ctx.bind(b_ref)?;
+            if nc == rsc {
+                return Ok(b);
+            }
             let t = ctx.temp((nc * g.k * 4) as u64)?;
             ctx.copy(&b, &t, fbytes)?;
             let mut tail = t.clone();
             tail.offset += fbytes;
             tail.size -= fbytes;
             ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
-            t
-        };
+            Ok(t)
+        });
         let gm = Gemm {
             m,
             n,
@@ -1210,6 +1236,7 @@ fn im2col_gemm(
             let Some(plan) = plan else {
                 return old();
             };
+            let (col, fpad) = (col.get()?, fpad.get()?);
             for gi in 0..ngroups {
                 im2col(gi)?;
                 let y = rows_of(out, gi)?;
@@ -1270,12 +1297,8 @@ fn im2col_gemm(
         batches: splits,
     };
     let parts = splits * ngroups;
-    let part = ctx.temp((parts * slice) as u64)?;
-    let sum = if nc == rsc {
-        None
-    } else {
-        Some(ctx.temp(slice as u64)?)
-    };
+    let part = Lazy::new(|| ctx.temp((parts * slice) as u64));
+    let sum = (nc != rsc).then(|| Lazy::new(|| ctx.temp(slice as u64)));
     let cands = matmul::candidates(
         Plan::Vec4(heuristic, layouts),
         splits,
@@ -1293,17 +1316,18 @@ fn im2col_gemm(
         for gi in 0..ngroups {
             im2col(gi)?;
             let dy = rows_of(b_ref, gi)?;
-            let mut dst = part.clone();
+            let mut dst = part.get()?;
             dst.offset += (gi * splits * slice) as u64;
             dst.size = (splits * slice) as u64;
-            matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col, &dy, &dst)?;
+            matmul::record_plan(ctx, op, plan, DType::F32, &gm, &col.get()?, &dy, &dst)?;
         }
-        match &sum {
+        let part = part.get()?;
+        match sum.as_ref().map(Lazy::get).transpose()? {
             None => finalize(ctx, op, &part, parts, m * n, DType::F32, &o),
             Some(sum) => {
                 // Sum into nc x K, then keep the first R*S*C rows.
-                finalize(ctx, op, &part, parts, m * n, DType::F32, sum)?;
-                ctx.copy(sum, &o, (len * 4) as u64)
+                finalize(ctx, op, &part, parts, m * n, DType::F32, &sum)?;
+                ctx.copy(&sum, &o, (len * 4) as u64)
             }
         }
     };
@@ -1468,19 +1492,20 @@ fn bwd_input_col2im(
     }
     // The filter as an N x K matrix of nc rows (zero rows past R*S*C).
     let fbytes = (rsc * g.k * 4) as u64;
-    let fpad = if nc == rsc {
-        ctx.bind(f_ref)?
-    } else {
-        let t = ctx.temp((nc * g.k * 4) as u64)?;
+    let fpad = Lazy::new(|| {
         let f = ctx.bind(f_ref)?;
+        if nc == rsc {
+            return Ok(f);
+        }
+        let t = ctx.temp((nc * g.k * 4) as u64)?;
         ctx.copy(&f, &t, fbytes)?;
         let mut tail = t.clone();
         tail.offset += fbytes;
         tail.size -= fbytes;
         ctx.clear(&tail, ((nc - rsc) * g.k * 4) as u64)?;
-        t
-    };
-    let col = ctx.temp((imgs * per_img) as u64)?;
+        Ok(t)
+    });
+    let col = Lazy::new(|| ctx.temp((imgs * per_img) as u64));
     let dx = ctx.bind(out)?;
     // Four channels per invocation where the depth allows (16-byte loads and stores).
     let v = if g.c.is_multiple_of(4) { 4 } else { 1 };
@@ -1495,6 +1520,7 @@ fn bwd_input_col2im(
     })?;
     let img_in = g.h * g.w * g.c;
     let record_columns = |plan: Plan| -> Result<()> {
+        let (fpad, col) = (fpad.get()?, col.get()?);
         for n0 in (0..g.n).step_by(imgs) {
             let cnt = imgs.min(g.n - n0);
             let m = cnt * pix;
