@@ -832,7 +832,8 @@ impl ExecutionContext {
         offset: u64,
         psize: u64,
     ) -> Result<()> {
-        // `TFWGPU_LOG=tfwgpu_dispatch=trace`: every recorded dispatch by its kernel's label.
+        // `TFWGPU_LOG=warn,tfwgpu_dispatch=trace`: every dispatch asked for, by its kernel's
+        // label (before the binding checks below).
         tracing::trace!(target: "tfwgpu_dispatch", "{} {:?}", pipeline.label, groups);
         self.begin(&mut b);
         b.uniforms.resize(offset as usize, 0);

@@ -1370,7 +1370,8 @@ fn forced_splits() -> Option<usize> {
 /// 128 x 128 with K <= 128 on its persistent twin (`c128x128x64_2x4wg1fp`). v10 / v10b
 /// (session 20, below): the K-32 tiles within 24 KiB (two workgroups per SM on the H200's
 /// driver) for plain products with small K and for the products of a 1x1 filter with strides
-/// (`one_tap`: the filter is 1 x 1, so each window is one tap of K = `ac` channels).
+/// (`one_tap`: the filter is 1 x 1, so each window is one tap of K = `ac` channels). v11
+/// (session 21): plain products with 128+ columns and K >= 512 on v6's 16-subgroup tile too.
 /// `TFWGPU_CONV_COOP_V4=1`: session 5's choice (v3 measurements: Conv2D forward
 /// `c128x128x32_2x4vg`, backprop input with dy channels a multiple of 64
 /// `c128x128x64_2x4vg1`, 64 x 64 where M or N is at most 64).
@@ -1431,7 +1432,9 @@ fn choose_conv_tile(
     } else if n >= 128
         && k >= 512
         && ((!plain && (tiles >= 96 || (tiles < 66 && split_allowed() && split_model())))
-            || (plain && tiles >= 52))
+            || (plain
+                && (tiles >= 96
+                    || ((52..66).contains(&tiles) && split_allowed() && split_model()))))
     {
         // (v7: below half a wave of 128 x 128 tiles, split K fills the GPU with them:
         // r50_7, 52 tiles, in two splits.)
@@ -1442,7 +1445,9 @@ fn choose_conv_tile(
         // 392 tiles: forwards 1152 -> 128 (3x3-sized) 60 us against 68 (-12%), 4608 -> 512 at
         // 7x7 -6 to -8%, r50_14 1024 -> 256 -8%, r50_28 512 -> 128 -4 to -7%, r50_7 2048 ->
         // 512 -3%, 2304 -> 256 -1 to -2%; input gradients with K 512: -2.5 to -4%. (K 128
-        // input gradients were 7-16% slower on it: they keep theirs.)
+        // input gradients were 7-16% slower on it: they keep theirs.) The 52-tile rows ran
+        // with K split in two, so below 66 tiles only where K may be split, as for windowed
+        // products; 66-95 tiles were not measured and keep their tiles.
         COOP_128X128X64_4X4WG1FSE8
     } else if n > 128 && tiles >= 96 {
         // v9 (session 19, bench/data/2026-12-02-s19-persist-verify-*): plain products with K <= 128 (one or
@@ -1550,7 +1555,8 @@ mod tests {
 
     /// The float16 conv chooser on the ResNet-50 1x1 products (v9: the persistent 128 x 128
     /// tile for plain products of more than 128 columns with K <= 128; v10 / v10b: the K-32
-    /// tiles for plain products with small K and for strided 1x1 filters).
+    /// tiles for plain products with small K and for strided 1x1 filters; v11: the 16-subgroup
+    /// tile for plain products with K >= 512).
     #[test]
     fn conv_tile_choices() {
         let pick =
@@ -1561,12 +1567,15 @@ mod tests {
         assert_eq!(pick(false, true, 100352, 256, 256), "c128x128x64_2x4wg1f");
         // r50_28 512 -> 128 input gradient: K 128, 512 columns (v10b: the 128 x 128 one).
         assert_eq!(pick(false, true, 25088, 512, 128), "c128x128x64_2x4wg1fp");
-        // K 256 and more: the plain tile (r50_14 1024 -> 256 input gradient, forward K 1024).
+        // K 256: the plain tile (r50_14 1024 -> 256 input gradient).
         assert_eq!(pick(false, true, 6272, 1024, 256), "c128x128x64_2x4wg1f");
-        // (v11: plain products with K >= 512 and >= 52 tiles on 16 subgroups: r50_14's
-        // forward, r50_7's input gradient; fewer tiles keep theirs.)
+        // (v11: plain products with K >= 512 on 16 subgroups, with >= 96 tiles or 52-65 (K
+        // split): r50_14's forward, r50_7's input gradient and forward; 66-95 tiles and fewer
+        // than 52 keep theirs.)
         assert_eq!(pick(false, true, 6272, 256, 1024), "c128x128x64_4x4wg1fse8");
         assert_eq!(pick(false, true, 1568, 2048, 512), "c128x128x64_4x4wg1fse8");
+        assert_eq!(pick(false, true, 1568, 512, 2048), "c128x128x64_4x4wg1fse8");
+        assert_eq!(pick(false, true, 5120, 256, 1024), "c128x64x64_4x2wg1f");
         assert_eq!(pick(false, true, 1568, 256, 512), "c128x64x64_4x2wg1f");
         // 128 columns or fewer with K <= 256: the persistent 128 x 64 K-32 tile (r50_56
         // 256 -> 64 forward, 64 -> 64); K 512 and more: the 16-subgroup tile (v11, r50_28

@@ -29,6 +29,8 @@ use crate::tune::bucket;
 /// A buffer of a column path made on first use: the column paths ask the tuner whether they
 /// beat the previous path, and where its answer is the previous path (remembered after the
 /// first calls) nothing of theirs is allocated or recorded: no columns, no padded filter copy.
+/// While the tuner times the candidates, a buffer that cannot be made fails that candidate's
+/// run, which the tuner skips like any variant that fails to record (`Tuner::choose`).
 struct Lazy<F: Fn() -> Result<BufferRange>> {
     cell: std::cell::OnceCell<BufferRange>,
     make: F,
@@ -1151,7 +1153,8 @@ fn im2col_gemm(
     if heuristic.shared_bytes() > shared || !layouts.fit(m, n, k) {
         return Ok(None);
     }
-    let x = ctx.bind(x_ref)?;
+    // (Bound on first use too: an unaligned x is copied by `bind`.)
+    let x = Lazy::new(|| ctx.bind(x_ref));
     let col = Lazy::new(|| ctx.temp((pg * nc * 4) as u64));
     let pipeline = ctx.pipeline(
         PipelineKey::new("conv", Some(DType::F32), "im2col_v4"),
@@ -1193,7 +1196,7 @@ fn im2col_gemm(
         .iter()
         .map(|&v| u32_of(op, v))
         .collect::<Result<_>>()?;
-        ctx.dispatch(&pipeline, &params(&words), &[x.clone(), col.get()?], wgs)
+        ctx.dispatch(&pipeline, &params(&words), &[x.get()?, col.get()?], wgs)
     };
     // y / dy rows of group gi.
     let rows_of = |r: &DeviceRef, gi: usize| -> Result<crate::exec::BufferRange> {
