@@ -77,23 +77,6 @@ def slope(a):
         print(f"slope {a.device}: {(res[hi] - res[lo]) / (hi - lo):.2f} us per op (n {lo} -> {hi})")
 
 
-def _threads():
-    tck = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for t in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{t}/stat") as f:
-                st = f.read()
-            with open(f"/proc/self/task/{t}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        fields = st[st.rindex(")") + 2:].split()
-        # utime, stime (fields 14, 15 of stat) and the CPU it last ran on (field 39).
-        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tck, int(fields[36]))
-    return out
-
-
 def _runtime_stats():
     """The plugin's runtime counters (submits, dispatches, bind groups created...), or {}."""
     try:
@@ -136,13 +119,13 @@ def infer(a):
         keras_models.host_log("reset")
         keras_models.host_log("mark", "call_begin")
         st0 = _runtime_stats()
-        th0 = _threads()
+        th0 = keras_models._threads(last_cpu=True)
         t = time.perf_counter()
         for _ in range(a.calls):
             out = fn(xd)
         out.numpy()
         dt = time.perf_counter() - t
-        th1 = _threads()
+        th1 = keras_models._threads(last_cpu=True)
         st1 = _runtime_stats()
         keras_models.host_log("mark", "call_end")
     print(f"{a.model} (marked window): {dt / a.calls * 1e6:.1f} us/call")

@@ -129,8 +129,9 @@ def measure(tf, keras, name, device, batch, steps, warmup):
     }
 
 
-def _threads():
-    """{native thread id: (name, CPU seconds)} of this process's threads."""
+def _threads(last_cpu=False):
+    """{native thread id: (name, CPU seconds)} of this process's threads; with `last_cpu`,
+    (name, CPU seconds, the CPU it last ran on)."""
     tck = os.sysconf("SC_CLK_TCK")
     out = {}
     for t in os.listdir("/proc/self/task"):
@@ -141,7 +142,9 @@ def _threads():
             continue
         name = st[st.index("(") + 1 : st.rindex(")")]
         fields = st[st.rindex(")") + 2 :].split()
-        out[int(t)] = (name, (int(fields[11]) + int(fields[12])) / tck)
+        # utime, stime (fields 14, 15 of stat) and the CPU it last ran on (field 39).
+        cpu = (int(fields[11]) + int(fields[12])) / tck
+        out[int(t)] = (name, cpu, int(fields[36])) if last_cpu else (name, cpu)
     return out
 
 

@@ -78,3 +78,19 @@ pub fn spirv(wgsl: &str) -> Result<Vec<u32>, String> {
     };
     naga::back::spv::write_vec(&module, &info, &opts, Some(&popts)).map_err(|e| e.to_string())
 }
+
+/// Tuning forced on with a fresh cache file in a temporary directory named after `tag` and the
+/// process: (directory, cache file). Call before the first device use, in a test binary of
+/// one test (the tuner reads its mode and file from the environment once per adapter).
+pub fn tuning_with_fresh_cache(tag: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("tfwgpu-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("tune.json");
+    let _ = std::fs::remove_file(&path);
+    // SAFETY: the caller's binary has one test, which calls this before any device use.
+    unsafe {
+        std::env::set_var("TFWGPU_TUNE", "1");
+        std::env::set_var("TFWGPU_TUNE_CACHE", &path);
+    }
+    (dir, path)
+}

@@ -26,15 +26,7 @@ fn matmul_ref(a: &[f32], b: &[f32], m: usize, k: usize, n: usize) -> Vec<f32> {
 
 #[test]
 fn tuned_choices_are_valid_cached_and_correct() {
-    let dir = std::env::temp_dir().join(format!("tfwgpu-tune-it-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tune.json");
-    let _ = std::fs::remove_file(&path);
-    // SAFETY: set before the first device use; this test binary has this one test.
-    unsafe {
-        std::env::set_var("TFWGPU_TUNE", "1");
-        std::env::set_var("TFWGPU_TUNE_CACHE", &path);
-    }
+    let (dir, path) = tuning_with_fresh_cache("tune-it");
     let d = dev();
     let mut rng = rng(9);
 

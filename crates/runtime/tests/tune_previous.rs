@@ -15,15 +15,7 @@ use tfwgpu_runtime::{Arg, AttrValue, Attrs, HostTensor};
 
 #[test]
 fn previous_answer_records_no_column_work() {
-    let dir = std::env::temp_dir().join(format!("tfwgpu-tune-prev-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("tune.json");
-    let _ = std::fs::remove_file(&path);
-    // SAFETY: set before the first device use; this test binary has this one test.
-    unsafe {
-        std::env::set_var("TFWGPU_TUNE", "1");
-        std::env::set_var("TFWGPU_TUNE_CACHE", &path);
-    }
+    let (dir, path) = tuning_with_fresh_cache("tune-prev");
     let d = dev();
     // x [2, 10, 9, 3], f [3, 3, 3, 16], strides 2, SAME: 2 x 5 x 5 outputs; columns of
     // R*S*C = 27 padded to 28, both images in one group (M 50).
