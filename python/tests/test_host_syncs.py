@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tensorflow_wgpu
+from conftest import ran_on_gpu
 
 
 def _counts():
@@ -279,3 +280,132 @@ def test_device_errors_surface_at_the_sync(tf, mode, tmp_path):
     assert f"mode {mode}" in out, (out, p.stderr[-3000:])
     assert "read ERROR" in out and "device lost" in out, (out, p.stderr[-3000:])
     assert "NO ERROR" not in out, out
+
+
+# ---- int32 ops on device tensors stay on the device (crates/plugin/src/graph/int32.rs) ----
+
+def _argmax_fn(tf):
+    import keras
+
+    @tf.function
+    def f(logits):
+        # Keras's argmax tests every element's sign bit (Less(BitwiseAnd(Bitcast(x)), 0)):
+        # int32 data computed on the GPU. (An int32 result of a function goes to host memory,
+        # as on CUDA: the class indices are returned as float32, as the metrics use them.)
+        i = keras.ops.argmax(logits, axis=-1)
+        return tf.cast(i, tf.float32), tf.reduce_sum(logits, axis=-1)
+
+    return f
+
+
+def _logits():
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 10)).astype(np.float32)
+    x[0] = -0.0  # negative zeros everywhere: argmax must still pick index 0 ...
+    x[1, :] = -1.0
+    x[1, 4] = -0.0  # ... and -0.0 above the negatives
+    x[2, 3] = x[2, 7] = 9.0  # a tie: the first
+    return x
+
+
+def test_keras_argmax_does_not_read_the_device_mid_function(tf):
+    """Keras's `argmax` (behind the `accuracy` metrics, every training step of a classifier)
+    computes an int32 tensor on the GPU and compares it with `Less`, whose int32 kernel
+    TensorFlow keeps in host memory: a copy to the host in the middle of the function, which
+    waits for every GPU command before it. The graph pass gives such nodes the runtime's
+    device-memory kernel: the call reads nothing back, and the results are TensorFlow's CPU
+    results. With the pass off (`TFWGPU_DEVICE_INT32=0`, read when a graph is optimized) the
+    copy is back."""
+    import os
+
+    x = _logits()
+    with tf.device("/CPU:0"):
+        want_i, want_s = (t.numpy() for t in _argmax_fn(tf)(tf.constant(x)))
+    assert want_i[0] == 0 and want_i[1] == 4 and want_i[2] == 3
+    with tf.device("/GPU:0"):
+        xd = tf.identity(tf.constant(x))
+        f = _argmax_fn(tf)
+        f(xd)  # tracing, pipelines
+        before = _counts()
+        with ran_on_gpu("Less", "BitwiseAnd"):
+            i, s = f(xd)
+            d = _delta(before, _counts())
+        np.testing.assert_array_equal(i.numpy(), want_i)
+        np.testing.assert_allclose(s.numpy(), want_s, rtol=1e-6, atol=1e-6)
+        assert d["d2h"] == 0 and d["reads"] == 0, d
+
+        os.environ["TFWGPU_DEVICE_INT32"] = "0"
+        try:
+            g = _argmax_fn(tf)
+            g(xd)
+            before = _counts()
+            i, _ = g(xd)
+            d = _delta(before, _counts())
+        finally:
+            del os.environ["TFWGPU_DEVICE_INT32"]
+        np.testing.assert_array_equal(i.numpy(), want_i)
+        assert d["d2h"] >= 1, d
+
+
+_INT32_OPS = {
+    "Abs": lambda tf, a, b: tf.abs(a),
+    "Add": lambda tf, a, b: tf.raw_ops.Add(x=a, y=b),
+    "AddV2": lambda tf, a, b: a + b,
+    # (AddN of one tensor repeated becomes a Mul in Grappler.)
+    "AddN": lambda tf, a, b: tf.add_n(
+        [a, b if b.shape == a.shape else tf.bitwise.bitwise_xor(a, 5), a]
+    ),
+    "Equal": lambda tf, a, b: tf.equal(a, b),
+    "Greater": lambda tf, a, b: a > b,
+    "GreaterEqual": lambda tf, a, b: a >= b,
+    "Less": lambda tf, a, b: a < b,
+    "LessEqual": lambda tf, a, b: a <= b,
+    "Maximum": lambda tf, a, b: tf.maximum(a, b),
+    "Minimum": lambda tf, a, b: tf.minimum(a, b),
+    "Mul": lambda tf, a, b: a * b,
+    "Neg": lambda tf, a, b: -a,
+    "NotEqual": lambda tf, a, b: tf.not_equal(a, b),
+    "Sign": lambda tf, a, b: tf.sign(a),
+    # Grappler turns Square(a - c) into SquaredDifference: square a BitwiseXor instead.
+    "Square": lambda tf, a, b: tf.square(tf.bitwise.bitwise_xor(a, 1)),
+    "SquaredDifference": lambda tf, a, b: tf.math.squared_difference(a, b),
+    "Sub": lambda tf, a, b: a - b,
+}
+
+
+@pytest.mark.parametrize("op", sorted(_INT32_OPS))
+@pytest.mark.parametrize("rhs", ["tensor", "scalar", "row"])
+def test_int32_ops_on_device_tensors_match_the_cpu(tf, op, rhs):
+    """Every int32 op the graph pass may keep on the device, on int32 tensors the GPU computed
+    (the low bits of float32 values, from Bitcast and BitwiseAnd), against a second operand of
+    the same shape, a constant scalar or a broadcast row: the values TensorFlow's CPU kernels
+    give, computed on the GPU with nothing read back during the call."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    y = rng.standard_normal((6, 5)).astype(np.float32)
+    y[0, :2] = x[0, :2]  # equal elements
+
+    @tf.function
+    def f(x, y):
+        # Values in [-512, 511], squares and products far from overflow.
+        a = tf.bitwise.bitwise_and(tf.bitcast(x, tf.int32), 1023) - 512
+        if rhs == "tensor":
+            b = tf.bitwise.bitwise_and(tf.bitcast(y, tf.int32), 1023) - 512
+        elif rhs == "scalar":
+            b = tf.constant(7, tf.int32)
+        else:
+            b = tf.constant(np.arange(-2, 3, dtype=np.int32))
+        # Returned as float32 (exact here): an int32 result of a function goes to host memory.
+        return tf.cast(_INT32_OPS[op](tf, a, b), tf.float32)
+
+    with tf.device("/CPU:0"):
+        want = f(tf.constant(x), tf.constant(y)).numpy()
+    with tf.device("/GPU:0"):
+        xd, yd = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+        f(xd, yd)
+        before = _counts()
+        with ran_on_gpu(op):
+            got = f(xd, yd)
+            d = _delta(before, _counts())
+        assert d["d2h"] == 0 and d["reads"] == 0, d
+        np.testing.assert_array_equal(got.numpy(), want)

@@ -210,8 +210,10 @@ def test_without_an_adapter_tensorflow_runs_on_its_cpu_with_one_warning():
 
 def test_int32_shape_arithmetic_stays_in_host_memory(tf):
     """Where TensorFlow keeps an op's int32 tensors in host memory on every device (its
-    DEVICE_DEFAULT kernels, as on CUDA), the plugin registers no int32 kernel of its own, so
-    shape arithmetic inside a GPU graph costs no device round trips."""
+    DEVICE_DEFAULT kernels, as on CUDA), the plugin registers no int32 kernel of its own that
+    TensorFlow would pick, so shape arithmetic inside a GPU graph costs no device round trips.
+    Its device kernels for int32 data carry a label, which only nodes the graph pass labels
+    select (crates/plugin/src/graph/int32.rs; FloorMod, FloorDiv and Fill have none)."""
     from tensorflow.python.framework import kernels
 
     deferred = 0
@@ -224,9 +226,15 @@ def test_int32_shape_arithmetic_stays_in_host_memory(tf):
         ]
         ours_i32 = [
             k for k in regs
-            if k.device_type == "GPU" and k.priority == 1
+            if k.device_type == "GPU" and k.priority == 1 and not k.label
             and any(tf.int32.as_datatype_enum in c.allowed_values.list.type for c in k.constraint)
         ]
+        labeled = [
+            k for k in regs
+            if k.device_type == "GPU" and k.label == "tfwgpu_device_int32" and not k.host_memory_arg
+            and any(tf.int32.as_datatype_enum in c.allowed_values.list.type for c in k.constraint)
+        ]
+        assert bool(labeled) == (op not in ("FloorMod", "FloorDiv", "Fill")), (op, labeled)
         ours_f32 = [
             k for k in regs
             if k.device_type == "GPU" and k.priority == 1

@@ -21,6 +21,7 @@ use crate::status::guard;
 pub mod apply;
 pub mod epilogue;
 pub mod fusion;
+pub mod int32;
 pub mod pin;
 
 /// Appends a protobuf varint.
@@ -546,6 +547,18 @@ unsafe extern "C" fn optimize(
         // Casts of the input pipeline's labels on the host.
         if pin::casts_enabled()
             && let Some(g) = pin::pin_host_casts(&cur)?
+        {
+            cur = g.into();
+        }
+        // int32 ops on GPU-computed tensors (Keras's argmax) on the device.
+        if int32::enabled()
+            && let Some(g) = int32::label_device_int32(&cur, &|n| {
+                crate::kernels::device_kernel(&n.op, &|a| {
+                    n.attr(a)
+                        .and_then(|v| fusion::attr_varint(v, 6))
+                        .and_then(|t| crate::nodedef::dtype_from_tf(t as u32))
+                })
+            })?
         {
             cur = g.into();
         }

@@ -679,9 +679,67 @@ fn constraint_combinations(op: &str) -> Vec<Vec<(&'static str, DType)>> {
     combos
 }
 
+/// int32 ops whose int32 kernel TensorFlow keeps in host memory and which the runtime also
+/// registers with its data in device memory, under the label `graph::int32::LABEL`, for the
+/// graph pass to pick where their inputs are device tensors: exact integer arithmetic and
+/// comparisons (no division: TensorFlow's kernels fail on a zero divisor, the GPU's cannot).
+pub const DEVICE_INT32_OPS: &[&str] = &[
+    "Abs",
+    "Add",
+    "AddV2",
+    "AddN",
+    "Equal",
+    "Greater",
+    "GreaterEqual",
+    "Less",
+    "LessEqual",
+    "Maximum",
+    "Minimum",
+    "Mul",
+    "Neg",
+    "NotEqual",
+    "Sign",
+    "Square",
+    "SquaredDifference",
+    "Sub",
+];
+
+/// Whether the kernel TensorFlow runs for node `op` with type attributes `attr` on a tfwgpu GPU
+/// is the runtime's (unlabeled) kernel, whose outputs are in device memory.
+pub fn device_kernel(op: &str, attr: &dyn Fn(&str) -> Option<DType>) -> bool {
+    if TENSORFLOW_PROVIDES.contains(&op) {
+        return false;
+    }
+    let reg = Registry::global();
+    let Some(def) = reg.get(op) else {
+        return false;
+    };
+    if def.type_attr.is_empty() {
+        return true;
+    }
+    let Some(t) = attr(def.type_attr) else {
+        return false;
+    };
+    def.dtypes.contains(&t)
+        && reg.host(op, t).is_none()
+        && !(t == DType::I32 && tensorflow_has_host_int32(op, def.type_attr))
+}
+
 /// Registers one kernel for `op` on "GPU" with the given type constraints and host-memory
 /// arguments. Returns whether TensorFlow accepted it.
 fn register_one(op: &str, prefix: &str, types: &[(&str, DType)], host: &[&str]) -> bool {
+    register_labeled(op, prefix, types, host, None)
+}
+
+/// [`register_one`], with a kernel label: the kernel then runs only for nodes whose `_kernel`
+/// attribute names it.
+fn register_labeled(
+    op: &str,
+    prefix: &str,
+    types: &[(&str, DType)],
+    host: &[&str],
+    label: Option<&str>,
+) -> bool {
     let st = Status::new();
     // SAFETY: plain calls into TensorFlow's registration API with valid strings.
     unsafe {
@@ -701,6 +759,9 @@ fn register_one(op: &str, prefix: &str, types: &[(&str, DType)], host: &[&str]) 
             }
         }
         sys::TF_KernelBuilder_Priority(b, PRIORITY);
+        if let Some(l) = label {
+            sys::TF_KernelBuilder_Label(b, leak(l));
+        }
         for name in host {
             sys::TF_KernelBuilder_HostMemory(b, leak(name));
         }
@@ -738,8 +799,19 @@ pub fn register_all() -> usize {
             }
             if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
                 // TensorFlow keeps int32 tensors of this op in host memory (shape arithmetic),
-                // as its CUDA build does; registering ours would pull them onto the GPU.
+                // as its CUDA build does; registering ours would pull them onto the GPU. Ours
+                // runs only where the graph pass labels a node whose inputs are on the device.
                 tracing::debug!("{}: int32 left to TensorFlow's host-memory kernel", def.op);
+                if DEVICE_INT32_OPS.contains(&def.op) {
+                    let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
+                    ok += register_labeled(
+                        def.op,
+                        "dev_",
+                        &[(def.type_attr, DType::I32)],
+                        &hosts,
+                        Some(crate::graph::int32::LABEL),
+                    ) as usize;
+                }
                 continue;
             }
             for extra in constraint_combinations(def.op) {

@@ -1,0 +1,203 @@
+//! int32 elementwise ops on device tensors stay on the device.
+//!
+//! TensorFlow registers its own kernels for int32 arithmetic and comparisons on every device
+//! (DEVICE_DEFAULT) with all arguments in host memory, as its CUDA build does: int32 is mostly
+//! shape arithmetic, which the host needs. The plugin leaves those to TensorFlow
+//! (`kernels::register_all`). But some int32 tensors are data computed on the GPU: Keras's
+//! `argmax` (behind the `accuracy` metrics) tests the sign bit of every logit as
+//! `Less(BitwiseAnd(Bitcast<int32>(x), INT_MIN), 0)`, where Bitcast and BitwiseAnd run on the
+//! GPU. Feeding such a tensor to a host-memory kernel copies it to the host, and that read
+//! waits for every GPU command recorded before it: in the middle of every training step, the
+//! host stops until the GPU has run the forward pass, then the GPU idles while the host records
+//! the backward pass.
+//!
+//! This pass labels such nodes (`_kernel` = [`LABEL`]), which selects the runtime's own kernel,
+//! registered with that label and its data in device memory: an int32 op of
+//! [`kernels::DEVICE_INT32_OPS`] on a tfwgpu GPU at least one of whose data inputs a device
+//! kernel on a tfwgpu GPU produces (or another labeled node). Its other inputs are copied to the
+//! device by TensorFlow (uploads, which do not wait for the GPU); its result stays there, where
+//! its consumers (LogicalAnd, Select...) read it. The values are the same: the ops are exact
+//! integer arithmetic and comparisons (division, whose error on a zero divisor the GPU cannot
+//! raise, is not among them). A consumer that needs the result in host memory still gets a
+//! copy, one read instead of the one before.
+//!
+//! `TFWGPU_DEVICE_INT32=0` turns the pass off (read each time a graph is optimized).
+
+use std::collections::{HashMap, HashSet};
+
+use tfwgpu_runtime::Result;
+
+use super::fusion::{attr_varint, source};
+use super::{Node, bytes_field, on_tfwgpu_gpu};
+use crate::kernels::DEVICE_INT32_OPS;
+
+/// The label of the runtime's device-memory int32 kernels (TensorFlow's `_kernel` attribute).
+pub const LABEL: &str = "tfwgpu_device_int32";
+
+const DT_INT32: u64 = 3;
+
+pub fn enabled() -> bool {
+    std::env::var("TFWGPU_DEVICE_INT32").map_or(true, |v| v.trim() != "0")
+}
+
+/// The rewritten graph, or `None` when no node qualifies. `device_output(n)` says whether `n`'s
+/// kernel on a tfwgpu GPU is the runtime's, with its outputs in device memory.
+pub(super) fn label_device_int32(
+    graph: &[u8],
+    device_output: &dyn Fn(&Node) -> bool,
+) -> Result<Option<Vec<u8>>> {
+    let (items, nodes) = super::split_graph(graph)?;
+    let labeled = plan(&nodes, device_output);
+    if labeled.is_empty() {
+        return Ok(None);
+    }
+    let mut label = vec![];
+    bytes_field(2, LABEL.as_bytes(), &mut label);
+    let mut out = Vec::with_capacity(graph.len() + 48 * labeled.len());
+    for (i, raw, _) in &items {
+        match *i {
+            Some(i) if labeled.contains(&i) => {
+                let mut n = nodes[i].clone();
+                n.attrs.push(("_kernel".into(), label.clone()));
+                n.encode(&mut out);
+            }
+            _ => out.extend_from_slice(raw),
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The nodes [`label_device_int32`] labels.
+fn plan(nodes: &[Node], device_output: &dyn Fn(&Node) -> bool) -> HashSet<usize> {
+    let by_name: HashMap<&str, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let candidate = |n: &Node| {
+        DEVICE_INT32_OPS.contains(&n.op.as_str())
+            && on_tfwgpu_gpu(&n.device)
+            && n.attr("T").and_then(|t| attr_varint(t, 6)) == Some(DT_INT32)
+            && n.attr("_kernel").is_none()
+    };
+    let mut labeled: HashSet<usize> = HashSet::new();
+    // Labeled nodes feed others (a chain of int32 ops on a device tensor): until nothing changes.
+    loop {
+        let before = labeled.len();
+        for (i, n) in nodes.iter().enumerate() {
+            if labeled.contains(&i) || !candidate(n) {
+                continue;
+            }
+            let from_device = n
+                .inputs
+                .iter()
+                .filter(|x| !x.starts_with('^'))
+                .filter_map(|x| by_name.get(source(x).0).copied())
+                .any(|p| {
+                    on_tfwgpu_gpu(&nodes[p].device)
+                        && (labeled.contains(&p) || device_output(&nodes[p]))
+                });
+            if from_device {
+                labeled.insert(i);
+            }
+        }
+        if labeled.len() == before {
+            return labeled;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::type_attr;
+    use super::*;
+
+    const GPU: &str = "/job:localhost/replica:0/task:0/device:GPU:0";
+    const CPU: &str = "/job:localhost/replica:0/task:0/device:CPU:0";
+
+    fn node(name: &str, op: &str, inputs: &[&str], t: u64, device: &str) -> Node {
+        Node {
+            name: name.into(),
+            op: op.into(),
+            inputs: inputs.iter().map(|s| s.to_string()).collect(),
+            device: device.into(),
+            attrs: vec![("T".into(), type_attr(t))],
+        }
+    }
+
+    /// Stands for the kernel registry: Bitcast and BitwiseAnd are device kernels, Const and
+    /// Shape are not (host memory for int32).
+    fn device_output(n: &Node) -> bool {
+        matches!(n.op.as_str(), "Bitcast" | "BitwiseAnd" | "ArgMax")
+    }
+
+    fn labels(nodes: &[Node]) -> Vec<&str> {
+        let mut v: Vec<&str> = plan(nodes, &device_output)
+            .into_iter()
+            .map(|i| nodes[i].name.as_str())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Keras's signbit: Less(BitwiseAnd(Bitcast(x), c), 0), then a chain fed by the label.
+    #[test]
+    fn comparisons_of_device_tensors_are_labeled() {
+        let nodes = vec![
+            node("x", "Placeholder", &[], 1, GPU),
+            node("bits", "Bitcast", &["x"], 1, GPU),
+            node("min", "Const", &[], DT_INT32, GPU),
+            node("and", "BitwiseAnd", &["bits", "min"], DT_INT32, GPU),
+            node("zero", "Const", &[], DT_INT32, GPU),
+            node("less", "Less", &["and", "zero", "^x"], DT_INT32, GPU),
+            node("shape", "Shape", &["x"], DT_INT32, GPU),
+            node("one", "Const", &[], DT_INT32, GPU),
+            // Shape arithmetic: both inputs in host memory; stays with TensorFlow.
+            node("n", "Sub", &["shape", "one"], DT_INT32, GPU),
+            // Fed by a labeled node only through a control edge: stays.
+            node("ctl", "AddV2", &["shape", "one", "^and"], DT_INT32, GPU),
+            // float: not an int32 op.
+            node("f", "Less", &["x", "x"], 1, GPU),
+            // int32 on the CPU device: stays.
+            node("cpu", "Less", &["and", "zero"], DT_INT32, CPU),
+            // A division is never labeled.
+            node("div", "FloorDiv", &["and", "one"], DT_INT32, GPU),
+            node("am", "ArgMax", &["x", "one"], 1, GPU),
+            node("plus", "AddV2", &["am", "one"], DT_INT32, GPU),
+            node("neg", "Neg", &["plus"], DT_INT32, GPU),
+        ];
+        assert_eq!(labels(&nodes), ["less", "neg", "plus"]);
+    }
+
+    #[test]
+    fn labeled_graph_carries_the_kernel_label() {
+        let nodes = vec![
+            node("bits", "Bitcast", &[], 1, GPU),
+            node("zero", "Const", &[], DT_INT32, GPU),
+            node("less", "Less", &["bits", "zero"], DT_INT32, GPU),
+        ];
+        let mut g = vec![];
+        for n in &nodes {
+            n.encode(&mut g);
+        }
+        let out = label_device_int32(&g, &device_output).unwrap().unwrap();
+        let (_, parsed) = super::super::split_graph(&out).unwrap();
+        assert_eq!(parsed.len(), 3);
+        let less = parsed.iter().find(|n| n.name == "less").unwrap();
+        assert_eq!(
+            less.attr("_kernel")
+                .and_then(super::super::fusion::attr_str),
+            Some(LABEL.as_bytes())
+        );
+        assert!(
+            parsed
+                .iter()
+                .filter(|n| n.name != "less")
+                .all(|n| n.attr("_kernel").is_none())
+        );
+        // Nothing to label: no rewrite.
+        let mut g = vec![];
+        nodes[1].encode(&mut g);
+        assert!(label_device_int32(&g, &device_output).unwrap().is_none());
+    }
+}
