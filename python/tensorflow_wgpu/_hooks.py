@@ -7,6 +7,12 @@ else), and each changes behaviour only for tfwgpu devices:
   (only Apple GPUs are exempted), and `fit` then fails: XLA has no compiler for a
   PluggableDevice. When every accelerator is a tfwgpu device, "auto" means no XLA; an explicit
   `jit_compile=True` is left alone.
+- Keras 3's LSTM and GRU layers (`use_cudnn="auto"`) take cuDNN's fused kernel
+  (`CudnnRNNV3`) whenever TensorFlow lists a GPU, and only at run time learn that there is no
+  such kernel: `fit` fails ("No OpKernel was registered to support Op 'CudnnRNNV3'"). When
+  every GPU is a tfwgpu device, Keras is told that none is a cuDNN GPU, and the layers run
+  their generic loop (on the tfwgpu GPU); an explicit `use_cudnn=True` still fails, as it does
+  on a CPU.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -93,6 +99,26 @@ def _patch_keras_trainer(module):
 
     _resolve_auto_jit_compile._tfwgpu = True
     trainer._resolve_auto_jit_compile = _resolve_auto_jit_compile
+
+
+def _patch_keras_rnn(module):
+    original = getattr(module, "_is_gpu_available", None)
+    if original is None or getattr(original, "_tfwgpu", False):
+        return
+
+    def _is_gpu_available():
+        try:
+            import tensorflow as tf
+
+            gpus = tf.config.list_logical_devices("GPU")
+            if gpus and all(_is_tfwgpu_device(d.name) for d in gpus):
+                return False
+        except Exception:  # never break Keras: fall back to its own rule
+            pass
+        return original()
+
+    _is_gpu_available._tfwgpu = True
+    module._is_gpu_available = _is_gpu_available
 
 
 def _eager_on_tfwgpu(resource):
@@ -494,6 +520,7 @@ def _patch_eager_context(module):
 
 _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
+    "keras.src.backend.tensorflow.rnn": _patch_keras_rnn,
     "tensorflow.python.eager.context": _patch_eager_context,
     "tensorflow.python.ops.gen_resource_variable_ops": _patch_variable_ops,
     "tensorflow.python.ops.gen_training_ops": _patch_training_ops,

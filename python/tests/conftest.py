@@ -40,3 +40,25 @@ class ran_on_gpu:
             after = gpu_counts()
             for op in self.ops:
                 assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the GPU"
+
+
+class ran_on_host:
+    """Asserts that each named op ran at least once inside the block as one of the runtime's
+    host kernels on GPU:0 (int32 shape arithmetic kept in host memory, as on CUDA)."""
+
+    def __init__(self, *ops):
+        self.ops = ops
+
+    def _counts(self):
+        import tensorflow_wgpu
+
+        return tensorflow_wgpu.stats()["host_ops"]
+
+    def __enter__(self):
+        self.before = self._counts()
+
+    def __exit__(self, *exc):
+        if exc[0] is None:
+            after = self._counts()
+            for op in self.ops:
+                assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the host"

@@ -409,3 +409,91 @@ def test_int32_ops_on_device_tensors_match_the_cpu(tf, op, rhs):
             d = _delta(before, _counts())
         assert d["d2h"] == 0 and d["reads"] == 0, d
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+# ---- shape arithmetic of unknown batch sizes stays on the host (host_ops: GatherV2, DynamicStitch) ----
+
+def _host_counts():
+    return tensorflow_wgpu.stats()["host_ops"]
+
+
+def test_int32_gather_and_stitch_of_shapes_run_on_the_host(tf):
+    """GatherV2 and DynamicStitch of int32 on GPU:0 are the runtime's host kernels (as TensorFlow's
+    CUDA build keeps them), with TensorFlow's CPU results and errors; a gather of GPU-computed
+    int32 data inside a function keeps the device kernel (the graph pass's label)."""
+    shape = np.array([64, 28, 28, 16], np.int32)
+    with tf.device("/GPU:0"):
+        before = _host_counts()
+        g = tf.gather(tf.constant(shape), [0, 1, 2])
+        m = tf.gather(tf.constant(np.arange(12, dtype=np.int32).reshape(3, 4)), [2, 0], axis=1)
+        st = tf.dynamic_stitch([tf.constant([0, 1, 2, 3]), tf.constant([1, 2])],
+                               [tf.constant(shape), tf.constant([1, 1])])
+        after = _host_counts()
+        np.testing.assert_array_equal(g.numpy(), [64, 28, 28])
+        np.testing.assert_array_equal(m.numpy(), np.arange(12).reshape(3, 4)[:, [2, 0]])
+        np.testing.assert_array_equal(st.numpy(), [64, 1, 1, 16])
+        assert after.get("GatherV2", 0) - before.get("GatherV2", 0) == 2, (before, after)
+        assert after.get("DynamicStitch", 0) - before.get("DynamicStitch", 0) == 1, (before, after)
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"indices\[0\] = 4 is not in \[0, 4\)"):
+            tf.gather(tf.constant(shape), [4]).numpy()
+
+        @tf.function
+        def picked(logits):
+            i = tf.argmax(logits, axis=-1, output_type=tf.int32)  # int32 data on the GPU
+            return tf.cast(tf.gather(i, [3, 0, 1]), tf.float32)
+
+        x = np.random.default_rng(2).standard_normal((8, 5)).astype(np.float32)
+        xd = tf.identity(tf.constant(x))
+        picked(xd)
+        before = _counts()
+        with ran_on_gpu("GatherV2"):
+            got = picked(xd)
+            d = _delta(before, _counts())
+        np.testing.assert_array_equal(got.numpy(), x.argmax(axis=-1)[[3, 0, 1]])
+        assert d["d2h"] == 0 and d["reads"] == 0, d
+
+
+def test_batch_norm_and_global_pooling_with_unknown_batch_do_not_read_mid_step(tf):
+    """A Keras training step with an unknown batch size: batch norm's moments and the global
+    average pooling's gradient compute their element counts from `Shape(x)` (GatherV2, Prod,
+    DynamicStitch). On the host, as on CUDA, none of it waits for the GPU (a GatherV2 on the
+    device read its result back twice per layer, and a DynamicStitch without a device kernel
+    took its `Shape` to the CPU, which copied all of x there); the loss and gradients are
+    TensorFlow's CPU results."""
+    import keras
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((16, 8, 8, 3)).astype(np.float32)
+    y = rng.integers(0, 4, 16).astype(np.int32)
+    results = {}
+    for device in ["/CPU:0", "/GPU:0"]:
+        with tf.device(device):
+            keras.utils.set_random_seed(3)
+            model = keras.Sequential([
+                keras.Input((8, 8, 3)),
+                keras.layers.Conv2D(6, 3, padding="same"),
+                keras.layers.BatchNormalization(),
+                keras.layers.ReLU(),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(4),
+            ])
+            loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 8, 8, 3]), tf.TensorSpec([None], tf.int32)])
+            def step(xb, yb):
+                with tf.GradientTape() as tape:
+                    loss = loss_fn(yb, model(xb, training=True))
+                return loss, tape.gradient(loss, model.trainable_weights)
+
+            xd, yd = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+            step(xd, yd)
+            before = _counts()
+            loss, grads = step(xd, yd)
+            d = _delta(before, _counts())
+            results[device] = (loss.numpy(), [g.numpy() for g in grads], d)
+    loss, grads, d = results["/GPU:0"]
+    assert d["d2h"] == 0 and d["reads"] == 0, d
+    want_loss, want_grads, _ = results["/CPU:0"]
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)

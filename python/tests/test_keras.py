@@ -1,9 +1,11 @@
 """Keras on GPU:0: a plain model.compile() trains (jit_compile="auto" resolves to no XLA on
 tfwgpu devices), variables update inside tf.function, and losses track the CPU's."""
+import contextlib
+
 import numpy as np
 import pytest
 
-from conftest import on_gpu
+from conftest import on_gpu, ran_on_gpu
 
 
 def test_assign_add_and_sub_inside_tf_function(tf):
@@ -116,3 +118,58 @@ def test_eager_gradient_tape_loop_with_a_keras_optimizer(tf):
     assert on_gpu(model.weights[0].value)
     assert int(opt.iterations.numpy()) == 6
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_recurrent_layers_train_on_gpu_and_track_cpu(tf, layer):
+    """Keras's LSTM and GRU (`use_cudnn="auto"`) pick cuDNN's fused op whenever TensorFlow lists
+    a GPU and failed at run time on a tfwgpu GPU ("No OpKernel was registered to support Op
+    'CudnnRNNV3'"); the plugin's Keras hook says no cuDNN GPU is present, and the layers run
+    their generic loop on the GPU, with the CPU's losses. `use_cudnn=True` is refused, as on a
+    CPU."""
+    import keras
+
+    class Losses(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.values = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.values.append(logs["loss"])
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((48, 12, 6)).astype("float32")
+    y = (x[:, :, 0].sum(axis=1) > 0).astype("int32") + (x[:, -1, 1] > 0.5).astype("int32")
+
+    def model():
+        keras.utils.set_random_seed(4)
+        return keras.Sequential(
+            [keras.Input((12, 6)), getattr(keras.layers, layer)(16), keras.layers.Dense(3)]
+        )
+
+    runs = {}
+    for device in ["/GPU:0", "/CPU:0"]:
+        with tf.device(device):
+            m = model()
+            m.compile(
+                optimizer=keras.optimizers.Adam(0.01),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+            cb = Losses()
+            with ran_on_gpu("MatMul") if device == "/GPU:0" else contextlib.nullcontext():
+                m.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[cb])
+            runs[device] = (m, cb.values)
+    gpu_model, gpu_losses = runs["/GPU:0"]
+    cpu_losses = runs["/CPU:0"][1]
+    assert on_gpu(gpu_model.weights[0].value)
+    # float32 reassociation only: 12 steps of the recurrence keep the first losses close.
+    np.testing.assert_allclose(gpu_losses[:3], cpu_losses[:3], rtol=1e-4)
+    assert gpu_losses[-1] < gpu_losses[0]
+    np.testing.assert_allclose(gpu_losses[-1], cpu_losses[-1], rtol=2e-2)
+
+    with tf.device("/GPU:0"):
+        forced = keras.Sequential(
+            [keras.Input((12, 6)), getattr(keras.layers, layer)(4, use_cudnn=True)]
+        )
+        with pytest.raises(ValueError, match="cuDNN is not supported"):
+            forced(x[:2])

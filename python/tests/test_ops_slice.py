@@ -1,11 +1,14 @@
 """The slice family through TensorFlow: each op on /GPU:0 against /CPU:0 (Slice, StridedSlice,
-StridedSliceGrad, Pad, PadV2, MirrorPad, MirrorPadGrad, GatherV2, OneHot, Range, Erf, Erfc),
+StridedSliceGrad, Pad, PadV2, MirrorPad, MirrorPadGrad, GatherV2, OneHot, Range, Erf, Erfc,
+UnsortedSegmentSum),
 every registered dtype, awkward shapes, gradients through tf.GradientTape, and a check that the
 kernels really ran on the GPU (the plugin's per-op counters)."""
+import contextlib
+
 import numpy as np
 import pytest
 
-from conftest import on_gpu, ran_on_gpu
+from conftest import on_gpu, ran_on_gpu, ran_on_host
 
 MOVE_DTYPES = ["float32", "float16", "int64", "bool", "uint8"]
 
@@ -197,7 +200,8 @@ def test_tf_gather(tf, dtype):
         n = pshape[axis]
         for idt in (np.int32, np.int64):
             idx = rng.integers(0, n, ishape).astype(idt)
-            with ran_on_gpu("GatherV2"):
+            # int32 params are shape arithmetic: the runtime's host kernel on GPU:0 (as on CUDA).
+            with (ran_on_host if dtype == "int32" else ran_on_gpu)("GatherV2"):
                 g, c = both(tf, lambda p, i: tf.gather(p, i, axis=axis, batch_dims=bd), x, idx)
             assert on_gpu(g)
             same(g, c)
@@ -298,3 +302,56 @@ def test_erf_erfc(tf, op):
 
     gg, cg = both(tf, grad, x[:1001])
     np.testing.assert_allclose(gg.numpy(), cg.numpy(), rtol=1e-5, atol=1e-30)
+
+
+# ------------------------------------------------------------------ UnsortedSegmentSum
+
+@pytest.mark.parametrize("idt", [np.int32, np.int64])
+def test_unsorted_segment_sum(tf, idt):
+    """float32 rows summed per id on the GPU (atomic adds in the GPU's order, as TensorFlow's GPU
+    kernel): TensorFlow's CPU sums within float32 rounding of a sum of that many terms; negative
+    ids drop their rows on both."""
+    rng = np.random.default_rng(12)
+    for dshape, irank, n in [((50,), 1, 7), ((40, 5), 1, 9), ((4, 6, 3), 2, 11), ((30, 2), 1, 1)]:
+        x = rng.standard_normal(dshape).astype(np.float32)
+        ids = rng.integers(-1, n, dshape[:irank]).astype(idt)
+        with ran_on_gpu("UnsortedSegmentSum"):
+            g, c = both(tf, lambda d, i: tf.math.unsorted_segment_sum(d, i, n), x, ids)
+        assert on_gpu(g) and g.shape == c.shape
+        # Up to 50 terms of |x| < ~4: (k - 1) * eps * sum |x| bounds any order's rounding.
+        np.testing.assert_allclose(g.numpy(), c.numpy(), rtol=0, atol=50 * 4 * 50 * 1.2e-7)
+
+
+def test_embedding_gradient_sums_on_the_gpu(tf):
+    """Keras's Embedding layer: its gradient is sparse rows, which the optimizer sums per token
+    (UnsortedSegmentSum) before its dense update. That sum used to run on the CPU, copying the
+    rows and ids to the host (two reads that wait for the GPU) every step; now it runs on the
+    GPU and a step reads back the loss and one int32 tensor (Keras remaps negative ids with an
+    int32 SelectV2 on the GPU whose result a host-memory Reshape takes). The losses track
+    TensorFlow's CPU."""
+    import keras
+
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(4)
+    x = rng.integers(0, 50, (64, 12)).astype(np.int32)
+    y = (x[:, 0] % 2).astype(np.float32)
+    losses = {}
+    for device in ["/GPU:0", "/CPU:0"]:
+        with tf.device(device):
+            keras.utils.set_random_seed(2)
+            m = keras.Sequential([keras.Input((12,), dtype="int32"), keras.layers.Embedding(50, 8),
+                                  keras.layers.GlobalAveragePooling1D(), keras.layers.Dense(1)])
+            m.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=keras.losses.BinaryCrossentropy(from_logits=True))
+            m.fit(x, y, batch_size=16, epochs=1, shuffle=False, verbose=0)
+            s0 = tensorflow_wgpu.stats()["runtime"]["reads"]
+            ctx = ran_on_gpu("UnsortedSegmentSum") if device == "/GPU:0" else contextlib.nullcontext()
+            with ctx:
+                h = m.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+            s1 = tensorflow_wgpu.stats()["runtime"]["reads"]
+            losses[device] = (h.history["loss"], s1 - s0)
+    (g, reads), (c, _) = losses["/GPU:0"], losses["/CPU:0"]
+    steps = 2 * 4
+    assert reads <= 2 * steps + 2, reads  # with the sum on the CPU: 4 per step
+    np.testing.assert_allclose(g, c, rtol=1e-4)

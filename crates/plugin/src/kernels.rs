@@ -173,7 +173,11 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         unsafe { sys::TF_DeleteBuffer(buf) };
         let (op, attrs) = parsed?;
         let trace_attrs = crate::trace::on().then(|| crate::trace::attrs_json(&attrs));
-        let kernel = if host_kernel_for(&op, &attrs) {
+        // A node the int32 graph pass labeled runs the device kernel registered under that
+        // label, also where the op has a host kernel for its dtype.
+        let labeled = matches!(attrs.get("_kernel"),
+            Some(tfwgpu_runtime::AttrValue::Str(l)) if l == crate::graph::int32::LABEL);
+        let kernel = if !labeled && host_kernel_for(&op, &attrs) {
             Built::Host(Registry::global().build_host_kernel(&op, &attrs)?)
         } else {
             Built::Device(Registry::global().build_kernel(&op, &attrs)?)
@@ -679,12 +683,14 @@ fn constraint_combinations(op: &str) -> Vec<Vec<(&'static str, DType)>> {
     combos
 }
 
-/// int32 ops whose int32 kernel TensorFlow keeps in host memory and which the runtime also
-/// registers with its data in device memory, under the label `graph::int32::LABEL`, for the
-/// graph pass to pick where their inputs are device tensors: exact integer arithmetic and
-/// comparisons (no division: TensorFlow's kernels fail on a zero divisor, the GPU's cannot).
+/// int32 ops whose int32 kernel is kept in host memory (TensorFlow's for every device, or the
+/// runtime's host kernel) and which the runtime also registers with its data in device memory,
+/// under the label `graph::int32::LABEL`, for the graph pass to pick where their inputs are
+/// device tensors: exact integer arithmetic, comparisons and GatherV2 (no division: TensorFlow's
+/// kernels fail on a zero divisor, the GPU's cannot).
 pub const DEVICE_INT32_OPS: &[&str] = &[
     "Abs",
+    "GatherV2",
     "Add",
     "AddV2",
     "AddN",
@@ -791,35 +797,26 @@ pub fn register_all() -> usize {
             def.dtypes.iter().copied().map(Some).collect()
         };
         for dt in dtypes {
-            if let Some(t) = dt
-                && Registry::global().host(def.op, t).is_some()
-            {
-                // Registered below, as a host kernel.
+            // int32 shape arithmetic stays in host memory, as in TensorFlow's CUDA build: where
+            // the runtime has a host kernel for it (registered below), or TensorFlow its own
+            // for every device. Registering ours would pull shapes onto the GPU. Ours then runs
+            // only where the graph pass labels a node whose inputs are on the device.
+            let host_int32 = dt.is_some_and(|t| {
+                Registry::global().host(def.op, t).is_some()
+                    || (t == DType::I32 && tensorflow_has_host_int32(def.op, def.type_attr))
+            });
+            if host_int32 && !(dt == Some(DType::I32) && DEVICE_INT32_OPS.contains(&def.op)) {
+                tracing::debug!("{}: {dt:?} left to a host-memory kernel", def.op);
                 continue;
             }
-            if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
-                // TensorFlow keeps int32 tensors of this op in host memory (shape arithmetic),
-                // as its CUDA build does; registering ours would pull them onto the GPU. Ours
-                // runs only where the graph pass labels a node whose inputs are on the device.
-                tracing::debug!("{}: int32 left to TensorFlow's host-memory kernel", def.op);
-                if DEVICE_INT32_OPS.contains(&def.op) {
-                    let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
-                    ok += register_labeled(
-                        def.op,
-                        "dev_",
-                        &[(def.type_attr, DType::I32)],
-                        &hosts,
-                        Some(crate::graph::int32::LABEL),
-                    ) as usize;
-                }
-                continue;
-            }
+            let label = host_int32.then_some(crate::graph::int32::LABEL);
             for extra in constraint_combinations(def.op) {
                 let mut types: Vec<(&str, DType)> =
                     dt.map(|t| (def.type_attr, t)).into_iter().collect();
                 types.extend(extra);
                 let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
-                ok += register_one(def.op, "", &types, &hosts) as usize;
+                let prefix = if label.is_some() { "dev_" } else { "" };
+                ok += register_labeled(def.op, prefix, &types, &hosts, label) as usize;
             }
         }
     }

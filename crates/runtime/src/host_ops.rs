@@ -72,6 +72,20 @@ pub const HOST_OPS: &[HostOpDef] = &[
         factory: |_| Ok(Box::new(GetAlg)),
     },
     HostOpDef {
+        op: "GatherV2",
+        type_attr: "Tparams",
+        dtypes: &[DType::I32],
+        args: &["params", "indices", "axis", "output"],
+        factory: |a| Ok(Box::new(GatherHost::new(a)?)),
+    },
+    HostOpDef {
+        op: "DynamicStitch",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["indices", "data", "merged"],
+        factory: |_| Ok(Box::new(DynamicStitchHost)),
+    },
+    HostOpDef {
         op: "Sum",
         type_attr: "T",
         dtypes: &[DType::I32],
@@ -290,6 +304,124 @@ impl HostKernel for Reduce {
     }
 }
 
+/// GatherV2 of int32 (dimensions picked from a shape: Keras's batch-norm moments and global
+/// pooling count their reduced elements as `Prod(GatherV2(Shape(x), axes))` when the batch size
+/// is not known when the graph is built). TensorFlow's CUDA build has no GPU kernel for int32
+/// params and runs such a gather on the CPU; the runtime's device kernel for int32 data is
+/// registered under a label that the graph pass gives to gathers of GPU-computed tensors.
+/// Out-of-range indices are an error, as on TensorFlow's CPU.
+struct GatherHost {
+    batch_dims: i64,
+}
+
+impl GatherHost {
+    fn new(a: &Attrs) -> Result<Self> {
+        Ok(GatherHost {
+            batch_dims: a.int_or("batch_dims", 0)?,
+        })
+    }
+}
+
+impl HostKernel for GatherHost {
+    fn op(&self) -> &'static str {
+        "GatherV2"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = "GatherV2";
+        let [params, indices, axis] = inputs else {
+            bail_invalid!("{op} takes 3 inputs, got {}", inputs.len());
+        };
+        let g = crate::kernels::slice::gather::geometry(
+            self.batch_dims,
+            &params.shape,
+            &indices.shape,
+            indices.dtype,
+            axis,
+        )?;
+        let p = i32s(op, params, "params")?;
+        let idx = index_values(op, indices, "indices")?;
+        let mut out = Vec::with_capacity(g.out.iter().product());
+        for b in 0..g.batch {
+            for o in 0..g.outer {
+                for j in 0..g.k {
+                    let flat = b * g.k + j;
+                    let i = idx[flat];
+                    if i < 0 || i >= g.gather_n as i64 {
+                        bail_invalid!("{op}: indices[{flat}] = {i} is not in [0, {})", g.gather_n);
+                    }
+                    let src = ((b * g.outer + o) * g.gather_n + i as usize) * g.inner;
+                    out.extend_from_slice(&p[src..src + g.inner]);
+                }
+            }
+        }
+        Ok(vec![HostTensor::new(&out, &g.out)?])
+    }
+}
+
+/// DynamicStitch of int32 (shapes): TensorFlow's gradient of a sum or mean with unknown
+/// dimensions builds the kept-dimensions shape as `DynamicStitch([range(rank), axes],
+/// [Shape(x), ones])`. With no kernel on the device, TensorFlow placed it on the CPU, and with
+/// it the `Shape` that feeds it, which then copied all of `x` to the host (a read that waits for
+/// the GPU) to learn its shape: once per step in the gradient of every global average pooling
+/// of a Keras model with an unknown batch size. TensorFlow's CUDA build registers the same
+/// int32 kernel on its GPU, in host memory.
+struct DynamicStitchHost;
+
+impl HostKernel for DynamicStitchHost {
+    fn op(&self) -> &'static str {
+        "DynamicStitch"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = "DynamicStitch";
+        if inputs.is_empty() || !inputs.len().is_multiple_of(2) {
+            bail_invalid!(
+                "{op} takes N indices and N data tensors, got {}",
+                inputs.len()
+            );
+        }
+        let (indices, data) = inputs.split_at(inputs.len() / 2);
+        let mut lists = Vec::with_capacity(indices.len());
+        let mut max_index: i64 = -1;
+        for (i, (ind, d)) in indices.iter().zip(data).enumerate() {
+            if ind.dtype != DType::I32 {
+                bail_invalid!("{op}: indices[{i}] must be int32, got {}", ind.dtype);
+            }
+            if !d.shape.starts_with(&ind.shape) {
+                bail_invalid!(
+                    "{op}: data[{i}].shape = {:?} does not start with indices[{i}].shape = {:?}",
+                    d.shape,
+                    ind.shape
+                );
+            }
+            let v = i32s(op, ind, "indices")?;
+            if let Some(&bad) = v.iter().find(|&&x| x < 0) {
+                bail_invalid!("{op}: indices[{i}] holds {bad}, which is negative");
+            }
+            max_index = max_index.max(v.iter().copied().max().map_or(-1, i64::from));
+            lists.push((v, i32s(op, d, "data")?, &d.shape[ind.shape.len()..]));
+        }
+        let inner_shape = lists[0].2;
+        if lists.iter().any(|l| l.2 != inner_shape) {
+            bail_invalid!("{op}: the data tensors' slices differ in shape");
+        }
+        let inner: usize = inner_shape.iter().product();
+        let rows = (max_index + 1) as usize;
+        let mut out = vec![0i32; rows * inner];
+        // Later lists overwrite earlier ones where indices repeat, as TensorFlow's kernel does.
+        for (ind, d, _) in &lists {
+            for (j, &at) in ind.iter().enumerate() {
+                let at = at as usize;
+                out[at * inner..(at + 1) * inner].copy_from_slice(&d[j * inner..(j + 1) * inner]);
+            }
+        }
+        let mut shape = vec![rows];
+        shape.extend_from_slice(inner_shape);
+        Ok(vec![HostTensor::new(&out, &shape)?])
+    }
+}
+
 /// StridedSlice of int32 (shapes): the slice computed with TensorFlow's rules
 /// (`kernels::slice::spec`), then gathered.
 struct StridedSliceHost {
@@ -417,6 +549,91 @@ mod tests {
     fn build(op: &str, a: &Attrs) -> Box<dyn HostKernel> {
         let def = HOST_OPS.iter().find(|d| d.op == op).unwrap();
         (def.factory)(a).unwrap()
+    }
+
+    #[test]
+    fn gather_of_shapes() {
+        let axis = |v: i32| t(&[v], &[]);
+        let k = build("GatherV2", &Attrs::new());
+        // Keras's moments: the reduced dimensions of an NHWC shape.
+        let shape = t(&[64, 28, 28, 16], &[4]);
+        let o = k
+            .compute(&[&shape, &t(&[0, 1, 2], &[3]), &axis(0)])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![3], vec![64, 28, 28])
+        );
+        // int64 indices, a scalar index, axis 1 of a matrix, negative axis.
+        let i64s = HostTensor::new(&[2i64, 0], &[2]).unwrap();
+        let m = t(&[1, 2, 3, 4, 5, 6], &[2, 3]);
+        let o = k.compute(&[&m, &i64s, &axis(1)]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2, 2], vec![3, 1, 6, 4])
+        );
+        let o = k.compute(&[&m, &t(&[1], &[]), &axis(-2)]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![3], vec![4, 5, 6])
+        );
+        // batch_dims 1: row b picks its own columns.
+        let kb = build(
+            "GatherV2",
+            &Attrs::new().with("batch_dims", AttrValue::Int(1)),
+        );
+        let o = kb
+            .compute(&[&m, &t(&[2, 2, 0, 1], &[2, 2]), &axis(1)])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2, 2], vec![3, 3, 4, 5])
+        );
+        // Out of range, as TensorFlow's CPU kernel: an error.
+        let e = k.compute(&[&shape, &t(&[4], &[1]), &axis(0)]).unwrap_err();
+        assert!(
+            e.to_string().contains("indices[0] = 4 is not in [0, 4)"),
+            "{e}"
+        );
+        assert!(k.compute(&[&shape, &t(&[-1], &[1]), &axis(0)]).is_err());
+        assert!(k.compute(&[&shape, &t(&[0], &[1]), &axis(1)]).is_err());
+        // Empty index lists give empty results.
+        let o = k.compute(&[&shape, &t(&[], &[0]), &axis(0)]).unwrap();
+        assert_eq!(o[0].shape, vec![0]);
+    }
+
+    #[test]
+    fn dynamic_stitch_of_shapes() {
+        let k = build("DynamicStitch", &Attrs::new());
+        // The kept-dimensions shape of a mean over axes 1 and 2 of an NHWC tensor.
+        let o = k
+            .compute(&[
+                &t(&[0, 1, 2, 3], &[4]),
+                &t(&[1, 2], &[2]),
+                &t(&[64, 14, 14, 16], &[4]),
+                &t(&[1, 1], &[2]),
+            ])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![4], vec![64, 1, 1, 16])
+        );
+        // Slices of rank 1, a matrix of indices, unset rows stay zero.
+        let o = k
+            .compute(&[
+                &t(&[3, 0], &[2]),
+                &t(&[5], &[1, 1]),
+                &t(&[1, 2, 3, 4], &[2, 2]),
+                &t(&[9, 9], &[1, 1, 2]),
+            ])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![6, 2], vec![3, 4, 0, 0, 0, 0, 1, 2, 0, 0, 9, 9])
+        );
+        assert!(k.compute(&[&t(&[-1], &[1]), &t(&[1], &[1])]).is_err());
+        assert!(k.compute(&[&t(&[0, 1], &[2]), &t(&[1], &[1])]).is_err());
+        assert!(k.compute(&[&t(&[0], &[1])]).is_err());
     }
 
     #[test]

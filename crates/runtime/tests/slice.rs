@@ -1111,3 +1111,99 @@ fn erf_and_erfc_f32_f16() {
         }
     }
 }
+
+// ---------------------------------------------------------------- UnsortedSegmentSum
+
+#[test]
+fn unsorted_segment_sum_rows_repeats_and_dropped_ids() {
+    let mut rng = rng(21);
+    // (data shape, ids rank, segments)
+    let cases: &[(&[usize], usize, usize)] = &[
+        (&[7], 1, 4),
+        (&[40, 3], 1, 6),
+        (&[5, 4, 8], 2, 9), // a matrix of ids (an Embedding's [batch, sequence])
+        (&[300, 16], 1, 5), // many repeats per segment
+        (&[6, 2], 1, 0),    // no segments: an empty result
+        (&[0, 3], 1, 4),    // no rows: zeros
+    ];
+    for &(ds, id_rank, segs) in cases {
+        for idx_dtype in [DType::I32, DType::I64] {
+            let data: Vec<f32> = (0..numel(ds))
+                .map(|_| rng.random_range(-2.0..2.0))
+                .collect();
+            let rows = numel(&ds[..id_rank]);
+            let inner = numel(&ds[id_rank..]);
+            // Mostly valid ids; some negative or >= segments: dropped (TensorFlow's GPU kernel).
+            let ids: Vec<i64> = (0..rows)
+                .map(|_| {
+                    if rng.random_range(0..6) == 0 {
+                        [-1, segs as i64, segs as i64 + 7][rng.random_range(0..3)]
+                    } else {
+                        rng.random_range(0..segs.max(1) as i64)
+                    }
+                })
+                .collect();
+            let it = if idx_dtype == DType::I32 {
+                let v: Vec<i32> = ids.iter().map(|&v| v as i32).collect();
+                HostTensor::new(&v, &ds[..id_rank]).unwrap()
+            } else {
+                HostTensor::new(&ids, &ds[..id_rank]).unwrap()
+            };
+            let mut want = vec![0f64; segs * inner];
+            let mut abs = vec![0f64; segs * inner];
+            let mut count = vec![0usize; segs];
+            for (r, &s) in ids.iter().enumerate() {
+                if s >= 0 && (s as usize) < segs {
+                    count[s as usize] += 1;
+                    for i in 0..inner {
+                        want[s as usize * inner + i] += data[r * inner + i] as f64;
+                        abs[s as usize * inner + i] += (data[r * inner + i] as f64).abs();
+                    }
+                }
+            }
+            let x = HostTensor::new(&data, ds).unwrap();
+            let n = HostTensor::scalar(segs as i32);
+            let got = run(
+                "UnsortedSegmentSum",
+                &Attrs::new(),
+                &[(&x, true), (&it, true), (&n, false)],
+            )
+            .unwrap();
+            let mut shape = vec![segs];
+            shape.extend_from_slice(&ds[id_rank..]);
+            assert_eq!(got.shape, shape, "{ds:?}");
+            let got = got.to_vec::<f32>().unwrap();
+            // A float32 sum of k terms in any order: within (k - 1) * eps * sum |x| of the
+            // exact sum (0 for one term: the row itself).
+            for (j, (g, w)) in got.iter().zip(&want).enumerate() {
+                let k = count[j / inner.max(1)];
+                let tol = k.saturating_sub(1) as f64 * f32::EPSILON as f64 * abs[j];
+                assert!(
+                    (*g as f64 - w).abs() <= tol,
+                    "UnsortedSegmentSum {ds:?} {idx_dtype} [{j}]: {g} vs {w} (tol {tol})"
+                );
+            }
+        }
+    }
+    // Shapes TensorFlow rejects.
+    let x = HostTensor::new(&[1.0f32; 6], &[3, 2]).unwrap();
+    let bad_ids = HostTensor::new(&[0i32; 2], &[2]).unwrap();
+    let n = HostTensor::scalar(2i32);
+    let e = run(
+        "UnsortedSegmentSum",
+        &Attrs::new(),
+        &[(&x, true), (&bad_ids, true), (&n, false)],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("does not start with"), "{e}");
+    let ids = HostTensor::new(&[0i32; 3], &[3]).unwrap();
+    let neg = HostTensor::scalar(-1i32);
+    assert!(
+        run(
+            "UnsortedSegmentSum",
+            &Attrs::new(),
+            &[(&x, true), (&ids, true), (&neg, false)]
+        )
+        .is_err()
+    );
+}

@@ -1,4 +1,4 @@
-//! int32 elementwise ops on device tensors stay on the device.
+//! int32 ops on device tensors stay on the device.
 //!
 //! TensorFlow registers its own kernels for int32 arithmetic and comparisons on every device
 //! (DEVICE_DEFAULT) with all arguments in host memory, as its CUDA build does: int32 is mostly
@@ -11,21 +11,27 @@
 //! host stops until the GPU has run the forward pass, then the GPU idles while the host records
 //! the backward pass.
 //!
+//! GatherV2 of int32 params is the same case the other way round: the runtime computes it on
+//! the host (`host_ops`), since Keras's batch-norm moments and global pooling gather the reduced
+//! dimensions of `Shape(x)` every step when the batch size is unknown, and a device kernel had
+//! the GPU read that result back twice per layer and step; a gather of GPU-computed int32 data
+//! keeps the device kernel through the label below.
+//!
 //! This pass labels such nodes (`_kernel` = [`LABEL`]), which selects the runtime's own kernel,
-//! registered with that label and its data in device memory: an int32 op of
-//! [`kernels::DEVICE_INT32_OPS`] on a tfwgpu GPU at least one of whose data inputs a device
-//! kernel on a tfwgpu GPU produces (or another labeled node). Its other inputs are copied to the
-//! device by TensorFlow (uploads, which do not wait for the GPU); its result stays there, where
-//! its consumers (LogicalAnd, Select...) read it. The values are the same: the ops are exact
-//! integer arithmetic and comparisons (division, whose error on a zero divisor the GPU cannot
-//! raise, is not among them). A consumer that needs the result in host memory still gets a
-//! copy, one read instead of the one before.
+//! registered with that label and its data in device memory: an int32 node (by the op's type
+//! attribute) of [`crate::kernels::DEVICE_INT32_OPS`] on a tfwgpu GPU at least one of whose
+//! data inputs a device kernel on a tfwgpu GPU produces (or another labeled node). Its other
+//! inputs are copied to the device by TensorFlow (uploads, which do not wait for the GPU); its
+//! result stays there, where its consumers (LogicalAnd, Select...) read it. The values are the
+//! same: the ops are exact integer arithmetic, comparisons and gathers (division, whose error
+//! on a zero divisor the GPU cannot raise, is not among them). A consumer that needs the result
+//! in host memory still gets a copy, one read instead of the one before.
 //!
 //! `TFWGPU_DEVICE_INT32=0` turns the pass off (read each time a graph is optimized).
 
 use std::collections::{HashMap, HashSet};
 
-use tfwgpu_runtime::Result;
+use tfwgpu_runtime::{Registry, Result};
 
 use super::fusion::{attr_varint, source};
 use super::{Node, bytes_field, on_tfwgpu_gpu};
@@ -77,7 +83,11 @@ fn plan(nodes: &[Node], device_output: &dyn Fn(&Node) -> bool) -> HashSet<usize>
     let candidate = |n: &Node| {
         DEVICE_INT32_OPS.contains(&n.op.as_str())
             && on_tfwgpu_gpu(&n.device)
-            && n.attr("T").and_then(|t| attr_varint(t, 6)) == Some(DT_INT32)
+            && Registry::global()
+                .get(&n.op)
+                .and_then(|def| n.attr(def.type_attr))
+                .and_then(|t| attr_varint(t, 6))
+                == Some(DT_INT32)
             && n.attr("_kernel").is_none()
     };
     let mut labeled: HashSet<usize> = HashSet::new();
@@ -125,6 +135,15 @@ mod tests {
         }
     }
 
+    fn gather(name: &str, params: &str, t: u64) -> Node {
+        let mut n = node(name, "GatherV2", &[params, "one", "zero"], t, GPU);
+        n.attrs = vec![
+            ("Tparams".into(), type_attr(t)),
+            ("Tindices".into(), type_attr(DT_INT32)),
+        ];
+        n
+    }
+
     /// Stands for the kernel registry: Bitcast and BitwiseAnd are device kernels, Const and
     /// Shape are not (host memory for int32).
     fn device_output(n: &Node) -> bool {
@@ -165,8 +184,13 @@ mod tests {
             node("am", "ArgMax", &["x", "one"], 1, GPU),
             node("plus", "AddV2", &["am", "one"], DT_INT32, GPU),
             node("neg", "Neg", &["plus"], DT_INT32, GPU),
+            // GatherV2's type attribute is Tparams: a shape's dimensions stay on the host, a
+            // gather of GPU-computed int32 data does not.
+            gather("dims", "shape", DT_INT32),
+            gather("picked", "am", DT_INT32),
+            gather("floats", "x", 1),
         ];
-        assert_eq!(labels(&nodes), ["less", "neg", "plus"]);
+        assert_eq!(labels(&nodes), ["less", "neg", "picked", "plus"]);
     }
 
     #[test]

@@ -10,14 +10,88 @@ pub(super) struct GatherV2 {
     batch_dims: i64,
 }
 
-/// The flattened gather: outer, N, inner, indices per batch (the batch count is implicit, the
-/// output's leading factor), and the output shape.
-struct Geometry {
-    outer: usize,
-    gather_n: usize,
-    inner: usize,
-    k: usize,
-    out: Vec<usize>,
+/// The flattened gather: batches, outer, N, inner, indices per batch, and the output shape.
+pub(crate) struct Geometry {
+    pub batch: usize,
+    pub outer: usize,
+    pub gather_n: usize,
+    pub inner: usize,
+    pub k: usize,
+    pub out: Vec<usize>,
+}
+
+/// TensorFlow's checks of GatherV2's shapes, axis and `batch_dims`, and the flattened gather.
+pub(crate) fn geometry(
+    batch_dims: i64,
+    params: &[usize],
+    indices: &[usize],
+    indices_dtype: DType,
+    axis_t: &crate::HostTensor,
+) -> Result<Geometry> {
+    if !matches!(indices_dtype, DType::I32 | DType::I64) {
+        return Err(Error::Unimplemented(format!(
+            "GatherV2: indices of type {indices_dtype} are not supported (int32, int64)"
+        )));
+    }
+    if axis_t.len() != 1 {
+        bail_invalid!(
+            "GatherV2: axis must be scalar, got shape {}",
+            fmt_shape(&axis_t.shape)
+        );
+    }
+    let rank = params.len() as i64;
+    let mut axis = axis_t.to_i64_vec()?[0];
+    if rank == 0 {
+        bail_invalid!("GatherV2: params must be at least 1 dimensional");
+    }
+    if axis < -rank || axis >= rank {
+        bail_invalid!(
+            "GatherV2: Expected axis in the range [{}, {rank}), but got {axis}",
+            -rank
+        );
+    }
+    if axis < 0 {
+        axis += rank;
+    }
+    let irank = indices.len() as i64;
+    let mut bd = batch_dims;
+    if bd != 0 {
+        if bd < -irank || bd > irank {
+            bail_invalid!(
+                "GatherV2: Expected batch_dims in the range [{}, {irank}], but got {bd}",
+                -irank
+            );
+        }
+        if bd < 0 {
+            bd += irank;
+        }
+        if bd > axis {
+            bail_invalid!(
+                "GatherV2: batch_dims ({bd}) must be less than or equal to axis ({axis})."
+            );
+        }
+        for i in 0..bd as usize {
+            if params[i] != indices[i] {
+                bail_invalid!(
+                    "GatherV2: params.shape[{i}]: {} should be equal to indices.shape[{i}]: {}",
+                    params[i],
+                    indices[i]
+                );
+            }
+        }
+    }
+    let (axis, bd) = (axis as usize, bd as usize);
+    let mut out: Vec<usize> = params[..axis].to_vec();
+    out.extend_from_slice(&indices[bd..]);
+    out.extend_from_slice(&params[axis + 1..]);
+    Ok(Geometry {
+        batch: params[..bd].iter().product(),
+        outer: params[bd..axis].iter().product(),
+        gather_n: params[axis],
+        inner: params[axis + 1..].iter().product(),
+        k: indices[bd..].iter().product(),
+        out,
+    })
 }
 
 impl GatherV2 {
@@ -31,73 +105,13 @@ impl GatherV2 {
         if inputs.len() != 3 {
             bail_invalid!("GatherV2 takes 3 inputs, got {}", inputs.len());
         }
-        let params = inputs[0].shape();
-        let indices = inputs[1].shape();
-        if !matches!(inputs[1].dtype(), DType::I32 | DType::I64) {
-            return Err(Error::Unimplemented(format!(
-                "GatherV2: indices of type {} are not supported (int32, int64)",
-                inputs[1].dtype()
-            )));
-        }
-        let axis_t = inputs[2].host("GatherV2", 2)?;
-        if axis_t.len() != 1 {
-            bail_invalid!(
-                "GatherV2: axis must be scalar, got shape {}",
-                fmt_shape(&axis_t.shape)
-            );
-        }
-        let rank = params.len() as i64;
-        let mut axis = axis_t.to_i64_vec()?[0];
-        if rank == 0 {
-            bail_invalid!("GatherV2: params must be at least 1 dimensional");
-        }
-        if axis < -rank || axis >= rank {
-            bail_invalid!(
-                "GatherV2: Expected axis in the range [{}, {rank}), but got {axis}",
-                -rank
-            );
-        }
-        if axis < 0 {
-            axis += rank;
-        }
-        let irank = indices.len() as i64;
-        let mut bd = self.batch_dims;
-        if bd != 0 {
-            if bd < -irank || bd > irank {
-                bail_invalid!(
-                    "GatherV2: Expected batch_dims in the range [{}, {irank}], but got {bd}",
-                    -irank
-                );
-            }
-            if bd < 0 {
-                bd += irank;
-            }
-            if bd > axis {
-                bail_invalid!(
-                    "GatherV2: batch_dims ({bd}) must be less than or equal to axis ({axis})."
-                );
-            }
-            for i in 0..bd as usize {
-                if params[i] != indices[i] {
-                    bail_invalid!(
-                        "GatherV2: params.shape[{i}]: {} should be equal to indices.shape[{i}]: {}",
-                        params[i],
-                        indices[i]
-                    );
-                }
-            }
-        }
-        let (axis, bd) = (axis as usize, bd as usize);
-        let mut out: Vec<usize> = params[..axis].to_vec();
-        out.extend_from_slice(&indices[bd..]);
-        out.extend_from_slice(&params[axis + 1..]);
-        Ok(Geometry {
-            outer: params[bd..axis].iter().product(),
-            gather_n: params[axis],
-            inner: params[axis + 1..].iter().product(),
-            k: indices[bd..].iter().product(),
-            out,
-        })
+        geometry(
+            self.batch_dims,
+            inputs[0].shape(),
+            inputs[1].shape(),
+            inputs[1].dtype(),
+            inputs[2].host("GatherV2", 2)?,
+        )
     }
 }
 

@@ -1,6 +1,6 @@
 //! Slice family: index-mapping ops. Slice, StridedSlice, StridedSliceGrad, Pad, PadV2,
-//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, Range, and the unary Erf
-//! and Erfc.
+//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, Range, UnsortedSegmentSum
+//! (float32), and the unary Erf and Erfc.
 //!
 //! Every data-movement kernel here computes one 32-bit output word per invocation: the word's
 //! elements (four for bool/uint8, two for float16, one for 32-bit types; 64-bit elements are
@@ -17,6 +17,10 @@
 //! - GatherV2 follows TensorFlow's **GPU** kernel for out-of-range indices: the output slice is
 //!   zero (TensorFlow's CPU kernel reports an InvalidArgument error instead).
 //! - OneHot: indices outside [0, depth) give off_value everywhere, as TensorFlow.
+//! - UnsortedSegmentSum adds rows into their segments with atomic compare-and-swap loops (the
+//!   one kernel here that does; the output is zeroed first): the order of the additions is the
+//!   GPU's, as in TensorFlow's GPU kernel, and ids outside [0, num_segments) drop their rows
+//!   (TensorFlow's GPU kernel; its CPU kernel reports ids >= num_segments as an error).
 //! - Range computes `start + i * delta` (TensorFlow's GPU kernel); TensorFlow's CPU kernel
 //!   accumulates `val += delta`, so float32 results can differ from CPU:0 in the last bits for
 //!   long ranges. The size is TensorFlow's: `ceil(|(limit - start) / delta|)` in the type.
@@ -25,11 +29,12 @@
 //! - Erf/Erfc are this family's own f32 approximations (`erf.wgsl`), a few ULP.
 
 mod erf;
-mod gather;
+pub(crate) mod gather;
 mod map;
 mod mirror_grad;
 mod onehot;
 mod range;
+mod segment;
 pub mod spec;
 
 use crate::kernel::{KernelContext, OpDef, grid_1d};
@@ -40,7 +45,9 @@ use crate::{DType, Error, Result};
 /// Data-movement dtypes (int32 is left out where TensorFlow's GPU int32 kernel keeps every
 /// argument in host memory: Slice, StridedSlice, StridedSliceGrad, Pad, PadV2).
 const MOVE: &[DType] = &[DType::F32, DType::F16, DType::I64, DType::U8, DType::Bool];
-/// GatherV2 and OneHot: TensorFlow's GPU kernels take int32 data in device memory.
+/// GatherV2 and OneHot: TensorFlow's GPU kernels take int32 data in device memory. (GatherV2 of
+/// int32 runs on the host, `host_ops`, unless the plugin's graph pass labels a gather of
+/// GPU-computed data.)
 const MOVE_I32: &[DType] = &DType::ALL;
 const FLOAT: &[DType] = &[DType::F32, DType::F16];
 /// Range: int32 is TensorFlow's all-host-memory kernel.
@@ -103,6 +110,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: MOVE_I32,
         host_inputs: &[(2, "axis")],
         factory: gather::GatherV2::build,
+    },
+    OpDef {
+        op: "UnsortedSegmentSum",
+        type_attr: "T",
+        dtypes: &[DType::F32],
+        host_inputs: &[(2, "num_segments")],
+        factory: |_| Ok(Box::new(segment::UnsortedSegmentSum)),
     },
     OpDef {
         op: "OneHot",
