@@ -7,13 +7,15 @@ computed at run time. A read of the GPU waits for every command before it: beyon
 metric that Keras reads after each step, a read inside the step stops the host until the GPU
 has caught up.
 
-    python bench/keras_fit_reads.py [--models cnn,resnet,embed,lstm,gru] [--steps 60] [--warmup 10]
-                                    [--device /GPU:0] [--json FILE]
+    python bench/keras_fit_reads.py [--models cnn,resnet,embed,lstm,gru,resnet50] [--steps 60]
+                                    [--warmup 10] [--device /GPU:0] [--json FILE]
 
-Models: `tensorflow_wgpu.models` cnn and resnet (their own optimizers); embed: Embedding(1000,
-32) of 40 tokens, GlobalAveragePooling1D, Dense(64, relu), Dense(10); LSTM(64) / GRU(64) over
-sequences of 20 steps of 16 features, then Dense(10); the last three with Adam. Synthetic data (uniform
-images, normal sequences, uniform labels), one process for all models. Per model: wall ms per
+Models: `tensorflow_wgpu.models` cnn and resnet (their own optimizers); resnet50:
+keras.applications.ResNet50 (weights None, 224 x 224 x 3, 10 classes, SGD with momentum;
+only when named); embed: Embedding(1000, 32) of 40 tokens, GlobalAveragePooling1D, Dense(64,
+relu), Dense(10); LSTM(64) / GRU(64) over sequences of 20 steps of 16 features, then
+Dense(10); the last three with Adam. Synthetic data (uniform images, ResNet-50's too; normal
+sequences; uniform labels), one process for all models. Per model: wall ms per
 step of a `fit` of `--steps` steps after a warm-up `fit` of `--warmup` steps, and per step the
 plugin's device-to-host copies, reads of the GPU, kernel runs and submits.
 """
@@ -34,6 +36,9 @@ def build(keras, name):
 
         model, opt, logits = models.build(keras, name)
         return model, opt, logits, (28, 28, 1)
+    if name == "resnet50":
+        model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), classes=10)
+        return model, keras.optimizers.SGD(0.01, momentum=0.9), False, (224, 224, 3)
     if name == "embed":
         model = keras.Sequential(
             [keras.Input((40,), dtype="int32"), L.Embedding(1000, 32),
@@ -80,7 +85,9 @@ def main(argv=None):
                     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=logits),
                     metrics=["accuracy"],
                 )
-                n = BATCH * max(a.steps, a.warmup)
+                # Distinct batches for the small models; four for ResNet-50 (its inputs are
+                # large), served again by the repeat.
+                n = BATCH * (4 if name == "resnet50" else max(a.steps, a.warmup))
                 if name == "embed":
                     x = rng.integers(0, 1000, (n,) + shape).astype("int32")
                 elif len(shape) == 3:
