@@ -108,10 +108,7 @@ def _patch_keras_rnn(module):
 
     def _is_gpu_available():
         try:
-            import tensorflow as tf
-
-            gpus = tf.config.list_logical_devices("GPU")
-            if gpus and all(_is_tfwgpu_device(d.name) for d in gpus):
+            if _only_tfwgpu_accelerators():
                 return False
         except Exception:  # never break Keras: fall back to its own rule
             pass

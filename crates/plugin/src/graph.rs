@@ -551,16 +551,19 @@ unsafe extern "C" fn optimize(
             cur = g.into();
         }
         // int32 ops on GPU-computed tensors (Keras's argmax) on the device.
-        if int32::enabled()
-            && let Some(g) = int32::label_device_int32(&cur, &|n| {
-                crate::kernels::device_kernel(&n.op, &|a| {
-                    n.attr(a)
-                        .and_then(|v| fusion::attr_varint(v, 6))
-                        .and_then(|t| crate::nodedef::dtype_from_tf(t as u32))
-                })
-            })?
-        {
-            cur = g.into();
+        if int32::enabled() {
+            let dtype_of = |n: &Node, a: &str| {
+                n.attr(a)
+                    .and_then(|v| fusion::attr_varint(v, 6))
+                    .and_then(|t| crate::nodedef::dtype_from_tf(t as u32))
+            };
+            let k = int32::Kernels {
+                device_output: &|n| crate::kernels::device_kernel(&n.op, &|a| dtype_of(n, a)),
+                labeled: &|n| crate::kernels::labeled_kernel(&n.op, &|a| dtype_of(n, a)),
+            };
+            if let Some(g) = int32::label_device_int32(&cur, &k)? {
+                cur = g.into();
+            }
         }
         // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
         // read by the variable's AssignAdd, whose read must not wait for m's read), and after

@@ -638,6 +638,24 @@ fn op_arg_counts() -> &'static std::collections::HashMap<String, usize> {
 /// Whether TensorFlow registers its own DEVICE_DEFAULT int32 kernel for `op` with every
 /// argument in host memory.
 fn tensorflow_has_host_int32(op: &str, type_attr: &str) -> bool {
+    // Asked for every int32 node the graph pass looks at: remembered per op.
+    static SEEN: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<(String, String), bool>>,
+    > = std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    let key = (op.to_string(), type_attr.to_string());
+    if let Some(&v) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return v;
+    }
+    let v = query_host_int32(op, type_attr);
+    seen.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key, v);
+    v
+}
+
+/// [`tensorflow_has_host_int32`], asking TensorFlow.
+fn query_host_int32(op: &str, type_attr: &str) -> bool {
     let Some(&n_args) = op_arg_counts().get(op) else {
         return false;
     };
@@ -709,6 +727,28 @@ pub const DEVICE_INT32_OPS: &[&str] = &[
     "SquaredDifference",
     "Sub",
 ];
+
+/// The ops whose labeled int32 device kernel TensorFlow accepted.
+fn labeled_ops() -> &'static std::sync::Mutex<std::collections::HashSet<&'static str>> {
+    static SET: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(Default::default)
+}
+
+/// Whether a node of `op` with type attributes `attr` would find the runtime's labeled int32
+/// device kernel: registered (TensorFlow accepted it), and the node's other type attributes
+/// within its constraints (GatherV2's Tindices). TensorFlow does not fall back from a labeled
+/// lookup to an unlabeled one, so the graph pass labels only such nodes.
+pub fn labeled_kernel(op: &str, attr: &dyn Fn(&str) -> Option<DType>) -> bool {
+    labeled_ops()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(op)
+        && TYPE_CONSTRAINTS
+            .iter()
+            .filter(|c| c.op == op)
+            .all(|c| attr(c.attr).is_some_and(|t| c.dtypes.contains(&t)))
+}
 
 /// Whether the kernel TensorFlow runs for node `op` with type attributes `attr` on a tfwgpu GPU
 /// is the runtime's (unlabeled) kernel, whose outputs are in device memory.
@@ -816,7 +856,14 @@ pub fn register_all() -> usize {
                 types.extend(extra);
                 let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
                 let prefix = if label.is_some() { "dev_" } else { "" };
-                ok += register_labeled(def.op, prefix, &types, &hosts, label) as usize;
+                let done = register_labeled(def.op, prefix, &types, &hosts, label);
+                if done && label.is_some() {
+                    labeled_ops()
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(def.op);
+                }
+                ok += done as usize;
             }
         }
     }
@@ -830,8 +877,14 @@ pub fn register_all() -> usize {
             if dt == Some(DType::I32) && tensorflow_has_host_int32(def.op, def.type_attr) {
                 continue;
             }
-            let types: Vec<(&str, DType)> = dt.map(|t| (def.type_attr, t)).into_iter().collect();
-            ok += register_one(def.op, "host_", &types, def.args) as usize;
+            // The op's other type attributes as the device kernel constrains them (GatherV2's
+            // Tindices: TensorFlow also allows int16, which no kernel here reads).
+            for extra in constraint_combinations(def.op) {
+                let mut types: Vec<(&str, DType)> =
+                    dt.map(|t| (def.type_attr, t)).into_iter().collect();
+                types.extend(extra);
+                ok += register_one(def.op, "host_", &types, def.args) as usize;
+            }
         }
     }
     ok

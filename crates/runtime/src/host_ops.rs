@@ -306,10 +306,11 @@ impl HostKernel for Reduce {
 
 /// GatherV2 of int32 (dimensions picked from a shape: Keras's batch-norm moments and global
 /// pooling count their reduced elements as `Prod(GatherV2(Shape(x), axes))` when the batch size
-/// is not known when the graph is built). TensorFlow's CUDA build has no GPU kernel for int32
-/// params and runs such a gather on the CPU; the runtime's device kernel for int32 data is
-/// registered under a label that the graph pass gives to gathers of GPU-computed tensors.
-/// Out-of-range indices are an error, as on TensorFlow's CPU.
+/// is not known when the graph is built). The shape is in host memory and so is its consumer:
+/// a device kernel here had the GPU read its result back twice per batch norm and step. (A
+/// choice of this plugin: TensorFlow's CUDA build gathers int32 on the GPU.) The runtime's
+/// device kernel for int32 data is registered under a label that the graph pass gives to
+/// gathers of GPU-computed tensors. Out-of-range indices are an error, as on TensorFlow's CPU.
 struct GatherHost {
     batch_dims: i64,
 }
@@ -342,13 +343,29 @@ impl HostKernel for GatherHost {
         let p = i32s(op, params, "params")?;
         let idx = index_values(op, indices, "indices")?;
         let mut out = Vec::with_capacity(g.out.iter().product());
+        if g.inner == 0 {
+            // Empty slices: nothing to gather, and TensorFlow checks no index either.
+            return Ok(vec![HostTensor::new(&out, &g.out)?]);
+        }
         for b in 0..g.batch {
             for o in 0..g.outer {
                 for j in 0..g.k {
                     let flat = b * g.k + j;
                     let i = idx[flat];
                     if i < 0 || i >= g.gather_n as i64 {
-                        bail_invalid!("{op}: indices[{flat}] = {i} is not in [0, {})", g.gather_n);
+                        // TensorFlow names the index by its position in the indices' shape.
+                        let mut at = vec![0usize; indices.shape.len()];
+                        let mut r = flat;
+                        for d in (0..at.len()).rev() {
+                            at[d] = r % indices.shape[d];
+                            r /= indices.shape[d];
+                        }
+                        let at: Vec<String> = at.iter().map(|v| v.to_string()).collect();
+                        bail_invalid!(
+                            "{op}: indices[{}] = {i} is not in [0, {})",
+                            at.join(","),
+                            g.gather_n
+                        );
                     }
                     let src = ((b * g.outer + o) * g.gather_n + i as usize) * g.inner;
                     out.extend_from_slice(&p[src..src + g.inner]);
@@ -364,8 +381,8 @@ impl HostKernel for GatherHost {
 /// [Shape(x), ones])`. With no kernel on the device, TensorFlow placed it on the CPU, and with
 /// it the `Shape` that feeds it, which then copied all of `x` to the host (a read that waits for
 /// the GPU) to learn its shape: once per step in the gradient of every global average pooling
-/// of a Keras model with an unknown batch size. TensorFlow's CUDA build registers the same
-/// int32 kernel on its GPU, in host memory.
+/// of a Keras model with an unknown batch size. Here every argument is in host memory (a
+/// choice: TensorFlow's CUDA kernel keeps only the indices there).
 struct DynamicStitchHost;
 
 impl HostKernel for DynamicStitchHost {
@@ -408,7 +425,16 @@ impl HostKernel for DynamicStitchHost {
         }
         let inner: usize = inner_shape.iter().product();
         let rows = (max_index + 1) as usize;
-        let mut out = vec![0i32; rows * inner];
+        let mut out: Vec<i32> = Vec::new();
+        // At most 2^31 - 1 elements (a shape-sized result; the largest a host int32 tensor
+        // here is given), and only if the memory is there.
+        let total = rows
+            .checked_mul(inner)
+            .filter(|&n| n <= i32::MAX as usize && out.try_reserve_exact(n).is_ok());
+        let Some(total) = total else {
+            bail_invalid!("{op}: an output of {rows} rows of {inner} elements is too large");
+        };
+        out.resize(total, 0);
         // Later lists overwrite earlier ones where indices repeat, as TensorFlow's kernel does.
         for (ind, d, _) in &lists {
             for (j, &at) in ind.iter().enumerate() {
@@ -589,12 +615,24 @@ mod tests {
             (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
             (vec![2, 2], vec![3, 3, 4, 5])
         );
-        // Out of range, as TensorFlow's CPU kernel: an error.
+        // Out of range, as TensorFlow's CPU kernel: an error naming the index's position.
         let e = k.compute(&[&shape, &t(&[4], &[1]), &axis(0)]).unwrap_err();
         assert!(
             e.to_string().contains("indices[0] = 4 is not in [0, 4)"),
             "{e}"
         );
+        let e = k
+            .compute(&[&shape, &t(&[0, 1, 2, 9], &[2, 2]), &axis(0)])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("indices[1,1] = 9 is not in [0, 4)"),
+            "{e}"
+        );
+        // Empty slices: no index is checked (TensorFlow's CPU kernel), the result is empty.
+        let o = k
+            .compute(&[&t(&[], &[3, 0]), &t(&[5], &[1]), &axis(0)])
+            .unwrap();
+        assert_eq!(o[0].shape, vec![1, 0]);
         assert!(k.compute(&[&shape, &t(&[-1], &[1]), &axis(0)]).is_err());
         assert!(k.compute(&[&shape, &t(&[0], &[1]), &axis(1)]).is_err());
         // Empty index lists give empty results.
@@ -634,6 +672,11 @@ mod tests {
         assert!(k.compute(&[&t(&[-1], &[1]), &t(&[1], &[1])]).is_err());
         assert!(k.compute(&[&t(&[0, 1], &[2]), &t(&[1], &[1])]).is_err());
         assert!(k.compute(&[&t(&[0], &[1])]).is_err());
+        // An index too large for memory is an error, not an abort.
+        assert!(
+            k.compute(&[&t(&[i32::MAX - 1], &[1]), &t(&[1, 2, 3, 4], &[1, 4])])
+                .is_err()
+        );
     }
 
     #[test]

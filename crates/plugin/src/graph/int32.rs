@@ -24,8 +24,11 @@
 //! inputs are copied to the device by TensorFlow (uploads, which do not wait for the GPU); its
 //! result stays there, where its consumers (LogicalAnd, Select...) read it. The values are the
 //! same: the ops are exact integer arithmetic, comparisons and gathers (division, whose error
-//! on a zero divisor the GPU cannot raise, is not among them). A consumer that needs the result
-//! in host memory still gets a copy, one read instead of the one before.
+//! on a zero divisor the GPU cannot raise, is not among them); one difference: a labeled
+//! GatherV2 gives zeros for an index out of range, as TensorFlow's GPU kernels do, where the
+//! host kernel reports the error, as its CPU kernel does. A consumer that needs the result in
+//! host memory still gets a copy, one read instead of the one before. Eager ops do not pass
+//! through graph passes: eagerly, an int32 gather of GPU-computed data goes to the host.
 //!
 //! `TFWGPU_DEVICE_INT32=0` turns the pass off (read each time a graph is optimized).
 
@@ -46,26 +49,36 @@ pub fn enabled() -> bool {
     std::env::var("TFWGPU_DEVICE_INT32").map_or(true, |v| v.trim() != "0")
 }
 
-/// The rewritten graph, or `None` when no node qualifies. `device_output(n)` says whether `n`'s
-/// kernel on a tfwgpu GPU is the runtime's, with its outputs in device memory.
-pub(super) fn label_device_int32(
-    graph: &[u8],
-    device_output: &dyn Fn(&Node) -> bool,
-) -> Result<Option<Vec<u8>>> {
+/// What the pass asks of the kernel registry about a node.
+pub(super) struct Kernels<'a> {
+    /// Whether `n`'s kernel on a tfwgpu GPU is the runtime's, with its outputs in device memory.
+    pub device_output: &'a dyn Fn(&Node) -> bool,
+    /// Whether `n` would find the labeled device kernel (registered, its type attributes within
+    /// the kernel's constraints): TensorFlow does not fall back to an unlabeled kernel.
+    pub labeled: &'a dyn Fn(&Node) -> bool,
+}
+
+/// The rewritten graph, or `None` when no node qualifies.
+pub(super) fn label_device_int32(graph: &[u8], k: &Kernels) -> Result<Option<Vec<u8>>> {
     let (items, nodes) = super::split_graph(graph)?;
-    let labeled = plan(&nodes, device_output);
+    let labeled = plan(&nodes, k);
     if labeled.is_empty() {
         return Ok(None);
     }
-    let mut label = vec![];
-    bytes_field(2, LABEL.as_bytes(), &mut label);
+    // The attribute map entry `_kernel: LABEL`, appended to the node's own bytes (every other
+    // field of the NodeDef stays as it was).
+    let mut value = vec![];
+    bytes_field(2, LABEL.as_bytes(), &mut value);
+    let mut entry = vec![];
+    bytes_field(1, b"_kernel", &mut entry);
+    bytes_field(2, &value, &mut entry);
     let mut out = Vec::with_capacity(graph.len() + 48 * labeled.len());
-    for (i, raw, _) in &items {
+    for (i, raw, nb) in &items {
         match *i {
             Some(i) if labeled.contains(&i) => {
-                let mut n = nodes[i].clone();
-                n.attrs.push(("_kernel".into(), label.clone()));
-                n.encode(&mut out);
+                let mut b = nb.to_vec();
+                bytes_field(5, &entry, &mut b);
+                bytes_field(1, &b, &mut out);
             }
             _ => out.extend_from_slice(raw),
         }
@@ -74,7 +87,7 @@ pub(super) fn label_device_int32(
 }
 
 /// The nodes [`label_device_int32`] labels.
-fn plan(nodes: &[Node], device_output: &dyn Fn(&Node) -> bool) -> HashSet<usize> {
+fn plan(nodes: &[Node], k: &Kernels) -> HashSet<usize> {
     let by_name: HashMap<&str, usize> = nodes
         .iter()
         .enumerate()
@@ -89,6 +102,7 @@ fn plan(nodes: &[Node], device_output: &dyn Fn(&Node) -> bool) -> HashSet<usize>
                 .and_then(|t| attr_varint(t, 6))
                 == Some(DT_INT32)
             && n.attr("_kernel").is_none()
+            && (k.labeled)(n)
     };
     let mut labeled: HashSet<usize> = HashSet::new();
     // Labeled nodes feed others (a chain of int32 ops on a device tensor): until nothing changes.
@@ -105,7 +119,7 @@ fn plan(nodes: &[Node], device_output: &dyn Fn(&Node) -> bool) -> HashSet<usize>
                 .filter_map(|x| by_name.get(source(x).0).copied())
                 .any(|p| {
                     on_tfwgpu_gpu(&nodes[p].device)
-                        && (labeled.contains(&p) || device_output(&nodes[p]))
+                        && (labeled.contains(&p) || (k.device_output)(&nodes[p]))
                 });
             if from_device {
                 labeled.insert(i);
@@ -135,11 +149,11 @@ mod tests {
         }
     }
 
-    fn gather(name: &str, params: &str, t: u64) -> Node {
+    fn gather(name: &str, params: &str, t: u64, ti: u64) -> Node {
         let mut n = node(name, "GatherV2", &[params, "one", "zero"], t, GPU);
         n.attrs = vec![
             ("Tparams".into(), type_attr(t)),
-            ("Tindices".into(), type_attr(DT_INT32)),
+            ("Tindices".into(), type_attr(ti)),
         ];
         n
     }
@@ -150,8 +164,18 @@ mod tests {
         matches!(n.op.as_str(), "Bitcast" | "BitwiseAnd" | "ArgMax")
     }
 
+    /// Stands for the registered labeled kernels: GatherV2's only with int32 or int64 indices.
+    fn labeled(n: &Node) -> bool {
+        n.op != "GatherV2" || n.attr("Tindices").and_then(|t| attr_varint(t, 6)) != Some(5)
+    }
+
+    const K: Kernels = Kernels {
+        device_output: &device_output,
+        labeled: &labeled,
+    };
+
     fn labels(nodes: &[Node]) -> Vec<&str> {
-        let mut v: Vec<&str> = plan(nodes, &device_output)
+        let mut v: Vec<&str> = plan(nodes, &K)
             .into_iter()
             .map(|i| nodes[i].name.as_str())
             .collect();
@@ -186,9 +210,12 @@ mod tests {
             node("neg", "Neg", &["plus"], DT_INT32, GPU),
             // GatherV2's type attribute is Tparams: a shape's dimensions stay on the host, a
             // gather of GPU-computed int32 data does not.
-            gather("dims", "shape", DT_INT32),
-            gather("picked", "am", DT_INT32),
-            gather("floats", "x", 1),
+            gather("dims", "shape", DT_INT32, DT_INT32),
+            gather("picked", "am", DT_INT32, DT_INT32),
+            gather("floats", "x", 1, DT_INT32),
+            // int16 indices: no labeled kernel takes them, so no label (TensorFlow would find
+            // no kernel at all).
+            gather("int16", "am", DT_INT32, 5),
         ];
         assert_eq!(labels(&nodes), ["less", "neg", "picked", "plus"]);
     }
@@ -204,7 +231,7 @@ mod tests {
         for n in &nodes {
             n.encode(&mut g);
         }
-        let out = label_device_int32(&g, &device_output).unwrap().unwrap();
+        let out = label_device_int32(&g, &K).unwrap().unwrap();
         let (_, parsed) = super::super::split_graph(&out).unwrap();
         assert_eq!(parsed.len(), 3);
         let less = parsed.iter().find(|n| n.name == "less").unwrap();
@@ -212,6 +239,16 @@ mod tests {
             less.attr("_kernel")
                 .and_then(super::super::fusion::attr_str),
             Some(LABEL.as_bytes())
+        );
+        // Everything else of the node as it was.
+        assert_eq!(
+            (&less.op, &less.inputs, &less.device, less.attr("T")),
+            (
+                &nodes[2].op,
+                &nodes[2].inputs,
+                &nodes[2].device,
+                nodes[2].attr("T")
+            )
         );
         assert!(
             parsed
@@ -222,6 +259,6 @@ mod tests {
         // Nothing to label: no rewrite.
         let mut g = vec![];
         nodes[1].encode(&mut g);
-        assert!(label_device_int32(&g, &device_output).unwrap().is_none());
+        assert!(label_device_int32(&g, &K).unwrap().is_none());
     }
 }

@@ -38,6 +38,11 @@ pub const TYPE_CONSTRAINTS: &[TypeConstraint] = &[
         dtypes: I32_I64,
     },
     TypeConstraint {
+        op: "UnsortedSegmentSum",
+        attr: "Tindices",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
         op: "OneHot",
         attr: "TI",
         dtypes: &[DType::U8, DType::I32, DType::I64],
