@@ -60,8 +60,8 @@ def _data():
     return x, y
 
 
-def test_plain_compile_trains_on_gpu_and_tracks_cpu(tf):
-    import keras
+def _losses(keras):
+    """A callback that keeps every training step's loss (`.values`)."""
 
     class Losses(keras.callbacks.Callback):
         def __init__(self):
@@ -71,13 +71,19 @@ def test_plain_compile_trains_on_gpu_and_tracks_cpu(tf):
         def on_train_batch_end(self, batch, logs=None):
             self.values.append(logs["loss"])
 
+    return Losses()
+
+
+def test_plain_compile_trains_on_gpu_and_tracks_cpu(tf):
+    import keras
+
     x, y = _data()
     runs = {}
     for device in ["/GPU:0", "/CPU:0"]:
         with tf.device(device):
             model = _mlp(keras, 7)
             model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss="sparse_categorical_crossentropy")
-            cb = Losses()
+            cb = _losses(keras)
             model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0, callbacks=[cb])
             runs[device] = (model, cb.values)
     gpu_model, gpu_losses = runs["/GPU:0"]
@@ -129,14 +135,6 @@ def test_recurrent_layers_train_on_gpu_and_track_cpu(tf, layer):
     CPU."""
     import keras
 
-    class Losses(keras.callbacks.Callback):
-        def __init__(self):
-            super().__init__()
-            self.values = []
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.values.append(logs["loss"])
-
     rng = np.random.default_rng(5)
     x = rng.standard_normal((48, 12, 6)).astype("float32")
     y = (x[:, :, 0].sum(axis=1) > 0).astype("int32") + (x[:, -1, 1] > 0.5).astype("int32")
@@ -155,7 +153,7 @@ def test_recurrent_layers_train_on_gpu_and_track_cpu(tf, layer):
                 optimizer=keras.optimizers.Adam(0.01),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             )
-            cb = Losses()
+            cb = _losses(keras)
             with ran_on_gpu("MatMul") if device == "/GPU:0" else contextlib.nullcontext():
                 m.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[cb])
             runs[device] = (m, cb.values)
