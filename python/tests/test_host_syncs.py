@@ -370,6 +370,7 @@ _INT32_OPS = {
     "Square": lambda tf, a, b: tf.square(tf.bitwise.bitwise_xor(a, 1)),
     "SquaredDifference": lambda tf, a, b: tf.math.squared_difference(a, b),
     "Sub": lambda tf, a, b: a - b,
+    "SelectV2": lambda tf, a, b: tf.where(a > b, a, b),
 }
 
 

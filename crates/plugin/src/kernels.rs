@@ -704,7 +704,7 @@ fn constraint_combinations(op: &str) -> Vec<Vec<(&'static str, DType)>> {
 /// int32 ops whose int32 kernel is kept in host memory (TensorFlow's for every device, or the
 /// runtime's host kernel) and which the runtime also registers with its data in device memory,
 /// under the label `graph::int32::LABEL`, for the graph pass to pick where their inputs are
-/// device tensors: exact integer arithmetic, comparisons and GatherV2 (no division: TensorFlow's
+/// device tensors: exact integer arithmetic, comparisons, SelectV2 and GatherV2 (no division: TensorFlow's
 /// kernels fail on a zero divisor, the GPU's cannot).
 pub const DEVICE_INT32_OPS: &[&str] = &[
     "Abs",
@@ -720,6 +720,7 @@ pub const DEVICE_INT32_OPS: &[&str] = &[
     "Maximum",
     "Minimum",
     "Mul",
+    "SelectV2",
     "Neg",
     "NotEqual",
     "Sign",

@@ -86,6 +86,13 @@ pub const HOST_OPS: &[HostOpDef] = &[
         factory: |_| Ok(Box::new(DynamicStitchHost)),
     },
     HostOpDef {
+        op: "SelectV2",
+        type_attr: "T",
+        dtypes: &[DType::I32],
+        args: &["condition", "t", "e", "output"],
+        factory: |_| Ok(Box::new(SelectHost)),
+    },
+    HostOpDef {
         op: "Sum",
         type_attr: "T",
         dtypes: &[DType::I32],
@@ -448,6 +455,84 @@ impl HostKernel for DynamicStitchHost {
     }
 }
 
+/// SelectV2 of int32 with NumPy broadcasting: Keras's `Embedding` remaps negative ids as
+/// `where(ids < 0, ids + n, ids)` on the ids the input pipeline delivers (host memory), and a
+/// host-memory Reshape takes the result; on the device, that was a read of the GPU every step.
+/// A select of GPU-computed data keeps the device kernel through the graph pass's label.
+struct SelectHost;
+
+impl HostKernel for SelectHost {
+    fn op(&self) -> &'static str {
+        "SelectV2"
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = "SelectV2";
+        let [c, t, e] = inputs else {
+            bail_invalid!("{op} takes 3 inputs, got {}", inputs.len());
+        };
+        if c.dtype != DType::Bool {
+            bail_invalid!("{op}: condition must be bool, got {}", c.dtype);
+        }
+        let rank = c.shape.len().max(t.shape.len()).max(e.shape.len());
+        // Right-aligned dimensions, 1 where a shape is shorter.
+        let dims = |s: &[usize]| -> Vec<usize> {
+            let mut d = vec![1; rank - s.len()];
+            d.extend_from_slice(s);
+            d
+        };
+        let (dc, dt, de) = (dims(&c.shape), dims(&t.shape), dims(&e.shape));
+        let mut out_shape = Vec::with_capacity(rank);
+        for k in 0..rank {
+            // The one size other than 1 (which may be 0), or 1.
+            let n = [dc[k], dt[k], de[k]]
+                .into_iter()
+                .find(|&x| x != 1)
+                .unwrap_or(1);
+            if [dc[k], dt[k], de[k]].iter().any(|&x| x != n && x != 1) {
+                bail_invalid!(
+                    "{op}: condition {:?}, then {:?} and else {:?} are not broadcastable",
+                    c.shape,
+                    t.shape,
+                    e.shape
+                );
+            }
+            out_shape.push(n);
+        }
+        // Element strides, 0 along broadcast dimensions.
+        let strides = |d: &[usize]| -> Vec<usize> {
+            let mut st = vec![0; rank];
+            let mut acc = 1;
+            for k in (0..rank).rev() {
+                st[k] = if d[k] == 1 { 0 } else { acc };
+                acc *= d[k];
+            }
+            st
+        };
+        let (sc, stt, se) = (strides(&dc), strides(&dt), strides(&de));
+        let (cv, tv, ev) = (c.to_vec::<u8>()?, i32s(op, t, "t")?, i32s(op, e, "e")?);
+        let n: usize = out_shape.iter().product();
+        let mut out = Vec::with_capacity(n);
+        let mut idx = vec![0usize; rank];
+        for _ in 0..n {
+            let off = |st: &[usize]| idx.iter().zip(st).map(|(i, s)| i * s).sum::<usize>();
+            out.push(if cv[off(&sc)] != 0 {
+                tv[off(&stt)]
+            } else {
+                ev[off(&se)]
+            });
+            for k in (0..rank).rev() {
+                idx[k] += 1;
+                if idx[k] < out_shape[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+        Ok(vec![HostTensor::new(&out, &out_shape)?])
+    }
+}
+
 /// StridedSlice of int32 (shapes): the slice computed with TensorFlow's rules
 /// (`kernels::slice::spec`), then gathered.
 struct StridedSliceHost {
@@ -637,6 +722,50 @@ mod tests {
         assert!(k.compute(&[&shape, &t(&[0], &[1]), &axis(1)]).is_err());
         // Empty index lists give empty results.
         let o = k.compute(&[&shape, &t(&[], &[0]), &axis(0)]).unwrap();
+        assert_eq!(o[0].shape, vec![0]);
+    }
+
+    #[test]
+    fn select_with_broadcasting() {
+        let k = build("SelectV2", &Attrs::new());
+        let b = |v: &[bool], s: &[usize]| HostTensor::from_bools(v, s).unwrap();
+        // Keras's id remap: where(ids < 0, ids + n, ids).
+        let ids = t(&[3, -1, 0, -2], &[2, 2]);
+        let o = k
+            .compute(&[
+                &b(&[false, true, false, true], &[2, 2]),
+                &t(&[13, 9, 10, 8], &[2, 2]),
+                &ids,
+            ])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2, 2], vec![3, 9, 0, 8])
+        );
+        // A row condition, a scalar else, a column then.
+        let o = k
+            .compute(&[
+                &b(&[true, false, true], &[3]),
+                &t(&[1, 2], &[2, 1]),
+                &t(&[7], &[]),
+            ])
+            .unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].to_vec::<i32>().unwrap()),
+            (vec![2, 3], vec![1, 7, 1, 2, 7, 2])
+        );
+        assert!(
+            k.compute(&[
+                &b(&[true, false], &[2]),
+                &t(&[1, 2, 3], &[3]),
+                &t(&[0], &[])
+            ])
+            .is_err()
+        );
+        // Empty results.
+        let o = k
+            .compute(&[&b(&[], &[0]), &t(&[1], &[1]), &t(&[0], &[])])
+            .unwrap();
         assert_eq!(o[0].shape, vec![0]);
     }
 
