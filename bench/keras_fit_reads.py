@@ -7,17 +7,19 @@ computed at run time. A read of the GPU waits for every command before it: beyon
 metric that Keras reads after each step, a read inside the step stops the host until the GPU
 has caught up.
 
-    python bench/keras_fit_reads.py [--models cnn,resnet,embed,lstm,gru,resnet50] [--steps 60]
+    python bench/keras_fit_reads.py [--models cnn,resnet,embed,mha,lstm,gru,resnet50] [--steps 60]
                                     [--warmup 10] [--device /GPU:0] [--json FILE]
 
 Models: `tensorflow_wgpu.models` cnn and resnet (their own optimizers); resnet50:
 keras.applications.ResNet50 (weights None, 224 x 224 x 3, 10 classes, SGD with momentum;
 only when named); embed: Embedding(1000, 32) of 40 tokens, GlobalAveragePooling1D, Dense(64,
-relu), Dense(10); LSTM(64) / GRU(64) over sequences of 20 steps of 16 features, then
-Dense(10); the last three with Adam. Synthetic data (uniform images, ResNet-50's too; normal
-sequences; uniform labels), one process for all models. Per model: wall ms per
-step of a `fit` of `--steps` steps after a warm-up `fit` of `--warmup` steps, and per step the
-plugin's device-to-host copies, reads of the GPU, kernel runs and submits.
+relu), Dense(10); mha: MultiHeadAttention(4 heads of 16) over 32 steps of 64 features, a
+residual, LayerNormalization, GlobalAveragePooling1D, Dense(10) (only when named); LSTM(64) /
+GRU(64) over sequences of 20 steps of 16 features, then Dense(10); all four with Adam.
+Synthetic data (uniform images, ResNet-50's too; normal sequences; uniform labels), one process
+for all models. Per model: wall ms per step of a `fit` of `--steps` steps after a warm-up `fit`
+of `--warmup` steps, and per step the plugin's device-to-host copies, reads of the GPU, kernel
+runs and submits.
 """
 import argparse
 import json
@@ -39,6 +41,11 @@ def build(keras, name):
     if name == "resnet50":
         model = keras.applications.ResNet50(weights=None, input_shape=(224, 224, 3), classes=10)
         return model, keras.optimizers.SGD(0.01, momentum=0.9), False, (224, 224, 3)
+    if name == "mha":
+        i = keras.Input((32, 64))
+        h = L.MultiHeadAttention(4, 16)(i, i)
+        o = L.Dense(10)(L.GlobalAveragePooling1D()(L.LayerNormalization()(h + i)))
+        return keras.Model(i, o), keras.optimizers.Adam(1e-3), True, (32, 64)
     if name == "embed":
         model = keras.Sequential(
             [keras.Input((40,), dtype="int32"), L.Embedding(1000, 32),
