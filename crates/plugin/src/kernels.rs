@@ -682,6 +682,31 @@ fn query_host_int32(op: &str, type_attr: &str) -> bool {
     }
 }
 
+/// Whether the kernel of `op` for `t` (its type attribute `type_attr`) keeps its arguments in
+/// host memory: the runtime's host kernel, or TensorFlow's own int32 kernel for every device
+/// (int32 shape arithmetic, as in TensorFlow's CUDA build).
+fn host_memory_kernel(op: &str, type_attr: &str, t: DType) -> bool {
+    Registry::global().host(op, t).is_some()
+        || (t == DType::I32 && tensorflow_has_host_int32(op, type_attr))
+}
+
+/// The type constraints of each registration of `op` for `dt`: its type attribute, then every
+/// combination of its second type attributes (`constraint_combinations`).
+fn type_sets(
+    op: &str,
+    type_attr: &'static str,
+    dt: Option<DType>,
+) -> Vec<Vec<(&'static str, DType)>> {
+    constraint_combinations(op)
+        .into_iter()
+        .map(|extra| {
+            let mut types: Vec<(&str, DType)> = dt.map(|t| (type_attr, t)).into_iter().collect();
+            types.extend(extra);
+            types
+        })
+        .collect()
+}
+
 /// Every combination of the op's second type attributes (`TYPE_CONSTRAINTS`); one empty
 /// combination when it has none.
 fn constraint_combinations(op: &str) -> Vec<Vec<(&'static str, DType)>> {
@@ -767,9 +792,7 @@ pub fn device_kernel(op: &str, attr: &dyn Fn(&str) -> Option<DType>) -> bool {
     let Some(t) = attr(def.type_attr) else {
         return false;
     };
-    def.dtypes.contains(&t)
-        && reg.host(op, t).is_none()
-        && !(t == DType::I32 && tensorflow_has_host_int32(op, def.type_attr))
+    def.dtypes.contains(&t) && !host_memory_kernel(op, def.type_attr, t)
 }
 
 /// Registers one kernel for `op` on "GPU" with the given type constraints and host-memory
@@ -842,20 +865,14 @@ pub fn register_all() -> usize {
             // the runtime has a host kernel for it (registered below), or TensorFlow its own
             // for every device. Registering ours would pull shapes onto the GPU. Ours then runs
             // only where the graph pass labels a node whose inputs are on the device.
-            let host_int32 = dt.is_some_and(|t| {
-                Registry::global().host(def.op, t).is_some()
-                    || (t == DType::I32 && tensorflow_has_host_int32(def.op, def.type_attr))
-            });
+            let host_int32 = dt.is_some_and(|t| host_memory_kernel(def.op, def.type_attr, t));
             if host_int32 && !(dt == Some(DType::I32) && DEVICE_INT32_OPS.contains(&def.op)) {
                 tracing::debug!("{}: {dt:?} left to a host-memory kernel", def.op);
                 continue;
             }
             let label = host_int32.then_some(crate::graph::int32::LABEL);
-            for extra in constraint_combinations(def.op) {
-                let mut types: Vec<(&str, DType)> =
-                    dt.map(|t| (def.type_attr, t)).into_iter().collect();
-                types.extend(extra);
-                let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
+            let hosts: Vec<&str> = def.host_inputs.iter().map(|(_, n)| *n).collect();
+            for types in type_sets(def.op, def.type_attr, dt) {
                 let prefix = if label.is_some() { "dev_" } else { "" };
                 let done = register_labeled(def.op, prefix, &types, &hosts, label);
                 if done && label.is_some() {
@@ -880,10 +897,7 @@ pub fn register_all() -> usize {
             }
             // The op's other type attributes as the device kernel constrains them (GatherV2's
             // Tindices: TensorFlow also allows int16, which no kernel here reads).
-            for extra in constraint_combinations(def.op) {
-                let mut types: Vec<(&str, DType)> =
-                    dt.map(|t| (def.type_attr, t)).into_iter().collect();
-                types.extend(extra);
+            for types in type_sets(def.op, def.type_attr, dt) {
                 ok += register_one(def.op, "host_", &types, def.args) as usize;
             }
         }

@@ -474,61 +474,41 @@ impl HostKernel for SelectHost {
         if c.dtype != DType::Bool {
             bail_invalid!("{op}: condition must be bool, got {}", c.dtype);
         }
-        let rank = c.shape.len().max(t.shape.len()).max(e.shape.len());
-        // Right-aligned dimensions, 1 where a shape is shorter.
-        let dims = |s: &[usize]| -> Vec<usize> {
-            let mut d = vec![1; rank - s.len()];
-            d.extend_from_slice(s);
-            d
+        // The elementwise kernels' broadcast: merged dimensions, each input's strides.
+        let Some(bc) = crate::kernels::elementwise::Broadcast::of(&[&c.shape, &t.shape, &e.shape])
+        else {
+            bail_invalid!(
+                "{op}: condition {:?}, then {:?} and else {:?} are not broadcastable",
+                c.shape,
+                t.shape,
+                e.shape
+            );
         };
-        let (dc, dt, de) = (dims(&c.shape), dims(&t.shape), dims(&e.shape));
-        let mut out_shape = Vec::with_capacity(rank);
-        for k in 0..rank {
-            // The one size other than 1 (which may be 0), or 1.
-            let n = [dc[k], dt[k], de[k]]
-                .into_iter()
-                .find(|&x| x != 1)
-                .unwrap_or(1);
-            if [dc[k], dt[k], de[k]].iter().any(|&x| x != n && x != 1) {
-                bail_invalid!(
-                    "{op}: condition {:?}, then {:?} and else {:?} are not broadcastable",
-                    c.shape,
-                    t.shape,
-                    e.shape
-                );
-            }
-            out_shape.push(n);
-        }
-        // Element strides, 0 along broadcast dimensions.
-        let strides = |d: &[usize]| -> Vec<usize> {
-            let mut st = vec![0; rank];
-            let mut acc = 1;
-            for k in (0..rank).rev() {
-                st[k] = if d[k] == 1 { 0 } else { acc };
-                acc *= d[k];
-            }
-            st
-        };
-        let (sc, stt, se) = (strides(&dc), strides(&dt), strides(&de));
         let (cv, tv, ev) = (c.to_vec::<u8>()?, i32s(op, t, "t")?, i32s(op, e, "e")?);
-        let n: usize = out_shape.iter().product();
+        let n = bc.num_elements();
         let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; rank];
+        let mut idx = vec![0usize; bc.dims.len()];
         for _ in 0..n {
-            let off = |st: &[usize]| idx.iter().zip(st).map(|(i, s)| i * s).sum::<usize>();
-            out.push(if cv[off(&sc)] != 0 {
-                tv[off(&stt)]
+            let off = |k: usize| {
+                idx.iter()
+                    .zip(&bc.strides[k])
+                    .map(|(i, s)| i * s)
+                    .sum::<usize>()
+            };
+            out.push(if cv[off(0)] != 0 {
+                tv[off(1)]
             } else {
-                ev[off(&se)]
+                ev[off(2)]
             });
-            for k in (0..rank).rev() {
+            for k in (0..idx.len()).rev() {
                 idx[k] += 1;
-                if idx[k] < out_shape[k] {
+                if idx[k] < bc.dims[k] {
                     break;
                 }
                 idx[k] = 0;
             }
         }
+        let out_shape = bc.out_shape;
         Ok(vec![HostTensor::new(&out, &out_shape)?])
     }
 }

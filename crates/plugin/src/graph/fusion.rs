@@ -383,7 +383,7 @@ fn input_key(n: &Node, m: usize, input: &str, tiles: &HashMap<usize, Vec<usize>>
 }
 
 /// Every data input of a node.
-fn operands_all(n: &Node) -> impl Iterator<Item = &String> {
+pub(super) fn operands_all(n: &Node) -> impl Iterator<Item = &String> {
     n.inputs.iter().filter(|i| !i.starts_with('^'))
 }
 

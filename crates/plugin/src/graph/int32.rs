@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 
 use tfwgpu_runtime::{Registry, Result};
 
-use super::fusion::{attr_varint, source};
+use super::fusion::{attr_varint, operands_all, source};
 use super::{Node, bytes_field, on_tfwgpu_gpu};
 use crate::kernels::DEVICE_INT32_OPS;
 
@@ -104,18 +104,16 @@ fn plan(nodes: &[Node], k: &Kernels) -> HashSet<usize> {
             && n.attr("_kernel").is_none()
             && (k.labeled)(n)
     };
+    let candidates: Vec<usize> = (0..nodes.len()).filter(|&i| candidate(&nodes[i])).collect();
     let mut labeled: HashSet<usize> = HashSet::new();
     // Labeled nodes feed others (a chain of int32 ops on a device tensor): until nothing changes.
     loop {
         let before = labeled.len();
-        for (i, n) in nodes.iter().enumerate() {
-            if labeled.contains(&i) || !candidate(n) {
+        for &i in &candidates {
+            if labeled.contains(&i) {
                 continue;
             }
-            let from_device = n
-                .inputs
-                .iter()
-                .filter(|x| !x.starts_with('^'))
+            let from_device = operands_all(&nodes[i])
                 .filter_map(|x| by_name.get(source(x).0).copied())
                 .any(|p| {
                     on_tfwgpu_gpu(&nodes[p].device)

@@ -92,7 +92,7 @@ use crate::exec::BufferRange;
 use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
 use crate::{DType, Error, Result, bail_invalid};
 
-pub(crate) use binary::{BinaryOp, merge_dims};
+pub(crate) use binary::{BinaryOp, Broadcast, merge_dims};
 pub(crate) use unary::UnaryOp;
 
 /// WGSL helpers shared with the cast family: `is_nan`, exact `f16_to_f32` / `f32_to_f16`.
