@@ -14,7 +14,7 @@
 //! buffer unchanged (Transpose by the identity, Tile by ones, a one-way Split...), this family
 //! copies it.
 
-mod strided;
+pub(crate) mod strided;
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc};
 use crate::kernels::elementwise::fmt_shape;

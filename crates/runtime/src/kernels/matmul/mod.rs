@@ -1,5 +1,6 @@
 //! matmul family: MatMul, BatchMatMul, BatchMatMulV2 and BatchMatMulV3 (float32, int32;
-//! float16 through the float32 kernel: f16 in, f32 accumulate, f16 out).
+//! float16 through the float32 kernel: f16 in, f32 accumulate, f16 out), and Einsum (float32,
+//! float16; `einsum.rs`: strided copies and sums around one BatchMatMulV2).
 //!
 //! One tiled kernel (`matmul.wgsl`) serves all four ops: transposed operands are read through
 //! strides, and batch broadcasting (V2/V3, NumPy style) through per-dimension batch strides
@@ -14,6 +15,7 @@
 
 pub mod coop;
 mod cpu;
+mod einsum;
 mod vec4;
 
 use crate::exec::BufferRange;
@@ -87,6 +89,13 @@ pub const OPS: &[OpDef] = &[
                 )
             })
         },
+    },
+    OpDef {
+        op: "Einsum",
+        type_attr: "T",
+        dtypes: einsum::DTYPES,
+        host_inputs: &[],
+        factory: einsum::build,
     },
 ];
 
