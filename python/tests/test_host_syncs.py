@@ -498,3 +498,94 @@ def test_batch_norm_and_global_pooling_with_unknown_batch_do_not_read_mid_step(t
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-5)
+
+
+def test_bounded_loop_condition_stays_on_the_host(tf):
+    """A `tf.while_loop` with `maximum_iterations` tests `LogicalAnd(Less(i, max), Less(t,
+    n))` every iteration; the int32 comparisons are host-memory results, and the graph pass
+    keeps their `LogicalAnd` on the host (the runtime's labeled host kernel): the loop reads
+    nothing back from the GPU. With the pass off (`TFWGPU_HOST_LOGIC=0`) the condition ran on
+    the GPU and `LoopCond` read it back once per test. Same results as the CPU."""
+    import os
+
+    from conftest import ran_on_host
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+
+    def make():
+        @tf.function(input_signature=[tf.TensorSpec([3, 4])])
+        def f(v):
+            def body(t, acc):
+                return t + 1, tf.tanh(acc * 1.5 + v)
+
+            _, out = tf.while_loop(
+                lambda t, acc: t < 9, body, (tf.constant(0), v), maximum_iterations=7
+            )
+            return out
+
+        return f
+
+    with tf.device("/CPU:0"):
+        want = make()(tf.constant(x)).numpy()
+    with tf.device("/GPU:0"):
+        xd = tf.identity(tf.constant(x))
+        f = make()
+        f(xd)
+        before = _counts()
+        with ran_on_host("LogicalAnd"):
+            got = f(xd)
+            d = _delta(before, _counts())
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)
+        assert d["reads"] == 0, d
+
+        os.environ["TFWGPU_HOST_LOGIC"] = "0"
+        try:
+            g = make()
+            g(xd)
+            before = _counts()
+            got = g(xd)
+            d = _delta(before, _counts())
+        finally:
+            del os.environ["TFWGPU_HOST_LOGIC"]
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-6)
+        # Seven iterations and the last test.
+        assert d["reads"] >= 8, d
+
+
+@pytest.mark.parametrize("layer", ["GRU", "LSTM", "SimpleRNN"])
+def test_recurrent_training_step_reads_nothing_mid_step(tf, layer):
+    """A recurrent layer's training step over 20 timesteps: the loop conditions stay on the
+    host (above), and the shapes the forward loop pushes onto TensorLists for the gradient
+    (int32 vectors the host wrote, ~11 per GRU timestep) are read back from the runtime's host
+    mirror, which now holds thousands of them (64 before: a Keras GRU's `fit` step read the GPU
+    back ~170 times). Loss and gradients are the CPU's."""
+    import keras
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 20, 3)).astype(np.float32)
+    y = rng.standard_normal((4, 5)).astype(np.float32)
+    results = {}
+    for device in ["/CPU:0", "/GPU:0"]:
+        with tf.device(device):
+            keras.utils.set_random_seed(3)
+            m = keras.Sequential([keras.Input((20, 3)), getattr(keras.layers, layer)(5)])
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 20, 3]), tf.TensorSpec([None, 5])])
+            def step(xb, yb):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(m(xb, training=True) - yb))
+                return loss, tape.gradient(loss, m.trainable_weights)
+
+            xd, yd = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+            step(xd, yd)
+            before = _counts()
+            loss, grads = step(xd, yd)
+            d = _delta(before, _counts())
+            results[device] = (loss.numpy(), [g.numpy() for g in grads], d)
+    loss, grads, d = results["/GPU:0"]
+    assert d["reads"] == 0, d
+    want_loss, want_grads, _ = results["/CPU:0"]
+    # 20 steps of the recurrence in float32, summed in another order.
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)

@@ -171,3 +171,31 @@ def test_recurrent_layers_train_on_gpu_and_track_cpu(tf, layer):
         )
         with pytest.raises(ValueError, match="cuDNN is not supported"):
             forced(x[:2])
+
+
+def test_gru_fit_reads_only_what_keras_asks_for(tf):
+    """Keras `fit` of a GRU over 20 timesteps (the shape of bench/keras_fit_reads.py's gru):
+    each step reads back the loss and the metric Keras asks for, and nothing for the loop
+    (before: ~170 reads per step, the loop's condition every timestep and the shapes the
+    forward loop keeps for the gradient)."""
+    import keras
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 20, 4)).astype(np.float32)
+    y = rng.integers(0, 10, 64).astype(np.int32)
+    with tf.device("/GPU:0"):
+        keras.utils.set_random_seed(1)
+        m = keras.Sequential([keras.Input((20, 4)), keras.layers.GRU(8), keras.layers.Dense(10)])
+        m.compile(
+            optimizer="adam",
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
+        m.fit(ds, steps_per_epoch=2, epochs=1, verbose=0)
+        before = tensorflow_wgpu.stats()["runtime"]["reads"]
+        m.fit(ds, steps_per_epoch=4, epochs=1, verbose=0)
+        reads = tensorflow_wgpu.stats()["runtime"]["reads"] - before
+    # Per step the loss and the metric; the epoch's end reads them once more.
+    assert reads <= 4 * 2 + 2, reads

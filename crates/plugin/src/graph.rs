@@ -21,6 +21,7 @@ use crate::status::guard;
 pub mod apply;
 pub mod epilogue;
 pub mod fusion;
+pub mod host_logic;
 pub mod int32;
 pub mod pin;
 
@@ -564,6 +565,13 @@ unsafe extern "C" fn optimize(
             if let Some(g) = int32::label_device_int32(&cur, &k)? {
                 cur = g.into();
             }
+        }
+        // Logic of host values (a loop's condition) on the host, after the int32 pass.
+        if host_logic::enabled()
+            && let Some(g) =
+                host_logic::label_host_logic(&cur, &crate::kernels::labeled_host_kernel)?
+        {
+            cur = g.into();
         }
         // Reads after assignments: before the AssignAdd rewrite (SGD's m is assigned, then
         // read by the variable's AssignAdd, whose read must not wait for m's read), and after

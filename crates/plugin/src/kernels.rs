@@ -174,10 +174,16 @@ unsafe extern "C" fn create(ctx: *mut sys::TF_OpKernelConstruction) -> *mut c_vo
         let (op, attrs) = parsed?;
         let trace_attrs = crate::trace::on().then(|| crate::trace::attrs_json(&attrs));
         // A node the int32 graph pass labeled runs the device kernel registered under that
-        // label, also where the op has a host kernel for its dtype.
-        let labeled = matches!(attrs.get("_kernel"),
-            Some(tfwgpu_runtime::AttrValue::Str(l)) if l == crate::graph::int32::LABEL);
-        let kernel = if !labeled && host_kernel_for(&op, &attrs) {
+        // label, also where the op has a host kernel for its dtype; one the host-logic pass
+        // labeled runs the labeled host kernel.
+        let label = match attrs.get("_kernel") {
+            Some(tfwgpu_runtime::AttrValue::Str(l)) => l.as_str(),
+            _ => "",
+        };
+        let labeled = label == crate::graph::int32::LABEL;
+        let kernel = if label == crate::graph::host_logic::LABEL {
+            Built::Host(Registry::global().build_labeled_host_kernel(&op, &attrs)?)
+        } else if !labeled && host_kernel_for(&op, &attrs) {
             Built::Host(Registry::global().build_host_kernel(&op, &attrs)?)
         } else {
             Built::Device(Registry::global().build_kernel(&op, &attrs)?)
@@ -776,6 +782,22 @@ pub fn labeled_kernel(op: &str, attr: &dyn Fn(&str) -> Option<DType>) -> bool {
             .all(|c| attr(c.attr).is_some_and(|t| c.dtypes.contains(&t)))
 }
 
+/// The ops whose labeled host kernel (`host_ops::LABELED_HOST_OPS`) TensorFlow accepted.
+fn labeled_host_ops() -> &'static std::sync::Mutex<std::collections::HashSet<&'static str>> {
+    static SET: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        std::sync::OnceLock::new();
+    SET.get_or_init(Default::default)
+}
+
+/// Whether a node of `op` would find the runtime's labeled host kernel (registered, and
+/// TensorFlow accepted it).
+pub fn labeled_host_kernel(op: &str) -> bool {
+    labeled_host_ops()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains(op)
+}
+
 /// Whether the kernel TensorFlow runs for node `op` with type attributes `attr` on a tfwgpu GPU
 /// is the runtime's (unlabeled) kernel, whose outputs are in device memory.
 pub fn device_kernel(op: &str, attr: &dyn Fn(&str) -> Option<DType>) -> bool {
@@ -900,6 +922,17 @@ pub fn register_all() -> usize {
             for types in type_sets(def.op, def.type_attr, dt) {
                 ok += register_one(def.op, "host_", &types, def.args) as usize;
             }
+        }
+    }
+    // Host kernels beside a device kernel, for the nodes the host-logic pass labels.
+    for def in Registry::global().labeled_host_ops() {
+        let label = Some(crate::graph::host_logic::LABEL);
+        if register_labeled(def.op, "lhost_", &[], def.args, label) {
+            labeled_host_ops()
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(def.op);
+            ok += 1;
         }
     }
     ok

@@ -108,6 +108,80 @@ pub const HOST_OPS: &[HostOpDef] = &[
     },
 ];
 
+/// Host kernels the plugin registers only under a kernel label, beside the op's device kernel
+/// (which stays the default): a graph pass picks them for nodes whose inputs are all in host
+/// memory (a loop's condition: `LogicalAnd` of two int32 comparisons, which TensorFlow
+/// computes in host memory), so the result never goes to the GPU and back.
+pub const LABELED_HOST_OPS: &[HostOpDef] = &[
+    HostOpDef {
+        op: "LogicalAnd",
+        type_attr: "",
+        dtypes: &[],
+        args: &["x", "y", "z"],
+        factory: |_| Ok(Box::new(Logical("LogicalAnd"))),
+    },
+    HostOpDef {
+        op: "LogicalOr",
+        type_attr: "",
+        dtypes: &[],
+        args: &["x", "y", "z"],
+        factory: |_| Ok(Box::new(Logical("LogicalOr"))),
+    },
+    HostOpDef {
+        op: "LogicalNot",
+        type_attr: "",
+        dtypes: &[],
+        args: &["x", "y"],
+        factory: |_| Ok(Box::new(Logical("LogicalNot"))),
+    },
+];
+
+/// LogicalAnd, LogicalOr (NumPy broadcasting) and LogicalNot of bool tensors.
+struct Logical(&'static str);
+
+impl HostKernel for Logical {
+    fn op(&self) -> &'static str {
+        self.0
+    }
+
+    fn compute(&self, inputs: &[&HostTensor]) -> Result<Vec<HostTensor>> {
+        let op = self.0;
+        let arity = if op == "LogicalNot" { 1 } else { 2 };
+        if inputs.len() != arity {
+            bail_invalid!("{op} takes {arity} inputs, got {}", inputs.len());
+        }
+        for x in inputs {
+            if x.dtype != DType::Bool {
+                bail_invalid!("{op}: inputs must be bool, got {}", x.dtype);
+            }
+        }
+        let (a, b) = (&inputs[0], inputs[inputs.len() - 1]);
+        let bc =
+            crate::kernels::elementwise::Broadcast::of(&[&a.shape, &b.shape]).ok_or_else(|| {
+                crate::invalid_arg!(
+                    "Incompatible shapes: {} vs. {}",
+                    crate::kernels::elementwise::fmt_shape(&a.shape),
+                    crate::kernels::elementwise::fmt_shape(&b.shape)
+                )
+            })?;
+        let mut out = Vec::with_capacity(bc.num_elements());
+        let (x, y) = (&a.bytes, &b.bytes);
+        bc.for_each(|o| {
+            let (p, q) = (x[o[0]] != 0, y[o[1]] != 0);
+            out.push(match op {
+                "LogicalAnd" => p && q,
+                "LogicalOr" => p || q,
+                _ => !p,
+            } as u8);
+        });
+        Ok(vec![HostTensor {
+            dtype: DType::Bool,
+            shape: bc.out_shape,
+            bytes: out,
+        }])
+    }
+}
+
 fn i32s(op: &str, t: &HostTensor, what: &str) -> Result<Vec<i32>> {
     if t.dtype != DType::I32 {
         bail_invalid!("{op}: {what} must be int32, got {}", t.dtype);
@@ -485,29 +559,8 @@ impl HostKernel for SelectHost {
             );
         };
         let (cv, tv, ev) = (c.to_vec::<u8>()?, i32s(op, t, "t")?, i32s(op, e, "e")?);
-        let n = bc.num_elements();
-        let mut out = Vec::with_capacity(n);
-        let mut idx = vec![0usize; bc.dims.len()];
-        for _ in 0..n {
-            let off = |k: usize| {
-                idx.iter()
-                    .zip(&bc.strides[k])
-                    .map(|(i, s)| i * s)
-                    .sum::<usize>()
-            };
-            out.push(if cv[off(0)] != 0 {
-                tv[off(1)]
-            } else {
-                ev[off(2)]
-            });
-            for k in (0..idx.len()).rev() {
-                idx[k] += 1;
-                if idx[k] < bc.dims[k] {
-                    break;
-                }
-                idx[k] = 0;
-            }
-        }
+        let mut out = Vec::with_capacity(bc.num_elements());
+        bc.for_each(|o| out.push(if cv[o[0]] != 0 { tv[o[1]] } else { ev[o[2]] }));
         let out_shape = bc.out_shape;
         Ok(vec![HostTensor::new(&out, &out_shape)?])
     }
@@ -640,6 +693,51 @@ mod tests {
     fn build(op: &str, a: &Attrs) -> Box<dyn HostKernel> {
         let def = HOST_OPS.iter().find(|d| d.op == op).unwrap();
         (def.factory)(a).unwrap()
+    }
+
+    #[test]
+    fn logical_ops_broadcast_like_tensorflow() {
+        let b = |v: &[u8], s: &[usize]| HostTensor {
+            dtype: DType::Bool,
+            shape: s.to_vec(),
+            bytes: v.to_vec(),
+        };
+        let k = |op: &str| {
+            let def = LABELED_HOST_OPS.iter().find(|d| d.op == op).unwrap();
+            (def.factory)(&Attrs::new()).unwrap()
+        };
+        // A loop's condition: two scalars.
+        let o = k("LogicalAnd")
+            .compute(&[&b(&[1], &[]), &b(&[0], &[])])
+            .unwrap();
+        assert_eq!((o[0].shape.clone(), o[0].bytes.clone()), (vec![], vec![0]));
+        // [2, 1] with [3]: [2, 3].
+        let (x, y) = (b(&[1, 0], &[2, 1]), b(&[1, 0, 1], &[3]));
+        let o = k("LogicalAnd").compute(&[&x, &y]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].bytes.clone()),
+            (vec![2, 3], vec![1, 0, 1, 0, 0, 0])
+        );
+        let o = k("LogicalOr").compute(&[&x, &y]).unwrap();
+        assert_eq!(o[0].bytes, vec![1, 1, 1, 1, 0, 1]);
+        let o = k("LogicalNot").compute(&[&y]).unwrap();
+        assert_eq!(
+            (o[0].shape.clone(), o[0].bytes.clone()),
+            (vec![3], vec![0, 1, 0])
+        );
+        // Empty, TensorFlow's error, and a non-bool input.
+        let o = k("LogicalOr")
+            .compute(&[&b(&[], &[0]), &b(&[1], &[1])])
+            .unwrap();
+        assert_eq!(o[0].shape, vec![0]);
+        let e = k("LogicalAnd")
+            .compute(&[&b(&[1, 1], &[2]), &y])
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("Incompatible shapes: [2] vs. [3]"),
+            "{e}"
+        );
+        assert!(k("LogicalNot").compute(&[&t(&[1], &[1])]).is_err());
     }
 
     #[test]

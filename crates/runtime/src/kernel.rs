@@ -245,6 +245,7 @@ pub struct TypeConstraint {
 pub struct Registry {
     ops: HashMap<&'static str, OpDef>,
     host: HashMap<&'static str, crate::host_ops::HostOpDef>,
+    labeled_host: HashMap<&'static str, crate::host_ops::HostOpDef>,
 }
 
 impl Registry {
@@ -261,7 +262,15 @@ impl Registry {
             let prev = host.insert(d.op, *d);
             assert!(prev.is_none(), "host op {} registered twice", d.op);
         }
-        Registry { ops, host }
+        let labeled_host = crate::host_ops::LABELED_HOST_OPS
+            .iter()
+            .map(|d| (d.op, *d))
+            .collect();
+        Registry {
+            ops,
+            host,
+            labeled_host,
+        }
     }
 
     /// The process-wide registry.
@@ -284,6 +293,26 @@ impl Registry {
         let mut v: Vec<_> = self.host.values().collect();
         v.sort_by_key(|d| d.op);
         v
+    }
+
+    /// The host kernels registered only under a label (`host_ops::LABELED_HOST_OPS`), sorted
+    /// by name.
+    pub fn labeled_host_ops(&self) -> Vec<&crate::host_ops::HostOpDef> {
+        let mut v: Vec<_> = self.labeled_host.values().collect();
+        v.sort_by_key(|d| d.op);
+        v
+    }
+
+    /// Builds the labeled host kernel of `op` (`host_ops::LABELED_HOST_OPS`).
+    pub fn build_labeled_host_kernel(
+        &self,
+        op: &str,
+        attrs: &Attrs,
+    ) -> Result<Box<dyn crate::host_ops::HostKernel>> {
+        let def = self.labeled_host.get(op).ok_or_else(|| {
+            Error::Unimplemented(format!("op {op} has no tfwgpu labeled host kernel"))
+        })?;
+        (def.factory)(attrs)
     }
 
     /// Builds the host kernel for `op` with `attrs` (its type attribute selects the dtype).

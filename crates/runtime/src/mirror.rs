@@ -16,23 +16,82 @@
 //! host (an op starts after the ops it depends on have been issued), so the order in which
 //! these calls reach the device is the order of the work.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use parking_lot::Mutex;
 
-/// Entries kept at most (the oldest goes first).
-const MAX_ENTRIES: usize = 64;
+/// Entries kept at most (the oldest go first). A recurrent layer's training step pushes the
+/// shapes of each timestep's intermediates (int32 vectors the host computed) onto TensorLists
+/// on the device and pops them back for the gradient: a GRU over 20 timesteps writes ~220 of
+/// them before the first is read back (64 entries left most of them to the GPU: 170 reads per
+/// step).
+const MAX_ENTRIES: usize = 4096;
+
+/// Bytes kept at most over all entries (the oldest go first).
+const MAX_TOTAL_BYTES: usize = 4 << 20;
 
 /// Writes are checked against entries over whole granules: a kernel may write the rest of its
 /// output's last granule (allocations are padded to it).
 const GRANULE: u64 = 256;
 
+/// The entries, by address (they never overlap), and their order of arrival.
+#[derive(Default)]
+struct Entries {
+    /// Address -> (arrival number, bytes).
+    map: BTreeMap<u64, (u64, Box<[u8]>)>,
+    /// (address, arrival number), oldest first; records of entries already gone are skipped.
+    order: VecDeque<(u64, u64)>,
+    next: u64,
+    bytes: usize,
+}
+
+impl Entries {
+    /// Removes the entries overlapping `[addr, addr + len)` (both widened to granules);
+    /// entries are at most `max_bytes` long.
+    fn remove_overlapping(&mut self, addr: u64, len: u64, max_bytes: usize) {
+        let reach = (max_bytes as u64).max(1).next_multiple_of(GRANULE);
+        let hi = addr.saturating_add(len.max(1).next_multiple_of(GRANULE));
+        let hit: Vec<u64> = self
+            .map
+            .range(addr.saturating_sub(reach)..hi)
+            .filter(|(a, (_, b))| overlaps(**a, b.len() as u64, addr, len))
+            .map(|(a, _)| *a)
+            .collect();
+        for a in hit {
+            if let Some((_, b)) = self.map.remove(&a) {
+                self.bytes -= b.len();
+            }
+        }
+    }
+
+    /// Drops the oldest entries until the limits hold.
+    fn evict(&mut self) {
+        while self.map.len() > MAX_ENTRIES || self.bytes > MAX_TOTAL_BYTES {
+            let Some((a, seq)) = self.order.pop_front() else {
+                break;
+            };
+            if self.map.get(&a).is_some_and(|(s, _)| *s == seq)
+                && let Some((_, b)) = self.map.remove(&a)
+            {
+                self.bytes -= b.len();
+            }
+        }
+        // Records of removed entries pile up when writes remove entries: drop them.
+        if self.order.len() > 2 * MAX_ENTRIES {
+            let map = &self.map;
+            self.order
+                .retain(|(a, seq)| map.get(a).is_some_and(|(s, _)| s == seq));
+        }
+    }
+}
+
 /// Small host-written byte ranges of one device, by address.
 pub(crate) struct HostMirror {
     /// Largest write remembered, in bytes (0: none).
     max_bytes: usize,
-    entries: Mutex<Vec<(u64, Box<[u8]>)>>,
-    /// `entries.len()`, readable without the lock (most writes find no entry).
+    entries: Mutex<Entries>,
+    /// The number of entries, readable without the lock (most writes find no entry).
     count: AtomicUsize,
 }
 
@@ -46,7 +105,7 @@ impl HostMirror {
     pub(crate) fn new(max_bytes: usize) -> HostMirror {
         HostMirror {
             max_bytes,
-            entries: Mutex::new(Vec::new()),
+            entries: Mutex::new(Entries::default()),
             count: AtomicUsize::new(0),
         }
     }
@@ -58,12 +117,14 @@ impl HostMirror {
             return;
         }
         let mut e = self.entries.lock();
-        e.retain(|(a, b)| !overlaps(*a, b.len() as u64, addr, data.len() as u64));
-        if e.len() >= MAX_ENTRIES {
-            e.remove(0);
-        }
-        e.push((addr, data.into()));
-        self.count.store(e.len(), Ordering::Release);
+        e.remove_overlapping(addr, data.len() as u64, self.max_bytes);
+        let seq = e.next;
+        e.next += 1;
+        e.map.insert(addr, (seq, data.into()));
+        e.order.push_back((addr, seq));
+        e.bytes += data.len();
+        e.evict();
+        self.count.store(e.map.len(), Ordering::Release);
     }
 
     /// Something other than a host write is about to write `len` bytes at `addr`.
@@ -72,8 +133,8 @@ impl HostMirror {
             return;
         }
         let mut e = self.entries.lock();
-        e.retain(|(a, b)| !overlaps(*a, b.len() as u64, addr, len));
-        self.count.store(e.len(), Ordering::Release);
+        e.remove_overlapping(addr, len, self.max_bytes);
+        self.count.store(e.map.len(), Ordering::Release);
     }
 
     /// Fills `dst` with the bytes at `addr` if one entry holds all of them.
@@ -82,12 +143,15 @@ impl HostMirror {
             return false;
         }
         let e = self.entries.lock();
+        // Entries do not overlap: the one starting last at or before `addr` is the only
+        // candidate.
         let hit = e
-            .iter()
-            .rev()
-            .find(|(a, b)| addr >= *a && addr - *a + dst.len() as u64 <= b.len() as u64);
+            .map
+            .range(..=addr)
+            .next_back()
+            .filter(|(a, (_, b))| addr - **a + dst.len() as u64 <= b.len() as u64);
         match hit {
-            Some((a, b)) => {
+            Some((a, (_, b))) => {
                 let from = (addr - a) as usize;
                 dst.copy_from_slice(&b[from..from + dst.len()]);
                 true
@@ -138,5 +202,38 @@ mod tests {
         let off = HostMirror::new(0);
         off.wrote(0, &[1; 4]);
         assert!(!off.read(0, &mut w), "size 0 keeps nothing");
+    }
+
+    #[test]
+    fn many_entries_and_the_byte_budget() {
+        let m = HostMirror::new(16384);
+        // Thousands of small entries stay readable (a recurrent step's pushed shapes).
+        for k in 0..3000u64 {
+            m.wrote(k * GRANULE, &(k as u32).to_le_bytes());
+        }
+        let mut w = [0u8; 4];
+        for k in [0u64, 1, 1500, 2999] {
+            assert!(m.read(k * GRANULE, &mut w), "entry {k}");
+            assert_eq!(u32::from_le_bytes(w), k as u32);
+        }
+        // Writes over some of them remove just those.
+        m.written(1500 * GRANULE, 4);
+        assert!(!m.read(1500 * GRANULE, &mut w));
+        assert!(m.read(1501 * GRANULE, &mut w) && m.read(1499 * GRANULE, &mut w));
+        // Large entries: the oldest go once the bytes kept pass the budget.
+        let big = 16384u64;
+        let n = (MAX_TOTAL_BYTES as u64 / big) + 8;
+        let base = 1 << 32;
+        for k in 0..n {
+            m.wrote(base + k * big, &vec![k as u8; big as usize]);
+        }
+        assert!(!m.read(0, &mut w), "small old entries went first");
+        let mut b = vec![0u8; big as usize];
+        assert!(m.read(base + (n - 1) * big, &mut b));
+        assert!(b.iter().all(|&x| x == (n - 1) as u8));
+        assert!(!m.read(base, &mut b), "the oldest large entry went");
+        let e = m.entries.lock();
+        assert!(e.bytes <= MAX_TOTAL_BYTES && e.map.len() <= MAX_ENTRIES);
+        assert!(e.order.len() <= 2 * MAX_ENTRIES + 1);
     }
 }

@@ -117,7 +117,7 @@ pub(super) fn attr_str(value: &[u8]) -> Option<&[u8]> {
 }
 
 /// An encoded AttrValue holding a string.
-fn str_attr(s: &str) -> Vec<u8> {
+pub(super) fn str_attr(s: &str) -> Vec<u8> {
     let mut v = vec![];
     bytes_field(2, s.as_bytes(), &mut v);
     v

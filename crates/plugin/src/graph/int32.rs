@@ -65,15 +65,25 @@ pub(super) fn label_device_int32(graph: &[u8], k: &Kernels) -> Result<Option<Vec
     if labeled.is_empty() {
         return Ok(None);
     }
-    // The attribute map entry `_kernel: LABEL`, appended to the node's own bytes (every other
-    // field of the NodeDef stays as it was).
+    Ok(Some(with_label(&items, &labeled, LABEL)))
+}
+
+/// The graph of `items` with the attribute map entry `_kernel: label` appended to the bytes of
+/// each node in `labeled` (every other field of those NodeDefs, and every other node, stays as
+/// it was).
+pub(super) fn with_label(
+    items: &[(Option<usize>, &[u8], &[u8])],
+    labeled: &HashSet<usize>,
+    label: &str,
+) -> Vec<u8> {
     let mut value = vec![];
-    bytes_field(2, LABEL.as_bytes(), &mut value);
+    bytes_field(2, label.as_bytes(), &mut value);
     let mut entry = vec![];
     bytes_field(1, b"_kernel", &mut entry);
     bytes_field(2, &value, &mut entry);
-    let mut out = Vec::with_capacity(graph.len() + 48 * labeled.len());
-    for (i, raw, nb) in &items {
+    let size: usize = items.iter().map(|(_, raw, _)| raw.len()).sum();
+    let mut out = Vec::with_capacity(size + 48 * labeled.len());
+    for (i, raw, nb) in items {
         match *i {
             Some(i) if labeled.contains(&i) => {
                 let mut b = nb.to_vec();
@@ -83,7 +93,7 @@ pub(super) fn label_device_int32(graph: &[u8], k: &Kernels) -> Result<Option<Vec
             _ => out.extend_from_slice(raw),
         }
     }
-    Ok(Some(out))
+    out
 }
 
 /// The nodes [`label_device_int32`] labels.

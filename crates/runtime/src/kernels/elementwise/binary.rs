@@ -507,6 +507,26 @@ impl Broadcast {
         self.out_shape.iter().product()
     }
 
+    /// Calls `f` with each input's element offset for every output element, in order (host
+    /// kernels).
+    pub fn for_each(&self, mut f: impl FnMut(&[usize])) {
+        let mut idx = vec![0usize; self.dims.len()];
+        let mut offs = vec![0usize; self.strides.len()];
+        for _ in 0..self.num_elements() {
+            for (o, st) in offs.iter_mut().zip(&self.strides) {
+                *o = idx.iter().zip(st).map(|(i, s)| i * s).sum();
+            }
+            f(&offs);
+            for k in (0..idx.len()).rev() {
+                idx[k] += 1;
+                if idx[k] < self.dims[k] {
+                    break;
+                }
+                idx[k] = 0;
+            }
+        }
+    }
+
     /// The params words of the dims and strides (`array<vec4<u32>, 2>` each), for shaders
     /// taking at most `MAX_RANK` dimensions.
     pub fn param_words(&self) -> Vec<u32> {
