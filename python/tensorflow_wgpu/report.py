@@ -61,6 +61,9 @@ tf.debugging.set_log_device_placement(True)
 _user_cpu = collections.Counter()
 
 def _scope(op_type, inputs, attrs, outputs, op_name=None, graph=None):
+    # (Ops of graphs built inside control flow, a Keras LSTM's while loop, come as bytes.)
+    if isinstance(op_type, bytes):
+        op_type = op_type.decode()
     # Eager ops run inside an explicit CPU device scope were put there by the program.
     if graph is None and not op_type.startswith("_") and ":CPU:" in (context.context().device_name or ""):
         _user_cpu[op_type] += 1

@@ -247,6 +247,72 @@ def test_tf_one_hot(tf, dtype):
             same(g, c)
 
 
+# ------------------------------------------------------------------ MatrixBandPart
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES + ["int32"])
+def test_band_part(tf, dtype):
+    """`tf.linalg.band_part` (Keras's causal masks): every band, batch dimensions, packed
+    dtypes with odd sizes, bounds as int32 and int64, and TensorFlow's errors."""
+    rng = np.random.default_rng(14)
+    for shape in [(5, 7), (3, 4, 3), (2, 1, 9, 2), (0, 4), (3, 3)]:
+        x = rand(rng, shape, dtype)
+        for lower, upper in [(-1, 0), (0, -1), (2, 1), (0, 0), (-1, -1), (1, 3)]:
+            lower, upper = min(lower, shape[-2]), min(upper, shape[-1])
+            for idt in (np.int32, np.int64):
+                lo, up = idt(lower), idt(upper)
+                with ran_on_gpu("MatrixBandPart") if x.size else contextlib.nullcontext():
+                    g, c = both(tf, lambda v: tf.linalg.band_part(v, lo, up), x)
+                assert on_gpu(g)
+                same(g, c)
+    msgs = {}
+    for dev in ["/GPU:0", "/CPU:0"]:
+        with tf.device(dev):
+            for args in [(np.zeros(3, dtype), 0, 0), (np.zeros((2, 3), dtype), 3, 0), (np.zeros((2, 3), dtype), 0, 4)]:
+                with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                    tf.linalg.band_part(tf.constant(args[0]), args[1], args[2])
+                msgs.setdefault(dev, []).append(e.value.message.split(" [Op:")[0].split("}} ")[-1])
+    for g, c in zip(msgs["/GPU:0"], msgs["/CPU:0"]):
+        assert c in g, (g, c)
+
+
+def test_causal_attention_trains_without_fallback(tf):
+    """Keras's MultiHeadAttention with `use_causal_mask=True` builds its mask with
+    MatrixBandPart, which had no kernel: the mask went through the CPU every step. Now the whole
+    step runs on the GPU and reads nothing back mid-step; losses are the CPU's."""
+    import keras
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(15)
+    x = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    y = rng.standard_normal((4, 6, 8)).astype(np.float32)
+    res = {}
+    for device in ["/CPU:0", "/GPU:0"]:
+        with tf.device(device):
+            keras.utils.set_random_seed(2)
+            inp = keras.Input((6, 8))
+            model = keras.Model(inp, keras.layers.MultiHeadAttention(2, 4)(inp, inp, use_causal_mask=True))
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 6, 8])] * 2)
+            def step(xb, yb):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(model(xb, training=True) - yb))
+                return loss, tape.gradient(loss, model.trainable_weights)
+
+            xd, yd = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+            step(xd, yd)
+            s0 = tensorflow_wgpu.stats()
+            loss, grads = step(xd, yd)
+            s1 = tensorflow_wgpu.stats()
+            reads = s1["runtime"]["reads"] - s0["runtime"]["reads"]
+            bands = s1["gpu_ops"].get("MatrixBandPart", 0) - s0["gpu_ops"].get("MatrixBandPart", 0)
+            res[device] = (loss.numpy(), [g.numpy() for g in grads], reads, bands)
+    loss, grads, reads, bands = res["/GPU:0"]
+    assert bands >= 1 and reads == 0, (bands, reads)
+    np.testing.assert_allclose(loss, res["/CPU:0"][0], rtol=1e-5)
+    for g, w in zip(grads, res["/CPU:0"][1]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
 # ------------------------------------------------------------------ Range
 
 def test_tf_range(tf):

@@ -96,3 +96,25 @@ def test_tf_data_ops_are_host_work_by_design():
         assert host_by_design(op), op
     for op in ["MatMul", "Conv2D", "AddV2", "Cast", "ResourceApplyAdam"]:
         assert not host_by_design(op), op
+
+
+def test_report_runs_programs_whose_graphs_have_loops(tmp_path):
+    """Graphs built inside control flow (a Keras LSTM's loop after a Masking layer) hand the
+    report's op callback their op types as bytes; the program ran to its end under the report
+    (it failed with a TypeError before)."""
+    script = tmp_path / "prog.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import numpy as np, keras
+            m = keras.Sequential([keras.Input((5, 4)), keras.layers.Masking(0.0), keras.layers.LSTM(3)])
+            print("program output", m(np.ones((2, 5, 4), "float32")).shape)
+            """
+        )
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "tensorflow_wgpu.report", str(script)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "program output (2, 3)" in r.stdout, r.stdout

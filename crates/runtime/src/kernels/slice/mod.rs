@@ -1,6 +1,6 @@
 //! Slice family: index-mapping ops. Slice, StridedSlice, StridedSliceGrad, Pad, PadV2,
-//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, Range, UnsortedSegmentSum
-//! (float32), and the unary Erf and Erfc.
+//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart, Range,
+//! UnsortedSegmentSum (float32), and the unary Erf and Erfc.
 //!
 //! Every data-movement kernel here computes one 32-bit output word per invocation: the word's
 //! elements (four for bool/uint8, two for float16, one for 32-bit types; 64-bit elements are
@@ -28,6 +28,7 @@
 //!   end); TensorFlow adds them in T one reflected slab at a time, so the last bit can differ.
 //! - Erf/Erfc are this family's own f32 approximations (`erf.wgsl`), a few ULP.
 
+mod band;
 mod erf;
 pub(crate) mod gather;
 mod map;
@@ -117,6 +118,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: &[DType::F32],
         host_inputs: &[(2, "num_segments")],
         factory: |_| Ok(Box::new(segment::UnsortedSegmentSum)),
+    },
+    OpDef {
+        op: "MatrixBandPart",
+        type_attr: "T",
+        dtypes: MOVE_I32,
+        host_inputs: &[(1, "num_lower"), (2, "num_upper")],
+        factory: |_| Ok(Box::new(band::MatrixBandPart)),
     },
     OpDef {
         op: "OneHot",
