@@ -88,13 +88,31 @@ def test_einsum_raw_output_diagonal(tf):
     """Labels repeated in the output (tf.einsum's Python layer refuses them; the op takes
     them, and TensorFlow's own gradient of a diagonal uses them): the diagonal is written,
     the rest is zero."""
-    x = np.arange(1, 13, dtype=np.float32).reshape(3, 4)
-    for eq in ["ij->iji", "ij->iij"]:
-        res = {}
-        for dev in ["/GPU:0", "/CPU:0"]:
-            with tf.device(dev):
-                res[dev] = tf.raw_ops.Einsum(inputs=[tf.constant(x)], equation=eq).numpy()
-        np.testing.assert_array_equal(res["/GPU:0"], res["/CPU:0"])
+    for dtype in ["float32", "float16"]:
+        x = np.arange(1, 16, dtype=dtype).reshape(3, 5)
+        for eq in ["ij->iji", "ij->iij", "ij->jiij"]:
+            res = {}
+            for dev in ["/GPU:0", "/CPU:0"]:
+                with tf.device(dev):
+                    res[dev] = tf.raw_ops.Einsum(inputs=[tf.constant(x)], equation=eq).numpy()
+            np.testing.assert_array_equal(res["/GPU:0"], res["/CPU:0"])
+
+
+def test_einsum_batched_diagonal_gradient(tf):
+    """The gradient of a batched diagonal (`bii->bi`) is an Einsum with a repeated output label
+    (`bi->bii`) over the whole batch: one pass over the output, any batch size."""
+    x = np.random.default_rng(8).standard_normal((5000, 3, 3)).astype(np.float32)
+    res = {}
+    for dev in ["/GPU:0", "/CPU:0"]:
+        with tf.device(dev):
+            v = tf.constant(x)
+            with tf.GradientTape() as tape:
+                tape.watch(v)
+                y = tf.einsum("bii->bi", v)
+                s = tf.reduce_sum(y * y)
+            res[dev] = (y.numpy(), tape.gradient(s, v).numpy())
+    np.testing.assert_array_equal(res["/GPU:0"][0], res["/CPU:0"][0])
+    np.testing.assert_allclose(res["/GPU:0"][1], res["/CPU:0"][1], rtol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -182,6 +182,9 @@ fn diagonals_in_inputs_and_outputs() {
     check("ij->iij", &[&[3, 4]], 37);
     check("ij->iji", &[&[3, 4]], 38);
     check("ij,jk->iik", &[&[3, 4], &[4, 2]], 39);
+    // TensorFlow's gradient of a batched diagonal: thousands of small diagonals in one pass.
+    check("bi->bii", &[&[5000, 3]], 40);
+    check("abc->cabca", &[&[2, 3, 4]], 48);
 }
 
 #[test]

@@ -17,6 +17,7 @@ pub mod norm;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod resize;
 pub mod slice;
 pub mod wgsl;
 
@@ -100,6 +101,7 @@ pub fn register_all(defs: &mut Vec<OpDef>) {
     defs.extend_from_slice(argminmax::OPS);
     defs.extend_from_slice(layout::OPS);
     defs.extend_from_slice(slice::OPS);
+    defs.extend_from_slice(resize::OPS);
     defs.extend_from_slice(pool::OPS);
     defs.extend_from_slice(norm::OPS);
     defs.extend_from_slice(random::OPS);

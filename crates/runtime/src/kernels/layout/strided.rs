@@ -166,7 +166,7 @@ fn pipeline(ctx: &KernelContext, dtype: DType) -> Result<Arc<Pipeline>> {
 
 /// Keeps the `#ifdef keep` ... `#endif` blocks of `src` (without the markers) and drops the
 /// other such blocks.
-fn select_block(src: &str, keep: &str) -> String {
+pub(crate) fn select_block(src: &str, keep: &str) -> String {
     let mut out = String::with_capacity(src.len());
     let mut state: Option<bool> = None;
     for line in src.lines() {

@@ -19,10 +19,15 @@
 //! produce a correct product the plan takes the one that copies the fewest elements; plans are
 //! kept per input shapes.
 //!
+//! An output with repeated labels is one pass over the output (`INFLATE_WGSL`: the result's
+//! element on the diagonal, zero elsewhere).
+//!
 //! Differences from TensorFlow's kernel: a label of the output found in no input is an
 //! InvalidArgument error here (TensorFlow's Python layer rejects such equations before the op
-//! is built); an output with repeated labels whose diagonal takes more than
-//! [`MAX_INFLATE_COPIES`] strided copies is refused as Unimplemented.
+//! is built); refused as Unimplemented: an output of more than 8 dimensions with repeated
+//! labels, and a product whose batch dimensions, after merging those that broadcast alike,
+//! are more than 8 (alternating broadcasts over 9 or more ellipsis dimensions); a size-0
+//! label against a size-n one is reported with the wording of other size mismatches.
 
 use std::sync::Arc;
 
@@ -30,15 +35,11 @@ use parking_lot::Mutex;
 
 use super::super::layout::strided::{Dim, Region, View, copy, strides_of};
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, Registry, TensorDesc};
-use crate::kernels::elementwise::{bind_out_bytes, fmt_shape};
+use crate::kernels::elementwise::{bind_out, fmt_shape};
 use crate::{AttrValue, Attrs, DType, Error, HostTensor, Result, bail_invalid};
 
 /// The registered dtypes.
 pub(super) const DTYPES: &[DType] = &[DType::F32, DType::F16];
-
-/// The most strided copies an output with repeated labels may take (one per coordinate of
-/// its outer labels).
-pub const MAX_INFLATE_COPIES: usize = 4096;
 
 /// One label of a subscript.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -309,9 +310,8 @@ impl LView {
     /// copy needed): its dims of more than one element, in `order`'s order, have row-major
     /// strides.
     fn row_major_in(&self, order: &[usize]) -> bool {
-        if order.iter().any(|&l| !self.has(l) && self.get(l).0 != 1)
-            || self.0.iter().any(|d| !order.contains(&d.0))
-        {
+        // (A label the view lacks is one element: anywhere in `order`.)
+        if self.0.iter().any(|d| !order.contains(&d.0)) {
             return false;
         }
         let mut expect = 1i64;
@@ -360,17 +360,62 @@ struct Prep {
     view: LView,
 }
 
-/// Strided copies into the output (zeroed first when `clear`): a permutation, or the
-/// diagonal of an output with repeated labels.
+/// How the result reaches the output.
 #[derive(Debug)]
 enum Finish {
     /// The last step wrote the output itself.
     Direct,
-    Copies {
-        clear: bool,
-        copies: Vec<(View, Region)>,
-    },
+    /// One strided copy (a permutation of the result's labels).
+    Copy(View),
+    /// An output with repeated labels: every element is the result's element on the
+    /// diagonal, zero elsewhere (`INFLATE_WGSL`).
+    Inflate(Inflate),
 }
+
+/// The output's dims, each dim's first dim of the same label, and the result's element
+/// stride on a label's first dim (0 on the others).
+#[derive(Debug, PartialEq, Eq)]
+struct Inflate {
+    dims: Vec<u32>,
+    first: Vec<u32>,
+    stride: Vec<u32>,
+}
+
+/// Output element e (row-major over p.dims): zero unless every dim holds the coordinate of
+/// the first dim with its label, else the result's element at the sum of the first dims'
+/// coordinates times their strides. `load_src` and the packing come from the slice family.
+const INFLATE_WGSL: &str = "struct Params {
+    row: u32,
+    n: u32,
+    words: u32,
+    rank: u32,
+    dims: array<vec4<u32>, 2>,
+    first: array<vec4<u32>, 2>,
+    stride: array<vec4<u32>, 2>,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<storage, read_write> src: array<u32>;
+
+fn value(e: u32) -> vec2<u32> {
+    var c: array<u32, 8>;
+    var rem = e;
+    for (var k = 0u; k < p.rank; k++) {
+        let d = p.rank - 1u - k;
+        let size = p.dims[d >> 2u][d & 3u];
+        c[d] = rem % size;
+        rem = rem / size;
+    }
+    var off = 0u;
+    for (var d = 0u; d < p.rank; d++) {
+        if c[d] != c[p.first[d >> 2u][d & 3u]] {
+            return vec2<u32>(0u, 0u);
+        }
+        off += c[d] * p.stride[d >> 2u][d & 3u];
+    }
+    return load_src(off);
+}
+";
 
 enum Body {
     Single(Finish),
@@ -418,88 +463,39 @@ fn orders(set: &[usize], refs: &[&[usize]]) -> Vec<Vec<usize>> {
     out
 }
 
-/// The copies writing `src` (labels with sizes and strides) to a row-major output whose axes
-/// carry `out_labels` (labels may repeat: the output is zeroed and only its diagonal written).
-fn finish_copies(src: &LView, out_labels: &[usize], out_shape: &[usize]) -> Result<Finish> {
-    let mut distinct: Vec<usize> = vec![];
-    for &l in out_labels {
-        if !distinct.contains(&l) {
-            distinct.push(l);
-        }
+/// How `src` (labels with sizes and strides) reaches a row-major output whose axes carry
+/// `out_labels` (labels may repeat: a diagonal).
+fn finish(src: &LView, out_labels: &[usize], out_shape: &[usize]) -> Result<Finish> {
+    let firsts: Vec<usize> = out_labels
+        .iter()
+        .map(|l| out_labels.iter().position(|k| k == l).unwrap_or(0))
+        .collect();
+    if firsts.iter().enumerate().all(|(d, &f)| f == d) {
+        return Ok(Finish::Copy(src.view_in(out_labels)));
     }
-    if distinct.len() == out_labels.len() {
-        return Ok(Finish::Copies {
-            clear: false,
-            copies: vec![(
-                src.view_in(out_labels),
-                Region::all(out_shape.iter().product()),
-            )],
-        });
-    }
-    // Repeated labels: element (coords) of `src` goes to sum(coord * ds) of the output.
-    let out_strides = strides_of(out_shape);
-    let ds = |l: usize| -> usize {
-        out_labels
-            .iter()
-            .zip(&out_strides)
-            .filter(|(k, _)| **k == l)
-            .map(|(_, s)| *s as usize)
-            .sum()
-    };
-    distinct.sort_by_key(|&l| std::cmp::Reverse(ds(l)));
-    let m = distinct.len();
-    let last = distinct[m - 1];
-    let (outer, inner, region): (&[usize], Vec<usize>, Region) = if ds(last) == 1 && m >= 2 {
-        let row = distinct[m - 2];
-        (
-            &distinct[..m - 2],
-            vec![row, last],
-            Region {
-                base: 0,
-                rows: src.get(row).0,
-                len: src.get(last).0,
-                stride: ds(row),
-            },
-        )
-    } else {
-        (
-            &distinct[..m - 1],
-            vec![last],
-            Region {
-                base: 0,
-                rows: src.get(last).0,
-                len: 1,
-                stride: ds(last),
-            },
-        )
-    };
-    let count: usize = outer.iter().map(|&l| src.get(l).0).product();
-    if count > MAX_INFLATE_COPIES {
+    if out_labels.len() > super::MAX_BATCH_DIMS {
         return Err(Error::Unimplemented(format!(
-            "Einsum: an output with repeated labels shaped {} takes {count} copies (at most \
-             {MAX_INFLATE_COPIES} on tfwgpu)",
-            fmt_shape(out_shape)
+            "Einsum: an output of rank {} with repeated labels (at most {} on tfwgpu)",
+            out_labels.len(),
+            super::MAX_BATCH_DIMS
         )));
     }
-    let inner_view = src.view_in(&inner);
-    let mut copies = Vec::with_capacity(count);
-    for t in 0..count {
-        let (mut rem, mut base, mut at) = (t, 0i64, 0usize);
-        for &l in outer.iter().rev() {
-            let (size, stride) = src.get(l);
-            let c = rem % size;
-            rem /= size;
-            base += c as i64 * stride;
-            at += c * ds(l);
-        }
-        let mut v = inner_view.clone();
-        v.base = base;
-        copies.push((v, Region { base: at, ..region }));
-    }
-    Ok(Finish::Copies {
-        clear: true,
-        copies,
-    })
+    let u32s = |v: Vec<usize>| -> Result<Vec<u32>> {
+        v.into_iter()
+            .map(|x| crate::kernels::slice::u32_of("Einsum", "size", x))
+            .collect()
+    };
+    let stride = out_labels
+        .iter()
+        .zip(&firsts)
+        .enumerate()
+        .map(|(d, (&l, &f))| if f == d { src.get(l).1 as usize } else { 0 })
+        .collect();
+    Ok(Finish::Inflate(Inflate {
+        dims: u32s(out_shape.to_vec())?,
+        first: u32s(firsts)?,
+        stride: u32s(stride)?,
+    }))
 }
 
 /// Layout of one matmul operand: `Some(transposed)` when the view is already row-major in one
@@ -605,7 +601,7 @@ impl Plan {
             Body::Single(if direct {
                 Finish::Direct
             } else {
-                finish_copies(v, &res.output, &out_shape)?
+                finish(v, &res.output, &out_shape)?
             })
         } else {
             Body::Contract(Box::new(Self::contract(res, &preps, dtype, &out_shape)?))
@@ -780,7 +776,7 @@ impl Plan {
                         .map(|&l| (l, res.sizes[l]))
                         .collect::<Vec<_>>(),
                 );
-                finish_copies(&r, out, out_shape)?
+                finish(&r, out, out_shape)?
             }
         };
         Ok(Contract {
@@ -866,18 +862,33 @@ fn reshaped(t: &DeviceRef, shape: &[usize]) -> DeviceRef {
 
 impl Finish {
     fn record(&self, ctx: &KernelContext, src: &DeviceRef, out: &DeviceRef) -> Result<()> {
-        let Finish::Copies { clear, copies } = self else {
-            return Ok(());
-        };
-        if *clear {
-            let size = out.desc.byte_size().next_multiple_of(4);
-            let range = bind_out_bytes(ctx, "Einsum", out, size)?;
-            ctx.clear(&range, size)?;
+        match self {
+            Finish::Direct => Ok(()),
+            Finish::Copy(view) => copy(ctx, "Einsum", src, view, out, Region::all(view.len())),
+            Finish::Inflate(f) => {
+                let dtype = out.desc.dtype;
+                let pack = |v: &[u32]| crate::kernels::slice::pack8(v.iter().copied());
+                let mut params = vec![0, 0, 0, f.dims.len() as u32];
+                params.extend(pack(&f.dims));
+                params.extend(pack(&f.first));
+                params.extend(pack(&f.stride));
+                let bindings = [bind_out(ctx, "Einsum", out)?, ctx.bind(src)?];
+                crate::kernels::slice::dispatch_words(
+                    ctx,
+                    "einsum_inflate",
+                    || {
+                        format!(
+                            "{INFLATE_WGSL}\n{}",
+                            crate::kernels::slice::load_fn("src", dtype.size())
+                        )
+                    },
+                    &mut params,
+                    &bindings,
+                    out.desc.num_elements(),
+                    dtype,
+                )
+            }
         }
-        for (view, region) in copies {
-            copy(ctx, "Einsum", src, view, out, *region)?;
-        }
-        Ok(())
     }
 }
 
@@ -954,7 +965,7 @@ impl Kernel for Einsum {
         let b = reshaped(&operands[1], &c.shapes[1]);
         let r = match c.finish {
             Finish::Direct => reshaped(out, &c.r_shape),
-            Finish::Copies { .. } => ctx.temp_tensor(TensorDesc::new(self.dtype, &c.r_shape))?,
+            _ => ctx.temp_tensor(TensorDesc::new(self.dtype, &c.r_shape))?,
         };
         c.matmul.record(
             ctx,
@@ -1026,19 +1037,23 @@ mod tests {
         assert_eq!(p.preps[0].sum.as_ref().unwrap().0, vec![1]);
         // A transpose: one copy.
         let p = plan("ij->ji", &[&[3, 4]]);
-        let Body::Single(Finish::Copies { clear, copies }) = &p.body else {
-            panic!()
-        };
-        assert!(!clear && copies.len() == 1);
+        assert!(matches!(p.body, Body::Single(Finish::Copy(_))));
         // A diagonal summed: copied out first.
         let p = plan("iij->j", &[&[3, 3, 4]]);
         assert!(p.preps[0].gather.is_some());
-        // An output diagonal: zeroed, then one copy per row for ij->iji.
+        // An output diagonal: one pass over the output, whatever its size.
         let p = plan("ij->iji", &[&[3, 4]]);
-        let Body::Single(Finish::Copies { clear, copies }) = &p.body else {
+        let Body::Single(Finish::Inflate(f)) = &p.body else {
             panic!()
         };
-        assert!(*clear && copies.len() == 3);
+        assert_eq!(
+            *f,
+            Inflate {
+                dims: vec![3, 4, 3],
+                first: vec![0, 1, 0],
+                stride: vec![4, 1, 0]
+            }
+        );
     }
 
     #[test]

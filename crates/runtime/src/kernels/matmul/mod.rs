@@ -661,7 +661,7 @@ fn forced(
 }
 
 /// Batch dimensions the shader's params hold (after merging).
-const MAX_BATCH_DIMS: usize = 8;
+pub(super) const MAX_BATCH_DIMS: usize = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Variant {

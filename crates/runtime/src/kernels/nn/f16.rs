@@ -48,7 +48,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 ";
 
 /// Records the conversion of `src` to `dst` (f16 -> f32 or f32 -> f16, same shape).
-fn convert(ctx: &KernelContext, op: &str, src: &DeviceRef, dst: &DeviceRef) -> Result<()> {
+pub(crate) fn convert(
+    ctx: &KernelContext,
+    op: &str,
+    src: &DeviceRef,
+    dst: &DeviceRef,
+) -> Result<()> {
     let n = src.desc.num_elements();
     if n == 0 {
         return Ok(());

@@ -1,0 +1,440 @@
+//! Image resize family, NHWC: ResizeBilinear (float32 and float16 images; float32 output, as
+//! TensorFlow), ResizeBilinearGrad, ResizeNearestNeighbor (float32, float16, int32, int64,
+//! uint8) and ResizeNearestNeighborGrad, with `align_corners` and `half_pixel_centers`.
+//!
+//! Semantics, messages and the float32 arithmetic are TensorFlow's CPU kernels'
+//! (`image_resizer_state.h`, `resize_bilinear_op.cc`, `resize_nearest_neighbor_op.cc`): the
+//! scale `in / out` (or `(in - 1) / (out - 1)` with align_corners), the source coordinate per
+//! output position, bilinear taps at its floor and ceiling, the lerps in TensorFlow's order, a
+//! same-size bilinear resize as a plain copy. The gradients gather instead of scattering (no
+//! atomics; `resize.wgsl` visits only the resized positions near each pixel) and add in
+//! TensorFlow's CPU order, so float32 sums round alike up to the GPU's contraction of
+//! multiply-adds. float16 gradients accumulate in float32 and round once (TensorFlow's bilinear
+//! gradient does so; its CPU nearest-neighbour gradient adds in half).
+
+use crate::kernel::{DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d};
+use crate::kernel_manager::{PipelineKey, ShaderSource};
+use crate::kernels::elementwise::{bind_out, fmt_shape};
+use crate::kernels::layout::strided::select_block;
+use crate::kernels::slice::{dispatch_words, load_fn, u32_of};
+use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::{Attrs, DType, Error, Result, bail_invalid};
+
+const RESIZE_WGSL: &str = include_str!("resize.wgsl");
+
+const FLOAT: &[DType] = &[DType::F32, DType::F16];
+const NEAREST: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::I64, DType::U8];
+
+/// Registration table.
+pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "ResizeBilinear",
+        type_attr: "T",
+        dtypes: FLOAT,
+        host_inputs: &[(1, "size")],
+        factory: |a| Ok(Box::new(Resize::new(a, Kind::Bilinear)?)),
+    },
+    OpDef {
+        op: "ResizeBilinearGrad",
+        type_attr: "T",
+        dtypes: FLOAT,
+        host_inputs: &[],
+        factory: |a| {
+            crate::kernels::nn::f16::build(
+                |a| Ok(Box::new(Resize::new(a, Kind::BilinearGrad)?)),
+                a,
+                &["T"],
+            )
+        },
+    },
+    OpDef {
+        op: "ResizeNearestNeighbor",
+        type_attr: "T",
+        dtypes: NEAREST,
+        host_inputs: &[(1, "size")],
+        factory: |a| Ok(Box::new(Resize::new(a, Kind::Nearest)?)),
+    },
+    OpDef {
+        op: "ResizeNearestNeighborGrad",
+        type_attr: "T",
+        dtypes: FLOAT,
+        host_inputs: &[(1, "size")],
+        factory: |a| {
+            crate::kernels::nn::f16::build(
+                |a| Ok(Box::new(Resize::new(a, Kind::NearestGrad)?)),
+                a,
+                &["T"],
+            )
+        },
+    },
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Bilinear,
+    BilinearGrad,
+    Nearest,
+    NearestGrad,
+}
+
+impl Kind {
+    fn op(self) -> &'static str {
+        match self {
+            Kind::Bilinear => "ResizeBilinear",
+            Kind::BilinearGrad => "ResizeBilinearGrad",
+            Kind::Nearest => "ResizeNearestNeighbor",
+            Kind::NearestGrad => "ResizeNearestNeighborGrad",
+        }
+    }
+}
+
+struct Resize {
+    kind: Kind,
+    align_corners: bool,
+    half_pixel: bool,
+}
+
+/// TensorFlow's `CalculateResizeScale`.
+fn scale(in_size: usize, out_size: usize, align_corners: bool) -> f32 {
+    if align_corners && out_size > 1 {
+        (in_size - 1) as f32 / (out_size - 1) as f32
+    } else {
+        in_size as f32 / out_size as f32
+    }
+}
+
+/// One resize: the image side (forward input, gradient output) and the resized side.
+#[derive(Debug, PartialEq)]
+struct Geometry {
+    batch: usize,
+    channels: usize,
+    /// Image height and width.
+    ih: usize,
+    iw: usize,
+    /// Resized height and width.
+    oh: usize,
+    ow: usize,
+    out: TensorDesc,
+}
+
+/// The (height, width) of a `size` input, checked as TensorFlow does.
+fn size_arg(inputs: &[Operand], op: &str, positive: &str) -> Result<(usize, usize)> {
+    let t = inputs[1].host(op, 1)?;
+    if t.shape.len() != 1 {
+        bail_invalid!("shape_t must be 1-dimensional{}", fmt_shape(&t.shape));
+    }
+    if t.shape[0] != 2 {
+        bail_invalid!("shape_t must have two elements{}", fmt_shape(&t.shape));
+    }
+    let v = t.to_i64_vec()?;
+    if v[0] <= 0 || v[1] <= 0 {
+        bail_invalid!("{positive}");
+    }
+    Ok((v[0] as usize, v[1] as usize))
+}
+
+impl Resize {
+    fn new(attrs: &Attrs, kind: Kind) -> Result<Resize> {
+        Ok(Resize {
+            kind,
+            align_corners: attrs.bool_or("align_corners", false)?,
+            half_pixel: attrs.bool_or("half_pixel_centers", false)?,
+        })
+    }
+
+    fn geometry(&self, inputs: &[Operand]) -> Result<Geometry> {
+        let op = self.kind.op();
+        if inputs.len() != 2 {
+            bail_invalid!("{op} takes 2 inputs, got {}", inputs.len());
+        }
+        if self.half_pixel && self.align_corners {
+            bail_invalid!("If half_pixel_centers is True, align_corners must be False.");
+        }
+        let x = inputs[0].shape();
+        let dtype = inputs[0].dtype();
+        match self.kind {
+            Kind::Bilinear | Kind::Nearest => {
+                if x.len() != 4 {
+                    bail_invalid!("input must be 4-dimensional{}", fmt_shape(x));
+                }
+                if x[3] == 0 {
+                    bail_invalid!("image must have at least one channel");
+                }
+                if x[1] == 0 || x[2] == 0 {
+                    bail_invalid!("input image must be of non-zero size");
+                }
+                let (oh, ow) = size_arg(inputs, op, "output dimensions must be positive")?;
+                let out_dtype = if self.kind == Kind::Bilinear {
+                    DType::F32
+                } else {
+                    dtype
+                };
+                Ok(Geometry {
+                    batch: x[0],
+                    channels: x[3],
+                    ih: x[1],
+                    iw: x[2],
+                    oh,
+                    ow,
+                    out: TensorDesc::new(out_dtype, &[x[0], oh, ow, x[3]]),
+                })
+            }
+            Kind::BilinearGrad => {
+                if x.len() != 4 {
+                    bail_invalid!("input_grad must be 4-dimensional{}", fmt_shape(x));
+                }
+                if dtype != DType::F32 {
+                    bail_invalid!("input_grad must be of type float{}", dtype.name());
+                }
+                if x[1] == 0 || x[2] == 0 {
+                    bail_invalid!("resized dimensions must be positive");
+                }
+                let orig = inputs[1].shape();
+                if orig.len() != 4 {
+                    bail_invalid!("original_image must be 4-dimensional{}", fmt_shape(orig));
+                }
+                if orig[1] == 0 || orig[2] == 0 {
+                    bail_invalid!("original dimensions must be positive");
+                }
+                Ok(Geometry {
+                    batch: x[0],
+                    channels: x[3],
+                    ih: orig[1],
+                    iw: orig[2],
+                    oh: x[1],
+                    ow: x[2],
+                    out: TensorDesc::new(inputs[1].dtype(), &[x[0], orig[1], orig[2], x[3]]),
+                })
+            }
+            Kind::NearestGrad => {
+                if x.len() != 4 {
+                    bail_invalid!("input must be 4-dimensional{}", fmt_shape(x));
+                }
+                let (ih, iw) = size_arg(inputs, op, "shape_t's elements must be positive")?;
+                Ok(Geometry {
+                    batch: x[0],
+                    channels: x[3],
+                    ih,
+                    iw,
+                    oh: x[1],
+                    ow: x[2],
+                    out: TensorDesc::new(dtype, &[x[0], ih, iw, x[3]]),
+                })
+            }
+        }
+    }
+
+    /// The shader's params: sizes, flags, scales (image over resized) and the coordinate's
+    /// (a, b).
+    fn params(&self, g: &Geometry, n: usize, words: Option<usize>) -> Result<Vec<u32>> {
+        let op = self.kind.op();
+        let nearest = matches!(self.kind, Kind::Nearest | Kind::NearestGrad);
+        let (a, b) = match (self.half_pixel, nearest) {
+            (true, false) => (0.5f32, -0.5f32),
+            (true, true) => (0.5, 0.0),
+            _ => (0.0, 0.0),
+        };
+        let mut flags = 0u32;
+        if nearest && self.align_corners {
+            flags |= 1;
+        }
+        if self.kind == Kind::Bilinear && g.oh == g.ih && g.ow == g.iw {
+            flags |= 2;
+        }
+        let dims = [g.channels, g.ow, g.oh, g.iw, g.ih]
+            .iter()
+            .map(|&d| u32_of(op, "dimension", d))
+            .collect::<Result<Vec<u32>>>()?;
+        let mut v = vec![0, u32_of(op, "output size", n)?];
+        if let Some(w) = words {
+            v.push(u32_of(op, "output words", w)?);
+        }
+        v.extend(dims);
+        v.push(flags);
+        v.push(scale(g.ih, g.oh, self.align_corners).to_bits());
+        v.push(scale(g.iw, g.ow, self.align_corners).to_bits());
+        v.push(a.to_bits());
+        v.push(b.to_bits());
+        while v.len() % 4 != 0 {
+            v.push(0);
+        }
+        Ok(v)
+    }
+}
+
+/// The nearest-neighbour forward: one output word per invocation through the slice family's
+/// packing, any element size.
+const NEAREST_WGSL: &str = "struct Params {
+    row: u32,
+    n: u32,
+    words: u32,
+    c: u32,
+    ow: u32,
+    oh: u32,
+    iw: u32,
+    ih: u32,
+    flags: u32,
+    hs: f32,
+    ws: f32,
+    a: f32,
+    b: f32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@group(0) @binding(2) var<storage, read_write> inp: array<u32>;
+
+fn nearest(o: u32, s: f32, size: u32) -> u32 {
+    let v = (f32(o) + p.a) * s + p.b;
+    var k = floor(v);
+    if (p.flags & 1u) != 0u {
+        let t = trunc(v);
+        k = select(t, t + 1.0, v - t >= 0.5);
+    }
+    return u32(clamp(i32(k), 0, i32(size) - 1));
+}
+
+fn value(e: u32) -> vec2<u32> {
+    let ch = e % p.c;
+    var r = e / p.c;
+    let x = r % p.ow;
+    r = r / p.ow;
+    let y = r % p.oh;
+    let b = r / p.oh;
+    let iy = nearest(y, p.hs, p.ih);
+    let ix = nearest(x, p.ws, p.iw);
+    return load_inp(((b * p.ih + iy) * p.iw + ix) * p.c + ch);
+}
+";
+
+impl Kernel for Resize {
+    fn op(&self) -> &'static str {
+        self.kind.op()
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        Ok(vec![self.geometry(inputs)?.out])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let op = self.kind.op();
+        let g = self.geometry(inputs)?;
+        let out = outputs
+            .first()
+            .ok_or_else(|| Error::InvalidArgument(format!("{op}: no output")))?;
+        if out.desc != g.out {
+            bail_invalid!(
+                "{op}: output is {} {} but the op computes {} {}",
+                out.desc.dtype,
+                fmt_shape(&out.desc.shape),
+                g.out.dtype,
+                fmt_shape(&g.out.shape)
+            );
+        }
+        let n = out.desc.num_elements();
+        if n == 0 {
+            return Ok(());
+        }
+        let x = inputs[0].device(op, 0)?;
+        if self.kind == Kind::Nearest {
+            let esize = x.desc.dtype.size();
+            let mut p = self.params(&g, n, Some(0))?;
+            let bindings = [bind_out(ctx, op, out)?, ctx.bind(x)?];
+            return dispatch_words(
+                ctx,
+                "resize_nearest",
+                || format!("{NEAREST_WGSL}\n{}", load_fn("inp", esize)),
+                &mut p,
+                &bindings,
+                n,
+                out.desc.dtype,
+            );
+        }
+        // float32 source: a float16 image is widened first (the bilinear forward; the
+        // gradients' float16 runs through `nn::f16`).
+        let src = if x.desc.dtype == DType::F16 {
+            let t = ctx.temp_tensor(TensorDesc::new(DType::F32, &x.desc.shape))?;
+            crate::kernels::nn::f16::convert(ctx, op, x, &t)?;
+            t
+        } else {
+            x.clone()
+        };
+        if src.desc.dtype != DType::F32 || out.desc.dtype != DType::F32 {
+            return Err(Error::Gpu(format!(
+                "{op}: internal error: {} to {}",
+                src.desc.dtype, out.desc.dtype
+            )));
+        }
+        let variant = match self.kind {
+            Kind::Bilinear => "BILINEAR",
+            Kind::BilinearGrad => "BILINEAR_GRAD",
+            _ => "NEAREST_GRAD",
+        };
+        let pipeline = ctx.pipeline(
+            PipelineKey::new("resize", Some(DType::F32), variant.to_lowercase()),
+            || {
+                ShaderSource::new(
+                    select_block(RESIZE_WGSL, variant)
+                        .replace("LINEAR_INDEX", LINEAR_INDEX)
+                        .replace("WG", &WG.to_string()),
+                )
+            },
+        )?;
+        let (groups, row) = grid_1d(n as u64, WG);
+        let mut p = self.params(&g, n, None)?;
+        p[0] = row;
+        ctx.dispatch(
+            &pipeline,
+            &params(&p),
+            &[ctx.bind(&src)?, bind_out(ctx, op, out)?],
+            groups,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scales_are_tensorflows() {
+        assert_eq!(scale(4, 8, false), 0.5);
+        assert_eq!(scale(4, 7, true), 0.5);
+        assert_eq!(scale(5, 1, true), 5.0);
+        assert_eq!(scale(1, 6, true), 0.0);
+    }
+
+    #[test]
+    fn params_layout_matches_the_shaders() {
+        let r = Resize {
+            kind: Kind::Bilinear,
+            align_corners: false,
+            half_pixel: true,
+        };
+        let g = Geometry {
+            batch: 2,
+            channels: 3,
+            ih: 4,
+            iw: 5,
+            oh: 8,
+            ow: 10,
+            out: TensorDesc::new(DType::F32, &[2, 8, 10, 3]),
+        };
+        let p = r.params(&g, 480, None).unwrap();
+        assert_eq!(p.len(), 12);
+        assert_eq!(&p[1..8], &[480, 3, 10, 8, 5, 4, 0]);
+        assert_eq!(f32::from_bits(p[8]), 0.5);
+        assert_eq!((f32::from_bits(p[10]), f32::from_bits(p[11])), (0.5, -0.5));
+        // The word kernel's params have `words` third: 16 words with padding.
+        let nn = Resize {
+            kind: Kind::Nearest,
+            align_corners: true,
+            half_pixel: false,
+        };
+        let p = nn.params(&g, 480, Some(0)).unwrap();
+        assert_eq!(p.len(), 16);
+        assert_eq!(p[8], 1);
+    }
+}

@@ -1,0 +1,183 @@
+// Image resizes, NHWC: bilinear (forward, gradient) and nearest neighbour (gradient), one
+// invocation per output element. Source coordinates are TensorFlow's: coord(o) = (o + a) * s + b
+// with (a, b) = (0.5, -0.5) for bilinear half-pixel centers, (0.5, 0) for nearest neighbour's,
+// (0, 0) otherwise; bilinear taps floor/ceil of it (clamped), nearest neighbour floor (round
+// half away from zero with align_corners), clamped to the image.
+// The gradients gather: each element of the original image sums the gradient elements whose
+// taps reach it, in TensorFlow's CPU order (resized rows, then columns; per element its four
+// taps in order), so the sums round as TensorFlow's do. Only resized positions whose source
+// coordinate lies within one pixel of the element are visited (`window`).
+struct Params {
+    row: u32,
+    n: u32,
+    c: u32,
+    // Output (forward) or gradient (backward) width and height.
+    ow: u32,
+    oh: u32,
+    // Image (forward input, backward output) width and height.
+    iw: u32,
+    ih: u32,
+    // bit 0: round half away from zero (nearest neighbour, align_corners); bit 1: same size
+    // (the forward copies).
+    flags: u32,
+    hs: f32,
+    ws: f32,
+    a: f32,
+    b: f32,
+};
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read_write> src: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+LINEAR_INDEX
+
+fn coord(o: u32, s: f32) -> f32 {
+    return (f32(o) + p.a) * s + p.b;
+}
+
+struct Tap {
+    lo: u32,
+    hi: u32,
+    lerp: f32,
+};
+
+fn tap(o: u32, s: f32, size: u32) -> Tap {
+    let v = coord(o, s);
+    let f = floor(v);
+    return Tap(u32(max(i32(f), 0)), u32(min(i32(ceil(v)), i32(size) - 1)), v - f);
+}
+
+fn nearest(o: u32, s: f32, size: u32) -> u32 {
+    let v = coord(o, s);
+    var k = floor(v);
+    if (p.flags & 1u) != 0u {
+        // roundf: half away from zero (v >= 0 here).
+        let t = trunc(v);
+        k = select(t, t + 1.0, v - t >= 0.5);
+    }
+    return u32(clamp(i32(k), 0, i32(size) - 1));
+}
+
+// Resized positions [first, end) whose coordinate may lie in [i - 1, i + 1].
+fn window(i: u32, s: f32, osize: u32) -> vec2<u32> {
+    if s <= 0.0 {
+        return vec2<u32>(0u, osize);
+    }
+    let lo = (f32(i) - 1.0 - p.b) / s - p.a;
+    let hi = (f32(i) + 1.0 - p.b) / s - p.a;
+    let first = u32(clamp(floor(lo) - 1.0, 0.0, f32(osize)));
+    let end = u32(clamp(ceil(hi) + 2.0, 0.0, f32(osize)));
+    return vec2<u32>(first, end);
+}
+
+#ifdef BILINEAR
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = linear_index(gid);
+    if e >= p.n {
+        return;
+    }
+    if (p.flags & 2u) != 0u {
+        out[e] = src[e];
+        return;
+    }
+    let ch = e % p.c;
+    var r = e / p.c;
+    let x = r % p.ow;
+    r = r / p.ow;
+    let y = r % p.oh;
+    let b = r / p.oh;
+    let ty = tap(y, p.hs, p.ih);
+    let tx = tap(x, p.ws, p.iw);
+    let row0 = (b * p.ih + ty.lo) * p.iw;
+    let row1 = (b * p.ih + ty.hi) * p.iw;
+    let tl = src[(row0 + tx.lo) * p.c + ch];
+    let tr = src[(row0 + tx.hi) * p.c + ch];
+    let bl = src[(row1 + tx.lo) * p.c + ch];
+    let br = src[(row1 + tx.hi) * p.c + ch];
+    let top = tl + (tr - tl) * tx.lerp;
+    let bottom = bl + (br - bl) * tx.lerp;
+    out[e] = top + (bottom - top) * ty.lerp;
+}
+#endif
+
+#ifdef BILINEAR_GRAD
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = linear_index(gid);
+    if e >= p.n {
+        return;
+    }
+    let ch = e % p.c;
+    var r = e / p.c;
+    let ix = r % p.iw;
+    r = r / p.iw;
+    let iy = r % p.ih;
+    let b = r / p.ih;
+    let ys = window(iy, p.hs, p.oh);
+    let xs = window(ix, p.ws, p.ow);
+    var acc = 0.0;
+    for (var oy = ys.x; oy < ys.y; oy++) {
+        let ty = tap(oy, p.hs, p.ih);
+        let top = ty.lo == iy;
+        let bottom = ty.hi == iy;
+        if !(top || bottom) {
+            continue;
+        }
+        let iyl = 1.0 - ty.lerp;
+        for (var ox = xs.x; ox < xs.y; ox++) {
+            let tx = tap(ox, p.ws, p.iw);
+            let left = tx.lo == ix;
+            let right = tx.hi == ix;
+            if !(left || right) {
+                continue;
+            }
+            let g = src[((b * p.oh + oy) * p.ow + ox) * p.c + ch];
+            let ixl = 1.0 - tx.lerp;
+            if top && left {
+                acc += g * iyl * ixl;
+            }
+            if top && right {
+                acc += g * iyl * tx.lerp;
+            }
+            if bottom && left {
+                acc += g * ty.lerp * ixl;
+            }
+            if bottom && right {
+                acc += g * ty.lerp * tx.lerp;
+            }
+        }
+    }
+    out[e] = acc;
+}
+#endif
+
+#ifdef NEAREST_GRAD
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = linear_index(gid);
+    if e >= p.n {
+        return;
+    }
+    let ch = e % p.c;
+    var r = e / p.c;
+    let ix = r % p.iw;
+    r = r / p.iw;
+    let iy = r % p.ih;
+    let b = r / p.ih;
+    let ys = window(iy, p.hs, p.oh);
+    let xs = window(ix, p.ws, p.ow);
+    var acc = 0.0;
+    for (var oy = ys.x; oy < ys.y; oy++) {
+        if nearest(oy, p.hs, p.ih) != iy {
+            continue;
+        }
+        for (var ox = xs.x; ox < xs.y; ox++) {
+            if nearest(ox, p.ws, p.iw) == ix {
+                acc += src[((b * p.oh + oy) * p.ow + ox) * p.c + ch];
+            }
+        }
+    }
+    out[e] = acc;
+}
+#endif
