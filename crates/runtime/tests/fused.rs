@@ -69,6 +69,9 @@ fn cpu_op(op: FusedOp, x: f32, y: f32) -> f32 {
                 ((-0.5 * (y as f64) * (x as f64)) * (x as f64) * (x as f64)) as f32
             }
         }
+        // (y, dy): dy * (y * (1 - y)) and dy * (1 - y * y), TensorFlow's association.
+        SigmoidGrad => y * (x * (1.0 - x)),
+        TanhGrad => y * (1.0 - x * x),
         // The broadcast happens in the reads.
         Tile => x,
         DivNoNan => {
@@ -674,6 +677,36 @@ fn rsqrt_grad_as_the_unfused_kernel() {
         Err(e) => e.to_string(),
     };
     assert!(e.contains("RsqrtGrad") && e.contains("same shape"), "{e}");
+}
+
+#[test]
+fn sigmoid_and_tanh_grads_as_the_unfused_kernels() {
+    // A recurrent cell's gradient: the activations recomputed in the program, their gradients
+    // and a product, as a loop body fuses them. Bit for bit against the unfused kernels; the
+    // CPU reference computes the activations in f64 (a few ulp apart), then the same f32 steps.
+    // Inputs keep y away from saturation, where 1 - y and 1 - y * y cancel and magnify the
+    // activations' last-bit differences (at most ~7x here).
+    for (k, shape) in [[7usize, 129], [1, 1], [3, 64]].into_iter().enumerate() {
+        let s: &[usize] = &shape;
+        check_f32(
+            "Sigmoid(i0);SigmoidGrad(t0,i1);Tanh(i2);TanhGrad(t2,t1);Mul(t3,i1)",
+            &[s, s, s],
+            &[(-2.0, 2.0), (-2.0, 2.0), (-1.0, 1.0)],
+            64.0 * f32::EPSILON,
+            140 + k as u64,
+        );
+    }
+    let a = dev().upload(&[0.5f32; 4], &[4]).unwrap();
+    let c = dev().upload(&[1.0f32; 4], &[1, 4]).unwrap();
+    for op in ["SigmoidGrad", "TanhGrad"] {
+        let args = [Arg::from(&a), Arg::from(&c)];
+        let program = format!("{op}(i0,i1)");
+        let e = match dev().run(OP, &fused_attrs(&program, 2, DType::F32), &args) {
+            Ok(_) => panic!("{op} of [4] and [1,4] accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(e.contains(op) && e.contains("same shape"), "{e}");
+    }
 }
 
 #[test]

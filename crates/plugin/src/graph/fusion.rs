@@ -648,7 +648,11 @@ fn groups(
         })
         .collect();
     // Data consumers (distinct nodes) of each node; whether a consumer reads another output
-    // port than 0.
+    // port than 0. A lowered while loop's back edges (out of NextIteration, into the Merge of
+    // the next iteration) are left out: within one iteration the body is acyclic, so its
+    // nodes get an order below and the cycle check of multi-output merges does not follow a
+    // value into the next iteration (another execution of the nodes it reaches).
+    let back = |p: usize| nodes[p].op == "NextIteration";
     let mut consumers: Vec<Vec<usize>> = vec![vec![]; nodes.len()];
     let mut blocked = vec![false; nodes.len()];
     for (c, n) in nodes.iter().enumerate() {
@@ -657,7 +661,9 @@ fn groups(
                 continue;
             }
             let (src, port) = source(i);
-            if let Some(&p) = by_name.get(src) {
+            if let Some(&p) = by_name.get(src)
+                && !back(p)
+            {
                 if port != 0 {
                     blocked[p] = true;
                 }
@@ -692,13 +698,16 @@ fn groups(
             types[i] = None;
         }
     }
-    // Kahn's order over the data edges (producers first); nodes on a cycle (a while loop's
-    // back edge) get none and are left alone.
+    // Kahn's order over the data edges (producers first), without the back edges: the nodes
+    // of a loop's body are ordered and fused like any others (every data edge between two
+    // fusible nodes stays inside one frame, so a group and its inputs are in its members'
+    // frame). Nodes on any other cycle get no order and are left alone.
     let mut pending: Vec<usize> = vec![0; nodes.len()];
     for (c, n) in nodes.iter().enumerate() {
         let mut seen: Vec<usize> = vec![];
         for i in operands_all(n) {
             if let Some(&p) = by_name.get(source(i).0)
+                && !back(p)
                 && !seen.contains(&p)
             {
                 seen.push(p);
@@ -806,6 +815,7 @@ fn groups(
     for (c, n) in nodes.iter().enumerate() {
         for i in n.inputs.iter().filter_map(|i| i.strip_prefix('^')) {
             if let Some(&p) = by_name.get(i)
+                && !back(p)
                 && !control_consumers[p].contains(&c)
             {
                 control_consumers[p].push(c);

@@ -152,6 +152,10 @@ pub enum FusedOp {
     ReluGrad,
     /// The gradient of Rsqrt from its result y and dy, equal shapes (TensorFlow's rule).
     RsqrtGrad,
+    /// The gradients of Sigmoid and Tanh from their result y and dy, equal shapes (the
+    /// elementwise family's association).
+    SigmoidGrad,
+    TanhGrad,
     /// A Tile whose input has size 1 on every tiled dimension: a broadcast to the tiled shape.
     Tile,
     /// x / y, 0 where y is 0 (either sign).
@@ -197,6 +201,8 @@ pub const FUSIBLE: &[(&str, FusedOp)] = &[
     ("Expm1", FusedOp::Expm1),
     ("ReluGrad", FusedOp::ReluGrad),
     ("RsqrtGrad", FusedOp::RsqrtGrad),
+    ("SigmoidGrad", FusedOp::SigmoidGrad),
+    ("TanhGrad", FusedOp::TanhGrad),
     ("Tile", FusedOp::Tile),
     ("DivNoNan", FusedOp::DivNoNan),
     ("Equal", FusedOp::Equal),
@@ -234,8 +240,8 @@ impl FusedOp {
         use FusedOp::*;
         match self {
             Add | Sub | Mul | Div | Maximum | Minimum | SquaredDifference | Pow | BiasAdd
-            | ReluGrad | RsqrtGrad | DivNoNan | Equal | NotEqual | Less | LessEqual | Greater
-            | GreaterEqual => 2,
+            | ReluGrad | RsqrtGrad | SigmoidGrad | TanhGrad | DivNoNan | Equal | NotEqual
+            | Less | LessEqual | Greater | GreaterEqual => 2,
             SelectV2 => 3,
             _ => 1,
         }
@@ -266,6 +272,8 @@ impl FusedOp {
             Pow => BinaryOp::Pow.wgsl_float(),
             ReluGrad => BinaryOp::ReluGrad.wgsl_float(),
             RsqrtGrad => BinaryOp::RsqrtGrad.wgsl_float(),
+            SigmoidGrad => BinaryOp::SigmoidGrad.wgsl_float(),
+            TanhGrad => BinaryOp::TanhGrad.wgsl_float(),
             DivNoNan => BinaryOp::DivNoNan.wgsl_float(),
             Neg => "    return bitcast<f32>(bitcast<u32>(x) ^ 0x80000000u);",
             Abs => "    return bitcast<f32>(bitcast<u32>(x) & 0x7fffffffu);",
@@ -607,7 +615,10 @@ impl Program {
                     }
                     v
                 }
-                FusedOp::ReluGrad | FusedOp::RsqrtGrad => {
+                FusedOp::ReluGrad
+                | FusedOp::RsqrtGrad
+                | FusedOp::SigmoidGrad
+                | FusedOp::TanhGrad => {
                     let (a, b) = (shape_of(&ins.args[0]), shape_of(&ins.args[1]));
                     if a != b {
                         let what = if ins.op == FusedOp::ReluGrad {
