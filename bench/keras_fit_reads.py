@@ -7,14 +7,19 @@ computed at run time. A read of the GPU waits for every command before it: beyon
 metric that Keras reads after each step, a read inside the step stops the host until the GPU
 has caught up.
 
-    python bench/keras_fit_reads.py [--models cnn,resnet,embed,mha,lstm,gru,resnet50] [--steps 60]
-                                    [--warmup 10] [--device /GPU:0] [--json FILE]
+    python bench/keras_fit_reads.py [--models cnn,resnet,embed,mha,causal,upsample,lstm,gru,resnet50]
+                                    [--steps 60] [--warmup 10] [--device /GPU:0] [--json FILE]
 
 Models: `tensorflow_wgpu.models` cnn and resnet (their own optimizers); resnet50:
 keras.applications.ResNet50 (weights None, 224 x 224 x 3, 10 classes, SGD with momentum;
 only when named); embed: Embedding(1000, 32) of 40 tokens, GlobalAveragePooling1D, Dense(64,
 relu), Dense(10); mha: MultiHeadAttention(4 heads of 16) over 32 steps of 64 features, a
-residual, LayerNormalization, GlobalAveragePooling1D, Dense(10) (only when named); LSTM(64) /
+residual, LayerNormalization, GlobalAveragePooling1D, Dense(10) (only when named); causal: a
+transformer block over 32 tokens (Embedding(1000, 64), causal MultiHeadAttention(4, 16),
+residuals, LayerNormalization, a gelu feed-forward of 128, GlobalAveragePooling1D, Dense(10);
+only when named); upsample: strided Conv2Ds down to 8 x 8, bilinear UpSampling2D, Conv2D,
+Resizing(32, 32), Conv2D, GlobalAveragePooling2D, Dense(10) over 32 x 32 x 3 images (only when
+named); LSTM(64) /
 GRU(64) over sequences of 20 steps of 16 features, then Dense(10); all four with Adam.
 Synthetic data (uniform images, ResNet-50's too; normal sequences; uniform labels), one process
 for all models. Per model: wall ms per step of a `fit` of `--steps` steps after a warm-up `fit`
@@ -46,6 +51,26 @@ def build(keras, name):
         h = L.MultiHeadAttention(4, 16)(i, i)
         o = L.Dense(10)(L.GlobalAveragePooling1D()(L.LayerNormalization()(h + i)))
         return keras.Model(i, o), keras.optimizers.Adam(1e-3), True, (32, 64)
+    if name == "causal":
+        i = keras.Input((32,), dtype="int32")
+        e = L.Embedding(1000, 64)(i)
+        h = L.LayerNormalization()(e + L.MultiHeadAttention(4, 16)(e, e, use_causal_mask=True))
+        f = L.Dense(64)(L.Dense(128, activation="gelu")(h))
+        h = L.LayerNormalization()(h + f)
+        o = L.Dense(10)(L.GlobalAveragePooling1D()(h))
+        return keras.Model(i, o), keras.optimizers.Adam(1e-3), True, (32,)
+    if name == "upsample":
+        model = keras.Sequential(
+            [keras.Input((32, 32, 3)),
+             L.Conv2D(16, 3, strides=2, padding="same", activation="relu"),
+             L.Conv2D(32, 3, strides=2, padding="same", activation="relu"),
+             L.UpSampling2D(interpolation="bilinear"),
+             L.Conv2D(16, 3, padding="same", activation="relu"),
+             L.Resizing(32, 32),
+             L.Conv2D(8, 3, padding="same"),
+             L.GlobalAveragePooling2D(), L.Dense(10)]
+        )
+        return model, keras.optimizers.Adam(1e-3), True, (32, 32, 3)
     if name == "embed":
         model = keras.Sequential(
             [keras.Input((40,), dtype="int32"), L.Embedding(1000, 32),
@@ -95,7 +120,7 @@ def main(argv=None):
                 # Distinct batches for the small models; four for ResNet-50 (its inputs are
                 # large), served again by the repeat.
                 n = BATCH * (4 if name == "resnet50" else max(a.steps, a.warmup))
-                if name == "embed":
+                if name in ("embed", "causal"):
                     x = rng.integers(0, 1000, (n,) + shape).astype("int32")
                 elif len(shape) == 3:
                     x = rng.random((n,) + shape, dtype=np.float32)
