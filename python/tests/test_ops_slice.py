@@ -421,3 +421,91 @@ def test_embedding_gradient_sums_on_the_gpu(tf):
     steps = 2 * 4
     assert reads <= steps + 2, reads  # with the sum on the CPU and the remap on the GPU: 4 per step
     np.testing.assert_allclose(g, c, rtol=1e-4)
+
+
+# ------------------------------------------------------------------ SpaceToBatchND / BatchToSpaceND
+
+SPACE_CASES = [
+    ((2, 6, 4, 3), [2, 2], [[0, 0], [0, 0]]),
+    ((1, 5, 7, 2), [2, 3], [[1, 0], [2, 0]]),
+    ((3, 4, 1), [2], [[1, 1]]),
+    ((2, 3, 4, 5, 2), [1, 2, 1], [[0, 0], [1, 1], [0, 0]]),
+    ((2, 4, 4, 2), [1, 1], [[0, 0], [0, 0]]),
+    ((2, 1, 6, 2), [1, 3], [[0, 0], [0, 0]]),
+    ((0, 4, 4, 1), [2, 2], [[0, 0], [0, 0]]),
+]
+
+
+@pytest.mark.parametrize("dtype", MOVE_DTYPES + ["int32"])
+@pytest.mark.parametrize("shape,block,pads", SPACE_CASES, ids=str)
+def test_space_to_batch_and_back(tf, dtype, shape, block, pads):
+    """TensorFlow's atrous convolutions move blocks of space into the batch and back: every
+    element lands where TensorFlow's CPU kernel puts it (padding zeros, crops), trivial block
+    dims merged as TensorFlow merges them."""
+    rng = np.random.default_rng(sum(shape))
+    x = rand(rng, shape, dtype)
+    for idt in (np.int32, np.int64):
+        b, p = np.array(block, idt), np.array(pads, idt)
+        with ran_on_gpu("SpaceToBatchND") if x.size else contextlib.nullcontext():
+            g, c = both(tf, lambda v: tf.space_to_batch_nd(v, b, p), x)
+        same(g, c)
+        with ran_on_gpu("BatchToSpaceND") if x.size else contextlib.nullcontext():
+            g2, c2 = both(tf, lambda v: tf.batch_to_space(v, b, p), c.numpy())
+        same(g2, c2)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda tf: tf.space_to_batch_nd(tf.zeros([1, 5, 4, 1]), [2, 2], [[0, 0], [0, 0]]),
+        lambda tf: tf.space_to_batch_nd(tf.zeros([1, 4, 4, 1]), [2, 2], [[0, -2], [0, 0]]),
+        lambda tf: tf.space_to_batch_nd(tf.zeros([1, 4, 4, 1]), [2, 0], [[0, 0], [0, 0]]),
+        lambda tf: tf.space_to_batch_nd(tf.zeros([1, 4, 4, 1]), [2, 2], [[0, 0]]),
+        lambda tf: tf.batch_to_space(tf.zeros([3, 2, 2, 1]), [2, 2], [[0, 0], [0, 0]]),
+        lambda tf: tf.batch_to_space(tf.zeros([4, 2, 2, 1]), [2, 2], [[3, 2], [0, 0]]),
+    ],
+)
+def test_space_to_batch_errors_are_tensorflows(tf, call):
+    msgs = {}
+    for dev in ["/GPU:0", "/CPU:0"]:
+        with tf.device(dev):
+            with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                call(tf)
+            msgs[dev] = e.value.message.split(" [Op:")[0].split("}} ")[-1]
+    assert msgs["/CPU:0"] in msgs["/GPU:0"], msgs
+
+
+def test_dilated_convolutions_train_without_fallback(tf):
+    """Keras's dilated DepthwiseConv2D runs as SpaceToBatchND, the depthwise convolution and
+    BatchToSpaceND: all on the GPU now (the two data movements, which had no kernel, went to
+    the CPU with the activations every step); losses track the CPU's."""
+    import keras
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((16, 12, 12, 3)).astype(np.float32)
+    y = rng.integers(0, 4, 16).astype(np.int32)
+    losses = {}
+    for device in ["/CPU:0", "/GPU:0"]:
+        with tf.device(device):
+            keras.utils.set_random_seed(7)
+            m = keras.Sequential([
+                keras.Input((12, 12, 3)),
+                keras.layers.DepthwiseConv2D(3, dilation_rate=2, padding="same"),
+                keras.layers.Conv2D(4, 3, dilation_rate=2),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(4),
+            ])
+            m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+            ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+            m.fit(ds, epochs=1, verbose=0)
+            before = tensorflow_wgpu.stats()
+            h = m.fit(ds, epochs=1, verbose=0)
+            after = tensorflow_wgpu.stats()
+            losses[device] = h.history["loss"][0]
+    runs = {k: after["gpu_ops"].get(k, 0) - before["gpu_ops"].get(k, 0) for k in ("SpaceToBatchND", "BatchToSpaceND")}
+    assert runs["SpaceToBatchND"] >= 2 and runs["BatchToSpaceND"] >= 2, runs
+    reads = after["runtime"]["reads"] - before["runtime"]["reads"]
+    # Two steps: the loss each step, and once more at the epoch's end.
+    assert reads <= 2 + 2, reads
+    np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-5)

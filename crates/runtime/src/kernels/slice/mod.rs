@@ -1,6 +1,7 @@
 //! Slice family: index-mapping ops. Slice, StridedSlice, StridedSliceGrad, Pad, PadV2,
-//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart, Range,
-//! UnsortedSegmentSum (float32), and the unary Erf and Erfc.
+//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart,
+//! SpaceToBatchND, BatchToSpaceND, Range, UnsortedSegmentSum (float32), and the unary Erf and
+//! Erfc.
 //!
 //! Every data-movement kernel here computes one 32-bit output word per invocation: the word's
 //! elements (four for bool/uint8, two for float16, one for 32-bit types; 64-bit elements are
@@ -36,6 +37,7 @@ mod mirror_grad;
 mod onehot;
 mod range;
 mod segment;
+mod space;
 pub mod spec;
 
 use crate::kernel::{KernelContext, OpDef, grid_1d};
@@ -125,6 +127,20 @@ pub const OPS: &[OpDef] = &[
         dtypes: MOVE_I32,
         host_inputs: &[(1, "num_lower"), (2, "num_upper")],
         factory: |_| Ok(Box::new(band::MatrixBandPart)),
+    },
+    OpDef {
+        op: "SpaceToBatchND",
+        type_attr: "T",
+        dtypes: MOVE_I32,
+        host_inputs: &[(1, "block_shape"), (2, "paddings")],
+        factory: |_| Ok(Box::new(space::SpaceBatch { to_batch: true })),
+    },
+    OpDef {
+        op: "BatchToSpaceND",
+        type_attr: "T",
+        dtypes: MOVE_I32,
+        host_inputs: &[(1, "block_shape"), (2, "crops")],
+        factory: |_| Ok(Box::new(space::SpaceBatch { to_batch: false })),
     },
     OpDef {
         op: "OneHot",
