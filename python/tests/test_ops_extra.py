@@ -46,6 +46,7 @@ def close(g, c, **kw):
 UNARY = [
     ("Sin", lambda tf: tf.sin),
     ("Cos", lambda tf: tf.cos),
+    ("Tan", lambda tf: tf.math.tan),
     ("Relu6", lambda tf: tf.nn.relu6),
     ("Elu", lambda tf: tf.nn.elu),
     ("Selu", lambda tf: tf.nn.selu),

@@ -142,3 +142,95 @@ def test_keras_resizing_layers_train_on_the_gpu(tf):
     # Four steps: the loss each step, and once more at the epoch's end.
     assert reads <= 4 + 2, reads
     np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-5)
+
+
+def _rotation(a, h, w):
+    import math
+
+    c, s = math.cos(a), math.sin(a)
+    cx, cy = (w - 1) / 2, (h - 1) / 2
+    return [c, -s, cx - c * cx + s * cy, s, c, cy - s * cx - c * cy, 0, 0]
+
+
+@pytest.mark.parametrize("interpolation", ["NEAREST", "BILINEAR"])
+@pytest.mark.parametrize("fill_mode", ["REFLECT", "WRAP", "CONSTANT", "NEAREST"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_image_projective_transform(tf, interpolation, fill_mode, dtype):
+    """Keras's RandomRotation / RandomZoom / RandomTranslation: a rotation, a projective map
+    and a zoom with a shift, one transform per image or one for all, every fill mode and both
+    interpolations, against TensorFlow's CPU kernel. The coordinates are the same float32
+    expressions (the GPU may contract a multiply-add): within a few ulp of the values, which
+    only an exact .5 rounding tie could break for NEAREST (none in these transforms)."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((3, 9, 11, 2)).astype(dtype)
+    t = np.array(
+        [_rotation(0.3, 9, 11), [1.2, 0.1, -2, 0.05, 0.9, 1.5, 0.001, -0.002], [0.8, 0, 3, 0, 1.3, -4, 0, 0]],
+        np.float32,
+    )
+    for ts in (t, t[:1]):
+        for shape in [(9, 11), (13, 7)]:
+            f = lambda v: tf.raw_ops.ImageProjectiveTransformV3(
+                images=v, transforms=tf.constant(ts), output_shape=shape, fill_value=0.5,
+                interpolation=interpolation, fill_mode=fill_mode,
+            )
+            with ran_on_gpu("ImageProjectiveTransformV3"):
+                with tf.device("/GPU:0"):
+                    g = f(tf.constant(x))
+            with tf.device("/CPU:0"):
+                c = f(tf.constant(x))
+            assert g.dtype == c.dtype and g.shape == c.shape
+            tol = dict(rtol=0, atol=2e-5) if dtype == "float32" else dict(rtol=1e-3, atol=2e-3)
+            np.testing.assert_allclose(g.numpy().astype(np.float32), c.numpy().astype(np.float32), **tol)
+
+
+def test_image_projective_transform_errors_are_tensorflows(tf):
+    calls = [
+        lambda: tf.raw_ops.ImageProjectiveTransformV3(images=tf.zeros([2, 3, 4]), transforms=tf.zeros([1, 8]), output_shape=[2, 2], fill_value=0.0, interpolation="NEAREST"),
+        lambda: tf.raw_ops.ImageProjectiveTransformV3(images=tf.zeros([2, 3, 4, 1]), transforms=tf.zeros([3, 8]), output_shape=[2, 2], fill_value=0.0, interpolation="NEAREST"),
+        lambda: tf.raw_ops.ImageProjectiveTransformV3(images=tf.zeros([2, 3, 4, 1]), transforms=tf.zeros([1, 8]), output_shape=[2, 0], fill_value=0.0, interpolation="NEAREST"),
+    ]
+    for call in calls:
+        msgs = {}
+        for dev in ["/GPU:0", "/CPU:0"]:
+            with tf.device(dev):
+                with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                    call()
+                msgs[dev] = e.value.message.split(" [Op:")[0].split("}} ")[-1]
+        assert msgs["/CPU:0"] in msgs["/GPU:0"], msgs
+
+
+def test_keras_augmentation_layers_train_on_the_gpu(tf):
+    """RandomFlip, RandomRotation, RandomZoom, RandomTranslation and RandomContrast inside a
+    model: the projective transforms (and Tan, which the rotation's matrix uses) run on the GPU,
+    and the step reads back only the loss (they went to the CPU with the images each step)."""
+    import keras
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((32, 16, 16, 3)).astype(np.float32)
+    y = rng.integers(0, 4, 32).astype(np.int32)
+    with tf.device("/GPU:0"):
+        keras.utils.set_random_seed(11)
+        m = keras.Sequential([
+            keras.Input((16, 16, 3)),
+            keras.layers.RandomFlip(),
+            keras.layers.RandomRotation(0.1),
+            keras.layers.RandomZoom(0.1),
+            keras.layers.RandomTranslation(0.1, 0.1),
+            keras.layers.RandomContrast(0.2),
+            keras.layers.Conv2D(4, 3),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(4),
+        ])
+        m.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=False)
+        ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+        m.fit(ds, epochs=1, verbose=0)
+        before = tensorflow_wgpu.stats()
+        h = m.fit(ds, epochs=1, verbose=0)
+        after = tensorflow_wgpu.stats()
+    runs = after["gpu_ops"].get("ImageProjectiveTransformV3", 0) - before["gpu_ops"].get("ImageProjectiveTransformV3", 0)
+    assert runs >= 3 * 4, runs
+    reads = after["runtime"]["reads"] - before["runtime"]["reads"]
+    # Four steps: the loss each step, and once more at the epoch's end.
+    assert reads <= 4 + 2, reads
+    assert np.isfinite(h.history["loss"][0])

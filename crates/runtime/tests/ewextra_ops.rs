@@ -94,6 +94,12 @@ fn sin_cos_f32_accurate_reduction() {
     }
     let got = run1("Sin", &[] as &[f32], &[0, 3]);
     assert!(got.is_empty());
+    // Tan: sin / cos of the reduced argument (or -cos / sin), each within 3 ulp, then one
+    // rounding of the quotient: 7 ulp; odd, NaN for the infinities.
+    let got = run1("Tan", &xs, &[n]);
+    let want: Vec<f64> = xs.iter().map(|&x| (x as f64).tan()).collect();
+    assert_ulps(&to_f64(&got), &want, 7.0, false, "Tan");
+    assert_eq!(got[n - 9].to_bits(), (-0.0f32).to_bits(), "Tan(-0)");
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! LogicalAnd/Or/Not, the activation gradients (ReluGrad, SoftplusGrad, SigmoidGrad, TanhGrad,
 //! SqrtGrad, RsqrtGrad, ReciprocalGrad), unary ops (Neg, Abs, Exp, Log, Sqrt, Relu, Tanh,
 //! Sigmoid, Square, Rsqrt, Reciprocal, Sign, Floor, Ceil, Round, Log1p, Expm1, Softplus),
-//! Select/SelectV2, AddN, and the Identity/Snapshot device copy; Sin, Cos, Relu6, Elu, Selu,
+//! Select/SelectV2, AddN, and the Identity/Snapshot device copy; Sin, Cos, Tan, Relu6, Elu, Selu,
 //! LeakyRelu, Softsign, IsNan, IsFinite (bool output), their gradients (Relu6Grad, EluGrad,
 //! SeluGrad, LeakyReluGrad, SoftsignGrad), and ClipByValue.
 //!
@@ -66,9 +66,10 @@
 //!   them). TensorFlow's CPU executor runs kernels with denormals flushed
 //!   (`port::ScopedFlushDenormal`), so there Rsqrt(1e-40) = inf and Sign(1e-40) = 0 where
 //!   this family gives 1e20 and 1.
-//! - Sin and Cos reduce the argument exactly for every finite f32 (Payne-Hanek with the bits
+//! - Sin, Cos and Tan reduce the argument exactly for every finite f32 (Payne-Hanek with the bits
 //!   of 2/pi, `trig.wgsl`), then use Taylor series on [-pi/4, pi/4]: within 3 ULP over the
-//!   whole range (Sin(1e30), Cos(f32::MAX) included); Sin(-0) = -0, Sin/Cos(inf) = NaN.
+//!   whole range (Sin(1e30), Cos(f32::MAX) included); Sin(-0) = -0, Sin/Cos(inf) = NaN. Tan is
+//!   the quotient of the two series (or -cos / sin in odd quadrants): within 7 ULP.
 //! - The activations follow TensorFlow's functors: Relu6 = min(max(x, 0), 6) propagating NaN;
 //!   Elu = x < 0 ? exp(x) - 1 : x (exp(x) - 1, as TensorFlow, not expm1); Selu with
 //!   TensorFlow's constants rounded to the dtype; LeakyRelu = x > 0 ? x : x * alpha (alpha
@@ -222,6 +223,7 @@ pub const OPS: &[OpDef] = &[
     unary_row!("Softplus", UnaryOp::Softplus, FLOAT),
     unary_row!("Sin", UnaryOp::Sin, FLOAT),
     unary_row!("Cos", UnaryOp::Cos, FLOAT),
+    unary_row!("Tan", UnaryOp::Tan, FLOAT),
     unary_row!("Relu6", UnaryOp::Relu6, FLOAT),
     unary_row!("Elu", UnaryOp::Elu, FLOAT),
     unary_row!("Selu", UnaryOp::Selu, FLOAT),

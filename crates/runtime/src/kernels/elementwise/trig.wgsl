@@ -176,3 +176,27 @@ fn sincos_f32(x: f32, want_cos: bool) -> f32 {
     // sin is odd: restore the sign of x (sin(-0) = -0).
     return bitcast<f32>(bitcast<u32>(s) ^ (b & 0x80000000u));
 }
+
+// tan of x: sin / cos of the reduced argument, or -cos / sin in the odd quadrants (tan has
+// period pi); odd, NaN for NaN and infinities.
+fn tan_f32(x: f32) -> f32 {
+    let b = bitcast<u32>(x);
+    let ax = b & 0x7fffffffu;
+    if ax >= 0x7f800000u {
+        return bitcast<f32>(ax | 0x7fc00000u);
+    }
+    var q = 0u;
+    var r = bitcast<f32>(ax);
+    if ax >= 0x3f490fdbu {
+        let red = trig_reduce(ax);
+        q = u32(red.x);
+        r = red.y;
+    }
+    var t: f32;
+    if (q & 1u) == 0u {
+        t = sin_poly(r) / cos_poly(r);
+    } else {
+        t = -cos_poly(r) / sin_poly(r);
+    }
+    return bitcast<f32>(bitcast<u32>(t) ^ (b & 0x80000000u));
+}

@@ -38,6 +38,7 @@ pub(crate) enum UnaryOp {
     LogicalNot,
     Sin,
     Cos,
+    Tan,
     Relu6,
     Elu,
     Selu,
@@ -85,6 +86,7 @@ impl UnaryOp {
             UnaryOp::LogicalNot => "logical_not",
             UnaryOp::Sin => "sin",
             UnaryOp::Cos => "cos",
+            UnaryOp::Tan => "tan",
             UnaryOp::Relu6 => "relu6",
             UnaryOp::Elu => "elu",
             UnaryOp::Selu => "selu",
@@ -159,6 +161,7 @@ impl UnaryOp {
                 UnaryOp::Softplus => "    return softplus_f32(v);",
                 UnaryOp::Sin => "    return sincos_f32(v, false);",
                 UnaryOp::Cos => "    return sincos_f32(v, true);",
+                UnaryOp::Tan => "    return tan_f32(v);",
                 // max(x, 0) then min(., 6), NaN propagating; -0 stays -0 (std::max).
                 UnaryOp::Relu6 => {
                     "    if is_nan(v) {
@@ -344,7 +347,7 @@ fn shader(op: UnaryOp, dtype: DType, hw: bool) -> String {
         DType::I64 => INT64_WGSL.to_string(),
         _ => String::new(),
     };
-    if matches!(op, UnaryOp::Sin | UnaryOp::Cos) {
+    if matches!(op, UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Tan) {
         math.push_str(TRIG_WGSL);
     }
     if matches!(op, UnaryOp::Selu) {

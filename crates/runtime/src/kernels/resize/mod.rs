@@ -1,4 +1,6 @@
-//! Image resize family, NHWC: ResizeBilinear (float32 and float16 images; float32 output, as
+//! Image resize family, NHWC: ImageProjectiveTransformV2/V3 (Keras's RandomRotation, RandomZoom,
+//! RandomTranslation; float32, float16; `transform.wgsl`, TensorFlow's coordinate mapping and
+//! interpolation), ResizeBilinear (float32 and float16 images; float32 output, as
 //! TensorFlow), ResizeBilinearGrad, ResizeNearestNeighbor (float32, float16, int32, int64,
 //! uint8) and ResizeNearestNeighborGrad, with `align_corners` and `half_pixel_centers`.
 //!
@@ -21,12 +23,39 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{Attrs, DType, Error, Result, bail_invalid};
 
 const RESIZE_WGSL: &str = include_str!("resize.wgsl");
+const TRANSFORM_WGSL: &str = include_str!("transform.wgsl");
 
 const FLOAT: &[DType] = &[DType::F32, DType::F16];
 const NEAREST: &[DType] = &[DType::F32, DType::F16, DType::I32, DType::I64, DType::U8];
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "ImageProjectiveTransformV3",
+        type_attr: "dtype",
+        dtypes: FLOAT,
+        host_inputs: &[(2, "output_shape"), (3, "fill_value")],
+        factory: |a| {
+            crate::kernels::nn::f16::build(
+                |a| Ok(Box::new(Transform::new(a, true)?)),
+                a,
+                &["dtype"],
+            )
+        },
+    },
+    OpDef {
+        op: "ImageProjectiveTransformV2",
+        type_attr: "dtype",
+        dtypes: FLOAT,
+        host_inputs: &[(2, "output_shape")],
+        factory: |a| {
+            crate::kernels::nn::f16::build(
+                |a| Ok(Box::new(Transform::new(a, false)?)),
+                a,
+                &["dtype"],
+            )
+        },
+    },
     OpDef {
         op: "ResizeBilinear",
         type_attr: "T",
@@ -389,6 +418,165 @@ impl Kernel for Resize {
             &pipeline,
             &params(&p),
             &[ctx.bind(&src)?, bind_out(ctx, op, out)?],
+            groups,
+        )
+    }
+}
+
+/// ImageProjectiveTransformV3 (`fill_value` input) or V2 (fill 0).
+struct Transform {
+    v3: bool,
+    bilinear: bool,
+    /// 0 reflect, 1 wrap, 2 constant, 3 nearest.
+    mode: u32,
+}
+
+impl Transform {
+    fn new(attrs: &Attrs, v3: bool) -> Result<Transform> {
+        let s = |name: &str, default: &str| -> Result<String> {
+            match attrs.get(name) {
+                None => Ok(default.to_string()),
+                Some(crate::AttrValue::Str(v)) => Ok(v.clone()),
+                Some(v) => bail_invalid!("attribute {name} must be a string, got {v:?}"),
+            }
+        };
+        let interpolation = s("interpolation", "BILINEAR")?;
+        let bilinear = match interpolation.as_str() {
+            "BILINEAR" => true,
+            "NEAREST" => false,
+            other => {
+                bail_invalid!("Invalid interpolation {other}. Supported types: NEAREST, BILINEAR")
+            }
+        };
+        let fill_mode = s("fill_mode", "CONSTANT")?;
+        let mode = match fill_mode.as_str() {
+            "REFLECT" => 0,
+            "WRAP" => 1,
+            "CONSTANT" => 2,
+            "NEAREST" => 3,
+            other => bail_invalid!(
+                "Invalid mode {other}. Supported types: REFLECT, WRAP, CONSTANT, NEAREST"
+            ),
+        };
+        Ok(Transform { v3, bilinear, mode })
+    }
+
+    fn name(&self) -> &'static str {
+        if self.v3 {
+            "ImageProjectiveTransformV3"
+        } else {
+            "ImageProjectiveTransformV2"
+        }
+    }
+
+    /// (output desc, whether every image has its own transform row, the fill value).
+    fn check(&self, inputs: &[Operand]) -> Result<(TensorDesc, bool, f32)> {
+        let op = self.name();
+        let want = if self.v3 { 4 } else { 3 };
+        if inputs.len() != want {
+            bail_invalid!("{op} takes {want} inputs, got {}", inputs.len());
+        }
+        let x = inputs[0].shape();
+        if x.len() != 4 {
+            bail_invalid!("Input images must have rank 4");
+        }
+        let t = inputs[1].shape();
+        if inputs[1].dtype() != DType::F32
+            || t.len() != 2
+            || !(t[0] == x[0] || t[0] == 1)
+            || t[1] != 8
+        {
+            bail_invalid!("Input transform should be num_images x 8 or 1 x 8");
+        }
+        let st = inputs[2].host(op, 2)?;
+        if st.shape.len() != 1 {
+            bail_invalid!("output shape must be 1-dimensional{}", fmt_shape(&st.shape));
+        }
+        if st.shape[0] != 2 {
+            bail_invalid!(
+                "output shape must have two elements{}",
+                fmt_shape(&st.shape)
+            );
+        }
+        let v = st.to_i64_vec()?;
+        if v[0] <= 0 || v[1] <= 0 {
+            bail_invalid!("output dimensions must be positive");
+        }
+        let fill = if self.v3 {
+            let f = inputs[3].host(op, 3)?;
+            if !f.shape.is_empty() {
+                bail_invalid!("fill_value must be a scalar{}", fmt_shape(&f.shape));
+            }
+            f.to_vec::<f32>()?[0]
+        } else {
+            0.0
+        };
+        let out = TensorDesc::new(
+            inputs[0].dtype(),
+            &[x[0], v[0] as usize, v[1] as usize, x[3]],
+        );
+        Ok((out, t[0] == x[0] && x[0] != 1, fill))
+    }
+}
+
+impl Kernel for Transform {
+    fn op(&self) -> &'static str {
+        self.name()
+    }
+
+    fn outputs(&self, inputs: &[Operand]) -> Result<Vec<TensorDesc>> {
+        Ok(vec![self.check(inputs)?.0])
+    }
+
+    fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
+        let op = self.name();
+        let (desc, per_image, fill) = self.check(inputs)?;
+        let out = outputs
+            .first()
+            .ok_or_else(|| Error::InvalidArgument(format!("{op}: no output")))?;
+        if out.desc != desc || desc.dtype != DType::F32 {
+            return Err(Error::Gpu(format!(
+                "{op}: internal error: output {:?}, expected float32 {:?}",
+                out.desc, desc
+            )));
+        }
+        let n = desc.num_elements();
+        if n == 0 {
+            return Ok(());
+        }
+        let x = inputs[0].device(op, 0)?;
+        let t = inputs[1].device(op, 1)?;
+        let dims = [
+            x.desc.shape[3],
+            desc.shape[2],
+            desc.shape[1],
+            x.desc.shape[2],
+            x.desc.shape[1],
+        ]
+        .iter()
+        .map(|&d| u32_of(op, "dimension", d))
+        .collect::<Result<Vec<u32>>>()?;
+        let (groups, row) = grid_1d(n as u64, WG);
+        let mut p = vec![row, u32_of(op, "output size", n)?];
+        p.extend(dims);
+        p.push(self.bilinear as u32 | (self.mode << 1));
+        p.push(if per_image { 8 } else { 0 });
+        p.push(fill.to_bits());
+        p.extend([0, 0]);
+        let pipeline = ctx.pipeline(
+            PipelineKey::new("resize", Some(DType::F32), "projective"),
+            || {
+                ShaderSource::new(
+                    TRANSFORM_WGSL
+                        .replace("LINEAR_INDEX", LINEAR_INDEX)
+                        .replace("WG", &WG.to_string()),
+                )
+            },
+        )?;
+        ctx.dispatch(
+            &pipeline,
+            &params(&p),
+            &[ctx.bind(x)?, ctx.bind(t)?, bind_out(ctx, op, out)?],
             groups,
         )
     }
