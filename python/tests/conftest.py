@@ -62,3 +62,19 @@ class ran_on_host:
             after = self._counts()
             for op in self.ops:
                 assert after.get(op, 0) > self.before.get(op, 0), f"{op} did not run on the host"
+
+
+def same_error(tf, call):
+    """Runs `call()` under /GPU:0 and /CPU:0: both raise InvalidArgumentError, and the GPU's
+    message holds the CPU's text (after TensorFlow's function-node prefix and before its op
+    suffix; the plugin's message may name the op first)."""
+    import pytest
+
+    msgs = {}
+    for dev in ["/GPU:0", "/CPU:0"]:
+        with tf.device(dev):
+            with pytest.raises(tf.errors.InvalidArgumentError) as e:
+                call()
+            msgs[dev] = e.value.message
+    want = msgs["/CPU:0"].split("}} ", 1)[-1].split(" [Op:")[0]
+    assert want in msgs["/GPU:0"], msgs

@@ -87,29 +87,16 @@ fn plan(nodes: &[Node], registered: &dyn Fn(&str) -> bool) -> HashSet<usize> {
                 && registered(&n.op)
         })
         .collect();
-    let mut labeled: HashSet<usize> = HashSet::new();
-    // Labeled nodes feed others (LogicalNot of a LogicalAnd): until nothing changes.
-    loop {
-        let before = labeled.len();
-        for &i in &candidates {
-            if labeled.contains(&i) {
-                continue;
-            }
-            let mut inputs = operands_all(&nodes[i]).peekable();
-            let all_host = inputs.peek().is_some()
-                && inputs.all(|x| {
-                    by_name
-                        .get(source(x).0)
-                        .is_some_and(|&p| labeled.contains(&p) || host_result(&nodes[p]))
-                });
-            if all_host {
-                labeled.insert(i);
-            }
-        }
-        if labeled.len() == before {
-            return labeled;
-        }
-    }
+    // Labeled nodes feed others (LogicalNot of a LogicalAnd).
+    super::int32::grow(&candidates, |i, labeled| {
+        let mut inputs = operands_all(&nodes[i]).peekable();
+        inputs.peek().is_some()
+            && inputs.all(|x| {
+                by_name
+                    .get(source(x).0)
+                    .is_some_and(|&p| labeled.contains(&p) || host_result(&nodes[p]))
+            })
+    })
 }
 
 #[cfg(test)]

@@ -115,26 +115,33 @@ fn plan(nodes: &[Node], k: &Kernels) -> HashSet<usize> {
             && (k.labeled)(n)
     };
     let candidates: Vec<usize> = (0..nodes.len()).filter(|&i| candidate(&nodes[i])).collect();
-    let mut labeled: HashSet<usize> = HashSet::new();
-    // Labeled nodes feed others (a chain of int32 ops on a device tensor): until nothing changes.
+    // Labeled nodes feed others (a chain of int32 ops on a device tensor).
+    grow(&candidates, |i, labeled| {
+        operands_all(&nodes[i])
+            .filter_map(|x| by_name.get(source(x).0).copied())
+            .any(|p| {
+                on_tfwgpu_gpu(&nodes[p].device)
+                    && (labeled.contains(&p) || (k.device_output)(&nodes[p]))
+            })
+    })
+}
+
+/// The `candidates` that `admit` takes, given those taken so far, repeated until none joins
+/// (a taken node can admit the candidates it feeds).
+pub(super) fn grow(
+    candidates: &[usize],
+    admit: impl Fn(usize, &HashSet<usize>) -> bool,
+) -> HashSet<usize> {
+    let mut taken: HashSet<usize> = HashSet::new();
     loop {
-        let before = labeled.len();
-        for &i in &candidates {
-            if labeled.contains(&i) {
-                continue;
-            }
-            let from_device = operands_all(&nodes[i])
-                .filter_map(|x| by_name.get(source(x).0).copied())
-                .any(|p| {
-                    on_tfwgpu_gpu(&nodes[p].device)
-                        && (labeled.contains(&p) || (k.device_output)(&nodes[p]))
-                });
-            if from_device {
-                labeled.insert(i);
+        let before = taken.len();
+        for &i in candidates {
+            if !taken.contains(&i) && admit(i, &taken) {
+                taken.insert(i);
             }
         }
-        if labeled.len() == before {
-            return labeled;
+        if taken.len() == before {
+            return taken;
         }
     }
 }

@@ -140,6 +140,15 @@ fn cos_poly(r: f32) -> f32 {
     return w + (((1.0 - w) - hz) + z * z * p);
 }
 
+// (quadrant, reduced argument) of the finite |x| with bits ax: no reduction below pi/4
+// (0x3f490fdb).
+fn reduce_any(ax: u32) -> vec2<f32> {
+    if ax >= 0x3f490fdbu {
+        return trig_reduce(ax);
+    }
+    return vec2<f32>(0.0, bitcast<f32>(ax));
+}
+
 // sin (want_cos = false) or cos of x.
 fn sincos_f32(x: f32, want_cos: bool) -> f32 {
     let b = bitcast<u32>(x);
@@ -148,14 +157,9 @@ fn sincos_f32(x: f32, want_cos: bool) -> f32 {
         // NaN or infinity: NaN.
         return bitcast<f32>(ax | 0x7fc00000u);
     }
-    var q = 0u;
-    var r = bitcast<f32>(ax);
-    // |x| < pi/4 (0x3f490fdb): no reduction.
-    if ax >= 0x3f490fdbu {
-        let red = trig_reduce(ax);
-        q = u32(red.x);
-        r = red.y;
-    }
+    let red = reduce_any(ax);
+    let q = u32(red.x);
+    let r = red.y;
     if want_cos {
         var c: f32;
         switch q {
@@ -185,13 +189,9 @@ fn tan_f32(x: f32) -> f32 {
     if ax >= 0x7f800000u {
         return bitcast<f32>(ax | 0x7fc00000u);
     }
-    var q = 0u;
-    var r = bitcast<f32>(ax);
-    if ax >= 0x3f490fdbu {
-        let red = trig_reduce(ax);
-        q = u32(red.x);
-        r = red.y;
-    }
+    let red = reduce_any(ax);
+    let q = u32(red.x);
+    let r = red.y;
     var t: f32;
     if (q & 1u) == 0u {
         t = sin_poly(r) / cos_poly(r);

@@ -18,7 +18,7 @@ struct Params {
     iw: u32,
     ih: u32,
     // bit 0: round half away from zero (nearest neighbour, align_corners); bit 1: same size
-    // (the forward copies).
+    // (the forward copies); bit 2: nearest neighbour (the scattering gradient).
     flags: u32,
     hs: f32,
     ws: f32,
@@ -27,7 +27,6 @@ struct Params {
 };
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> src: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
 
 LINEAR_INDEX
 
@@ -58,6 +57,12 @@ fn nearest(o: u32, s: f32, size: u32) -> u32 {
     return u32(clamp(i32(k), 0, i32(size) - 1));
 }
 
+// (channel, x, y, image) of element e of an NHWC tensor of width w and height h.
+fn pixel(e: u32, w: u32, h: u32) -> vec4<u32> {
+    let r = e / p.c;
+    return vec4<u32>(e % p.c, r % w, (r / w) % h, r / w / h);
+}
+
 // Resized positions [first, end) whose coordinate may lie in [i - 1, i + 1].
 fn window(i: u32, s: f32, osize: u32) -> vec2<u32> {
     if s <= 0.0 {
@@ -71,6 +76,8 @@ fn window(i: u32, s: f32, osize: u32) -> vec2<u32> {
 }
 
 #ifdef BILINEAR
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let e = linear_index(gid);
@@ -81,14 +88,11 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         out[e] = src[e];
         return;
     }
-    let ch = e % p.c;
-    var r = e / p.c;
-    let x = r % p.ow;
-    r = r / p.ow;
-    let y = r % p.oh;
-    let b = r / p.oh;
-    let ty = tap(y, p.hs, p.ih);
-    let tx = tap(x, p.ws, p.iw);
+    let q = pixel(e, p.ow, p.oh);
+    let ch = q.x;
+    let b = q.w;
+    let ty = tap(q.z, p.hs, p.ih);
+    let tx = tap(q.y, p.ws, p.iw);
     let row0 = (b * p.ih + ty.lo) * p.iw;
     let row1 = (b * p.ih + ty.hi) * p.iw;
     let tl = src[(row0 + tx.lo) * p.c + ch];
@@ -102,18 +106,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
 
 #ifdef BILINEAR_GRAD
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let e = linear_index(gid);
     if e >= p.n {
         return;
     }
-    let ch = e % p.c;
-    var r = e / p.c;
-    let ix = r % p.iw;
-    r = r / p.iw;
-    let iy = r % p.ih;
-    let b = r / p.ih;
+    let q = pixel(e, p.iw, p.ih);
+    let ch = q.x;
+    let ix = q.y;
+    let iy = q.z;
+    let b = q.w;
     let ys = window(iy, p.hs, p.oh);
     let xs = window(ix, p.ws, p.ow);
     var acc = 0.0;
@@ -153,18 +158,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 #endif
 
 #ifdef NEAREST_GRAD
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let e = linear_index(gid);
     if e >= p.n {
         return;
     }
-    let ch = e % p.c;
-    var r = e / p.c;
-    let ix = r % p.iw;
-    r = r / p.iw;
-    let iy = r % p.ih;
-    let b = r / p.ih;
+    let q = pixel(e, p.iw, p.ih);
+    let ch = q.x;
+    let ix = q.y;
+    let iy = q.z;
+    let b = q.w;
     let ys = window(iy, p.hs, p.oh);
     let xs = window(ix, p.ws, p.ow);
     var acc = 0.0;
@@ -179,5 +185,48 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
     }
     out[e] = acc;
+}
+#endif
+
+#ifdef SCATTER
+// The gradients when a pixel's window is long (upsampling by large factors: one invocation
+// would loop over tens of thousands of positions, past what CPU adapters run in one loop):
+// each gradient element adds its share to its taps' pixels by an atomic compare-and-swap of
+// the float's bits (the output is zeroed before); the order of the additions is the GPU's,
+// as in TensorFlow's GPU kernels.
+@group(0) @binding(2) var<storage, read_write> out: array<atomic<u32>>;
+
+fn add(b: u32, y: u32, x: u32, ch: u32, v: f32) {
+    let at = ((b * p.ih + y) * p.iw + x) * p.c + ch;
+    var old = atomicLoad(&out[at]);
+    loop {
+        let r = atomicCompareExchangeWeak(&out[at], old, bitcast<u32>(bitcast<f32>(old) + v));
+        if r.exchanged {
+            break;
+        }
+        old = r.old_value;
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let e = linear_index(gid);
+    if e >= p.n {
+        return;
+    }
+    let q = pixel(e, p.ow, p.oh);
+    let g = src[e];
+    if (p.flags & 4u) != 0u {
+        add(q.w, nearest(q.z, p.hs, p.ih), nearest(q.y, p.ws, p.iw), q.x, g);
+        return;
+    }
+    let ty = tap(q.z, p.hs, p.ih);
+    let tx = tap(q.y, p.ws, p.iw);
+    let iyl = 1.0 - ty.lerp;
+    let ixl = 1.0 - tx.lerp;
+    add(q.w, ty.lo, tx.lo, q.x, g * iyl * ixl);
+    add(q.w, ty.lo, tx.hi, q.x, g * iyl * tx.lerp);
+    add(q.w, ty.hi, tx.lo, q.x, g * ty.lerp * ixl);
+    add(q.w, ty.hi, tx.hi, q.x, g * ty.lerp * tx.lerp);
 }
 #endif
