@@ -53,6 +53,7 @@ UNARY = [
     ("LeakyRelu", lambda tf: (lambda x: tf.nn.leaky_relu(x, alpha=0.3))),
     ("Softsign", lambda tf: tf.nn.softsign),
     ("IsNan", lambda tf: tf.math.is_nan),
+    ("IsInf", lambda tf: tf.math.is_inf),
     ("IsFinite", lambda tf: tf.math.is_finite),
 ]
 
@@ -300,3 +301,70 @@ def test_where_in_function(tf):
             gi, gv = f(tf.constant(x))
         np.testing.assert_array_equal(gi.numpy(), np.argwhere(x > 0.5))
         np.testing.assert_array_equal(gv.numpy(), x[x > 0.5])
+
+
+CUMSUM_CASES = [((7,), 0), ((3, 200, 4), 1), ((5, 6), -1), ((2, 3, 4), 0), ((0, 3), 1), ((70001,), 0), ((40000, 2), 0)]
+
+
+@pytest.mark.parametrize("shape,axis", CUMSUM_CASES, ids=str)
+def test_cumsum(tf, shape, axis):
+    """Cumsum (AUC's sums over thresholds) in TensorFlow's order: the same float32 sums as the
+    CPU, with exclusive and reverse; axes longer than one dispatch's chunk (32,768) continue
+    from the previous chunk's sum."""
+    x = np.random.default_rng(len(shape)).standard_normal(shape).astype(np.float32)
+    for exclusive in (False, True):
+        for reverse in (False, True):
+            f = lambda v: tf.math.cumsum(v, axis=axis, exclusive=exclusive, reverse=reverse)
+            with ran_on_gpu("Cumsum") if x.size else ran_on_gpu():
+                g, c = run_both(tf, f, x)
+            np.testing.assert_array_equal(g.numpy(), c.numpy())
+
+
+def test_in_top_k(tf):
+    """InTopKV2 (top-k accuracy): targets out of range or with a non-finite prediction are
+    false, ties count as in (only strictly larger predictions push a target out), NaN
+    predictions of other classes never count; int32 and int64 targets; every k."""
+    rng = np.random.default_rng(3)
+    p = rng.standard_normal((9, 7)).astype(np.float32)
+    p[0, 3] = np.nan
+    p[1, :] = 1.0
+    p[2, 2] = np.inf
+    t = np.array([3, 0, 2, 6, 7, -1, 1, 2, 3])
+    for k in [0, 1, 2, 3, 7, 10]:
+        for idt in (np.int32, np.int64):
+            with ran_on_gpu("InTopKV2"):
+                g, c = run_both(tf, lambda tt, pp: tf.math.in_top_k(tt, pp, k), t.astype(idt), p)
+            np.testing.assert_array_equal(g.numpy(), c.numpy())
+    # Many classes: counted in chunks of 32,768.
+    big = rng.standard_normal((3, 70000)).astype(np.float32)
+    tt = np.array([5, 69999, 40000], np.int32)
+    g, c = run_both(tf, lambda a, b: tf.math.in_top_k(a, b, 30000), tt, big)
+    np.testing.assert_array_equal(g.numpy(), c.numpy())
+
+
+def test_keras_auc_and_top_k_metrics_stay_on_the_gpu(tf):
+    """Keras's AUC (Cumsum over its thresholds) and top-k accuracy (InTopKV2) run on the GPU:
+    they went to the CPU, with the predictions, every step."""
+    import keras
+    import tensorflow_wgpu
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    y = rng.integers(0, 4, 32).astype(np.int32)
+    with tf.device("/GPU:0"):
+        keras.utils.set_random_seed(5)
+        m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4)])
+        m.compile(
+            optimizer="adam",
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=[keras.metrics.SparseTopKCategoricalAccuracy(2)],
+            jit_compile=False,
+        )
+        m2 = keras.Sequential([keras.Input((8,)), keras.layers.Dense(1, activation="sigmoid")])
+        m2.compile(optimizer="adam", loss="binary_crossentropy", metrics=[keras.metrics.AUC()], jit_compile=False)
+        before = tensorflow_wgpu.stats()["gpu_ops"]
+        m.fit(x, y, batch_size=8, epochs=1, verbose=0)
+        m2.fit(x, (y % 2).astype(np.float32)[:, None], batch_size=8, epochs=1, verbose=0)
+        after = tensorflow_wgpu.stats()["gpu_ops"]
+    for op in ("InTopKV2", "Cumsum"):
+        assert after.get(op, 0) > before.get(op, 0), op

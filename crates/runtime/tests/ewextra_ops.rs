@@ -1,5 +1,5 @@
 //! The activations and elementwise ops added after the first round: Sin, Cos (exact argument
-//! reduction), Relu6, Elu, Selu, LeakyRelu, Softsign, IsNan, IsFinite, their gradients, and
+//! reduction), Relu6, Elu, Selu, LeakyRelu, Softsign, IsNan, IsInf, IsFinite, their gradients, and
 //! ClipByValue, against CPU references of TensorFlow's formulas.
 mod common;
 mod refs;
@@ -206,6 +206,12 @@ fn activations_f32() {
             x.iter().map(|v| v.is_finite()).collect::<Vec<_>>(),
             "IsFinite"
         );
+        let out = run("IsInf", &Attrs::new(), &[&host(&x, shape)]);
+        assert_eq!(
+            download_bools(&out[0]),
+            x.iter().map(|v| v.is_infinite()).collect::<Vec<_>>(),
+            "IsInf"
+        );
     }
 }
 
@@ -275,6 +281,12 @@ fn activations_f16() {
             download_bools(&out[0]),
             x.iter().map(|v| v.is_finite()).collect::<Vec<_>>(),
             "IsFinite f16"
+        );
+        let out = run("IsInf", &Attrs::new(), &[&host(&x, shape)]);
+        assert_eq!(
+            download_bools(&out[0]),
+            x.iter().map(|v| v.is_infinite()).collect::<Vec<_>>(),
+            "IsInf f16"
         );
     }
 }

@@ -5,7 +5,7 @@
 //! SqrtGrad, RsqrtGrad, ReciprocalGrad), unary ops (Neg, Abs, Exp, Log, Sqrt, Relu, Tanh,
 //! Sigmoid, Square, Rsqrt, Reciprocal, Sign, Floor, Ceil, Round, Log1p, Expm1, Softplus),
 //! Select/SelectV2, AddN, and the Identity/Snapshot device copy; Sin, Cos, Tan, Relu6, Elu, Selu,
-//! LeakyRelu, Softsign, IsNan, IsFinite (bool output), their gradients (Relu6Grad, EluGrad,
+//! LeakyRelu, Softsign, IsNan, IsInf, IsFinite (bool output), their gradients (Relu6Grad, EluGrad,
 //! SeluGrad, LeakyReluGrad, SoftsignGrad), and ClipByValue.
 //!
 //! Numerics (TensorFlow CPU is the spec):
@@ -229,6 +229,7 @@ pub const OPS: &[OpDef] = &[
     unary_row!("Selu", UnaryOp::Selu, FLOAT),
     unary_row!("Softsign", UnaryOp::Softsign, FLOAT),
     unary_row!("IsNan", UnaryOp::IsNan, FLOAT),
+    unary_row!("IsInf", UnaryOp::IsInf, FLOAT),
     unary_row!("IsFinite", UnaryOp::IsFinite, FLOAT),
     OpDef {
         op: "LeakyRelu",

@@ -48,6 +48,8 @@ pub(crate) enum UnaryOp {
     /// Bool output.
     IsNan,
     /// Bool output.
+    IsInf,
+    /// Bool output.
     IsFinite,
 }
 
@@ -93,6 +95,7 @@ impl UnaryOp {
             UnaryOp::LeakyRelu => "leaky_relu",
             UnaryOp::Softsign => "softsign",
             UnaryOp::IsNan => "is_nan",
+            UnaryOp::IsInf => "is_inf",
             UnaryOp::IsFinite => "is_finite",
         }
     }
@@ -111,7 +114,7 @@ impl UnaryOp {
     /// The output dtype for an input of `dtype`.
     fn output_dtype(self, dtype: DType) -> DType {
         match self {
-            UnaryOp::IsNan | UnaryOp::IsFinite => DType::Bool,
+            UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsFinite => DType::Bool,
             _ => dtype,
         }
     }
@@ -120,6 +123,9 @@ impl UnaryOp {
     fn wgsl(self, dtype: DType) -> &'static str {
         match self {
             UnaryOp::IsNan => return "    return is_nan(v);",
+            UnaryOp::IsInf => {
+                return "    return (bitcast<u32>(v) & 0x7fffffffu) == 0x7f800000u;";
+            }
             UnaryOp::IsFinite => {
                 return "    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;";
             }
@@ -198,7 +204,7 @@ impl UnaryOp {
                 UnaryOp::Softsign => {
                     "    return v / rt(bitcast<f32>(bitcast<u32>(v) & 0x7fffffffu) + 1.0);"
                 }
-                UnaryOp::LogicalNot | UnaryOp::IsNan | UnaryOp::IsFinite => {
+                UnaryOp::LogicalNot | UnaryOp::IsNan | UnaryOp::IsInf | UnaryOp::IsFinite => {
                     unreachable!("handled above")
                 }
             }

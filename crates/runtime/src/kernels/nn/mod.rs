@@ -1,12 +1,13 @@
 //! nn family: BiasAdd / BiasAddV1 / BiasAddGrad, Softmax / LogSoftmax, the softmax
 //! cross-entropies (SparseSoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyWithLogits) and
-//! L2Loss. See each module for the numerics. float16 Softmax, LogSoftmax, the
+//! L2Loss, and the metrics' Cumsum and InTopKV2 (`metric`). See each module for the numerics. float16 Softmax, LogSoftmax, the
 //! cross-entropies and BiasAddGrad run their float32 kernel on converted inputs and round the
 //! outputs once (`f16`), as TensorFlow's GPU kernels compute half in float.
 
 mod bias;
 pub(crate) mod f16;
 mod l2loss;
+mod metric;
 mod softmax;
 
 use crate::DType;
@@ -18,6 +19,20 @@ const FLOAT: &[DType] = &[DType::F32, DType::F16];
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "Cumsum",
+        type_attr: "T",
+        dtypes: &[DType::F32],
+        host_inputs: &[(1, "axis")],
+        factory: metric::Cumsum::build,
+    },
+    OpDef {
+        op: "InTopKV2",
+        type_attr: "T",
+        dtypes: &[DType::I32, DType::I64],
+        host_inputs: &[(2, "k")],
+        factory: |_| Ok(Box::new(metric::InTopK)),
+    },
     OpDef {
         op: "BiasAdd",
         type_attr: "T",
