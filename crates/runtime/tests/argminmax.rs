@@ -254,3 +254,34 @@ fn argmax_errors() {
     assert_eq!(out[0].dtype(), DType::I64);
     assert_eq!(out[0].download::<i64>().unwrap(), vec![1, 1]);
 }
+
+#[test]
+fn long_axes_continue_across_dispatches() {
+    // Along axis 0 of [70000, 3] each invocation walks one column: 32,768 elements per
+    // dispatch (CPU adapters stop a shader's loops after 65,535 iterations), so the best so
+    // far carries into the next dispatch. Column 0: the maximum in the last chunk; column 1:
+    // ties across chunks (the first index wins) with NaNs around the chunk boundaries;
+    // column 2: all NaN but one -inf (index 0, as TensorFlow: nothing beats the start).
+    let r = 70_000;
+    let mut rng = rng(7);
+    let mut x = vec![0.0f32; r * 3];
+    for k in 0..r {
+        x[k * 3] = rng.random_range(-1.0..1.0);
+        x[k * 3 + 1] = if k % 1000 == 0 { 5.0 } else { 1.0 };
+        x[k * 3 + 2] = f32::NAN;
+    }
+    x[69_000 * 3] = 2.0;
+    x[32_767 * 3 + 1] = f32::NAN;
+    x[32_768 * 3 + 1] = f32::NAN;
+    x[40_000 * 3 + 2] = f32::NEG_INFINITY;
+    let xs = host(&x, &[r, 3]);
+    let dim = HostTensor::scalar(0i32);
+    for (op, max) in [("ArgMax", true), ("ArgMin", false)] {
+        let (shape, got) = run_arg(op, &xs, &dim, DType::I64);
+        assert_eq!(shape, vec![3]);
+        let start = if max { f32::MIN } else { f32::MAX };
+        assert_eq!(got, arg_ref(&x, &[r, 3], 0, max, start), "{op}");
+    }
+    let (_, got) = run_arg("ArgMax", &xs, &dim, DType::I32);
+    assert_eq!(got, vec![69_000, 0, 0]);
+}

@@ -24,8 +24,11 @@ struct Params {
     g: u32,
     t: u32,
     groups_x: u32,
-    pad0: u32,
-    pad1: u32,
+    // This dispatch scans elements [start, end) of each row (long rows take several
+    // dispatches: CPU adapters stop a shader's loops after 65,535 iterations in all); a later
+    // one starts from the index the previous one wrote.
+    start: u32,
+    end: u32,
 };
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<u32>;
@@ -69,7 +72,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if o < p.outputs {
         let i = o % p.inner;
         let base = (o / p.inner) * p.r * p.inner + i;
-        for (var k = t; k < p.r; k = k + p.t) {
+        if p.start > 0u {
+            // The best so far: its key is its element's (the starting value's for an index
+            // 0 that nothing beat, as a NaN there reads), and earlier indices win ties.
+            var prior = out[o];
+            if WIDE {
+                prior = out[2u * o];
+            }
+            var valid = true;
+            let kk = key(base + prior * p.inner, &valid);
+            if valid {
+                best = kk;
+            }
+            best_idx = prior;
+        }
+        for (var k = p.start + t; k < p.end; k = k + p.t) {
             var valid = true;
             let kk = key(base + k * p.inner, &valid);
             if valid && better(kk, best) {

@@ -224,16 +224,32 @@ impl Kernel for ArgMinMax {
         let g = WG / t;
         let groups = outputs_n.div_ceil(g);
         let (gx, gy) = grid_2d(groups, || format!("{name}: {outputs_n} outputs"))?;
-        let p = params(&[
-            outputs_n as u32,
-            r as u32,
-            inner as u32,
-            g as u32,
-            t as u32,
-            gx as u32,
-            0,
-            0,
-        ]);
-        ctx.dispatch(&pipeline, &p, &[src, dst], [gx as u32, gy as u32, 1])
+        // At most 32,768 loop iterations per invocation and dispatch (CPU adapters stop a
+        // shader's loops after 65,535 in all): long rows run as several dispatches.
+        let chunk = 32768 * t;
+        let mut start = 0;
+        loop {
+            let end = (start + chunk).min(r);
+            let p = params(&[
+                outputs_n as u32,
+                r as u32,
+                inner as u32,
+                g as u32,
+                t as u32,
+                gx as u32,
+                start as u32,
+                end as u32,
+            ]);
+            ctx.dispatch(
+                &pipeline,
+                &p,
+                &[src.clone(), dst.clone()],
+                [gx as u32, gy as u32, 1],
+            )?;
+            start = end;
+            if start >= r {
+                return Ok(());
+            }
+        }
     }
 }
