@@ -17,3 +17,18 @@ pub fn params(words: &[u32]) -> Vec<u8> {
 /// row length in `p.row`.
 pub const LINEAR_INDEX: &str =
     "fn linear_index(gid: vec3<u32>) -> u32 { return gid.y * p.row + gid.x; }\n";
+
+/// Shader fragment: `atomic_add_out(at, v)` adds float `v` to element `at` of the
+/// `array<atomic<u32>>` named `out` by a compare-and-swap loop on the float's bits (WGSL has
+/// no float atomics); the order of concurrent additions is the GPU's.
+pub const ATOMIC_ADD_OUT: &str = "fn atomic_add_out(at: u32, v: f32) {
+    var old = atomicLoad(&out[at]);
+    loop {
+        let r = atomicCompareExchangeWeak(&out[at], old, bitcast<u32>(bitcast<f32>(old) + v));
+        if r.exchanged {
+            break;
+        }
+        old = r.old_value;
+    }
+}
+";

@@ -23,7 +23,7 @@ use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{bind_out, fmt_shape};
 use crate::kernels::layout::strided::select_block;
 use crate::kernels::slice::{dispatch_words, load_fn, u32_of};
-use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::kernels::wgsl::{ATOMIC_ADD_OUT, LINEAR_INDEX, WG, params};
 use crate::{Attrs, DType, Error, Result, bail_invalid};
 
 const RESIZE_WGSL: &str = include_str!("resize.wgsl");
@@ -296,6 +296,9 @@ impl Resize {
         if self.kind == Kind::Bilinear && g.oh == g.ih && g.ow == g.iw {
             flags |= 2;
         }
+        if self.kind == Kind::NearestGrad {
+            flags |= 4;
+        }
         let dims = [g.channels, g.ow, g.oh, g.iw, g.ih]
             .iter()
             .map(|&d| u32_of(op, "dimension", d))
@@ -428,14 +431,14 @@ impl Kernel for Resize {
         let variant = match self.kind {
             Kind::Bilinear => "BILINEAR",
             _ if scatter => "SCATTER",
-            Kind::BilinearGrad => "BILINEAR_GRAD",
-            _ => "NEAREST_GRAD",
+            _ => "GATHER",
         };
         let pipeline = ctx.pipeline(
             PipelineKey::new("resize", Some(DType::F32), variant.to_lowercase()),
             || {
                 ShaderSource::new(
                     select_block(RESIZE_WGSL, variant)
+                        .replace("ATOMIC_ADD_OUT", ATOMIC_ADD_OUT)
                         .replace("LINEAR_INDEX", LINEAR_INDEX)
                         .replace("WG", &WG.to_string()),
                 )
@@ -452,9 +455,6 @@ impl Kernel for Resize {
         let (groups, row) = grid_1d(threads as u64, WG);
         let mut p = self.params(&g, threads, None)?;
         p[0] = row;
-        if scatter && self.kind == Kind::NearestGrad {
-            p[7] |= 4;
-        }
         ctx.dispatch(&pipeline, &params(&p), &[ctx.bind(&src)?, o], groups)
     }
 }

@@ -18,7 +18,7 @@ struct Params {
     iw: u32,
     ih: u32,
     // bit 0: round half away from zero (nearest neighbour, align_corners); bit 1: same size
-    // (the forward copies); bit 2: nearest neighbour (the scattering gradient).
+    // (the forward copies); bit 2: nearest neighbour (the gradients).
     flags: u32,
     hs: f32,
     ws: f32,
@@ -105,8 +105,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 #endif
 
-#ifdef BILINEAR_GRAD
+#ifdef GATHER
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+
+// How resized position o along an axis reaches pixel i: as its first tap (weight w.x) and/or
+// its second (w.y). Nearest neighbour has one tap of weight 1 (g * 1 * 1 is g exactly).
+struct Role {
+    first: bool,
+    second: bool,
+    w: vec2<f32>,
+};
+
+fn role(o: u32, s: f32, size: u32, i: u32) -> Role {
+    if (p.flags & 4u) != 0u {
+        return Role(nearest(o, s, size) == i, false, vec2<f32>(1.0, 0.0));
+    }
+    let t = tap(o, s, size);
+    return Role(t.lo == i, t.hi == i, vec2<f32>(1.0 - t.lerp, t.lerp));
+}
 
 @compute @workgroup_size(WG)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
@@ -115,72 +131,32 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     let q = pixel(e, p.iw, p.ih);
-    let ch = q.x;
-    let ix = q.y;
-    let iy = q.z;
-    let b = q.w;
-    let ys = window(iy, p.hs, p.oh);
-    let xs = window(ix, p.ws, p.ow);
+    let ys = window(q.z, p.hs, p.oh);
+    let xs = window(q.y, p.ws, p.ow);
     var acc = 0.0;
     for (var oy = ys.x; oy < ys.y; oy++) {
-        let ty = tap(oy, p.hs, p.ih);
-        let top = ty.lo == iy;
-        let bottom = ty.hi == iy;
-        if !(top || bottom) {
+        let ry = role(oy, p.hs, p.ih, q.z);
+        if !(ry.first || ry.second) {
             continue;
         }
-        let iyl = 1.0 - ty.lerp;
         for (var ox = xs.x; ox < xs.y; ox++) {
-            let tx = tap(ox, p.ws, p.iw);
-            let left = tx.lo == ix;
-            let right = tx.hi == ix;
-            if !(left || right) {
+            let rx = role(ox, p.ws, p.iw, q.y);
+            if !(rx.first || rx.second) {
                 continue;
             }
-            let g = src[((b * p.oh + oy) * p.ow + ox) * p.c + ch];
-            let ixl = 1.0 - tx.lerp;
-            if top && left {
-                acc += g * iyl * ixl;
+            let g = src[((q.w * p.oh + oy) * p.ow + ox) * p.c + q.x];
+            // TensorFlow's order: top-left, top-right, bottom-left, bottom-right.
+            if ry.first && rx.first {
+                acc += g * ry.w.x * rx.w.x;
             }
-            if top && right {
-                acc += g * iyl * tx.lerp;
+            if ry.first && rx.second {
+                acc += g * ry.w.x * rx.w.y;
             }
-            if bottom && left {
-                acc += g * ty.lerp * ixl;
+            if ry.second && rx.first {
+                acc += g * ry.w.y * rx.w.x;
             }
-            if bottom && right {
-                acc += g * ty.lerp * tx.lerp;
-            }
-        }
-    }
-    out[e] = acc;
-}
-#endif
-
-#ifdef NEAREST_GRAD
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let e = linear_index(gid);
-    if e >= p.n {
-        return;
-    }
-    let q = pixel(e, p.iw, p.ih);
-    let ch = q.x;
-    let ix = q.y;
-    let iy = q.z;
-    let b = q.w;
-    let ys = window(iy, p.hs, p.oh);
-    let xs = window(ix, p.ws, p.ow);
-    var acc = 0.0;
-    for (var oy = ys.x; oy < ys.y; oy++) {
-        if nearest(oy, p.hs, p.ih) != iy {
-            continue;
-        }
-        for (var ox = xs.x; ox < xs.y; ox++) {
-            if nearest(ox, p.ws, p.iw) == ix {
-                acc += src[((b * p.oh + oy) * p.ow + ox) * p.c + ch];
+            if ry.second && rx.second {
+                acc += g * ry.w.y * rx.w.y;
             }
         }
     }
@@ -196,16 +172,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 // as in TensorFlow's GPU kernels.
 @group(0) @binding(2) var<storage, read_write> out: array<atomic<u32>>;
 
+ATOMIC_ADD_OUT
+
 fn add(b: u32, y: u32, x: u32, ch: u32, v: f32) {
-    let at = ((b * p.ih + y) * p.iw + x) * p.c + ch;
-    var old = atomicLoad(&out[at]);
-    loop {
-        let r = atomicCompareExchangeWeak(&out[at], old, bitcast<u32>(bitcast<f32>(old) + v));
-        if r.exchanged {
-            break;
-        }
-        old = r.old_value;
-    }
+    atomic_add_out(((b * p.ih + y) * p.iw + x) * p.c + ch, v);
 }
 
 @compute @workgroup_size(WG)

@@ -85,7 +85,9 @@ impl Kernel for UnsortedSegmentSum {
             || {
                 ShaderSource::new(format!(
                     "{}\n{LINEAR_INDEX}\n{idx_src}",
-                    SEGMENT_WGSL.replace("WORKGROUP_SIZE", &WG.to_string())
+                    SEGMENT_WGSL
+                        .replace("ATOMIC_ADD_OUT", crate::kernels::wgsl::ATOMIC_ADD_OUT)
+                        .replace("WORKGROUP_SIZE", &WG.to_string())
                 ))
             },
         )?;

@@ -14,6 +14,8 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> data: array<u32>;
 @group(0) @binding(3) var<storage, read_write> ids: array<u32>;
 
+ATOMIC_ADD_OUT
+
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let e = linear_index(gid);
@@ -24,14 +26,5 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if seg.y != 0u || seg.x >= p.segments {
         return;
     }
-    let v = bitcast<f32>(data[e]);
-    let at = seg.x * p.inner + e % p.inner;
-    var old = atomicLoad(&out[at]);
-    loop {
-        let r = atomicCompareExchangeWeak(&out[at], old, bitcast<u32>(bitcast<f32>(old) + v));
-        if r.exchanged {
-            break;
-        }
-        old = r.old_value;
-    }
+    atomic_add_out(seg.x * p.inner + e % p.inner, bitcast<f32>(data[e]));
 }
