@@ -1,6 +1,7 @@
 //! nn family: BiasAdd / BiasAddV1 / BiasAddGrad, Softmax / LogSoftmax, the softmax
 //! cross-entropies (SparseSoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyWithLogits) and
-//! L2Loss, and the metrics' Cumsum and InTopKV2 (`metric`). See each module for the numerics. float16 Softmax, LogSoftmax, the
+//! L2Loss, the metrics' Cumsum and InTopKV2 (`metric`), and the recurrent layers' CudnnRNNV3 /
+//! CudnnRNNBackpropV3 (`rnn`). See each module for the numerics. float16 Softmax, LogSoftmax, the
 //! cross-entropies and BiasAddGrad run their float32 kernel on converted inputs and round the
 //! outputs once (`f16`), as TensorFlow's GPU kernels compute half in float.
 
@@ -8,6 +9,7 @@ mod bias;
 pub(crate) mod f16;
 mod l2loss;
 mod metric;
+mod rnn;
 mod softmax;
 
 use crate::DType;
@@ -19,6 +21,20 @@ const FLOAT: &[DType] = &[DType::F32, DType::F16];
 
 /// Registration table.
 pub const OPS: &[OpDef] = &[
+    OpDef {
+        op: "CudnnRNNV3",
+        type_attr: "T",
+        dtypes: rnn::DTYPES,
+        host_inputs: &[],
+        factory: rnn::build_forward,
+    },
+    OpDef {
+        op: "CudnnRNNBackpropV3",
+        type_attr: "T",
+        dtypes: rnn::DTYPES,
+        host_inputs: &[],
+        factory: rnn::build_backward,
+    },
     OpDef {
         op: "Cumsum",
         type_attr: "T",
