@@ -7,7 +7,7 @@ computed at run time. A read of the GPU waits for every command before it: beyon
 metric that Keras reads after each step, a read inside the step stops the host until the GPU
 has caught up.
 
-    python bench/keras_fit_reads.py [--models cnn,resnet,embed,mha,causal,upsample,lstm,gru,resnet50]
+    python bench/keras_fit_reads.py [--models cnn,resnet,embed,mha,causal,upsample,lstm,gru,bilstm,stack,resnet50]
                                     [--steps 60] [--warmup 10] [--device /GPU:0] [--json FILE]
 
 Models: `tensorflow_wgpu.models` cnn and resnet (their own optimizers); resnet50:
@@ -20,7 +20,10 @@ residuals, LayerNormalization, a gelu feed-forward of 128, GlobalAveragePooling1
 only when named); upsample: strided Conv2Ds down to 8 x 8, bilinear UpSampling2D, Conv2D,
 Resizing(32, 32), Conv2D, GlobalAveragePooling2D, Dense(10) over 32 x 32 x 3 images (only when
 named); LSTM(64) /
-GRU(64) over sequences of 20 steps of 16 features, then Dense(10); all four with Adam.
+GRU(64) over sequences of 20 steps of 16 features, then Dense(10); bilstm: Bidirectional(LSTM(64))
+and stack: LSTM(64, return_sequences) then GRU(64) over the same sequences (only when named);
+all with Adam. Keras's LSTM and GRU take the plugin's fused recurrent op; TFWGPU_FUSED_RNN=0
+keeps their generic loop.
 Synthetic data (uniform images, ResNet-50's too; normal sequences; uniform labels), one process
 for all models. Per model: wall ms per step of a `fit` of `--steps` steps after a warm-up `fit`
 of `--warmup` steps, and per step the plugin's device-to-host copies, reads of the GPU, kernel
@@ -77,6 +80,14 @@ def build(keras, name):
              L.GlobalAveragePooling1D(), L.Dense(64, activation="relu"), L.Dense(10)]
         )
         return model, keras.optimizers.Adam(1e-3), True, (40,)
+    if name == "bilstm":
+        model = keras.Sequential([keras.Input((20, 16)), L.Bidirectional(L.LSTM(64)), L.Dense(10)])
+        return model, keras.optimizers.Adam(1e-3), True, (20, 16)
+    if name == "stack":
+        model = keras.Sequential(
+            [keras.Input((20, 16)), L.LSTM(64, return_sequences=True), L.GRU(64), L.Dense(10)]
+        )
+        return model, keras.optimizers.Adam(1e-3), True, (20, 16)
     layer = {"lstm": L.LSTM, "gru": L.GRU}[name]
     model = keras.Sequential([keras.Input((20, 16)), layer(64), L.Dense(10)])
     return model, keras.optimizers.Adam(1e-3), True, (20, 16)

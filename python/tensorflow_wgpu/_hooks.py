@@ -7,12 +7,15 @@ else), and each changes behaviour only for tfwgpu devices:
   (only Apple GPUs are exempted), and `fit` then fails: XLA has no compiler for a
   PluggableDevice. When every accelerator is a tfwgpu device, "auto" means no XLA; an explicit
   `jit_compile=True` is left alone.
-- Keras 3's LSTM and GRU layers (`use_cudnn="auto"`) take cuDNN's fused kernel
-  (`CudnnRNNV3`) whenever TensorFlow lists a GPU, and only at run time learn that there is no
-  such kernel: `fit` fails ("No OpKernel was registered to support Op 'CudnnRNNV3'"). When
-  every GPU is a tfwgpu device, Keras is told that none is a cuDNN GPU, and the layers run
-  their generic loop (on the tfwgpu GPU); an explicit `use_cudnn=True` still fails, as it does
-  on a CPU.
+- Keras 3's LSTM and GRU layers (`use_cudnn="auto"`) take the fused recurrent op
+  (`CudnnRNNV3`) whenever TensorFlow lists a GPU; the plugin implements it (one layer,
+  unidirectional: what Keras asks for), so on tfwgpu GPUs a layer runs one forward and one
+  backward kernel per step instead of a `while` loop of ~30 kernels per timestep. Two cases
+  keep Keras's generic loop (on the tfwgpu GPU), as before: inputs with a mask (Keras's fused
+  path then asserts right-padding, a read of the GPU every step, and fails on other masks),
+  and TensorFlow builds with CUDA (Keras then passes cuDNN's GRU gate order, not the order the
+  plugin's kernel takes). `TFWGPU_FUSED_RNN=0` keeps the generic loop everywhere; an explicit
+  `use_cudnn=True` then fails, as it does on a CPU.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -101,21 +104,57 @@ def _patch_keras_trainer(module):
     trainer._resolve_auto_jit_compile = _resolve_auto_jit_compile
 
 
+def _fused_rnn():
+    """Whether Keras's LSTM and GRU layers may take the plugin's fused recurrent op: not
+    switched off (`TFWGPU_FUSED_RNN=0`) and TensorFlow built without CUDA (Keras keeps its GRU
+    gate order there, the order the plugin's kernel takes)."""
+    import os
+
+    if os.environ.get("TFWGPU_FUSED_RNN", "1").strip() == "0":
+        return False
+    import tensorflow as tf
+
+    return not tf.sysconfig.get_build_info().get("is_cuda_build", False)
+
+
 def _patch_keras_rnn(module):
     original = getattr(module, "_is_gpu_available", None)
     if original is None or getattr(original, "_tfwgpu", False):
         return
+    import inspect
 
     def _is_gpu_available():
         try:
             if _only_tfwgpu_accelerators():
-                return False
+                return _fused_rnn()
         except Exception:  # never break Keras: fall back to its own rule
             pass
         return original()
 
     _is_gpu_available._tfwgpu = True
     module._is_gpu_available = _is_gpu_available
+
+    def unmasked_only(fused):
+        signature = inspect.signature(fused)
+
+        def layer(*args, **kwargs):
+            try:
+                masked = signature.bind(*args, **kwargs).arguments.get("mask") is not None
+                tfwgpu = masked and _only_tfwgpu_accelerators()
+            except Exception:  # never break Keras: keep its own path
+                tfwgpu = False
+            if tfwgpu:
+                # Keras's generic loop (its answer to NotImplementedError).
+                raise NotImplementedError
+            return fused(*args, **kwargs)
+
+        layer.__name__, layer.__doc__, layer.__wrapped__ = fused.__name__, fused.__doc__, fused
+        return layer
+
+    for name in ("lstm", "gru"):
+        fused = getattr(module, name, None)
+        if fused is not None:
+            setattr(module, name, unmasked_only(fused))
 
 
 def _eager_on_tfwgpu(resource):

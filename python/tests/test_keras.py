@@ -128,56 +128,52 @@ def test_eager_gradient_tape_loop_with_a_keras_optimizer(tf):
 
 @pytest.mark.parametrize("layer", ["LSTM", "GRU"])
 def test_recurrent_layers_train_on_gpu_and_track_cpu(tf, layer):
-    """Keras's LSTM and GRU (`use_cudnn="auto"`) pick cuDNN's fused op whenever TensorFlow lists
-    a GPU and failed at run time on a tfwgpu GPU ("No OpKernel was registered to support Op
-    'CudnnRNNV3'"); the plugin's Keras hook says no cuDNN GPU is present, and the layers run
-    their generic loop on the GPU, with the CPU's losses. `use_cudnn=True` is refused, as on a
-    CPU."""
+    """Keras's LSTM and GRU (`use_cudnn="auto"`) pick the fused recurrent op (CudnnRNNV3)
+    whenever TensorFlow lists a GPU; before the plugin had a kernel for it, `fit` failed at run
+    time ("No OpKernel was registered to support Op 'CudnnRNNV3'"). It now runs the plugin's
+    kernels forward and backward, with the losses of Keras's generic loop on the CPU;
+    `use_cudnn=True` takes the same kernels."""
     import keras
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((48, 12, 6)).astype("float32")
     y = (x[:, :, 0].sum(axis=1) > 0).astype("int32") + (x[:, -1, 1] > 0.5).astype("int32")
 
-    def model():
+    def model(cudnn):
         keras.utils.set_random_seed(4)
         return keras.Sequential(
-            [keras.Input((12, 6)), getattr(keras.layers, layer)(16), keras.layers.Dense(3)]
+            [keras.Input((12, 6)), getattr(keras.layers, layer)(16, use_cudnn=cudnn), keras.layers.Dense(3)]
         )
 
     runs = {}
-    for device in ["/GPU:0", "/CPU:0"]:
+    for device, cudnn in [("/GPU:0", "auto"), ("/GPU:0", True), ("/CPU:0", False)]:
         with tf.device(device):
-            m = model()
+            m = model(cudnn)
             m.compile(
                 optimizer=keras.optimizers.Adam(0.01),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
             )
             cb = _losses(keras)
-            with ran_on_gpu("MatMul") if device == "/GPU:0" else contextlib.nullcontext():
+            gpu = device == "/GPU:0"
+            with ran_on_gpu("CudnnRNNV3", "CudnnRNNBackpropV3") if gpu else contextlib.nullcontext():
                 m.fit(x, y, epochs=3, batch_size=16, shuffle=False, verbose=0, callbacks=[cb])
-            runs[device] = (m, cb.values)
-    gpu_model, gpu_losses = runs["/GPU:0"]
-    cpu_losses = runs["/CPU:0"][1]
-    assert on_gpu(gpu_model.weights[0].value)
-    # float32 reassociation only: 12 steps of the recurrence keep the first losses close.
-    np.testing.assert_allclose(gpu_losses[:3], cpu_losses[:3], rtol=1e-4)
-    assert gpu_losses[-1] < gpu_losses[0]
-    np.testing.assert_allclose(gpu_losses[-1], cpu_losses[-1], rtol=2e-2)
-
-    with tf.device("/GPU:0"):
-        forced = keras.Sequential(
-            [keras.Input((12, 6)), getattr(keras.layers, layer)(4, use_cudnn=True)]
-        )
-        with pytest.raises(ValueError, match="cuDNN is not supported"):
-            forced(x[:2])
+            runs[(device, cudnn)] = (m, cb.values)
+    cpu_losses = runs[("/CPU:0", False)][1]
+    for key in [("/GPU:0", "auto"), ("/GPU:0", True)]:
+        gpu_model, gpu_losses = runs[key]
+        assert on_gpu(gpu_model.weights[0].value)
+        # float32 reassociation only: 12 steps of the recurrence keep the first losses close.
+        np.testing.assert_allclose(gpu_losses[:3], cpu_losses[:3], rtol=1e-4)
+        assert gpu_losses[-1] < gpu_losses[0]
+        np.testing.assert_allclose(gpu_losses[-1], cpu_losses[-1], rtol=2e-2)
 
 
-def test_gru_fit_reads_only_what_keras_asks_for(tf):
-    """Keras `fit` of a GRU over 20 timesteps (the shape of bench/keras_fit_reads.py's gru):
-    each step reads back the loss and the metric Keras asks for, and nothing for the loop
-    (before: ~170 reads per step, the loop's condition every timestep and the shapes the
-    forward loop keeps for the gradient)."""
+@pytest.mark.parametrize("cudnn", ["auto", False])
+def test_gru_fit_reads_only_what_keras_asks_for(tf, cudnn):
+    """Keras `fit` of a GRU over 20 timesteps (the shape of bench/keras_fit_reads.py's gru),
+    through the fused op ("auto") and Keras's generic loop: each step reads back the loss and
+    the metric Keras asks for, and nothing for the loop (before: ~170 reads per step, the loop's
+    condition every timestep and the shapes the forward loop keeps for the gradient)."""
     import keras
     import tensorflow_wgpu
 
@@ -186,7 +182,7 @@ def test_gru_fit_reads_only_what_keras_asks_for(tf):
     y = rng.integers(0, 10, 64).astype(np.int32)
     with tf.device("/GPU:0"):
         keras.utils.set_random_seed(1)
-        m = keras.Sequential([keras.Input((20, 4)), keras.layers.GRU(8), keras.layers.Dense(10)])
+        m = keras.Sequential([keras.Input((20, 4)), keras.layers.GRU(8, use_cudnn=cudnn), keras.layers.Dense(10)])
         m.compile(
             optimizer="adam",
             loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

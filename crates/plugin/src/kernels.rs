@@ -407,6 +407,9 @@ fn trace_input(i: &Input) -> serde_json::Value {
     }
 }
 
+/// TensorFlow's DT_INT8.
+const TF_INT8: u32 = 6;
+
 fn run(
     w: &Wrapped,
     ctx: *mut sys::TF_OpKernelContext,
@@ -427,11 +430,15 @@ fn run(
         check_with(&st, || format!("input {i}"))?;
         handles.0.push(t);
         let tf_type = unsafe { sys::TF_TensorType(t) };
-        let dtype = dtype_from_tf(tf_type).ok_or_else(|| {
-            Error::Unimplemented(format!(
-                "input {i} has a dtype ({tf_type}) tfwgpu does not support"
-            ))
-        })?;
+        // int8 reaches a kernel as opaque bytes: no kernel here registers an int8 type
+        // constraint, so an int8 input can only be one whose type the op fixes (CudnnRNN's
+        // host_reserved, which the forward kernel writes as uint8 of the same size).
+        let dtype =
+            dtype_from_tf(if tf_type == TF_INT8 { 4 } else { tf_type }).ok_or_else(|| {
+                Error::Unimplemented(format!(
+                    "input {i} has a dtype ({tf_type}) tfwgpu does not support"
+                ))
+            })?;
         let shape = shape_of(t);
         let host = unsafe { sys::TF_IsHostMemoryInput(ctx, i, st.0) };
         check_with(&st, || format!("input {i}"))?;

@@ -120,8 +120,9 @@ fn forward(cell: Cell, s: &Shape, lens: &[i32], a: &Inputs) -> (Vec<f64>, Vec<f6
                         nh[j] = og * nc[j].tanh();
                     }
                     Cell::Gru => {
-                        let rg = sigmoid(xpart(0, j) + hpart(0, j));
-                        let zg = sigmoid(xpart(1, j) + hpart(1, j));
+                        // Keras's gate order (z, r, n), as the kernel takes it.
+                        let zg = sigmoid(xpart(0, j) + hpart(0, j));
+                        let rg = sigmoid(xpart(1, j) + hpart(1, j));
                         let ng = (xpart(2, j) + rg * hpart(2, j)).tanh();
                         nh[j] = zg * hs[j] + (1.0 - zg) * ng;
                     }

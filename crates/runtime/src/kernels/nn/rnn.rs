@@ -13,11 +13,13 @@
 //! MatMul or column sum over all timesteps. All arithmetic is float32; float16 tensors are
 //! converted on the way in and rounded once on the way out, and the reserve keeps float32.
 //!
-//! The gates follow cuDNN (and TensorFlow's `CudnnRNN` ops): params hold the input weights
-//! W_g ([H, I] each, gate order LSTM i, f, c, o; GRU r, z, n), then the recurrent weights R_g
-//! ([H, H] each), then the input biases b_W, then the recurrent biases b_R. The GRU is cuDNN's
-//! (Keras's `reset_after=True`): n = tanh(x W_n + b_Wn + r * (h R_n + b_Rn)). A step at or past
-//! a sequence's length outputs zeros and leaves its state as it is, so the final state is the
+//! The layout follows cuDNN (and TensorFlow's `CudnnRNN` ops): params hold the input weights
+//! W_g ([H, I] each), then the recurrent weights R_g ([H, H] each), then the input biases b_W,
+//! then the recurrent biases b_R. LSTM gates in cuDNN's order i, f, c, o. GRU gates in the order
+//! z, r, n: what Keras passes on TensorFlow builds without CUDA (the only ones this plugin loads
+//! into; as on ROCm, whose MIOpen takes that order), where cuDNN's is r, z, n. The GRU is cuDNN's
+//! (Keras's `reset_after=True`): n = tanh(x W_n + b_Wn + r * (h R_n + b_Rn)). A step at or past a
+//! sequence's length outputs zeros and leaves its state as it is, so the final state is the
 //! state at the sequence's last step.
 //!
 //! Not implemented (Unimplemented errors naming them): several layers or directions in one op,

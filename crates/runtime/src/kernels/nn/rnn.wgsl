@@ -31,6 +31,11 @@ struct Params {
 };
 
 const MODE: u32 = $MODE;
+// The GRU's gate columns in params and in the products: update z first, then reset r, then n
+// (Keras's order, which it passes unchanged on TensorFlow builds without CUDA; cuDNN's own
+// order is r, z, n).
+const GRU_Z: u32 = 0u;
+const GRU_R: u32 = 1u;
 
 fn row_of(b: u32) -> u32 {
     return p.t * p.rs_t + b * p.rs_b;

@@ -79,15 +79,18 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         let dr = dn * hn * g0 * (1.0 - g0);
         let dz = dh * (h_prev - n) * z * (1.0 - z);
         pass_[i] = dh * z;
-        dgx[xo + j] = dr;
-        dgx[xo + p.h + j] = dz;
-        dgx[xo + 2u * p.h + j] = dn;
-        aux[xo + j] = dr;
-        aux[xo + p.h + j] = dz;
-        aux[xo + 2u * p.h + j] = dn * g0;
-        dgr[ro + j] = dr;
-        dgr[ro + p.h + j] = dz;
-        dgr[ro + 2u * p.h + j] = dn * g0;
+        let kr = GRU_R * p.h + j;
+        let kz = GRU_Z * p.h + j;
+        let kn = 2u * p.h + j;
+        dgx[xo + kr] = dr;
+        dgx[xo + kz] = dz;
+        dgx[xo + kn] = dn;
+        aux[xo + kr] = dr;
+        aux[xo + kz] = dz;
+        aux[xo + kn] = dn * g0;
+        dgr[ro + kr] = dr;
+        dgr[ro + kz] = dz;
+        dgr[ro + kn] = dn * g0;
     } else {
         var d = 0.0;
         if MODE == 2u {

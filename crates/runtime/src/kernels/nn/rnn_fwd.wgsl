@@ -1,5 +1,6 @@
 // The forward step (after rnn.wgsl). Reserve row r: gates at r * gw (LSTM i, f, g, o; GRU r, z,
-// n and the recurrent n product with its bias; the RNNs' activation), c_{t-1} at cprev + r * H
+// n and the recurrent n product with its bias, in that order whatever the params' order; the
+// RNNs' activation), c_{t-1} at cprev + r * H
 // (LSTM), h_{t-1} at hprev + r * H.
 @group(0) @binding(0) var<uniform> p: Params;
 // [rows, gh]: x W^T (no bias).
@@ -60,13 +61,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
     } else if MODE == 1u {
         if live {
-            let k = j;
-            let xr = xw[xo + k] + par[p.bw + k];
-            let xz = xw[xo + p.h + k] + par[p.bw + p.h + k];
-            let xn = xw[xo + 2u * p.h + k] + par[p.bw + 2u * p.h + k];
-            let hr_ = hr[ho + k] + par[p.br + k];
-            let hz = hr[ho + p.h + k] + par[p.br + p.h + k];
-            g3 = hr[ho + 2u * p.h + k] + par[p.br + 2u * p.h + k];
+            // Gate columns z, r, n (see GRU_R, GRU_Z).
+            let kr = GRU_R * p.h + j;
+            let kz = GRU_Z * p.h + j;
+            let kn = 2u * p.h + j;
+            let xr = xw[xo + kr] + par[p.bw + kr];
+            let xz = xw[xo + kz] + par[p.bw + kz];
+            let xn = xw[xo + kn] + par[p.bw + kn];
+            let hr_ = hr[ho + kr] + par[p.br + kr];
+            let hz = hr[ho + kz] + par[p.br + kz];
+            g3 = hr[ho + kn] + par[p.br + kn];
             g0 = sigmoid_f32(xr + hr_);
             g1 = sigmoid_f32(xz + hz);
             g2 = tanh_f32(xn + g0 * g3);

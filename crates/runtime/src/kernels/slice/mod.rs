@@ -1,5 +1,5 @@
 //! Slice family: index-mapping ops. Slice, StridedSlice, StridedSliceGrad, Pad, PadV2,
-//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart,
+//! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart, ReverseSequence,
 //! SpaceToBatchND, BatchToSpaceND, Range, UnsortedSegmentSum (float32), and the unary Erf and
 //! Erfc.
 //!
@@ -36,6 +36,7 @@ mod map;
 mod mirror_grad;
 mod onehot;
 mod range;
+mod revseq;
 mod segment;
 mod space;
 pub mod spec;
@@ -127,6 +128,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: MOVE_I32,
         host_inputs: &[(1, "num_lower"), (2, "num_upper")],
         factory: |_| Ok(Box::new(band::MatrixBandPart)),
+    },
+    OpDef {
+        op: "ReverseSequence",
+        type_attr: "T",
+        dtypes: MOVE_I32,
+        host_inputs: &[],
+        factory: revseq::ReverseSequence::build,
     },
     OpDef {
         op: "SpaceToBatchND",

@@ -1,0 +1,225 @@
+"""Recurrent layers on /GPU:0 through the fused recurrent op (CudnnRNNV3 and its gradient,
+which Keras's LSTM and GRU call whenever TensorFlow lists a GPU), against Keras's generic loop
+on /CPU:0: plain, stacked with initial states and returned sequences, backwards and
+Bidirectional (ReverseSequence, a new kernel, checked against the CPU by itself), float16
+(mixed precision), masked inputs (which keep the generic loop), `TFWGPU_FUSED_RNN=0`; and a
+training step that reads the GPU back only for what Keras asks. The kernels' numerics against an
+f64 reference and central differences: crates/runtime/tests/rnn.rs."""
+import numpy as np
+import pytest
+
+import tensorflow_wgpu
+from conftest import ran_on_gpu, same_error
+
+FUSED = ("CudnnRNNV3", "CudnnRNNBackpropV3")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int64", "bool"])
+@pytest.mark.parametrize("tlen", ["int32", "int64"])
+def test_reverse_sequence_matches_cpu(tf, dtype, tlen):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((4, 6, 3, 5)) * 10
+    x = x.astype(dtype) if dtype != "bool" else x > 0
+    cases = [
+        (1, 0, [6, 0, 3, 1]),  # Keras's layout: sequences along axis 1, batch along 0
+        (0, 1, [4, 2, 0, 1, 3, 4]),
+        (2, 3, [3, 1, 0, 2, 3]),
+        (3, 1, [5, 5, 5, 5, 5, 5]),
+    ]
+    for seq, batch, lens in cases:
+        lens = np.array(lens, dtype=tlen)
+        f = lambda v: tf.reverse_sequence(v, lens, seq_axis=seq, batch_axis=batch)  # noqa: E731
+        with tf.device("/CPU:0"):
+            want = f(tf.constant(x)).numpy()
+        with tf.device("/GPU:0"), ran_on_gpu("ReverseSequence"):
+            got = f(tf.constant(x)).numpy()
+        np.testing.assert_array_equal(got, want, err_msg=f"{seq} {batch} {lens}")
+
+
+def test_reverse_sequence_errors_match_cpu(tf):
+    x = np.zeros((3, 4), np.float32)
+    same_error(tf, lambda: tf.raw_ops.ReverseSequence(input=x, seq_lengths=[1, 2], seq_dim=1, batch_dim=0))
+    same_error(tf, lambda: tf.raw_ops.ReverseSequence(input=x, seq_lengths=[1, 2, 3], seq_dim=1, batch_dim=1))
+    same_error(tf, lambda: tf.raw_ops.ReverseSequence(input=x, seq_lengths=[1, 2, 3], seq_dim=2, batch_dim=0))
+    same_error(tf, lambda: tf.raw_ops.ReverseSequence(input=x, seq_lengths=[1, 2, 3], seq_dim=1, batch_dim=2))
+    same_error(tf, lambda: tf.raw_ops.ReverseSequence(input=x, seq_lengths=[[1, 2, 3]], seq_dim=1, batch_dim=0))
+
+
+def _counts(tf):
+    return dict(tensorflow_wgpu.stats()["gpu_ops"]), tensorflow_wgpu.stats()["runtime"]["reads"]
+
+
+def _train(tf, keras, device, build, x, y, steps=3, **fit):
+    """Losses of `steps` epochs of `fit` (batches of 16, Adam) of `build()` on `device`, and the
+    weights after."""
+    with tf.device(device):
+        keras.utils.set_random_seed(4)
+        m = build()
+        m.compile(optimizer=keras.optimizers.Adam(0.01), loss=keras.losses.MeanSquaredError())
+        h = m.fit(x, y, epochs=steps, batch_size=16, shuffle=False, verbose=0, **fit)
+        return h.history["loss"], [w.numpy() for w in m.weights]
+
+
+def _compare(tf, keras, build_gpu, build_cpu, x, y, fused=True, rtol=1e-4, atol=1e-5):
+    before, _ = _counts(tf)
+    got, w_got = _train(tf, keras, "/GPU:0", build_gpu, x, y)
+    after, _ = _counts(tf)
+    want, w_want = _train(tf, keras, "/CPU:0", build_cpu, x, y)
+    ran = [after.get(op, 0) - before.get(op, 0) for op in FUSED]
+    if fused:
+        assert min(ran) > 0, ran
+    else:
+        assert max(ran) == 0, ran
+    # float32 reassociation through the recurrence and three epochs of Adam.
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    for a, b in zip(w_got, w_want):
+        np.testing.assert_allclose(a, b, rtol=50 * rtol, atol=50 * atol)
+
+
+def _data(shape, out, seed=5):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape).astype(np.float32)
+    y = rng.standard_normal((shape[0], out)).astype(np.float32)
+    return x, y
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_stacked_layers_with_states_and_sequences(tf, layer):
+    """Two layers, the first returning its sequences and given initial states; the GPU runs
+    the fused op forward and backward, the CPU Keras's loop (`use_cudnn=False`)."""
+    import keras
+
+    x, y = _data((48, 9, 5), 3)
+    states = 2 if layer == "LSTM" else 1
+
+    def build(cudnn):
+        def f():
+            L = keras.layers
+            i = keras.Input((9, 5))
+            s0 = [L.Dense(12, activation="tanh")(L.Flatten()(i)) for _ in range(states)]
+            h = getattr(L, layer)(12, return_sequences=True, use_cudnn=cudnn)(i, initial_state=s0)
+            h = getattr(L, layer)(7, use_cudnn=cudnn)(h)
+            return keras.Model(i, L.Dense(3)(h))
+
+        return f
+
+    _compare(tf, keras, build("auto"), build(False), x, y)
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_backwards_and_bidirectional(tf, layer):
+    """`go_backwards` and Bidirectional: the fused op between two ReverseSequence on the GPU."""
+    import keras
+
+    x, y = _data((32, 7, 4), 2, seed=6)
+
+    def build(cudnn):
+        def f():
+            L = keras.layers
+            rnn = lambda n, **k: getattr(L, layer)(n, use_cudnn=cudnn, **k)  # noqa: E731
+            return keras.Sequential(
+                [keras.Input((7, 4)), L.Bidirectional(rnn(6, return_sequences=True)), rnn(5, go_backwards=True), L.Dense(2)]
+            )
+
+        return f
+
+    with ran_on_gpu("ReverseSequence"):
+        _compare(tf, keras, build("auto"), build(False), x, y)
+
+
+def test_masked_inputs_keep_the_generic_loop(tf):
+    """With a mask, Keras's fused path asserts right-padded masks (a read of the GPU per step)
+    and fails on others; the plugin's hook keeps Keras's loop for masked inputs."""
+    import keras
+
+    x, y = _data((32, 8, 3), 2, seed=7)
+    x[::3, 5:] = 0.0
+    x[1::5, :2] = 0.0  # left padding too: the fused op could not take it
+
+    def build(cudnn):
+        def f():
+            L = keras.layers
+            return keras.Sequential([keras.Input((8, 3)), L.Masking(0.0), L.LSTM(6, use_cudnn=cudnn), L.Dense(2)])
+
+        return f
+
+    _compare(tf, keras, build("auto"), build(False), x, y, fused=False)
+
+
+def test_switched_off_keeps_the_loop_and_refuses_cudnn(tf, monkeypatch):
+    import keras
+
+    monkeypatch.setenv("TFWGPU_FUSED_RNN", "0")
+    x, y = _data((32, 6, 3), 2, seed=8)
+
+    def build():
+        return keras.Sequential([keras.Input((6, 3)), keras.layers.GRU(5), keras.layers.Dense(2)])
+
+    _compare(tf, keras, build, build, x, y, fused=False)
+    with tf.device("/GPU:0"):
+        forced = keras.Sequential([keras.Input((6, 3)), keras.layers.GRU(4, use_cudnn=True)])
+        with pytest.raises(ValueError, match="cuDNN is not supported"):
+            forced(x[:2])
+
+
+def test_mixed_precision(tf):
+    """float16 activations (Keras's mixed_float16): the op converts to float32 inside and rounds
+    its outputs once; the CPU's loop rounds every op's result to float16, so the two differ by
+    float16 rounding (~1e-3 relative) compounded over the steps."""
+    import keras
+
+    x, y = _data((32, 6, 4), 2, seed=9)
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+
+        def build(cudnn):
+            def f():
+                L = keras.layers
+                return keras.Sequential([keras.Input((6, 4)), L.LSTM(8, use_cudnn=cudnn), L.Dense(2, dtype="float32")])
+
+            return f
+
+        before, _ = _counts(tf)
+        got, _ = _train(tf, keras, "/GPU:0", build("auto"), x, y)
+        after, _ = _counts(tf)
+        want, _ = _train(tf, keras, "/CPU:0", build(False), x, y)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert all(after.get(op, 0) > before.get(op, 0) for op in FUSED)
+    np.testing.assert_allclose(got, want, rtol=2e-2)
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_fused_training_step_reads_nothing_mid_step(tf, layer):
+    """A training step of a recurrent layer over 20 timesteps runs two kernels for the layer and
+    reads nothing back; loss and gradients are the CPU loop's."""
+    import keras
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((4, 20, 3)).astype(np.float32)
+    y = rng.standard_normal((4, 5)).astype(np.float32)
+    results = {}
+    for device, cudnn in [("/CPU:0", False), ("/GPU:0", "auto")]:
+        with tf.device(device):
+            keras.utils.set_random_seed(3)
+            m = keras.Sequential([keras.Input((20, 3)), getattr(keras.layers, layer)(5, use_cudnn=cudnn)])
+
+            @tf.function(input_signature=[tf.TensorSpec([None, 20, 3]), tf.TensorSpec([None, 5])])
+            def step(xb, yb):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(m(xb, training=True) - yb))
+                return loss, tape.gradient(loss, m.trainable_weights)
+
+            xd, yd = tf.identity(tf.constant(x)), tf.identity(tf.constant(y))
+            step(xd, yd)
+            before, reads = _counts(tf)
+            loss, grads = step(xd, yd)
+            after, reads_after = _counts(tf)
+            results[device] = (loss.numpy(), [g.numpy() for g in grads], reads_after - reads, before, after)
+    loss, grads, reads, before, after = results["/GPU:0"]
+    assert reads == 0, reads
+    assert [after.get(op, 0) - before.get(op, 0) for op in FUSED] == [1, 1]
+    want_loss, want_grads, *_ = results["/CPU:0"]
+    np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
