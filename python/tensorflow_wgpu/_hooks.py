@@ -15,7 +15,8 @@ else), and each changes behaviour only for tfwgpu devices:
   path then asserts right-padding, a read of the GPU every step, and fails on other masks),
   and TensorFlow builds with CUDA (Keras then passes cuDNN's GRU gate order, not the order the
   plugin's kernel takes). `TFWGPU_FUSED_RNN=0` keeps the generic loop everywhere; an explicit
-  `use_cudnn=True` then fails, as it does on a CPU.
+  `use_cudnn=True` then fails, as it does on a CPU. Inside graphs, the op's flat weights are
+  built from one transpose per kernel (`_whole_params`) rather than Keras's per-gate pieces.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -155,6 +156,65 @@ def _patch_keras_rnn(module):
         fused = getattr(module, name, None)
         if fused is not None:
             setattr(module, name, unmasked_only(fused))
+
+    standardize = getattr(module, "_standardize_cudnn_weights", None)
+    if standardize is not None:
+
+        def _standardize_cudnn_weights(weights, biases, shape, transpose_weights=False):
+            try:
+                params = _whole_params(weights, biases, shape, transpose_weights)
+            except Exception:  # never break Keras: keep its own layout code
+                params = None
+            if params is None:
+                return standardize(weights, biases, shape, transpose_weights=transpose_weights)
+            return params
+
+        _standardize_cudnn_weights.__wrapped__ = standardize
+        module._standardize_cudnn_weights = _standardize_cudnn_weights
+
+
+def _split_source(parts, axis):
+    """The tensor that one `tf.split(x, len(parts), axis)` cut into `parts` (all its outputs, in
+    order), or None (eager tensors, other ops, another order)."""
+    from tensorflow.python.framework import tensor_util
+
+    op = parts[0].op  # eager tensors raise AttributeError: the caller keeps Keras's code
+    if op.type != "Split" or len(op.outputs) != len(parts):
+        return None
+    if any(p.op is not op or p.value_index != k for k, p in enumerate(parts)):
+        return None
+    value = op.inputs[1]
+    a = tensor_util.constant_value(op.inputs[0])
+    rank = value.shape.rank
+    if a is None or rank is None or int(a) % rank != axis % rank:
+        return None
+    return value
+
+
+def _whole_params(weights, biases, shape, transpose_weights):
+    """Keras's flat cuDNN params from whole tensors: inside a graph, Keras cuts each kernel into
+    its gates (`tf.split(kernel, n, axis=1)`), transposes each gate and concatenates them, which
+    is the transposed kernel; and cuts the biases apart to concatenate them again. That is ~20
+    kernels forward and ~25 in the gradient per layer (a training step's largest part in
+    ~90 kernel calls); the same values come from one transpose per kernel and one concat. None
+    where the parts are not whole splits (eager tensors, ROCm's reordered gates)."""
+    import tensorflow as tf
+
+    if not transpose_weights or len(weights) % 2 or not biases:
+        return None
+    try:
+        if shape.shape.rank != 1 or tf.get_static_value(shape).tolist() != [-1]:
+            return None
+    except (AttributeError, TypeError):
+        return None
+    half = len(weights) // 2
+    kernel = _split_source(weights[:half], 1)
+    recurrent = _split_source(weights[half:], 1)
+    bias = _split_source(biases, 0)
+    if kernel is None or recurrent is None or bias is None or bias.shape.rank != 1:
+        return None
+    flat = lambda t: tf.reshape(t, [-1])  # noqa: E731
+    return tf.concat([flat(tf.transpose(kernel)), flat(tf.transpose(recurrent)), bias], axis=0)
 
 
 def _eager_on_tfwgpu(resource):

@@ -218,8 +218,39 @@ def test_fused_training_step_reads_nothing_mid_step(tf, layer):
             results[device] = (loss.numpy(), [g.numpy() for g in grads], reads_after - reads, before, after)
     loss, grads, reads, before, after = results["/GPU:0"]
     assert reads == 0, reads
-    assert [after.get(op, 0) - before.get(op, 0) for op in FUSED] == [1, 1]
+    ran = {op: after.get(op, 0) - before.get(op, 0) for op in after}
+    assert [ran.get(op, 0) for op in FUSED] == [1, 1], ran
+    # The flat weights from one transpose per kernel (the hook's `_whole_params`), and their
+    # gradient cut in three: Keras's per-gate pieces took 16 transposes and 17 slices.
+    assert ran.get("Transpose", 0) <= 4 and ran.get("Slice", 0) <= 4 and ran.get("Split", 0) == 0, ran
     want_loss, want_grads, *_ = results["/CPU:0"]
     np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
     for g, w in zip(grads, want_grads):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_eager_calls(tf, layer):
+    """A layer called eagerly (no graph: Keras builds the flat weights from its per-gate pieces)
+    runs the fused op on the GPU with the CPU loop's outputs and state."""
+    import keras
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((5, 7, 3)).astype(np.float32)
+    outs = {}
+    for device, cudnn in [("/GPU:0", "auto"), ("/CPU:0", False)]:
+        with tf.device(device):
+            keras.utils.set_random_seed(12)
+            rnn = getattr(keras.layers, layer)(6, return_sequences=True, return_state=True, use_cudnn=cudnn)
+            with ran_on_gpu("CudnnRNNV3") if cudnn == "auto" else _nothing():
+                outs[device] = [t.numpy() for t in rnn(tf.constant(x))]
+    for g, w in zip(outs["/GPU:0"], outs["/CPU:0"]):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
