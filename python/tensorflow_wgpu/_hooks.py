@@ -13,9 +13,10 @@ else), and each changes behaviour only for tfwgpu devices:
   backward kernel per step instead of a `while` loop of ~30 kernels per timestep. Two cases
   keep Keras's generic loop (on the tfwgpu GPU), as before: inputs with a mask (Keras's fused
   path then asserts right-padding, a read of the GPU every step, and fails on other masks),
-  and TensorFlow builds with CUDA (Keras then passes cuDNN's GRU gate order, not the order the
-  plugin's kernel takes). `TFWGPU_FUSED_RNN=0` keeps the generic loop everywhere; an explicit
-  `use_cudnn=True` then fails, as it does on a CPU. Inside graphs, the op's flat weights are
+  and TensorFlow builds with CUDA or ROCm (Keras then reorders the gates for cuDNN or MIOpen,
+  not the orders the plugin's kernel takes). A masked input with an explicit `use_cudnn=True`
+  is therefore refused (ValueError, as on a CPU). `TFWGPU_FUSED_RNN=0` keeps the generic loop
+  everywhere; an explicit `use_cudnn=True` then fails too. Inside graphs, the op's flat weights are
   built from one transpose per kernel (`_whole_params`) rather than Keras's per-gate pieces.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
@@ -107,15 +108,18 @@ def _patch_keras_trainer(module):
 
 def _fused_rnn():
     """Whether Keras's LSTM and GRU layers may take the plugin's fused recurrent op: not
-    switched off (`TFWGPU_FUSED_RNN=0`) and TensorFlow built without CUDA (Keras keeps its GRU
-    gate order there, the order the plugin's kernel takes)."""
+    switched off (`TFWGPU_FUSED_RNN=0`) and TensorFlow built without CUDA or ROCm (Keras keeps
+    its gate orders there, the orders the plugin's kernel takes)."""
     import os
 
     if os.environ.get("TFWGPU_FUSED_RNN", "1").strip() == "0":
         return False
     import tensorflow as tf
 
-    return not tf.sysconfig.get_build_info().get("is_cuda_build", False)
+    info = tf.sysconfig.get_build_info()
+    # CUDA builds: Keras swaps the GRU's gates into cuDNN's order; ROCm builds: it moves the
+    # LSTM's into MIOpen's. The kernel takes the order Keras keeps elsewhere.
+    return not (info.get("is_cuda_build", False) or info.get("is_rocm_build", False))
 
 
 def _patch_keras_rnn(module):

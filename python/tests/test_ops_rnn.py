@@ -254,3 +254,20 @@ class _nothing:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_empty_sequences_through_tensorflow(tf):
+    """Zero timesteps: the final states are the initial ones (TensorFlow gives empty outputs
+    host addresses, which the kernel must not bind), for every cell."""
+    h0 = np.arange(8, dtype=np.float32).reshape(1, 2, 4) / 8
+    for mode, gates in [("lstm", 4), ("gru", 3), ("rnn_tanh", 1)]:
+        with tf.device("/GPU:0"), ran_on_gpu("CudnnRNNV3"):
+            out = tf.raw_ops.CudnnRNNV3(
+                input=tf.zeros([0, 2, 3]), input_h=h0, input_c=h0 + 1 if mode == "lstm" else 0.0,
+                params=tf.ones([gates * 4 * (3 + 4 + 2)]), sequence_lengths=tf.zeros([2], tf.int32),
+                rnn_mode=mode,
+            )
+        assert out[0].shape == (0, 2, 4)
+        np.testing.assert_array_equal(out[1].numpy(), h0)
+        if mode == "lstm":
+            np.testing.assert_array_equal(out[2].numpy(), h0 + 1)

@@ -3,7 +3,7 @@
 //! backpropagation through time is checked against an independent derivative). LSTM, GRU,
 //! tanh and relu cells, time- and batch-major, padded sequences, float16, empty sequences and
 //! TensorFlow's errors.
-mod common;
+pub(crate) mod common;
 use common::*;
 
 use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, Tensor, f16};
@@ -469,6 +469,15 @@ fn states_wider_than_a_workgroup_and_odd_offsets() {
     };
     check(Cell::Lstm, s, &[3, 1, 2, 3, 3, 2, 1, 3, 3], DType::F32, 30);
     check(Cell::Gru, s, &[3; 9], DType::F32, 31);
+    // More units than a fused step's workgroup (64): two workgroups per batch entry.
+    let s = Shape {
+        t: 2,
+        b: 2,
+        i: 3,
+        h: 66,
+        time_major: true,
+    };
+    check(Cell::Gru, s, &[2, 1], DType::F32, 32);
 }
 
 #[test]

@@ -5,12 +5,14 @@
 //! training step runs one forward and one backward kernel per layer instead of a `while` loop
 //! of ~30 kernels per timestep.
 //!
-//! Forward: x W^T for every timestep in one MatMul, then per timestep one MatMul h_{t-1} R^T and
-//! one elementwise step (`rnn_fwd.wgsl`) that applies the gates, updates the state and keeps
-//! what the gradient needs in the reserve space (the gates' activations, c_{t-1}, h_{t-1}).
-//! Backward: per timestep, from the last, one MatMul (the next step's gate gradients times R)
-//! and one elementwise step (`rnn_bwd.wgsl`); then dx, dW, dR and the bias gradients each in one
-//! MatMul or column sum over all timesteps. All arithmetic is float32; float16 tensors are
+//! Forward: x W^T for every timestep in one MatMul, then per timestep a step (`rnn_fwd.wgsl`)
+//! that applies the gates, updates the state and keeps what the gradient needs in the reserve
+//! space (the gates' activations, c_{t-1}, h_{t-1}). Backward: per timestep, from the last, a
+//! step (`rnn_bwd.wgsl`) that takes the next step's gate gradients times R; then dx, dW, dR and
+//! the bias gradients each in one MatMul or column sum over all timesteps. A step's products
+//! with R come from a MatMul dispatched before it, or, for small layers (B * G * H * H <= 2^24,
+//! G * H <= 2048), from the step itself (`*_fused.wgsl`: one dispatch per timestep instead of
+//! two, the row it multiplies held in workgroup memory; `TFWGPU_RNN_STEP=fused|matmul`). All arithmetic is float32; float16 tensors are
 //! converted on the way in and rounded once on the way out, and the reserve keeps float32.
 //!
 //! The layout follows cuDNN (and TensorFlow's `CudnnRNN` ops): params hold the input weights
@@ -26,17 +28,28 @@
 //! `skip_input` / `auto_select` input modes, projections (`num_proj`).
 
 use std::slice::from_ref;
+use std::sync::OnceLock;
 
 use crate::kernel::{DeviceRef, Kernel, KernelContext, Operand, Registry, TensorDesc, grid_1d};
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::{COMMON_WGSL, MATH_WGSL, bind_out};
 use crate::kernels::nn::f16::convert;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
-use crate::{AttrValue, Attrs, DType, Error, Result, bail_invalid};
+use crate::{AttrValue, Attrs, DType, Error, HostTensor, Result, bail_invalid};
 
 const RNN_WGSL: &str = include_str!("rnn.wgsl");
 const FWD_WGSL: &str = include_str!("rnn_fwd.wgsl");
+const FWD_PLAIN_WGSL: &str = include_str!("rnn_fwd_plain.wgsl");
+const FWD_FUSED_WGSL: &str = include_str!("rnn_fwd_fused.wgsl");
 const BWD_WGSL: &str = include_str!("rnn_bwd.wgsl");
+const BWD_PLAIN_WGSL: &str = include_str!("rnn_bwd_plain.wgsl");
+const BWD_FUSED_WGSL: &str = include_str!("rnn_bwd_fused.wgsl");
+
+/// Invocations per workgroup of the fused steps.
+const FUSED_WG: u32 = 64;
+/// Words of the fused steps' workgroup row: an h row (forward) or a row of gate gradients
+/// (backward), so G * H <= 2048 for the fused steps.
+const FUSED_ROW: usize = 2048;
 const ADD_WGSL: &str = include_str!("rnn_add.wgsl");
 
 /// The dtypes of both ops (float16 computed in float32).
@@ -220,11 +233,13 @@ impl Config {
         }
     }
 
+    /// The pipeline of `body` with its entry `main` (plain or fused step), named `name`.
     fn pipeline(
         &self,
         ctx: &KernelContext,
         name: &'static str,
         body: &'static str,
+        main: &'static str,
     ) -> Result<std::sync::Arc<crate::exec::Pipeline>> {
         let key = PipelineKey::new(
             "rnn",
@@ -235,7 +250,11 @@ impl Config {
             ShaderSource::new(
                 [COMMON_WGSL, MATH_WGSL, RNN_WGSL, body]
                     .concat()
+                    .replace("$MAIN", main)
                     .replace("$MODE", &format!("{}u", self.mode.code()))
+                    .replace("$NG", &format!("{}u", self.mode.gates()))
+                    .replace("$ROW", &FUSED_ROW.to_string())
+                    .replace("$FWG", &FUSED_WG.to_string())
                     .replace("$LINEAR_INDEX", LINEAR_INDEX)
                     .replace("$WG", &WG.to_string()),
             )
@@ -261,6 +280,26 @@ impl Dims {
 
     fn gh(&self) -> usize {
         self.g * self.h
+    }
+
+    /// Whether each timestep computes its products with R itself (one dispatch per step)
+    /// rather than through a MatMul and a step (two): small layers, where a dispatch costs more
+    /// than the products (`TFWGPU_RNN_STEP=fused|matmul` forces either where the fused step
+    /// fits).
+    fn fused(&self) -> bool {
+        static CHOICE: OnceLock<Option<bool>> = OnceLock::new();
+        let forced = *CHOICE.get_or_init(|| match std::env::var("TFWGPU_RNN_STEP").as_deref() {
+            Ok("fused") => Some(true),
+            Ok("matmul") => Some(false),
+            _ => None,
+        });
+        let fits = self.gh() <= FUSED_ROW && self.b <= crate::kernel::MAX_GROUPS_X as usize;
+        fits && forced.unwrap_or(self.b * self.gh() * self.h <= 1 << 24)
+    }
+
+    /// The fused steps' grid: workgroups of `FUSED_WG` units by batch entries.
+    fn fused_groups(&self) -> [u32; 3] {
+        [self.h.div_ceil(FUSED_WG as usize) as u32, self.b as u32, 1]
     }
 }
 
@@ -417,6 +456,7 @@ struct Forward {
     cfg: Config,
     xw: Box<dyn Kernel>,
     step: Box<dyn Kernel>,
+    transpose: Box<dyn Kernel>,
 }
 
 pub(super) fn build_forward(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
@@ -424,6 +464,12 @@ pub(super) fn build_forward(attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         cfg: Config::build("CudnnRNNV3", attrs)?,
         xw: matmul(false, true)?,
         step: matmul(false, true)?,
+        transpose: Registry::global().build_kernel(
+            "Transpose",
+            &Attrs::new()
+                .with("T", AttrValue::Type(DType::F32))
+                .with("Tperm", AttrValue::Type(DType::I32)),
+        )?,
     }))
 }
 
@@ -488,42 +534,89 @@ impl Kernel for Forward {
         } else {
             None
         };
-        let hr = ctx.temp_tensor(TensorDesc::new(DType::F32, &[d.b, gh]))?;
-        let pipeline = cfg.pipeline(ctx, "fwd", FWD_WGSL)?;
-        let (groups, row) = grid_1d(bh as u64, WG);
-        let mut sp = StepParams::new(cfg, &d, row);
-        sp.words[8] = (gh * (d.i + d.h)) as u32;
-        sp.words[9] = (gh * (d.i + d.h + 1)) as u32;
-        let reserve = &outputs[3];
-        let bindings = [
-            ctx.bind(&xw)?,
-            ctx.bind(&hr)?,
-            ctx.bind(&par)?,
-            ctx.bind(&hs)?,
-            match &c {
-                Some(c) => bind_out(ctx, op, c)?,
-                None => ctx.temp(4)?,
-            },
-            bind_out(ctx, op, &y32)?,
-            if cfg.training {
-                bind_out(ctx, op, reserve)?
-            } else {
-                ctx.temp(4)?
-            },
-            ctx.bind(&lens)?,
-        ];
-        for t in 0..d.t {
-            let (hin, hout) = ((t % 2) * stride, ((t + 1) % 2) * stride);
-            run(&*self.step, ctx, &view(&hs, hin, &[d.b, d.h]), &r, &hr)?;
-            sp.words[10] = hin as u32;
-            sp.words[11] = hout as u32;
-            ctx.dispatch(&pipeline, &sp.step(t, cfg.training), &bindings, groups)?;
+        if d.t > 0 {
+            self.steps(
+                ctx,
+                &d,
+                [&xw, &r, &par, &hs, &y32, &outputs[3], &lens],
+                stride,
+                c.as_ref(),
+            )?;
         }
         copy_words(ctx, &view(&hs, (d.t % 2) * stride, &[bh]), &oh32, 0, bh)?;
         narrow(ctx, op, &y32, y)?;
         narrow(ctx, op, &oh32, oh)?;
         if let Some(c) = &c {
             narrow(ctx, op, c, oc)?;
+        }
+        Ok(())
+    }
+}
+
+impl Forward {
+    /// Records the T > 0 timesteps (then y and the reserve are not empty: TensorFlow gives
+    /// empty tensors host addresses, which cannot be bound). `t`: x W^T, R, params, the states,
+    /// y, the reserve, the lengths.
+    fn steps(
+        &self,
+        ctx: &KernelContext,
+        d: &Dims,
+        t: [&DeviceRef; 7],
+        stride: usize,
+        c: Option<&DeviceRef>,
+    ) -> Result<()> {
+        let [xw, r, par, hs, y32, reserve, lens] = t;
+        let (op, cfg, gh) = ("CudnnRNNV3", &self.cfg, d.gh());
+        let fused = d.fused();
+        // The fused step reads R^T ([H, gh]: neighbouring units at neighbouring words); the
+        // plain one a MatMul's products h_{t-1} R^T.
+        let hr = if fused {
+            let rt = ctx.temp_tensor(TensorDesc::new(DType::F32, &[d.h, gh]))?;
+            let perm = HostTensor::vec_i32(&[1, 0]);
+            self.transpose.record(
+                ctx,
+                &[Operand::Device(r), Operand::Host(&perm)],
+                from_ref(&rt),
+            )?;
+            rt
+        } else {
+            ctx.temp_tensor(TensorDesc::new(DType::F32, &[d.b, gh]))?
+        };
+        let pipeline = if fused {
+            cfg.pipeline(ctx, "fwdf", FWD_WGSL, FWD_FUSED_WGSL)?
+        } else {
+            cfg.pipeline(ctx, "fwd", FWD_WGSL, FWD_PLAIN_WGSL)?
+        };
+        let (groups, row) = grid_1d((d.b * d.h) as u64, WG);
+        let groups = if fused { d.fused_groups() } else { groups };
+        let mut sp = StepParams::new(cfg, d, row);
+        sp.words[8] = (gh * (d.i + d.h)) as u32;
+        sp.words[9] = (gh * (d.i + d.h + 1)) as u32;
+        let bindings = [
+            ctx.bind(xw)?,
+            ctx.bind(&hr)?,
+            ctx.bind(par)?,
+            ctx.bind(hs)?,
+            match c {
+                Some(c) => bind_out(ctx, op, c)?,
+                None => ctx.temp(4)?,
+            },
+            bind_out(ctx, op, y32)?,
+            if cfg.training {
+                bind_out(ctx, op, reserve)?
+            } else {
+                ctx.temp(4)?
+            },
+            ctx.bind(lens)?,
+        ];
+        for t in 0..d.t {
+            let (hin, hout) = ((t % 2) * stride, ((t + 1) % 2) * stride);
+            if !fused {
+                run(&*self.step, ctx, &view(hs, hin, &[d.b, d.h]), r, &hr)?;
+            }
+            sp.words[10] = hin as u32;
+            sp.words[11] = hout as u32;
+            ctx.dispatch(&pipeline, &sp.step(t, cfg.training), &bindings, groups)?;
         }
         Ok(())
     }
@@ -646,15 +739,26 @@ impl Kernel for Backward {
         } else {
             None
         };
-        let dgr = f32t(&[d.b, gh])?;
+        // Each step's gate gradients for the next product with R, in two halves at bindable
+        // offsets: step t writes one while reading step t + 1's from the other.
+        let align = ctx.limits().min_storage_buffer_offset_alignment as usize / 4;
+        let half = (d.b * gh).next_multiple_of(align.max(1));
+        let dgr = f32t(&[2 * half])?;
+        let dgr_at = |t: usize| view(&dgr, (t % 2) * half, &[d.b, gh]);
         let dhr = f32t(&[d.b, d.h])?;
         let r = aligned(ctx, view(&par, gh * d.i, &[gh, d.h]))?;
+        let fused = d.fused();
         let (groups, row) = grid_1d(bh as u64, WG);
         let mut sp = StepParams::new(cfg, &d, row);
-        let pipeline = cfg.pipeline(ctx, "bwd", BWD_WGSL)?;
+        let pipeline = if fused {
+            cfg.pipeline(ctx, "bwdf", BWD_WGSL, BWD_FUSED_WGSL)?
+        } else {
+            cfg.pipeline(ctx, "bwd", BWD_WGSL, BWD_PLAIN_WGSL)?
+        };
         let bindings = [
             ctx.bind(&dy)?,
-            ctx.bind(&dhr)?,
+            // The fused step reads R itself ([gh, H]: neighbouring units at neighbouring words).
+            ctx.bind(if fused { &r } else { &dhr })?,
             ctx.bind(&pass)?,
             match (&dc, &dgh) {
                 (Some(c), _) => bind_out(ctx, op, c)?,
@@ -666,18 +770,21 @@ impl Kernel for Backward {
             ctx.bind(&dgr)?,
             ctx.bind(&lens)?,
         ];
+        let step_groups = if fused { d.fused_groups() } else { groups };
         for t in (0..d.t).rev() {
             let rec = t + 1 < d.t;
-            if rec {
-                run(&*self.step, ctx, &dgr, &r, &dhr)?;
+            if rec && !fused {
+                run(&*self.step, ctx, &dgr_at(t + 1), &r, &dhr)?;
             }
-            ctx.dispatch(&pipeline, &sp.step(t, rec), &bindings, groups)?;
+            sp.words[10] = (((t + 1) % 2) * half) as u32;
+            sp.words[11] = ((t % 2) * half) as u32;
+            ctx.dispatch(&pipeline, &sp.step(t, rec), &bindings, step_groups)?;
         }
         // dL/dh_0: the first step's gate gradients times R, plus what passed around R.
         if d.t > 0 {
-            run(&*self.step, ctx, &dgr, &r, &dhr)?;
+            run(&*self.step, ctx, &dgr_at(0), &r, &dhr)?;
         }
-        let add = cfg.pipeline(ctx, "add", ADD_WGSL)?;
+        let add = cfg.pipeline(ctx, "add", ADD_WGSL, "")?;
         ctx.dispatch(
             &add,
             &sp.step(0, d.t > 0),

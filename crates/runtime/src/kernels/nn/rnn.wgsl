@@ -19,7 +19,8 @@ struct Params {
     // Forward: word offsets of the input and recurrent biases in `par`.
     bw: u32,
     br: u32,
-    // Forward: word offsets of h_{t-1} and h_t in `hs`.
+    // Forward: word offsets of h_{t-1} and h_t in `hs`. Backward: of step t + 1's gate
+    // gradients (read) and step t's (written) in `dgr`.
     hin: u32,
     hout: u32,
     // Word offsets of the c_{t-1} rows (LSTM) and h_{t-1} rows in the reserve.

@@ -16,22 +16,19 @@
 
 $LINEAR_INDEX
 
-@compute @workgroup_size($WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = linear_index(gid);
-    if i >= p.n {
-        return;
-    }
-    let b = i / p.h;
-    let j = i - b * p.h;
+$MAIN
+
+// Unit j of batch entry b (i = b * H + j), given the product of step t + 1's gate gradients
+// with R (`rec`, when p.flag is 1). Writes this step's `dgr` rows at word p.hout.
+fn cell(i: u32, b: u32, j: u32, rec: f32) {
     let r = row_of(b);
     let live = i32(p.t) < lens[b];
     var dh = pass_[i];
     if p.flag != 0u {
-        dh = dh + dhr[i];
+        dh = dh + rec;
     }
     let xo = r * p.gh;
-    let ro = b * p.gh;
+    let ro = p.hout + b * p.gh;
     let ng = select(1u, 4u, MODE == 0u);
     let ngx = select(ng, 3u, MODE == 1u);
     if !live {

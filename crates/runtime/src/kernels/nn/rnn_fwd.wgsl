@@ -5,7 +5,7 @@
 @group(0) @binding(0) var<uniform> p: Params;
 // [rows, gh]: x W^T (no bias).
 @group(0) @binding(1) var<storage, read_write> xw: array<f32>;
-// [B, gh]: h_{t-1} R^T (no bias).
+// [B, gh]: h_{t-1} R^T (no bias); in the fused step R^T itself, [H, gh].
 @group(0) @binding(2) var<storage, read_write> hr: array<f32>;
 // The weights and biases (float32).
 @group(0) @binding(3) var<storage, read_write> par: array<f32>;
@@ -20,25 +20,24 @@
 
 $LINEAR_INDEX
 
-// The gate pre-activation of gate g: ((x W + b_W) + h R) + b_R, Keras's order where b_W is 0.
-fn pre(xo: u32, ho: u32, g: u32, j: u32) -> f32 {
+// Gate products per unit.
+const NG: u32 = $NG;
+
+// The gate pre-activation of gate g: ((x W + b_W) + h R) + b_R, Keras's order where b_W is 0;
+// `rec` the products h R.
+fn pre(xo: u32, rec: array<f32, 4>, g: u32, j: u32) -> f32 {
     let k = g * p.h + j;
-    return ((xw[xo + k] + par[p.bw + k]) + hr[ho + k]) + par[p.br + k];
+    return ((xw[xo + k] + par[p.bw + k]) + rec[g]) + par[p.br + k];
 }
 
-@compute @workgroup_size($WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = linear_index(gid);
-    if i >= p.n {
-        return;
-    }
-    let b = i / p.h;
-    let j = i - b * p.h;
+$MAIN
+
+// Unit j of batch entry b (i = b * H + j), given the recurrent products of its gates.
+fn cell(i: u32, b: u32, j: u32, rec: array<f32, 4>) {
     let r = row_of(b);
     let live = i32(p.t) < lens[b];
     let h_prev = hs[p.hin + i];
     let xo = r * p.gh;
-    let ho = b * p.gh;
     let go = r * p.gw;
     var h_new = h_prev;
     var g0 = 0.0;
@@ -48,10 +47,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if MODE == 0u {
         let c_prev = c[i];
         if live {
-            g0 = sigmoid_f32(pre(xo, ho, 0u, j));
-            g1 = sigmoid_f32(pre(xo, ho, 1u, j));
-            g2 = tanh_f32(pre(xo, ho, 2u, j));
-            g3 = sigmoid_f32(pre(xo, ho, 3u, j));
+            g0 = sigmoid_f32(pre(xo, rec, 0u, j));
+            g1 = sigmoid_f32(pre(xo, rec, 1u, j));
+            g2 = tanh_f32(pre(xo, rec, 2u, j));
+            g3 = sigmoid_f32(pre(xo, rec, 3u, j));
             let c_new = g1 * c_prev + g0 * g2;
             c[i] = c_new;
             h_new = g3 * tanh_f32(c_new);
@@ -68,9 +67,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
             let xr = xw[xo + kr] + par[p.bw + kr];
             let xz = xw[xo + kz] + par[p.bw + kz];
             let xn = xw[xo + kn] + par[p.bw + kn];
-            let hr_ = hr[ho + kr] + par[p.br + kr];
-            let hz = hr[ho + kz] + par[p.br + kz];
-            g3 = hr[ho + kn] + par[p.br + kn];
+            let hr_ = rec[GRU_R] + par[p.br + kr];
+            let hz = rec[GRU_Z] + par[p.br + kz];
+            g3 = rec[2u] + par[p.br + kn];
             g0 = sigmoid_f32(xr + hr_);
             g1 = sigmoid_f32(xz + hz);
             g2 = tanh_f32(xn + g0 * g3);
@@ -78,7 +77,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
     } else {
         if live {
-            let z = pre(xo, ho, 0u, j);
+            let z = pre(xo, rec, 0u, j);
             if MODE == 2u {
                 g0 = tanh_f32(z);
             } else {
