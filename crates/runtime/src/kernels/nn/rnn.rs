@@ -10,9 +10,9 @@
 //! space (the gates' activations, c_{t-1}, h_{t-1}). Backward: per timestep, from the last, a
 //! step (`rnn_bwd.wgsl`) that takes the next step's gate gradients times R; then dx, dW, dR and
 //! the bias gradients each in one MatMul or column sum over all timesteps. A step's products
-//! with R come from a MatMul dispatched before it, or, for small layers (B * G * H * H <= 2^24,
-//! G * H <= 2048), from the step itself (`*_fused.wgsl`: one dispatch per timestep instead of
-//! two, the row it multiplies held in workgroup memory; `TFWGPU_RNN_STEP=fused|matmul`). All arithmetic is float32; float16 tensors are
+//! with R come from a MatMul dispatched before it, or, opt-in for small layers
+//! (`TFWGPU_RNN_STEP=fused`; slower on an H200), from the step itself (`*_fused.wgsl`: one
+//! dispatch per timestep instead of two, the row it multiplies in workgroup memory). All arithmetic is float32; float16 tensors are
 //! converted on the way in and rounded once on the way out, and the reserve keeps float32.
 //!
 //! The layout follows cuDNN (and TensorFlow's `CudnnRNN` ops): params hold the input weights
@@ -283,9 +283,10 @@ impl Dims {
     }
 
     /// Whether each timestep computes its products with R itself (one dispatch per step)
-    /// rather than through a MatMul and a step (two): small layers, where a dispatch costs more
-    /// than the products (`TFWGPU_RNN_STEP=fused|matmul` forces either where the fused step
-    /// fits).
+    /// rather than through a MatMul and a step (two): opt-in (`TFWGPU_RNN_STEP=fused`), for
+    /// small layers (B * G * H * H <= 2^24, G * H <= 2048). On an H200 it was slower than the
+    /// MatMul steps in Keras LSTM training (bench/RESULTS.md, session 24: each invocation sums
+    /// its G * H products, or H * G in the backward step, in one serial loop).
     fn fused(&self) -> bool {
         static CHOICE: OnceLock<Option<bool>> = OnceLock::new();
         let forced = *CHOICE.get_or_init(|| match std::env::var("TFWGPU_RNN_STEP").as_deref() {
@@ -294,7 +295,7 @@ impl Dims {
             _ => None,
         });
         let fits = self.gh() <= FUSED_ROW && self.b <= crate::kernel::MAX_GROUPS_X as usize;
-        fits && forced.unwrap_or(self.b * self.gh() * self.h <= 1 << 24)
+        fits && forced.unwrap_or(false) && self.b * self.gh() * self.h <= 1 << 24
     }
 
     /// The fused steps' grid: workgroups of `FUSED_WG` units by batch entries.
