@@ -57,28 +57,10 @@ def keras_block_fn(tf, keras, kind, cudnn, steps):
 
 def torch_block_fn(name, steps):
     import torch
-    from torch import nn
 
     import torch_seq
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.manual_seed(0)
-    dev = torch.device("cuda")
-    model, shape = torch_seq.build(name)
-    model = model.to(dev).train()
-    opt = torch.optim.Adam(model.parameters(), 1e-3)
-    hx = torch.randn((BATCH,) + shape)
-    hy = torch.randint(0, 10, (BATCH,))
-    lossf = nn.CrossEntropyLoss()
-
-    def step():
-        xb, yb = hx.to(dev), hy.to(dev)
-        opt.zero_grad(set_to_none=True)
-        loss = lossf(model(xb), yb)
-        loss.backward()
-        opt.step()
-        return loss.item()
+    step = torch_seq.make_step(name)
 
     def run():
         t0 = time.perf_counter()

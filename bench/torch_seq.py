@@ -66,7 +66,11 @@ def build(name):
     return Rnn(kind, bool(loop)), (20, 16)
 
 
-def run(name, steps, warmup, reps):
+def make_step(name):
+    """A training step of model `name` as Keras `fit` makes one (float32, TF32 off): the batch
+    copied from pageable host memory, Adam, the loss read back. Returns the step function."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     dev = torch.device("cuda")
     model, shape = build(name)
@@ -84,6 +88,11 @@ def run(name, steps, warmup, reps):
         opt.step()
         return loss.item()
 
+    return step
+
+
+def run(name, steps, warmup, reps):
+    step = make_step(name)
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
