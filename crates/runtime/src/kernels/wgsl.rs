@@ -8,6 +8,15 @@
 /// Workgroup size of 1-D kernels.
 pub const WG: u32 = 256;
 
+/// Loop iterations one invocation may run in all, nested loops counted together: Mesa's
+/// llvmpipe (lavapipe, the CPU adapter of CI) silently leaves a shader's loops after 65,535
+/// iterations, so kernels whose invocations walk long ranges split them into dispatches (or
+/// workgroups) of at most this many iterations each, with margin.
+pub const LOOP_BUDGET: usize = 32_768;
+
+/// The loop iterations llvmpipe runs per invocation before it leaves a shader's loops.
+pub const LOOP_LIMIT: usize = 65_535;
+
 /// Packs 32-bit params for a uniform buffer.
 pub fn params(words: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(words).to_vec()

@@ -226,7 +226,7 @@ impl Kernel for ArgMinMax {
         let (gx, gy) = grid_2d(groups, || format!("{name}: {outputs_n} outputs"))?;
         // At most 32,768 loop iterations per invocation and dispatch (CPU adapters stop a
         // shader's loops after 65,535 in all): long rows run as several dispatches.
-        let chunk = 32768 * t;
+        let chunk = crate::kernels::wgsl::LOOP_BUDGET * t;
         let mut start = 0;
         loop {
             let end = (start + chunk).min(r);

@@ -17,7 +17,7 @@ use std::fmt::Write;
 use crate::exec::BufferRange;
 use crate::kernel::{DeviceRef, KernelContext, MAX_GROUPS_X};
 use crate::kernel_manager::{Checks, PipelineKey, ShaderSource};
-use crate::kernels::wgsl::params;
+use crate::kernels::wgsl::{LOOP_BUDGET, LOOP_LIMIT, params};
 use crate::{DType, Error, Result};
 
 use super::gemm::{Mode, finalize};
@@ -513,7 +513,22 @@ pub(super) fn record(
         }
         _ => 1,
     };
-    let nper = g.n.div_ceil(splits);
+    // An invocation of the filter gradient loops over its split's images, their output rows
+    // and each row's columns (four at a time, then one by one): at most LOOP_BUDGET iterations
+    // in all (lavapipe leaves longer loops early), so large batches split further.
+    let per_image = 1 + g.oh * (1 + g.ow / 4 + g.ow % 4);
+    let mut nper = g.n.div_ceil(splits);
+    if mode == Mode::BackpropFilter {
+        if per_image >= LOOP_LIMIT {
+            return Err(Error::Unimplemented(format!(
+                "{op}: the filter gradient of {} x {} output pixels per image is more than one \
+                 invocation of this CPU adapter's kernel can walk (llvmpipe leaves a shader's \
+                 loops after {LOOP_LIMIT} iterations)",
+                g.oh, g.ow
+            )));
+        }
+        nper = nper.min(LOOP_BUDGET / per_image).max(1);
+    }
     let splits = g.n.div_ceil(nper.max(1)).max(1);
     if tiles_x > MAX_GROUPS_X as usize {
         return Err(Error::Unimplemented(format!(

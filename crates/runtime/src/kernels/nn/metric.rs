@@ -73,7 +73,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 /// The elements one dispatch takes along a loop (CPU adapters stop a shader's loops after
 /// 65,535 iterations in all, nested or not: longer axes run as several dispatches).
-const CHUNK: usize = 32768;
+const CHUNK: usize = crate::kernels::wgsl::LOOP_BUDGET;
 
 /// Per row: the predictions of classes [start, start + count) above the target's, added to
 /// the count of the previous chunks.
