@@ -496,3 +496,74 @@ def test_dilated_convolutions_train_without_fallback(tf):
     # Two steps: the loss each step, and once more at the epoch's end.
     assert reads <= 2 + 2, reads
     np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("idt", [np.int32, np.int64])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "int64"])
+def test_scatter_nd(tf, dtype, idt):
+    """ScatterNd against the CPU: K = 1, 2, 3 index components, slices, repeated indices (their
+    updates summed; float32 values are small integers, so every order of the atomic sums is
+    exact)."""
+    rng = np.random.default_rng(3)
+    cases = [
+        ([40, 1], [7, 3]),  # rows of a [7, 3] matrix
+        ([64, 2], [5, 6]),  # elements of a matrix (a confusion matrix)
+        ([30, 3], [4, 3, 5, 2]),  # slices of the last dimension
+        ([2, 9, 2], [3, 4, 6]),  # batched indices
+    ]
+    for ishape, shape in cases:
+        k = ishape[-1]
+        idx = np.stack([rng.integers(0, shape[j], ishape[:-1]) for j in range(k)], axis=-1).astype(idt)
+        upd = rng.integers(-5, 6, ishape[:-1] + shape[k:]).astype(dtype)
+        if dtype == "int64":
+            # Carries between the two words, both ways: values around +-2^32.
+            upd = upd * (1 << 31) + rng.integers(-(1 << 31), 1 << 31, upd.shape)
+        want = None
+        for dev in ["/CPU:0", "/GPU:0"]:
+            with tf.device(dev), ran_on_gpu("ScatterNd") if dev == "/GPU:0" else contextlib.nullcontext():
+                got = tf.scatter_nd(tf.constant(idx), tf.constant(upd), tf.constant(shape, idt)).numpy()
+            if want is None:
+                want = got
+        np.testing.assert_array_equal(got, want, err_msg=f"{ishape} {shape}")
+
+
+def test_scatter_nd_float_sums_and_dropped_indices(tf):
+    """Random float32 updates summed at repeated indices: the GPU adds in its own order
+    (TensorFlow's GPU kernel too), within float32 rounding of the CPU's order. An index outside
+    the shape drops its update, as TensorFlow's GPU kernel does (its CPU kernel refuses it)."""
+    rng = np.random.default_rng(4)
+    idx = rng.integers(0, 6, (500, 1)).astype(np.int32)
+    upd = rng.standard_normal((500, 3)).astype(np.float32)
+    with tf.device("/CPU:0"):
+        want = tf.scatter_nd(idx, upd, [6, 3]).numpy()
+    with tf.device("/GPU:0"):
+        got = tf.scatter_nd(idx, upd, [6, 3]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    bad = np.array([[1], [9], [-1], [2]], np.int32)
+    with tf.device("/GPU:0"):
+        got = tf.scatter_nd(bad, np.ones((4, 2), np.float32), [3, 2]).numpy()
+    np.testing.assert_array_equal(got, [[0, 0], [1, 1], [1, 1]])
+
+
+def test_mean_iou_metric_runs_on_the_gpu(tf):
+    """Keras's MeanIoU (its confusion matrix: an int64 ScatterNd) in `fit` on the GPU: the
+    metric has the CPU's value and the step no longer copies the predictions to the host."""
+    import keras
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    y = rng.integers(0, 3, 64).astype(np.int32)
+    vals = {}
+    for dev in ["/GPU:0", "/CPU:0"]:
+        with tf.device(dev):
+            keras.utils.set_random_seed(6)
+            m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3)])
+            m.compile(
+                optimizer="sgd",
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                metrics=[keras.metrics.MeanIoU(num_classes=3, sparse_y_pred=False, name="iou")],
+            )
+            with ran_on_gpu("ScatterNd") if dev == "/GPU:0" else contextlib.nullcontext():
+                h = m.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0)
+            vals[dev] = h.history["iou"]
+    np.testing.assert_allclose(vals["/GPU:0"], vals["/CPU:0"], rtol=1e-6)

@@ -1207,3 +1207,120 @@ fn unsorted_segment_sum_rows_repeats_and_dropped_ids() {
         .is_err()
     );
 }
+
+// ---------------------------------------------------------------- ScatterNd
+
+#[test]
+fn scatter_nd_sums_at_nd_indices_and_drops_outside() {
+    let mut rng = rng(22);
+    // (indices shape, output shape)
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[50, 2], &[3, 3]),         // a confusion matrix
+        (&[20, 1], &[6, 4]),         // rows
+        (&[4, 5, 3], &[3, 2, 4, 2]), // batched indices of slices
+        (&[0, 2], &[2, 2]),          // no updates: zeros
+    ];
+    for &(is, shape) in cases {
+        let k = is[is.len() - 1];
+        let rows = numel(&is[..is.len() - 1]);
+        let inner = numel(&shape[k..]);
+        // Mostly valid indices; some components negative or past their dimension: dropped
+        // (TensorFlow's GPU kernel).
+        let idx: Vec<i64> = (0..rows * k)
+            .map(|j| {
+                let d = shape[j % k] as i64;
+                if rng.random_range(0..8) == 0 {
+                    [-1, d][rng.random_range(0..2)]
+                } else {
+                    rng.random_range(0..d)
+                }
+            })
+            .collect();
+        let mut ushape = is[..is.len() - 1].to_vec();
+        ushape.extend_from_slice(&shape[k..]);
+        // int64 values around +-2^40 (carries between the words both ways); the float32 ones
+        // small integers, so every order of the sums is exact.
+        let u64s: Vec<i64> = (0..rows * inner)
+            .map(|_| rng.random_range(-(1i64 << 40)..(1i64 << 40)))
+            .collect();
+        let mut want = vec![0i64; numel(shape)];
+        for r in 0..rows {
+            let c = &idx[r * k..(r + 1) * k];
+            if c.iter().zip(shape).any(|(&v, &d)| v < 0 || v >= d as i64) {
+                continue;
+            }
+            let base: usize = c
+                .iter()
+                .enumerate()
+                .map(|(j, &v)| v as usize * numel(&shape[j + 1..]))
+                .sum();
+            for i in 0..inner {
+                want[base + i] += u64s[r * inner + i];
+            }
+        }
+        let shape_t = HostTensor::new(
+            &shape.iter().map(|&d| d as i32).collect::<Vec<_>>(),
+            &[shape.len()],
+        )
+        .unwrap();
+        for idx_dtype in [DType::I32, DType::I64] {
+            let it = if idx_dtype == DType::I32 {
+                let v: Vec<i32> = idx.iter().map(|&v| v as i32).collect();
+                HostTensor::new(&v, is).unwrap()
+            } else {
+                HostTensor::new(&idx, is).unwrap()
+            };
+            let up = HostTensor::new(&u64s, &ushape).unwrap();
+            let got = run(
+                "ScatterNd",
+                &Attrs::new(),
+                &[(&it, true), (&up, true), (&shape_t, false)],
+            )
+            .unwrap();
+            assert_eq!(got.shape, shape, "{is:?}");
+            assert_eq!(
+                got.to_vec::<i64>().unwrap(),
+                want,
+                "ScatterNd int64 {is:?} {idx_dtype}"
+            );
+            let small: Vec<f32> = u64s.iter().map(|&v| (v % 7) as f32).collect();
+            let up = HostTensor::new(&small, &ushape).unwrap();
+            let got = run(
+                "ScatterNd",
+                &Attrs::new(),
+                &[(&it, true), (&up, true), (&shape_t, false)],
+            )
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+            let mut wantf = vec![0f32; numel(shape)];
+            for r in 0..rows {
+                let c = &idx[r * k..(r + 1) * k];
+                if c.iter().zip(shape).any(|(&v, &d)| v < 0 || v >= d as i64) {
+                    continue;
+                }
+                let base: usize = c
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| v as usize * numel(&shape[j + 1..]))
+                    .sum();
+                for i in 0..inner {
+                    wantf[base + i] += small[r * inner + i];
+                }
+            }
+            assert_eq!(got, wantf, "ScatterNd float32 {is:?} {idx_dtype}");
+        }
+    }
+    // TensorFlow's shape checks.
+    let it = HostTensor::new(&[0i32, 1], &[1, 2]).unwrap();
+    let up = HostTensor::new(&[1f32, 2.0], &[2]).unwrap();
+    let shape_t = HostTensor::new(&[2i32, 2], &[2]).unwrap();
+    let e = run(
+        "ScatterNd",
+        &Attrs::new(),
+        &[(&it, true), (&up, true), (&shape_t, false)],
+    )
+    .err()
+    .expect("mismatched updates refused");
+    assert!(e.to_string().contains("updates has shape"), "{e}");
+}

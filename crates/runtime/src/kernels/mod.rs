@@ -39,6 +39,11 @@ pub const TYPE_CONSTRAINTS: &[TypeConstraint] = &[
         dtypes: I32_I64,
     },
     TypeConstraint {
+        op: "ScatterNd",
+        attr: "Tindices",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
         op: "ReverseSequence",
         attr: "Tlen",
         dtypes: I32_I64,

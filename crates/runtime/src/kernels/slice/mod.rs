@@ -1,6 +1,7 @@
 //! Slice family: index-mapping ops. Slice, StridedSlice, StridedSliceGrad, Pad, PadV2,
 //! MirrorPad (REFLECT, SYMMETRIC), MirrorPadGrad, GatherV2, OneHot, MatrixBandPart, ReverseSequence,
-//! SpaceToBatchND, BatchToSpaceND, Range, UnsortedSegmentSum (float32), and the unary Erf and
+//! SpaceToBatchND, BatchToSpaceND, Range, UnsortedSegmentSum (float32), ScatterNd (float32, int32, int64),
+//! and the unary Erf and
 //! Erfc.
 //!
 //! Every data-movement kernel here computes one 32-bit output word per invocation: the word's
@@ -114,6 +115,13 @@ pub const OPS: &[OpDef] = &[
         dtypes: MOVE_I32,
         host_inputs: &[(2, "axis")],
         factory: gather::GatherV2::build,
+    },
+    OpDef {
+        op: "ScatterNd",
+        type_attr: "T",
+        dtypes: &[DType::F32, DType::I32, DType::I64],
+        host_inputs: &[(2, "shape")],
+        factory: |_| Ok(Box::new(segment::ScatterNd)),
     },
     OpDef {
         op: "UnsortedSegmentSum",
