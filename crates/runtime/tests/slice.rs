@@ -1320,7 +1320,6 @@ fn scatter_nd_sums_at_nd_indices_and_drops_outside() {
         &Attrs::new(),
         &[(&it, true), (&up, true), (&shape_t, false)],
     )
-    .err()
-    .expect("mismatched updates refused");
+    .expect_err("mismatched updates refused");
     assert!(e.to_string().contains("updates has shape"), "{e}");
 }
