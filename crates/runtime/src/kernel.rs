@@ -401,6 +401,13 @@ impl<'d> KernelContext<'d> {
         }
     }
 
+    /// Whether the adapter runs shaders on the CPU (Mesa's llvmpipe / lavapipe), which leaves a
+    /// shader's loops after `kernels::wgsl::LOOP_LIMIT` iterations per invocation: kernels
+    /// whose invocations can walk longer ranges split them there.
+    pub fn loop_limited(&self) -> bool {
+        self.dev.desc.device_type == "cpu"
+    }
+
     /// The device's limits.
     pub fn limits(&self) -> &wgpu::Limits {
         &self.dev.limits

@@ -1,9 +1,9 @@
 //! Kernels whose invocations would walk more than lavapipe's 65,535 loop iterations (llvmpipe
 //! leaves a shader's loops there, silently): the CPU adapter's Conv2DBackpropFilter splits its
-//! batch so that an invocation stays within `LOOP_BUDGET`. Integer-valued data, so the float32
+//! batch, and the depthwise filter gradient its positions, so that an invocation stays within
+//! `LOOP_BUDGET`. Integer-valued data, so the float32
 //! sums are exact and compared exactly. (Found by an audit in session 24; MatMul with K >=
-//! 262,144, pooling windows of more than 65,535 taps and the depthwise filter gradient over
-//! more than ~262,144 output pixels per channel are still wrong on lavapipe: README, known
+//! 262,144, and pooling windows of more than 65,535 taps are still wrong on lavapipe: README, known
 //! gaps.)
 mod common;
 use common::*;
@@ -87,4 +87,61 @@ fn conv_bwd_filter_batch_split_under_the_loop_limit() {
     // Three images of 95 x (1 + 24) + 1 = 2,376 each per invocation would fit; 40 images would
     // not (95,041): 13 per split.
     conv_bwd_filter(40, 95, 95, 3, 3, 4);
+}
+
+/// DepthwiseConv2dNativeBackpropFilter, SAME, stride 1, one channel: df[r, s] = sum x dy.
+fn depthwise_bwd_filter(h: usize, w: usize, rs: usize) {
+    let mut r = rng(11);
+    let x = bits(&mut r, h * w);
+    let dy = bits(&mut r, h * w);
+    let xt = dev().upload(&x, &[1, h, w, 1]).unwrap();
+    let dyt = dev().upload(&dy, &[1, h, w, 1]).unwrap();
+    let attrs = Attrs::new()
+        .with("strides", AttrValue::Ints(vec![1; 4]))
+        .with("padding", AttrValue::Str("SAME".into()))
+        .with("T", AttrValue::Type(tfwgpu_runtime::DType::F32));
+    let fs = HostTensor::vec_i32(&[rs as i32, rs as i32, 1, 1]);
+    let out = dev()
+        .run(
+            "DepthwiseConv2dNativeBackpropFilter",
+            &attrs,
+            &[Arg::from(&xt), Arg::from(&fs), Arg::from(&dyt)],
+        )
+        .unwrap();
+    let got = out[0].download::<f32>().unwrap();
+    let pt = (rs - 1) / 2;
+    let mut want = vec![0f32; rs * rs];
+    for rr in 0..rs {
+        for ss in 0..rs {
+            let mut s = 0f64;
+            for y in 0..h {
+                let iy = y as isize + rr as isize - pt as isize;
+                if iy < 0 || iy >= h as isize {
+                    continue;
+                }
+                for xx in 0..w {
+                    let ix = xx as isize + ss as isize - pt as isize;
+                    if ix < 0 || ix >= w as isize {
+                        continue;
+                    }
+                    s += (x[iy as usize * w + ix as usize] * dy[y * w + xx]) as f64;
+                }
+            }
+            want[rr * rs + ss] = s as f32;
+        }
+    }
+    assert_close(
+        &got,
+        &want,
+        0.0,
+        0.0,
+        &format!("DepthwiseBackpropFilter {h}x{w} {rs}x{rs}"),
+    );
+}
+
+#[test]
+fn depthwise_bwd_filter_positions_split_under_the_loop_limit() {
+    // 289 workgroups (17 x 17 taps): one split of 520 x 520 positions, 67,600 iterations per
+    // invocation before (lavapipe returned 63,354 instead of 65,318); now three splits.
+    depthwise_bwd_filter(520, 520, 17);
 }

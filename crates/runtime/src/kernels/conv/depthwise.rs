@@ -313,6 +313,10 @@ pub(super) fn record(
         splits = splits
             .min((super::gemm::column_budget(ctx).min(max_bind) / (total * 4)).max(1))
             .min(MAX_GROUPS_X as usize);
+        if ctx.loop_limited() {
+            // An invocation walks a quarter of its split's positions: at most LOOP_BUDGET.
+            splits = splits.max(positions.div_ceil(4 * crate::kernels::wgsl::LOOP_BUDGET));
+        }
         let chunk = positions.div_ceil(splits).max(1);
         let splits = positions.div_ceil(chunk).max(1);
         (splits, chunk, blocks)
