@@ -1,10 +1,9 @@
 //! Kernels whose invocations would walk more than lavapipe's 65,535 loop iterations (llvmpipe
 //! leaves a shader's loops there, silently): the CPU adapter's Conv2DBackpropFilter splits its
-//! batch, and the depthwise filter gradient its positions, so that an invocation stays within
-//! `LOOP_BUDGET`. Integer-valued data, so the float32
-//! sums are exact and compared exactly. (Found by an audit in session 24; MatMul with K >=
-//! 262,144, and pooling windows of more than 65,535 taps are still wrong on lavapipe: README, known
-//! gaps.)
+//! batch, the depthwise filter gradient its positions, and MatMul's CPU tiles K into chunks, so
+//! that an invocation stays within `LOOP_BUDGET`. Integer-valued data, so the float32 sums are
+//! exact and compared exactly. (Found by an audit in session 24; pooling windows of more than
+//! 65,535 taps are still wrong on lavapipe: README, known gaps.)
 mod common;
 use common::*;
 use rand::Rng;
@@ -144,4 +143,50 @@ fn depthwise_bwd_filter_positions_split_under_the_loop_limit() {
     // 289 workgroups (17 x 17 taps): one split of 520 x 520 positions, 67,600 iterations per
     // invocation before (lavapipe returned 63,354 instead of 65,318); now three splits.
     depthwise_bwd_filter(520, 520, 17);
+}
+
+/// MatMul of 0/1 matrices (exact float32 sums), A m x k and B k x n stored transposed or not.
+fn matmul_k(m: usize, n: usize, k: usize, ta: bool, tb: bool) {
+    let mut r = rng(k as u64 + m as u64);
+    let a = bits(&mut r, m * k);
+    let b = bits(&mut r, k * n);
+    // a[i, l] and b[l, j] as stored.
+    let (a_shape, b_shape) = (
+        if ta { [k, m] } else { [m, k] },
+        if tb { [n, k] } else { [k, n] },
+    );
+    let ai = |i: usize, l: usize| if ta { a[l * m + i] } else { a[i * k + l] };
+    let bi = |l: usize, j: usize| if tb { b[j * k + l] } else { b[l * n + j] };
+    let at = dev().upload(&a, &a_shape).unwrap();
+    let bt = dev().upload(&b, &b_shape).unwrap();
+    let attrs = Attrs::new()
+        .with("transpose_a", AttrValue::Bool(ta))
+        .with("transpose_b", AttrValue::Bool(tb));
+    let out = dev()
+        .run("MatMul", &attrs, &[Arg::from(&at), Arg::from(&bt)])
+        .unwrap();
+    let got = out[0].download::<f32>().unwrap();
+    let mut want = vec![0f32; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            want[i * n + j] = (0..k).map(|l| (ai(i, l) * bi(l, j)) as f64).sum::<f64>() as f32;
+        }
+    }
+    assert_close(
+        &got,
+        &want,
+        0.0,
+        0.0,
+        &format!("MatMul {m}x{n}x{k} ta={ta} tb={tb}"),
+    );
+}
+
+#[test]
+fn matmul_long_k_in_chunks() {
+    // K / 4 = 75,000 steps per invocation of the CPU tiles before (lavapipe summed ~262,140 of
+    // the 300,000 terms); now chunks of 131,072 terms added in a second pass.
+    matmul_k(3, 8, 300_000, false, false);
+    // Both operands transposed, an output whose size is not a multiple of 4, three chunks.
+    matmul_k(2, 5, 270_001, true, true);
+    matmul_k(5, 3, 140_000, false, true);
 }

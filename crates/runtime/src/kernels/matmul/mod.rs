@@ -1211,8 +1211,77 @@ pub(crate) fn record_plan_hooked(
     } else {
         (k, None)
     };
-    let dims = &dims;
+    // On CPU adapters (llvmpipe leaves a shader's loops after 65,535 iterations) the CPU
+    // tiles, which walk K / 4 steps per invocation, take K in chunks of 4 * LOOP_BUDGET terms:
+    // chunk j reads A and B from its first term on (an offset of a multiple of 64 elements:
+    // bindable), keeps the whole K's strides, and writes slice j of a temporary that one more
+    // pass adds up in chunk order.
+    let kc = 4 * crate::kernels::wgsl::LOOP_BUDGET;
+    let chunked = splits == 1
+        && k > kc
+        && ctx.loop_limited()
+        && matches!(shader_plan, Plan::Cpu(..) | Plan::Sg(..));
+    if chunked {
+        let chunks = k.div_ceil(kc);
+        let len = gm.batches * m * n;
+        let esize = dtype.size() as u64;
+        // Slices at bindable offsets.
+        let align = ctx.limits().min_storage_buffer_offset_alignment as usize / esize as usize;
+        let stride = len.next_multiple_of(align.max(1));
+        let t = ctx.scratch("matmul_kchunks", chunks as u64 * stride as u64 * esize)?;
+        let at = |r: &BufferRange, elems: usize| BufferRange {
+            buffer: r.buffer.clone(),
+            offset: r.offset + elems as u64 * esize,
+            size: r.size - elems as u64 * esize,
+        };
+        for j in 0..chunks {
+            let k0 = j * kc;
+            let slice = at(&t, j * stride);
+            let (a_off, b_off) = (k0 * sa_k, k0 * sb_k);
+            record_dispatches(
+                ctx,
+                op,
+                &pipeline,
+                (plan, gm, dims.as_slice(), batches, hooks),
+                (kc.min(k - k0), [sa_m, sa_k, sb_k, sb_n]),
+                (&at(a, a_off), &at(b, b_off), &slice),
+            )?;
+        }
+        return record_ksum_scalar(ctx, op, dtype, &t, c, (len, stride), chunks);
+    }
     let out = parts.as_ref().unwrap_or(c);
+    record_dispatches(
+        ctx,
+        op,
+        &pipeline,
+        (plan, gm, dims.as_slice(), batches, hooks),
+        (k, [sa_m, sa_k, sb_k, sb_n]),
+        (a, b, out),
+    )?;
+    if let Some(t) = &parts {
+        record_ksum(ctx, op, dtype, t, c, gm.batches * m * n, splits)?;
+    }
+    Ok(())
+}
+
+/// One product's dispatches (grids of at most MAX_GROUPS_X per axis) walking `k` terms with
+/// the strides `st` (A's along M and K, B's along K and N).
+#[allow(clippy::type_complexity)]
+fn record_dispatches(
+    ctx: &KernelContext,
+    op: &str,
+    pipeline: &crate::exec::Pipeline,
+    (plan, gm, dims, batches, hooks): (
+        Plan,
+        &Gemm,
+        &[(usize, usize, usize)],
+        usize,
+        Option<HookArgs>,
+    ),
+    (k, [sa_m, sa_k, sb_k, sb_n]): (usize, [usize; 4]),
+    (a, b, out): (&BufferRange, &BufferRange, &BufferRange),
+) -> Result<()> {
+    let (m, n) = (gm.m, gm.n);
     let mut bdims = [0u32; MAX_BATCH_DIMS];
     let mut astr = [0u32; MAX_BATCH_DIMS];
     let mut bstr = [0u32; MAX_BATCH_DIMS];
@@ -1257,16 +1326,13 @@ pub(crate) fn record_plan_hooked(
                     words.extend_from_slice(&extra);
                 }
                 ctx.dispatch(
-                    &pipeline,
+                    pipeline,
                     &params(&words),
                     &[a.clone(), b.clone(), out.clone()],
                     [gx as u32, gy as u32, gz as u32],
                 )?;
             }
         }
-    }
-    if let Some(t) = &parts {
-        record_ksum(ctx, op, dtype, t, c, gm.batches * m * n, splits)?;
     }
     Ok(())
 }
@@ -1305,6 +1371,66 @@ fn record_ksum(
         [row as u32, groups.div_ceil(row) as u32, 1],
     )
 }
+
+/// Adds the `chunks` slices of `len` elements (`stride` apart) in `t` into `c` in slice order,
+/// one element per invocation (the K chunks of CPU adapters: any `len`).
+fn record_ksum_scalar(
+    ctx: &KernelContext,
+    op: &str,
+    dtype: DType,
+    t: &BufferRange,
+    c: &BufferRange,
+    (len, stride): (usize, usize),
+    chunks: usize,
+) -> Result<()> {
+    let elem = match dtype {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        other => bail_invalid!("{op}: no K chunks for {other}"),
+    };
+    let pipeline = ctx.pipeline(PipelineKey::new("matmul", Some(dtype), "kchunks"), || {
+        ShaderSource::new(KCHUNKS_WGSL.replace("ELEM", elem))
+    })?;
+    let groups = len.div_ceil(256);
+    let row = groups.clamp(1, MAX_GROUPS_X as usize);
+    let words = [
+        to_u32(op, len)?,
+        to_u32(op, chunks)?,
+        row as u32,
+        to_u32(op, stride)?,
+    ];
+    ctx.dispatch(
+        &pipeline,
+        &params(&words),
+        &[t.clone(), c.clone()],
+        [row as u32, groups.div_ceil(row) as u32, 1],
+    )
+}
+
+/// The sum of a product's K chunks (`record_ksum_scalar`).
+const KCHUNKS_WGSL: &str = "struct Params {
+    len: u32,
+    chunks: u32,
+    row_groups: u32,
+    stride: u32,
+};
+@group(0) @binding(0) var<uniform> q: Params;
+@group(0) @binding(1) var<storage, read_write> t: array<ELEM>;
+@group(0) @binding(2) var<storage, read_write> c: array<ELEM>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) l: u32) {
+    let i = (wid.y * q.row_groups + wid.x) * 256u + l;
+    if i >= q.len {
+        return;
+    }
+    var s = t[i];
+    for (var j = 1u; j < q.chunks; j += 1u) {
+        s += t[j * q.stride + i];
+    }
+    c[i] = s;
+}
+";
 
 #[cfg(test)]
 mod tests {
