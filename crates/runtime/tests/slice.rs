@@ -1243,21 +1243,35 @@ fn scatter_nd_sums_at_nd_indices_and_drops_outside() {
         let u64s: Vec<i64> = (0..rows * inner)
             .map(|_| rng.random_range(-(1i64 << 40)..(1i64 << 40)))
             .collect();
-        let mut want = vec![0i64; numel(shape)];
-        for r in 0..rows {
-            let c = &idx[r * k..(r + 1) * k];
-            if c.iter().zip(shape).any(|(&v, &d)| v < 0 || v >= d as i64) {
-                continue;
-            }
-            let base: usize = c
-                .iter()
+        // The reference: each row's slice added at its index, rows outside dropped.
+        fn scatter<T: Copy + Default + std::ops::AddAssign>(
+            idx: &[i64],
+            k: usize,
+            shape: &[usize],
+            upd: &[T],
+            inner: usize,
+        ) -> Vec<T> {
+            let mut want = vec![T::default(); numel(shape)];
+            for (r, c) in idx
+                .chunks(k.max(1))
                 .enumerate()
-                .map(|(j, &v)| v as usize * numel(&shape[j + 1..]))
-                .sum();
-            for i in 0..inner {
-                want[base + i] += u64s[r * inner + i];
+                .take(upd.len() / inner.max(1))
+            {
+                if c.iter().zip(shape).any(|(&v, &d)| v < 0 || v >= d as i64) {
+                    continue;
+                }
+                let base: usize = c
+                    .iter()
+                    .enumerate()
+                    .map(|(j, &v)| v as usize * numel(&shape[j + 1..]))
+                    .sum();
+                for i in 0..inner {
+                    want[base + i] += upd[r * inner + i];
+                }
             }
+            want
         }
+        let want = scatter(&idx, k, shape, &u64s, inner);
         let shape_t = HostTensor::new(
             &shape.iter().map(|&d| d as i32).collect::<Vec<_>>(),
             &[shape.len()],
@@ -1293,21 +1307,7 @@ fn scatter_nd_sums_at_nd_indices_and_drops_outside() {
             .unwrap()
             .to_vec::<f32>()
             .unwrap();
-            let mut wantf = vec![0f32; numel(shape)];
-            for r in 0..rows {
-                let c = &idx[r * k..(r + 1) * k];
-                if c.iter().zip(shape).any(|(&v, &d)| v < 0 || v >= d as i64) {
-                    continue;
-                }
-                let base: usize = c
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &v)| v as usize * numel(&shape[j + 1..]))
-                    .sum();
-                for i in 0..inner {
-                    wantf[base + i] += small[r * inner + i];
-                }
-            }
+            let wantf = scatter(&idx, k, shape, &small, inner);
             assert_eq!(got, wantf, "ScatterNd float32 {is:?} {idx_dtype}");
         }
     }

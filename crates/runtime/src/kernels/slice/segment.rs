@@ -15,6 +15,29 @@ const SEGMENT_WGSL: &str = include_str!("segment.wgsl");
 
 pub(super) struct UnsortedSegmentSum;
 
+/// An atomic scatter's output, bound and zeroed, with its updates (input `data`) and their
+/// element count; None when nothing is left to add (an empty output, no updates, empty rows).
+fn zeroed<'a>(
+    ctx: &KernelContext,
+    op: &str,
+    inputs: &[Operand<'a>],
+    outputs: &[DeviceRef],
+    data: usize,
+    inner: usize,
+) -> Result<Option<(crate::exec::BufferRange, &'a DeviceRef, usize)>> {
+    let out = outputs
+        .first()
+        .ok_or_else(|| Error::InvalidArgument(format!("{op}: no output")))?;
+    if out.desc.num_elements() == 0 {
+        return Ok(None);
+    }
+    let o = bind_out(ctx, op, out)?;
+    ctx.clear(&o, out.desc.byte_size().next_multiple_of(4))?;
+    let d = inputs[data].device(op, data)?;
+    let n = d.desc.num_elements();
+    Ok((n > 0 && inner > 0).then_some((o, d, n)))
+}
+
 /// (rows' inner size, segment count, output shape).
 fn check(inputs: &[Operand]) -> Result<(usize, usize, Vec<usize>)> {
     let op = "UnsortedSegmentSum";
@@ -65,19 +88,9 @@ impl Kernel for UnsortedSegmentSum {
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
         let op = "UnsortedSegmentSum";
         let (inner, segments, _) = check(inputs)?;
-        let out = outputs
-            .first()
-            .ok_or_else(|| Error::InvalidArgument(format!("{op}: no output")))?;
-        if out.desc.num_elements() == 0 {
+        let Some((o, data, n)) = zeroed(ctx, op, inputs, outputs, 0, inner)? else {
             return Ok(());
-        }
-        let o = bind_out(ctx, op, out)?;
-        ctx.clear(&o, out.desc.byte_size().next_multiple_of(4))?;
-        let data = inputs[0].device(op, 0)?;
-        let n = data.desc.num_elements();
-        if n == 0 || inner == 0 {
-            return Ok(());
-        }
+        };
         let ids = inputs[1].device(op, 1)?;
         let idt = ids.desc.dtype;
         let n32 = u32_of(op, "data size", n)?;
@@ -191,19 +204,9 @@ impl Kernel for ScatterNd {
     fn record(&self, ctx: &KernelContext, inputs: &[Operand], outputs: &[DeviceRef]) -> Result<()> {
         let op = "ScatterNd";
         let (k, inner, shape) = check_nd(inputs)?;
-        let out = outputs
-            .first()
-            .ok_or_else(|| Error::InvalidArgument(format!("{op}: no output")))?;
-        if out.desc.num_elements() == 0 {
+        let Some((o, upd, n)) = zeroed(ctx, op, inputs, outputs, 1, inner)? else {
             return Ok(());
-        }
-        let o = bind_out(ctx, op, out)?;
-        ctx.clear(&o, out.desc.byte_size().next_multiple_of(4))?;
-        let upd = inputs[1].device(op, 1)?;
-        let n = upd.desc.num_elements();
-        if n == 0 || inner == 0 {
-            return Ok(());
-        }
+        };
         let idx = inputs[0].device(op, 0)?;
         let (idt, dt) = (idx.desc.dtype, upd.desc.dtype);
         let add = match dt {
