@@ -10,12 +10,13 @@ else), and each changes behaviour only for tfwgpu devices:
 - Keras 3's LSTM and GRU layers (`use_cudnn="auto"`) take the fused recurrent op
   (`CudnnRNNV3`) whenever TensorFlow lists a GPU; the plugin implements it (one layer,
   unidirectional: what Keras asks for), so on tfwgpu GPUs a layer runs one forward and one
-  backward kernel per step instead of a `while` loop of ~30 kernels per timestep. Two cases
-  keep Keras's generic loop (on the tfwgpu GPU), as before: inputs with a mask (Keras's fused
-  path then asserts right-padding, a read of the GPU every step, and fails on other masks),
-  and TensorFlow builds with CUDA or ROCm (Keras then reorders the gates for cuDNN or MIOpen,
-  not the orders the plugin's kernel takes). A masked input with an explicit `use_cudnn=True`
-  is therefore refused (ValueError, as on a CPU). `TFWGPU_FUSED_RNN=0` keeps the generic loop
+  backward kernel per step instead of a `while` loop of ~30 kernels per timestep. Masked inputs
+  take it too, with any mask: each sequence's unmasked steps are moved to its front, the op runs
+  them as right-padded sequences, and the outputs are moved back (`_masked_fused`), which gives
+  the generic loop's results (Keras's own fused path asserts right-padding instead, a read of
+  the GPU each call, and fails on other masks). TensorFlow builds with CUDA or ROCm keep
+  Keras's own rule (Keras then reorders the gates for cuDNN or MIOpen, not the orders the
+  plugin's kernel takes). `TFWGPU_FUSED_RNN=0` keeps the generic loop
   everywhere; an explicit `use_cudnn=True` then fails too. Inside graphs, the op's flat weights are
   built from one transpose per kernel (`_whole_params`) rather than Keras's per-gate pieces.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
@@ -52,6 +53,7 @@ else), and each changes behaviour only for tfwgpu devices:
   it saves: Keras `fit`'s floor 1.39 against 1.26 ms per step (median of 4 processes each),
   inference and `tf.function` calls +0.04 ms, TensorFlow's own CPU device slower too.
 """
+import contextvars
 import importlib.abc
 import importlib.util
 import sys
@@ -139,19 +141,18 @@ def _patch_keras_rnn(module):
     _is_gpu_available._tfwgpu = True
     module._is_gpu_available = _is_gpu_available
 
-    def unmasked_only(fused):
+    def with_masks_packed(fused):
         signature = inspect.signature(fused)
 
         def layer(*args, **kwargs):
             try:
-                masked = signature.bind(*args, **kwargs).arguments.get("mask") is not None
-                tfwgpu = masked and _only_tfwgpu_accelerators()
+                arguments = signature.bind(*args, **kwargs).arguments
+                masked = arguments.get("mask") is not None and _only_tfwgpu_accelerators()
             except Exception:  # never break Keras: keep its own path
-                tfwgpu = False
-            if tfwgpu:
-                # Keras's generic loop (its answer to NotImplementedError).
-                raise NotImplementedError
-            return fused(*args, **kwargs)
+                masked = False
+            if not masked:
+                return fused(*args, **kwargs)
+            return _masked_fused(module, fused, signature, dict(arguments))
 
         layer.__name__, layer.__doc__, layer.__wrapped__ = fused.__name__, fused.__doc__, fused
         return layer
@@ -159,7 +160,17 @@ def _patch_keras_rnn(module):
     for name in ("lstm", "gru"):
         fused = getattr(module, name, None)
         if fused is not None:
-            setattr(module, name, unmasked_only(fused))
+            setattr(module, name, with_masks_packed(fused))
+
+    # Keras's fused path asserts that masks are right-padded and takes the lengths from them;
+    # the masks the hook passes are right-padded by construction, with lengths it computed.
+    for name, packed in (
+        ("_assert_valid_mask", lambda lengths, mask: None),
+        ("_compute_sequence_length_from_mask", lambda lengths, mask, time_major: lengths),
+    ):
+        keras_fn = getattr(module, name, None)
+        if keras_fn is not None:
+            setattr(module, name, _while_packed(keras_fn, packed))
 
     standardize = getattr(module, "_standardize_cudnn_weights", None)
     if standardize is not None:
@@ -219,6 +230,186 @@ def _whole_params(weights, biases, shape, transpose_weights):
         return None
     flat = lambda t: tf.reshape(t, [-1])  # noqa: E731
     return tf.concat([flat(tf.transpose(kernel)), flat(tf.transpose(recurrent)), bias], axis=0)
+
+
+# The lengths of the right-padded sequences the hook passes to Keras's fused path (None outside
+# such a call), and the calling layer's `zero_output_for_mask` (which the backend is not given).
+_PACKED_LENGTHS = contextvars.ContextVar("tfwgpu_packed_lengths", default=None)
+_ZERO_OUTPUT_FOR_MASK = contextvars.ContextVar("tfwgpu_zero_output_for_mask", default=False)
+
+
+def _while_packed(keras_fn, packed):
+    """`keras_fn`, or `packed(lengths, ...)` inside the hook's call of Keras's fused path."""
+
+    def fn(*args, **kwargs):
+        lengths = _PACKED_LENGTHS.get()
+        if lengths is None:
+            return keras_fn(*args, **kwargs)
+        return packed(lengths, *args, **kwargs)
+
+    fn.__name__, fn.__doc__, fn.__wrapped__ = keras_fn.__name__, keras_fn.__doc__, keras_fn
+    return fn
+
+
+def _patch_keras_rnn_layer(class_name):
+    """Lets the backend's `lstm` / `gru` know the calling layer's `zero_output_for_mask`."""
+
+    def patch(module):
+        cls = getattr(module, class_name, None)
+        original = getattr(cls, "inner_loop", None)
+        if original is None or getattr(original, "_tfwgpu", False):
+            return
+
+        def inner_loop(self, *args, **kwargs):
+            token = _ZERO_OUTPUT_FOR_MASK.set(bool(getattr(self, "zero_output_for_mask", False)))
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                _ZERO_OUTPUT_FOR_MASK.reset(token)
+
+        inner_loop._tfwgpu = True
+        inner_loop.__name__, inner_loop.__doc__, inner_loop.__wrapped__ = "inner_loop", original.__doc__, original
+        cls.inner_loop = inner_loop
+
+    return patch
+
+
+def _masked_fused(module, fused, signature, a):
+    """Keras's fused `lstm` / `gru` (`fused`, arguments `a`) on masked inputs, with the results
+    of Keras's generic loop for any mask. The loop skips a masked timestep: the state is kept,
+    and the output is the previous step's (zeros before the first unmasked step), or zeros with
+    the layer's `zero_output_for_mask`. So each sequence's unmasked steps are moved to its front,
+    in order (one gather), the fused op runs them as a right-padded sequence of that length
+    (cuDNN's semantics: its final state is the state after the last unmasked step), and its
+    outputs are moved back (a gather). Nothing is read back; Keras's own fused path asserts
+    right-padding instead, a read of the GPU per call. NotImplementedError (Keras's generic loop)
+    where the fused op does not apply."""
+    import tensorflow as tf
+
+    if a.get("time_major", False) or not _cudnn_ok(module, signature, a):
+        raise NotImplementedError
+    try:
+        x, mask = a["inputs"], tf.convert_to_tensor(a["mask"])
+        if mask.shape.rank != 2 or x.shape.rank != 3:
+            raise NotImplementedError
+        mask = tf.cast(mask, tf.bool)
+        if a.get("go_backwards", False):
+            # The loop reads both backwards and returns the outputs in the order it ran.
+            x, mask = tf.reverse(x, [1]), tf.reverse(mask, [1])
+        packing = _MaskPacking(tf, mask)
+        a["inputs"], a["go_backwards"] = packing.pack(x), False
+    except NotImplementedError:
+        raise
+    except Exception:  # never break Keras: its generic loop
+        raise NotImplementedError
+    token = _PACKED_LENGTHS.set(packing.lengths)
+    try:
+        last, outputs, states = fused(**a)
+    finally:
+        _PACKED_LENGTHS.reset(token)
+    zeros = _ZERO_OUTPUT_FOR_MASK.get()
+    # `last` is the final state h: the output of the last unmasked step.
+    last = tf.where(packing.last_mask(zeros)[:, None], last, tf.zeros_like(last))
+    if a.get("return_sequences", False):
+        outputs = packing.unpack(outputs, zeros)
+    else:
+        outputs = tf.expand_dims(last, 1)
+    return last, outputs, states
+
+
+def _cudnn_ok(module, signature, a):
+    """Keras's own test of whether the fused op applies (activations, unroll, bias, GRU's
+    reset_after), asked before the packing ops are built."""
+    kwargs = {"use_bias": a.get("bias") is not None}
+    if "reset_after" in signature.parameters:
+        kwargs["reset_after"] = a.get("reset_after", signature.parameters["reset_after"].default)
+    return module.cudnn_ok(a["activation"], a["recurrent_activation"], a.get("unroll", False), **kwargs)
+
+
+class _MaskPacking:
+    """Where each timestep of a batch-major [B, T] mask goes when every sequence's unmasked
+    steps are moved to its front, in order, and its masked ones after them, in order: a
+    permutation of the B*T rows of the flattened [B*T, features] inputs. Positions within a
+    sequence are counted in float32 (Cumsum; exact below 2^24 timesteps), flattened and
+    converted once; the sequences' offsets are added in int32 (a device kernel inside graphs).
+    The int32 indices are made in their final [B*T, 1] shape: TensorFlow's int32 reshapes and
+    slices run in host memory and would read them back."""
+
+    def __init__(self, tf, mask):
+        self.tf = tf
+        shape = tf.shape(mask)
+        b, t = shape[0], shape[1]
+        if mask.shape[1] is not None and mask.shape[1] >= 1 << 24:
+            raise NotImplementedError
+        self.mask = mask
+        self.rows = b * t
+        on = tf.cast(mask, tf.float32)
+        # count[b, t]: unmasked steps in 0..=t
+        self.count = tf.cumsum(on, axis=1)
+        lengths = self.count[:, -1:]
+        steps = tf.cast(tf.range(t), tf.float32)[None, :]
+        # The packed position of step t: its rank among the unmasked steps, or the masked ones
+        # after them.
+        dest = tf.where(mask, self.count - 1.0, lengths + steps - self.count)
+        # Each row's sequence offset, [B*T, 1] int32, made on the host from shapes.
+        self.offsets = tf.reshape(tf.range(self.rows) // t * t, [-1, 1])
+        self.dest = self._indices(dest)
+        self.perm = tf.scatter_nd(self.dest, tf.range(self.rows), self.rows[None])
+        self.lengths = tf.cast(tf.reshape(lengths, [-1]), tf.int32)
+
+    def _indices(self, positions):
+        """[B*T, 1] int32 row indices from [B, T] float32 positions within each sequence."""
+        tf = self.tf
+        return tf.cast(tf.reshape(positions, [-1, 1]), tf.int32) + self.offsets
+
+    def _rows(self, v):
+        tf = self.tf
+        shape = tf.shape(v)
+        return tf.reshape(v, tf.concat([self.rows[None], shape[2:]], 0)), shape
+
+    def _gather_rows(self, v, index, gradient):
+        """v's rows gathered by `index`, with the gradient `gradient(dy)` of the flat rows:
+        TensorFlow's own gradient of a gather would flatten the int32 indices on the host."""
+        tf = self.tf
+        flat, shape = self._rows(v)
+        rows = tf.shape(flat)
+
+        @tf.custom_gradient
+        def move(flat):
+            return tf.reshape(tf.gather(flat, index), rows), lambda dy: tf.reshape(gradient(dy), rows)
+
+        return tf.reshape(move(flat), shape)
+
+    def _permute(self, v, forward, backward):
+        """v's rows gathered by `forward`; the gradient gathered back by `backward` (the inverse
+        permutation: no sums)."""
+        return self._gather_rows(v, forward, lambda dy: self.tf.gather(dy, backward))
+
+    def pack(self, x):
+        return self._permute(x, self.perm, self.dest)
+
+    def last_mask(self, zeros):
+        """Whether the loop's last output is the final state: its last step unmasked
+        (`zero_output_for_mask`), or any step unmasked (it carries the last one's output)."""
+        return self.mask[:, -1] if zeros else self.count[:, -1] > 0.0
+
+    def unpack(self, outputs, zeros):
+        """The loop's [B, T, H] outputs from the packed ones (zeros past each length)."""
+        tf = self.tf
+        if zeros:
+            # A masked step's packed position lies past the length: zeros there.
+            return self._permute(outputs, self.dest, self.perm)
+        # Step t outputs the packed output of the last unmasked step up to t: several steps
+        # read one row, so the gradient sums (UnsortedSegmentSum, float32 on the GPU; its
+        # [B*T, 1] ids index the rows of the gradient seen as [B*T, 1, H]).
+        held = self._indices(tf.maximum(self.count - 1.0, 0.0))
+        got = self._gather_rows(
+            tf.cast(outputs, tf.float32),
+            held,
+            lambda dy: tf.math.unsorted_segment_sum(tf.expand_dims(dy, 1), held, self.rows),
+        )
+        got = tf.where((self.count > 0.0)[:, :, None], got, tf.zeros_like(got))
+        return tf.cast(got, outputs.dtype)
 
 
 def _eager_on_tfwgpu(resource):
@@ -621,6 +812,8 @@ def _patch_eager_context(module):
 _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
     "keras.src.backend.tensorflow.rnn": _patch_keras_rnn,
+    "keras.src.layers.rnn.lstm": _patch_keras_rnn_layer("LSTM"),
+    "keras.src.layers.rnn.gru": _patch_keras_rnn_layer("GRU"),
     "tensorflow.python.eager.context": _patch_eager_context,
     "tensorflow.python.ops.gen_resource_variable_ops": _patch_variable_ops,
     "tensorflow.python.ops.gen_training_ops": _patch_training_ops,

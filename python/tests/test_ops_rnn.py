@@ -2,8 +2,8 @@
 which Keras's LSTM and GRU call whenever TensorFlow lists a GPU), against Keras's generic loop
 on /CPU:0: plain, stacked with initial states and returned sequences, backwards and
 Bidirectional (ReverseSequence, a new kernel, checked against the CPU by itself), float16
-(mixed precision), masked inputs (which keep the generic loop), `TFWGPU_FUSED_RNN=0`; and a
-training step that reads the GPU back only for what Keras asks. The kernels' numerics against an
+(mixed precision), masked inputs (any mask: the hook packs the unmasked steps), `TFWGPU_FUSED_RNN=0`;
+and a training step that reads the GPU back only for what Keras asks. The kernels' numerics against an
 f64 reference and central differences: crates/runtime/tests/rnn.rs."""
 import numpy as np
 import pytest
@@ -127,23 +127,105 @@ def test_backwards_and_bidirectional(tf, layer):
         _compare(tf, keras, build("auto"), build(False), x, y)
 
 
-def test_masked_inputs_keep_the_generic_loop(tf):
-    """With a mask, Keras's fused path asserts right-padded masks (a read of the GPU per step)
-    and fails on others; the plugin's hook keeps Keras's loop for masked inputs."""
+def _masks(b, t, seed):
+    """Masks of every shape the generic loop takes: fully masked, unmasked, left- and
+    right-padded, holes."""
+    rng = np.random.default_rng(seed)
+    m = rng.random((b, t)) > 0.4
+    m[0], m[1] = False, True
+    m[2, :3] = False
+    m[3, 4:] = False
+    m[4, :] = [k % 2 == 1 for k in range(t)]
+    return m
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+@pytest.mark.parametrize("sequences", [False, True])
+@pytest.mark.parametrize("backwards", [False, True])
+@pytest.mark.parametrize("zeros", [False, True])
+def test_masked_inputs_take_the_fused_op(tf, layer, sequences, backwards, zeros):
+    """Any mask (the loop skips masked steps: states kept, the previous output or zeros with
+    `zero_output_for_mask`): the hook moves each sequence's unmasked steps to its front, runs
+    the fused op on them as a right-padded sequence, and moves the outputs back. Outputs, final
+    states and every gradient are the CPU loop's, for initial states that are not zeros (a
+    fully masked sequence keeps them, and outputs zeros)."""
+    import keras
+
+    b, t, f, h = 7, 8, 3, 5
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((b, t, f)).astype(np.float32)
+    s0 = rng.standard_normal((2, b, h)).astype(np.float32)
+    mask = _masks(b, t, seed=4)
+    outs = {}
+    for device, cudnn in [("/GPU:0", "auto"), ("/CPU:0", False)]:
+        with tf.device(device):
+            keras.utils.set_random_seed(1)
+            rnn = getattr(keras.layers, layer)(
+                h, return_sequences=sequences, return_state=True, go_backwards=backwards, use_cudnn=cudnn
+            )
+            rnn.zero_output_for_mask = zeros
+            xt = tf.constant(x)
+            states = [tf.constant(s) for s in s0[: 2 if layer == "LSTM" else 1]]
+            with ran_on_gpu(*FUSED) if cudnn == "auto" else _nothing(), tf.GradientTape() as tape:
+                tape.watch([xt] + states)
+                got = rnn(xt, mask=tf.constant(mask), initial_state=states)
+                # Weighted so that each output's gradient differs.
+                loss = sum(tf.reduce_sum(v * (k + 1.5)) for k, v in enumerate(got))
+                grads = tape.gradient(loss, [xt] + states + rnn.trainable_weights)
+            outs[device] = [v.numpy() for v in list(got) + grads]
+    for k, (g, w) in enumerate(zip(outs["/GPU:0"], outs["/CPU:0"])):
+        # float32 reassociation over at most 8 steps.
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=2e-6, err_msg=str(k))
+
+
+@pytest.mark.parametrize("layer", ["LSTM", "GRU"])
+def test_masked_training_matches_the_loop(tf, layer):
+    """`fit` of Masking -> Bidirectional(layer, sequences) -> layer on left-padded, right-padded
+    and holed sequences: the fused op forward and backward, the CPU loop's losses and weights."""
     import keras
 
     x, y = _data((32, 8, 3), 2, seed=7)
     x[::3, 5:] = 0.0
-    x[1::5, :2] = 0.0  # left padding too: the fused op could not take it
+    x[1::5, :2] = 0.0
+    x[2::7, 3] = 0.0
+    x[5] = 0.0
 
     def build(cudnn):
         def f():
             L = keras.layers
-            return keras.Sequential([keras.Input((8, 3)), L.Masking(0.0), L.LSTM(6, use_cudnn=cudnn), L.Dense(2)])
+            rnn = lambda n, **k: getattr(L, layer)(n, use_cudnn=cudnn, **k)  # noqa: E731
+            return keras.Sequential(
+                [keras.Input((8, 3)), L.Masking(0.0), L.Bidirectional(rnn(6, return_sequences=True)), rnn(5), L.Dense(2)]
+            )
 
         return f
 
-    _compare(tf, keras, build("auto"), build(False), x, y, fused=False)
+    _compare(tf, keras, build("auto"), build(False), x, y)
+
+
+def test_embedding_mask_on_left_padded_tokens(tf):
+    """Keras's text recipe: `pad_sequences` pads on the left by default, `Embedding(mask_zero)`
+    masks the padding; timesteps unknown to the graph (`Input((None,))`). The fused op runs,
+    with the CPU loop's losses and weights (an explicit `use_cudnn=True` on the GPU)."""
+    import keras
+
+    rng = np.random.default_rng(13)
+    lengths = rng.integers(0, 10, 48)
+    x = np.zeros((48, 10), np.int32)
+    for k, n in enumerate(lengths):
+        x[k, 10 - n :] = rng.integers(1, 30, n)
+    y = rng.standard_normal((48, 2)).astype(np.float32)
+
+    def build(cudnn):
+        def f():
+            L = keras.layers
+            return keras.Sequential(
+                [keras.Input((None,), dtype="int32"), L.Embedding(30, 4, mask_zero=True), L.GRU(6, use_cudnn=cudnn), L.Dense(2)]
+            )
+
+        return f
+
+    _compare(tf, keras, build(True), build(False), x, y)
 
 
 def test_switched_off_keeps_the_loop_and_refuses_cudnn(tf, monkeypatch):
@@ -162,20 +244,28 @@ def test_switched_off_keeps_the_loop_and_refuses_cudnn(tf, monkeypatch):
             forced(x[:2])
 
 
-def test_mixed_precision(tf):
+@pytest.mark.parametrize("masked", [False, True])
+def test_mixed_precision(tf, masked):
     """float16 activations (Keras's mixed_float16): the op converts to float32 inside and rounds
     its outputs once; the CPU's loop rounds every op's result to float16, so the two differ by
-    float16 rounding (~1e-3 relative) compounded over the steps."""
+    float16 rounding (~1e-3 relative) compounded over the steps. Masked: the packed steps and
+    the held outputs of a returned sequence in float16."""
     import keras
 
     x, y = _data((32, 6, 4), 2, seed=9)
+    if masked:
+        x[::3, :2] = 0.0
+        x[1::4, 4:] = 0.0
     keras.mixed_precision.set_global_policy("mixed_float16")
     try:
 
         def build(cudnn):
             def f():
                 L = keras.layers
-                return keras.Sequential([keras.Input((6, 4)), L.LSTM(8, use_cudnn=cudnn), L.Dense(2, dtype="float32")])
+                first = [L.Masking(0.0), L.GRU(6, return_sequences=True, use_cudnn=cudnn)] if masked else []
+                return keras.Sequential(
+                    [keras.Input((6, 4))] + first + [L.LSTM(8, use_cudnn=cudnn), L.Dense(2, dtype="float32")]
+                )
 
             return f
 
@@ -190,19 +280,27 @@ def test_mixed_precision(tf):
 
 
 @pytest.mark.parametrize("layer", ["LSTM", "GRU"])
-def test_fused_training_step_reads_nothing_mid_step(tf, layer):
+@pytest.mark.parametrize("masked", [False, True])
+def test_fused_training_step_reads_nothing_mid_step(tf, layer, masked):
     """A training step of a recurrent layer over 20 timesteps runs two kernels for the layer and
-    reads nothing back; loss and gradients are the CPU loop's."""
+    reads nothing back, masked (left-padded and holed sequences) or not; loss and gradients are
+    the CPU loop's."""
     import keras
 
     rng = np.random.default_rng(2)
     x = rng.standard_normal((4, 20, 3)).astype(np.float32)
     y = rng.standard_normal((4, 5)).astype(np.float32)
+    if masked:
+        x[0, :7] = 0.0
+        x[1, 3:5] = 0.0
+        x[2, 12:] = 0.0
     results = {}
     for device, cudnn in [("/CPU:0", False), ("/GPU:0", "auto")]:
         with tf.device(device):
             keras.utils.set_random_seed(3)
-            m = keras.Sequential([keras.Input((20, 3)), getattr(keras.layers, layer)(5, use_cudnn=cudnn)])
+            layers = [keras.layers.Masking(0.0)] if masked else []
+            layers.append(getattr(keras.layers, layer)(5, use_cudnn=cudnn))
+            m = keras.Sequential([keras.Input((20, 3))] + layers)
 
             @tf.function(input_signature=[tf.TensorSpec([None, 20, 3]), tf.TensorSpec([None, 5])])
             def step(xb, yb):

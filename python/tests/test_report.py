@@ -99,7 +99,7 @@ def test_tf_data_ops_are_host_work_by_design():
 
 
 def test_report_runs_programs_whose_graphs_have_loops(tmp_path):
-    """Graphs built inside control flow (a Keras LSTM's loop after a Masking layer) hand the
+    """Graphs built inside control flow (Keras's generic LSTM loop, `use_cudnn=False`) hand the
     report's op callback their op types as bytes; the program ran to its end under the report
     (it failed with a TypeError before)."""
     script = tmp_path / "prog.py"
@@ -107,7 +107,7 @@ def test_report_runs_programs_whose_graphs_have_loops(tmp_path):
         textwrap.dedent(
             """
             import numpy as np, keras
-            m = keras.Sequential([keras.Input((5, 4)), keras.layers.Masking(0.0), keras.layers.LSTM(3)])
+            m = keras.Sequential([keras.Input((5, 4)), keras.layers.Masking(0.0), keras.layers.LSTM(3, use_cudnn=False)])
             print("program output", m(np.ones((2, 5, 4), "float32")).shape)
             """
         )
