@@ -10,7 +10,10 @@ over the steps, Linear(64, 10) (Keras: MultiHeadAttention(4, 16), LayerNormaliza
 GlobalAveragePooling1D, Dense(10)). lstm / gru: cuDNN's fused nn.LSTM / nn.GRU(16 -> 64) over 20
 steps, Linear(64, 10). lstm_loop / gru_loop: the same cells run one timestep at a time
 (nn.LSTMCell / nn.GRUCell in a Python loop), like for like with Keras's generic loop on a GPU
-without cuDNN. Batch 64, Adam(1e-3), cross-entropy on logits.
+without cuDNN. lstm_masked / gru_masked: Embedding(1000, 16) of right-padded token sequences
+(lengths 1..20) packed by length (`pack_padded_sequence`: cuDNN's variable-length path), the
+layer's final state into Linear(64, 10) (Keras: Embedding(mask_zero=True) on left-padded
+tokens). Batch 64, Adam(1e-3), cross-entropy on logits.
 """
 import argparse
 import json
@@ -59,9 +62,33 @@ class Rnn(nn.Module):
         return self.out(h)
 
 
+class MaskedRnn(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.emb = nn.Embedding(1000, 16, padding_idx=0)
+        self.rnn = (nn.LSTM if kind == "lstm" else nn.GRU)(16, 64, batch_first=True)
+        self.out = nn.Linear(64, 10)
+
+    def forward(self, x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(self.emb(x), lengths, batch_first=True, enforce_sorted=False)
+        _, h = self.rnn(packed)
+        return self.out((h[0] if isinstance(h, tuple) else h)[0])
+
+
+def masked_tokens(rng_seed=0, steps=20):
+    """Right-padded tokens [BATCH, steps] (int64) and their lengths (1..steps, on the CPU)."""
+    g = torch.Generator().manual_seed(rng_seed)
+    lengths = torch.randint(1, steps + 1, (BATCH,), generator=g)
+    x = torch.randint(1, 1000, (BATCH, steps), generator=g)
+    x[torch.arange(steps)[None, :] >= lengths[:, None]] = 0
+    return x, lengths
+
+
 def build(name):
     if name == "mha":
         return Mha(), (32, 64)
+    if name.endswith("_masked"):
+        return MaskedRnn(name.split("_")[0]), None
     kind, _, loop = name.partition("_")
     return Rnn(kind, bool(loop)), (20, 16)
 
@@ -76,14 +103,18 @@ def make_step(name):
     model, shape = build(name)
     model = model.to(dev).train()
     opt = torch.optim.Adam(model.parameters(), 1e-3)
-    hx = torch.randn((BATCH,) + shape)
+    if shape is None:
+        hx, lengths = masked_tokens()
+        extra = (lengths,)
+    else:
+        hx, extra = torch.randn((BATCH,) + shape), ()
     hy = torch.randint(0, 10, (BATCH,))
     lossf = nn.CrossEntropyLoss()
 
     def step():
         x, y = hx.to(dev), hy.to(dev)
         opt.zero_grad(set_to_none=True)
-        loss = lossf(model(x), y)
+        loss = lossf(model(x, *extra), y)
         loss.backward()
         opt.step()
         return loss.item()
