@@ -309,7 +309,7 @@ def _masked_fused(module, fused, signature, a):
         _PACKED_LENGTHS.reset(token)
     zeros = _ZERO_OUTPUT_FOR_MASK.get()
     # `last` is the final state h: the output of the last unmasked step.
-    last = tf.where(packing.last_mask(zeros)[:, None], last, tf.zeros_like(last))
+    last = packing.keep(packing.last_mask(zeros)[:, None], last)
     if a.get("return_sequences", False):
         outputs = packing.unpack(outputs, zeros)
     else:
@@ -408,8 +408,21 @@ class _MaskPacking:
             held,
             lambda dy: tf.math.unsorted_segment_sum(tf.expand_dims(dy, 1), held, self.rows),
         )
-        got = tf.where((self.count > 0.0)[:, :, None], got, tf.zeros_like(got))
+        got = self.keep((self.count > 0.0)[:, :, None], got)
         return tf.cast(got, outputs.dtype)
+
+    def keep(self, where, v):
+        """v where `where` (broadcast), zeros elsewhere, with the gradient selected the same
+        way: TensorFlow's gradient of a select sums over the broadcast axes (a Sum of unknown
+        axes when the batch is unknown to the graph; float16 Sum runs on the CPU, a read)."""
+        tf = self.tf
+
+        @tf.custom_gradient
+        def select(v):
+            pick = lambda u: tf.where(where, u, tf.zeros_like(u))  # noqa: E731
+            return pick(v), pick
+
+        return select(v)
 
 
 def _eager_on_tfwgpu(resource):
