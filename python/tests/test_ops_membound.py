@@ -85,6 +85,35 @@ def test_reductions(tf, op, shape, axis):
         np.testing.assert_array_equal(g, c)
 
 
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"])
+@pytest.mark.parametrize(
+    "shape,axis", [((64, 1028), 1), ((1028, 64), 0), ((3, 500, 32), [0, 2]), ((4, 7, 7, 24), [1, 2]), ((5, 0), 1)]
+)
+def test_float16_reductions(tf, op, shape, axis):
+    """float16 reductions (Keras's mixed precision: global average pooling, statistics) on the
+    GPU: reduced in float32 and rounded once, as TensorFlow's GPU kernels accumulate half in
+    float; against float64 reductions of the same halves, within one float16 rounding (2^-11
+    relative; sums near zero also within the float32 sum's error)."""
+    lo, hi = (0.95, 1.05) if op == "reduce_prod" else (-1, 1)
+    x = rng.uniform(lo, hi, shape).astype(np.float16)
+    name = {"reduce_sum": "Sum", "reduce_mean": "Mean", "reduce_max": "Max", "reduce_min": "Min", "reduce_prod": "Prod"}[op]
+    fn = getattr(tf, op)
+    with RanOnGpu(name):
+        g = np.asarray(on(tf, "/GPU:0", lambda v: fn(v, axis=axis), x))
+    assert g.dtype == np.float16
+    want = getattr(np, {"reduce_sum": "sum", "reduce_mean": "mean", "reduce_max": "max", "reduce_min": "min", "reduce_prod": "prod"}[op])
+    if x.size == 0 and op in ("reduce_max", "reduce_min"):
+        ref = np.full(g.shape, -np.inf if op == "reduce_max" else np.inf)
+    else:
+        with np.errstate(invalid="ignore"):
+            ref = want(x.astype(np.float64), axis=tuple(np.atleast_1d(axis)))
+    ref16 = ref.astype(np.float16)
+    if op in ("reduce_max", "reduce_min"):
+        np.testing.assert_array_equal(g, ref16)
+    else:
+        np.testing.assert_allclose(g.astype(np.float64), ref, rtol=2.0**-11, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("op", ["add", "multiply", "maximum", "subtract"])
 @pytest.mark.parametrize(
     "sa,sb", [((6, 8), (8,)), ((8,), (6, 8)), ((5, 12), (5, 12)), ((3, 4), (3, 4)), ((2, 3, 8), (8,))]

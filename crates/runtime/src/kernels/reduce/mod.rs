@@ -1,5 +1,7 @@
-//! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32), and
-//! All / Any over bool.
+//! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32, float16),
+//! and All / Any over bool. float16 reduces in float32 (as TensorFlow's GPU kernels accumulate
+//! half in float): the input converted exactly to a float32 temporary, the float32 passes, the
+//! result rounded once.
 //!
 //! The reduced axes (a host-memory int32/int64 scalar or vector, negative axes wrapping,
 //! duplicates allowed) are simplified first: dimensions of size 1 are dropped and adjacent
@@ -21,7 +23,7 @@ use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::wgsl::params;
 use crate::{DType, Error, Result, bail_invalid};
 
-const DTYPES: &[DType] = &[DType::F32, DType::I32];
+const DTYPES: &[DType] = &[DType::F32, DType::I32, DType::F16];
 
 /// A reduction's registration: `reduction_indices` (input 1) in host memory.
 macro_rules! reduce_row {
@@ -372,6 +374,21 @@ impl Kernel for Reduce {
             self.passes(ctx, wide, res.clone(), DType::I32, shape, &mask, &passes)?;
             let dst = crate::kernels::elementwise::bind_out(ctx, op, output)?;
             return bool_convert(ctx, "narrow", &res, &dst, m);
+        }
+        if dtype == DType::F16 {
+            let wide = ctx.temp_tensor(TensorDesc::new(DType::F32, shape))?;
+            crate::kernels::nn::f16::convert(ctx, op, input, &wide)?;
+            let res = ctx.temp_tensor(TensorDesc::new(DType::F32, &output.desc.shape))?;
+            self.passes(
+                ctx,
+                ctx.bind(&wide)?,
+                ctx.bind(&res)?,
+                DType::F32,
+                shape,
+                &mask,
+                &passes,
+            )?;
+            return crate::kernels::nn::f16::convert(ctx, op, &res, output);
         }
         let src = ctx.bind(input)?;
         let dst = ctx.bind(output)?;
