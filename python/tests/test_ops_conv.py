@@ -42,12 +42,16 @@ def to_nhwc(a):
     return np.transpose(a, (0, 2, 3, 1))
 
 
-def assert_dot_close(got, want, abs_sum, terms, f16=False, what=""):
+def assert_dot_close(got, want, abs_sum, terms, f16=False, what="", parts_rounded=False):
+    """`parts_rounded`: float16 results summed from partial sums that were each rounded to
+    float16 first (Conv3D's taps): those roundings add at most 2^-11 of the absolute sum."""
     got = np.asarray(got, np.float64)
     want = np.asarray(want, np.float64)
     tol = 2 * (terms + 2) * EPS32 * np.asarray(abs_sum, np.float64)
     if f16:
         tol = tol * (1 + 2.0**-11) + np.abs(want) * 2.0**-11 + 2.0**-25
+        if parts_rounded:
+            tol = tol + np.asarray(abs_sum, np.float64) * 2.0**-11
     assert got.shape == want.shape, what
     bad = np.abs(got - want) > tol
     assert not bad.any(), (
@@ -331,4 +335,156 @@ def test_keras_conv2d_layer_trains_like_cpu(tf):
                     assert ran(before, op) >= 1, f"{op}: {gpu_ops()}"
                 out = model(x[:4])
                 assert on_gpu(out)
+    np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
+
+
+# Conv3D and its V2 gradients (sums of the 2-D ops over depth taps, conv3d.rs).
+# (name, x shape NDHWC, filter shape, strides (d, h, w), padding, dilations (d, h, w))
+CONV3D_CASES = [
+    ("3x3x3_same", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), (1, 1, 1), "SAME", (1, 1, 1)),
+    ("3x3x3_valid", (2, 5, 6, 7, 3), (3, 3, 3, 3, 4), (1, 1, 1), "VALID", (1, 1, 1)),
+    ("s221", (2, 7, 6, 5, 4), (3, 2, 3, 4, 5), (2, 2, 1), "SAME", (1, 1, 1)),
+    ("s312_valid", (1, 8, 5, 5, 2), (2, 3, 3, 2, 3), (3, 1, 2), "VALID", (1, 1, 1)),
+    ("dilated", (2, 9, 6, 6, 3), (3, 3, 2, 3, 2), (1, 1, 1), "SAME", (2, 1, 2)),
+    ("dilated_s2", (2, 9, 6, 6, 3), (2, 2, 2, 3, 2), (2, 1, 1), "VALID", (3, 1, 1)),
+    ("1x1x1", (3, 4, 4, 4, 5), (1, 1, 1, 5, 6), (1, 1, 1), "SAME", (1, 1, 1)),
+    ("1x1x1_s2", (2, 4, 4, 4, 5), (1, 1, 1, 5, 6), (2, 2, 2), "VALID", (1, 1, 1)),
+    # Taps past the input on both sides (some only meet padding), odd per-tap sizes.
+    ("deep_filter", (1, 3, 5, 5, 2), (5, 3, 3, 2, 3), (1, 1, 1), "SAME", (1, 1, 1)),
+    ("odd_taps", (1, 4, 5, 5, 1), (3, 3, 3, 1, 1), (1, 1, 1), "SAME", (1, 1, 1)),
+    ("s2_deep", (1, 2, 3, 3, 2), (4, 1, 1, 2, 2), (2, 1, 1), "SAME", (1, 1, 1)),
+]
+
+
+def dilate3(f, d):
+    """The 3-D filter with zeros between taps (TensorFlow's CPU gradients reject dilations)."""
+    if d == (1, 1, 1):
+        return f
+    shape = tuple((k - 1) * s + 1 for k, s in zip(f.shape[:3], d)) + f.shape[3:]
+    out = np.zeros(shape, f.dtype)
+    out[:: d[0], :: d[1], :: d[2]] = f
+    return out
+
+
+def cpu_conv3d(tf, x, f, dy, strides, padding, dil):
+    """(y, dx, df) on the CPU (NDHWC, dilations through the zero-inserted filter)."""
+    with tf.device("/CPU:0"):
+        xc, fc = tf.constant(x), tf.constant(dilate3(f, dil))
+        with tf.GradientTape() as t:
+            t.watch([xc, fc])
+            y = tf.nn.conv3d(xc, fc, strides=[1, *strides, 1], padding=padding)
+        dx, df = t.gradient(y, [xc, fc], output_gradients=tf.constant(dy))
+        return y.numpy(), dx.numpy(), df.numpy()[:: dil[0], :: dil[1], :: dil[2]]
+
+
+def to_ncdhw(a):
+    return np.transpose(a, (0, 4, 1, 2, 3))
+
+
+def to_ndhwc(a):
+    return np.transpose(a, (0, 2, 3, 4, 1))
+
+
+@pytest.mark.parametrize("case", CONV3D_CASES, ids=[c[0] for c in CONV3D_CASES])
+@pytest.mark.parametrize("dtype,fmt", [("float32", "NDHWC"), ("float16", "NDHWC"), ("float32", "NCDHW")])
+def test_conv3d_forward_and_gradients(tf, case, dtype, fmt):
+    """Conv3D, Conv3DBackpropInputV2 and Conv3DBackpropFilterV2 on the GPU against the CPU's
+    float32 results (float16: on the same f16 inputs, plus f16 rounding). The bound of each
+    element is its dot product's (terms: kd*kh*kw*c forward, kd*kh*kw*k for the input gradient,
+    n*od*oh*ow for the filter's), from the same op on absolute values."""
+    name, xs, fs, strides, padding, dil = case
+    f16 = dtype == "float16"
+    rng = np.random.default_rng(zlib.crc32(f"{name} {dtype} {fmt}".encode()))
+    x, f = rnd(rng, xs, np.dtype(dtype)), rnd(rng, fs, np.dtype(dtype))
+    x32, f32 = x.astype(np.float32), f.astype(np.float32)
+    with tf.device("/CPU:0"):
+        y = tf.nn.conv3d(x32, dilate3(f32, dil), [1, *strides, 1], padding).numpy()
+    dy = rnd(rng, y.shape, np.dtype(dtype))
+    y, dx, df = cpu_conv3d(tf, x32, f32, dy.astype(np.float32), strides, padding, dil)
+    ya, dxa, dfa = cpu_conv3d(tf, np.abs(x32), np.abs(f32), np.abs(dy.astype(np.float32)), strides, padding, dil)
+    before = gpu_ops()
+    ncdhw = fmt == "NCDHW"
+    with tf.device("/GPU:0"):
+        xg = tf.constant(to_ncdhw(x) if ncdhw else x)
+        fg = tf.constant(f)
+        dyg = tf.constant(to_ncdhw(dy) if ncdhw else dy)
+        kw = dict(strides=[1, 1, *strides] if ncdhw else [1, *strides, 1], padding=padding, data_format=fmt,
+                  dilations=[1, 1, *dil] if ncdhw else [1, *dil, 1])
+        gy = tf.raw_ops.Conv3D(input=xg, filter=fg, **kw)
+        gdx = tf.raw_ops.Conv3DBackpropInputV2(input_sizes=list(xg.shape), filter=fg, out_backprop=dyg, **kw)
+        gdf = tf.raw_ops.Conv3DBackpropFilterV2(input=xg, filter_sizes=list(fs), out_backprop=dyg, **kw)
+    for op in ["Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"]:
+        assert ran(before, op) == 1, op
+    assert on_gpu(gy) and gy.dtype == dtype
+    back = to_ndhwc if ncdhw else (lambda a: a)
+    kd, kh, kw_, c, k = fs
+    n_out = y.shape[0] * y.shape[1] * y.shape[2] * y.shape[3]
+    # float16: each depth tap's 2-D product is rounded to float16 before the taps are summed.
+    assert_dot_close(back(gy.numpy()), y, ya, kd * kh * kw_ * c, f16, "forward", parts_rounded=True)
+    assert_dot_close(back(gdx.numpy()), dx, dxa, kd * kh * kw_ * k, f16, "input gradient", parts_rounded=True)
+    assert_dot_close(gdf.numpy(), df, dfa, n_out, f16, "filter gradient")
+
+
+def test_grouped_conv3d(tf):
+    """Input depth a multiple of the filter's: grouped Conv2Ds on the GPU (TensorFlow's CPU has
+    no grouped Conv3D: checked against one convolution per group, concatenated)."""
+    rng = np.random.default_rng(8)
+    x, f = rnd(rng, (2, 4, 5, 5, 6)), rnd(rng, (3, 3, 2, 3, 4))
+    with tf.device("/CPU:0"):
+        parts = [
+            tf.nn.conv3d(x[..., 3 * g : 3 * g + 3], f[..., 2 * g : 2 * g + 2], [1, 1, 1, 1, 1], "SAME")
+            for g in range(2)
+        ]
+        want = tf.concat(parts, -1).numpy()
+        absum = tf.concat(
+            [tf.nn.conv3d(np.abs(x[..., 3 * g : 3 * g + 3]), np.abs(f[..., 2 * g : 2 * g + 2]), [1, 1, 1, 1, 1], "SAME")
+             for g in range(2)], -1).numpy()
+    with tf.device("/GPU:0"):
+        got = tf.nn.conv3d(x, f, [1, 1, 1, 1, 1], "SAME")
+    assert on_gpu(got)
+    assert_dot_close(got.numpy(), want, absum, 3 * 3 * 2 * 3, what="grouped")
+
+
+def test_conv3d_errors(tf):
+    x = np.zeros((1, 4, 4, 4, 2), np.float32)
+    f = np.zeros((2, 2, 2, 2, 3), np.float32)
+    with tf.device("/GPU:0"):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="filter must be 5-dimensional"):
+            tf.raw_ops.Conv3D(input=x, filter=f[0], strides=[1, 1, 1, 1, 1], padding="SAME")
+        with pytest.raises(tf.errors.UnimplementedError, match="strides in the batch"):
+            tf.raw_ops.Conv3D(input=x, filter=f, strides=[2, 1, 1, 1, 1], padding="SAME")
+        with pytest.raises(tf.errors.InvalidArgumentError, match="evenly divisible"):
+            tf.raw_ops.Conv3D(input=x, filter=np.zeros((2, 2, 2, 3, 3), np.float32), strides=[1, 1, 1, 1, 1], padding="SAME")
+        # An empty batch: empty outputs; the filter gradient of nothing is zeros.
+        e = tf.raw_ops.Conv3D(input=x[:0], filter=f, strides=[1, 1, 1, 1, 1], padding="SAME")
+        assert e.shape == (0, 4, 4, 4, 3)
+        df = tf.raw_ops.Conv3DBackpropFilterV2(
+            input=x[:0], filter_sizes=[2, 2, 2, 2, 3], out_backprop=np.zeros((0, 4, 4, 4, 3), np.float32),
+            strides=[1, 1, 1, 1, 1], padding="SAME")
+        np.testing.assert_array_equal(df.numpy(), 0)
+
+
+def test_keras_conv3d_trains_like_cpu(tf):
+    keras = tf.keras
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((8, 6, 7, 5, 2)).astype(np.float32)
+    y = rng.integers(0, 3, 8).astype(np.int32)
+    losses = {}
+    for dev in ["/CPU:0", "/GPU:0"]:
+        with tf.device(dev):
+            keras.utils.set_random_seed(2)
+            model = keras.Sequential([
+                keras.Input((6, 7, 5, 2)),
+                keras.layers.Conv3D(4, 3, padding="same", activation="relu"),
+                keras.layers.Conv3D(5, (2, 3, 3), strides=(2, 1, 2)),
+                keras.layers.GlobalAveragePooling3D(),
+                keras.layers.Dense(3),
+            ])
+            model.compile(optimizer=keras.optimizers.SGD(0.05),
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            before = gpu_ops()
+            losses[dev] = model.fit(x, y, batch_size=4, epochs=3, shuffle=False, verbose=0).history["loss"]
+            if dev == "/GPU:0":
+                for op in ["Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"]:
+                    assert ran(before, op) >= 1, f"{op}: {gpu_ops()}"
     np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)

@@ -44,6 +44,11 @@ pub const TYPE_CONSTRAINTS: &[TypeConstraint] = &[
         dtypes: I32_I64,
     },
     TypeConstraint {
+        op: "Conv3DBackpropInputV2",
+        attr: "Tshape",
+        dtypes: I32_I64,
+    },
+    TypeConstraint {
         op: "ReverseSequence",
         attr: "Tlen",
         dtypes: I32_I64,

@@ -1,5 +1,6 @@
 //! conv family: Conv2D, Conv2DBackpropInput, Conv2DBackpropFilter, DepthwiseConv2dNative,
-//! DepthwiseConv2dNativeBackpropInput, DepthwiseConv2dNativeBackpropFilter (float32, float16).
+//! DepthwiseConv2dNativeBackpropInput, DepthwiseConv2dNativeBackpropFilter, and Conv3D with its
+//! V2 gradients as sums of the 2-D ops over depth taps (`conv3d.rs`) (float32, float16).
 //!
 //! Conv2D and its two gradients are implicit matrix products on one register-tiled shader
 //! (`gemm.rs`, `conv_gemm.wgsl`): the forward pass is [N*OH*OW, R*S*C] x [R*S*C, K], the input
@@ -29,6 +30,7 @@
 //! and depth dimensions, SAME / VALID / EXPLICIT padding, output sizes as
 //! `GetWindowedOutputSize` computes them.
 
+mod conv3d;
 mod coop;
 mod cpu;
 mod depthwise;
@@ -87,6 +89,27 @@ pub const OPS: &[OpDef] = &[
         dtypes: DTYPES,
         host_inputs: &[(1, "filter_sizes")],
         factory: |a| Conv::build(Op::DepthwiseBackpropFilter, a),
+    },
+    OpDef {
+        op: "Conv3D",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[],
+        factory: |a| conv3d::Conv3d::build(conv3d::Op3::Forward, a),
+    },
+    OpDef {
+        op: "Conv3DBackpropInputV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(0, "input_sizes")],
+        factory: |a| conv3d::Conv3d::build(conv3d::Op3::BackpropInput, a),
+    },
+    OpDef {
+        op: "Conv3DBackpropFilterV2",
+        type_attr: "T",
+        dtypes: DTYPES,
+        host_inputs: &[(1, "filter_sizes")],
+        factory: |a| conv3d::Conv3d::build(conv3d::Op3::BackpropFilter, a),
     },
 ];
 
