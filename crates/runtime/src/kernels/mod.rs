@@ -49,6 +49,11 @@ pub const TYPE_CONSTRAINTS: &[TypeConstraint] = &[
         dtypes: I32_I64,
     },
     TypeConstraint {
+        op: "MaxPool3DGrad",
+        attr: "TInput",
+        dtypes: &[DType::F32, DType::F16],
+    },
+    TypeConstraint {
         op: "ReverseSequence",
         attr: "Tlen",
         dtypes: I32_I64,

@@ -1,5 +1,6 @@
 //! pool family: MaxPool, MaxPoolV2, AvgPool and the gradients MaxPoolGrad, MaxPoolGradV2,
-//! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2 (2-D, NHWC or NCHW, SAME / VALID, and
+//! AvgPoolGrad, MaxPoolGradGrad, MaxPoolGradGradV2; and the 3-D MaxPool3D, AvgPool3D,
+//! MaxPool3DGrad, AvgPool3DGrad (`pool3d.rs`, their own shader). The 2-D ops (NHWC or NCHW, SAME / VALID, and
 //! EXPLICIT padding where the op has `explicit_paddings`; float32 and float16), one shader,
 //! `pool.wgsl`, one invocation per output word; MaxPool and MaxPoolGrad on NHWC with
 //! C % 4 == 0 (float32 and float16) run `pool_vec4.wgsl` instead (four channels per invocation, bit-identical
@@ -30,6 +31,10 @@
 //!   is rounded to half, as Eigen's half arithmetic does in TensorFlow's CPU kernels.
 //! - Pooling over the batch or the channel dimension is Unimplemented (TensorFlow's GPU
 //!   kernels do not have it either).
+
+mod pool3d;
+
+use pool3d::{Mode3, Pool3d};
 
 use crate::kernel::{
     AttrValue, Attrs, DeviceRef, Kernel, KernelContext, OpDef, Operand, TensorDesc, grid_1d,
@@ -162,6 +167,19 @@ macro_rules! pool_row {
     };
 }
 
+/// A 3-D pooling op's registration (`pool3d.rs`).
+macro_rules! pool3d_row {
+    ($name:literal, $mode:expr, $host:expr) => {
+        OpDef {
+            op: $name,
+            type_attr: "T",
+            dtypes: DTYPES,
+            host_inputs: $host,
+            factory: |a| Pool3d::build($mode, a),
+        }
+    };
+}
+
 /// Host inputs: the V2 forward ops' ksize and strides (after x), the V2 gradients' (after
 /// three device inputs), AvgPoolGrad's input shape.
 const V2_FWD: &[(usize, &str)] = &[(1, "ksize"), (2, "strides")];
@@ -178,6 +196,10 @@ pub const OPS: &[OpDef] = &[
     pool_row!("AvgPoolGrad", Mode::AvgGrad, false, IN_SHAPE),
     pool_row!("MaxPoolGradGrad", Mode::MaxGradGrad, false, &[]),
     pool_row!("MaxPoolGradGradV2", Mode::MaxGradGrad, true, V2_GRAD),
+    pool3d_row!("MaxPool3D", Mode3::Max, &[]),
+    pool3d_row!("AvgPool3D", Mode3::Avg, &[]),
+    pool3d_row!("MaxPool3DGrad", Mode3::MaxGrad, &[]),
+    pool3d_row!("AvgPool3DGrad", Mode3::AvgGrad, IN_SHAPE),
 ];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
