@@ -10,7 +10,11 @@ MaxPooling3D(2) -> Conv3D(64, 3, same, relu) -> GlobalAveragePooling3D -> Dense(
 pipeline with the loss read each step, PyTorch's step with the batch from pageable memory and
 `loss.item()`. Prints every block's ms per step, the medians and their ratio; writes JSON.
 
-    python3 bench/vol_interleaved.py [--steps 20] [--rounds 6] [--no-torch] [--json FILE]
+    python3 bench/vol_interleaved.py [--steps 20] [--rounds 6] [--no-torch] [--no-keras]
+        [--cudnn-benchmark] [--json FILE]
+
+`--cudnn-benchmark` adds PyTorch with `torch.backends.cudnn.benchmark = True` (cuDNN times its
+algorithms on first use and keeps the fastest; off by default in PyTorch).
 """
 import argparse
 import json
@@ -55,10 +59,11 @@ def keras_block(tf, keras, steps):
     return run
 
 
-def torch_block(steps):
+def torch_block(steps, benchmark=False):
     import torch
     from torch import nn
 
+    torch.backends.cudnn.benchmark = benchmark
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
@@ -99,14 +104,20 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--no-keras", action="store_true")
+    p.add_argument("--cudnn-benchmark", action="store_true", help="also PyTorch with cudnn.benchmark")
     p.add_argument("--json")
     a = p.parse_args(argv)
-    import keras
-    import tensorflow as tf
+    blocks = {}
+    if not a.no_keras:
+        import keras
+        import tensorflow as tf
 
-    blocks = {"keras": keras_block(tf, keras, a.steps)}
+        blocks["keras"] = keras_block(tf, keras, a.steps)
     if not a.no_torch:
         blocks["torch"] = torch_block(a.steps)
+        if a.cudnn_benchmark:
+            blocks["torch_bench"] = torch_block(a.steps, benchmark=True)
     ms = {k: [] for k in blocks}
     for r in range(a.rounds):
         for k, run in blocks.items():
@@ -114,10 +125,11 @@ def main(argv=None):
         print(f"round {r}: " + ", ".join(f"{k} {v[-1]:.3f}" for k, v in ms.items()), flush=True)
     med = {k: statistics.median(v) for k, v in ms.items()}
     out = {"ms_per_step": ms, "median": med}
-    line = f"keras {med['keras']:.3f} ms"
-    if "torch" in med:
-        out["keras_over_torch"] = med["keras"] / med["torch"]
-        line += f", torch {med['torch']:.3f} ms ({out['keras_over_torch']:.2f}x)"
+    line = ", ".join(f"{k} {v:.3f} ms" for k, v in med.items())
+    for t in ("torch", "torch_bench"):
+        if "keras" in med and t in med:
+            out[f"keras_over_{t}"] = med["keras"] / med[t]
+            line += f"; keras / {t} {out[f'keras_over_{t}']:.2f}x"
     print(line, flush=True)
     if a.json:
         with open(a.json, "w") as f:
