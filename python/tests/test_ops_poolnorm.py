@@ -445,6 +445,45 @@ def test_pool3d_ncdhw_and_nan(tf, pool):
         assert_near(g[ok], c[ok], 1e-6)
 
 
+def test_max_pool3d_grad_near_ties_and_inf(tf):
+    """TensorFlow's CPU MaxPool3DGrad gives the gradient to every window element within 1e-5
+    of the max (|in - out| < 1e-5 in the tensor's type): near-ties receive it too, and an
+    infinite max gives none (inf - inf is NaN)."""
+    x = np.zeros((3, 2, 2, 2, 1), np.float32)
+    x[0, 0, 0, 0], x[0, 1, 1, 1] = 5.0, 4.999991  # within 1e-5: both
+    x[1, 0, 0, 0], x[1, 1, 1, 1] = 5.0, 4.99998  # 2e-5 apart: the max only
+    x[2, 0, 1, 0] = np.inf
+    for dtype in ("float32", "float16"):
+        xs = x.astype(dtype)
+        if dtype == "float16":
+            xs[0, 0, 0, 1], xs[0, 1, 0, 0] = 3e-6, 9e-6  # halves 6e-6 apart near zero
+        outs = {}
+        for dev in ["/CPU:0", "/GPU:0"]:
+            with tf.device(dev):
+                v = tf.constant(xs)
+                with tf.GradientTape() as tape:
+                    tape.watch(v)
+                    y = tf.nn.max_pool3d(v, 2, 2, "VALID")
+                outs[dev] = tape.gradient(y, v).numpy()
+        np.testing.assert_array_equal(outs["/GPU:0"], outs["/CPU:0"], err_msg=dtype)
+
+
+def test_pool3d_windows_past_the_loop_limit(tf):
+    """A window of 1 x 256 x 257 elements: on a CPU adapter (lavapipe stops a shader's loops
+    after 65,535 iterations) a clean Unimplemented error; elsewhere the CPU's result."""
+    x = rng.uniform(-1, 1, (1, 1, 256, 257, 1)).astype(np.float32)
+    x[0, 0, 200, 250, 0] = 50.0
+    with tf.device("/CPU:0"):
+        want = tf.nn.max_pool3d(x, (1, 256, 257), 1, "VALID").numpy()
+    with tf.device("/GPU:0"):
+        try:
+            got = tf.nn.max_pool3d(x, (1, 256, 257), 1, "VALID").numpy()
+        except tf.errors.UnimplementedError as e:
+            assert "loop iterations" in str(e)
+            return
+    np.testing.assert_array_equal(got, want)
+
+
 def test_keras_3d_pooling_layers(tf):
     keras = tf.keras
     rng2 = np.random.default_rng(4)

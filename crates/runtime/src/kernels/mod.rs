@@ -19,6 +19,7 @@ pub mod random;
 pub mod reduce;
 pub mod resize;
 pub mod slice;
+pub(crate) mod spatial;
 pub mod wgsl;
 
 use crate::DType;

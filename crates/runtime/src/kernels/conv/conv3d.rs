@@ -38,6 +38,7 @@ use crate::kernel::{
 use crate::kernel_manager::{PipelineKey, ShaderSource};
 use crate::kernels::elementwise::bind_out_bytes;
 use crate::kernels::layout::strided::{Region, View, copy};
+use crate::kernels::spatial;
 use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, HostTensor, Result, bail_invalid};
 
@@ -128,41 +129,14 @@ fn fmt_shape(s: &[usize]) -> String {
     format!("[{}]", dims.join(","))
 }
 
-fn five(op: &str, attrs: &Attrs, name: &str, default: Option<i64>) -> Result<Vec<i64>> {
-    match attrs.get(name) {
-        Some(AttrValue::Ints(v)) => {
-            if v.len() != 5 {
-                bail_invalid!("{op}: {name} must have 5 elements, got {}", v.len());
-            }
-            Ok(v.clone())
-        }
-        None => match default {
-            Some(d) => Ok(vec![d; 5]),
-            None => bail_invalid!("{op}: missing attribute {name}"),
-        },
-        Some(other) => {
-            bail_invalid!("{op}: attribute {name} must be a list of ints, got {other:?}")
-        }
-    }
-}
-
 impl Conv3d {
     pub(super) fn build(op: Op3, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         let name = op.name();
         let dtype = attrs.dtype("T")?;
-        let ncdhw = match attrs.get("data_format") {
-            None => false,
-            Some(AttrValue::Str(s)) if s == "NDHWC" => false,
-            Some(AttrValue::Str(s)) if s == "NCDHW" => true,
-            Some(other) => bail_invalid!("{name}: Invalid data format {other:?}"),
-        };
+        let ncdhw = spatial::ncdhw(name, attrs)?;
         // Indices of (n, c) and of (d, h, w) in the attributes' order.
-        let (nc, dhw) = if ncdhw {
-            ([0, 1], [2, 3, 4])
-        } else {
-            ([0, 4], [1, 2, 3])
-        };
-        let strides = five(name, attrs, "strides", None)?;
+        let (nc, dhw) = spatial::dims_5d(ncdhw);
+        let strides = spatial::five_ints(name, attrs, "strides", None)?;
         if nc.iter().any(|&i| strides[i] != 1) {
             return Err(Error::Unimplemented(format!(
                 "{name}: Current implementation does not yet support strides in the batch and \
@@ -172,7 +146,7 @@ impl Conv3d {
         if dhw.iter().any(|&i| strides[i] <= 0) {
             bail_invalid!("{name}: Spatial strides should be larger than 0 ({strides:?}).");
         }
-        let dilations = five(name, attrs, "dilations", Some(1))?;
+        let dilations = spatial::five_ints(name, attrs, "dilations", Some(1))?;
         if nc.iter().any(|&i| dilations[i] != 1) {
             return Err(Error::Unimplemented(format!(
                 "{name}: Current implementation does not yet support dilations in the batch \
@@ -182,12 +156,7 @@ impl Conv3d {
         if dhw.iter().any(|&i| dilations[i] <= 0) {
             bail_invalid!("{name}: Dilated rates should be larger than 0 ({dilations:?}).");
         }
-        let same = match attrs.get("padding") {
-            Some(AttrValue::Str(s)) if s == "SAME" => true,
-            Some(AttrValue::Str(s)) if s == "VALID" => false,
-            None => bail_invalid!("{name}: missing attribute padding"),
-            Some(other) => bail_invalid!("{name}: padding must be SAME or VALID, got {other:?}"),
-        };
+        let same = spatial::same_padding(name, attrs)?;
         Ok(Box::new(Conv3d {
             op,
             dtype,
@@ -198,26 +167,10 @@ impl Conv3d {
         }))
     }
 
-    /// Output size and padding before along spatial dimension `dim` (TensorFlow's
-    /// `GetWindowedOutputSizeVerbose`).
+    /// Output size and padding before along spatial dimension `dim`.
     fn windowed(&self, dim: usize, input: usize, filter: usize) -> Result<(usize, usize)> {
-        let (i, f) = (input as i64, filter as i64);
-        let (s, d) = (self.strides[dim] as i64, self.dilations[dim] as i64);
-        let eff = (f - 1) * d + 1;
-        let (out, before) = if self.same {
-            let out = (i + s - 1) / s;
-            (out, ((out - 1) * s + eff - i).max(0) / 2)
-        } else {
-            ((i - eff + s) / s, 0)
-        };
-        if out < 0 {
-            bail_invalid!(
-                "{}: Computed output size would be negative: {out} [input_size: {i}, \
-                 effective_filter_size: {eff}, stride: {s}]",
-                self.op.name()
-            );
-        }
-        Ok((out as usize, before as usize))
+        let eff = (filter - 1) * self.dilations[dim] + 1;
+        spatial::windowed(self.op.name(), self.same, input, eff, self.strides[dim])
     }
 
     /// The geometry from the input's and filter's 5-D shapes (in the data format for the
@@ -285,6 +238,13 @@ impl Conv3d {
         }
         if v.iter().any(|&x| x < 0) {
             bail_invalid!("{name}: {what} must be non-negative, got {v:?}");
+        }
+        // TensorFlow aborts the process on a shape of more than 2^63 - 1 elements.
+        if v.iter()
+            .try_fold(1i64, |acc, &x| acc.checked_mul(x))
+            .is_none()
+        {
+            bail_invalid!("{name}: {what} {v:?} has more elements than a tensor can hold");
         }
         Ok(v.into_iter().map(|x| x as usize).collect())
     }

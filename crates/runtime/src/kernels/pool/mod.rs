@@ -662,9 +662,28 @@ fn num(shape: &[usize]) -> usize {
 }
 
 fn shader(mode: Mode, dtype: DType) -> String {
+    shader_from(POOL_WGSL, mode.index(), dtype)
+}
+
+/// Refuses (Unimplemented) a pooling whose invocations would loop more than
+/// `wgsl::LOOP_BUDGET` times on a CPU adapter (lavapipe leaves a shader's loops after 65,535
+/// iterations: the results would be silently wrong).
+fn loop_check(ctx: &KernelContext, name: &str, iterations: usize) -> Result<()> {
+    if ctx.loop_limited() && iterations > crate::kernels::wgsl::LOOP_BUDGET {
+        return Err(Error::Unimplemented(format!(
+            "{name}: one output's window takes {iterations} loop iterations, more than this CPU \
+             adapter runs per shader invocation ({})",
+            crate::kernels::wgsl::LOOP_BUDGET
+        )));
+    }
+    Ok(())
+}
+
+/// A gathering pool shader (`pool.wgsl`, `pool3d.wgsl`) with its placeholders filled for
+/// `mode` and `dtype`.
+fn shader_from(src: &str, mode: u32, dtype: DType) -> String {
     let half = dtype == DType::F16;
-    POOL_WGSL
-        .replace("$MODE", &mode.index().to_string())
+    src.replace("$MODE", &mode.to_string())
         .replace("$HALF", if half { "true" } else { "false" })
         .replace(
             "$LOWEST",
@@ -708,6 +727,19 @@ impl Kernel for Pool {
         if n == 0 {
             return Ok(());
         }
+        // Loop iterations of one invocation: the window; the covering outputs of a gradient
+        // (MaxPoolGrad's generic gather recomputes each one's argmax over its window).
+        let window = g.kh * g.kw;
+        let covering = g.kh.div_ceil(g.sh) * g.kw.div_ceil(g.sw);
+        loop_check(
+            ctx,
+            name,
+            match self.mode {
+                Mode::Max | Mode::Avg | Mode::MaxGradGrad => window,
+                Mode::AvgGrad => covering,
+                Mode::MaxGrad => covering * window,
+            },
+        )?;
         let dtype = out.desc.dtype;
         let dev =
             |i: usize| -> Result<crate::exec::BufferRange> { ctx.bind(inputs[i].device(name, i)?) };

@@ -5,20 +5,19 @@
 //! Semantics are TensorFlow 2.21's CPU kernels (checked against them): windows hold only
 //! in-bounds elements; MaxPool3D starts from the lowest finite value and takes only greater
 //! elements (NaN ignored); AvgPool3D divides by the in-bounds count; MaxPool3DGrad routes each
-//! output's gradient to every element of its window equal to orig_output (the CPU kernel's
-//! mask: tied maxima all receive it; TensorFlow's GPU kernels pick one); AvgPool3DGrad adds
+//! output's gradient to every element of its window within 1e-5 of orig_output (the CPU
+//! kernel's mask `|in - out| < 1e-5`, computed in the tensor's type: tied and nearly tied
+//! maxima all receive it, an infinite maximum gives none; TensorFlow's GPU kernels pick one
+//! element); AvgPool3DGrad adds
 //! grad / count over the covering outputs. Sums run in float32 and float16 results are rounded
 //! once (TensorFlow's CPU kernels add halves in half). Pooling over the batch or the channels is
 //! Unimplemented, as in TensorFlow.
 
-use crate::kernel::{
-    AttrValue, Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d,
-};
+use crate::kernel::{Attrs, DeviceRef, Kernel, KernelContext, Operand, TensorDesc, grid_1d};
 use crate::kernel_manager::PipelineKey;
-use crate::kernels::elementwise::{
-    COMMON_WGSL, bind_out, fmt_shape, load_expr, store_stmt, words_for,
-};
-use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
+use crate::kernels::elementwise::{bind_out, fmt_shape, words_for};
+use crate::kernels::spatial;
+use crate::kernels::wgsl::{WG, params};
 use crate::{DType, Error, Result, bail_invalid};
 
 const POOL3D_WGSL: &str = include_str!("pool3d.wgsl");
@@ -71,36 +70,13 @@ struct Geom {
     pad: [usize; 3],
 }
 
-fn five(name: &str, attrs: &Attrs, attr: &str) -> Result<Vec<i64>> {
-    match attrs.get(attr) {
-        Some(AttrValue::Ints(v)) if v.len() == 5 => Ok(v.clone()),
-        Some(AttrValue::Ints(v)) => bail_invalid!(
-            "{name}: Sliding window {attr} field must specify 5 dimensions, got {}",
-            v.len()
-        ),
-        None => bail_invalid!("{name}: missing attribute {attr}"),
-        Some(other) => {
-            bail_invalid!("{name}: attribute {attr} must be a list of ints, got {other:?}")
-        }
-    }
-}
-
 impl Pool3d {
     pub(super) fn build(mode: Mode3, attrs: &Attrs) -> Result<Box<dyn Kernel>> {
         let name = mode.name();
-        let ncdhw = match attrs.get("data_format") {
-            None => false,
-            Some(AttrValue::Str(s)) if s == "NDHWC" => false,
-            Some(AttrValue::Str(s)) if s == "NCDHW" => true,
-            Some(other) => bail_invalid!("{name}: Invalid data format {other:?}"),
-        };
-        let (nc, dhw) = if ncdhw {
-            ([0, 1], [2, 3, 4])
-        } else {
-            ([0, 4], [1, 2, 3])
-        };
-        let ksize = five(name, attrs, "ksize")?;
-        let strides = five(name, attrs, "strides")?;
+        let ncdhw = spatial::ncdhw(name, attrs)?;
+        let (nc, dhw) = spatial::dims_5d(ncdhw);
+        let ksize = spatial::five_ints(name, attrs, "ksize", None)?;
+        let strides = spatial::five_ints(name, attrs, "strides", None)?;
         if ksize[nc[0]] != 1 || strides[nc[0]] != 1 {
             return Err(Error::Unimplemented(format!(
                 "{name}: Pooling is not yet supported on the batch dimension."
@@ -114,12 +90,7 @@ impl Pool3d {
         if dhw.iter().any(|&i| ksize[i] <= 0 || strides[i] <= 0) {
             bail_invalid!("{name}: Sliding window ksize and strides must be positive");
         }
-        let same = match attrs.get("padding") {
-            Some(AttrValue::Str(s)) if s == "SAME" => true,
-            Some(AttrValue::Str(s)) if s == "VALID" => false,
-            None => bail_invalid!("{name}: missing attribute padding"),
-            Some(other) => bail_invalid!("{name}: padding must be SAME or VALID, got {other:?}"),
-        };
+        let same = spatial::same_padding(name, attrs)?;
         Ok(Box::new(Pool3d {
             mode,
             ncdhw,
@@ -146,21 +117,8 @@ impl Pool3d {
         let mut out = [0usize; 3];
         let mut pad = [0usize; 3];
         for i in 0..3 {
-            let (size, k, s) = (dhw[i] as i64, self.ksize[i] as i64, self.strides[i] as i64);
-            let (o, before) = if self.same {
-                let o = (size + s - 1) / s;
-                (o, ((o - 1) * s + k - size).max(0) / 2)
-            } else {
-                ((size - k + s) / s, 0)
-            };
-            if o < 0 {
-                bail_invalid!(
-                    "{name}: Computed output size would be negative: {o} [input_size: {size}, \
-                     effective_filter_size: {k}, stride: {s}]"
-                );
-            }
-            out[i] = o as usize;
-            pad[i] = before as usize;
+            (out[i], pad[i]) =
+                spatial::windowed(name, self.same, dhw[i], self.ksize[i], self.strides[i])?;
         }
         Ok(Geom {
             n,
@@ -278,6 +236,18 @@ impl Kernel for Pool3d {
         if n == 0 {
             return Ok(());
         }
+        let window: usize = self.ksize.iter().product();
+        let covering: usize = (0..3)
+            .map(|i| self.ksize[i].div_ceil(self.strides[i]))
+            .product();
+        super::loop_check(
+            ctx,
+            name,
+            match self.mode {
+                Mode3::Max | Mode3::Avg => window,
+                Mode3::MaxGrad | Mode3::AvgGrad => covering,
+            },
+        )?;
         let dtype = out.desc.dtype;
         let dev =
             |i: usize| -> Result<crate::exec::BufferRange> { ctx.bind(inputs[i].device(name, i)?) };
@@ -288,7 +258,6 @@ impl Kernel for Pool3d {
         };
         let o = bind_out(ctx, name, out)?;
         let mode = self.mode;
-        let half = dtype == DType::F16;
         let pipeline = ctx.pipeline(
             PipelineKey::new(
                 "pool3d",
@@ -296,24 +265,11 @@ impl Kernel for Pool3d {
                 format!("{mode:?}").to_ascii_lowercase(),
             ),
             || {
-                crate::kernels::membound_shader(
-                    POOL3D_WGSL
-                        .replace("$MODE", &mode.index().to_string())
-                        .replace(
-                            "$LOWEST",
-                            if half {
-                                "-65504.0"
-                            } else {
-                                "bitcast<f32>(0xff7fffffu)"
-                            },
-                        )
-                        .replace("$LOAD_A", &load_expr(dtype, "a"))
-                        .replace("$LOAD_B", &load_expr(dtype, "b"))
-                        .replace("$LOAD_C", &load_expr(dtype, "c"))
-                        .replace("$STORE", store_stmt(dtype))
-                        .replace("$LINEAR_INDEX", LINEAR_INDEX)
-                        .replace("$COMMON", COMMON_WGSL),
-                )
+                crate::kernels::membound_shader(super::shader_from(
+                    POOL3D_WGSL,
+                    mode.index(),
+                    dtype,
+                ))
             },
         )?;
         let words = words_for(name, dtype, n)?;

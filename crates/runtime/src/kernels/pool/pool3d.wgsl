@@ -3,8 +3,10 @@
 // Semantics are TensorFlow's CPU kernels (pool3d.rs): windows hold only in-bounds elements;
 // the max starts at the lowest finite value and ignores NaN; the average divides by the
 // in-bounds count; MaxPool3DGrad gives each input the gradients of every covering output whose
-// orig_output it equals (ties all receive it); AvgPool3DGrad adds grad / count over the
-// covering outputs. Sums in float32, rounded once for f16.
+// orig_output lies within 1e-5 of it (TensorFlow's CPU mask |in - out| < 1e-5, the difference
+// in the tensor's type: ties and near-ties all receive it; an infinite max gives none);
+// AvgPool3DGrad adds grad / count over the covering outputs. Sums in float32, rounded once for
+// f16.
 //
 // Placeholders filled in by pool3d.rs: MODE (0 MaxPool3D, 1 AvgPool3D, 2 MaxPool3DGrad,
 // 3 AvgPool3DGrad), LOWEST, LOAD_A/B/C, STORE, COMMON and LINEAR_INDEX.
@@ -44,6 +46,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> out: array<u32>;
 
 const MODE: u32 = $MODEu;
+const HALF: bool = $HALF;
 
 $LINEAR_INDEX
 $COMMON
@@ -117,6 +120,16 @@ fn covering(v: u32, pad: u32, k: u32, s: u32, n_out: u32) -> vec2<u32> {
     return vec2<u32>(lo, hi);
 }
 
+// TensorFlow's CPU mask: |v - m| < 1e-5 with the difference and the bound in the tensor's
+// type (NaN and inf - inf compare false).
+fn near(v: f32, m: f32) -> bool {
+    if HALF {
+        let d = f16_to_f32(f32_to_f16(v - m));
+        return abs(d) < f16_to_f32(f32_to_f16(1e-5));
+    }
+    return abs(v - m) < 1e-5;
+}
+
 fn count(oz: u32, oy: u32, ox: u32) -> u32 {
     let rz = span(oz, p.sd, p.pd, p.kd, p.d);
     let ry = span(oy, p.sh, p.ph, p.kh, p.h);
@@ -167,7 +180,7 @@ fn grad(e: u32) -> f32 {
                 let o = at(q.n, oz, oy, ox, q.ch, p.od, p.oh, p.ow);
                 if MODE == 2u {
                     let m = load_c(o);
-                    if !f32_less(v, m) && !f32_less(m, v) && !is_nan(v) {
+                    if near(v, m) {
                         acc = acc + load_b(o);
                     }
                 } else {
