@@ -19,6 +19,11 @@ else), and each changes behaviour only for tfwgpu devices:
   plugin's kernel takes). `TFWGPU_FUSED_RNN=0` keeps the generic loop
   everywhere; an explicit `use_cudnn=True` then fails too. Inside graphs, the op's flat weights are
   built from one transpose per kernel (`_whole_params`) rather than Keras's per-gate pieces.
+- Keras 3 compiles grouped convolutions and channels-first 3-D convolutions with XLA
+  (`jit_compile=True`: TensorFlow's CPU kernels lack them), and XLA has no compiler for a
+  PluggableDevice. When every accelerator is a tfwgpu device and the ops are not placed on the
+  CPU, grouped 1-D/2-D and channels-first 3-D convolutions run as plain `tf.nn.convolution`
+  (the plugin has the kernels); grouped 3-D ones are left to Keras (they still fail there).
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -106,6 +111,60 @@ def _patch_keras_trainer(module):
 
     _resolve_auto_jit_compile._tfwgpu = True
     trainer._resolve_auto_jit_compile = _resolve_auto_jit_compile
+
+
+def _scope_on_cpu():
+    """Whether the ops being made now are asked to run on a CPU (the device scope)."""
+    from tensorflow.python.eager import context
+
+    if context.executing_eagerly():
+        name = context.context().device_name or ""
+    else:
+        import tensorflow as tf
+
+        name = tf.raw_ops.NoOp().device or ""
+    return "CPU" in name.upper()
+
+
+def _patch_keras_nn(module):
+    original = getattr(module, "conv", None)
+    if original is None or getattr(original, "_tfwgpu", False):
+        return
+
+    def conv(inputs, kernel, strides=1, padding="valid", data_format=None, dilation_rate=1):
+        try:
+            fmt = module.backend.standardize_data_format(data_format)
+            channels = inputs.shape[-1] if fmt == "channels_last" else inputs.shape[1]
+            # Keras compiles these with XLA (TensorFlow's CPU kernels lack them), which has no
+            # compiler for a PluggableDevice; the plugin's kernels take them as they are.
+            grouped = channels != kernel.shape[-2]
+            keras_xla = (fmt == "channels_first" and len(inputs.shape) == 5) or grouped
+            # Grouped 3-D convolutions stay with Keras (their filter gradient through
+            # tf.nn.convolution came out None in TensorFlow 2.21: not taken over).
+            direct = (
+                keras_xla
+                and not (grouped and len(inputs.shape) == 5)
+                and _only_tfwgpu_accelerators()
+                and not _scope_on_cpu()
+            )
+        except Exception:  # never break Keras: its own path
+            direct = False
+        if not direct:
+            return original(inputs, kernel, strides, padding, data_format, dilation_rate)
+        import tensorflow as tf
+
+        return tf.nn.convolution(
+            inputs,
+            kernel,
+            strides,
+            padding.upper(),
+            data_format=module._convert_data_format(data_format, len(inputs.shape)),
+            dilations=dilation_rate,
+        )
+
+    conv._tfwgpu = True
+    conv.__name__, conv.__doc__, conv.__wrapped__ = original.__name__, original.__doc__, original
+    module.conv = conv
 
 
 def _fused_rnn():
@@ -825,6 +884,7 @@ def _patch_eager_context(module):
 _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
     "keras.src.backend.tensorflow.rnn": _patch_keras_rnn,
+    "keras.src.backend.tensorflow.nn": _patch_keras_nn,
     "keras.src.layers.rnn.lstm": _patch_keras_rnn_layer("LSTM"),
     "keras.src.layers.rnn.gru": _patch_keras_rnn_layer("GRU"),
     "tensorflow.python.eager.context": _patch_eager_context,

@@ -488,3 +488,37 @@ def test_keras_conv3d_trains_like_cpu(tf):
                 for op in ["Conv3D", "Conv3DBackpropInputV2", "Conv3DBackpropFilterV2"]:
                     assert ran(before, op) >= 1, f"{op}: {gpu_ops()}"
     np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
+
+
+@pytest.mark.parametrize("layer", ["grouped2d", "channels_first3d"])
+def test_keras_convs_keras_compiles_with_xla(tf, layer):
+    """Keras compiles grouped convolutions and channels-first Conv3D with XLA (TensorFlow's CPU
+    kernels lack them), which has no compiler for the plugin's device: on tfwgpu GPUs the hook
+    runs them as plain convolutions, on the plugin's kernels; losses track the CPU (XLA)."""
+    keras = tf.keras
+    rng2 = np.random.default_rng(12)
+    L = keras.layers
+    shape, layers = {
+        "grouped2d": ((9, 8, 4), lambda: [L.Conv2D(6, 3, groups=2, padding="same"), L.Flatten()]),
+        # Pooled rather than flattened: TensorFlow's CPU graph of the flattened model gives other
+        # losses than its own eager run (the GPU matches the eager one); not the plugin's.
+        "channels_first3d": (
+            (2, 5, 6, 6),
+            lambda: [L.Conv3D(4, 3, data_format="channels_first"), L.GlobalAveragePooling3D(data_format="channels_first")],
+        ),
+    }[layer]
+    x = rng2.standard_normal((8,) + shape).astype(np.float32)
+    y = rng2.integers(0, 3, 8).astype(np.int32)
+    losses = {}
+    for dev in ["/CPU:0", "/GPU:0"]:
+        with tf.device(dev):
+            keras.utils.set_random_seed(3)
+            m = keras.Sequential([keras.Input(shape)] + layers() + [L.Dense(3)])
+            m.compile(optimizer=keras.optimizers.SGD(0.05),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+            before = gpu_ops()
+            losses[dev] = m.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
+            if dev == "/GPU:0":
+                ops = ["Conv3D"] if "3d" in layer else ["Conv2D", "_TfwgpuConv2DBiasAdd"]
+                assert sum(ran(before, op) for op in ops) >= 1, gpu_ops()
+    np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
