@@ -593,16 +593,8 @@ impl Pool {
         }
         let g = self.geometry(&in_shape, &k, &s)?;
         let pooled = self.shape_of(g.n, g.oh, g.ow, g.c);
-        let check_shape = |i: usize, what: &str, want: &[usize]| -> Result<()> {
-            if inputs[i].shape() != want {
-                bail_invalid!(
-                    "{name}: {what} must have shape {}, got {}",
-                    fmt_shape(want),
-                    fmt_shape(inputs[i].shape())
-                );
-            }
-            Ok(())
-        };
+        let check_shape =
+            |i: usize, what: &str, want: &[usize]| expect_shape(name, inputs, i, what, want);
         let out_shape = match self.mode {
             Mode::Max | Mode::Avg => pooled,
             Mode::AvgGrad => {
@@ -663,6 +655,24 @@ fn num(shape: &[usize]) -> usize {
 
 fn shader(mode: Mode, dtype: DType) -> String {
     shader_from(POOL_WGSL, mode.index(), dtype)
+}
+
+/// An InvalidArgument error unless input `i` (`what`) has shape `want`.
+fn expect_shape(
+    name: &str,
+    inputs: &[Operand],
+    i: usize,
+    what: &str,
+    want: &[usize],
+) -> Result<()> {
+    if inputs[i].shape() != want {
+        bail_invalid!(
+            "{name}: {what} must have shape {}, got {}",
+            fmt_shape(want),
+            fmt_shape(inputs[i].shape())
+        );
+    }
+    Ok(())
 }
 
 /// Refuses (Unimplemented) a pooling whose invocations would loop more than

@@ -171,16 +171,8 @@ impl Pool3d {
         }
         let g = self.geom(&in_shape)?;
         let pooled = self.shape(&g, g.out);
-        let check_shape = |i: usize, what: &str, want: &[usize]| -> Result<()> {
-            if inputs[i].shape() != want {
-                bail_invalid!(
-                    "{name}: {what} must have shape {}, got {}",
-                    fmt_shape(want),
-                    fmt_shape(inputs[i].shape())
-                );
-            }
-            Ok(())
-        };
+        let check_shape =
+            |i: usize, what: &str, want: &[usize]| super::expect_shape(name, inputs, i, what, want);
         let out_shape = match self.mode {
             Mode3::Max | Mode3::Avg => pooled,
             Mode3::AvgGrad => {
