@@ -19,8 +19,9 @@
 //! tap's 2-D product is rounded to float16 (the 2-D ops' output), the taps are summed in
 //! float32 and rounded once more, so a forward or input-gradient element carries up to KD + 1
 //! float16 roundings where TensorFlow's GPU kernel rounds once (the filter gradient: one).
-//! The taps' products share one temporary, bound whole by the sum pass: at most the adapter's
-//! storage-binding size (lavapipe: 128 MiB) for all KD products together.
+//! The taps' products share one temporary, bound whole by the sum pass; where they do not all
+//! fit one binding (lavapipe: 128 MiB) they are summed in groups into a float32 accumulator
+//! (float16 outputs then rounded once from it).
 //!
 //! A single tap that maps slices one to one (1 x 1 x 1 depth, stride 1, no depth padding) is one
 //! 2-D op straight into the output. The 2-D ops are the family's own kernels (tiles, tensor
@@ -69,6 +70,8 @@ pub(super) struct Conv3d {
     dilations: [usize; 3],
     same: bool,
     ncdhw: bool,
+    /// Internal, for tests (`_tfwgpu_taps`): the most depth taps summed in one pass.
+    max_taps: Option<usize>,
 }
 
 /// The geometry of one 3-D convolution in NDHWC: input [n, d, h, w, c], filter
@@ -157,7 +160,13 @@ impl Conv3d {
             bail_invalid!("{name}: Dilated rates should be larger than 0 ({dilations:?}).");
         }
         let same = spatial::same_padding(name, attrs)?;
+        let max_taps = match attrs.get("_tfwgpu_taps") {
+            None => None,
+            Some(AttrValue::Int(v)) if *v >= 1 => Some(*v as usize),
+            Some(v) => bail_invalid!("{name}: _tfwgpu_taps must be a positive int, got {v:?}"),
+        };
         Ok(Box::new(Conv3d {
+            max_taps,
             op,
             dtype,
             strides: dhw.map(|i| strides[i] as usize),
@@ -389,27 +398,8 @@ fn filter_tap(
     Ok(tmp)
 }
 
-/// The taps' shared temporary ([taps * slot] of `dtype`), refused where the sum pass could not
-/// bind it whole.
-fn products(
-    ctx: &KernelContext,
-    op: &str,
-    dtype: DType,
-    taps: usize,
-    slot: usize,
-) -> Result<DeviceRef> {
-    let bytes = (taps * slot * dtype.size()) as u64;
-    let limit = ctx.limits().max_storage_buffer_binding_size;
-    if bytes > limit {
-        return Err(Error::Unimplemented(format!(
-            "{op}: the {taps} depth taps' products take {bytes} bytes, more than this adapter \
-             binds at once ({limit})"
-        )));
-    }
-    ctx.temp_tensor(TensorDesc::new(dtype, &[taps * slot]))
-}
-
 /// How the sum pass picks a source row for output row (n, o) and tap t (see depth_sum.wgsl).
+#[derive(Clone, Copy)]
 struct RowMap {
     a: i64,
     bt: i64,
@@ -420,16 +410,18 @@ struct RowMap {
     src_o: bool,
 }
 
-/// Sums the taps' products (`taps` slots of `pitch` elements in `src`) into `out`
-/// ([n, o_count, row_len] elements).
+/// One sum pass: the `taps` products in `src` (slots of `pitch` elements of `src_dtype`; slot t
+/// holds the op's tap t0 + t) summed into `out` ([n, o_count, row_len] elements), added to
+/// what `out` (float32) holds with `accumulate`.
 #[allow(clippy::too_many_arguments)]
 fn depth_sum(
     ctx: &KernelContext,
     op: &str,
     src: &DeviceRef,
-    taps: usize,
-    pitch: usize,
+    src_dtype: DType,
+    (taps, t0, pitch): (usize, usize, usize),
     out: &DeviceRef,
+    accumulate: bool,
     o_count: usize,
     row_len: usize,
     m: RowMap,
@@ -440,6 +432,7 @@ fn depth_sum(
         return Ok(());
     }
     let half = dtype == DType::F16;
+    let src_half = src_dtype == DType::F16;
     let words = if half { elements.div_ceil(2) } else { elements };
     let u = |v: usize, what: &str| -> Result<u32> {
         u32::try_from(v).map_err(|_| {
@@ -452,12 +445,11 @@ fn depth_sum(
         })
     };
     u(taps * pitch, "temporary size")?;
-
     let (grid, row) = grid_1d(words as u64, WG);
     let p = params(&[
         u(words, "output size")?,
         row,
-        0,
+        u(t0, "tap")?,
         u(o_count, "rows")?,
         u(row_len, "row length")?,
         u(taps, "taps")?,
@@ -470,19 +462,22 @@ fn depth_sum(
         u(m.rs, "source rows")?,
         m.src_o as u32,
         u(elements, "output size")?,
-        0,
+        accumulate as u32,
     ]);
-    let pipeline = ctx.pipeline(
-        PipelineKey::new("conv3d_sum", Some(dtype), if half { "h" } else { "f" }),
-        || {
-            ShaderSource::new(
-                DEPTH_SUM_WGSL
-                    .replace("$LINEAR_INDEX", LINEAR_INDEX)
-                    .replace("$WG", &WG.to_string())
-                    .replace("HALF", if half { "true" } else { "false" }),
-            )
-        },
-    )?;
+    let variant = format!(
+        "{}{}",
+        if src_half { "h" } else { "f" },
+        if half { "h" } else { "f" }
+    );
+    let pipeline = ctx.pipeline(PipelineKey::new("conv3d_sum", Some(dtype), variant), || {
+        ShaderSource::new(
+            DEPTH_SUM_WGSL
+                .replace("$LINEAR_INDEX", LINEAR_INDEX)
+                .replace("$WG", &WG.to_string())
+                .replace("SRC_HALF", if src_half { "true" } else { "false" })
+                .replace("OUT_HALF", if half { "true" } else { "false" }),
+        )
+    })?;
     let o = bind_out_bytes(
         ctx,
         op,
@@ -490,6 +485,73 @@ fn depth_sum(
         (words * if half { 4 } else { dtype.size() }) as u64,
     )?;
     ctx.dispatch(&pipeline, &p, &[o, ctx.bind(src)?], grid)
+}
+
+/// The products of the depth taps and their sum into `out`: `record(t, addr)` writes tap t's
+/// product (slot of `slot` elements of `dtype`) at `addr`, for the taps `live(t)`. The taps
+/// share one temporary bound whole by the sum pass; where they do not all fit one binding (or
+/// more than `max_group` are asked for), they run in groups of as many as fit, each group's sum
+/// added to a float32 accumulator (the output itself in float32).
+#[allow(clippy::too_many_arguments)]
+fn sum_over_taps(
+    ctx: &KernelContext,
+    op: &str,
+    dtype: DType,
+    (taps, slot, max_group): (usize, usize, Option<usize>),
+    out: &DeviceRef,
+    o_count: usize,
+    row_len: usize,
+    m: RowMap,
+    live: impl Fn(usize) -> bool,
+    mut record: impl FnMut(usize, u64) -> Result<()>,
+) -> Result<()> {
+    let slot_bytes = (slot * dtype.size()) as u64;
+    let limit = ctx.limits().max_storage_buffer_binding_size;
+    if slot_bytes > limit {
+        return Err(Error::Unimplemented(format!(
+            "{op}: one depth tap's product takes {slot_bytes} bytes, more than this adapter \
+             binds at once ({limit})"
+        )));
+    }
+    let fit = usize::try_from(limit / slot_bytes)
+        .unwrap_or(usize::MAX)
+        .max(1);
+    let group = max_group.map_or(fit, |g| g.clamp(1, fit));
+    let mut run_group = |t0: usize, n: usize, target: &DeviceRef, accumulate: bool| -> Result<()> {
+        let prod = ctx.temp_tensor(TensorDesc::new(dtype, &[n * slot]))?;
+        for t in t0..t0 + n {
+            if live(t) {
+                record(t, prod.addr + ((t - t0) * slot * dtype.size()) as u64)?;
+            }
+        }
+        depth_sum(
+            ctx,
+            op,
+            &prod,
+            dtype,
+            (n, t0, slot),
+            target,
+            accumulate,
+            o_count,
+            row_len,
+            m,
+        )
+    };
+    if group >= taps {
+        return run_group(0, taps, out, false);
+    }
+    let acc = if dtype == DType::F32 {
+        out.clone()
+    } else {
+        ctx.temp_tensor(TensorDesc::new(DType::F32, &out.desc.shape))?
+    };
+    for t0 in (0..taps).step_by(group) {
+        run_group(t0, group.min(taps - t0), &acc, t0 > 0)?;
+    }
+    if dtype == DType::F16 {
+        crate::kernels::nn::f16::convert(ctx, op, &acc, out)?;
+    }
+    Ok(())
 }
 
 impl Conv3d {
@@ -518,50 +580,49 @@ impl Conv3d {
         let all = sd == 1;
         let rows = if all { g.n * g.d } else { g.n * g.od };
         let slot = pitch(ctx, dt, rows * plane);
-        let prod = products(ctx, op, dt, g.kd, slot)?;
-        for t in 0..g.kd {
-            let (lo, hi) = self.tap_range(g, t);
-            if lo >= hi {
-                continue;
-            }
-            let ft = filter_tap(ctx, op, f, g, t)?;
-            let xs = if all {
-                view(x, dt, &[rows, g.h, g.w, g.c])
-            } else {
-                let xs = ctx.temp_tensor(TensorDesc::new(dt, &[rows, g.h, g.w, g.c]))?;
-                let first = (lo * sd + t * self.dilations[0]) as i64 - g.pd as i64;
-                gather_slices(ctx, op, x, &xs, g, first, sd, lo, hi)?;
-                xs
-            };
-            let yt = DeviceRef {
-                desc: TensorDesc::new(dt, &[rows, g.oh, g.ow, g.k]),
-                addr: prod.addr + (t * slot * dt.size()) as u64,
-            };
-            k2.record(ctx, &[Operand::Device(&xs), Operand::Device(&ft)], &[yt])?;
-        }
-        let m = if all {
-            // Output slice od reads input slice od * sd + t * dd - pd.
-            RowMap {
-                a: sd as i64,
-                bt: self.dilations[0] as i64,
-                cc: -(g.pd as i64),
-                dv: 1,
-                r_count: g.d,
-                rs: g.d,
-                src_o: false,
-            }
-        } else {
-            RowMap {
-                a: sd as i64,
-                bt: self.dilations[0] as i64,
-                cc: -(g.pd as i64),
-                dv: 1,
-                r_count: g.d,
-                rs: g.od,
-                src_o: true,
-            }
+        // Output slice od reads input slice od * sd + t * dd - pd: row n * d + that slice of
+        // the products over every input slice, or row n * od + od of the gathered ones.
+        let m = RowMap {
+            a: sd as i64,
+            bt: self.dilations[0] as i64,
+            cc: -(g.pd as i64),
+            dv: 1,
+            r_count: g.d,
+            rs: if all { g.d } else { g.od },
+            src_o: !all,
         };
-        depth_sum(ctx, op, &prod, g.kd, slot, out, g.od, plane, m)
+        let live = |t: usize| {
+            let (lo, hi) = self.tap_range(g, t);
+            lo < hi
+        };
+        sum_over_taps(
+            ctx,
+            op,
+            dt,
+            (g.kd, slot, self.max_taps),
+            out,
+            g.od,
+            plane,
+            m,
+            live,
+            |t, addr| {
+                let (lo, hi) = self.tap_range(g, t);
+                let ft = filter_tap(ctx, op, f, g, t)?;
+                let xs = if all {
+                    view(x, dt, &[rows, g.h, g.w, g.c])
+                } else {
+                    let xs = ctx.temp_tensor(TensorDesc::new(dt, &[rows, g.h, g.w, g.c]))?;
+                    let first = (lo * sd + t * self.dilations[0]) as i64 - g.pd as i64;
+                    gather_slices(ctx, op, x, &xs, g, first, sd, lo, hi)?;
+                    xs
+                };
+                let yt = DeviceRef {
+                    desc: TensorDesc::new(dt, &[rows, g.oh, g.ow, g.k]),
+                    addr,
+                };
+                k2.record(ctx, &[Operand::Device(&xs), Operand::Device(&ft)], &[yt])
+            },
+        )
     }
 
     /// NDHWC input gradient: `f`, `dy` [n, od, oh, ow, k], into `dx` [n, d, h, w, c].
@@ -595,28 +656,9 @@ impl Conv3d {
         }
         let rows = g.n * g.od;
         let slot = pitch(ctx, dt, rows * plane);
-        let prod = products(ctx, op, dt, g.kd, slot)?;
-        for t in 0..g.kd {
-            let (lo, hi) = self.tap_range(g, t);
-            if lo >= hi {
-                continue;
-            }
-            let ft = filter_tap(ctx, op, f, g, t)?;
-            let gt = DeviceRef {
-                desc: TensorDesc::new(dt, &[rows, g.h, g.w, g.c]),
-                addr: prod.addr + (t * slot * dt.size()) as u64,
-            };
-            k2.record(
-                ctx,
-                &[
-                    Operand::Host(&sizes),
-                    Operand::Device(&ft),
-                    Operand::Device(&dy2),
-                ],
-                &[gt],
-            )?;
-        }
         // Input slice id takes, from tap t, output slice od with od * sd = id + pd - t * dd.
+        // Taps that read nothing leave their slots unwritten; the map never reaches them (their
+        // v / dv lies outside [0, od) for every input slice).
         let m = RowMap {
             a: 1,
             bt: -(self.dilations[0] as i64),
@@ -626,9 +668,37 @@ impl Conv3d {
             rs: g.od,
             src_o: false,
         };
-        // Taps that read nothing left their slots unwritten; the map never reaches them (their
-        // v / dv lies outside [0, od) for every input slice).
-        depth_sum(ctx, op, &prod, g.kd, slot, dx, g.d, plane, m)
+        let live = |t: usize| {
+            let (lo, hi) = self.tap_range(g, t);
+            lo < hi
+        };
+        sum_over_taps(
+            ctx,
+            op,
+            dt,
+            (g.kd, slot, self.max_taps),
+            dx,
+            g.d,
+            plane,
+            m,
+            live,
+            |t, addr| {
+                let ft = filter_tap(ctx, op, f, g, t)?;
+                let gt = DeviceRef {
+                    desc: TensorDesc::new(dt, &[rows, g.h, g.w, g.c]),
+                    addr,
+                };
+                k2.record(
+                    ctx,
+                    &[
+                        Operand::Host(&sizes),
+                        Operand::Device(&ft),
+                        Operand::Device(&dy2),
+                    ],
+                    &[gt],
+                )
+            },
+        )
     }
 
     /// NDHWC filter gradient: `x`, `dy`, into `df` [kd, kh, kw, cg, k].

@@ -3,12 +3,14 @@
 // are indexed by (n, r) as n * rs + r. Output row (n, o), o < o_count, sums, over taps t, the
 // source row picked by v = o * a + t * bt + cc (signed): when v is a multiple of dv and
 // 0 <= v / dv < r_count, row r = v / dv (`src_o` == 0) or r = o (`src_o` == 1; v only decides
-// whether the tap applies). Sums in float32, in tap order; float16 (`HALF`) reads packed halves
-// and writes one word (two elements) per invocation.
+// whether the tap applies). Tap t of `src` is the op's tap t0 + t (taps summed in groups when
+// all of them do not fit one binding); with `accumulate` the sum is added to the float32 output
+// (a later group). Sums in float32, in tap order; float16 products (`SRC_HALF`) are read as
+// packed halves; a float16 output (`OUT_HALF`) takes one word (two elements) per invocation.
 struct Params {
     words: u32,
     row: u32,
-    pad0: u32,
+    t0: u32,
     o_count: u32,
     row_len: u32,
     taps: u32,
@@ -21,7 +23,7 @@ struct Params {
     rs: u32,
     src_o: u32,
     elements: u32,
-    pad: u32,
+    accumulate: u32,
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -31,7 +33,7 @@ struct Params {
 $LINEAR_INDEX
 
 fn load(i: u32) -> f32 {
-    if HALF {
+    if SRC_HALF {
         let w = unpack2x16float(src[i >> 1u]);
         return select(w.x, w.y, (i & 1u) == 1u);
     }
@@ -45,7 +47,7 @@ fn element(e: u32) -> f32 {
     let n = row / p.o_count;
     var acc = 0.0;
     for (var t = 0u; t < p.taps; t = t + 1u) {
-        let v = o * p.a + i32(t) * p.bt + p.cc;
+        let v = o * p.a + i32(p.t0 + t) * p.bt + p.cc;
         if v < 0 || v % p.dv != 0 {
             continue;
         }
@@ -65,7 +67,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     if i >= p.words {
         return;
     }
-    if HALF {
+    if OUT_HALF {
         let e = 2u * i;
         var second = 0.0;
         if e + 1u < p.elements {
@@ -73,6 +75,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
         }
         out[i] = pack2x16float(vec2<f32>(element(e), second));
     } else {
-        out[i] = bitcast<u32>(element(i));
+        var v = element(i);
+        if p.accumulate == 1u {
+            v = bitcast<f32>(out[i]) + v;
+        }
+        out[i] = bitcast<u32>(v);
     }
 }
