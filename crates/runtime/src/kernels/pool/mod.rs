@@ -676,14 +676,14 @@ fn expect_shape(
 }
 
 /// Refuses (Unimplemented) a pooling whose invocations would loop more than
-/// `wgsl::LOOP_BUDGET` times on a CPU adapter (lavapipe leaves a shader's loops after 65,535
-/// iterations: the results would be silently wrong).
+/// `wgsl::LOOP_LIMIT` times in all on a CPU adapter (lavapipe leaves a shader's loops there:
+/// the results would be silently wrong).
 fn loop_check(ctx: &KernelContext, name: &str, iterations: usize) -> Result<()> {
-    if ctx.loop_limited() && iterations > crate::kernels::wgsl::LOOP_BUDGET {
+    if ctx.loop_limited() && iterations >= crate::kernels::wgsl::LOOP_LIMIT {
         return Err(Error::Unimplemented(format!(
             "{name}: one output's window takes {iterations} loop iterations, more than this CPU \
              adapter runs per shader invocation ({})",
-            crate::kernels::wgsl::LOOP_BUDGET
+            crate::kernels::wgsl::LOOP_LIMIT
         )));
     }
     Ok(())
@@ -737,17 +737,19 @@ impl Kernel for Pool {
         if n == 0 {
             return Ok(());
         }
-        // Loop iterations of one invocation: the window; the covering outputs of a gradient
-        // (MaxPoolGrad's generic gather recomputes each one's argmax over its window).
-        let window = g.kh * g.kw;
-        let covering = g.kh.div_ceil(g.sh) * g.kw.div_ceil(g.sw);
+        // Loop iterations of one invocation, the outer loops' counted too: the window; the
+        // covering outputs of a gradient (MaxPoolGrad's generic gather recomputes each one's
+        // argmax over its window).
+        let window = g.kh * g.kw + g.kh;
+        let (cy, cx) = (g.kh.div_ceil(g.sh), g.kw.div_ceil(g.sw));
+        let covering = cy * cx + cy;
         loop_check(
             ctx,
             name,
             match self.mode {
                 Mode::Max | Mode::Avg | Mode::MaxGradGrad => window,
                 Mode::AvgGrad => covering,
-                Mode::MaxGrad => covering * window,
+                Mode::MaxGrad => covering * (window + 1),
             },
         )?;
         let dtype = out.desc.dtype;

@@ -228,10 +228,11 @@ impl Kernel for Pool3d {
         if n == 0 {
             return Ok(());
         }
-        let window: usize = self.ksize.iter().product();
-        let covering: usize = (0..3)
-            .map(|i| self.ksize[i].div_ceil(self.strides[i]))
-            .product();
+        // Loop iterations of one invocation, the outer loops' counted too.
+        let [kd, kh, kw] = self.ksize;
+        let window = kd * kh * kw + kd * kh + kd;
+        let [cd, ch, cw] = [0, 1, 2].map(|i| self.ksize[i].div_ceil(self.strides[i]));
+        let covering = cd * ch * cw + cd * ch + cd;
         super::loop_check(
             ctx,
             name,
