@@ -332,6 +332,12 @@ impl Conv3d {
             .with("data_format", AttrValue::Str("NHWC".into()))
     }
 
+    /// Whether depth tap `t` reads any input slice.
+    fn tap_live(&self, g: &Geom3, t: usize) -> bool {
+        let (lo, hi) = self.tap_range(g, t);
+        lo < hi
+    }
+
     /// The output slices [lo, hi) that depth tap `t` reads from the input.
     fn tap_range(&self, g: &Geom3, t: usize) -> (usize, usize) {
         let (sd, off) = (
@@ -591,10 +597,6 @@ impl Conv3d {
             rs: if all { g.d } else { g.od },
             src_o: !all,
         };
-        let live = |t: usize| {
-            let (lo, hi) = self.tap_range(g, t);
-            lo < hi
-        };
         sum_over_taps(
             ctx,
             op,
@@ -604,7 +606,7 @@ impl Conv3d {
             g.od,
             plane,
             m,
-            live,
+            |t| self.tap_live(g, t),
             |t, addr| {
                 let (lo, hi) = self.tap_range(g, t);
                 let ft = filter_tap(ctx, op, f, g, t)?;
@@ -668,10 +670,6 @@ impl Conv3d {
             rs: g.od,
             src_o: false,
         };
-        let live = |t: usize| {
-            let (lo, hi) = self.tap_range(g, t);
-            lo < hi
-        };
         sum_over_taps(
             ctx,
             op,
@@ -681,7 +679,7 @@ impl Conv3d {
             g.d,
             plane,
             m,
-            live,
+            |t| self.tap_live(g, t),
             |t, addr| {
                 let ft = filter_tap(ctx, op, f, g, t)?;
                 let gt = DeviceRef {

@@ -657,6 +657,20 @@ fn shader(mode: Mode, dtype: DType) -> String {
     shader_from(POOL_WGSL, mode.index(), dtype)
 }
 
+/// An InvalidArgument error unless the allocated output is what the op computes.
+fn expect_output(name: &str, out: &DeviceRef, want: &TensorDesc) -> Result<()> {
+    if out.desc != *want {
+        bail_invalid!(
+            "{name}: output is {} {} but the op computes {} {}",
+            out.desc.dtype,
+            fmt_shape(&out.desc.shape),
+            want.dtype,
+            fmt_shape(&want.shape)
+        );
+    }
+    Ok(())
+}
+
 /// An InvalidArgument error unless input `i` (`what`) has shape `want`.
 fn expect_shape(
     name: &str,
@@ -724,15 +738,7 @@ impl Kernel for Pool {
         let name = self.name;
         let (g, want) = self.check(inputs)?;
         let out = &outputs[0];
-        if out.desc != want {
-            bail_invalid!(
-                "{name}: output is {} {} but the op computes {} {}",
-                out.desc.dtype,
-                fmt_shape(&out.desc.shape),
-                want.dtype,
-                fmt_shape(&want.shape)
-            );
-        }
+        expect_output(name, out, &want)?;
         let n = out.desc.num_elements();
         if n == 0 {
             return Ok(());

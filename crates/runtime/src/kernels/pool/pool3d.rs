@@ -215,15 +215,7 @@ impl Kernel for Pool3d {
         let name = self.mode.name();
         let (g, want) = self.check(inputs)?;
         let out = &outputs[0];
-        if out.desc != want {
-            bail_invalid!(
-                "{name}: output is {} {} but the op computes {} {}",
-                out.desc.dtype,
-                fmt_shape(&out.desc.shape),
-                want.dtype,
-                fmt_shape(&want.shape)
-            );
-        }
+        super::expect_output(name, out, &want)?;
         let n = out.desc.num_elements();
         if n == 0 {
             return Ok(());
