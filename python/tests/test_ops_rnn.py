@@ -5,6 +5,8 @@ Bidirectional (ReverseSequence, a new kernel, checked against the CPU by itself)
 (mixed precision), masked inputs (any mask: the hook packs the unmasked steps), `TFWGPU_FUSED_RNN=0`;
 and a training step that reads the GPU back only for what Keras asks. The kernels' numerics against an
 f64 reference and central differences: crates/runtime/tests/rnn.rs."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -166,7 +168,7 @@ def test_masked_inputs_take_the_fused_op(tf, layer, sequences, backwards, zeros)
             rnn.zero_output_for_mask = zeros
             xt = tf.constant(x)
             states = [tf.constant(s) for s in s0[: 2 if layer == "LSTM" else 1]]
-            with ran_on_gpu(*FUSED) if cudnn == "auto" else _nothing(), tf.GradientTape() as tape:
+            with ran_on_gpu(*FUSED) if cudnn == "auto" else contextlib.nullcontext(), tf.GradientTape() as tape:
                 tape.watch([xt] + states)
                 got = rnn(xt, mask=tf.constant(mask), initial_state=states)
                 # Weighted so that each output's gradient differs.
@@ -350,18 +352,11 @@ def test_eager_calls(tf, layer):
         with tf.device(device):
             keras.utils.set_random_seed(12)
             rnn = getattr(keras.layers, layer)(6, return_sequences=True, return_state=True, use_cudnn=cudnn)
-            with ran_on_gpu("CudnnRNNV3") if cudnn == "auto" else _nothing():
+            with ran_on_gpu("CudnnRNNV3") if cudnn == "auto" else contextlib.nullcontext():
                 outs[device] = [t.numpy() for t in rnn(tf.constant(x))]
     for g, w in zip(outs["/GPU:0"], outs["/CPU:0"]):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_empty_sequences_through_tensorflow(tf):
