@@ -141,3 +141,53 @@ def test_keras_fit_same_results_with_and_without_and_fewer_copies(tmp_path):
     # With eager ops as functions each step uploads the flag; its x and y uploads are the same.
     assert off["h2d"] - on["h2d"] == steps, (on, off)
     assert off["sync"] - on["sync"] >= steps, (on, off)
+
+
+_THREADS = r"""
+import json, sys, threading
+import numpy as np
+import tensorflow as tf
+
+rounds = int(sys.argv[1])
+shapes = [(3, 7), (5, 4, 6), (2, 9, 3), (8, 5)]
+bad = []
+
+
+def work(i):
+    x = np.random.default_rng(i).standard_normal(shapes[i]).astype(np.float32)
+    k, rest = x.shape[-1], [1] * (x.ndim - 1)
+    cases = [
+        (lambda: tf.reshape(tf.constant(x), [-1, k]), x.reshape(-1, k)),
+        (lambda: tf.fill([k, 2], 1.5), np.full((k, 2), 1.5, np.float32)),
+        (lambda: tf.tile(tf.constant(x), rest + [2]), np.tile(x, rest + [2])),
+    ]
+    try:
+        for op, want in cases:
+            for _ in range(rounds):
+                with tf.device("/GPU:0"):
+                    got = op().numpy()
+                if got.shape != want.shape or not np.array_equal(got, want):
+                    bad.append((i, "wrong values", got.shape))
+    except Exception as e:  # noqa: BLE001 - an op handed another thread's shape raises
+        bad.append((i, str(e)[:300]))
+
+
+for _ in range(4):
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(len(shapes))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+print("RESULT " + json.dumps({"bad": bad[:5], "count": len(bad)}))
+"""
+
+
+def test_eager_ops_from_several_threads_with_the_switch(tmp_path):
+    """Eager ops from four Python threads at once on GPU:0, each with its own shapes: with
+    `TFWGPU_EAGER_OPS_DIRECT=1` every result is exact. (TensorFlow's default one-op functions
+    pass a GPU op's host-memory arguments (a reshape's shape, fill's dims, tile's multiples)
+    from a CPU partition through a rendezvous, which can hand one thread's values to another's
+    op: 4 of 6 runs of this script failed without the switch here, and it is reported against
+    TensorFlow on CUDA GPUs as well (tensorflow/tensorflow#62523, #123980).)"""
+    out = _run(tmp_path, _THREADS, "1", "30")
+    assert out["count"] == 0, out
