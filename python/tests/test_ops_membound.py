@@ -114,6 +114,25 @@ def test_float16_reductions(tf, op, shape, axis):
         np.testing.assert_allclose(g.astype(np.float64), ref, rtol=2.0**-11, atol=1e-5, equal_nan=True)
 
 
+def test_float16_reductions_past_a_float32_copy(tf):
+    """A float16 tensor of 2^25 + 12 elements (64 MiB): a float32 copy of it (128 MiB) would
+    not fit one storage binding of a 128 MiB adapter (lavapipe), so the first pass reads the
+    halves itself. Sum within one half rounding plus the float32 sum's error of float64's;
+    Max exact."""
+    n = 2**25 + 12
+    x = np.random.default_rng(5).uniform(-1, 1, n).astype(np.float16)
+    x[n - 3] = 7.5
+    with RanOnGpu("Sum"):
+        total = float(np.asarray(on(tf, "/GPU:0", lambda v: tf.reduce_sum(v), x)))
+    with RanOnGpu("Max"):
+        top = float(np.asarray(on(tf, "/GPU:0", lambda v: tf.reduce_max(v), x)))
+    x64 = x.astype(np.float64)
+    want = x64.sum()
+    tol = abs(want) * 2.0**-11 + (2 * 26 + 32) * 2.0**-24 * np.abs(x64).sum()
+    assert abs(total - want) <= tol, (total, want, tol)
+    assert top == 7.5
+
+
 @pytest.mark.parametrize("op", ["add", "multiply", "maximum", "subtract"])
 @pytest.mark.parametrize(
     "sa,sb", [((6, 8), (8,)), ((8,), (6, 8)), ((5, 12), (5, 12)), ((3, 4), (3, 4)), ((2, 3, 8), (8,))]

@@ -1,6 +1,6 @@
 mod common;
 use common::*;
-use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor};
+use tfwgpu_runtime::{Arg, AttrValue, Attrs, DType, Error, HostTensor, f16};
 
 const EPS: f64 = f32::EPSILON as f64 / 2.0; // unit roundoff of float32
 
@@ -529,4 +529,75 @@ fn invalid_axes_are_errors() {
         dev().kernel("Sum", &attrs).err().unwrap(),
         Error::Unimplemented(_)
     ));
+}
+
+/// float16 reductions load the halves in their first pass (no float32 copy of the input),
+/// reduce in float32 and round once: against float64 reductions of the same halves, within
+/// one half rounding (2^-11 relative) plus the float32 sum's error; Max/Min exact, NaN
+/// propagated, infinities kept. Odd sizes (a row's last half alone in its word) and sizes the
+/// vec4 steps take (rows and columns of multiples of 4).
+#[test]
+fn f16_reductions_load_halves() {
+    let mut s = 0x2545_f491u32;
+    for (shape, special) in [
+        (vec![37usize, 9], false),
+        (vec![5, 11], true),
+        (vec![64, 1028], false),
+        (vec![1028, 64], true),
+        (vec![3, 20, 8], false),
+        (vec![2, 65536], false),
+    ] {
+        let n: usize = shape.iter().product();
+        let mut data: Vec<f16> = (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                f16::from_f32((s % 2001) as f32 / 1000.0 - 1.0)
+            })
+            .collect();
+        if special {
+            data[3] = f16::NAN;
+            data[n - 2] = f16::INFINITY;
+        }
+        let x = dev().upload(&data, &shape).unwrap();
+        let d64: Vec<f64> = data.iter().map(|h| h.to_f64()).collect();
+        for axes in axis_sets(shape.len()) {
+            for op in ALL_OPS {
+                if op == Op::Prod && n > 4096 {
+                    continue; // products of thousands of values in [-1, 1] underflow
+                }
+                let what = format!("f16 {} {shape:?} axes {axes:?}", op.name());
+                let ax = HostTensor::vec_i32(&axes.iter().map(|&a| a as i32).collect::<Vec<_>>());
+                let out = run_reduce(op, &x, &ax, false).unwrap();
+                assert_eq!(out[0].dtype(), DType::F16, "{what}");
+                let got = out[0].download::<f16>().unwrap();
+                let (want, abs, count) = reference(op, &d64, &shape, &axes);
+                let log_n = (count.max(2) as f64).log2().ceil();
+                for (i, ((g, &w), &a)) in got.iter().zip(&want).zip(&abs).enumerate() {
+                    let g = g.to_f64();
+                    if w.is_nan() {
+                        assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
+                        continue;
+                    }
+                    if w.is_infinite() || matches!(op, Op::Max | Op::Min) {
+                        assert_eq!(g, f16::from_f64(w).to_f64(), "{what}[{i}]");
+                        continue;
+                    }
+                    let f32_err = match op {
+                        Op::Sum => (2.0 * log_n + 32.0) * EPS * a,
+                        Op::Mean => (2.0 * log_n + 34.0) * EPS * a / count as f64,
+                        _ => (count as f64 + 2.0) * EPS * w.abs(),
+                    };
+                    // Rounding to half: half an ulp of the result, 2^-11 relative, or the
+                    // subnormal spacing 2^-25 (half of 2^-24) near zero.
+                    let tol = f32_err + (w.abs() * 2f64.powi(-11)).max(2f64.powi(-25));
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "{what}[{i}]: got {g}, want {w} (tol {tol:e})"
+                    );
+                }
+            }
+        }
+    }
 }

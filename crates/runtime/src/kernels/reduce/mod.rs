@@ -1,7 +1,7 @@
 //! reduce family: Sum, Max, Min, Mean and Prod over any set of axes (float32, int32, float16),
 //! and All / Any over bool. float16 reduces in float32 (as TensorFlow's GPU kernels accumulate
-//! half in float): the input converted exactly to a float32 temporary, the float32 passes, the
-//! result rounded once.
+//! half in float): the first pass widens the halves exactly where it loads them (a prologue),
+//! the float32 passes follow, the result is rounded once.
 //!
 //! The reduced axes (a host-memory int32/int64 scalar or vector, negative axes wrapping,
 //! duplicates allowed) are simplified first: dimensions of size 1 are dropped and adjacent
@@ -376,12 +376,25 @@ impl Kernel for Reduce {
             return bool_convert(ctx, "narrow", &res, &dst, m);
         }
         if dtype == DType::F16 {
-            let wide = ctx.temp_tensor(TensorDesc::new(DType::F32, shape))?;
-            crate::kernels::nn::f16::convert(ctx, op, input, &wide)?;
+            // The first step loads the halves and widens them where it loads (no float32
+            // copy of the input: it would need twice the input's bytes, past the binding
+            // limit of 128 MiB adapters from 32M elements); the float32 result is rounded
+            // once.
+            let (hw, suffix) = crate::kernels::f16conv::choice(ctx, true)?;
+            let wgsl = |_: bool| half_prologue_wgsl(hw);
+            let pro = Prologue {
+                key: format!("f16{suffix}"),
+                wgsl: &wgsl,
+                fields: "",
+                words: vec![],
+                inputs: vec![ctx.bind(input)?],
+                outputs: vec![],
+            };
             let res = ctx.temp_tensor(TensorDesc::new(DType::F32, &output.desc.shape))?;
-            self.passes(
+            run_passes(
                 ctx,
-                ctx.bind(&wide)?,
+                self.op,
+                First::Prologue(&pro),
                 ctx.bind(&res)?,
                 DType::F32,
                 shape,
@@ -394,6 +407,27 @@ impl Kernel for Reduce {
         let dst = ctx.bind(output)?;
         self.passes(ctx, src, dst, dtype, shape, &mask, &passes)
     }
+}
+
+/// The prologue of a float16 reduction: element `e` of the packed halves (two per word, the
+/// lower first), widened exactly to float32 (`f16conv`'s conversions, in hardware where the
+/// adapter passed its self-test).
+fn half_prologue_wgsl(hw: bool) -> String {
+    format!(
+        "@group(0) @binding(1) var<storage, read_write> xh: array<u32>;
+{}
+{}
+fn elem(e: u32) -> f32 {{
+    return f16x2_to_f32(xh[e >> 1u])[e & 1u];
+}}
+fn elem4(e: u32) -> vec4<f32> {{
+    let w = e >> 1u;
+    return vec4<f32>(f16x2_to_f32(xh[w]), f16x2_to_f32(xh[w + 1u]));
+}}
+",
+        crate::kernels::elementwise::COMMON_WGSL,
+        crate::kernels::f16conv::f16x2_wgsl(hw)
+    )
 }
 
 /// Converts `n` bools (bytes) to 0/1 int32 words ("widen") or back ("narrow").
