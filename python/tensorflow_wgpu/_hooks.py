@@ -22,8 +22,9 @@ else), and each changes behaviour only for tfwgpu devices:
 - Keras 3 compiles grouped convolutions and channels-first 3-D convolutions with XLA
   (`jit_compile=True`: TensorFlow's CPU kernels lack them), and XLA has no compiler for a
   PluggableDevice. When every accelerator is a tfwgpu device and the ops are not placed on the
-  CPU, grouped 1-D/2-D and channels-first 3-D convolutions run as plain `tf.nn.convolution`
-  (the plugin has the kernels); grouped 3-D ones are left to Keras (they still fail there).
+  CPU, grouped and channels-first convolutions run as plain `tf.nn.convolution` with the data
+  format given (the plugin has the kernels; TensorFlow's eager tape reads a 3-D convolution's
+  data format back for its gradient, which fails when it was left unset).
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -139,14 +140,7 @@ def _patch_keras_nn(module):
             # compiler for a PluggableDevice; the plugin's kernels take them as they are.
             grouped = channels != kernel.shape[-2]
             keras_xla = (fmt == "channels_first" and len(inputs.shape) == 5) or grouped
-            # Grouped 3-D convolutions stay with Keras (their filter gradient through
-            # tf.nn.convolution came out None in TensorFlow 2.21: not taken over).
-            direct = (
-                keras_xla
-                and not (grouped and len(inputs.shape) == 5)
-                and _only_tfwgpu_accelerators()
-                and not _scope_on_cpu()
-            )
+            direct = keras_xla and _only_tfwgpu_accelerators() and not _scope_on_cpu()
         except Exception:  # never break Keras: its own path
             direct = False
         if not direct:

@@ -494,7 +494,9 @@ def test_keras_conv3d_trains_like_cpu(tf):
 def test_keras_convs_keras_compiles_with_xla(tf, layer):
     """Keras compiles grouped convolutions and channels-first Conv3D with XLA (TensorFlow's CPU
     kernels lack them), which has no compiler for the plugin's device: on tfwgpu GPUs the hook
-    runs them as plain convolutions, on the plugin's kernels; losses track the CPU (XLA)."""
+    runs them as plain convolutions, on the plugin's kernels; losses track the CPU (XLA), in
+    `fit`'s graph and, for Conv3D, with `run_eagerly=True` (the eager gradient of a 3-D
+    convolution needs its data format given explicitly: TensorFlow's tape reads it back)."""
     keras = tf.keras
     rng2 = np.random.default_rng(12)
     L = keras.layers
@@ -510,15 +512,70 @@ def test_keras_convs_keras_compiles_with_xla(tf, layer):
     x = rng2.standard_normal((8,) + shape).astype(np.float32)
     y = rng2.integers(0, 3, 8).astype(np.int32)
     losses = {}
-    for dev in ["/CPU:0", "/GPU:0"]:
+    runs = [("/CPU:0", False), ("/GPU:0", False)] + ([("/GPU:0", True)] if "3d" in layer else [])
+    for dev, eager in runs:
         with tf.device(dev):
             keras.utils.set_random_seed(3)
             m = keras.Sequential([keras.Input(shape)] + layers() + [L.Dense(3)])
-            m.compile(optimizer=keras.optimizers.SGD(0.05),
+            m.compile(optimizer=keras.optimizers.SGD(0.05), run_eagerly=eager,
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
             before = gpu_ops()
-            losses[dev] = m.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
+            losses[dev, eager] = m.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
             if dev == "/GPU:0":
                 ops = ["Conv3D"] if "3d" in layer else ["Conv2D", "_TfwgpuConv2DBiasAdd"]
                 assert sum(ran(before, op) for op in ops) >= 1, gpu_ops()
-    np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
+                if "3d" in layer:
+                    assert ran(before, "Conv3DBackpropFilterV2") >= 1, gpu_ops()
+    for dev, eager in runs[1:]:
+        np.testing.assert_allclose(losses[dev, eager], losses["/CPU:0", False], rtol=1e-4)
+
+
+def test_keras_grouped_conv3d_matches_its_groups_split(tf):
+    """Keras's grouped Conv3D (compiled with XLA by Keras, and which TensorFlow's CPU kernels
+    reject) trains on the plugin's kernels through the hook, in `fit`'s graph and eagerly: the
+    losses and weights of the same model written as its two groups (split channels, two
+    Conv3Ds, concatenated) on TensorFlow's CPU, from the same initial weights."""
+    keras = tf.keras
+    L = keras.layers
+    rng2 = np.random.default_rng(13)
+    x = rng2.standard_normal((8, 5, 6, 6, 4)).astype(np.float32)
+    y = rng2.integers(0, 3, 8).astype(np.int32)
+
+    def compiled(m, eager):
+        m.compile(optimizer=keras.optimizers.SGD(0.05), run_eagerly=eager,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return m
+
+    keras.utils.set_random_seed(4)
+    inp = keras.Input((5, 6, 6, 4))
+    init = keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling3D()(
+        L.Conv3D(6, 3, groups=2, padding="same", strides=(1, 2, 1))(inp))))
+    k, b, dk, db = [w.numpy() for w in init.weights]
+    results = {}
+    for eager in (False, True):
+        with tf.device("/GPU:0"):
+            m = compiled(keras.models.clone_model(init), eager)
+            m.set_weights([k, b, dk, db])
+            before = gpu_ops()
+            loss = m.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
+            for op in ["Conv3D", "Conv3DBackpropFilterV2"]:
+                assert ran(before, op) >= 1, (op, gpu_ops())
+            results[eager] = (loss, [w.numpy() for w in m.weights])
+    with tf.device("/CPU:0"):
+        inp = keras.Input((5, 6, 6, 4))
+        halves = [L.Lambda(lambda t, g=g: t[..., 2 * g:2 * g + 2])(inp) for g in range(2)]
+        convs = [L.Conv3D(3, 3, padding="same", strides=(1, 2, 1)) for _ in range(2)]
+        out = L.Concatenate()([c(h) for c, h in zip(convs, halves)])
+        ref = compiled(keras.Model(inp, L.Dense(3)(L.GlobalAveragePooling3D()(out))), False)
+        convs[0].set_weights([k[..., :3], b[:3]])
+        convs[1].set_weights([k[..., 3:], b[3:]])
+        ref.layers[-1].set_weights([dk, db])
+        ref_loss = ref.fit(x, y, batch_size=4, epochs=2, shuffle=False, verbose=0).history["loss"]
+        rk = np.concatenate([convs[0].kernel.numpy(), convs[1].kernel.numpy()], -1)
+        rb = np.concatenate([convs[0].bias.numpy(), convs[1].bias.numpy()], -1)
+    for eager, (loss, (gk, gb, gdk, gdb)) in results.items():
+        np.testing.assert_allclose(loss, ref_loss, rtol=1e-4, err_msg=f"eager={eager}")
+        # Four SGD steps of float32 products of 108 terms: rounding-level differences.
+        np.testing.assert_allclose(gk, rk, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gb, rb, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(gdk, ref.layers[-1].kernel.numpy(), rtol=1e-4, atol=1e-5)
