@@ -435,7 +435,7 @@ def trace_all(a, models):
         env = dict(os.environ, TFWGPU_TRACE=path, TF_CPP_MIN_LOG_LEVEL="2")
         cmd = [sys.executable, os.path.abspath(__file__), "--models", name, "--device", a.device,
                "--trace-child", str(a.trace_steps), "--resnet50-batch", str(a.resnet50_batch),
-               "--batch", str(a.batch)]
+               "--batch", str(a.batch)] + (["--mixed"] if a.mixed else [])
         t0 = time.perf_counter()
         r = subprocess.run(cmd, env=env, capture_output=True, text=True)
         dt = time.perf_counter() - t0
@@ -459,6 +459,9 @@ def main(argv=None):
     p.add_argument("--resnet50-batch", type=int, default=BATCH)
     p.add_argument("--resnet50-steps", type=int, default=10)
     p.add_argument("--resnet50-warmup", type=int, default=2)
+    p.add_argument("--mixed", action="store_true",
+                   help="Keras mixed precision (policy mixed_float16: float16 compute, float32 "
+                        "variables, a loss-scale optimizer), as PyTorch's f16 mode (autocast)")
     p.add_argument("--json")
     p.add_argument("--trace", metavar="DIR", help="capture a kernel trace of each model instead of timing")
     p.add_argument("--trace-steps", type=int, default=3)
@@ -484,13 +487,16 @@ def main(argv=None):
         tf.config.threading.set_inter_op_parallelism_threads(1)
     import keras
 
+    if a.mixed:
+        keras.mixed_precision.set_global_policy("mixed_float16")
     batch = lambda m: a.resnet50_batch if m == "resnet50" else a.batch  # noqa: E731
     if a.trace_child is not None:
         r = capture(tf, keras, models[0], a.device, batch(models[0]), a.trace_child)
         print(json.dumps(r))
         return 0
 
-    out = {"tensorflow": tf.__version__, "keras": keras.__version__, "device": a.device, "results": {}}
+    out = {"tensorflow": tf.__version__, "keras": keras.__version__, "device": a.device,
+           "policy": keras.mixed_precision.global_policy().name, "results": {}}
     try:
         import tensorflow_wgpu
 
