@@ -146,8 +146,23 @@ unsafe fn allocate_impl(
                     crate::trace::alloc(ordinal(device), a, size);
                 }
             }
-            // A null pointer is how TensorFlow learns of out-of-memory.
-            Err(e) => tracing::warn!("allocation of {size} bytes failed: {e}"),
+            // A null pointer is how TensorFlow learns of out-of-memory. Its BFC allocator
+            // probes: it asks for a large region first and retries 10% smaller until one
+            // fits, so a failure is expected at start-up on small adapters (lavapipe's
+            // 128 MiB binding limit): the first is a warning, later ones debug lines.
+            Err(e) => {
+                static WARNED: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::debug!("allocation of {size} bytes failed: {e}");
+                } else {
+                    tracing::warn!(
+                        "allocation of {size} bytes failed: {e} (TensorFlow's allocator \
+                         retries smaller sizes; further failures are logged at debug level, \
+                         TFWGPU_LOG=debug)"
+                    );
+                }
+            }
         }
     })
 }
