@@ -25,6 +25,12 @@ else), and each changes behaviour only for tfwgpu devices:
   CPU, grouped and channels-first convolutions run as plain `tf.nn.convolution` with the data
   format given (the plugin has the kernels; TensorFlow's eager tape reads a 3-D convolution's
   data format back for its gradient, which fails when it was left unset).
+- Keras's `LossScaleOptimizer` (mixed precision) checks its gradients with an IsFinite, a bool
+  All and a Pack per gradient: on an H200, ResNet-50's 161 gradients took ~1,200 dispatches and
+  ~10 ms of GPU time per step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu
+  device, the check is `is_finite(sum over gradients of sum(g * 0))` instead: the same answer
+  (a product of zero is 0 for finite values and NaN for inf and NaN), one fused reduction per
+  gradient.
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -159,6 +165,49 @@ def _patch_keras_nn(module):
     conv._tfwgpu = True
     conv.__name__, conv.__doc__, conv.__wrapped__ = original.__name__, original.__doc__, original
     module.conv = conv
+
+
+def _patch_loss_scale_optimizer(module):
+    cls = getattr(module, "LossScaleOptimizer", None)
+    original = getattr(cls, "check_finite", None)
+    if original is None or getattr(original, "_tfwgpu", False):
+        return
+
+    def check_finite(self, grads):
+        try:
+            import tensorflow as tf
+
+            take = (
+                module.backend.backend() == "tensorflow"
+                and _only_tfwgpu_accelerators()
+                and not _scope_on_cpu()
+            )
+        except Exception:  # never break Keras: its own check
+            take = False
+        if not take:
+            return original(self, grads)
+        parts = []
+        for g in grads:
+            if g is None:
+                continue
+            v = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
+            if not v.dtype.is_floating:
+                continue  # Keras's isfinite of an integer tensor is all true
+            # x * 0 is 0 (or -0) for every finite x and NaN for inf and NaN: the sum is 0 when
+            # every element is finite, NaN otherwise, and never overflows. On a tfwgpu GPU the
+            # product and the sum are one fused reduction per gradient, in place of Keras's
+            # IsFinite, bool All (three dispatches) and a Pack of the flags.
+            zero = tf.zeros([], v.dtype)
+            parts.append(tf.cast(tf.reduce_sum(v * zero), tf.float32))
+        if not parts:
+            return tf.constant(True)
+        total = parts[0] if len(parts) == 1 else tf.add_n(parts)
+        return tf.math.is_finite(total)
+
+    check_finite._tfwgpu = True
+    check_finite.__name__, check_finite.__doc__ = original.__name__, original.__doc__
+    check_finite.__wrapped__ = original
+    cls.check_finite = check_finite
 
 
 def _fused_rnn():
@@ -879,6 +928,7 @@ _PATCHES = {
     "keras.src.trainers.trainer": _patch_keras_trainer,
     "keras.src.backend.tensorflow.rnn": _patch_keras_rnn,
     "keras.src.backend.tensorflow.nn": _patch_keras_nn,
+    "keras.src.optimizers.loss_scale_optimizer": _patch_loss_scale_optimizer,
     "keras.src.layers.rnn.lstm": _patch_keras_rnn_layer("LSTM"),
     "keras.src.layers.rnn.gru": _patch_keras_rnn_layer("GRU"),
     "tensorflow.python.eager.context": _patch_eager_context,

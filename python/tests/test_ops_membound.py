@@ -7,7 +7,8 @@ against /CPU:0, forward and gradients; the plugin's counters show the ops ran on
 import numpy as np
 import pytest
 
-from test_ops_poolnorm import RanOnGpu, assert_near, on
+from test_ops_conv import ran
+from test_ops_poolnorm import RanOnGpu, assert_near, gpu_ops, on
 
 rng = np.random.default_rng(6)
 
@@ -257,3 +258,73 @@ def test_device_copies(tf):
         y = tf.identity(t)
         z = tf.concat([y[:, 1:], y[:, :1]], axis=1)
     np.testing.assert_array_equal(z.numpy(), np.concatenate([x[:, 1:], x[:, :1]], axis=1))
+
+
+def test_loss_scale_finite_check_on_the_gpu(tf):
+    """Keras's LossScaleOptimizer.check_finite on tfwgpu GPUs (the hook's one fused reduction per
+    gradient): the same answer as Keras's own check on the CPU for finite gradients, an inf, a
+    -inf and a NaN in any one of them (float32, float16, IndexedSlices, an int gradient); on the
+    GPU no All kernel and one IsFinite per check (of the total), not one per gradient."""
+    import keras
+
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    base = [
+        rng.standard_normal((64, 33)).astype(np.float32),
+        rng.standard_normal((7,)).astype(np.float16),
+        rng.standard_normal((5, 4)).astype(np.float32),
+    ]
+
+    def grads(where, bad):
+        out = [b.copy() for b in base]
+        if where is not None:
+            out[where].flat[where * 3 + 1] = bad
+        return out
+
+    def check(dev, gs):
+        with tf.device(dev):
+            @tf.function
+            def f(a, b, c):
+                sl = tf.IndexedSlices(c, tf.constant([0, 2, 3, 6, 9]), tf.constant([10, 4]))
+                return opt.check_finite([a, None, b, sl, tf.constant([1, 2])])
+            return bool(f(*[tf.constant(g) for g in gs]))
+
+    before = gpu_ops()
+    cases = [(None, 0.0)] + [(w, v) for w in range(3) for v in (np.inf, -np.inf, np.nan)]
+    for where, bad in cases:
+        gs = grads(where, bad)
+        want = check("/CPU:0", gs)
+        assert want == (where is None), (where, bad)
+        assert check("/GPU:0", gs) == want, (where, bad)
+    assert ran(before, "IsFinite") == len(cases) and ran(before, "All") == 0, gpu_ops()
+
+
+def test_mixed_precision_fit_skips_steps_with_non_finite_gradients(tf):
+    """Keras mixed precision on the GPU: a huge initial loss scale overflows the float16
+    gradients, the optimizer skips those steps and halves the scale (Keras's rule) until the
+    gradients are finite; the weights then train as on the CPU."""
+    import keras
+
+    x = rng.standard_normal((32, 8)).astype(np.float32)
+    y = rng.standard_normal((32, 1)).astype(np.float32)
+    out = {}
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        for dev in ["/CPU:0", "/GPU:0"]:
+            with tf.device(dev):
+                keras.utils.set_random_seed(7)
+                m = keras.Sequential([keras.Input((8,)), keras.layers.Dense(4, activation="relu"),
+                                      keras.layers.Dense(1, dtype="float32")])
+                opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                                          initial_scale=2.0**40)
+                m.compile(optimizer=opt, loss="mse", jit_compile=False)
+                w0 = [w.numpy() for w in m.weights]
+                m.fit(x, y, batch_size=32, epochs=30, verbose=0, shuffle=False)
+                out[dev] = (float(opt.dynamic_scale.numpy()), [w.numpy() for w in m.weights], w0)
+    finally:
+        keras.mixed_precision.set_global_policy(policy)
+    (scale_c, w_c, w0_c), (scale_g, w_g, w0_g) = out["/CPU:0"], out["/GPU:0"]
+    assert scale_g == scale_c < 2.0**40, (scale_g, scale_c)
+    for a, b, a0 in zip(w_g, w_c, w0_c):
+        assert not np.array_equal(a, a0)  # it trained after the skipped steps
+        np.testing.assert_allclose(a, b, rtol=2e-2, atol=2e-3)
