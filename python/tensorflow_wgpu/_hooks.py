@@ -31,6 +31,15 @@ else), and each changes behaviour only for tfwgpu devices:
   device, the check is `is_finite(sum over gradients of sum(g * 0))` instead: the same answer
   (a product of zero is 0 for finite values and NaN for inf and NaN), one fused reduction per
   gradient.
+- Keras's BatchNormalization casts float16 inputs (mixed precision) to float32, computes the
+  moments, normalizes in float32 and casts back: on an H200 the casts alone took ~10 ms of a
+  ResNet-50 step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu device, a
+  float16 layer (4-D, channels last or first; no mask, renorm or synchronized statistics) is
+  one FusedBatchNormV3 on the halves (float32 statistics; FusedBatchNormGradV3 for its
+  gradient), with Keras's moving-statistics update (the biased batch variance, from
+  TensorFlow's Bessel-corrected one). Inside Keras's `fit` the device scope is not visible when
+  the step is traced, so a model pinned to `/CPU:0` takes it too (TensorFlow's CPU kernel: the
+  same numbers within float16 rounding).
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -208,6 +217,73 @@ def _patch_loss_scale_optimizer(module):
     check_finite.__name__, check_finite.__doc__ = original.__name__, original.__doc__
     check_finite.__wrapped__ = original
     cls.check_finite = check_finite
+
+
+def _patch_keras_batch_norm(module):
+    cls = getattr(module, "BatchNormalization", None)
+    original = getattr(cls, "call", None)
+    if original is None or getattr(original, "_tfwgpu", False):
+        return
+
+    def call(self, inputs, training=None, mask=None):
+        try:
+            import tensorflow as tf
+
+            take = (
+                mask is None
+                and not self.renorm
+                and not self.synchronized
+                and self.compute_dtype == "float16"
+                and getattr(inputs, "dtype", None) == tf.float16
+                and len(inputs.shape) == 4
+                and self.axis % 4 in (1, 3)
+                and module.backend.backend() == "tensorflow"
+                and _only_tfwgpu_accelerators()
+                and not _scope_on_cpu()
+            )
+        except Exception:  # never break Keras: its own layer
+            take = False
+        if not take:
+            return original(self, inputs, training=training, mask=mask)
+        return _fused_half_batch_norm(tf, self, inputs, training)
+
+    call._tfwgpu = True
+    call.__name__, call.__doc__, call.__wrapped__ = original.__name__, original.__doc__, original
+    cls.call = call
+
+
+def _fused_half_batch_norm(tf, layer, x, training):
+    """Keras's BatchNormalization of a float16 NHWC/NCHW tensor as one FusedBatchNormV3 (float16
+    x and y, float32 statistics and parameters; its gradient FusedBatchNormGradV3), with Keras's
+    moving-statistics update."""
+    axis = layer.axis % 4
+    fmt = "NHWC" if axis == 3 else "NCHW"
+    c = x.shape[axis]
+    f32 = tf.float32
+    gamma = tf.cast(layer.gamma, f32) if layer.scale else tf.ones([c], f32)
+    beta = tf.cast(layer.beta, f32) if layer.center else tf.zeros([c], f32)
+    if training and layer.trainable:
+        empty = tf.zeros([0], f32)
+        y, mean, var = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=gamma, offset=beta, mean=empty, variance=empty, epsilon=layer.epsilon,
+            exponential_avg_factor=1.0, data_format=fmt, is_training=True,
+        )[:3]
+        # TensorFlow's batch variance has Bessel's correction (n / (n - 1)); Keras's moving
+        # variance follows the biased one of its moments.
+        n = tf.cast(tf.size(x, out_type=tf.int64) // c, f32)
+        var = tf.where(n > 1.0, var * ((n - 1.0) / tf.maximum(n, 1.0)), tf.zeros_like(var))
+        m = layer.momentum
+        moving_mean = tf.cast(layer.moving_mean, f32)
+        moving_var = tf.cast(layer.moving_variance, f32)
+        layer.moving_mean.assign(moving_mean * m + mean * (1.0 - m))
+        layer.moving_variance.assign(moving_var * m + var * (1.0 - m))
+    else:
+        y = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=gamma, offset=beta, mean=tf.cast(layer.moving_mean, f32),
+            variance=tf.cast(layer.moving_variance, f32), epsilon=layer.epsilon,
+            exponential_avg_factor=1.0, data_format=fmt, is_training=False,
+        )[0]
+    return y
 
 
 def _fused_rnn():
@@ -929,6 +1005,7 @@ _PATCHES = {
     "keras.src.backend.tensorflow.rnn": _patch_keras_rnn,
     "keras.src.backend.tensorflow.nn": _patch_keras_nn,
     "keras.src.optimizers.loss_scale_optimizer": _patch_loss_scale_optimizer,
+    "keras.src.layers.normalization.batch_normalization": _patch_keras_batch_norm,
     "keras.src.layers.rnn.lstm": _patch_keras_rnn_layer("LSTM"),
     "keras.src.layers.rnn.gru": _patch_keras_rnn_layer("GRU"),
     "tensorflow.python.eager.context": _patch_eager_context,

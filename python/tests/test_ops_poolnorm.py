@@ -508,3 +508,62 @@ def test_keras_3d_pooling_layers(tf):
                 losses[dev] = m.fit(x, y, batch_size=4, epochs=3, shuffle=False, verbose=0).history["loss"]
     np.testing.assert_allclose(losses["/GPU:0"], losses["/CPU:0"], rtol=1e-4)
 
+
+
+@pytest.mark.parametrize("layout", ["channels_last", "channels_first"])
+def test_keras_mixed_precision_batch_norm_is_one_fused_op(tf, layout):
+    """Keras's BatchNormalization of float16 tensors (mixed precision) on tfwgpu GPUs: one
+    FusedBatchNormV3 (and FusedBatchNormGradV3) on the halves, where Keras casts to float32,
+    computes moments and normalizes in float32 and casts back (four passes over float32 copies).
+    Against Keras's own layer on the CPU (the hook undone there): the same losses, weights and
+    moving statistics (Keras's biased variance, from TensorFlow's Bessel-corrected batch
+    variance), inference outputs, within float16 rounding."""
+    import keras
+
+    BN = keras.layers.BatchNormalization
+    rng2 = np.random.default_rng(21)
+    shape = (8, 8, 3) if layout == "channels_last" else (3, 8, 8)
+    x = rng2.standard_normal((16,) + shape).astype(np.float32)
+    y = rng2.integers(0, 4, 16).astype(np.int32)
+    axis = -1 if layout == "channels_last" else 1
+    res = {}
+    policy = keras.mixed_precision.global_policy()
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    hooked = BN.call
+    try:
+        for dev in ["/CPU:0", "/GPU:0"]:
+            BN.call = hooked.__wrapped__ if dev == "/CPU:0" else hooked
+            with tf.device(dev):
+                keras.utils.set_random_seed(1)
+                m = keras.Sequential([
+                    keras.Input(shape),
+                    keras.layers.Conv2D(8, 3, data_format=layout),
+                    BN(axis=axis, momentum=0.8),
+                    keras.layers.ReLU(),
+                    BN(axis=axis, center=False, scale=False),
+                    keras.layers.GlobalAveragePooling2D(data_format=layout),
+                    keras.layers.Dense(4, dtype="float32"),
+                ])
+                m.compile(optimizer=keras.optimizers.SGD(0.05), jit_compile=False,
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                before = gpu_ops()
+                h = m.fit(x, y, batch_size=8, epochs=3, verbose=0, shuffle=False)
+                pred = m.predict(x, verbose=0)
+                if dev == "/GPU:0":
+                    after = gpu_ops()
+                    for op in ["FusedBatchNormV3", "FusedBatchNormGradV3"]:
+                        assert after.get(op, 0) > before.get(op, 0), (op, after)
+                res[dev] = (h.history["loss"], [(w.path, w.numpy()) for w in m.weights], pred)
+    finally:
+        BN.call = hooked
+        keras.mixed_precision.set_global_policy(policy)
+    (lc, wc, pc), (lg, wg, pg) = res["/CPU:0"], res["/GPU:0"]
+    # float16 activations: each normalized value is rounded to half (2^-11 relative) on both
+    # paths, from float32 statistics summed in other orders.
+    np.testing.assert_allclose(lg, lc, rtol=2e-3)
+    for (name, a), (_, b) in zip(wg, wc):
+        # The moving variance tightly: a Bessel factor left in (batches of 288 values per
+        # channel) would move it by ~2.6e-3 relative after these six updates.
+        tol = dict(rtol=1e-4, atol=1e-6) if "moving_variance" in name else dict(rtol=2e-3, atol=5e-4)
+        np.testing.assert_allclose(a, b, err_msg=name, **tol)
+    np.testing.assert_allclose(pg, pc, rtol=2e-2, atol=2e-2)

@@ -19,7 +19,7 @@ use crate::kernels::wgsl::{LINEAR_INDEX, WG, params};
 use crate::{DType, Error, HostTensor, Result, bail_invalid};
 
 pub(super) const BIAS_ADD_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::I32];
-pub(super) const BIAS_GRAD_DTYPES: &[DType] = &[DType::F32, DType::I32];
+pub(super) const BIAS_GRAD_DTYPES: &[DType] = &[DType::F32, DType::F16, DType::I32];
 
 /// Reads `data_format` ("NHWC" or "NCHW"); true for NCHW.
 fn channels_first(op: &str, attrs: &Attrs) -> Result<bool> {

@@ -2,8 +2,10 @@
 //! cross-entropies (SparseSoftmaxCrossEntropyWithLogits, SoftmaxCrossEntropyWithLogits) and
 //! L2Loss, the metrics' Cumsum and InTopKV2 (`metric`), and the recurrent layers' CudnnRNNV3 /
 //! CudnnRNNBackpropV3 (`rnn`). See each module for the numerics. float16 Softmax, LogSoftmax, the
-//! cross-entropies and BiasAddGrad run their float32 kernel on converted inputs and round the
-//! outputs once (`f16`), as TensorFlow's GPU kernels compute half in float.
+//! cross-entropies run their float32 kernel on converted inputs and round the
+//! outputs once (`f16`), as TensorFlow's GPU kernels compute half in float; float16 BiasAddGrad
+//! is the reduce family's float16 Sum (halves widened where they are loaded, summed in float32,
+//! rounded once: the same numerics without a float32 copy of its input).
 
 mod bias;
 pub(crate) mod f16;
@@ -68,7 +70,7 @@ pub const OPS: &[OpDef] = &[
         type_attr: "T",
         dtypes: &[DType::F32, DType::F16, DType::I32],
         host_inputs: &[],
-        factory: |a| f16::build(bias::BiasAddGrad::build, a, &["T"]),
+        factory: bias::BiasAddGrad::build,
     },
     OpDef {
         op: "Softmax",
