@@ -28,9 +28,8 @@ else), and each changes behaviour only for tfwgpu devices:
 - Keras's `LossScaleOptimizer` (mixed precision) checks its gradients with an IsFinite, a bool
   All and a Pack per gradient: on an H200, ResNet-50's 161 gradients took ~1,200 dispatches and
   ~10 ms of GPU time per step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu
-  device, the check is `is_finite(sum over gradients of sum(g * 0))` instead: the same answer
-  (a product of zero is 0 for finite values and NaN for inf and NaN), one fused reduction per
-  gradient.
+  device, the check is `is_finite(sum over gradients of sum(g - g))` instead: the same answer
+  (x - x is 0 for finite values and NaN for inf and NaN), one fused reduction per gradient.
 - Keras's BatchNormalization casts float16 inputs (mixed precision) to float32, computes the
   moments, normalizes in float32 and casts back: on an H200 the casts alone took ~10 ms of a
   ResNet-50 step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu device, a
@@ -39,7 +38,8 @@ else), and each changes behaviour only for tfwgpu devices:
   gradient), with Keras's moving-statistics update (the biased batch variance, from
   TensorFlow's Bessel-corrected one). Inside Keras's `fit` the device scope is not visible when
   the step is traced, so a model pinned to `/CPU:0` takes it too (TensorFlow's CPU kernel: the
-  same numbers within float16 rounding).
+  same numbers within float16 rounding). float32 layers take it with `TFWGPU_KERAS_FUSED_BN=1`
+  (opt-in until measured against the plugin's fusion of Keras's own float32 graph).
 - In eager mode, `AssignAddVariableOp`, `AssignSubVariableOp` and `ResourceGather` on a tfwgpu
   variable cannot run: TensorFlow's own kernels for them compute on the CPU, and TensorFlow
   2.21 does not give plugins access to variable buffers. Eagerly, these ops become a read, an
@@ -167,7 +167,7 @@ def _patch_keras_nn(module):
             kernel,
             strides,
             padding.upper(),
-            data_format=module._convert_data_format(data_format, len(inputs.shape)),
+            data_format=module._convert_data_format(fmt, len(inputs.shape)),
             dilations=dilation_rate,
         )
 
@@ -202,12 +202,12 @@ def _patch_loss_scale_optimizer(module):
             v = g.values if isinstance(g, tf.IndexedSlices) else tf.convert_to_tensor(g)
             if not v.dtype.is_floating:
                 continue  # Keras's isfinite of an integer tensor is all true
-            # x * 0 is 0 (or -0) for every finite x and NaN for inf and NaN: the sum is 0 when
-            # every element is finite, NaN otherwise, and never overflows. On a tfwgpu GPU the
-            # product and the sum are one fused reduction per gradient, in place of Keras's
-            # IsFinite, bool All (three dispatches) and a Pack of the flags.
-            zero = tf.zeros([], v.dtype)
-            parts.append(tf.cast(tf.reduce_sum(v * zero), tf.float32))
+            # x - x is 0 for every finite x and NaN for inf and NaN: the sum is 0 when every
+            # element is finite, NaN otherwise, and never overflows. (Not x * 0: TensorFlow's
+            # constant folding may replace a product by a zero constant with zeros.) On a
+            # tfwgpu GPU the difference and the sum are one fused reduction per gradient, in
+            # place of Keras's IsFinite, bool All (three dispatches) and a Pack of the flags.
+            parts.append(tf.cast(tf.reduce_sum(v - v), tf.float32))
         if not parts:
             return tf.constant(True)
         total = parts[0] if len(parts) == 1 else tf.add_n(parts)
@@ -233,8 +233,7 @@ def _patch_keras_batch_norm(module):
                 mask is None
                 and not self.renorm
                 and not self.synchronized
-                and self.compute_dtype == "float16"
-                and getattr(inputs, "dtype", None) == tf.float16
+                and _fused_batch_norm_dtype(self, inputs, tf)
                 and len(inputs.shape) == 4
                 and self.axis % 4 in (1, 3)
                 and module.backend.backend() == "tensorflow"
@@ -245,20 +244,34 @@ def _patch_keras_batch_norm(module):
             take = False
         if not take:
             return original(self, inputs, training=training, mask=mask)
-        return _fused_half_batch_norm(tf, self, inputs, training)
+        return _fused_batch_norm(tf, self, inputs, training)
 
     call._tfwgpu = True
     call.__name__, call.__doc__, call.__wrapped__ = original.__name__, original.__doc__, original
     cls.call = call
 
 
-def _fused_half_batch_norm(tf, layer, x, training):
-    """Keras's BatchNormalization of a float16 NHWC/NCHW tensor as one FusedBatchNormV3 (float16
-    x and y, float32 statistics and parameters; its gradient FusedBatchNormGradV3), with Keras's
-    moving-statistics update."""
+def _fused_batch_norm_dtype(layer, x, tf):
+    """Whether the layer's input dtype takes the fused op: float16 under mixed precision; float32
+    only with `TFWGPU_KERAS_FUSED_BN=1` (not measured against the plugin's fusion of Keras's own
+    float32 graph yet)."""
+    import os
+
+    dtype = getattr(x, "dtype", None)
+    if dtype == tf.float16:
+        return layer.compute_dtype == "float16"
+    if dtype == tf.float32 and os.environ.get("TFWGPU_KERAS_FUSED_BN", "0").strip() == "1":
+        return layer.compute_dtype == "float32"
+    return False
+
+
+def _fused_batch_norm(tf, layer, x, training):
+    """Keras's BatchNormalization of a 4-D NHWC/NCHW tensor as one FusedBatchNormV3 (x and y in
+    the input's dtype, float32 statistics and parameters; its gradient FusedBatchNormGradV3),
+    with Keras's moving-statistics update."""
     axis = layer.axis % 4
     fmt = "NHWC" if axis == 3 else "NCHW"
-    c = x.shape[axis]
+    c = layer.moving_mean.shape[0]
     f32 = tf.float32
     gamma = tf.cast(layer.gamma, f32) if layer.scale else tf.ones([c], f32)
     beta = tf.cast(layer.beta, f32) if layer.center else tf.zeros([c], f32)
@@ -271,7 +284,8 @@ def _fused_half_batch_norm(tf, layer, x, training):
         # TensorFlow's batch variance has Bessel's correction (n / (n - 1)); Keras's moving
         # variance follows the biased one of its moments.
         n = tf.cast(tf.size(x, out_type=tf.int64) // c, f32)
-        var = tf.where(n > 1.0, var * ((n - 1.0) / tf.maximum(n, 1.0)), tf.zeros_like(var))
+        # (n = 1: TensorFlow's variance is 0; an empty batch's NaN stays NaN, as in Keras.)
+        var = tf.where(n > 1.0, var * ((n - 1.0) / tf.maximum(n, 1.0)), var * 0.0)
         m = layer.momentum
         moving_mean = tf.cast(layer.moving_mean, f32)
         moving_var = tf.cast(layer.moving_variance, f32)

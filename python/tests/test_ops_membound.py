@@ -297,6 +297,29 @@ def test_loss_scale_finite_check_on_the_gpu(tf):
         assert check("/GPU:0", gs) == want, (where, bad)
     assert ran(before, "IsFinite") == len(cases) and ran(before, "All") == 0, gpu_ops()
 
+    # A filter gradient computed in the same graph (its shape a constant of the graph, where
+    # TensorFlow's constant folding could simplify arithmetic with zeros).
+    def conv_check(dev, x):
+        with tf.device(dev):
+            w = tf.constant(rng.standard_normal((3, 3, 2, 4)).astype(np.float32))
+
+            @tf.function
+            def f(x):
+                with tf.GradientTape() as t:
+                    t.watch(w)
+                    loss = tf.reduce_sum(tf.nn.conv2d(x, w, 1, "SAME"))
+                return opt.check_finite([t.gradient(loss, w)])
+            return bool(f(tf.constant(x)))
+
+    x = rng.standard_normal((2, 6, 6, 2)).astype(np.float32)
+    for bad in (None, np.inf, np.nan):
+        xb = x.copy()
+        if bad is not None:
+            xb[1, 2, 3, 1] = bad
+        want = conv_check("/CPU:0", xb)
+        assert want == (bad is None), bad
+        assert conv_check("/GPU:0", xb) == want, bad
+
 
 def test_mixed_precision_fit_skips_steps_with_non_finite_gradients(tf):
     """Keras mixed precision on the GPU: a huge initial loss scale overflows the float16

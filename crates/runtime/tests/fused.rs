@@ -747,3 +747,58 @@ fn multi_output_dispatches_once_per_output_shape() {
     let p = "AddV2(i0,i1);Rsqrt(t0);Mul(t1,i2);Mul(i3,t2);AddV2(t3,i4)";
     assert_eq!(dispatches(p, &[1, 2], &[&c, &e, &c, &x, &c]), 2);
 }
+
+/// An operand given twice to one instruction keeps IEEE semantics: `Sub(i0,i0)` of inf and NaN
+/// is NaN, of finite values 0; `Mul(t0,t0)` of -0 is +0 (shader compilers fold `x - x` to 0
+/// when they may assume no inf or NaN: lavapipe did, before the second operand was made
+/// opaque to it). float32 and float16.
+#[test]
+fn repeated_operands_keep_inf_and_nan() {
+    let x = [
+        1.5f32,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -0.0,
+        3.0e38,
+    ];
+    for dtype in [DType::F32, DType::F16] {
+        let t = if dtype == DType::F16 {
+            let h: Vec<_> = x
+                .iter()
+                .map(|&v| tfwgpu_runtime::f16::from_f32(v))
+                .collect();
+            dev().upload(&h, &[x.len()]).unwrap()
+        } else {
+            dev().upload(&x, &[x.len()]).unwrap()
+        };
+        let got = |program: &str| -> Vec<f32> {
+            let out = run_fused(program, &[&t], dtype);
+            if dtype == DType::F16 {
+                out.download::<tfwgpu_runtime::f16>()
+                    .unwrap()
+                    .iter()
+                    .map(|h| h.to_f32())
+                    .collect()
+            } else {
+                out.download::<f32>().unwrap()
+            }
+        };
+        let d = got("Sub(i0,i0)");
+        for (i, (&v, &g)) in x.iter().zip(&d).enumerate() {
+            let v = if dtype == DType::F16 {
+                tfwgpu_runtime::f16::from_f32(v).to_f32()
+            } else {
+                v
+            };
+            if v.is_finite() {
+                assert_eq!(g, 0.0, "{dtype} Sub({v}, {v}) [{i}]");
+            } else {
+                assert!(g.is_nan(), "{dtype} Sub({v}, {v}) [{i}] = {g}, want NaN");
+            }
+        }
+        let q = got("Neg(i0);Mul(t0,t0);Sub(t1,t1)");
+        assert!(q[1].is_nan() && q[3].is_nan(), "{dtype}: {q:?}");
+        assert_eq!(q[0], 0.0, "{dtype}: {q:?}");
+    }
+}

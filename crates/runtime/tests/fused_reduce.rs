@@ -570,3 +570,24 @@ fn the_reduced_tensor_itself_can_be_exported() {
         assert_eq!(bits_of(&got[1]), bits_of(&y), "BiasAdd of {shape:?}");
     }
 }
+
+/// A reduction whose program uses its input twice (`Sub(i0,i0)`, the finiteness test
+/// `sum(x - x)`): NaN when any element is inf or NaN, 0 otherwise.
+#[test]
+fn repeated_operands_in_a_prologue_keep_inf_and_nan() {
+    for bad in [None, Some(f32::INFINITY), Some(f32::NAN)] {
+        let mut x: Vec<f32> = (0..4096).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+        if let Some(b) = bad {
+            x[1234] = b;
+        }
+        let t = dev().upload(&x, &[64, 64]).unwrap();
+        let s = run_fused_reduce("Sub(i0,i0)", &[&t], "Sum", &[0, 1], false)
+            .unwrap()
+            .download::<f32>()
+            .unwrap()[0];
+        match bad {
+            None => assert_eq!(s, 0.0),
+            Some(_) => assert!(s.is_nan(), "{bad:?}: sum {s}"),
+        }
+    }
+}

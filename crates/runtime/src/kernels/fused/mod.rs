@@ -821,12 +821,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation
             if uniform[k] != want {
                 continue;
             }
+            // An operand given twice (`Sub(i0,i0)`) is passed the second time through the
+            // opaque XOR: shader compilers fold `x - x` to 0 and the like when they may assume
+            // no inf or NaN (Mesa's lavapipe did: inf - inf came out 0, not NaN), where
+            // the unfused kernel loads the two operands from two bindings.
             let args: Vec<String> = ins
                 .args
                 .iter()
-                .map(|a| match a {
-                    Arg::Input(i) => format!("x{i}"),
-                    Arg::Temp(t) => format!("t{t}"),
+                .enumerate()
+                .map(|(j, a)| {
+                    let v = match a {
+                        Arg::Input(i) => format!("x{i}"),
+                        Arg::Temp(t) => format!("t{t}"),
+                    };
+                    if ins.args[..j].contains(a) {
+                        format!("bitcast<f32>(bitcast<u32>({v}) ^ p.zero)")
+                    } else {
+                        v
+                    }
                 })
                 .collect();
             s.push_str(&format!(
