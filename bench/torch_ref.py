@@ -77,6 +77,7 @@ def all_cases(small):
         bn, bn2, bn16, pool, pool2 = ([(4, 56, 56, 64)], [(8, 14, 14, 256)], [(8, 14, 14, 256)],
                                       None, (4, 112, 112, 64))
         f16 = [(4, 14, 14, 256)]
+        biasgrad = [(4, 28, 28, 64)]
     else:
         v.append({"name": "copy_256MiB", "kind": "copy", "elems": 64 << 20})
         # Small copies, only when named: the least one kernel launch costs (beside the small
@@ -96,6 +97,7 @@ def all_cases(small):
                                       [(64, 56, 56, 256), (64, 14, 14, 1024), (64, 7, 7, 2048)],
                                       (32, 112, 112, 64), (64, 112, 112, 64))
         f16 = [(64, 56, 56, 256), (64, 14, 14, 1024)]
+        biasgrad = [(64, 112, 112, 64), (64, 56, 56, 256), (64, 14, 14, 1024)]
     v += [{"name": f"bn_train_{dims(*s)}", "kind": "bn", "shape": s} for s in bn]
     for half, shapes in ((False, bn2), (True, bn16)):
         sfx = "_f16" if half else ""
@@ -114,6 +116,9 @@ def all_cases(small):
               {"name": f"cast_f16_f32_{dims(*s)}", "kind": "cast", "shape": s, "half": True},
               {"name": f"add_{dims(*s)}_f16", "kind": "add_same", "shape": s, "half": True},
               {"name": f"add_{dims(*s)}", "kind": "add_same", "shape": s, "half": False}]
+    for s in biasgrad:
+        v += [{"name": f"biasgrad_{dims(*s)}{sfx}", "kind": "bias_grad", "shape": s, "half": half}
+              for half, sfx in ((False, ""), (True, "_f16"))]
     return v
 
 
@@ -294,6 +299,16 @@ def run_membound(c, gen, reps):
         fn()
         err = 0.0 if torch.equal(out, x.to(dst_t)) else float("inf")
         return "Cast", [list(shape)], 6.0 * x.numel(), fn, err
+    if kind == "bias_grad":
+        # The bias gradient of an NHWC tensor: the per-channel sum over N, H, W.
+        shape = c["shape"]
+        x = uniform(gen, *shape).to(dt)
+        out = torch.empty(shape[-1], dtype=dt, device="cuda")
+        fn = lambda: torch.sum(x, dim=(0, 1, 2), out=out)  # noqa: E731
+        fn()
+        xd = x.double()
+        return "BiasAddGrad", [list(shape)], (x.numel() + shape[-1]) * esize, fn, \
+            max_rel(out, xd.sum((0, 1, 2)), xd.abs().sum((0, 1, 2)))
     if kind == "add_same":
         shape = c["shape"]
         a, b = uniform(gen, *shape).to(dt), uniform(gen, *shape).to(dt)

@@ -56,6 +56,12 @@ enum Kind {
         cols: usize,
         bcast: bool,
     },
+    /// BiasAddGrad of an NHWC tensor (the per-channel sum over N, H, W: a column reduction);
+    /// `half`: float16 (read as halves, summed in float32, rounded once).
+    BiasGrad {
+        shape: [usize; 4],
+        half: bool,
+    },
     /// Sum / Max of [rows, cols] over axis 1 (last) or 0 (first).
     Reduce {
         op: &'static str,
@@ -155,6 +161,13 @@ impl Kind {
                 if axis == 1 { "last" } else { "first" },
                 dims(&[rows, cols])
             ),
+            Kind::BiasGrad { shape, half } => {
+                format!(
+                    "biasgrad_{}{}",
+                    dims(&shape),
+                    if half { "_f16" } else { "" }
+                )
+            }
             Kind::Softmax { rows, cols } => format!("softmax_{}", dims(&[rows, cols])),
             Kind::BatchNorm { shape, grad, half } => format!(
                 "bn_{}_{}{}",
@@ -250,6 +263,7 @@ fn all_cases(small: bool) -> Vec<Kind> {
         ));
         v.extend(pool_cases(None, [4, 112, 112, 64]));
         v.extend(f16_cases(&[[4, 14, 14, 256]]));
+        v.extend(bias_grad_cases(&[[4, 28, 28, 64]]));
     } else {
         v.extend(copy(64 << 20));
         for s in [512, 1024, 2048, 4096, 8192] {
@@ -285,6 +299,11 @@ fn all_cases(small: bool) -> Vec<Kind> {
         ));
         v.extend(pool_cases(Some([32, 112, 112, 64]), [64, 112, 112, 64]));
         v.extend(f16_cases(&[[64, 56, 56, 256], [64, 14, 14, 1024]]));
+        v.extend(bias_grad_cases(&[
+            [64, 112, 112, 64],
+            [64, 56, 56, 256],
+            [64, 14, 14, 1024],
+        ]));
         // Small copies (4 KiB: one workgroup; 256 KiB; 2 MiB), only when named: what one
         // dispatch costs at least (its span) next to the small batch-norm rows.
         for elems in [1 << 10, 1 << 16, 1 << 19] {
@@ -306,6 +325,18 @@ fn f16_cases(shapes: &[[usize; 4]]) -> Vec<Kind> {
         }
         for half in [true, false] {
             v.push(Kind::AddSame { shape, half });
+        }
+    }
+    v
+}
+
+/// BiasAddGrad of each NHWC shape in float32 and float16 (ResNet-50's convolution biases:
+/// float16 took 2.5x float32's GPU time in a replayed mixed-precision step, session 26).
+fn bias_grad_cases(shapes: &[[usize; 4]]) -> Vec<Kind> {
+    let mut v = vec![];
+    for &shape in shapes {
+        for half in [false, true] {
+            v.push(Kind::BiasGrad { shape, half });
         }
     }
     v
@@ -559,7 +590,9 @@ fn tolerance(k: &Kind) -> f64 {
         Kind::BatchNorm { half: true, .. } => 1e-3,
         Kind::Binary { .. } => 1.2e-7,
         Kind::Reduce { op, .. } if *op == "Max" => 0.0,
-        Kind::Reduce { .. } | Kind::MatMul { .. } => 1e-5,
+        Kind::Reduce { .. } | Kind::MatMul { .. } | Kind::BiasGrad { half: false, .. } => 1e-5,
+        // One rounding to half of the float32 sum (relative to the sum of |x|).
+        Kind::BiasGrad { half: true, .. } => 1e-3,
         Kind::Softmax { .. } => 2e-5,
         Kind::BatchNorm { .. } => 1e-4,
         // Exact: the results are compared bit for bit (rel_err 0 or inf).
@@ -764,6 +797,31 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
                 op.into(),
                 vec![vec![rows, cols], vec![1]],
                 Work::Bytes(f32b(rows * cols + outs)),
+                meas,
+            )
+        }
+        Kind::BiasGrad { shape, half } => {
+            let n = shape.iter().product::<usize>();
+            let c = shape[3];
+            let kernel = dev.kernel("BiasAddGrad", &Attrs::new()).map_err(err)?;
+            let x = random(rng, n);
+            let x = if half { to_half(x) } else { x };
+            let inputs = [(x, shape.to_vec())];
+            let hx: &[usize] = if half { &[0] } else { &[] };
+            let meas = measure_t(dev, kernel.as_ref(), &inputs, hx, &[], reps, |i, o| {
+                // Per channel: the sum and the sum of |x| (the rounding error's scale).
+                let mut want = vec![(0.0f64, 0.0f64); c];
+                for (e, &v) in i[0].iter().enumerate() {
+                    let w = &mut want[e % c];
+                    w.0 += v as f64;
+                    w.1 += (v as f64).abs();
+                }
+                rel_err(&o[0], |ch| want[ch])
+            })?;
+            (
+                "BiasAddGrad".into(),
+                vec![shape.to_vec()],
+                Work::Bytes(tb(half, n) + tb(half, c)),
                 meas,
             )
         }
@@ -1040,6 +1098,7 @@ fn run_case(dev: &Device, k: &Kind, reps: usize, rng: &mut StdRng) -> Res<Row> {
         Kind::BatchNorm { half: true, .. }
             | Kind::MaxPool { half: true, .. }
             | Kind::AddSame { half: true, .. }
+            | Kind::BiasGrad { half: true, .. }
             | Kind::Cast { to_half: false, .. }
     );
     Ok(Row {
