@@ -260,12 +260,16 @@ def test_device_copies(tf):
     np.testing.assert_array_equal(z.numpy(), np.concatenate([x[:, 1:], x[:, :1]], axis=1))
 
 
-def test_loss_scale_finite_check_on_the_gpu(tf):
+@pytest.mark.parametrize("mode", ["", "concat"])
+def test_loss_scale_finite_check_on_the_gpu(tf, mode, monkeypatch):
     """Keras's LossScaleOptimizer.check_finite on tfwgpu GPUs (the hook's one fused reduction per
     gradient): the same answer as Keras's own check on the CPU for finite gradients, an inf, a
     -inf and a NaN in any one of them (float32, float16, IndexedSlices, an int gradient); on the
-    GPU no All kernel and one IsFinite per check (of the total), not one per gradient."""
+    GPU no All kernel and one IsFinite per check (of the total), not one per gradient. With
+    `TFWGPU_FINITE_CHECK=concat`, the gradients concatenated and reduced once."""
     import keras
+
+    monkeypatch.setenv("TFWGPU_FINITE_CHECK", mode)
 
     opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
     base = [
