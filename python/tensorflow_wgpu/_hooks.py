@@ -29,7 +29,8 @@ else), and each changes behaviour only for tfwgpu devices:
   All and a Pack per gradient: on an H200, ResNet-50's 161 gradients took ~1,200 dispatches and
   ~10 ms of GPU time per step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu
   device, the check is `is_finite(sum over gradients of sum(g - g))` instead: the same answer
-  (x - x is 0 for finite values and NaN for inf and NaN), one fused reduction per gradient.
+  (x - x is 0 for finite values and NaN for inf and NaN), one fused reduction per gradient
+  (`TFWGPU_FINITE_CHECK=concat`: one concatenation and one reduction; opt-in, unmeasured).
 - Keras's BatchNormalization casts float16 inputs (mixed precision) to float32, computes the
   moments, normalizes in float32 and casts back: on an H200 the casts alone took ~10 ms of a
   ResNet-50 step (bench/RESULTS.md, session 26). When every accelerator is a tfwgpu device, a
