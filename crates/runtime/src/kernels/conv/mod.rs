@@ -758,6 +758,21 @@ impl Kernel for Conv {
                 || (!gemm_forced && ctx.dev.desc.device_type == "cpu" && lanes.is_some());
             if wanted {
                 match lanes {
+                    // float16 on a CPU adapter (no tensor cores): the operands widened exactly
+                    // to float32, the float32 register tile, the result rounded once (the
+                    // products of halves are exact in float32 either way; the generic float16
+                    // GEMM ran 10-20x slower than this on lavapipe).
+                    Some(s) if dtype == DType::F16 && cpu::applies(&g, DType::F32) => {
+                        let wide = |r: &DeviceRef| -> Result<DeviceRef> {
+                            let w = ctx.temp_tensor(TensorDesc::new(DType::F32, &r.desc.shape))?;
+                            crate::kernels::nn::f16::convert(ctx, name, r, &w)?;
+                            Ok(w)
+                        };
+                        let (a, b) = (wide(dev(ia)?)?, wide(dev(ib)?)?);
+                        let res = ctx.temp_tensor(TensorDesc::new(DType::F32, &shape))?;
+                        cpu::record(ctx, name, mode, &g, &self.a, s, &a, &b, &res)?;
+                        return crate::kernels::nn::f16::convert(ctx, name, &res, out);
+                    }
                     Some(s) if cpu::applies(&g, dtype) => {
                         return cpu::record(
                             ctx,
