@@ -758,11 +758,16 @@ impl Kernel for Conv {
                 || (!gemm_forced && ctx.dev.desc.device_type == "cpu" && lanes.is_some());
             if wanted {
                 match lanes {
-                    // float16 on a CPU adapter (no tensor cores): the operands widened exactly
-                    // to float32, the float32 register tile, the result rounded once (the
-                    // products of halves are exact in float32 either way; the generic float16
-                    // GEMM ran 10-20x slower than this on lavapipe).
-                    Some(s) if dtype == DType::F16 && cpu::applies(&g, DType::F32) => {
+                    // float16 on a CPU adapter without cooperative matrices (real, or the
+                    // tests' emulated ones): the operands widened exactly to float32, the
+                    // float32 register tile, the result rounded once (the products of halves
+                    // are exact in float32 either way; the generic float16 GEMM ran 10-20x
+                    // slower than this on lavapipe).
+                    Some(s)
+                        if dtype == DType::F16
+                            && cpu::applies(&g, DType::F32)
+                            && crate::kernels::matmul::coop::coop_mode(ctx).is_none() =>
+                    {
                         let wide = |r: &DeviceRef| -> Result<DeviceRef> {
                             let w = ctx.temp_tensor(TensorDesc::new(DType::F32, &r.desc.shape))?;
                             crate::kernels::nn::f16::convert(ctx, name, r, &w)?;
